@@ -1,0 +1,69 @@
+# One command per job; each sets itself up on a fresh Debian machine.
+#   make image     build, tag and push the default recipe (PUSH=0: no push)
+#   make test      the whole test suite, with its Docker engine and registry
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+RECIPE ?= recipes/glm53-flash-dflash2-gb300/recipe.yaml
+PUSH ?= 1
+BUILD_ARGS ?=
+PYTEST_ARGS ?=
+DEBIAN_PACKAGES := docker.io docker-registry qemu-user-static binfmt-support debootstrap apache2-utils python3-venv
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+.PHONY: install oracle deps engine lock image compose geometry test bench pristine clean
+
+include overlay/pristine.mk
+
+$(VENV)/.installed: pyproject.toml requirements/base.txt requirements/test.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements/test.txt
+	touch $@
+
+# vLLM 0.33.0's own code on the CPU: the oracle for geometry, patches and serve flags.
+$(VENV)/.oracle: $(VENV)/.installed requirements/oracle.txt
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q --no-deps vllm==0.33.0
+	$(PY) -m pip install -q --no-deps -r requirements/oracle.txt
+	touch $@
+
+install: $(VENV)/.installed
+oracle: $(VENV)/.oracle
+
+# Debian packages for the engine, the test registry and arm64 emulation.
+deps:
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages: $$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+# A Docker engine: the one at DOCKER_HOST / the default socket, else start dockerd.
+engine: deps
+	$(SUDO) tests/infra/services.sh engine-up
+
+lock: install engine
+	$(PY) build.py lock --recipe $(RECIPE)
+
+image: install engine
+	@lockfile=$$(dirname $(RECIPE))/recipe.lock.json; \
+	if [ ! -f $$lockfile ] && ! grep -q '^ *digest:' $(RECIPE); then $(PY) build.py lock --recipe $(RECIPE); fi
+	$(PY) build.py build --recipe $(RECIPE) $(if $(filter 1,$(PUSH)),--push,--no-push) \
+	  --report out/build-report.json $(BUILD_ARGS)
+
+compose: install
+	$(PY) build.py compose --recipe $(RECIPE)
+
+geometry: install
+	$(PY) build.py geometry --recipe $(RECIPE)
+
+test: install oracle deps pristine
+	tests/infra/run-tests.sh $(PYTEST_ARGS)
+
+bench: install oracle deps pristine
+	tests/infra/run-bench.sh
+
+clean:
+	rm -rf $(VENV) out .cache

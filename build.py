@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Build, pin, check, push and serve a vLLM overlay image from a stack recipe.
+
+    python build.py render   --recipe R            # the Dockerfile, no daemon
+    python build.py lock     --recipe R            # pin the base digest
+    python build.py geometry --recipe R [--json]   # the KV-geometry gate on the host
+    python build.py build    --recipe R [--dry-run] [--push]
+    python build.py push     --recipe R
+    python build.py compose  --recipe R [-o FILE]
+    python build.py verify   IMAGE@DIGEST --recipe R
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from stackbuild.errors import StackBuildError  # noqa: E402
+from stackbuild.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
+
+recipe_option = click.option(
+    "--recipe", "recipe_path", type=click.Path(dir_okay=False, path_type=Path),
+    default=DEFAULT_RECIPE, show_default="the GB300 recipe", help="Stack recipe (YAML).",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+owner_option = click.option("--owner", envvar="IMAGE_OWNER", help="Registry namespace for {owner} in image.repository (env IMAGE_OWNER).")
+repository_option = click.option("--repository", help="Push to this repository instead of the recipe's (e.g. 127.0.0.1:5000/me/glm).")
+unpinned_option = click.option("--allow-unpinned", is_flag=True, help="Build FROM the base tag when no digest is pinned (not reproducible).")
+
+
+class Cli(click.Group):
+    """Turns our errors into one line on stderr and their exit code."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except StackBuildError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+
+
+def emit(as_json: bool, data: dict, text: str) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True) if as_json else text)
+
+
+@click.group(cls=Cli, context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """Build the GLM-5.3-Flash + DFlash2 vLLM image from a stack recipe."""
+
+
+@cli.command()
+@recipe_option
+@owner_option
+@repository_option
+@unpinned_option
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the Dockerfile here instead of stdout.")
+def render(recipe_path, owner, repository, allow_unpinned, output):
+    """Print (or write) the Dockerfile rendered from the recipe."""
+    from stackbuild.plan import make_plan
+    from stackbuild.render import render as render_dockerfile
+
+    plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
+    text = render_dockerfile(plan)
+    if output:
+        output.write_text(text)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+@cli.command()
+@recipe_option
+@json_option
+def lock(recipe_path, as_json):
+    """Resolve the base tag to a digest (for the recipe's platform) and write the lock."""
+    from stackbuild.engine import connect
+    from stackbuild.lock import write_lock
+
+    recipe = load_recipe(recipe_path)
+    engine = connect()
+    digest, platforms = engine.registry_digest(recipe.base.reference, recipe.platform)
+    path = write_lock(recipe, digest, platforms)
+    emit(as_json, {"lock": str(path), "base": recipe.base.reference, "digest": digest, "platform": recipe.platform},
+         f"{recipe.base.reference} ({recipe.platform}) -> {digest}\nwrote {path}")
+
+
+@cli.command()
+@recipe_option
+@json_option
+@click.option("--stock", is_flag=True, help="Model stock vLLM 0.33.0 (no overlay) instead of the patched tree.")
+def geometry(recipe_path, as_json, stock):
+    """Run the KV-geometry simulator and gate for a recipe on the host."""
+    from geometry.table import report_json, report_table
+    from stackbuild.errors import GeometryGateFailed
+    from stackbuild.plan import gate_input, host_geometry
+
+    recipe = load_recipe(recipe_path)
+    report, verdict = host_geometry(gate_input(recipe, vllm_behaviour="stock" if stock else "overlay"))
+    if as_json:
+        click.echo(json.dumps(report_json(report, verdict), indent=2, sort_keys=True))
+    else:
+        click.echo(report_table(report, verdict))
+    if not verdict.passed:
+        raise GeometryGateFailed(f"{recipe.path}: geometry gate failed: " + "; ".join(verdict.reasons))
+
+
+@cli.command()
+@recipe_option
+@owner_option
+@repository_option
+@unpinned_option
+@json_option
+@click.option("--dry-run", is_flag=True, help="Print the plan (Dockerfile, tags, registry); no daemon needed.")
+@click.option("--push/--no-push", default=False, help="Push the tags after a successful build.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the build report (JSON) here.")
+def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push, report_path):
+    """Build (and optionally push) the image; nothing is tagged if any step fails."""
+    from stackbuild.plan import make_plan
+    from stackbuild.render import render as render_dockerfile
+
+    plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
+    if dry_run:
+        data = {
+            "recipe": str(plan.recipe.path),
+            "base": plan.base.reference,
+            "platform": plan.recipe.platform,
+            "registry": plan.image.registry,
+            "repository": plan.image.repository,
+            "tags": list(plan.image.tags),
+            "geometry_verdict": plan.geometry_verdict,
+            "labels": dict(plan.labels),
+            "dockerfile": render_dockerfile(plan),
+        }
+        text = (f"# base      {data['base']}\n# platform  {data['platform']}\n# registry  {data['registry']}\n"
+                f"# tags      {', '.join(plan.image.references)}\n# geometry  {plan.geometry_verdict}: {plan.geometry_summary}\n\n"
+                + data["dockerfile"])
+        emit(as_json, data, text.rstrip("\n"))
+        return
+    from stackbuild.pipeline import run_build
+
+    report = run_build(plan, push=push, report_path=report_path, json_progress=as_json)
+    emit(as_json, report, f"built {report['image_id']}" + (f"\npushed {report['pushed_digest']}" if report.get("pushed_digest") else ""))
+
+
+@cli.command()
+@recipe_option
+@owner_option
+@repository_option
+@unpinned_option
+@json_option
+def push(recipe_path, owner, repository, allow_unpinned, as_json):
+    """Push the tags of an image built from this recipe (credentials from `docker login`)."""
+    from stackbuild.pipeline import run_push
+    from stackbuild.plan import make_plan
+
+    plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
+    result = run_push(plan, json_progress=as_json)
+    emit(as_json, result, f"pushed {', '.join(plan.image.references)} -> {result['pushed_digest']}")
+
+
+@cli.command()
+@recipe_option
+@owner_option
+@repository_option
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Compose file to write (default: compose/<recipe name>.compose.yaml).")
+@click.option("--models-dir", help="Host directory holding the model snapshots (mounted read-only).")
+@click.option("--port", type=int, help="Host port to publish.")
+@click.option("--gpus", help="Comma-separated GPU ids to reserve (default: any, count = TP size).")
+@click.option("--digest", help="Image digest to pin in the compose file (default: from the last build report).")
+@json_option
+def compose(recipe_path, owner, repository, output, models_dir, port, gpus, digest, as_json):
+    """Write the compose file that serves the image with `docker compose up`."""
+    from compose.generate import write_compose
+
+    recipe = load_recipe(recipe_path)
+    result = write_compose(recipe, output=output, owner=owner, repository=repository,
+                           models_dir=models_dir, port=port, gpus=gpus, digest=digest)
+    emit(as_json, result, f"wrote {result['path']}")
+
+
+@cli.command()
+@click.argument("image")
+@recipe_option
+@json_option
+def verify(image, recipe_path, as_json):
+    """Pull IMAGE@DIGEST, compare its labels with the recipe, re-run the gate inside it."""
+    from stackbuild.verify import verify_image
+
+    result = verify_image(image, load_recipe(recipe_path))
+    emit(as_json, result, f"{image}: {result['verdict']}")
+
+
+if __name__ == "__main__":
+    cli()

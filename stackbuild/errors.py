@@ -1,0 +1,98 @@
+"""One exception type per failure a user must tell apart.
+
+Every error carries a one-line message that names the file, key, step or
+patch at fault, and the exit code the CLI returns for it.
+"""
+from __future__ import annotations
+
+
+class StackBuildError(Exception):
+    """Base of every error the driver reports without a traceback."""
+
+    exit_code = 1
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class RecipeError(StackBuildError):
+    """The recipe (or a file it names) is invalid: ``<file>: <key path>: <why>``."""
+
+    exit_code = 2
+
+    def __init__(self, path: object, key: str, problem: str):
+        self.path = str(path)
+        self.key = key
+        self.problem = problem
+        where = f"{self.path}: {key}" if key else self.path
+        super().__init__(f"{where}: {problem}")
+
+
+class LockError(StackBuildError):
+    """The base image is not pinned, or the lock file does not match the recipe."""
+
+    exit_code = 2
+
+
+class EngineUnavailable(StackBuildError):
+    """No Docker daemon answers at DOCKER_HOST or the default socket."""
+
+    exit_code = 3
+
+
+class BuildStepFailed(StackBuildError):
+    """A Dockerfile step failed; carries the step and the last lines of its output."""
+
+    exit_code = 4
+
+    def __init__(self, step: str, detail: str, tail: tuple[str, ...] = ()):
+        self.step = step
+        self.detail = detail
+        self.tail = tail
+        super().__init__(f"build step failed: {step}: {detail}")
+
+
+class GeometryGateFailed(StackBuildError):
+    """The KV-geometry gate rejected the recipe (on the host or in the image)."""
+
+    exit_code = 5
+
+
+class ArchitectureMismatch(StackBuildError):
+    """The built image's architecture is not the recipe's platform."""
+
+    exit_code = 6
+
+
+class RegistryAuthError(StackBuildError):
+    """The registry refused our credentials (never retried)."""
+
+    exit_code = 7
+
+
+class RegistryUnavailable(StackBuildError):
+    """The registry could not be reached after retries."""
+
+    exit_code = 8
+
+
+class PushError(StackBuildError):
+    """The registry rejected a push for a reason that retrying cannot fix."""
+
+    exit_code = 9
+
+
+class VerifyError(StackBuildError):
+    """A pushed image does not match its recipe (labels, gate)."""
+
+    exit_code = 10
+
+
+class ServeArgsRejected(StackBuildError):
+    """vLLM's own `vllm serve` parser rejected the generated command line."""
+
+    exit_code = 11

@@ -1,0 +1,134 @@
+"""Everything a build needs, resolved from a recipe before any daemon is asked.
+
+A :class:`BuildPlan` is pure data: the pinned base, the image name and tags,
+the labels, the gate's inputs and the host-side geometry verdict. Rendering
+and building both start from it, so ``build --dry-run`` shows exactly what a
+real build would do.
+"""
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from types import MappingProxyType
+from typing import Mapping
+
+from .lock import PinnedBase, pinned_base
+from .naming import ImageName, image_name, source_date_epoch
+from .recipe import REPO_ROOT, Recipe
+
+PAYLOAD_DIR = "/opt/glm53-overlay"
+LABEL_NS = "io.github.glm53"
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    recipe: Recipe
+    base: PinnedBase
+    image: ImageName
+    source_date_epoch: int
+    revision: str
+    series_sha256: str
+    gate_input: Mapping
+    geometry_verdict: str  # "pass" or "fail"
+    geometry_summary: str
+    labels: Mapping[str, str]
+
+    @property
+    def payload_dir(self) -> str:
+        return PAYLOAD_DIR
+
+    @property
+    def pinned_tag(self) -> str:
+        return next((t for t in self.image.tags if t != "latest"), self.image.tags[0])
+
+
+def git_revision() -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+        rev = out.stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, check=True)
+        return rev + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay") -> dict:
+    """The geometry gate's inputs, as the in-image gate reads them (JSON)."""
+    s = recipe.serving
+    return {
+        "target_config": dict(recipe.target_config),
+        "drafter_config": dict(recipe.drafter_config),
+        "tensor_parallel_size": s.tensor_parallel_size,
+        "kv_cache_dtype": s.kv_cache_dtype,
+        "drafter_kv_cache_dtype": s.drafter_kv_cache_dtype,
+        "num_speculative_tokens": s.num_speculative_tokens,
+        "capability_family": recipe.hardware.capability_family,
+        "mamba_cache_mode": recipe.geometry.mamba_cache_mode,
+        "block_size": s.block_size,
+        "kv_cache_memory_bytes": int(recipe.geometry.kv_cache_memory_gib * GIB),
+        "vllm_behaviour": vllm_behaviour,
+    }
+
+
+def host_geometry(gate: Mapping):
+    """Run the simulator and the gate on the host (the same code the image runs)."""
+    from geometry.gate import check
+    from geometry.inputs import GeometryInputs
+    from geometry.simulate import simulate
+
+    inputs = GeometryInputs.from_json(dict(gate))
+    report = simulate(inputs)
+    return report, check(report)
+
+
+def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | None = None, allow_unpinned: bool = False) -> BuildPlan:
+    from overlay.series import series_sha256
+
+    base = pinned_base(recipe, allow_unpinned=allow_unpinned)
+    epoch = source_date_epoch()
+    name = image_name(recipe, owner=owner, repository=repository, epoch=epoch)
+    series_hash = series_sha256(recipe.series_dir)
+    gate = gate_input(recipe)
+    _report, verdict = host_geometry(gate)
+    revision = git_revision()
+    recipe_hash = hashlib.sha256(recipe.path.read_bytes()).hexdigest()
+    created = datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    pinned = next((t for t in name.tags if t != "latest"), name.tags[0])
+    labels = {
+        **dict(recipe.image.labels),
+        "org.opencontainers.image.title": recipe.name,
+        "org.opencontainers.image.description": recipe.image.description or recipe.description,
+        "org.opencontainers.image.source": recipe.image.source,
+        "org.opencontainers.image.revision": revision,
+        "org.opencontainers.image.version": pinned,
+        "org.opencontainers.image.created": created,
+        "org.opencontainers.image.base.name": f"{base.image}:{base.tag}",
+        "org.opencontainers.image.base.digest": base.digest or "",
+        f"{LABEL_NS}.recipe.name": recipe.name,
+        f"{LABEL_NS}.recipe.sha256": recipe_hash,
+        f"{LABEL_NS}.platform": recipe.platform,
+        f"{LABEL_NS}.hardware.gpu": recipe.hardware.gpu,
+        f"{LABEL_NS}.hardware.capability-family": str(recipe.hardware.capability_family),
+        f"{LABEL_NS}.vllm.version": recipe.base.vllm_version,
+        f"{LABEL_NS}.overlay.series": recipe.overlay.series,
+        f"{LABEL_NS}.overlay.series.sha256": series_hash,
+        f"{LABEL_NS}.geometry.verdict": "pass" if verdict.passed else "fail",
+        f"{LABEL_NS}.drafter.id": recipe.drafter.id,
+        f"{LABEL_NS}.drafter.license": recipe.drafter.license,
+        f"{LABEL_NS}.target.id": recipe.target.id,
+    }
+    return BuildPlan(
+        recipe=recipe,
+        base=base,
+        image=name,
+        source_date_epoch=epoch,
+        revision=revision,
+        series_sha256=series_hash,
+        gate_input=MappingProxyType(gate),
+        geometry_verdict="pass" if verdict.passed else "fail",
+        geometry_summary="; ".join(verdict.reasons) if not verdict.passed else "all drafter pages fit the target's attention page",
+        labels=MappingProxyType(labels),
+    )
