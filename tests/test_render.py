@@ -1,0 +1,117 @@
+"""The rendered Dockerfile, read as instructions rather than as bytes."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from recipe_copies import REPO, TEST_DIGEST, copy_recipe, pinned
+from stackbuild.plan import make_plan
+from stackbuild.recipe import load_recipe
+from stackbuild.render import render, write_context
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    out, current = [], ""
+    for line in text.splitlines():
+        if not current and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        current += line.rstrip("\\").rstrip() + " " if line.endswith("\\") else line
+        if not line.endswith("\\"):
+            word, _, rest = current.strip().partition(" ")
+            out.append((word.upper(), rest.strip()))
+            current = ""
+    return out
+
+
+@pytest.fixture
+def plan(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764460800")  # 2025-11-30T00:00:00Z
+    return make_plan(load_recipe(copy_recipe(tmp_path, pinned)), owner="acme")
+
+
+def test_from_is_the_base_by_tag_and_digest(plan):
+    steps = instructions(render(plan))
+    assert steps[0] == ("FROM", f"vllm/vllm-openai:v0.33.0@{TEST_DIGEST}")
+    assert [w for w, _ in steps].count("FROM") == 1
+
+
+def test_steps_run_in_order_and_fail_hard(plan):
+    steps = instructions(render(plan))
+    runs = [args for word, args in steps if word == "RUN"]
+    assert len(runs) == 3
+    arch, patch, gate = runs
+    assert "uname -m" in arch and '"aarch64"' in arch and "exit 1" in arch
+    assert "overlay/apply.py" in patch and "--series /opt/glm53-overlay/overlay/series/vllm-0.33.0" in patch
+    assert "sim_glm5_drafter_hades.py" in gate and "--oracle" in gate
+    # No step may swallow a failure of the patch or the gate.
+    for step in (patch, gate):
+        assert "|| true" not in step.split("normalise-mtimes.sh")[0]
+        assert "|| echo" not in step
+    order = [w for w, _ in steps if w in ("FROM", "RUN", "COPY", "LABEL")]
+    assert order[:5] == ["FROM", "RUN", "COPY", "RUN", "RUN"]
+    assert set(order[5:]) == {"LABEL"}
+
+
+def test_labels_present_and_derived_from_recipe(plan):
+    labels = {}
+    for word, args in instructions(render(plan)):
+        if word == "LABEL":
+            key, _, value = args.partition("=")
+            labels[key] = json.loads(value)
+    assert labels["org.opencontainers.image.base.name"] == "vllm/vllm-openai:v0.33.0"
+    assert labels["org.opencontainers.image.base.digest"] == TEST_DIGEST
+    assert labels["org.opencontainers.image.created"] == "2025-11-30T00:00:00Z"
+    assert labels["org.opencontainers.image.version"] == "sm100-gb300-20251130"
+    assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?|unknown", labels["org.opencontainers.image.revision"])
+    assert labels["io.github.glm53.vllm.version"] == "0.33.0"
+    assert re.fullmatch(r"[0-9a-f]{64}", labels["io.github.glm53.overlay.series.sha256"])
+    assert labels["io.github.glm53.geometry.verdict"] in ("pass", "fail")
+    assert labels["io.github.glm53.drafter.license"] == "CC-BY-NC-ND-4.0"
+    for key in ("source", "revision", "version", "created", "base.name", "base.digest"):
+        assert f"org.opencontainers.image.{key}" in labels
+
+
+def test_tags_and_repository(plan):
+    assert plan.image.repository == "ghcr.io/acme/glm53-flash-dflash2-gb300"
+    assert plan.image.tags == ("latest", "sm100-gb300-20251130")
+    assert plan.image.registry == "ghcr.io"
+
+
+def test_context_carries_no_credentials_or_weights(plan, tmp_path, monkeypatch):
+    ctx = write_context(plan, tmp_path / "ctx")
+    files = sorted(p.relative_to(ctx).as_posix() for p in ctx.rglob("*") if p.is_file())
+    assert "Dockerfile" in files and "payload/gate-input.json" in files
+    assert "payload/geometry/sim_glm5_drafter_hades.py" in files and "payload/overlay/apply.py" in files
+    assert not [f for f in files if f.endswith((".safetensors", ".bin", ".pt", "config.json"))]
+    assert not [f for f in files if "docker/config" in f or f.endswith((".htpasswd", ".netrc"))]
+    times = {p.stat().st_mtime for p in ctx.rglob("*")}
+    assert times == {1764460800}
+
+
+def test_render_cli_writes_the_same_text(tmp_path, plan, monkeypatch):
+    out = tmp_path / "Dockerfile"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "render", "--recipe", str(plan.recipe.path), "--owner", "acme", "-o", str(out)],
+        capture_output=True, text=True, cwd=REPO, env={**__import__("os").environ, "SOURCE_DATE_EPOCH": "1764460800"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert out.read_text() == render(plan)
+
+
+def test_dry_run_json_needs_no_daemon(plan):
+    result = subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "build", "--dry-run", "--json", "--recipe", str(plan.recipe.path), "--owner", "acme"],
+        capture_output=True, text=True, cwd=REPO,
+        env={**__import__("os").environ, "DOCKER_HOST": "unix:///nonexistent.sock", "SOURCE_DATE_EPOCH": "1764460800"},
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["tags"] == ["latest", "sm100-gb300-20251130"]
+    assert data["registry"] == "ghcr.io"
+    assert data["dockerfile"].startswith("# glm53-flash-dflash2-gb300")
