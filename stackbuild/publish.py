@@ -1,0 +1,52 @@
+"""Tag a built image and push its tags.
+
+Tags are set only on an image that passed every check (the pipeline calls
+:func:`tag_image` last). Pushes use the credentials ``docker login`` stored
+in the standard Docker config, retry transient registry errors with
+backoff and stop at once on what cannot succeed. The pushed digest is the
+engine's ``aux.Digest``; a HEAD on the manifest is the fallback.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from .engine import DockerEngine
+from .errors import PushError
+from .naming import ImageName
+from .progress import Progress
+
+
+def tag_image(engine: DockerEngine, image_id: str, name: ImageName) -> list[str]:
+    for tag in name.tags:
+        engine.tag(image_id, name.repository, tag)
+    return list(name.references)
+
+
+def local_image_of(engine: DockerEngine, name: ImageName) -> dict:
+    """The one local image every tag of ``name`` points to; PushError if missing or split."""
+    ids = {}
+    for reference in name.references:
+        found = engine.inspect_image(reference)
+        if found is None:
+            raise PushError(f"{reference}: no such image in the local engine; build it first (build.py build)")
+        ids[reference] = found
+    distinct = {found["Id"] for found in ids.values()}
+    if len(distinct) != 1:
+        listing = ", ".join(f"{ref} -> {found['Id'][:19]}" for ref, found in ids.items())
+        raise PushError(f"{name.repository}: the tags point to different images ({listing}); rebuild before pushing")
+    return next(iter(ids.values()))
+
+
+def push_tags(engine: DockerEngine, name: ImageName, progress: Progress) -> str:
+    """Push every tag of ``name``; return the manifest digest they share."""
+    digests: dict[str, Optional[str]] = {}
+    for tag in name.tags:
+        digest = engine.push(name.repository, tag, lambda m: progress.layer_event("push", m), progress.retry_event)
+        if not digest:
+            digest = engine.manifest_digest(name.repository, tag)
+            progress.note(f"{name.repository}:{tag}: the engine sent no digest; the registry says {digest}")
+        digests[tag] = digest
+    distinct = set(digests.values())
+    if len(distinct) != 1:
+        raise PushError(f"{name.repository}: tags were pushed with different digests: {digests}")
+    return distinct.pop()

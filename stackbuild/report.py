@@ -1,0 +1,103 @@
+"""The build report: what was built, from what, where it went, how long each phase took.
+
+Written as JSON where ``--report`` says (default ``out/build-report.json``);
+the compose generator reads ``pushed_digest`` from it. It holds no
+credentials: the driver never sees any.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from .plan import BuildPlan
+from .recipe import REPO_ROOT
+
+DEFAULT_REPORT = REPO_ROOT / "out" / "build-report.json"
+REPORT_SCHEMA = 1
+GEOMETRY_REPORT_NAME = "geometry-report.json"
+
+
+def geometry_verdict(report: Mapping[str, Any]) -> Optional[str]:
+    """``pass`` / ``fail`` from the gate's JSON report, whatever nesting it uses; None if absent."""
+    for key in ("verdict", "gate", "result"):
+        value = report.get(key)
+        if isinstance(value, str) and value.lower() in ("pass", "passed", "fail", "failed"):
+            return "pass" if value.lower().startswith("pass") else "fail"
+        if isinstance(value, bool):
+            return "pass" if value else "fail"
+        if isinstance(value, Mapping):
+            inner = geometry_verdict(value)
+            if inner:
+                return inner
+    if isinstance(report.get("passed"), bool):
+        return "pass" if report["passed"] else "fail"
+    if isinstance(report.get("ok"), bool):
+        return "pass" if report["ok"] else "fail"
+    return None
+
+
+def build_report(
+    plan: BuildPlan,
+    *,
+    image_id: str,
+    image_config: Mapping[str, Any],
+    geometry_report: Optional[Mapping[str, Any]],
+    phases: Mapping[str, float],
+    pushed_digest: Optional[str] = None,
+    engine: str = "",
+) -> dict:
+    verdict = geometry_verdict(geometry_report) if geometry_report is not None else None
+    return {
+        "schema": REPORT_SCHEMA,
+        "status": "pushed" if pushed_digest else "built",
+        "recipe": str(plan.recipe.path),
+        "recipe_name": plan.recipe.name,
+        "platform": plan.recipe.platform,
+        "image": plan.image.repository,
+        "registry": plan.image.registry,
+        "tags": list(plan.image.tags),
+        "references": list(plan.image.references),
+        "image_id": image_id,
+        "architecture": image_config.get("Architecture"),
+        "os": image_config.get("Os"),
+        "pushed_digest": pushed_digest,
+        "pushed_reference": f"{plan.image.repository}@{pushed_digest}" if pushed_digest else None,
+        "base": {
+            "reference": plan.base.reference,
+            "image": plan.base.image,
+            "tag": plan.base.tag,
+            "digest": plan.base.digest,
+            "pinned_by": plan.base.source,
+        },
+        "vllm_version": plan.recipe.base.vllm_version,
+        "patch_series": plan.recipe.overlay.series,
+        "patch_series_sha256": plan.series_sha256,
+        "geometry_verdict": verdict,
+        "geometry_verdict_host": plan.geometry_verdict,
+        "geometry_report": dict(geometry_report) if geometry_report is not None else None,
+        "labels": dict(plan.labels),
+        "revision": plan.revision,
+        "source_date_epoch": plan.source_date_epoch,
+        "phase_seconds": dict(phases),
+        "engine": engine,
+        "finished_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def write_report(report: Mapping[str, Any], path: Optional[Path] = None) -> Path:
+    path = Path(path) if path else DEFAULT_REPORT
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def read_report(path: Optional[Path] = None) -> Optional[dict]:
+    path = Path(path) if path else DEFAULT_REPORT
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
