@@ -74,6 +74,10 @@ _TRANSIENT_PATTERNS = re.compile(
 class RegistryTransient(StackBuildError):
     """A registry error worth retrying (network, 5xx, 429); becomes RegistryUnavailable."""
 
+    def __init__(self, what: str, reason: str):
+        super().__init__(f"{what}: {reason}")
+        self.reason = reason
+
 
 def classify_registry_error(what: str, message: str) -> StackBuildError:
     """Map a registry error message to the exception the caller raises (or retries)."""
@@ -83,7 +87,7 @@ def classify_registry_error(what: str, message: str) -> StackBuildError:
     if _FINAL_PATTERNS.search(text):
         return PushError(f"{what}: {text}")
     if _TRANSIENT_PATTERNS.search(text):
-        return RegistryTransient(f"{what}: {text}")
+        return RegistryTransient(what, text)
     return PushError(f"{what}: {text}")
 
 
@@ -100,11 +104,13 @@ def registry_retry(what: str, on_retry: Optional[EventSink] = None) -> tenacity.
         if on_retry is not None:
             exc = state.outcome.exception() if state.outcome else None
             on_retry({"event": "retry", "what": what, "attempt": state.attempt_number, "of": attempts,
-                      "wait_seconds": round(state.next_action.sleep if state.next_action else 0, 1), "error": str(exc)})
+                      "wait_seconds": round(state.next_action.sleep if state.next_action else 0, 1),
+                      "error": str(getattr(exc, "reason", exc))})
 
     def give_up(state: tenacity.RetryCallState):
         exc = state.outcome.exception() if state.outcome else None
-        raise RegistryUnavailable(f"{what}: registry unavailable after {state.attempt_number} attempts: {exc}")
+        reason = getattr(exc, "reason", exc)
+        raise RegistryUnavailable(f"{what}: registry unavailable after {state.attempt_number} attempts: {reason}")
 
     return tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(RegistryTransient),
@@ -154,6 +160,7 @@ class BuildOutcome:
 
 
 STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)$", re.S)
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # the classic builder colours a step's stderr
 
 
 class DockerEngine:
@@ -253,7 +260,7 @@ class DockerEngine:
             error = _stream_error(message)
             if error:
                 if pending.strip():
-                    output.append(pending.rstrip())
+                    output.append(ANSI_RE.sub("", pending).rstrip())
                 return BuildOutcome(None, error, step.get("n"), step.get("total"), step.get("instruction"), tuple(output))
             aux = message.get("aux")
             if isinstance(aux, dict) and aux.get("ID"):
@@ -266,6 +273,7 @@ class DockerEngine:
             pending += text
             *lines, pending = pending.split("\n")
             for line in lines:
+                line = ANSI_RE.sub("", line).rstrip("\r")
                 match = STEP_RE.match(line)
                 if match:
                     step = {"n": int(match.group(1)), "total": int(match.group(2)), "instruction": match.group(3).strip()}
@@ -319,7 +327,11 @@ class DockerEngine:
 
         return registry_retry(what, on_retry)(attempt)
 
-    def manifest_digest(self, repository: str, tag: str) -> str:
+    def manifest_digest(self, repository: str, tag: str, on_retry: Optional[EventSink] = None) -> str:
+        """``Docker-Content-Digest`` of ``repository:tag``, retried like a push."""
+        return registry_retry(f"{repository}:{tag}: manifest HEAD", on_retry)(self._manifest_digest, repository, tag)
+
+    def _manifest_digest(self, repository: str, tag: str) -> str:
         """Ask the registry itself (HEAD on the manifest) for ``Docker-Content-Digest``.
 
         Uses the standard Docker config's credentials for that registry
@@ -359,7 +371,7 @@ class DockerEngine:
             if not digest:
                 raise PushError(f"{what}: the registry sent no Docker-Content-Digest")
             return digest
-        raise RegistryTransient(f"{what}: {last_error}")
+        raise RegistryTransient(what, str(last_error))
 
     def _schemes(self, host: str) -> Iterable[str]:
         """https first; plain http too for loopback and the engine's insecure registries."""

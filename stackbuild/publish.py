@@ -43,7 +43,7 @@ def push_tags(engine: DockerEngine, name: ImageName, progress: Progress) -> str:
     for tag in name.tags:
         digest = engine.push(name.repository, tag, lambda m: progress.layer_event("push", m), progress.retry_event)
         if not digest:
-            digest = engine.manifest_digest(name.repository, tag)
+            digest = engine.manifest_digest(name.repository, tag, progress.retry_event)
             progress.note(f"{name.repository}:{tag}: the engine sent no digest; the registry says {digest}")
         digests[tag] = digest
     distinct = set(digests.values())
