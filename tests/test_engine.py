@@ -1,0 +1,142 @@
+"""The engine layer's own rules, checked without a daemon: stream errors, step names,
+registry error classes, retries, progress events, and a dead DOCKER_HOST."""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from recipe_copies import REPO
+from stackbuild import engine as engine_mod
+from stackbuild.engine import RegistryTransient, classify_registry_error, registry_retry, split_reference
+from stackbuild.errors import EngineUnavailable, PushError, RegistryAuthError, RegistryUnavailable
+from stackbuild.progress import Progress, step_name
+from stackbuild.report import geometry_verdict
+
+
+def test_errors_inside_a_stream_are_found():
+    assert engine_mod._stream_error({"stream": "Step 1/2 : FROM x"}) is None
+    assert engine_mod._stream_error({"status": "Pushing", "id": "abc"}) is None
+    assert engine_mod._stream_error({"errorDetail": {"message": "denied: nope"}, "error": "denied: nope"}) == "denied: nope"
+    assert engine_mod._stream_error({"errorDetail": {"message": "only detail"}}) == "only detail"
+
+
+@pytest.mark.parametrize("instruction, name", [
+    ("FROM 127.0.0.1:5000/x:v0.33.0@sha256:" + "0" * 64, "base image"),
+    ('RUN machine="$(uname -m)";     if [ "$machine" != "aarch64" ]; then exit 1; fi', "architecture check"),
+    ("COPY payload/ /opt/glm53-overlay/", "payload copy"),
+    ("RUN touch /tmp/.overlay-stamp &&     python3 /opt/glm53-overlay/overlay/apply.py --series x", "patch series"),
+    ("RUN touch /tmp/.gate-stamp &&     python3 /opt/glm53-overlay/geometry/sim_glm5_drafter_hades.py --oracle", "geometry gate"),
+    ('LABEL io.github.glm53.platform="linux/arm64"', "labels"),
+    ("ENV A=b", "env"),
+])
+def test_steps_are_named_for_people(instruction, name):
+    assert step_name(instruction) == name
+
+
+@pytest.mark.parametrize("message, kind", [
+    ("unauthorized: authentication required", RegistryAuthError),
+    ("no basic auth credentials", RegistryAuthError),
+    ("denied: requested access to the resource is denied", PushError),
+    ("manifest unknown: manifest unknown", PushError),
+    ('Get "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused', RegistryTransient),
+    ("received unexpected HTTP status: 503 Service Unavailable", RegistryTransient),
+    ("toomanyrequests: slow down", RegistryTransient),
+    ("something nobody has seen", PushError),
+])
+def test_registry_errors_are_classified(message, kind):
+    assert type(classify_registry_error("push x", message)) is kind
+
+
+def test_transient_errors_are_retried_then_reported(monkeypatch):
+    monkeypatch.setenv("STACKBUILD_REGISTRY_ATTEMPTS", "3")
+    monkeypatch.setenv("STACKBUILD_REGISTRY_BACKOFF", "0.01")
+    calls, retries = [], []
+
+    def down():
+        calls.append(1)
+        raise RegistryTransient("push x", "connection refused")
+
+    with pytest.raises(RegistryUnavailable, match=r"^push x: registry unavailable after 3 attempts: connection refused$"):
+        registry_retry("push x", retries.append)(down)
+    assert len(calls) == 3 and [r["attempt"] for r in retries] == [1, 2]
+
+
+@pytest.mark.parametrize("error", [RegistryAuthError("push x: refused"), PushError("push x: denied")])
+def test_final_errors_are_not_retried(monkeypatch, error):
+    monkeypatch.setenv("STACKBUILD_REGISTRY_BACKOFF", "0.01")
+    calls = []
+
+    def final():
+        calls.append(1)
+        raise error
+
+    with pytest.raises(type(error)):
+        registry_retry("push x")(final)
+    assert calls == [1]
+
+
+def test_references_split_without_mistaking_a_port_for_a_tag():
+    d = "sha256:" + "a" * 64
+    assert split_reference(f"127.0.0.1:5000/a/b:v1@{d}") == ("127.0.0.1:5000/a/b", "v1", d)
+    assert split_reference("127.0.0.1:5000/a/b") == ("127.0.0.1:5000/a/b", None, None)
+    assert split_reference(f"vllm/vllm-openai@{d}") == ("vllm/vllm-openai", None, d)
+    assert engine_mod.registry_of("127.0.0.1:5000/a/b") == "127.0.0.1:5000"
+    assert engine_mod.registry_of("vllm/vllm-openai") == "docker.io"
+
+
+@pytest.mark.parametrize("report, verdict", [
+    ({"verdict": "pass"}, "pass"),
+    ({"verdict": {"passed": False, "reasons": ["x"]}}, "fail"),
+    ({"gate": {"verdict": "fail"}}, "fail"),
+    ({"passed": True}, "pass"),
+    ({"nothing": 1}, None),
+])
+def test_gate_verdict_is_read_from_its_report(report, verdict):
+    assert geometry_verdict(report) == verdict
+
+
+def test_progress_json_lines_time_each_step():
+    out = io.StringIO()
+    progress = Progress(json_lines=True, stream=out)
+    with progress.phase("build"):
+        progress.build_event({"step": 1, "total": 2, "instruction": "RUN python3 /x/overlay/apply.py"})
+        progress.build_event({"output": "applied 3 patches"})
+        progress.build_event({"step": 2, "total": 2, "instruction": "LABEL a=b"})
+    events = [json.loads(line) for line in out.getvalue().splitlines()]
+    kinds = [(e["event"], e.get("name") or e.get("phase")) for e in events]
+    assert kinds == [("phase", "build"), ("step", "patch series"), ("output", None), ("step_done", "patch series"),
+                     ("step", "labels"), ("step_done", "labels"), ("phase", "build")]
+    assert events[2]["line"] == "applied 3 patches" and events[2]["step"] == 1
+    assert events[-1]["status"] == "done" and "build" in progress.phase_seconds
+
+
+def test_progress_for_people_shows_steps_and_times():
+    out = io.StringIO()
+    progress = Progress(stream=out)
+    with progress.phase("build"):
+        progress.build_event({"step": 3, "total": 9, "instruction": "COPY payload/ /opt/glm53-overlay/"})
+    text = out.getvalue()
+    assert "Step 3/9 : COPY payload/ /opt/glm53-overlay/  [payload copy]" in text
+    assert "payload copy done in" in text and "<== build done in" in text
+
+
+def test_no_daemon_is_one_clear_line(monkeypatch, tmp_path):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/dead.sock")
+    with pytest.raises(EngineUnavailable, match=r"^no Docker engine answers at unix://.*dead\.sock: .*set DOCKER_HOST$") as info:
+        engine_mod.connect()
+    assert "\n" not in str(info.value)
+
+
+def test_no_daemon_from_the_cli_is_exit_3_without_traceback(tmp_path):
+    env = {"DOCKER_HOST": f"unix://{tmp_path}/dead.sock", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, str(REPO / "build.py"), "lock"], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 3, run.stderr
+    assert run.stderr.startswith("error: no Docker engine answers at unix://") and run.stderr.count("\n") == 1
+    assert "Traceback" not in run.stderr and run.stdout == ""
+    assert time.monotonic() - started < 60
