@@ -51,6 +51,7 @@ def write_context(plan: BuildPlan, directory: Path) -> Path:
     """Write Dockerfile and payload/ into ``directory``; every file gets the epoch time."""
     directory.mkdir(parents=True, exist_ok=True)
     payload = directory / "payload"
+    payload.mkdir(exist_ok=True)
     for name in PAYLOAD_SOURCES:
         src_root = REPO_ROOT / name
         for src in sorted(src_root.rglob("*")):
