@@ -1,0 +1,294 @@
+"""Recipe (+ command-line overrides) -> compose document -> YAML text -> file.
+
+``compose_document`` and ``render_compose`` are pure: no daemon, no files
+written, no subprocess. ``write_compose`` adds the checks (vLLM's serve parser,
+the Docker Compose binary) and writes the file only when both pass or are
+skipped with a notice.
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import yaml
+
+from stackbuild.errors import RecipeError, StackBuildError
+from stackbuild.naming import image_name
+from stackbuild.recipe import DIGEST_RE, REPO_ROOT, Recipe
+from stackbuild.report import DEFAULT_REPORT, read_report
+
+from .serve_args import serve_argv
+
+COMPOSE_DIR = REPO_ROOT / "compose"
+SERVICE = "vllm"
+LABEL_NS = "io.github.glm53"
+CACHE_MOUNT = "/root/.cache"
+# Where vLLM, torch.compile (Inductor) and Triton keep compiled kernels; all on one named volume.
+CACHE_ENV = {
+    "VLLM_CACHE_ROOT": f"{CACHE_MOUNT}/vllm",
+    "TORCHINDUCTOR_CACHE_DIR": f"{CACHE_MOUNT}/torchinductor",
+    "TRITON_CACHE_DIR": f"{CACHE_MOUNT}/triton",
+}
+# A 1M-context model loads weights, compiles and captures graphs before /health answers.
+HEALTH_START_PERIOD = "30m"
+LICENCE_NAMES = {"CC-BY-NC-ND-4.0": "CC BY-NC-ND 4.0 (non-commercial, no derivatives)"}
+GPU_ID_RE = re.compile(r"^(\d+|GPU-[0-9A-Fa-f-]+|MIG-[0-9A-Za-z/-]+)$")
+
+
+class ComposeOverrideError(StackBuildError):
+    """A command-line override (--digest, --gpus, --port, --models-dir) is unusable."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class ImagePin:
+    repository: str
+    tag: str
+    digest: Optional[str]
+    digest_source: str  # "--digest", the report path, or "" when unpinned
+
+    @property
+    def reference(self) -> str:
+        ref = f"{self.repository}:{self.tag}"
+        return f"{ref}@{self.digest}" if self.digest else ref
+
+
+def _escape(value: str) -> str:
+    """Compose interpolates ``$``: a literal dollar is ``$$``."""
+    return value.replace("$", "$$")
+
+
+def resolve_image(recipe: Recipe, *, owner: Optional[str] = None, repository: Optional[str] = None,
+                  digest: Optional[str] = None, report_path: Optional[Path] = None) -> ImagePin:
+    """The image by pinned tag, and by digest from --digest or the last build report."""
+    name = image_name(recipe, owner=owner, repository=repository)
+    tag = next((t for t in name.tags if t != "latest"), name.tags[0])
+    if digest is not None:
+        if not DIGEST_RE.match(digest):
+            raise ComposeOverrideError(f"--digest: expected 'sha256:' followed by 64 lowercase hex digits, got {digest!r}")
+        return ImagePin(name.repository, tag, digest, "--digest")
+    report_path = Path(report_path) if report_path else DEFAULT_REPORT
+    report = read_report(report_path)
+    if not report or not report.get("pushed_digest"):
+        return ImagePin(name.repository, tag, None, "")
+    # Only a report of this recipe, pushed to this repository, pins this file.
+    same_recipe = report.get("recipe_name") in (None, recipe.name)
+    same_repo = report.get("image") in (None, name.repository)
+    pushed = str(report["pushed_digest"])
+    if not (same_recipe and same_repo) or not DIGEST_RE.match(pushed):
+        return ImagePin(name.repository, tag, None, "")
+    tags = [t for t in report.get("tags") or () if isinstance(t, str)]
+    tag = next((t for t in tags if t != "latest"), tag)
+    return ImagePin(name.repository, tag, pushed, str(report_path))
+
+
+def model_mount_point(recipe: Recipe) -> str:
+    """The container directory holding both model paths (e.g. /models)."""
+    paths = [recipe.target.path, recipe.drafter.path]
+    for key, path in (("target.path", recipe.target.path), ("drafter.path", recipe.drafter.path)):
+        if not posixpath.isabs(path):
+            raise RecipeError(recipe.path, key, f"must be an absolute path inside the container, got {path!r}")
+    common = posixpath.commonpath([posixpath.dirname(posixpath.normpath(p)) for p in paths])
+    if common == "/":
+        raise RecipeError(recipe.path, "drafter.path",
+                          f"target and drafter must live under one models directory (got {recipe.target.path} and {recipe.drafter.path})")
+    return common
+
+
+def _gpu_reservation(recipe: Recipe, gpus: Optional[str]) -> dict:
+    device: dict[str, Any] = {"driver": "nvidia"}
+    tp = recipe.serving.tensor_parallel_size
+    if gpus:
+        ids = [g.strip() for g in gpus.split(",") if g.strip()]
+        bad = [g for g in ids if not GPU_ID_RE.match(g)]
+        if bad or not ids:
+            raise ComposeOverrideError(f"--gpus: expected comma-separated GPU indices or UUIDs, got {gpus!r}")
+        if len(set(ids)) != len(ids):
+            raise ComposeOverrideError(f"--gpus: {gpus!r} names a GPU twice")
+        if len(ids) != tp:
+            raise ComposeOverrideError(f"--gpus: {len(ids)} GPU(s) given but serving.tensor_parallel_size is {tp}")
+        device["device_ids"] = ids
+    else:
+        device["count"] = tp
+    device["capabilities"] = ["gpu"]
+    return device
+
+
+def _host_models_dir(models_dir: Optional[str], mount: str) -> str:
+    if models_dir is None:
+        return mount
+    if not models_dir.strip():
+        raise ComposeOverrideError("--models-dir: empty path")
+    return os.path.abspath(os.path.expanduser(models_dir))
+
+
+def env_file_name(recipe: Recipe) -> str:
+    return f"{recipe.name}.env"
+
+
+def compose_document(recipe: Recipe, *, image: ImagePin, models_dir: Optional[str] = None,
+                     port: Optional[int] = None, gpus: Optional[str] = None,
+                     gpu_reservation: bool = True) -> dict:
+    """The compose document as plain data (pure)."""
+    s = recipe.serving
+    if port is not None and not 0 < int(port) < 65536:
+        raise ComposeOverrideError(f"--port: must be a TCP port, got {port}")
+    host_port = int(port) if port is not None else s.port
+    mount = model_mount_point(recipe)
+    host_models = _host_models_dir(models_dir, mount)
+    argv = serve_argv(recipe)
+
+    environment = {**CACHE_ENV, "HF_HUB_OFFLINE": "1", **dict(s.env)}
+    cache_key = (image.digest.split(":", 1)[1][:12] if image.digest else image.tag)
+    health = ("import sys, urllib.request; "
+              f"sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:{s.port}/health', timeout=5).status == 200 else 1)")
+    service: dict[str, Any] = {
+        "image": image.reference,
+        "command": [_escape(a) for a in argv],
+        "ipc": "host",
+        "ulimits": {"memlock": -1, "stack": 67108864},
+        "volumes": [
+            {"type": "bind", "source": _escape(host_models), "target": mount, "read_only": True,
+             "bind": {"create_host_path": False}},
+            {"type": "volume", "source": "kernel-cache", "target": CACHE_MOUNT},
+        ],
+        "ports": [{"target": s.port, "published": str(host_port), "protocol": "tcp"}],
+        "environment": {k: _escape(str(v)) for k, v in environment.items()},
+        # Secrets (HF_TOKEN, ...) go in this file next to the compose file; never inlined here.
+        "env_file": [{"path": env_file_name(recipe), "required": False}],
+        "healthcheck": {
+            "test": ["CMD", "python3", "-c", health],
+            "interval": "30s",
+            "timeout": "10s",
+            "retries": 3,
+            "start_period": HEALTH_START_PERIOD,
+        },
+        "restart": "unless-stopped",
+        "logging": {"driver": "json-file", "options": {"max-size": "100m", "max-file": "5"}},
+        "labels": {
+            f"{LABEL_NS}.recipe.name": recipe.name,
+            f"{LABEL_NS}.target.id": recipe.target.id,
+            f"{LABEL_NS}.drafter.id": recipe.drafter.id,
+            f"{LABEL_NS}.drafter.license": recipe.drafter.license,
+            f"{LABEL_NS}.drafter.weights": "mounted from the host, never baked into the image",
+            f"{LABEL_NS}.image.pinned": "digest" if image.digest else "tag-only",
+        },
+    }
+    if gpu_reservation:
+        service["deploy"] = {"resources": {"reservations": {"devices": [_gpu_reservation(recipe, gpus)]}}}
+    return {
+        "name": recipe.name,
+        "services": {SERVICE: service},
+        "volumes": {"kernel-cache": {"name": f"{recipe.name}-kernels-{cache_key}"}},
+    }
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style, lists indented under their key, no line folding."""
+
+    def increase_indent(self, flow=False, indentless=False):
+        return super().increase_indent(flow, False)
+
+
+def _header(recipe: Recipe, image: ImagePin) -> list[str]:
+    licence = LICENCE_NAMES.get(recipe.drafter.license, recipe.drafter.license)
+    try:
+        recipe_rel = recipe.path.relative_to(REPO_ROOT)
+    except ValueError:
+        recipe_rel = recipe.path
+    lines = [
+        f"# Generated by `python build.py compose --recipe {recipe_rel}`: edit the recipe, not this file.",
+        f"# Serves {recipe.target.id} with the {recipe.drafter.id} drafter ({recipe.drafter.method}) on {recipe.hardware.gpu}.",
+        "#",
+        f"# LICENCE: the drafter {recipe.drafter.id} is {licence}.",
+        "#   Its weights are mounted read-only from the host models directory, never baked into",
+        "#   the image; respect its terms (non-commercial use only).",
+        f"# Secrets such as HF_TOKEN go in ./{env_file_name(recipe)} (optional, never inlined here).",
+        "#",
+        "# Start: docker compose -f <this file> up -d   (needs the NVIDIA container toolkit)",
+    ]
+    if image.digest:
+        lines.append(f"# Image pinned by digest (from {image.digest_source}).")
+    else:
+        lines.append("# UNPINNED: no digest was given (--digest) or found in out/build-report.json;")
+        lines.append("#   the tag alone can move. Regenerate after `make image` to pin by digest.")
+    return lines
+
+
+def render_compose(recipe: Recipe, *, owner: Optional[str] = None, repository: Optional[str] = None,
+                   models_dir: Optional[str] = None, port: Optional[int] = None, gpus: Optional[str] = None,
+                   digest: Optional[str] = None, report_path: Optional[Path] = None,
+                   gpu_reservation: bool = True, image: Optional[ImagePin] = None) -> str:
+    """The compose file's text (pure apart from reading the build report)."""
+    image = image or resolve_image(recipe, owner=owner, repository=repository, digest=digest, report_path=report_path)
+    doc = compose_document(recipe, image=image, models_dir=models_dir, port=port, gpus=gpus,
+                           gpu_reservation=gpu_reservation)
+    body = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=2**16, allow_unicode=True)
+    out = []
+    for line in body.splitlines():
+        if line.startswith("    image: ") and not image.digest:
+            out.append("    # UNPINNED: tag only, no digest; this tag can be moved to another image.")
+        if line == "    labels:":
+            out.append(f"    # The drafter is {recipe.drafter.license} (non-commercial): mounted, never baked in.")
+        out.append(line)
+    return "\n".join(_header(recipe, image) + out) + "\n"
+
+
+def default_output(recipe: Recipe) -> Path:
+    return COMPOSE_DIR / f"{recipe.name}.compose.yaml"
+
+
+def _notice(message: str) -> None:
+    print(f"notice: {message}", file=sys.stderr)
+
+
+def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optional[str] = None,
+                  repository: Optional[str] = None, models_dir: Optional[str] = None, port: Optional[int] = None,
+                  gpus: Optional[str] = None, digest: Optional[str] = None, report_path: Optional[Path] = None,
+                  validate: bool = True, gpu_reservation: bool = True) -> dict:
+    """Render, check with vLLM's parser and Docker Compose, then write. Nothing is written on failure."""
+    from .validate import check_compose_file, check_serve_args
+
+    image = resolve_image(recipe, owner=owner, repository=repository, digest=digest, report_path=report_path)
+    text = render_compose(recipe, models_dir=models_dir, port=port, gpus=gpus,
+                          gpu_reservation=gpu_reservation, image=image)
+    argv = serve_argv(recipe)
+    output = Path(output) if output else default_output(recipe)
+    checks: dict[str, dict] = {}
+    if validate:
+        serve = check_serve_args(argv, where=str(recipe.path))
+        checks["serve_args"] = serve.as_dict()
+        if serve.status == "skipped":
+            _notice(f"vLLM serve-parser check skipped: {serve.detail}")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    # Checked under its final directory (relative paths resolve as they will), then moved in place.
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        if validate:
+            config = check_compose_file(tmp, where=str(output))
+            checks["compose_config"] = config.as_dict()
+            if config.status == "skipped":
+                _notice(f"docker compose config check skipped: {config.detail}")
+        os.chmod(tmp, 0o644)
+        tmp.replace(output)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return {
+        "path": str(output),
+        "image": image.reference,
+        "pinned": bool(image.digest),
+        "digest_source": image.digest_source or None,
+        "command": argv,
+        "checks": checks,
+    }

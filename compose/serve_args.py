@@ -1,0 +1,98 @@
+"""The `vllm serve` argument list a recipe asks for.
+
+The image's entrypoint is ``vllm serve``, so this is everything after it: the
+target model path inside the container first, then the flags. Every value is
+its own list element, so the speculative config (compact JSON) travels as
+exactly one argument and no shell ever sees it.
+"""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+from stackbuild.errors import RecipeError
+from stackbuild.recipe import Recipe
+
+# Address the server binds inside the container (the port is published by compose).
+CONTAINER_HOST = "0.0.0.0"
+
+
+def speculative_config(recipe: Recipe) -> dict:
+    """The ``--speculative-config`` object: vLLM 0.33.0's SpeculativeConfig field names.
+
+    The drafter's KV dtype is SpeculativeConfig.kv_cache_dtype (unset: the
+    drafter inherits the target's --kv-cache-dtype).
+    """
+    serving = recipe.serving
+    config = {
+        "method": recipe.drafter.method,
+        "model": recipe.drafter.path,
+        "num_speculative_tokens": serving.num_speculative_tokens,
+    }
+    if serving.drafter_kv_cache_dtype is not None:
+        config["kv_cache_dtype"] = serving.drafter_kv_cache_dtype
+    return config
+
+
+def speculative_config_json(recipe: Recipe) -> str:
+    """Compact JSON with sorted keys: one argv element, stable across runs."""
+    return json.dumps(speculative_config(recipe), sort_keys=True, separators=(",", ":"))
+
+
+def _flag_name(arg: str) -> Optional[str]:
+    """``--max_model_len=5`` / ``--speculative-config.model`` -> the flag vLLM sees; None for values."""
+    if not arg.startswith("--"):
+        return None
+    return arg.split("=", 1)[0].split(".", 1)[0].replace("_", "-")
+
+
+# Flag -> the recipe key that sets it; extra_args may not repeat these.
+GENERATED_FLAGS = {
+    "--served-model-name": "serving.served_model_name",
+    "--tensor-parallel-size": "serving.tensor_parallel_size",
+    "--max-model-len": "serving.max_model_len",
+    "--kv-cache-dtype": "serving.kv_cache_dtype",
+    "--gpu-memory-utilization": "serving.gpu_memory_utilization",
+    "--block-size": "serving.block_size",
+    "--speculative-config": "drafter / serving.num_speculative_tokens",
+    "--tool-call-parser": "serving.tool_call_parser",
+    "--reasoning-parser": "serving.reasoning_parser",
+    "--host": "the compose generator",
+    "--port": "serving.port",
+    "--model": "target.path",
+}
+# Short spellings vLLM accepts for the flags above.
+_ALIASES = {"-tp": "--tensor-parallel-size"}
+
+
+def _check_extra_args(recipe: Recipe) -> None:
+    for i, arg in enumerate(recipe.serving.extra_args):
+        name = _ALIASES.get(arg.split("=", 1)[0]) or _flag_name(arg)
+        if name in GENERATED_FLAGS:
+            raise RecipeError(recipe.path, f"serving.extra_args[{i}]",
+                              f"{arg} is generated from {GENERATED_FLAGS[name]}; set it there, not in extra_args")
+
+
+def serve_argv(recipe: Recipe) -> list[str]:
+    """The argument list after ``vllm serve`` (the ``command:`` of the compose service)."""
+    _check_extra_args(recipe)
+    s = recipe.serving
+    argv: list[str] = [recipe.target.path]
+    if s.served_model_name:
+        argv += ["--served-model-name", s.served_model_name]
+    argv += [
+        "--tensor-parallel-size", str(s.tensor_parallel_size),
+        "--max-model-len", str(s.max_model_len),
+        "--kv-cache-dtype", s.kv_cache_dtype,
+        "--gpu-memory-utilization", repr(float(s.gpu_memory_utilization)),
+    ]
+    if s.block_size is not None:
+        argv += ["--block-size", str(s.block_size)]
+    argv += ["--speculative-config", speculative_config_json(recipe)]
+    if s.tool_call_parser:
+        argv += ["--tool-call-parser", s.tool_call_parser]
+    if s.reasoning_parser:
+        argv += ["--reasoning-parser", s.reasoning_parser]
+    argv += ["--host", CONTAINER_HOST, "--port", str(s.port)]
+    argv += list(s.extra_args)
+    return argv
