@@ -1,0 +1,141 @@
+"""The attention backends the simulator models, with the facts vLLM 0.33.0's
+backend classes declare (kernel block sizes, layouts, spec customisation).
+
+vLLM picks backends in ``vllm/platforms/cuda.py``, which needs libcuda, so the
+*choice* is an assumption, stated here per GPU capability family; the numbers
+each backend contributes are read by the oracle from the real classes.
+
+Target, GLM-5.3-Flash (``Glm5NextForCausalLM``, sparse MLA with kpool indexer):
+  * sparse-indexer cache  -> ``Glm5NextIndexerBackend``: kernel blocks
+    ``index_kpool * n`` for n in DeepGEMM's paged-MQA page sizes, (32, 64), only
+    (64,) on family 120.  Fixed sizes, so vLLM's ``customize_attention_spec``
+    gives the indexer spec ``block_stride_alignment = MultipleOf(max size)``.
+  * kpool tail ring       -> ``KpoolTailBackend``: ``MultipleOf(1)``, layouts
+    (BLHNC,) only: this forces the block-outermost layout and therefore the
+    packed grouping path.
+  * MLA latent            -> sparse FlashInfer MLA: family 100
+    ``FlashInferMLASparseTRTLLMBackend`` (MultipleOf(32), rows of 32), family
+    120 ``FlashInferMLASparseSM120Backend`` (MultipleOf(64), rows of 64),
+    family 90 ``FlashInferMLASparseSM90Backend`` (MultipleOf(64), rows of 1).
+    ``customize_spec`` sets ``block_stride_alignment = rows * bytes/token``.
+    On family 100 with an fp8 cache vLLM's priority list puts
+    FLASHINFER_MLA_SPARSE first among sparse backends; with a bf16 cache and
+    <= 16 heads/rank FA4 sparse would win, and with more heads FlashMLA sparse:
+    we model FlashInfer sparse for every dtype (the recipe pins fp8).
+  * KDA / GDN layers      -> SSM backends (ignored by block-size selection).
+
+Target, Qwen3-Next style hybrid (GDN + full attention): ``FLASH_ATTN``.
+
+Drafter (DFlash / DFlash2, ``Qwen3`` sliding-window layers): ``FLASH_ATTN``
+(``[MultipleOf(16)]``).  Reason: the drafter attends non-causally inside its
+block; ``_get_backend_priorities`` puts FLASH_ATTN first whenever
+``use_non_causal`` is set or the GPU is not family 100, and the recipe pins
+``attention_backend: FLASH_ATTN`` in ``--speculative-config`` so a drafter
+config that vLLM reads as causal (``layer_types`` all sliding, no
+``dflash_config.causal``) does not fall to FLASHINFER on SM100, whose kernel
+block list [16, 32, 64] would make the sliding-window block 64.  Any other
+drafter backend is rejected as not modelled.
+
+FA4 head-dim-256 and SM90 FP8 head-dim-512 FlashAttention special cases depend
+on the installed flash-attn build; the simulator models the generic
+``MultipleOf(16)`` declaration (what vLLM reports when FA4 is absent).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# KVCacheLayout values (vllm/v1/kv_cache_layout.py): the stride order of the
+# logical dims L=0, B=1, H=2, N=3, C=4.
+LAYOUTS = {
+    "LBHNC": (0, 1, 2, 3, 4),
+    "LBNHC": (0, 1, 3, 2, 4),
+    "LHBNC": (0, 2, 1, 3, 4),
+    "BLHNC": (1, 0, 2, 3, 4),
+    "BLNHC": (1, 0, 3, 2, 4),
+    "BHLNC": (1, 2, 0, 3, 4),
+}
+DEFAULT_LAYOUT_PREFERENCE = ("LBNHC", "LBHNC", "BLNHC", "BLHNC", "LHBNC", "BHLNC")
+
+
+def layout_is_block_outermost(name: str) -> bool:
+    return LAYOUTS[name][0] == 1
+
+
+def layout_is_block_compact(name: str) -> bool:
+    return set(LAYOUTS[name][:2]) == {0, 1}
+
+
+def layout_is_layer_compact(name: str) -> bool:
+    return LAYOUTS[name][0] == 0
+
+
+@dataclass(frozen=True)
+class Multiple:
+    """vLLM's ``MultipleOf(base)``."""
+
+    base: int
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    kernel_block_sizes: tuple  # of int | Multiple
+    layouts: tuple[str, ...] | None = None
+    is_ssm: bool = False
+    # rows of customize_spec's align_blocks_to_rows (None = no customisation)
+    align_rows: int | None = None
+
+    @property
+    def min_kernel_block(self) -> int:
+        return min(s.base if isinstance(s, Multiple) else s for s in self.kernel_block_sizes)
+
+    @property
+    def fixed_sizes_only(self) -> bool:
+        return bool(self.kernel_block_sizes) and all(
+            isinstance(s, int) for s in self.kernel_block_sizes
+        )
+
+    def supports_block_size(self, block_size: int) -> bool:
+        if not self.kernel_block_sizes:
+            return True
+        for s in self.kernel_block_sizes:
+            base = s.base if isinstance(s, Multiple) else s
+            if block_size % base == 0:
+                return True
+        return False
+
+    def preferred_block_size(self, default: int) -> int:
+        if not self.kernel_block_sizes:
+            return default
+        if self.supports_block_size(default):
+            return default
+        return self.min_kernel_block
+
+
+SSM = Backend("SSM", (), None, is_ssm=True)
+FLASH_ATTN = Backend("FLASH_ATTN", (Multiple(16),))
+KPOOL_TAIL = Backend("KPOOL_TAIL", (Multiple(1),), ("BLHNC",))
+
+
+def glm5_indexer_backend(index_kpool: int, family: int) -> Backend:
+    pages = (64,) if family == 120 else (32, 64)
+    return Backend("GLM5_NEXT_INDEXER", tuple(index_kpool * p for p in pages))
+
+
+def sparse_mla_backend(family: int) -> Backend:
+    if family == 100:
+        return Backend("FLASHINFER_MLA_SPARSE", (Multiple(32),), align_rows=32)
+    if family == 120:
+        return Backend("FLASHINFER_MLA_SPARSE_SM120", (Multiple(64),), align_rows=64)
+    if family == 90:
+        return Backend("FLASHINFER_MLA_SPARSE_SM90", (Multiple(64),), align_rows=1)
+    raise ValueError(f"no sparse MLA backend modelled for capability family {family}")
+
+
+def drafter_backend(requested: str | None) -> Backend:
+    if requested in (None, "FLASH_ATTN", "auto"):
+        return FLASH_ATTN
+    raise ValueError(
+        f"drafter attention backend {requested!r} is not modelled (only FLASH_ATTN)"
+    )

@@ -1,0 +1,125 @@
+"""Inputs of the KV-geometry simulator (stdlib only).
+
+``GeometryInputs`` is everything that decides the KV-cache geometry vLLM 0.33.0
+builds for a hybrid target plus an optional speculative drafter. It is the
+JSON document the build gate reads (``gate-input.json``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+# vLLM 0.33.0 CacheConfig.mamba_cache_mode default ("none": no prefix caching
+# of mamba state).  "align" is the other value vLLM accepts.
+DEFAULT_MAMBA_CACHE_MODE = "none"
+BEHAVIOURS = ("stock", "overlay")
+
+
+class BadInput(ValueError):
+    """The inputs are malformed or ask for something the simulator does not
+    model (exit code 3 of the CLI)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GeometryInputs:
+    target_config: Mapping[str, Any]
+    drafter_config: Mapping[str, Any] | None
+    tensor_parallel_size: int
+    kv_cache_dtype: str
+    drafter_kv_cache_dtype: str | None
+    num_speculative_tokens: int
+    capability_family: int
+    mamba_cache_mode: str = DEFAULT_MAMBA_CACHE_MODE
+    block_size: int | None = None
+    kv_cache_memory_bytes: int
+    vllm_behaviour: str = "overlay"
+    # Extras (optional): max_model_len decides the mamba block size in
+    # mamba_cache_mode "none" (vLLM sets it to max_model_len); default is the
+    # target's max_position_embeddings.  drafter_attention_backend is the
+    # speculative config's ``attention_backend``; None = vLLM's automatic
+    # choice (see geometry/backends.py for what is modelled).
+    max_model_len: int | None = None
+    drafter_attention_backend: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.target_config, Mapping):
+            raise BadInput("target_config must be a JSON object")
+        if self.drafter_config is not None and not isinstance(self.drafter_config, Mapping):
+            raise BadInput("drafter_config must be a JSON object or null")
+        for name in ("tensor_parallel_size", "num_speculative_tokens",
+                     "capability_family", "kv_cache_memory_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise BadInput(f"{name} must be an integer, got {value!r}")
+        if self.tensor_parallel_size < 1:
+            raise BadInput("tensor_parallel_size must be >= 1")
+        if self.num_speculative_tokens < 0:
+            raise BadInput("num_speculative_tokens must be >= 0")
+        if self.kv_cache_memory_bytes < 0:
+            raise BadInput("kv_cache_memory_bytes must be >= 0")
+        if self.block_size is not None and (
+            not isinstance(self.block_size, int) or self.block_size <= 0
+        ):
+            raise BadInput("block_size must be a positive integer or null")
+        if self.vllm_behaviour not in BEHAVIOURS:
+            raise BadInput(f"vllm_behaviour must be one of {BEHAVIOURS}")
+        if not isinstance(self.kv_cache_dtype, str):
+            raise BadInput("kv_cache_dtype must be a string")
+        if self.drafter_kv_cache_dtype is not None and not isinstance(
+            self.drafter_kv_cache_dtype, str
+        ):
+            raise BadInput("drafter_kv_cache_dtype must be a string or null")
+        if self.mamba_cache_mode not in ("none", "align"):
+            raise BadInput(f"mamba_cache_mode must be 'none' or 'align', got {self.mamba_cache_mode!r}")
+
+    @property
+    def has_drafter(self) -> bool:
+        return self.drafter_config is not None
+
+    def without_drafter(self) -> "GeometryInputs":
+        """The same deployment with speculative decoding switched off."""
+        return self.replace(drafter_config=None, drafter_kv_cache_dtype=None,
+                            num_speculative_tokens=0)
+
+    def target_only_same_spec(self) -> "GeometryInputs":
+        """Target alone but with the same num_speculative_tokens (the KDA state
+        keeps its speculative width): isolates what the drafter's *layers* cost."""
+        return self.replace(drafter_config=None, drafter_kv_cache_dtype=None)
+
+    def replace(self, **changes: Any) -> "GeometryInputs":
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data.update(changes)
+        return GeometryInputs(**data)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | str) -> "GeometryInputs":
+        if isinstance(data, str):
+            data = json.loads(data)
+        if not isinstance(data, Mapping):
+            raise BadInput("gate input must be a JSON object")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(k for k in data if k not in known and not k.startswith("_"))
+        if unknown:
+            raise BadInput(f"unknown gate-input keys: {unknown}")
+        kwargs = {k: v for k, v in data.items() if k in known}
+        missing = [
+            f.name for f in fields(cls)
+            if f.name not in kwargs and f.default is f.default_factory  # no default
+        ]
+        if missing:
+            raise BadInput(f"missing gate-input keys: {missing}")
+        try:
+            return cls(**kwargs)
+        except TypeError as exc:  # pragma: no cover - defensive
+            raise BadInput(str(exc)) from exc
+
+    def to_json(self) -> dict[str, Any]:
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Mapping):
+                value = dict(value)
+            out[f.name] = value
+        return out
