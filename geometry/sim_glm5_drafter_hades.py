@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""In-image KV-geometry gate for GLM-5.3-Flash + DFlash2 on vLLM 0.33.0.
+
+Usage:
+  sim_glm5_drafter_hades.py --input gate-input.json [--oracle] [--json]
+      [--report-out PATH] [--behaviour auto|stock|overlay]
+      [--overlay-manifest PATH]
+
+Exit codes: 0 pass, 1 geometry mismatch, 2 oracle disagreement (simulator vs
+the installed vLLM), 3 bad input.
+
+Stdlib only, plus the image's own vLLM for ``--oracle``.  Runs as a script from
+any directory: the directory holding this file is loaded as a package, whatever
+its name, so its sibling modules are found without any hard-coded path.
+
+Behaviour: ``auto`` (default) reads the overlay manifest (default
+/opt/glm53-overlay/manifest.json); the series counts as applied when the
+manifest is a JSON object with ``"applied": true`` (see OVERLAY_CONTRACT.md).
+No manifest -> ``stock``.  ``stock``/``overlay`` force the mode; ``input`` uses
+the ``vllm_behaviour`` field of the gate input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import sys
+
+DEFAULT_MANIFEST = "/opt/glm53-overlay/manifest.json"
+_PKG = "_glm53_geometry"
+
+
+def _load_package():
+    if __package__:  # imported as geometry.sim_glm5_drafter_hades
+        return importlib.import_module(__package__)
+    if _PKG in sys.modules:
+        return sys.modules[_PKG]
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location(
+        _PKG, os.path.join(here, "__init__.py"), submodule_search_locations=[here])
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[_PKG] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def overlay_applied(manifest_path: str) -> tuple[bool, str]:
+    if not os.path.exists(manifest_path):
+        return False, f"no overlay manifest at {manifest_path}: stock vLLM"
+    try:
+        with open(manifest_path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"unreadable overlay manifest {manifest_path}: {exc}") from exc
+    applied = isinstance(data, dict) and data.get("applied") is True
+    return applied, (f"overlay manifest {manifest_path} says applied="
+                     f"{data.get('applied') if isinstance(data, dict) else None!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    pkg = _load_package()
+    inputs_mod = importlib.import_module(pkg.__name__ + ".inputs")
+    sim = importlib.import_module(pkg.__name__ + ".simulate")
+    gate = importlib.import_module(pkg.__name__ + ".gate")
+    table = importlib.import_module(pkg.__name__ + ".table")
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--input", required=True, help="gate-input.json (GeometryInputs)")
+    ap.add_argument("--oracle", action="store_true",
+                    help="also plan with the installed vLLM and require agreement")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    ap.add_argument("--report-out", help="write the JSON report here")
+    ap.add_argument("--behaviour", default="auto", choices=("auto", "stock", "overlay", "input"))
+    ap.add_argument("--overlay-manifest", default=DEFAULT_MANIFEST)
+    args = ap.parse_args(argv)
+
+    try:
+        with open(args.input, encoding="utf-8") as fh:
+            raw = json.load(fh)
+        inputs = inputs_mod.GeometryInputs.from_json(raw)
+        note = None
+        if args.behaviour == "auto":
+            applied, note = overlay_applied(args.overlay_manifest)
+            inputs = inputs.replace(vllm_behaviour="overlay" if applied else "stock")
+        elif args.behaviour in ("stock", "overlay"):
+            inputs = inputs.replace(vllm_behaviour=args.behaviour)
+        report = sim.simulate(inputs)
+    except (OSError, ValueError, inputs_mod.BadInput) as exc:
+        print(f"geometry gate: bad input: {exc}", file=sys.stderr)
+        return 3
+
+    verdict = gate.check(report)
+    out = table.to_json(report, verdict)
+    if note:
+        out["behaviour_source"] = note
+    code = 0 if verdict.passed else 1
+    if args.oracle:
+        oracle = importlib.import_module(pkg.__name__ + ".oracle")
+        try:
+            vreport = oracle.plan_with_vllm(inputs)
+            diffs = oracle.compare_reports(report, vreport)
+        except Exception as exc:  # the installed vLLM could not plan at all
+            diffs = (f"oracle failed: {type(exc).__name__}: {exc}",)
+        out["oracle"] = {"agrees": not diffs, "differences": list(diffs)}
+        if diffs:
+            code = 2
+    if args.report_out:
+        with open(args.report_out, "w", encoding="utf-8") as fh:
+            json.dump(out, fh, indent=2, default=str)
+            fh.write("\n")
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        if note:
+            print(note)
+        print(table.render_text(report, verdict))
+        if args.oracle:
+            if code == 2:
+                print("ORACLE DISAGREEMENT (simulator vs installed vLLM):")
+                for d in out["oracle"]["differences"]:
+                    print(f"  - {d}")
+            else:
+                print("oracle: the installed vLLM agrees field by field")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

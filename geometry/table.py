@@ -1,0 +1,91 @@
+"""Render a GeometryReport (and Verdict) as a text table or a JSON dict."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+try:
+    from .gate import Verdict
+    from .simulate import GeometryReport, Plan
+except ImportError:  # pragma: no cover - script mode
+    from gate import Verdict  # type: ignore[no-redef]
+    from simulate import GeometryReport, Plan  # type: ignore[no-redef]
+
+GIB = 1 << 30
+
+
+def _fmt(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+def _plan_lines(title: str, plan: Plan, with_layers: bool) -> list[str]:
+    out = [f"== {title}"]
+    if plan.error:
+        out.append(f"   vLLM raises: {plan.error}")
+    out.append(f"   block_size {_fmt(plan.block_size)}  mamba page padded to "
+               f"{_fmt(plan.mamba_page_size_padded)} B  layout {plan.layout}  "
+               f"grouping {plan.grouping_path}")
+    out.append(f"   bytes/block {_fmt(plan.bytes_per_block)}  blocks {_fmt(plan.num_blocks)}  "
+               f"tokens that fit {_fmt(plan.tokens_fit)}  target attention page "
+               f"{_fmt(plan.target_attention_page)} B")
+    if with_layers and plan.layers:
+        # collapse identical rows (same role/owner/spec) to keep the table short
+        seen: dict[tuple, list[str]] = {}
+        for r in plan.layers:
+            key = (r.owner, r.role, r.spec_class, r.block_size, r.num_kv_heads, r.head_size,
+                   r.dtype, r.bytes_per_token, r.real_page_bytes, r.page_bytes,
+                   r.block_stride_alignment)
+            seen.setdefault(key, []).append(r.name)
+        out.append(f"   {'owner':7} {'role':15} {'spec':18} {'n':>3} {'block':>7} "
+                   f"{'B/token':>8} {'real page':>12} {'page':>12} {'pad':>4} {'stride al.':>10}")
+        for key, names in seen.items():
+            owner, role, cls, bs, _kv, _hs, _dt, bpt, real, page, al = key
+            out.append(f"   {owner:7} {role:15} {cls:18} {len(names):>3} {bs:>7} "
+                       f"{bpt:>8} {real:>12,} {page:>12,} {'yes' if page != real else 'no':>4} "
+                       f"{al:>10,}")
+    if plan.groups:
+        out.append("   groups:")
+        for g in plan.groups:
+            out.append(f"     #{g.index:<2} {g.spec_class:24} roles={','.join(g.roles):32} "
+                       f"layers={len(g.layer_names):<3} block={g.block_size:<8} "
+                       f"bytes={g.bytes:,}{'  (draft)' if g.is_draft else ''}")
+    return out
+
+
+def render_text(report: GeometryReport, verdict: Verdict | None = None) -> str:
+    lines = [
+        f"KV geometry: {report.model_kind}, vLLM behaviour {report.behaviour}, "
+        f"GPU family {report.capability_family}, TP {report.tensor_parallel_size}, "
+        f"num_speculative_tokens {report.num_speculative_tokens}",
+        f"KV dtypes: target {report.target_kv_dtype}, drafter {report.drafter_kv_dtype}; "
+        f"backends (layer order) {', '.join(report.backends)}; kernel block alignment "
+        f"{report.kernel_block_alignment}; drafter backend {report.drafter_backend} "
+        f"(kernel block {report.drafter_kernel_block})",
+        f"memory for the KV cache: {_fmt(report.kv_cache_memory_bytes)} B "
+        f"({report.kv_cache_memory_bytes / GIB:.2f} GiB)",
+    ]
+    lines += _plan_lines("with the drafter", report.with_drafter, True)
+    lines += _plan_lines("target alone, same num_speculative_tokens",
+                         report.target_only_same_spec, False)
+    lines += _plan_lines("target alone, no speculation", report.without_drafter, False)
+    for n in report.notes:
+        lines.append(f"note: {n}")
+    if verdict is not None:
+        lines.append(f"VERDICT ({verdict.behaviour}): {'PASS' if verdict.passed else 'FAIL'}")
+        for r in verdict.reasons:
+            lines.append(f"  - {r}")
+        if verdict.suggested_drafter_block is not None:
+            lines.append(
+                f"  exact-fit drafter block: {verdict.suggested_drafter_block} "
+                f"(= {_fmt(verdict.target_attention_page)} / {verdict.drafter_bytes_per_token} B/token; "
+                f"{'a multiple' if verdict.suggested_is_kernel_multiple else 'not a multiple'} of "
+                f"the drafter kernel block {verdict.drafter_kernel_block})")
+    return "\n".join(lines)
+
+
+def to_json(report: GeometryReport, verdict: Verdict | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = {"report": asdict(report)}
+    if verdict is not None:
+        data["verdict"] = asdict(verdict)
+    return data
