@@ -1,0 +1,114 @@
+"""Helpers of the end-to-end build, push and verify tests (real engine, real registry).
+
+Test recipes live in tests/recipes/; a test copies one into a temporary
+directory, points its base at the local registry's synthetic base (by
+digest) and its config paths at the originals, so no lock file or digest
+is ever written into the repository. Logins go into temporary Docker
+config directories; the driver only ever sees them through DOCKER_CONFIG.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import requests
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+TEST_RECIPES = Path(__file__).resolve().parent / "recipes"
+BUILD_PY = REPO / "build.py"
+SOURCE_DATE_EPOCH = "1764460800"  # 2025-11-30: tags are sm100-b200-20251130
+PAYLOAD_DIR = "/opt/glm53-overlay"
+
+
+def recipe_copy(tmp: Path, name: str, *, base: str, tag: str, digest: Optional[str] = None,
+                edit: Optional[Callable[[dict], Any]] = None) -> Path:
+    """tests/recipes/<name>/recipe.yaml copied to ``tmp``, based on ``base:tag[@digest]``."""
+    source = TEST_RECIPES / name / "recipe.yaml"
+    data = yaml.safe_load(source.read_text())
+    for key in ("target", "drafter"):
+        data[key]["config"] = str((source.parent / data[key]["config"]).resolve())
+    data["base"]["image"], data["base"]["tag"] = base, tag
+    if digest:
+        data["base"]["digest"] = digest
+    if edit is not None:
+        edit(data)
+    directory = tmp / f"recipe-{name}"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "recipe.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def unique_repository(registry: str, stem: str) -> str:
+    return f"{registry}/e2e-{uuid.uuid4().hex[:10]}/{stem}"
+
+
+def docker_config(tmp: Path, registry: str, username: str, password: str) -> Path:
+    """A Docker config directory holding what `docker login` stores for these credentials.
+
+    Written directly (not through `docker login`, which refuses a wrong
+    password) so a test can hold credentials the registry will refuse.
+    """
+    directory = tmp / f"docker-config-{uuid.uuid4().hex[:6]}"
+    directory.mkdir(parents=True)
+    auth = base64.b64encode(f"{username}:{password}".encode()).decode()
+    (directory / "config.json").write_text(json.dumps({"auths": {registry: {"auth": auth}}}))
+    os.chmod(directory / "config.json", 0o600)
+    return directory
+
+
+def docker_login(tmp: Path, registry: str, username: str, password: str) -> Path:
+    """A fresh Docker config directory, logged in with the docker CLI (password on stdin)."""
+    directory = tmp / f"docker-config-{uuid.uuid4().hex[:6]}"
+    directory.mkdir(parents=True)
+    run = subprocess.run(["docker", "--config", str(directory), "login", registry, "-u", username, "--password-stdin"],
+                         input=password, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, f"docker login failed: {run.stderr}"
+    return directory
+
+
+def cli(*args: str, docker_config_dir: Optional[Path] = None, env: Optional[dict] = None,
+        timeout: int = 1800) -> subprocess.CompletedProcess:
+    """``python build.py ARGS`` in a subprocess: its exit code, stdout and stderr."""
+    full = {**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH, "STACKBUILD_REGISTRY_BACKOFF": "0.5",
+            "STACKBUILD_REGISTRY_ATTEMPTS": "3"}
+    if docker_config_dir is not None:
+        full["DOCKER_CONFIG"] = str(docker_config_dir)
+    full.update(env or {})
+    return subprocess.run([sys.executable, str(BUILD_PY), *args], capture_output=True, text=True, env=full,
+                          timeout=timeout, cwd=str(REPO))
+
+
+def registry_tags(registry: str, username: str, password: str, name: str) -> list[str]:
+    """GET /v2/<name>/tags/list with auth; [] when the repository does not exist yet."""
+    response = requests.get(f"http://{registry}/v2/{name}/tags/list", auth=(username, password), timeout=30)
+    if response.status_code == 404:
+        return []
+    response.raise_for_status()
+    return sorted(response.json().get("tags") or [])
+
+
+def repository_name(repository: str) -> str:
+    """``127.0.0.1:5000/a/b`` -> ``a/b``."""
+    return repository.split("/", 1)[1]
+
+
+def local_tags(repository: str) -> list[str]:
+    run = subprocess.run(["docker", "images", "--format", "{{.Tag}}", repository], capture_output=True, text=True, check=True)
+    return sorted(t for t in run.stdout.split() if t != "<none>")
+
+
+def json_events(stderr: str) -> list[dict]:
+    return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+
+
+def remove_image_tags(repository: str) -> None:
+    for tag in local_tags(repository):
+        subprocess.run(["docker", "rmi", f"{repository}:{tag}"], capture_output=True)
