@@ -79,11 +79,12 @@ class RegistryTransient(StackBuildError):
         self.reason = reason
 
 
-def classify_registry_error(what: str, message: str) -> StackBuildError:
+def classify_registry_error(what: str, message: str, registry: str = "") -> StackBuildError:
     """Map a registry error message to the exception the caller raises (or retries)."""
     text = message.strip()
     if _AUTH_PATTERNS.search(text):
-        return RegistryAuthError(f"{what}: the registry refused the credentials from the Docker config ({text}); run `docker login`")
+        login = f"docker login {registry}" if registry and registry != "docker.io" else "docker login"
+        return RegistryAuthError(f"{what}: the registry refused the credentials from the Docker config ({text}); run `{login}`")
     if _FINAL_PATTERNS.search(text):
         return PushError(f"{what}: {text}")
     if _TRANSIENT_PATTERNS.search(text):
@@ -197,12 +198,13 @@ class DockerEngine:
         credentials apply. Raises LockError when ``platform`` is not offered.
         """
         what = f"{reference}: distribution inspect"
+        registry = registry_of(split_reference(reference)[0])
 
         def ask() -> dict:
             try:
                 return self.api.inspect_distribution(reference)
             except docker.errors.APIError as exc:
-                raise classify_registry_error(what, _api_error_text(exc)) from None
+                raise classify_registry_error(what, _api_error_text(exc), registry) from None
             except requests.exceptions.ConnectionError as exc:
                 raise EngineUnavailable(f"the Docker engine went away during {what}: {exc}") from None
 
@@ -225,6 +227,7 @@ class DockerEngine:
         """Pull ``reference`` (``repo[:tag]@digest``) for ``platform``; return its inspect data."""
         repo, tag, digest = split_reference(reference)
         what = f"pull {reference}"
+        registry = registry_of(repo)
 
         def attempt() -> None:
             try:
@@ -232,10 +235,10 @@ class DockerEngine:
                 for message in stream:
                     error = _stream_error(message)
                     if error:
-                        raise classify_registry_error(what, error)
+                        raise classify_registry_error(what, error, registry)
                     on_event(message)
             except docker.errors.APIError as exc:
-                raise classify_registry_error(what, _api_error_text(exc)) from None
+                raise classify_registry_error(what, _api_error_text(exc), registry) from None
 
         registry_retry(what, on_retry)(attempt)
         pulled = self.inspect_image(f"{repo}@{digest}" if digest else f"{repo}:{tag or 'latest'}")
@@ -309,6 +312,7 @@ class DockerEngine:
     def push(self, repository: str, tag: str, on_event: EventSink, on_retry: Optional[EventSink] = None) -> Optional[str]:
         """Push ``repository:tag``; return the manifest digest the engine reports (``aux.Digest``)."""
         what = f"push {repository}:{tag}"
+        registry = registry_of(repository)
 
         def attempt() -> Optional[str]:
             digest = None
@@ -316,13 +320,13 @@ class DockerEngine:
                 for message in self.api.push(repository, tag=tag, stream=True, decode=True):
                     error = _stream_error(message)
                     if error:
-                        raise classify_registry_error(what, error)
+                        raise classify_registry_error(what, error, registry)
                     aux = message.get("aux")
                     if isinstance(aux, dict) and aux.get("Digest"):
                         digest = aux["Digest"]
                     on_event(message)
             except docker.errors.APIError as exc:
-                raise classify_registry_error(what, _api_error_text(exc)) from None
+                raise classify_registry_error(what, _api_error_text(exc), registry) from None
             return digest
 
         return registry_retry(what, on_retry)(attempt)

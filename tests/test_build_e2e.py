@@ -1,0 +1,169 @@
+"""End to end: build from the synthetic base with the real engine, push to the real registry.
+
+No mocks: `build.py` runs in a subprocess against the Docker engine and the
+authenticated local registry the infra fixtures start; checks read the
+registry over HTTP and the image through the docker CLI.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import subprocess
+import tarfile
+
+import pytest
+
+from stack_e2e import (PAYLOAD_DIR, cli, docker_login, json_events, local_tags, recipe_copy, registry_tags,
+                       remove_image_tags, repository_name, unique_repository)
+from stackbuild.plan import make_plan
+from stackbuild.recipe import load_recipe
+
+pytestmark = [pytest.mark.docker, pytest.mark.registry]
+
+EXPECTED_TAGS = ["latest", "sm100-b200-20251130"]
+
+
+def docker(*args: str, config=None, check=True, **kwargs) -> subprocess.CompletedProcess:
+    prefix = ["docker"] + (["--config", str(config)] if config else [])
+    return subprocess.run(prefix + list(args), capture_output=True, check=check, **kwargs)
+
+
+def image_file(image: str, path: str) -> bytes:
+    """A file's bytes from an image, read with the docker CLI (create, cp, rm)."""
+    cid = docker("create", image, "/nonexistent", text=True).stdout.strip()
+    try:
+        tar = docker("cp", f"{cid}:{path}", "-").stdout
+    finally:
+        docker("rm", "-f", cid)
+    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+        member = next(m for m in archive.getmembers() if m.isfile())
+        return archive.extractfile(member).read()
+
+
+def test_happy_path_build_push_and_pull_back(amd64_build, stack_registry, tmp_path):
+    build = amd64_build
+    report = build.report
+    # The report on stdout is the report in the file; the image went to the registry under both tags.
+    assert json.loads(build.run.stdout) == report == json.loads(build.report_path.read_text())
+    assert report["status"] == "pushed" and report["tags"] == EXPECTED_TAGS
+    assert report["base"]["digest"] == build.base_digest
+    assert report["vllm_version"] == "0.33.0" and report["patch_series"] == "vllm-0.33.0"
+    assert report["geometry_verdict"] == "pass" and report["geometry_report"]["verdict"]["passed"] is True
+    assert (report["os"], report["architecture"]) == ("linux", "amd64")
+    assert set(report["phase_seconds"]) >= {"pull", "build", "verify-arch", "tag", "push"}
+    assert registry_tags(stack_registry.address, stack_registry.username, stack_registry.password,
+                         repository_name(build.repository)) == EXPECTED_TAGS
+
+    # Progress: every step as it started, named, with its output and time, as JSON lines on stderr.
+    events = json_events(build.run.stderr)
+    steps = [e for e in events if e["event"] == "step"]
+    assert [s["name"] for s in steps][:5] == ["base image", "architecture check", "payload copy", "patch series", "geometry gate"]
+    assert all(s["total"] == len(steps) for s in steps)
+    assert sum(e["event"] == "step_done" for e in events) == len(steps)
+    assert {e["phase"] for e in events if e["event"] == "phase"} >= {"pull", "build", "verify-arch", "tag", "push"}
+
+    # Pull it back by digest into an engine that no longer has it by name.
+    remove_image_tags(build.repository)
+    pinned = f"{build.repository}@{report['pushed_digest']}"
+    docker("pull", pinned, config=build.docker_config)
+    config = json.loads(docker("image", "inspect", pinned, text=True).stdout)[0]
+    assert config["Id"] == report["image_id"]
+    assert (config["Os"], config["Architecture"]) == ("linux", "amd64")
+
+    # Its labels are the recipe's (the revision may move while colleagues commit).
+    plan = make_plan(load_recipe(build.recipe), repository=build.repository)
+    labels = config["Config"]["Labels"]
+    expected = {k: v for k, v in plan.labels.items() if k != "org.opencontainers.image.revision"}
+    assert {k: labels.get(k) for k in expected} == expected
+    assert labels["io.github.glm53.geometry.verdict"] == "pass"
+
+    # The patched files are in it, as the applier's manifest records them, and the gate's report.
+    manifest = json.loads(image_file(pinned, f"{PAYLOAD_DIR}/manifest.json"))
+    assert manifest.get("applied") is True
+    patched = build.patched_files(manifest)
+    assert patched, manifest
+    for path, sha256 in patched.items():
+        assert hashlib.sha256(image_file(pinned, path)).hexdigest() == sha256, path
+    geometry = json.loads(image_file(pinned, f"{PAYLOAD_DIR}/geometry-report.json"))
+    assert geometry == report["geometry_report"]
+
+
+def test_the_engine_digest_is_the_registry_digest(amd64_build, stack_registry):
+    from stackbuild.engine import connect
+
+    import os
+    os.environ["DOCKER_CONFIG"] = str(amd64_build.docker_config)
+    try:
+        head = connect().manifest_digest(amd64_build.repository, EXPECTED_TAGS[1])
+    finally:
+        del os.environ["DOCKER_CONFIG"]
+    assert head == amd64_build.report["pushed_digest"]
+
+
+def test_drafter_that_does_not_fit_fails_at_the_gate_and_nothing_moves(stack_registry, synthetic_base_amd64, logged_in, tmp_path):
+    base = synthetic_base_amd64
+    recipe = recipe_copy(tmp_path, "drafter-misfit", base=base.image, tag=base.tag, digest=base.digest)
+    repository = unique_repository(stack_registry.address, "misfit")
+    # The repository already holds an image: a failed build must leave its tag list as it was.
+    seed = f"{repository}:previous"
+    docker("tag", base.local_reference, seed)
+    docker("push", seed, config=logged_in)
+    before = registry_tags(stack_registry.address, stack_registry.username, stack_registry.password, repository_name(repository))
+    assert before == ["previous"]
+
+    run = cli("build", "--recipe", str(recipe), "--repository", repository, "--push", "--report", str(tmp_path / "r.json"),
+              docker_config_dir=logged_in)
+    assert run.returncode == 5, run.stderr
+    last = run.stderr.strip().splitlines()
+    error = next(line for line in last if line.startswith("error: "))
+    assert "build step failed: geometry gate" in error
+    assert "no drafter block fits exactly" in run.stderr  # the gate's own reason, in the tail
+    assert "==> push" not in run.stderr and "==> tag" not in run.stderr
+    assert registry_tags(stack_registry.address, stack_registry.username, stack_registry.password, repository_name(repository)) == before
+    assert local_tags(repository) == ["previous"]
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_base_with_the_wrong_vllm_fails_at_the_patch_step(stack_registry, wrong_vllm_base, logged_in, tmp_path):
+    base = wrong_vllm_base
+    recipe = recipe_copy(tmp_path, "wrong-vllm-base", base=base.image, tag=base.tag, digest=base.digest)
+    repository = unique_repository(stack_registry.address, "wrongvllm")
+    run = cli("build", "--recipe", str(recipe), "--repository", repository, "--push", docker_config_dir=logged_in)
+    assert run.returncode == 4, run.stderr
+    error = next(line for line in run.stderr.splitlines() if line.startswith("error: "))
+    assert error.startswith("error: build step failed: patch series: exited with code"), error
+    assert "0.33.0" in run.stderr  # the applier says which version it wanted
+    assert "==> tag" not in run.stderr
+    assert local_tags(repository) == []
+    assert registry_tags(stack_registry.address, stack_registry.username, stack_registry.password, repository_name(repository)) == []
+
+
+def test_a_failed_step_tags_nothing_even_without_push(synthetic_base_amd64, tmp_path, stack_registry):
+    """The architecture check fails (amd64 base, arm64 recipe): no tag appears, old tags stay."""
+    base = synthetic_base_amd64
+    recipe = recipe_copy(tmp_path, "glm53-flash-dflash2-gb300", base=base.image, tag=base.tag, digest=base.digest)
+    repository = unique_repository(stack_registry.address, "archfail")
+    run = cli("build", "--recipe", str(recipe), "--repository", repository, "--no-push")
+    assert run.returncode in (4, 6), run.stderr
+    assert "architecture check" in run.stderr.splitlines()[-1] or "ArchitectureMismatch" in run.stderr
+    assert local_tags(repository) == []
+
+
+@pytest.mark.arm64
+def test_arm64_build_through_qemu(stack_registry, synthetic_base_arm64, logged_in, tmp_path):
+    base = synthetic_base_arm64
+    recipe = recipe_copy(tmp_path, "glm53-flash-dflash2-gb300", base=base.image, tag=base.tag, digest=base.digest)
+    repository = unique_repository(stack_registry.address, "gb300")
+    report_path = tmp_path / "report.json"
+    run = cli("build", "--recipe", str(recipe), "--repository", repository, "--push", "--report", str(report_path),
+              docker_config_dir=logged_in, timeout=3600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    report = json.loads(report_path.read_text())
+    assert (report["os"], report["architecture"], report["platform"]) == ("linux", "arm64", "linux/arm64")
+    assert report["geometry_verdict"] == "pass"
+    assert "Step 2/" in run.stderr and "architecture check done" in run.stderr
+    config = json.loads(docker("image", "inspect", f"{repository}:latest", text=True).stdout)[0]
+    assert config["Architecture"] == "arm64"
+    assert registry_tags(stack_registry.address, stack_registry.username, stack_registry.password,
+                         repository_name(repository)) == ["latest", "sm100-gb300-20251130"]

@@ -1,0 +1,89 @@
+"""End to end: `build.py push` against the authenticated local registry.
+
+Credentials come only from the Docker config in DOCKER_CONFIG (a temporary
+one per test); a wrong password is refused at once, a registry that is down
+is retried and then reported, and the password never reaches the image,
+the report or the logs.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from stack_e2e import cli, docker_config, registry_tags, repository_name, unique_repository
+
+pytestmark = [pytest.mark.docker, pytest.mark.registry]
+
+
+def error_line(run: subprocess.CompletedProcess) -> str:
+    lines = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, run.stderr
+    return lines[0]
+
+
+def test_push_of_the_built_image_reports_its_digest(amd64_build):
+    run = cli("push", "--recipe", str(amd64_build.recipe), "--repository", amd64_build.repository, "--json",
+              docker_config_dir=amd64_build.docker_config)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["pushed_digest"] == amd64_build.report["pushed_digest"]
+    assert result["image_id"] == amd64_build.report["image_id"]
+
+
+def test_wrong_password_is_a_clear_authentication_error(amd64_build, stack_registry, tmp_path):
+    wrong = docker_config(tmp_path, stack_registry.address, stack_registry.username, "not-the-password")
+    run = cli("push", "--recipe", str(amd64_build.recipe), "--repository", amd64_build.repository, docker_config_dir=wrong)
+    assert run.returncode == 7, run.stderr
+    line = error_line(run)
+    assert "the registry refused the credentials from the Docker config" in line
+    assert line.endswith(f"run `docker login {stack_registry.address}`")
+    assert "retrying" not in run.stderr  # refused credentials are final
+
+
+def test_no_login_is_a_clear_authentication_error(amd64_build, tmp_path):
+    empty = tmp_path / "empty-docker-config"
+    empty.mkdir()
+    run = cli("push", "--recipe", str(amd64_build.recipe), "--repository", amd64_build.repository, docker_config_dir=empty)
+    assert run.returncode == 7, run.stderr
+    assert "no basic auth credentials" in error_line(run)
+
+
+def test_push_of_an_image_never_built_is_refused(amd64_build, stack_registry):
+    repository = unique_repository(stack_registry.address, "never-built")
+    run = cli("push", "--recipe", str(amd64_build.recipe), "--repository", repository, docker_config_dir=amd64_build.docker_config)
+    assert run.returncode == 9, run.stderr
+    assert "no such image in the local engine; build it first" in error_line(run)
+    assert registry_tags(stack_registry.address, stack_registry.username, stack_registry.password, repository_name(repository)) == []
+
+
+def test_registry_down_is_retried_then_reported(amd64_build, stack_registry):
+    stack_registry.stop()
+    try:
+        run = cli("push", "--recipe", str(amd64_build.recipe), "--repository", amd64_build.repository,
+                  docker_config_dir=amd64_build.docker_config,
+                  env={"STACKBUILD_REGISTRY_ATTEMPTS": "3", "STACKBUILD_REGISTRY_BACKOFF": "0.5"})
+    finally:
+        stack_registry.start()
+    assert run.returncode == 8, run.stderr
+    assert run.stderr.count("retrying in") == 2
+    line = error_line(run)
+    assert "registry unavailable after 3 attempts" in line and "connection refused" in line
+
+
+def test_the_password_is_nowhere_in_the_image_report_or_logs(amd64_build, stack_registry, tmp_path):
+    secret = stack_registry.password.encode()
+    assert len(secret) >= 16
+    image = f"{amd64_build.repository}@{amd64_build.report['pushed_digest']}"
+    subprocess.run(["docker", "--config", str(amd64_build.docker_config), "pull", "-q", image], check=True, capture_output=True)
+    saved = tmp_path / "image.tar"
+    subprocess.run(["docker", "save", "-o", str(saved), image], check=True)
+    assert saved.stat().st_size > 0
+    # docker save holds the config, the history and every layer uncompressed.
+    assert secret not in saved.read_bytes()
+    inspect = subprocess.run(["docker", "image", "inspect", image], capture_output=True, check=True).stdout
+    history = subprocess.run(["docker", "history", "--no-trunc", image], capture_output=True, check=True).stdout
+    assert secret not in inspect and secret not in history
+    assert secret not in amd64_build.report_path.read_bytes()
+    assert secret.decode() not in amd64_build.run.stdout + amd64_build.run.stderr
