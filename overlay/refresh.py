@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Maintainer script: recompute the series lock from a pristine vLLM tree.
+
+    python overlay/refresh.py [--pristine DIR] [--series DIR] [--check]
+
+DIR holds ``vllm/`` and ``vllm-<version>.dist-info/`` exactly as unpacked from
+the PyPI wheel (``make -f overlay/pristine.mk pristine`` puts them in
+``.cache/vllm-0.33.0``; ``VLLM_PRISTINE_DIR`` overrides). For every file the
+series touches it records the pristine sha256 and the sha256 after applying
+the whole series (strictly, with apply.py's own code), plus each patch's
+sha256, in ``lock.json``. Hashes are never typed by hand.
+
+``--check`` only compares and exits 1 if ``lock.json`` is stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import apply as overlay  # noqa: E402  (stdlib-only sibling module)
+
+REPO = HERE.parent
+
+
+def default_pristine(version: str) -> Path:
+    env = os.environ.get("VLLM_PRISTINE_DIR")
+    if env:
+        return Path(env)
+    return REPO / ".cache" / f"vllm-{version}"
+
+
+def compute_lock(series_dir: Path, pristine: Path) -> dict:
+    name = series_dir.name
+    if "-" not in name:
+        raise overlay.OverlayError(f"{series_dir}: name must be <package>-<version>")
+    package, version = name.split("-", 1)
+    pkg = overlay.locate_vllm(package, vllm_dir=pristine / package)
+    got_version, meta = overlay.installed_version(pkg, package)
+    if got_version != version:
+        raise overlay.OverlayError(
+            f"{meta}: pristine tree is {package} {got_version}, series is {version}"
+        )
+    patches = []
+    patch_hashes = {}
+    for patch_name in overlay.read_series(series_dir):
+        data = (series_dir / patch_name).read_bytes()
+        patch_hashes[patch_name] = overlay.sha256_bytes(data)
+        patches.append((patch_name, overlay.parse_patch(data, patch_name)))
+    originals = {}
+    for _, file_patches in patches:
+        for fp in file_patches:
+            path = pristine / fp.path
+            if not path.is_file():
+                raise overlay.OverlayError(f"{path}: not in the pristine tree")
+            originals[fp.path] = path.read_bytes()
+    contents, _ = overlay.patch_in_memory(originals, patches)
+    return {
+        "package": package,
+        "version": version,
+        "source": f"PyPI wheel {package}=={version} (unpacked)",
+        "files": {
+            rel: {
+                "pristine_sha256": overlay.sha256_bytes(originals[rel]),
+                "patched_sha256": overlay.sha256_bytes(contents[rel]),
+            }
+            for rel in sorted(originals)
+        },
+        "patches": patch_hashes,
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--series", default=str(overlay.DEFAULT_SERIES))
+    parser.add_argument("--pristine", help="dir with vllm/ and its dist-info")
+    parser.add_argument("--check", action="store_true", help="exit 1 if lock.json is stale")
+    args = parser.parse_args(argv)
+    series_dir = Path(args.series).resolve()
+    version = series_dir.name.split("-", 1)[-1]
+    pristine = Path(args.pristine) if args.pristine else default_pristine(version)
+    try:
+        lock = compute_lock(series_dir, pristine)
+    except overlay.OverlayError as exc:
+        for line in exc.errors:
+            print(f"refresh: error: {line}", file=sys.stderr)
+        return 1
+    text = json.dumps(lock, indent=2, sort_keys=True) + "\n"
+    lock_path = series_dir / overlay.LOCK_FILE
+    if args.check:
+        current = lock_path.read_text(encoding="utf-8") if lock_path.exists() else ""
+        if current != text:
+            print(f"refresh: {lock_path} is stale; run overlay/refresh.py", file=sys.stderr)
+            return 1
+        print(f"refresh: {lock_path} is up to date")
+        return 0
+    lock_path.write_text(text, encoding="utf-8")
+    print(f"refresh: wrote {lock_path} ({len(lock['files'])} files, "
+          f"{len(lock['patches'])} patches)")
+    print(f"series_sha256 {overlay.series_sha256(series_dir)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
