@@ -85,7 +85,7 @@ def host_geometry(gate: Mapping):
 
 
 def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | None = None, allow_unpinned: bool = False) -> BuildPlan:
-    from overlay.series import series_sha256
+    from overlay.apply import series_sha256
 
     base = pinned_base(recipe, allow_unpinned=allow_unpinned)
     epoch = source_date_epoch()
