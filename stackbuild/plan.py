@@ -68,6 +68,7 @@ def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay") -> dict:
         "capability_family": recipe.hardware.capability_family,
         "mamba_cache_mode": recipe.geometry.mamba_cache_mode,
         "block_size": s.block_size,
+        "max_model_len": s.max_model_len,
         "kv_cache_memory_bytes": int(recipe.geometry.kv_cache_memory_gib * GIB),
         "vllm_behaviour": vllm_behaviour,
     }
