@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import engine as engine_mod
-from .errors import ArchitectureMismatch, BuildStepFailed, GeometryGateFailed, PushError
+from .errors import ArchitectureMismatch, BuildStepFailed, GeometryGateFailed, PushError, StackBuildError
 from .lock import PinnedBase
 from .plan import BuildPlan
 from .progress import GATE_STEP, Progress, step_name
@@ -91,7 +91,18 @@ def read_geometry_report(engine: engine_mod.DockerEngine, image_id: str, plan: B
 
 def run_build(plan: BuildPlan, *, push: bool = False, report_path: Optional[Path] = None, json_progress: bool = False) -> dict:
     progress = Progress(json_lines=json_progress)
+    try:
+        return _build(plan, progress, push=push, report_path=report_path)
+    except StackBuildError as exc:
+        progress.failure(exc)
+        raise
+
+
+def _build(plan: BuildPlan, progress: Progress, *, push: bool, report_path: Optional[Path]) -> dict:
     engine = engine_mod.connect()
+    if plan.geometry_verdict != "pass":
+        progress.note(f"the host-side gate says the drafter does not fit ({plan.geometry_summary}); "
+                      "the in-image gate decides")
     progress.note(engine.describe())
     with progress.phase("pull", plan.base.reference):
         ensure_base(engine, plan, progress)
@@ -118,9 +129,17 @@ def run_build(plan: BuildPlan, *, push: bool = False, report_path: Optional[Path
 def run_push(plan: BuildPlan, *, json_progress: bool = False, report_path: Optional[Path] = None) -> dict:
     """Push the local image the plan's tags name; update the build report if it describes that image."""
     progress = Progress(json_lines=json_progress)
+    try:
+        return _push(plan, progress, report_path)
+    except StackBuildError as exc:
+        progress.failure(exc)
+        raise
+
+
+def _push(plan: BuildPlan, progress: Progress, report_path: Optional[Path]) -> dict:
     engine = engine_mod.connect()
     image = local_image_of(engine, plan.image)
-    recipe_label = f"io.github.glm53.recipe.sha256"
+    recipe_label = "io.github.glm53.recipe.sha256"
     labels = (image.get("Config") or {}).get("Labels") or {}
     if labels.get(recipe_label) != plan.labels[recipe_label]:
         raise PushError(f"{plan.image.references[0]}: the local image was built from another recipe "

@@ -55,6 +55,12 @@ class Progress:
             self.stream.write(text + "\n")
         self.stream.flush()
 
+    def failure(self, exc: Exception) -> None:
+        """A machine-readable record of the error (people get the CLI's `error:` line)."""
+        if self.json_lines:
+            self._emit({"event": "error", "type": type(exc).__name__, "message": str(exc),
+                        "exit_code": getattr(exc, "exit_code", 1)}, None)
+
     def note(self, message: str, **fields) -> None:
         self._emit({"event": "note", "message": message, **fields}, message)
 

@@ -11,6 +11,7 @@ import io
 import json
 import subprocess
 import tarfile
+from pathlib import PurePosixPath
 
 import pytest
 
@@ -80,11 +81,12 @@ def test_happy_path_build_push_and_pull_back(amd64_build, stack_registry, tmp_pa
 
     # The patched files are in it, as the applier's manifest records them, and the gate's report.
     manifest = json.loads(image_file(pinned, f"{PAYLOAD_DIR}/manifest.json"))
-    assert manifest.get("applied") is True
-    patched = build.patched_files(manifest)
-    assert patched, manifest
-    for path, sha256 in patched.items():
-        assert hashlib.sha256(image_file(pinned, path)).hexdigest() == sha256, path
+    assert manifest["version"] == "0.33.0" and manifest["series_sha256"] == report["patch_series_sha256"]
+    site = PurePosixPath(manifest["package_dir"]).parent
+    assert len(manifest["files"]) >= 2
+    for entry in manifest["files"]:
+        data = image_file(pinned, str(site / entry["file"]))
+        assert hashlib.sha256(data).hexdigest() == entry["sha256_after"] != entry["sha256_before"], entry["file"]
     geometry = json.loads(image_file(pinned, f"{PAYLOAD_DIR}/geometry-report.json"))
     assert geometry == report["geometry_report"]
 
