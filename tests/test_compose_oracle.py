@@ -1,0 +1,127 @@
+"""The `command:` of the compose file, parsed by vLLM 0.33.0's own `vllm serve` parser (CPU).
+
+The oracle interpreter is GLM53_ORACLE_PYTHON, else this interpreter (the
+.venv after `make oracle`). Each parse imports vLLM: 20-60 s on a small host,
+so the tests share results where they can.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from test_compose_support import DIGEST, NO_REPORT, REPO, SOURCE_DATE_EPOCH, recipe, require_compose_binary, require_oracle
+
+from compose.generate import write_compose
+from compose.serve_args import serve_argv
+from compose.validate import check_serve_args
+from stackbuild.errors import ServeArgsRejected
+
+pytestmark = pytest.mark.oracle
+
+
+@pytest.fixture(autouse=True)
+def _fixed_date(monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH)
+
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, str(REPO / "build.py"), "compose", *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=900, env={**os.environ, **(env or {})})
+
+
+def test_default_recipe_command_is_accepted_by_vllm_serve(tmp_path):
+    require_oracle()
+    require_compose_binary()
+    r = recipe(tmp_path)
+    out = tmp_path / "out" / "glm.compose.yaml"
+    result = write_compose(r, output=out, digest=DIGEST, report_path=NO_REPORT)
+    assert result["checks"]["serve_args"]["status"] == "passed"
+    assert result["checks"]["compose_config"]["status"] == "passed"
+    parsed = result["checks"]["serve_args"]["parsed"]
+    # What vLLM's parser made of the very list that is in the file.
+    command = yaml.safe_load(out.read_text())["services"]["vllm"]["command"]
+    assert command == serve_argv(r) == result["command"]
+    assert parsed["model_tag"] == "/models/GLM-5.3-Flash-NVFP4"
+    assert parsed["speculative_config"] == {"method": "dflash", "model": "/models/GLM-5.3-Flash-DFlash2",
+                                            "num_speculative_tokens": 7}
+    assert parsed["kv_cache_dtype"] == "fp8"
+    assert parsed["max_model_len"] == 1048576
+    assert parsed["tensor_parallel_size"] == 1
+    assert parsed["gpu_memory_utilization"] == 0.9
+    assert parsed["served_model_name"] == ["glm-5.3-flash"]
+    assert parsed["tool_call_parser"] == "glm47" and parsed["reasoning_parser"] == "glm45"
+    assert parsed["enable_auto_tool_choice"] is True
+    assert parsed["port"] == 8000
+
+
+def test_drafter_kv_dtype_is_a_speculative_config_field_vllm_accepts(tmp_path):
+    require_oracle()
+    r = recipe(tmp_path, lambda d: d["serving"].__setitem__("drafter_kv_cache_dtype", "bfloat16"))
+    check = check_serve_args(serve_argv(r))
+    assert check.status == "passed"
+    assert check.parsed["speculative_config"]["kv_cache_dtype"] == "bfloat16"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["/models/m", "--kv-cache-dtype", "fp7"], "Invalid kv_cache_dtype: 'fp7'"),
+    (["/models/m", "--speculative-config", '{"method":"dflash","model":"/models/d","num_spec_tokens":7}'],
+     "unknown SpeculativeConfig field(s): num_spec_tokens"),
+    (["/models/m", "--enable-auto-tool-choice", "--tool-call-parser", "glm99"], "invalid tool call parser: glm99"),
+], ids=["bad-kv-dtype", "bad-spec-field", "bad-tool-parser"])
+def test_vllm_rejects_with_its_own_message(argv, message):
+    require_oracle()
+    with pytest.raises(ServeArgsRejected) as info:
+        check_serve_args(argv, where="r.yaml")
+    text = str(info.value)
+    assert "\n" not in text
+    assert text.startswith("r.yaml: vLLM 0.33.0 `vllm serve` rejected the command: ")
+    assert message in text
+
+
+def test_cli_refuses_a_recipe_vllm_rejects_and_writes_nothing(tmp_path):
+    require_oracle()
+    r_path = recipe(tmp_path, lambda d: d["serving"].__setitem__("extra_args", ["--enable-auto-tool-choice", "--frobnicate"])).path
+    out = tmp_path / "out" / "x.compose.yaml"
+    proc = _cli("--recipe", str(r_path), "-o", str(out), "--digest", DIGEST)
+    assert proc.returncode == ServeArgsRejected.exit_code, proc.stderr
+    error_lines = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert error_lines == [f"error: {r_path}: vLLM 0.33.0 `vllm serve` rejected the command: unrecognized arguments: --frobnicate"]
+    assert not out.exists()
+    assert not out.parent.exists() or list(out.parent.iterdir()) == []
+
+
+def test_cli_writes_the_file_with_overrides(tmp_path):
+    require_oracle()
+    require_compose_binary()
+    r_path = recipe(tmp_path).path
+    out = tmp_path / "served.compose.yaml"
+    proc = _cli("--recipe", str(r_path), "-o", str(out), "--digest", DIGEST, "--models-dir", str(tmp_path / "w"),
+                "--port", "18001", "--gpus", "3", "--owner", "acme", "--json")
+    assert proc.returncode == 0, proc.stderr
+    import json
+    result = json.loads(proc.stdout)
+    assert result["path"] == str(out) and result["pinned"] is True
+    assert result["checks"]["serve_args"]["status"] == "passed"
+    svc = yaml.safe_load(out.read_text())["services"]["vllm"]
+    assert svc["image"] == f"ghcr.io/acme/glm53-flash-dflash2-gb300:sm100-gb300-20251130@{DIGEST}"
+    assert svc["volumes"][0]["source"] == str(tmp_path / "w")
+    assert svc["ports"][0]["published"] == "18001"
+    assert svc["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["3"]
+
+
+def test_oracle_without_vllm_is_skipped_with_a_notice(tmp_path):
+    """An interpreter without vLLM: the file is still written, the check says it was skipped."""
+    require_compose_binary()
+    bare = subprocess.run(["python3", "-c", "import importlib.util,sys; print(sys.executable if not importlib.util.find_spec('vllm') else '')"],
+                          capture_output=True, text=True).stdout.strip()
+    if not bare:
+        pytest.skip("no interpreter without vLLM on PATH")
+    out = tmp_path / "x.compose.yaml"
+    proc = _cli("--recipe", str(recipe(tmp_path).path), "-o", str(out), env={"GLM53_ORACLE_PYTHON": bare})
+    assert proc.returncode == 0, proc.stderr
+    assert "notice: vLLM serve-parser check skipped: vLLM is not installed for" in proc.stderr
+    assert out.exists()
