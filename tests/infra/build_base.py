@@ -1,0 +1,498 @@
+#!/usr/bin/env python3
+"""Build, tag and push the synthetic stand-ins for vllm/vllm-openai:v0.33.0.
+
+    build_base.py --arch amd64|arm64      Debian bookworm minbase rootfs (debootstrap)
+                                          + vLLM 0.33.0's real Python tree + CPU torch
+                                          + the pure-Python packages its KV-cache code imports,
+                                          in /usr/local/lib/python3.11/dist-packages.
+    build_base.py --wrong-version         FROM the amd64 base, vLLM's METADATA says 0.32.1.
+    build_base.py --all                   all three.
+
+Images (REGISTRY = 127.0.0.1:5000 unless INFRA_REGISTRY_ADDR):
+    amd64  REGISTRY/vllm/vllm-openai:v0.33.0-amd64
+    arm64  REGISTRY/vllm/vllm-openai:v0.33.0          (config architecture arm64)
+    wrong  REGISTRY/vllm/vllm-openai:v0.32.1-synthetic
+
+Each image is pushed to the local registry (credentials from the services.sh
+state file) and {"reference","digest","arch",...} is written to
+$INFRA_STATE_DIR/base-<name>.json.  Debootstrap tarballs, wheels and the
+resolved package list are cached under $INFRA_CACHE_DIR (default
+<repo>/.cache/infra); an image whose label records the same input hash is
+not rebuilt.  The image is assembled as a docker-archive written here (so
+the arm64 config says arm64, which `docker import` would not) and loaded
+with `docker load`.
+
+Entrypoint: ["vllm", "serve"], where /usr/local/bin/vllm is a small stub (the real
+CLI needs the CUDA build); `vllm --version` prints the installed vLLM version.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+STATE_DIR = Path(os.environ.get("INFRA_STATE_DIR", "/tmp/glm53-test-infra"))
+CACHE_DIR = Path(os.environ.get("INFRA_CACHE_DIR", str(REPO / ".cache" / "infra")))
+REGISTRY = os.environ.get("INFRA_REGISTRY_ADDR", "127.0.0.1:5000")
+REPOSITORY = f"{REGISTRY}/vllm/vllm-openai"
+
+SUITE = "bookworm"
+VLLM_VERSION = "0.33.0"
+WRONG_VLLM_VERSION = "0.32.1"
+PY_MM = "3.11"
+SITE = f"usr/local/lib/python{PY_MM}/dist-packages"
+DEB_INCLUDE = ["python3", "python3-minimal", "ca-certificates"]
+LABEL_HASH = "org.glm53.test.input-hash"
+LABEL_KIND = "org.glm53.test.synthetic-base"
+GATE_MODULES = ["vllm.v1.core.kv_cache_planning", "vllm.v1.kv_cache_interface",
+                "vllm.platforms.interface", "vllm.model_executor.layers.mamba.mamba_utils"]
+
+ARCHES = {
+    "amd64": {"machine": "x86_64", "torch": "2.13.0", "tag": f"v{VLLM_VERSION}-amd64"},
+    "arm64": {"machine": "aarch64", "torch": "2.9.1", "tag": f"v{VLLM_VERSION}"},
+}
+WRONG_TAG = f"v{WRONG_VLLM_VERSION}-synthetic"
+
+# Never installed from the resolved dependency closure: torch comes pinned with
+# --no-deps; the rest are GPU-only weights the KV-cache imports do not need.
+EXCLUDE = re.compile(r"^(torch|triton|pytorch-triton.*|nvidia-.*|cuda-.*|vllm)$")
+# import name -> distribution, for discovering what an import still misses.
+MODULE_DIST = {"yaml": "pyyaml", "zmq": "pyzmq", "PIL": "pillow", "cpuinfo": "py-cpuinfo",
+               "google": "protobuf", "cv2": "opencv-python-headless", "pydantic_core": "pydantic",
+               "openai_harmony": "openai-harmony", "typing_extensions": "typing-extensions",
+               "jinja2": "jinja2", "sklearn": "scikit-learn", "attr": "attrs"}
+
+VLLM_STUB = """#!/usr/bin/python3
+# Stand-in for vLLM's console script in the synthetic test base (the real CLI
+# needs the CUDA build). `vllm --version` prints the installed vLLM version.
+import sys
+from importlib.metadata import version
+args = sys.argv[1:]
+if args[:1] in (["--version"], ["-v"]):
+    print(version("vllm"))
+    sys.exit(0)
+print("vllm stub (synthetic test base, vLLM %s): %s" % (version("vllm"), " ".join(args)))
+sys.exit(0)
+"""
+
+
+def log(msg: str) -> None:
+    print(f"[build_base] {msg}", file=sys.stderr, flush=True)
+
+
+def run(cmd, **kw) -> subprocess.CompletedProcess:
+    log("$ " + " ".join(str(c) for c in cmd))
+    return subprocess.run([str(c) for c in cmd], check=True, **kw)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def req_name(line: str) -> str:
+    return normalize(re.split(r"[<>=!~;\[ @]", line, 1)[0])
+
+
+def read_requirements() -> list[str]:
+    """base-requirements.txt, with requirements/oracle.txt on top (its lines win per package)."""
+    merged: dict[str, str] = {}
+    for path in (HERE / "base-requirements.txt", REPO / "requirements" / "oracle.txt"):
+        if not path.exists():
+            continue
+        for raw in path.read_text().splitlines():
+            line = raw.split("#", 1)[0].strip()
+            if not line or line.startswith("-"):
+                continue
+            name = req_name(line)
+            if EXCLUDE.match(name):
+                continue
+            merged[name] = line
+    extra = CACHE_DIR / "discovered-requirements.txt"
+    if extra.exists():
+        for line in extra.read_text().split():
+            merged.setdefault(req_name(line), line)
+    return [merged[k] for k in sorted(merged)]
+
+
+def debian_mirror() -> str:
+    for path in (Path("/etc/apt/sources.list.d/debian.sources"),):
+        if path.exists():
+            for line in path.read_text().splitlines():
+                m = re.match(r"\s*URIs:\s*(\S+)", line)
+                if m and "security" not in m.group(1):
+                    return m.group(1)
+    path = Path("/etc/apt/sources.list")
+    if path.exists():
+        for line in path.read_text().splitlines():
+            m = re.match(r"\s*deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+bookworm\b", line)
+            if m:
+                return m.group(1)
+    return "http://deb.debian.org/debian"
+
+
+def platform_args(arch: str) -> list[str]:
+    machine = ARCHES[arch]["machine"]
+    plats = [f"manylinux_2_{v}_{machine}" for v in range(36, 4, -1)]
+    plats += [f"manylinux2014_{machine}"]
+    if machine == "x86_64":
+        plats += [f"manylinux2010_{machine}", f"manylinux1_{machine}"]
+    plats += [f"linux_{machine}"]
+    args = []
+    for p in plats:
+        args += ["--platform", p]
+    return args + ["--python-version", PY_MM, "--implementation", "cp", "--only-binary=:all:"]
+
+
+def pip(*args) -> list[str]:
+    return [sys.executable, "-m", "pip", "--disable-pip-version-check", *args]
+
+
+# ------------------------------------------------------------------ rootfs
+def rootfs_tar(arch: str) -> Path:
+    mirror = debian_mirror()
+    key = hashlib.sha256(json.dumps([SUITE, arch, mirror, DEB_INCLUDE, 2]).encode()).hexdigest()[:16]
+    out = CACHE_DIR / "rootfs" / f"{SUITE}-{arch}-{key}.tar"
+    if out.exists():
+        log(f"rootfs cached: {out}")
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    with tempfile.TemporaryDirectory(prefix=f"rootfs-{arch}-", dir=out.parent) as tmp:
+        root = Path(tmp) / "root"
+        run(["debootstrap", f"--arch={arch}", "--variant=minbase", "--include=" + ",".join(DEB_INCLUDE),
+             SUITE, root, mirror], stdout=subprocess.DEVNULL)
+        # Slim it down: apt lists and caches, docs, man pages, locales.
+        for sub in ("var/lib/apt/lists", "var/cache/apt", "usr/share/doc", "usr/share/man",
+                    "usr/share/info", "usr/share/locale", "var/log"):
+            p = root / sub
+            if p.exists():
+                shutil.rmtree(p)
+                p.mkdir(parents=True)
+        for p in (root / "dev").iterdir():  # docker provides /dev
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+        machine = subprocess.run(["chroot", root, "uname", "-m"], capture_output=True, text=True)
+        log(f"rootfs {arch}: chroot uname -m -> {machine.stdout.strip()}")
+        part = out.with_suffix(".part")
+        run(["tar", "--numeric-owner", "--xattrs", "-C", root, "-cf", part, "."])
+        part.rename(out)
+    log(f"rootfs {arch} built in {time.time() - t0:.0f} s")
+    return out
+
+
+# ------------------------------------------------------------------ python layer
+def resolve(arch: str, reqs: list[str]) -> list[str]:
+    """Pinned name==version closure of reqs for arch (torch, triton, nvidia-* left out)."""
+    key = hashlib.sha256(json.dumps([arch, reqs, ARCHES[arch]["torch"]]).encode()).hexdigest()[:16]
+    cached = CACHE_DIR / "resolved" / f"{arch}-{key}.txt"
+    if cached.exists():
+        return cached.read_text().split()
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        rfile, cfile, report = Path(tmp) / "r.txt", Path(tmp) / "c.txt", Path(tmp) / "report.json"
+        rfile.write_text("\n".join(reqs) + "\n")
+        cfile.write_text(f"torch=={ARCHES[arch]['torch']}\n")
+        run(pip("install", "-q", "--dry-run", "--ignore-installed", "--report", report,
+                "--target", Path(tmp) / "t", *platform_args(arch), "-r", rfile, "-c", cfile))
+        data = json.loads(report.read_text())
+    pins = sorted(f"{i['metadata']['name']}=={i['metadata']['version']}" for i in data["install"]
+                  if not EXCLUDE.match(normalize(i["metadata"]["name"])))
+    cached.write_text("\n".join(pins) + "\n")
+    return pins
+
+
+def download(arch: str, specs: list[str]) -> Path:
+    wheels = CACHE_DIR / "wheels" / arch
+    wheels.mkdir(parents=True, exist_ok=True)
+    have = {normalize(p.name.split("-")[0]) + "==" + p.name.split("-")[1] for p in wheels.glob("*.whl")}
+
+    def present(spec: str) -> bool:
+        name, _, ver = spec.partition("==")
+        n = normalize(name)
+        return any(h.startswith(n + "==") and (h.split("==")[1] == ver or h.split("==")[1].split("+")[0] == ver)
+                   for h in have)
+
+    missing = [s for s in specs if not present(s)]
+    if missing:
+        run(pip("download", "-q", "--no-deps", "-d", wheels, *platform_args(arch), *missing))
+    return wheels
+
+
+def python_layer(arch: str, reqs: list[str], workdir: Path) -> Path:
+    pins = resolve(arch, reqs)
+    core = [f"torch=={ARCHES[arch]['torch']}", f"vllm=={VLLM_VERSION}"]
+    wheels = download(arch, pins + core)
+    stage = workdir / "stage"
+    site = stage / SITE
+    site.mkdir(parents=True)
+    run(pip("install", "-q", "--no-deps", "--no-index", "--find-links", wheels, "--no-compile",
+            "--target", site, *platform_args(arch), *pins, *core))
+    # target installs may leave console scripts here; the image has its own stub
+    shutil.rmtree(site / "bin", ignore_errors=True)
+    # Prune what the KV-cache classes never load: vLLM's compiled kernels (CUDA),
+    # torch's headers and cmake files, test trees.
+    pruned = 0
+    for so in (site / "vllm").rglob("*.so"):
+        pruned += so.stat().st_size
+        so.unlink()
+    for sub in ("torch/include", "torch/share/cmake", "torch/test", "caffe2"):
+        p = site / sub
+        if p.exists():
+            shutil.rmtree(p)
+    log(f"pruned {pruned >> 20} MiB of vLLM .so files")
+    binp = stage / "usr/local/bin"
+    binp.mkdir(parents=True)
+    (binp / "vllm").write_text(VLLM_STUB)
+    (binp / "vllm").chmod(0o755)
+    layer = workdir / "python-layer.tar"
+    run(["tar", "--numeric-owner", "--owner=0", "--group=0", "-C", stage, "-cf", layer, "usr"])
+    shutil.rmtree(stage)
+    return layer
+
+
+# ------------------------------------------------------------------ image assembly
+def docker_archive(layers: list[Path], arch: str, ref: str, labels: dict, out: Path) -> None:
+    """A `docker load`-able archive: the layers as they are, a config with the real architecture."""
+    diff_ids = []
+    for layer in layers:
+        log(f"hashing {layer.name} ({layer.stat().st_size >> 20} MiB)")
+        diff_ids.append("sha256:" + sha256_file(layer))
+    created = "2025-11-30T00:00:00Z"
+    config = {
+        "architecture": arch,
+        "os": "linux",
+        **({"variant": "v8"} if arch == "arm64" else {}),
+        "created": created,
+        "config": {
+            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    "LANG=C.UTF-8", "PYTHONUNBUFFERED=1"],
+            "Entrypoint": ["vllm", "serve"],
+            "WorkingDir": "/",
+            "Labels": labels,
+        },
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        "history": [{"created": created, "created_by": "debootstrap --variant=minbase " + SUITE},
+                    {"created": created, "created_by": f"vllm {VLLM_VERSION} python tree + cpu torch"}],
+    }
+    config_bytes = json.dumps(config, sort_keys=True).encode()
+    config_name = hashlib.sha256(config_bytes).hexdigest() + ".json"
+    names = [d.split(":")[1] + "/layer.tar" for d in diff_ids]
+    manifest = [{"Config": config_name, "RepoTags": [ref], "Layers": names}]
+    with tarfile.open(out, "w") as tar:
+        def add_bytes(name: str, data: bytes) -> None:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mtime = 0
+            tar.addfile(info, io.BytesIO(data))
+        add_bytes(config_name, config_bytes)
+        for layer, name in zip(layers, names):
+            tar.add(layer, arcname=name)
+        add_bytes("manifest.json", json.dumps(manifest).encode())
+
+
+def docker(*args, capture=False, check=True, input_=None) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], check=check, text=True, input=input_,
+                          capture_output=capture)
+
+
+def image_label(ref: str, label: str) -> str | None:
+    r = docker("image", "inspect", "--format", "{{json .Config.Labels}}", ref, capture=True, check=False)
+    if r.returncode != 0:
+        return None
+    labels = json.loads(r.stdout or "null") or {}
+    return labels.get(label)
+
+
+def gate(ref: str, arch: str) -> tuple[bool, str, float]:
+    """Run the KV-cache imports inside the image; returns (ok, output, seconds)."""
+    code = ("import platform, importlib.metadata as m; "
+            + "; ".join(f"import {mod}" for mod in GATE_MODULES)
+            + "; import vllm; print(platform.machine(), m.version('vllm'), vllm.__file__)")
+    t0 = time.time()
+    r = docker("run", "--rm", "--platform", f"linux/{arch}", "--entrypoint", "python3", ref, "-c", code,
+               capture=True, check=False)
+    return r.returncode == 0, (r.stdout + r.stderr).strip(), time.time() - t0
+
+
+def input_hash(arch: str, reqs: list[str]) -> str:
+    h = hashlib.sha256()
+    h.update(Path(__file__).read_bytes())
+    h.update(json.dumps([arch, reqs, ARCHES[arch], debian_mirror(), SUITE]).encode())
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------ registry
+def credentials() -> dict:
+    path = STATE_DIR / "credentials.json"
+    if not path.exists():
+        sys.exit(f"[build_base] no registry credentials at {path}: run tests/infra/services.sh up")
+    return json.loads(path.read_text())
+
+
+def push(ref: str, arch: str, name: str, extra: dict) -> dict:
+    creds = credentials()
+    with tempfile.TemporaryDirectory(prefix="docker-config-") as cfg:
+        r = docker("--config", cfg, "login", creds["url"], "-u", creds["username"], "--password-stdin",
+                   input_=creds["password"], capture=True, check=False)
+        if r.returncode != 0:
+            sys.exit(f"[build_base] docker login {creds['url']} failed: {r.stderr.strip()}")
+        digest = None
+        for attempt in range(3):
+            r = docker("--config", cfg, "push", ref, capture=True, check=False)
+            m = re.search(r"digest: (sha256:[0-9a-f]{64})", r.stdout)
+            if r.returncode == 0 and m:
+                digest = m.group(1)
+                break
+            log(f"push attempt {attempt + 1} failed: {(r.stderr or r.stdout).strip()[-400:]}")
+            time.sleep(2 * (attempt + 1))
+        if not digest:
+            sys.exit(f"[build_base] push of {ref} failed")
+    repo, _, tag = ref.rpartition(":")
+    info = {"reference": ref, "digest": digest, "arch": arch, "repository": repo, "tag": tag,
+            "image": repo, "pinned": f"{repo}@{digest}", **extra}
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    out = STATE_DIR / f"base-{name}.json"
+    out.write_text(json.dumps(info, indent=2) + "\n")
+    log(f"pushed {ref} {digest} -> {out}")
+    print(json.dumps(info))
+    return info
+
+
+# ------------------------------------------------------------------ builds
+def build_arch(arch: str, force: bool = False) -> dict:
+    t0 = time.time()
+    ref = f"{REPOSITORY}:{ARCHES[arch]['tag']}"
+    for attempt in range(6):
+        reqs = read_requirements()
+        ihash = input_hash(arch, reqs)
+        if not force and image_label(ref, LABEL_HASH) == ihash:
+            log(f"{ref}: up to date (input hash {ihash[:12]}), not rebuilt")
+            built = False
+            break
+        rootfs = rootfs_tar(arch)
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f"base-{arch}-", dir=CACHE_DIR) as tmp:
+            work = Path(tmp)
+            layer = python_layer(arch, reqs, work)
+            labels = {LABEL_HASH: ihash, LABEL_KIND: arch,
+                      "org.glm53.test.vllm-version": VLLM_VERSION,
+                      "org.glm53.test.torch-version": ARCHES[arch]["torch"],
+                      "org.opencontainers.image.title": "synthetic vllm/vllm-openai stand-in (tests only)"}
+            archive = work / "image.tar"
+            docker_archive([rootfs, layer], arch, ref, labels, archive)
+            layer.unlink()
+            run(["docker", "load", "-q", "-i", archive])
+        ok, out, secs = gate(ref, arch)
+        log(f"gate ({arch}, {secs:.1f} s): {out.splitlines()[-1] if out else ''}")
+        if ok:
+            built = True
+            break
+        m = re.search(r"No module named '([^'.]+)", out)
+        if not m:
+            sys.exit(f"[build_base] import gate failed in {ref}:\n{out[-3000:]}")
+        dist = MODULE_DIST.get(m.group(1), m.group(1))
+        log(f"import gate misses module {m.group(1)!r}: adding {dist} and rebuilding")
+        extra = CACHE_DIR / "discovered-requirements.txt"
+        with open(extra, "a") as f:
+            f.write(dist + "\n")
+    else:
+        sys.exit(f"[build_base] {ref}: imports still failing after discovery")
+    arch_seen = docker("image", "inspect", "--format", "{{.Architecture}}", ref, capture=True).stdout.strip()
+    if arch_seen != arch:
+        sys.exit(f"[build_base] {ref} records architecture {arch_seen}, expected {arch}")
+    size = int(docker("image", "inspect", "--format", "{{.Size}}", ref, capture=True).stdout.strip())
+    info = push(ref, arch, arch, {"input_hash": ihash, "size_bytes": size, "built": built,
+                                   "seconds": round(time.time() - t0, 1)})
+    log(f"{arch} base done in {time.time() - t0:.0f} s ({size >> 20} MiB)")
+    return info
+
+
+WRONG_DOCKERFILE = """\
+FROM {base}
+# Same vLLM tree; only the installed distribution's version is changed.
+RUN set -eu; \\
+    d=$(python3 -c 'import importlib.metadata as m; print(m.distribution("vllm")._path)'); \\
+    sed -i 's/^Version: {good}$/Version: {bad}/' "$d/METADATA"; \\
+    grep -q '^Version: {bad}$' "$d/METADATA"; \\
+    new=$(dirname "$d")/vllm-{bad}.dist-info; mv "$d" "$new"; \\
+    v=$(dirname "$d")/vllm/_version.py; \\
+    if [ -f "$v" ]; then sed -i 's/{good_re}/{bad}/g' "$v"; fi; \\
+    python3 -c 'import importlib.metadata as m; assert m.version("vllm") == "{bad}", m.version("vllm")'
+LABEL {label}="{ihash}" org.glm53.test.vllm-version="{bad}" {kind}="wrong-vllm-version"
+"""
+
+
+def build_wrong(force: bool = False) -> dict:
+    t0 = time.time()
+    base_ref = f"{REPOSITORY}:{ARCHES['amd64']['tag']}"
+    if image_label(base_ref, LABEL_HASH) is None:
+        build_arch("amd64")
+    base_hash = image_label(base_ref, LABEL_HASH)
+    ref = f"{REPOSITORY}:{WRONG_TAG}"
+    ihash = hashlib.sha256((base_hash + WRONG_DOCKERFILE + WRONG_VLLM_VERSION).encode()).hexdigest()
+    built = False
+    if force or image_label(ref, LABEL_HASH) != ihash:
+        text = WRONG_DOCKERFILE.format(base=base_ref, good=VLLM_VERSION, bad=WRONG_VLLM_VERSION,
+                                       good_re=VLLM_VERSION.replace(".", r"\."), label=LABEL_HASH,
+                                       kind=LABEL_KIND, ihash=ihash)
+        with tempfile.TemporaryDirectory() as ctx:
+            Path(ctx, "Dockerfile").write_text(text)
+            env = {**os.environ, "DOCKER_BUILDKIT": "0"}
+            log(f"building {ref} (classic builder)")
+            subprocess.run(["docker", "build", "-q", "-t", ref, ctx], check=True, env=env,
+                           stdout=subprocess.DEVNULL)
+        built = True
+    else:
+        log(f"{ref}: up to date, not rebuilt")
+    r = docker("run", "--rm", "--entrypoint", "python3", ref, "-c",
+               "import importlib.metadata as m; print(m.version('vllm'))", capture=True)
+    if r.stdout.strip() != WRONG_VLLM_VERSION:
+        sys.exit(f"[build_base] {ref} reports vLLM {r.stdout.strip()!r}")
+    size = int(docker("image", "inspect", "--format", "{{.Size}}", ref, capture=True).stdout.strip())
+    return push(ref, "amd64", "wrong-version", {"input_hash": ihash, "size_bytes": size, "built": built,
+                                                "vllm_version": WRONG_VLLM_VERSION,
+                                                "seconds": round(time.time() - t0, 1)})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--arch", choices=sorted(ARCHES))
+    g.add_argument("--wrong-version", action="store_true")
+    g.add_argument("--all", action="store_true")
+    ap.add_argument("--force", action="store_true", help="rebuild even if the input hash matches")
+    a = ap.parse_args()
+    if a.all:
+        build_arch("amd64", a.force)
+        build_wrong(a.force)
+        build_arch("arm64", a.force)
+    elif a.wrong_version:
+        build_wrong(a.force)
+    else:
+        build_arch(a.arch, a.force)
+
+
+if __name__ == "__main__":
+    main()
