@@ -22,6 +22,8 @@ import pytest
 import requests
 import yaml
 
+from infra import harness
+
 REPO = Path(__file__).resolve().parent.parent
 TEST_RECIPES = Path(__file__).resolve().parent / "recipes"
 BUILD_PY = REPO / "build.py"
@@ -68,12 +70,11 @@ def docker_config(tmp: Path, registry: str, username: str, password: str) -> Pat
     return directory
 
 
-def docker_login(tmp: Path, registry: str, username: str, password: str) -> Path:
+def docker_login(tmp: Path, registry) -> Path:
     """A fresh Docker config directory, logged in with the docker CLI (password on stdin)."""
     directory = tmp / f"docker-config-{uuid.uuid4().hex[:6]}"
     directory.mkdir(parents=True)
-    run = subprocess.run(["docker", "--config", str(directory), "login", registry, "-u", username, "--password-stdin"],
-                         input=password, capture_output=True, text=True, timeout=120)
+    run = harness.docker_login(directory, harness.Credentials(registry.url, registry.username, registry.password))
     assert run.returncode == 0, f"docker login failed: {run.stderr}"
     return directory
 
@@ -121,50 +122,18 @@ def remove_image_tags(repository: str) -> None:
 # ---------------------------------------------------------------- fixtures
 # Imported by tests/conftest.py; built on the infra fixtures (tests/infra/fixtures.py).
 
-def _field(obj: Any, *names: str) -> Any:
-    for name in names:
-        if isinstance(obj, dict) and name in obj:
-            return obj[name]
-        if hasattr(obj, name):
-            return getattr(obj, name)
-    raise AttributeError(f"{obj!r} has none of {names}")
+def registry_stop() -> None:
+    harness.services("registry-stop")
 
 
-@dataclass
-class Registry:
-    address: str
-    username: str
-    password: str
-    _stop: Callable[[], None]
-    _start: Callable[[], None]
-
-    def stop(self) -> None:
-        self._stop()
-
-    def start(self) -> None:
-        self._start()
-
-
-@dataclass
-class Base:
-    image: str
-    tag: str
-    digest: str
-
-    @property
-    def local_reference(self) -> str:
-        return f"{self.image}@{self.digest}"
-
-
-@pytest.fixture(scope="session")
-def stack_registry(registry) -> Registry:
-    return registry
+def registry_start() -> None:
+    harness.services("registry-start")
 
 
 @pytest.fixture
-def logged_in(stack_registry, tmp_path) -> Path:
-    """A temporary Docker config directory logged in to the test registry."""
-    return docker_login(tmp_path, stack_registry.address, stack_registry.username, stack_registry.password)
+def logged_in(registry, tmp_path) -> Path:
+    """A fresh temporary Docker config directory, logged in to the test registry."""
+    return docker_login(tmp_path, registry)
 
 
 @dataclass
@@ -179,43 +148,18 @@ class E2EBuild:
 
 
 @pytest.fixture(scope="session")
-def amd64_build(stack_registry, synthetic_base_amd64, tmp_path_factory) -> E2EBuild:
+def amd64_build(registry, synthetic_base_amd64, tmp_path_factory) -> E2EBuild:
     """The B200 test recipe locked, built and pushed once for the session (through the CLI)."""
     tmp = tmp_path_factory.mktemp("amd64-build")
     base = synthetic_base_amd64
-    config = docker_login(tmp, stack_registry.address, stack_registry.username, stack_registry.password)
+    config = docker_login(tmp, registry)
     recipe = recipe_copy(tmp, "b200-amd64", base=base.image, tag=base.tag)
     lock = cli("lock", "--recipe", str(recipe), "--json", docker_config_dir=config)
     assert lock.returncode == 0, lock.stderr
     assert json.loads(lock.stdout)["digest"] == base.digest
-    repository = unique_repository(stack_registry.address, "glm53-b200")
+    repository = unique_repository(registry.address, "glm53-b200")
     report_path = tmp / "build-report.json"
     run = cli("build", "--recipe", str(recipe), "--repository", repository, "--push", "--json",
               "--report", str(report_path), docker_config_dir=config)
     assert run.returncode == 0, run.stderr[-6000:]
     return E2EBuild(recipe, repository, config, report_path, json.loads(report_path.read_text()), run, base.digest)
-
-
-@pytest.fixture(scope="session")
-def wrong_vllm_base(stack_registry, synthetic_base_amd64, tmp_path_factory) -> Base:
-    """The amd64 synthetic base with its installed vLLM claiming another version, in the registry.
-
-    Only the distribution's METADATA changes (0.33.0 -> 0.32.1): the applier must
-    refuse on the version alone, before it looks at a single file.
-    """
-    base = synthetic_base_amd64
-    tmp = tmp_path_factory.mktemp("wrong-vllm-base")
-    config = docker_login(tmp, stack_registry.address, stack_registry.username, stack_registry.password)
-    rewrite = ("import importlib.metadata as m, pathlib; "
-               "meta = next(f for f in m.distribution('vllm').files if f.name == 'METADATA'); "
-               "p = pathlib.Path(meta.locate()); t = p.read_text(); "
-               "assert 'Version: 0.33.0' in t; p.write_text(t.replace('Version: 0.33.0', 'Version: 0.32.1', 1))")
-    (tmp / "Dockerfile").write_text(f"FROM {base.local_reference}\nRUN python3 -c {json.dumps(rewrite)}\n")
-    reference = f"{base.image}:v0.33.0-wrong-vllm-amd64"
-    subprocess.run(["docker", "build", "--platform", "linux/amd64", "-t", reference, str(tmp)], check=True,
-                   capture_output=True, env={**os.environ, "DOCKER_BUILDKIT": "0"})
-    subprocess.run(["docker", "--config", str(config), "push", reference], check=True, capture_output=True)
-    digests = subprocess.run(["docker", "image", "inspect", "--format", "{{json .RepoDigests}}", reference],
-                             check=True, capture_output=True, text=True).stdout
-    digest = next(d for d in json.loads(digests) if d.startswith(base.image + "@")).split("@", 1)[1]
-    return Base(base.image, "v0.33.0-wrong-vllm-amd64", digest)

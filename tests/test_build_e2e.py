@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 
 import pytest
 
-from stack_e2e import (PAYLOAD_DIR, cli, docker_login, json_events, local_tags, recipe_copy, registry_tags,
+from stack_e2e import (PAYLOAD_DIR, cli, json_events, local_tags, recipe_copy, registry_tags,
                        remove_image_tags, repository_name, unique_repository)
 from stackbuild.plan import make_plan
 from stackbuild.recipe import load_recipe
@@ -42,7 +42,7 @@ def image_file(image: str, path: str) -> bytes:
         return archive.extractfile(member).read()
 
 
-def test_happy_path_build_push_and_pull_back(amd64_build, stack_registry, tmp_path):
+def test_happy_path_build_push_and_pull_back(amd64_build, registry, tmp_path):
     build = amd64_build
     report = build.report
     # The report on stdout is the report in the file; the image went to the registry under both tags.
@@ -53,7 +53,7 @@ def test_happy_path_build_push_and_pull_back(amd64_build, stack_registry, tmp_pa
     assert report["geometry_verdict"] == "pass" and report["geometry_report"]["verdict"]["passed"] is True
     assert (report["os"], report["architecture"]) == ("linux", "amd64")
     assert set(report["phase_seconds"]) >= {"pull", "build", "verify-arch", "tag", "push"}
-    assert registry_tags(stack_registry.address, stack_registry.username, stack_registry.password,
+    assert registry_tags(registry.address, registry.username, registry.password,
                          repository_name(build.repository)) == EXPECTED_TAGS
 
     # Progress: every step as it started, named, with its output and time, as JSON lines on stderr.
@@ -91,27 +91,24 @@ def test_happy_path_build_push_and_pull_back(amd64_build, stack_registry, tmp_pa
     assert geometry == report["geometry_report"]
 
 
-def test_the_engine_digest_is_the_registry_digest(amd64_build, stack_registry):
+def test_the_engine_digest_is_the_registry_digest(amd64_build, monkeypatch):
+    """The fallback (HEAD on the manifest, Docker-Content-Digest) agrees with aux.Digest."""
     from stackbuild.engine import connect
 
-    import os
-    os.environ["DOCKER_CONFIG"] = str(amd64_build.docker_config)
-    try:
-        head = connect().manifest_digest(amd64_build.repository, EXPECTED_TAGS[1])
-    finally:
-        del os.environ["DOCKER_CONFIG"]
-    assert head == amd64_build.report["pushed_digest"]
+    monkeypatch.setenv("DOCKER_CONFIG", str(amd64_build.docker_config))
+    for tag in EXPECTED_TAGS:
+        assert connect().manifest_digest(amd64_build.repository, tag) == amd64_build.report["pushed_digest"]
 
 
-def test_drafter_that_does_not_fit_fails_at_the_gate_and_nothing_moves(stack_registry, synthetic_base_amd64, logged_in, tmp_path):
+def test_drafter_that_does_not_fit_fails_at_the_gate_and_nothing_moves(registry, synthetic_base_amd64, logged_in, tmp_path):
     base = synthetic_base_amd64
     recipe = recipe_copy(tmp_path, "drafter-misfit", base=base.image, tag=base.tag, digest=base.digest)
-    repository = unique_repository(stack_registry.address, "misfit")
+    repository = unique_repository(registry.address, "misfit")
     # The repository already holds an image: a failed build must leave its tag list as it was.
     seed = f"{repository}:previous"
     docker("tag", base.local_reference, seed)
     docker("push", seed, config=logged_in)
-    before = registry_tags(stack_registry.address, stack_registry.username, stack_registry.password, repository_name(repository))
+    before = registry_tags(registry.address, registry.username, registry.password, repository_name(repository))
     assert before == ["previous"]
 
     run = cli("build", "--recipe", str(recipe), "--repository", repository, "--push", "--report", str(tmp_path / "r.json"),
@@ -122,15 +119,15 @@ def test_drafter_that_does_not_fit_fails_at_the_gate_and_nothing_moves(stack_reg
     assert "build step failed: geometry gate" in error
     assert "no drafter block fits exactly" in run.stderr  # the gate's own reason, in the tail
     assert "==> push" not in run.stderr and "==> tag" not in run.stderr
-    assert registry_tags(stack_registry.address, stack_registry.username, stack_registry.password, repository_name(repository)) == before
+    assert registry_tags(registry.address, registry.username, registry.password, repository_name(repository)) == before
     assert local_tags(repository) == ["previous"]
     assert not (tmp_path / "r.json").exists()
 
 
-def test_base_with_the_wrong_vllm_fails_at_the_patch_step(stack_registry, wrong_vllm_base, logged_in, tmp_path):
+def test_base_with_the_wrong_vllm_fails_at_the_patch_step(registry, wrong_vllm_base, logged_in, tmp_path):
     base = wrong_vllm_base
     recipe = recipe_copy(tmp_path, "wrong-vllm-base", base=base.image, tag=base.tag, digest=base.digest)
-    repository = unique_repository(stack_registry.address, "wrongvllm")
+    repository = unique_repository(registry.address, "wrongvllm")
     run = cli("build", "--recipe", str(recipe), "--repository", repository, "--push", docker_config_dir=logged_in)
     assert run.returncode == 4, run.stderr
     error = next(line for line in run.stderr.splitlines() if line.startswith("error: "))
@@ -138,14 +135,14 @@ def test_base_with_the_wrong_vllm_fails_at_the_patch_step(stack_registry, wrong_
     assert "0.33.0" in run.stderr  # the applier says which version it wanted
     assert "==> tag" not in run.stderr
     assert local_tags(repository) == []
-    assert registry_tags(stack_registry.address, stack_registry.username, stack_registry.password, repository_name(repository)) == []
+    assert registry_tags(registry.address, registry.username, registry.password, repository_name(repository)) == []
 
 
-def test_a_failed_step_tags_nothing_even_without_push(synthetic_base_amd64, tmp_path, stack_registry):
+def test_a_failed_step_tags_nothing_even_without_push(synthetic_base_amd64, tmp_path, registry):
     """The architecture check fails (amd64 base, arm64 recipe): no tag appears, old tags stay."""
     base = synthetic_base_amd64
     recipe = recipe_copy(tmp_path, "glm53-flash-dflash2-gb300", base=base.image, tag=base.tag, digest=base.digest)
-    repository = unique_repository(stack_registry.address, "archfail")
+    repository = unique_repository(registry.address, "archfail")
     run = cli("build", "--recipe", str(recipe), "--repository", repository, "--no-push")
     assert run.returncode in (4, 6), run.stderr
     assert "architecture check" in run.stderr.splitlines()[-1] or "ArchitectureMismatch" in run.stderr
@@ -153,10 +150,10 @@ def test_a_failed_step_tags_nothing_even_without_push(synthetic_base_amd64, tmp_
 
 
 @pytest.mark.arm64
-def test_arm64_build_through_qemu(stack_registry, synthetic_base_arm64, logged_in, tmp_path):
+def test_arm64_build_through_qemu(registry, synthetic_base_arm64, logged_in, tmp_path):
     base = synthetic_base_arm64
     recipe = recipe_copy(tmp_path, "glm53-flash-dflash2-gb300", base=base.image, tag=base.tag, digest=base.digest)
-    repository = unique_repository(stack_registry.address, "gb300")
+    repository = unique_repository(registry.address, "gb300")
     report_path = tmp_path / "report.json"
     run = cli("build", "--recipe", str(recipe), "--repository", repository, "--push", "--report", str(report_path),
               docker_config_dir=logged_in, timeout=3600)
@@ -167,5 +164,5 @@ def test_arm64_build_through_qemu(stack_registry, synthetic_base_arm64, logged_i
     assert "Step 2/" in run.stderr and "architecture check done" in run.stderr
     config = json.loads(docker("image", "inspect", f"{repository}:latest", text=True).stdout)[0]
     assert config["Architecture"] == "arm64"
-    assert registry_tags(stack_registry.address, stack_registry.username, stack_registry.password,
+    assert registry_tags(registry.address, registry.username, registry.password,
                          repository_name(repository)) == ["latest", "sm100-gb300-20251130"]

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from stack_e2e import cli, docker_config, registry_tags, repository_name, unique_repository
+from stack_e2e import cli, docker_config, registry_start, registry_stop, registry_tags, repository_name, unique_repository
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 
@@ -32,13 +32,13 @@ def test_push_of_the_built_image_reports_its_digest(amd64_build):
     assert result["image_id"] == amd64_build.report["image_id"]
 
 
-def test_wrong_password_is_a_clear_authentication_error(amd64_build, stack_registry, tmp_path):
-    wrong = docker_config(tmp_path, stack_registry.address, stack_registry.username, "not-the-password")
+def test_wrong_password_is_a_clear_authentication_error(amd64_build, registry, tmp_path):
+    wrong = docker_config(tmp_path, registry.address, registry.username, "not-the-password")
     run = cli("push", "--recipe", str(amd64_build.recipe), "--repository", amd64_build.repository, docker_config_dir=wrong)
     assert run.returncode == 7, run.stderr
     line = error_line(run)
     assert "the registry refused the credentials from the Docker config" in line
-    assert line.endswith(f"run `docker login {stack_registry.address}`")
+    assert line.endswith(f"run `docker login {registry.address}`")
     assert "retrying" not in run.stderr  # refused credentials are final
 
 
@@ -50,30 +50,30 @@ def test_no_login_is_a_clear_authentication_error(amd64_build, tmp_path):
     assert "no basic auth credentials" in error_line(run)
 
 
-def test_push_of_an_image_never_built_is_refused(amd64_build, stack_registry):
-    repository = unique_repository(stack_registry.address, "never-built")
+def test_push_of_an_image_never_built_is_refused(amd64_build, registry):
+    repository = unique_repository(registry.address, "never-built")
     run = cli("push", "--recipe", str(amd64_build.recipe), "--repository", repository, docker_config_dir=amd64_build.docker_config)
     assert run.returncode == 9, run.stderr
     assert "no such image in the local engine; build it first" in error_line(run)
-    assert registry_tags(stack_registry.address, stack_registry.username, stack_registry.password, repository_name(repository)) == []
+    assert registry_tags(registry.address, registry.username, registry.password, repository_name(repository)) == []
 
 
-def test_registry_down_is_retried_then_reported(amd64_build, stack_registry):
-    stack_registry.stop()
+def test_registry_down_is_retried_then_reported(amd64_build, registry):
+    registry_stop()
     try:
         run = cli("push", "--recipe", str(amd64_build.recipe), "--repository", amd64_build.repository,
                   docker_config_dir=amd64_build.docker_config,
                   env={"STACKBUILD_REGISTRY_ATTEMPTS": "3", "STACKBUILD_REGISTRY_BACKOFF": "0.5"})
     finally:
-        stack_registry.start()
+        registry_start()
     assert run.returncode == 8, run.stderr
     assert run.stderr.count("retrying in") == 2
     line = error_line(run)
     assert "registry unavailable after 3 attempts" in line and "connection refused" in line
 
 
-def test_the_password_is_nowhere_in_the_image_report_or_logs(amd64_build, stack_registry, tmp_path):
-    secret = stack_registry.password.encode()
+def test_the_password_is_nowhere_in_the_image_report_or_logs(amd64_build, registry, tmp_path):
+    secret = registry.password.encode()
     assert len(secret) >= 16
     image = f"{amd64_build.repository}@{amd64_build.report['pushed_digest']}"
     subprocess.run(["docker", "--config", str(amd64_build.docker_config), "pull", "-q", image], check=True, capture_output=True)
