@@ -54,6 +54,7 @@ WRONG_VLLM_VERSION = "0.32.1"
 PY_MM = "3.11"
 SITE = f"usr/local/lib/python{PY_MM}/dist-packages"
 DEB_INCLUDE = ["python3", "python3-minimal", "ca-certificates"]
+LAYOUT_VERSION = 1
 LABEL_HASH = "org.glm53.test.input-hash"
 LABEL_KIND = "org.glm53.test.synthetic-base"
 GATE_MODULES = ["vllm.v1.core.kv_cache_planning", "vllm.v1.kv_cache_interface",
@@ -338,8 +339,9 @@ def gate(ref: str, arch: str) -> tuple[bool, str, float]:
 
 def input_hash(arch: str, reqs: list[str]) -> str:
     h = hashlib.sha256()
-    h.update(Path(__file__).read_bytes())
-    h.update(json.dumps([arch, reqs, ARCHES[arch], debian_mirror(), SUITE]).encode())
+    # Bump LAYOUT_VERSION when the image layout (prune list, stub, config) changes.
+    h.update(json.dumps([LAYOUT_VERSION, arch, reqs, ARCHES[arch], debian_mirror(), SUITE, DEB_INCLUDE,
+                         VLLM_STUB, EXCLUDE.pattern, VLLM_VERSION]).encode())
     return h.hexdigest()
 
 
@@ -431,14 +433,10 @@ def build_arch(arch: str, force: bool = False) -> dict:
 
 WRONG_DOCKERFILE = """\
 FROM {base}
-# Same vLLM tree; only the installed distribution's version is changed.
+# Same vLLM tree; only the installed distribution's METADATA version changes.
 RUN set -eu; \\
     d=$(python3 -c 'import importlib.metadata as m; print(m.distribution("vllm")._path)'); \\
-    sed -i 's/^Version: {good}$/Version: {bad}/' "$d/METADATA"; \\
-    grep -q '^Version: {bad}$' "$d/METADATA"; \\
-    new=$(dirname "$d")/vllm-{bad}.dist-info; mv "$d" "$new"; \\
-    v=$(dirname "$d")/vllm/_version.py; \\
-    if [ -f "$v" ]; then sed -i 's/{good_re}/{bad}/g' "$v"; fi; \\
+    sed -i 's/^Version: {good_re}$/Version: {bad}/' "$d/METADATA"; \\
     python3 -c 'import importlib.metadata as m; assert m.version("vllm") == "{bad}", m.version("vllm")'
 LABEL {label}="{ihash}" org.glm53.test.vllm-version="{bad}" {kind}="wrong-vllm-version"
 """

@@ -1,0 +1,139 @@
+"""What the tests need to know about the test services (tests/infra/services.sh)
+and the synthetic bases (tests/infra/build_base.py).
+
+    registry_url()          "127.0.0.1:5000"
+    registry_credentials()  Credentials(url, username, password), read from the 0600 state file
+    base_image(arch)        SyntheticBase for "amd64", "arm64" or "wrong-version"
+    docker_client()         a docker-py client (raises if no daemon answers)
+
+State dir: $INFRA_STATE_DIR (default /tmp/glm53-test-infra).  Nothing here
+prints or logs the password; Credentials' repr hides it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+HERE = Path(__file__).resolve().parent
+SERVICES = HERE / "services.sh"
+BUILD_BASE = HERE / "build_base.py"
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("INFRA_STATE_DIR", "/tmp/glm53-test-infra"))
+
+
+class InfraUnavailable(RuntimeError):
+    """A test service or a synthetic base is not there (run services.sh up / build_base.sh)."""
+
+
+@dataclass(frozen=True)
+class Credentials:
+    url: str
+    username: str
+    password: str = field(repr=False)
+
+    # same names the e2e helpers use
+    @property
+    def address(self) -> str:
+        return self.url
+
+    def __iter__(self):  # url, username, password = registry_credentials()
+        return iter((self.url, self.username, self.password))
+
+
+class SyntheticBase(dict):
+    """The pushed base as a dict ({"reference","digest","arch",...}) with attribute access.
+
+    reference        127.0.0.1:5000/vllm/vllm-openai:v0.33.0-amd64 (tag in the local engine too)
+    image, tag       127.0.0.1:5000/vllm/vllm-openai, v0.33.0-amd64
+    digest           sha256:... of the pushed manifest
+    pinned           image@digest
+    local_reference  the tag in the local engine (same as reference)
+    """
+
+    def __getattr__(self, name: str):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @property
+    def local_reference(self) -> str:
+        return self["reference"]
+
+
+def registry_url() -> str:
+    path = state_dir() / "credentials.json"
+    if path.exists():
+        try:
+            return json.loads(path.read_text())["url"]
+        except (ValueError, KeyError):
+            pass
+    return os.environ.get("INFRA_REGISTRY_ADDR", "127.0.0.1:5000")
+
+
+def registry_credentials() -> Credentials:
+    path = state_dir() / "credentials.json"
+    if not path.exists():
+        raise InfraUnavailable(f"no registry credentials at {path}: run tests/infra/services.sh up")
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        raise InfraUnavailable(f"{path} has mode {mode:o}; expected 0600")
+    data = json.loads(path.read_text())
+    return Credentials(data["url"], data["username"], data["password"])
+
+
+def registry_up() -> bool:
+    """True when the registry answers on /v2/ (401 without credentials counts)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(f"http://{registry_url()}/v2/", timeout=5)
+        return True
+    except urllib.error.HTTPError as exc:
+        return exc.code in (401, 200)
+    except OSError:
+        return False
+
+
+def base_image(arch: str) -> SyntheticBase:
+    """The pushed synthetic base for arch ("amd64", "arm64" or "wrong-version")."""
+    path = state_dir() / f"base-{arch}.json"
+    if not path.exists():
+        raise InfraUnavailable(
+            f"no synthetic base {arch!r} ({path} missing): run tests/infra/build_base.sh "
+            + ("--wrong-version" if arch == "wrong-version" else f"--arch {arch}"))
+    return SyntheticBase(json.loads(path.read_text()))
+
+
+def docker_client(timeout: int = 300):
+    """docker-py client from the environment (DOCKER_HOST or the default socket); pinged."""
+    import docker
+
+    client = docker.from_env(timeout=timeout)
+    try:
+        client.ping()
+    except Exception:
+        client.close()
+        raise
+    return client
+
+
+def services(command: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run services.sh COMMAND (e.g. "registry-stop", "registry-start", "status")."""
+    return subprocess.run(["bash", str(SERVICES), command], capture_output=True, text=True, check=check)
+
+
+def docker_login(config_dir: Path, creds: Optional[Credentials] = None) -> subprocess.CompletedProcess:
+    """`docker --config CONFIG_DIR login` with the password on stdin; returns the result."""
+    creds = creds or registry_credentials()
+    return subprocess.run(["docker", "--config", str(config_dir), "login", creds.url, "-u", creds.username,
+                           "--password-stdin"], input=creds.password, capture_output=True, text=True,
+                          timeout=120)

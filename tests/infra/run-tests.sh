@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The whole test suite with its services (what `make test` runs after the venv):
+#   services.sh up  ->  synthetic bases (amd64 + wrong-version, arm64 in parallel)  ->  pytest
+# and services.sh down on exit (only what `up` started). Extra arguments go to pytest.
+#   INFRA_SKIP_BASES=1   do not build the bases (tests needing them skip, or fail when CI=true)
+#   INFRA_KEEP_UP=1      leave the services running afterwards
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+cd "$repo"
+PY="${PYTHON_VENV:-$repo/.venv/bin/python}"
+[[ -x "$PY" ]] || PY="$(command -v python3)"
+export INFRA_STATE_DIR="${INFRA_STATE_DIR:-/tmp/glm53-test-infra}"
+export INFRA_CACHE_DIR="${INFRA_CACHE_DIR:-$repo/.cache/infra}"
+logs="$INFRA_STATE_DIR/logs"
+SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO="sudo -E"
+
+t0=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
+
+cleanup() {
+  local rc=$?
+  if [[ "${INFRA_KEEP_UP:-0}" != "1" ]]; then
+    $SUDO bash "$here/services.sh" down || true
+  fi
+  exit $rc
+}
+trap cleanup EXIT
+
+$SUDO bash "$here/services.sh" up
+mkdir -p "$logs"
+
+if [[ "${INFRA_SKIP_BASES:-0}" != "1" ]]; then
+  echo "[run-tests] building synthetic bases (logs in $logs) ..."
+  # Base builds use the host's python3 (stdlib only; pip runs as `python3 -m pip`).
+  bp="$(command -v python3)"
+  ( "$bp" "$here/build_base.py" --arch amd64 && "$bp" "$here/build_base.py" --wrong-version ) \
+      >"$logs/base-amd64.log" 2>&1 & p_amd=$!
+  "$bp" "$here/build_base.py" --arch arm64 >"$logs/base-arm64.log" 2>&1 & p_arm=$!
+  rc_amd=0; rc_arm=0
+  wait $p_amd || rc_amd=$?
+  wait $p_arm || rc_arm=$?
+  for n in amd64 arm64; do
+    grep -E 'done in|up to date|gate \(' "$logs/base-$n.log" | sed "s/^/[run-tests] /" || true
+  done
+  if (( rc_amd != 0 || rc_arm != 0 )); then
+    (( rc_amd != 0 )) && { echo "[run-tests] amd64 / wrong-version base build failed:"; tail -n 40 "$logs/base-amd64.log"; }
+    (( rc_arm != 0 )) && { echo "[run-tests] arm64 base build failed:"; tail -n 40 "$logs/base-arm64.log"; }
+    exit 1
+  fi
+  echo "[run-tests] bases ready after $(elapsed)"
+fi
+
+rc=0
+"$PY" -m pytest tests "$@" || rc=$?
+echo "[run-tests] pytest exit $rc after $(elapsed)"
+exit $rc
