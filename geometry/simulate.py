@@ -312,10 +312,15 @@ def _model_dtype(cfg: Mapping[str, Any]) -> str:
     return d
 
 
+_TORCH_STORAGE = {"fp8": "uint8", "fp8_e4m3": "uint8", "fp8_e5m2": "uint8", "half": "float16"}
+
+
 def _kv_dtype_name(kv: str, model_dtype: str) -> str:
+    """The torch storage dtype vLLM uses for a cache-dtype string
+    (``STR_DTYPE_TO_TORCH_DTYPE``; "auto" is the model dtype)."""
     if kv not in _SUPPORTED_KV_DTYPES:
         raise BadInput(f"KV cache dtype {kv!r} not modelled (supported: {_SUPPORTED_KV_DTYPES})")
-    return model_dtype if kv == "auto" else kv
+    return model_dtype if kv == "auto" else _TORCH_STORAGE.get(kv, kv)
 
 
 def resolve_kv_dtypes(inputs: GeometryInputs, kind: str) -> tuple[str, str | None]:

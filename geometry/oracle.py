@@ -1,0 +1,530 @@
+"""Plan the KV-cache geometry with the *imported* vLLM (whatever ``vllm`` is on
+sys.path: the pristine 0.33.0 tree, the image's patched one, or a patched copy
+a test points PYTHONPATH at) and return it as a ``GeometryReport``.
+
+No GPU is needed.  What is real and what is a stand-in:
+
+* real vLLM code: the spec classes, every layer class's ``get_kv_cache_spec``
+  (KDA/GDN, MLA, sparse-indexer and kpool-tail caches, drafter ``Attention``),
+  the runner's ``get_kv_cache_spec`` (``vllm.v1.worker.gpu.attn_utils``, which
+  applies ``customize_attention_spec`` and tags draft layers),
+  ``Platform.update_block_size_for_backend`` (run on the base ``Platform``;
+  it resolves the model class through vLLM's ``ModelRegistry`` for the mamba
+  state shapes), ``Glm5NextModelConfig.verify_and_update_config``,
+  ``resolve_kv_cache_layout``, ``get_kv_cache_groups`` and
+  ``get_kv_cache_config_from_groups``; the backend classes' kernel block sizes,
+  layouts and ``customize_spec``.
+* stand-ins: ``VllmConfig`` is real, but its ``model_config`` is a small object
+  carrying the attributes those functions read (HF config, dtype,
+  ``use_mla``, ``get_num_kv_heads``, ``get_head_size``, ...) and
+  ``speculative_config`` carries ``method``/``num_speculative_tokens``/
+  ``kv_cache_dtype``/``attention_backend``; layers whose constructors build
+  CUDA kernels (MLA, KDA/GDN, ``Attention``) are created without their
+  constructors and given the attributes their ``get_kv_cache_spec`` reads; the
+  GLM indexer and kpool-tail caches are constructed normally.  The GPU's
+  capability family is reported by patching the platform's
+  ``get_device_capability`` for the duration of the call, and ``is_cuda`` only
+  around ``Glm5NextModelConfig``.
+* backend *choice* (needs libcuda in vLLM): the same table as the simulator
+  (geometry/backends.py), mapped to vLLM's classes here.
+* On a CPU box without torchvision, ``import vllm.models.glm5next`` fails in
+  its multimodal half; the oracle then loads the package's submodules without
+  running its ``__init__`` (the classes are unchanged).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import math
+import os
+import sys
+import types
+from dataclasses import replace as dc_replace
+from typing import Any
+
+try:
+    from . import simulate as S
+    from .inputs import GeometryInputs
+except ImportError:  # pragma: no cover - script mode
+    import simulate as S  # type: ignore[no-redef]
+    from inputs import GeometryInputs  # type: ignore[no-redef]
+
+_FAMILY_CAPABILITY = {90: (9, 0), 100: (10, 3), 120: (12, 0)}
+
+
+def _import_glm5next() -> None:
+    try:
+        importlib.import_module("vllm.models.glm5next")
+        return
+    except ImportError:
+        pass
+    import vllm.models  # noqa: F401
+
+    for k in [k for k in sys.modules if k.startswith("vllm.models.glm5next")]:
+        del sys.modules[k]
+    pkgdir = os.path.join(os.path.dirname(sys.modules["vllm.models"].__file__), "glm5next")
+    mod = types.ModuleType("vllm.models.glm5next")
+    mod.__path__ = [pkgdir]
+    mod.__package__ = "vllm.models.glm5next"
+    sys.modules["vllm.models.glm5next"] = mod
+
+
+@contextlib.contextmanager
+def _patched(obj: Any, name: str, value: Any):
+    had = name in vars(obj)
+    old = vars(obj).get(name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        if had:
+            setattr(obj, name, old)
+        else:
+            delattr(obj, name)
+
+
+@contextlib.contextmanager
+def _capability(family: int):
+    from vllm.platforms import current_platform
+    from vllm.platforms.interface import DeviceCapability
+
+    cap = DeviceCapability(*_FAMILY_CAPABILITY[family])
+    cls = type(current_platform)
+    with _patched(cls, "get_device_capability",
+                  classmethod(lambda c, device_id=0: cap)):
+        yield
+
+
+class _ModelConfig:
+    """Stand-in for vllm.config.ModelConfig with what the planning reads."""
+
+    def __init__(self, hf, arch: str, dtype, max_model_len: int, use_mla: bool,
+                 head_size: int, total_kv_heads: int):
+        self.hf_config = hf
+        self.hf_text_config = hf
+        self.architecture = arch
+        self.architectures = [arch]
+        self.dtype = dtype
+        self.max_model_len = max_model_len
+        self.use_mla = use_mla
+        self.is_hybrid = True
+        self.is_mm_prefix_lm = False
+        self.is_multimodal_model = False
+        self._head_size = head_size
+        self._total_kv = total_kv_heads
+        self.model = "glm53-geometry-oracle"
+
+    def get_head_size(self) -> int:
+        return self._head_size
+
+    def get_num_kv_heads(self, parallel_config) -> int:
+        if self.use_mla:
+            return 1
+        return max(1, self._total_kv // parallel_config.tensor_parallel_size)
+
+    def get_num_attention_heads(self, parallel_config) -> int:
+        return self.hf_text_config.num_attention_heads // parallel_config.tensor_parallel_size
+
+
+def _hf_config(kind: str, cfg: dict):
+    tc = S._text_config(cfg)
+    tc = {k: v for k, v in tc.items() if not k.startswith("_")}
+    try:
+        import transformers
+
+        if kind == "glm5next":
+            return transformers.Glm5NextTextConfig(**tc)
+        return transformers.Qwen3NextConfig(**tc)
+    except Exception:  # pragma: no cover - older transformers
+        return types.SimpleNamespace(**tc)
+
+
+class _Glm5NextStateShim:
+    """Only used when ``vllm.models.glm5next`` cannot be imported (CPU box
+    without torchvision): the two classmethods ``_align_hybrid_block_size``
+    calls, doing what ``Glm5NextForCausalLM``'s do (vllm/models/glm5next/
+    common/model.py) with vLLM's own calculators."""
+
+    @classmethod
+    def get_mamba_state_dtype_from_config(cls, vllm_config):
+        from vllm.model_executor.layers.mamba.mamba_utils import MambaStateDtypeCalculator
+
+        return MambaStateDtypeCalculator.kda_state_dtype(
+            vllm_config.model_config.dtype,
+            vllm_config.cache_config.mamba_cache_dtype,
+            vllm_config.cache_config.mamba_ssm_cache_dtype)
+
+    @classmethod
+    def get_mamba_state_shape_from_config(cls, vllm_config):
+        from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator
+
+        hf = vllm_config.model_config.hf_text_config
+        spec = vllm_config.speculative_config
+        return MambaStateShapeCalculator.kda_state_shape(
+            vllm_config.parallel_config.tensor_parallel_size, hf.linear_num_heads,
+            hf.linear_head_dim, conv_kernel_size=hf.linear_conv_kernel_dim,
+            num_spec=spec.num_speculative_tokens if spec else 0)
+
+
+@contextlib.contextmanager
+def _model_registry_fallback():
+    """Resolve model classes through vLLM's registry; fall back to the shim
+    only if the GLM package cannot be imported here."""
+    from vllm.model_executor.models import ModelRegistry
+
+    real = ModelRegistry.resolve_model_cls
+    used = []
+
+    def resolve(architecture, *a, **k):
+        try:
+            return real(architecture, *a, **k)
+        except Exception:
+            arch = architecture[0] if isinstance(architecture, list) else architecture
+            if arch != "Glm5NextForCausalLM":
+                raise
+            used.append(arch)
+            return _Glm5NextStateShim, arch
+
+    with _patched(ModelRegistry, "resolve_model_cls", resolve):
+        yield used
+
+
+def _new(cls, **attrs):
+    """An instance whose constructor (which builds CUDA kernels) is skipped."""
+    import torch.nn as nn
+
+    obj = cls.__new__(cls)
+    if isinstance(obj, nn.Module):
+        nn.Module.__init__(obj)
+    for k, v in attrs.items():
+        object.__setattr__(obj, k, v)
+    return obj
+
+
+def _backend_classes(family: int):
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+    from vllm.v1.attention.backends.mla import flashinfer_mla_sparse as fims
+    from vllm.v1.attention.backends.mla.flashinfer_mla_sparse_sm90 import (
+        FlashInferMLASparseSM90Backend,
+    )
+
+    mla = {100: fims.FlashInferMLASparseTRTLLMBackend,
+           120: fims.FlashInferMLASparseSM120Backend,
+           90: FlashInferMLASparseSM90Backend}.get(family)
+    return mla, FlashAttentionBackend
+
+
+def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
+    import torch
+    from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
+    from vllm.model_executor.layers.attention.attention import Attention
+    from vllm.model_executor.layers.attention.mla_attention import MLAAttention
+    from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
+    from vllm.v1.attention.backend import AttentionType
+
+    kind = S.model_kind(inputs.target_config)
+    tc = S._text_config(inputs.target_config)
+    tp = inputs.tensor_parallel_size
+    hf = _hf_config(kind, dict(inputs.target_config))
+    dtype = getattr(torch, S._model_dtype(inputs.target_config))
+    max_len = inputs.max_model_len or int(tc.get("max_position_embeddings") or 1)
+    if kind == "glm5next":
+        head_size = hf.kv_lora_rank + hf.qk_rope_head_dim
+        mc = _ModelConfig(hf, "Glm5NextForCausalLM", dtype, max_len, True, head_size, 1)
+    else:
+        hd = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+        mc = _ModelConfig(hf, "Qwen3NextForCausalLM", dtype, max_len, False, hd,
+                          hf.num_key_value_heads)
+
+    cfg = VllmConfig(device_config=DeviceConfig(device="cpu"))
+    cfg.model_config = mc
+    cfg.parallel_config.tensor_parallel_size = tp
+    cfg.scheduler_config.disable_hybrid_kv_cache_manager = False
+    cache = cfg.cache_config
+    cache.cache_dtype = inputs.kv_cache_dtype
+    if inputs.block_size is not None:
+        cache.block_size = inputs.block_size
+        cache.user_specified_block_size = True
+    else:
+        cache.block_size = S.DEFAULT_BLOCK_SIZE
+        cache.user_specified_block_size = False
+    cache.mamba_cache_mode = inputs.mamba_cache_mode
+    cache.mamba_block_size = max_len
+    drafter = inputs.drafter_config if with_drafter else None
+    spec_cfg = None
+    if num_spec or drafter is not None:
+        spec_cfg = types.SimpleNamespace(
+            method="dflash", num_speculative_tokens=num_spec,
+            kv_cache_dtype=inputs.drafter_kv_cache_dtype if drafter is not None else None,
+            attention_backend=inputs.drafter_attention_backend, draft_model_config=None)
+    cfg.speculative_config = spec_cfg
+
+    if kind == "glm5next":
+        from vllm.model_executor.models.config import Glm5NextModelConfig
+        from vllm.platforms import current_platform
+
+        with _patched(type(current_platform), "is_cuda", lambda self: True):
+            Glm5NextModelConfig.verify_and_update_config(cfg)
+
+    ctx = cfg.compilation_config.static_forward_context
+    ctx.clear()
+    mla_cls, fa_cls = _backend_classes(inputs.capability_family)
+    model_kv = cache.cache_dtype
+    layer_types = list(getattr(hf, "layer_types", None) or [])
+
+    with set_current_vllm_config(cfg):
+        if kind == "glm5next":
+            _import_glm5next()
+            from vllm.models.glm5next.common.attention import (
+                Glm5NextIndexerCache,
+                Glm5NextTailCache,
+            )
+            from vllm.models.glm5next.common.kda import Glm5NextLinearAttention
+
+            if mla_cls is None:
+                raise ValueError(f"no sparse MLA backend for family {inputs.capability_family}")
+            idx_hd = hf.index_head_dim
+            for i in range(hf.num_hidden_layers):
+                p = f"model.layers.{i}.self_attn"
+                lt = layer_types[i]
+                if lt == "linear_attention":
+                    ctx[p] = _new(
+                        Glm5NextLinearAttention, prefix=p, tp_size=tp,
+                        num_heads=hf.linear_num_heads, head_dim=hf.linear_head_dim,
+                        conv_size=hf.linear_conv_kernel_dim, num_spec=num_spec,
+                        model_config=mc, cache_config=cache, vllm_config=cfg,
+                        kda_prefill_backend="triton", _checkpoint_alignment=None)
+                    continue
+                Glm5NextIndexerCache(head_dim=idx_hd + idx_hd // 128 * 4, dtype=torch.uint8,
+                                     prefix=p + ".indexer.k_cache", cache_config=cache,
+                                     index_kpool=hf.index_kpool)
+                Glm5NextTailCache(head_dim=idx_hd, dtype=torch.bfloat16,
+                                  prefix=p + ".indexer.tail_cache", cache_config=cache,
+                                  index_kpool=hf.index_kpool)
+                ctx[p + ".mla_attn"] = _new(
+                    MLAAttention, layer_name=p + ".mla_attn", kv_cache_dtype=model_kv,
+                    head_size=hf.kv_lora_rank + hf.qk_rope_head_dim, sliding_window=None,
+                    topk_buffer_width=None, indexer=object(),
+                    non_causal_multi_token_decode=False, attn_backend=mla_cls,
+                    kv_sharing_target_layer_name=None)
+        else:
+            from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import (
+                QwenGatedDeltaNetAttention,
+            )
+
+            if not layer_types:
+                interval = getattr(hf, "full_attention_interval", 4)
+                layer_types = ["linear_attention" if (i + 1) % interval else "full_attention"
+                               for i in range(hf.num_hidden_layers)]
+            hd = mc.get_head_size()
+            for i in range(hf.num_hidden_layers):
+                p = f"model.layers.{i}"
+                if layer_types[i] == "linear_attention":
+                    ctx[p + ".linear_attn"] = _new(
+                        QwenGatedDeltaNetAttention, prefix=p + ".linear_attn", tp_size=tp,
+                        num_k_heads=hf.linear_num_key_heads,
+                        num_v_heads=hf.linear_num_value_heads,
+                        head_k_dim=hf.linear_key_head_dim, head_v_dim=hf.linear_value_head_dim,
+                        conv_kernel_size=hf.linear_conv_kernel_dim, num_spec=num_spec,
+                        model_config=mc, cache_config=cache, vllm_config=cfg,
+                        _checkpoint_alignment=None)
+                else:
+                    ctx[p + ".self_attn.attn"] = _attention(
+                        Attention, AttentionType, fa_cls, p + ".self_attn.attn",
+                        mc.get_num_kv_heads(cfg.parallel_config), hd, model_kv,
+                        kv_cache_dtype_str_to_dtype(model_kv, mc), None, False)
+
+        if drafter is not None:
+            d_kv_str = cfg.speculative_config.kv_cache_dtype or model_kv
+            dc = drafter
+            heads = dc["num_attention_heads"]
+            total_kv = dc.get("num_key_value_heads") or heads
+            hd = dc.get("head_dim") or dc["hidden_size"] // heads
+            for i in range(dc["num_hidden_layers"]):
+                window = S._drafter_layer_attention(dc, i)
+                name = f"drafter.model.layers.{i}.self_attn.attn"
+                ctx[name] = _attention(
+                    Attention, AttentionType, fa_cls, name, max(1, total_kv // tp), hd,
+                    d_kv_str, kv_cache_dtype_str_to_dtype(d_kv_str, mc), window, True)
+    return cfg, kind
+
+
+def _attention(Attention, AttentionType, backend, name, kv_heads, head_size, kv_str,
+               kv_dtype, window, is_draft):
+    return _new(Attention, layer_name=name, attn_type=AttentionType.DECODER,
+                kv_cache_dtype=kv_str, kv_cache_torch_dtype=kv_dtype,
+                sliding_window=window, attn_backend=backend, num_kv_heads=kv_heads,
+                head_size=head_size, head_size_v=head_size,
+                kv_sharing_target_layer_name=None, is_draft_layer=is_draft)
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> S.Plan:
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
+    from vllm.platforms.interface import Platform
+    from vllm.v1.attention.backends.utils import (
+        get_supported_kv_cache_layouts,
+        resolve_kv_cache_layout,
+    )
+    from vllm.v1.core import kv_cache_planning as P
+    from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
+    from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
+
+    with _capability(inputs.capability_family):
+        try:
+            cfg, kind = _build(inputs, with_drafter, num_spec)
+        except (AssertionError, ValueError, NotImplementedError) as exc:
+            return S.Plan(None, None, None, None, (), (), None, None, None, None, error=_error(exc))
+        cache = cfg.cache_config
+        rows: tuple = ()
+        try:
+            with _model_registry_fallback():
+                Platform.update_block_size_for_backend(cfg)
+            with set_current_vllm_config(cfg):
+                specs = get_kv_cache_spec(cfg)
+                backends = get_current_attn_backends(cfg)
+                names = [l.name for l in get_supported_kv_cache_layouts(backends)]
+                cache.kv_cache_layout = None
+                layout = resolve_kv_cache_layout(cfg, [names], specs.values())
+                owners = {n: ("drafter" if n.startswith("drafter.") else "target") for n in specs}
+                groups = P.get_kv_cache_groups(cfg, dict(specs))
+                final = {}
+                for g in groups:
+                    gs = g.kv_cache_spec
+                    for n in g.layer_names:
+                        final[n] = (gs.kv_cache_specs[n]
+                                    if isinstance(gs, UniformTypeKVCacheSpecs) else gs)
+                rows = _rows(final, owners, specs)
+                kvc = P.get_kv_cache_config_from_groups(cfg, groups, inputs.kv_cache_memory_bytes)
+                bpb = P._get_kv_cache_bytes_per_block(groups, layout)
+            t_rows = [r for r in rows if r.owner == "target" and r.role in ("mla_latent", "attention")]
+            grows = []
+            for i, g in enumerate(groups):
+                gs = g.kv_cache_spec
+                layer_specs = [final[n] for n in g.layer_names]
+                grows.append(S.GroupRow(
+                    i, type(layer_specs[0]).__name__,
+                    tuple(sorted({_role(n, final[n]) for n in g.layer_names})),
+                    tuple(g.layer_names), layer_specs[0].block_size,
+                    sum(s.page_size_bytes for s in layer_specs),
+                    any(s.is_draft for s in layer_specs)))
+            return S.Plan(
+                cache.block_size, cache.mamba_page_size_padded, layout.name,
+                _path(kind, groups, specs, layout), rows, tuple(grows), bpb,
+                kvc.num_blocks, kvc.num_blocks * t_rows[0].block_size,
+                t_rows[0].real_page_bytes)
+        except (AssertionError, ValueError, NotImplementedError) as exc:
+            return S.Plan(cache.block_size, cache.mamba_page_size_padded, None, None, rows,
+                          (), None, None, None, None, error=_error(exc))
+
+
+def _path(kind, groups, specs, layout) -> str:
+    from vllm.v1.core import kv_cache_planning as P
+    from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
+
+    if P.is_kv_cache_spec_uniform(specs):
+        return "uniform"
+    if UniformTypeKVCacheSpecs.from_specs(specs) is not None:
+        return "uniform_type"
+    if layout.is_block_outermost and len({s.page_size_bytes for s in specs.values()}) > 1:
+        return "packed"
+    return "unified"
+
+
+def _role(name: str, spec) -> str:
+    from vllm.v1.kv_cache_interface import (
+        CircularBufferSpec,
+        MambaSpec,
+        MLAAttentionSpec,
+        SlidingWindowSpec,
+    )
+
+    if isinstance(spec, MambaSpec):
+        return "kda" if name.endswith(".self_attn") else "gdn"
+    if isinstance(spec, CircularBufferSpec):
+        return "kpool_tail"
+    if isinstance(spec, MLAAttentionSpec):
+        return "sparse_indexer" if spec.cache_role.value == "indexer" else "mla_latent"
+    if isinstance(spec, SlidingWindowSpec):
+        return "sliding_window"
+    return "attention"
+
+
+def _rows(final: dict, owners: dict, order: dict) -> tuple:
+    from vllm.utils.torch_utils import get_dtype_size
+    from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
+
+    rows = []
+    for name in order:  # vLLM's layer order
+        s = final[name]
+        if isinstance(s, MambaSpec):
+            dtype = "/".join(str(d).replace("torch.", "") for d in s.dtypes)
+            rows.append(S.LayerRow(name, owners[name], _role(name, s), type(s).__name__,
+                                   s.block_size, 0, 0, dtype, 0, s.real_page_size_bytes,
+                                   s.page_size_bytes, s.page_size_bytes != s.real_page_size_bytes,
+                                   s.get_block_stride_alignment()))
+            continue
+        assert isinstance(s, AttentionSpec)
+        tps = int(s.tokens_per_state) if s.tokens_per_state > 0 else 1
+        bpt = s.num_heads * s.state_content_size_bytes // tps
+        rows.append(S.LayerRow(
+            name, owners[name], _role(name, s), type(s).__name__, s.block_size,
+            s.num_kv_heads, s.head_size, str(s.dtype).replace("torch.", ""), bpt,
+            s.real_page_size_bytes, s.page_size_bytes,
+            s.page_size_bytes != s.real_page_size_bytes, s.get_block_stride_alignment()))
+    return tuple(rows)
+
+
+def plan_with_vllm(inputs: GeometryInputs) -> S.GeometryReport:
+    """The geometry the imported vLLM builds for ``inputs`` (its own
+    behaviour: ``inputs.vllm_behaviour`` is ignored here)."""
+    with_d = _plan(inputs, inputs.has_drafter, inputs.num_speculative_tokens)
+    if inputs.has_drafter:
+        without = _plan(inputs, False, 0)
+        same = _plan(inputs, False, inputs.num_speculative_tokens)
+    else:
+        without = same = with_d
+    sim = S.simulate(inputs)  # descriptive fields (backend names, dtypes) only
+    return dc_replace(sim, with_drafter=with_d, without_drafter=without,
+                      target_only_same_spec=same, notes=("planned by the imported vLLM",))
+
+
+_COMPARED_LAYER_FIELDS = ("name", "owner", "role", "spec_class", "block_size", "num_kv_heads",
+                          "head_size", "dtype", "bytes_per_token", "real_page_bytes",
+                          "page_bytes", "padded", "block_stride_alignment")
+_COMPARED_PLAN_FIELDS = ("block_size", "mamba_page_size_padded", "layout", "grouping_path",
+                         "bytes_per_block", "num_blocks", "tokens_fit", "target_attention_page")
+
+
+def compare_reports(sim: S.GeometryReport, vllm: S.GeometryReport) -> tuple[str, ...]:
+    """Field-by-field differences (empty when they agree)."""
+    diffs: list[str] = []
+    for label in ("with_drafter", "without_drafter", "target_only_same_spec"):
+        a, b = getattr(sim, label), getattr(vllm, label)
+        ea = a.error.split(":")[0] if a.error else None
+        eb = b.error.split(":")[0] if b.error else None
+        if ea != eb:
+            diffs.append(f"{label}: error simulator={a.error!r} vllm={b.error!r}")
+            continue
+        if ea:
+            continue
+        for f in _COMPARED_PLAN_FIELDS:
+            if getattr(a, f) != getattr(b, f):
+                diffs.append(f"{label}.{f}: simulator={getattr(a, f)!r} vllm={getattr(b, f)!r}")
+        if len(a.layers) != len(b.layers):
+            diffs.append(f"{label}: {len(a.layers)} layers vs {len(b.layers)}")
+        for ra, rb in zip(a.layers, b.layers):
+            for f in _COMPARED_LAYER_FIELDS:
+                if getattr(ra, f) != getattr(rb, f):
+                    diffs.append(f"{label}.layer[{ra.name}].{f}: simulator={getattr(ra, f)!r} "
+                                 f"vllm={getattr(rb, f)!r}")
+        ga = [(g.spec_class, g.roles, g.layer_names, g.block_size, g.bytes, g.is_draft) for g in a.groups]
+        gb = [(g.spec_class, g.roles, g.layer_names, g.block_size, g.bytes, g.is_draft) for g in b.groups]
+        if ga != gb:
+            diffs.append(f"{label}.groups: simulator={ga} vllm={gb}")
+    return tuple(diffs)
