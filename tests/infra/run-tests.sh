@@ -32,8 +32,8 @@ mkdir -p "$logs"
 
 if [[ "${INFRA_SKIP_BASES:-0}" != "1" ]]; then
   echo "[run-tests] building synthetic bases (logs in $logs) ..."
-  # Base builds use the host's python3 (stdlib only; pip runs as `python3 -m pip`).
-  bp="$(command -v python3)"
+  # build_base.py is stdlib only; it runs pip as `$PY -m pip` (the venv has a pip).
+  bp="$PY"
   ( "$bp" "$here/build_base.py" --arch amd64 && "$bp" "$here/build_base.py" --wrong-version ) \
       >"$logs/base-amd64.log" 2>&1 & p_amd=$!
   "$bp" "$here/build_base.py" --arch arm64 >"$logs/base-arm64.log" 2>&1 & p_arm=$!
