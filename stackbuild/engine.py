@@ -25,7 +25,7 @@ import json
 import os
 import re
 import tarfile
-import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional
 
@@ -71,6 +71,40 @@ _TRANSIENT_PATTERNS = re.compile(
 )
 
 
+class PullError(StackBuildError):
+    """The registry refused a pull for a reason retrying cannot fix (unknown manifest, denied).
+
+    Belongs in stackbuild/errors.py beside PushError; kept here until it moves.
+    """
+
+    exit_code = 9
+
+
+class EngineError(StackBuildError):
+    """The engine refused a request the driver did not expect to fail."""
+
+    exit_code = 3
+
+
+@contextmanager
+def engine_errors(what: str) -> Iterator[None]:
+    """Turn the engine vanishing or refusing mid-run into one-line errors, not tracebacks."""
+    try:
+        yield
+    except StackBuildError:
+        raise
+    except requests.exceptions.ConnectionError as exc:
+        raise EngineUnavailable(f"{what}: the Docker engine stopped answering ({_one_line(exc)})") from None
+    except docker.errors.APIError as exc:
+        raise EngineError(f"{what}: the Docker engine refused: {_one_line(_api_error_text(exc))}") from None
+    except docker.errors.DockerException as exc:
+        raise EngineError(f"{what}: {_one_line(exc)}") from None
+
+
+def _one_line(value: object) -> str:
+    return re.sub(r"\s+", " ", str(value)).strip()[:400]
+
+
 class RegistryTransient(StackBuildError):
     """A registry error worth retrying (network, 5xx, 429); becomes RegistryUnavailable."""
 
@@ -79,17 +113,21 @@ class RegistryTransient(StackBuildError):
         self.reason = reason
 
 
-def classify_registry_error(what: str, message: str, registry: str = "") -> StackBuildError:
-    """Map a registry error message to the exception the caller raises (or retries)."""
+def classify_registry_error(what: str, message: str, registry: str = "", final: type = PushError) -> StackBuildError:
+    """Map a registry error message to the exception the caller raises (or retries).
+
+    ``final`` is the class of what cannot succeed (PushError for a push,
+    PullError for a pull, LockError for a digest look-up).
+    """
     text = message.strip()
     if _AUTH_PATTERNS.search(text):
         login = f"docker login {registry}" if registry and registry != "docker.io" else "docker login"
         return RegistryAuthError(f"{what}: the registry refused the credentials from the Docker config ({text}); run `{login}`")
     if _FINAL_PATTERNS.search(text):
-        return PushError(f"{what}: {text}")
+        return final(f"{what}: {text}")
     if _TRANSIENT_PATTERNS.search(text):
         return RegistryTransient(what, text)
-    return PushError(f"{what}: {text}")
+    return final(f"{what}: {text}")
 
 
 def registry_retry(what: str, on_retry: Optional[EventSink] = None) -> tenacity.Retrying:
@@ -204,14 +242,10 @@ class DockerEngine:
             try:
                 return self.api.inspect_distribution(reference)
             except docker.errors.APIError as exc:
-                raise classify_registry_error(what, _api_error_text(exc), registry) from None
-            except requests.exceptions.ConnectionError as exc:
-                raise EngineUnavailable(f"the Docker engine went away during {what}: {exc}") from None
+                raise classify_registry_error(what, _api_error_text(exc), registry, LockError) from None
 
-        try:
+        with engine_errors(what):
             data = registry_retry(what)(ask)
-        except PushError as exc:  # "final" errors of a look-up are about the lock, not a push
-            raise LockError(exc.message) from None
         digest = data.get("Descriptor", {}).get("digest", "")
         offered = []
         for p in data.get("Platforms") or []:
@@ -231,19 +265,18 @@ class DockerEngine:
 
         def attempt() -> None:
             try:
-                stream = self.api.pull(repo, tag=digest or tag or "latest", stream=True, decode=True, platform=platform)
-                for message in stream:
+                for message in self.api.pull(repo, tag=digest or tag or "latest", stream=True, decode=True, platform=platform):
                     error = _stream_error(message)
                     if error:
-                        raise classify_registry_error(what, error, registry)
+                        raise classify_registry_error(what, error, registry, PullError)
                     on_event(message)
             except docker.errors.APIError as exc:
-                raise classify_registry_error(what, _api_error_text(exc), registry) from None
+                raise classify_registry_error(what, _api_error_text(exc), registry, PullError) from None
 
         registry_retry(what, on_retry)(attempt)
         pulled = self.inspect_image(f"{repo}@{digest}" if digest else f"{repo}:{tag or 'latest'}")
         if pulled is None:
-            raise PushError(f"{what}: the engine reported success but the image is not there")
+            raise PullError(f"{what}: the engine reported success but the image is not there")
         return pulled
 
     # ------------------------------------------------------------------ build

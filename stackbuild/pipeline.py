@@ -92,7 +92,8 @@ def read_geometry_report(engine: engine_mod.DockerEngine, image_id: str, plan: B
 def run_build(plan: BuildPlan, *, push: bool = False, report_path: Optional[Path] = None, json_progress: bool = False) -> dict:
     progress = Progress(json_lines=json_progress)
     try:
-        return _build(plan, progress, push=push, report_path=report_path)
+        with engine_mod.engine_errors(f"build {plan.recipe.name}"):
+            return _build(plan, progress, push=push, report_path=report_path)
     except StackBuildError as exc:
         progress.failure(exc)
         raise
@@ -130,7 +131,8 @@ def run_push(plan: BuildPlan, *, json_progress: bool = False, report_path: Optio
     """Push the local image the plan's tags name; update the build report if it describes that image."""
     progress = Progress(json_lines=json_progress)
     try:
-        return _push(plan, progress, report_path)
+        with engine_mod.engine_errors(f"push {plan.image.repository}"):
+            return _push(plan, progress, report_path)
     except StackBuildError as exc:
         progress.failure(exc)
         raise

@@ -46,6 +46,11 @@ def label_mismatches(expected: dict, actual: dict) -> list[str]:
 
 
 def verify_image(image: str, recipe: Recipe, *, json_progress: bool = False, engine: Optional[engine_mod.DockerEngine] = None) -> dict:
+    with engine_mod.engine_errors(f"verify {image}"):
+        return _verify(image, recipe, json_progress, engine)
+
+
+def _verify(image: str, recipe: Recipe, json_progress: bool, engine: Optional[engine_mod.DockerEngine]) -> dict:
     repository, _tag, digest = engine_mod.split_reference(image)
     if not digest or not DIGEST_RE.match(digest):
         raise VerifyError(f"{image}: give the image by digest (REPOSITORY@sha256:...), as the build report's pushed_reference")

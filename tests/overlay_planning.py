@@ -84,18 +84,15 @@ def _plan(params: dict) -> dict:
         MambaStateDtypeCalculator,
         MambaStateShapeCalculator,
     )
-    from vllm.utils.math_utils import cdiv, next_power_of_2
+    from vllm.utils.math_utils import cdiv
     from vllm.v1.attention.backend import AttentionType
     from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
     from vllm.v1.engine.core import EngineCore
     from vllm.v1.kv_cache_interface import (
-        CircularBufferSpec,
         MambaSpec,
         MLAAttentionSpec,
-        SparseCacheRole,
         get_kv_quant_mode,
     )
-    from vllm.v1.worker.utils import customize_attention_spec
 
     p = dict(DEFAULTS, **params)
     # num_spec sizes the target's own state (KDA conv, kpool tail ring) with or
@@ -167,70 +164,117 @@ def _plan(params: dict) -> dict:
         block * mla_bpt if block * mla_bpt != mamba_page else None
     )
 
-    # --- per-rank layer specs ---
-    specs: dict = {}
-    for i in range(p["num_hidden_layers"]):
-        pre = f"model.layers.{i}"
-        if i not in p["mla_layer_ids"]:
-            specs[f"{pre}.self_attn"] = MambaSpec(
-                shapes=tuple(kda_shapes),
-                dtypes=kda_dtypes,
-                block_size=block,
-                page_size_padded=cache_config.mamba_page_size_padded,
-                num_speculative_blocks=num_spec,
-            )
-            continue
-        specs[f"{pre}.self_attn.attn"] = MLAAttentionSpec(
-            block_size=block,
-            num_kv_heads=1,
-            max_tp_shards=1,
-            head_size=p["kv_lora_rank"] + p["qk_rope_head_dim"],
-            dtype=torch.uint8 if p["kv_cache_dtype"].startswith("fp8") else torch.bfloat16,
-            cache_dtype_str=p["kv_cache_dtype"],
-            kv_quant_mode=get_kv_quant_mode(p["kv_cache_dtype"]),
-            is_index_group_leader=True,
-        )
-        specs[f"{pre}.self_attn.indexer.k_cache"] = MLAAttentionSpec(
-            block_size=block,
-            num_kv_heads=1,
-            max_tp_shards=1,
-            head_size=p["index_head_dim"] + p["index_head_dim"] // 128 * 4,
-            dtype=torch.uint8,
-            cache_role=SparseCacheRole.INDEXER,
-            tokens_per_state=p["index_kpool"],
-        )
-        kpool = p["index_kpool"]
-        ring = kpool * next_power_of_2(cdiv(kpool + num_spec, kpool))
-        specs[f"{pre}.self_attn.indexer.tail_cache"] = CircularBufferSpec(
-            block_size=ring,
-            num_kv_heads=2,
-            head_size=p["index_head_dim"],
-            head_size_v=0,
-            dtype=torch.bfloat16,
-            dcp_sharded=False,
-        )
+    # --- per-rank layer specs, collected by the V2 runner's own function ---
+    from dataclasses import replace
 
-    if p["with_drafter"]:
-        dtp = max(1, p["draft_num_kv_heads"] // tp)
-        for j in range(p["draft_num_layers"]):
-            layer = object.__new__(Attention)
-            torch.nn.Module.__init__(layer)
-            layer.attn_type = AttentionType.DECODER
-            layer.kv_cache_dtype = p["draft_kv_dtype"]
-            layer.kv_cache_torch_dtype = (
-                torch.bfloat16 if p["draft_kv_dtype"] == "auto" else torch.uint8
-            )
-            layer.sliding_window = p["draft_sliding_window"]
-            layer.attn_backend = FlashAttentionBackend
-            layer.num_kv_heads = dtp
-            layer.head_size = layer.head_size_v = p["draft_head_dim"]
-            spec = layer.get_kv_cache_spec(vllm_config)
-            spec = customize_attention_spec(FlashAttentionBackend, spec)
-            from dataclasses import replace
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.layers.attention.mla_attention import MLAAttention
+    from vllm.utils.math_utils import next_power_of_2
+    from vllm.v1.attention.backends.mla.indexer import (
+        Glm5NextIndexerBackend,
+        KpoolTailBackend,
+    )
+    from vllm.v1.kv_cache_interface import CircularBufferSpec, SparseCacheRole
+    from vllm.v1.worker.utils import customize_attention_spec
+    from vllm.v1.attention.backends.mla.flashinfer_mla_sparse import (
+        FlashInferMLASparseTRTLLMBackend,
+    )
+    from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
 
-            specs[f"draft_model.model.layers.{j}.self_attn.attn"] = replace(
-                spec, is_draft=True
+    def bare(cls, **attrs):
+        """A layer whose CUDA-building constructor is skipped; only the
+        attributes its get_kv_cache_spec / get_attn_backend read are set."""
+        layer = object.__new__(cls)
+        torch.nn.Module.__init__(layer)
+        for k, v in attrs.items():
+            setattr(layer, k, v)
+        return layer
+
+    forward_context = vllm_config.compilation_config.static_forward_context
+    kv_dtype = p["kv_cache_dtype"]
+    order: list = []
+    mamba_specs: dict = {}  # specs not collected from layer objects
+    with set_current_vllm_config(vllm_config):
+        for i in range(p["num_hidden_layers"]):
+            pre = f"model.layers.{i}"
+            if i not in p["mla_layer_ids"]:
+                mamba_specs[f"{pre}.self_attn"] = MambaSpec(
+                    shapes=tuple(kda_shapes),
+                    dtypes=kda_dtypes,
+                    block_size=cache_config.mamba_block_size,
+                    page_size_padded=cache_config.mamba_page_size_padded,
+                    num_speculative_blocks=num_spec,
+                )
+                order.append(f"{pre}.self_attn")
+                continue
+            forward_context[f"{pre}.self_attn.attn"] = bare(
+                MLAAttention,
+                kv_cache_dtype=kv_dtype,
+                head_size=p["kv_lora_rank"] + p["qk_rope_head_dim"],
+                sliding_window=None,
+                topk_buffer_width=p.get("index_topk", 2048),
+                indexer=object(),
+                non_causal_multi_token_decode=False,
+                attn_backend=FlashInferMLASparseTRTLLMBackend,
+                is_draft_layer=False,
             )
+            # Glm5NextIndexerCache / Glm5NextTailCache.get_kv_cache_spec (their
+            # module imports the multimodal model, which needs torchvision),
+            # customised by their backends as the runner does.
+            kpool = p["index_kpool"]
+            mamba_specs[f"{pre}.self_attn.indexer.k_cache"] = customize_attention_spec(
+                Glm5NextIndexerBackend,
+                MLAAttentionSpec(
+                    block_size=cache_config.block_size,
+                    num_kv_heads=1,
+                    max_tp_shards=1,
+                    head_size=p["index_head_dim"] + p["index_head_dim"] // 128 * 4,
+                    dtype=torch.uint8,
+                    cache_role=SparseCacheRole.INDEXER,
+                    tokens_per_state=kpool,
+                ),
+            )
+            ring = kpool * next_power_of_2(cdiv(kpool + num_spec, kpool))
+            mamba_specs[f"{pre}.self_attn.indexer.tail_cache"] = customize_attention_spec(
+                KpoolTailBackend,
+                CircularBufferSpec(
+                    block_size=ring,
+                    num_kv_heads=2,
+                    head_size=p["index_head_dim"],
+                    head_size_v=0,
+                    dtype=torch.bfloat16,
+                    dcp_sharded=False,
+                ),
+            )
+            order += [
+                f"{pre}.self_attn.attn",
+                f"{pre}.self_attn.indexer.k_cache",
+                f"{pre}.self_attn.indexer.tail_cache",
+            ]
+        if p["with_drafter"]:
+            dtp = max(1, p["draft_num_kv_heads"] // tp)
+            for j in range(p["draft_num_layers"]):
+                name = f"draft_model.model.layers.{j}.self_attn.attn"
+                forward_context[name] = bare(
+                    Attention,
+                    attn_type=AttentionType.DECODER,
+                    kv_cache_dtype=p["draft_kv_dtype"],
+                    kv_cache_torch_dtype=(
+                        torch.bfloat16 if p["draft_kv_dtype"] == "auto" else torch.uint8
+                    ),
+                    sliding_window=p["draft_sliding_window"],
+                    attn_backend=FlashAttentionBackend,
+                    num_kv_heads=dtp,
+                    head_size=p["draft_head_dim"],
+                    head_size_v=p["draft_head_dim"],
+                    kv_sharing_target_layer_name=None,
+                    # Set by the speculator once the drafter is loaded.
+                    is_draft_layer=True,
+                )
+                order.append(name)
+        collected = get_kv_cache_spec(vllm_config)
+    collected.update(mamba_specs)
+    specs = {name: collected[name] for name in order}
 
     # --- run EngineCore._initialize_kv_caches with a stand-in executor ---
     available = int(p["kv_memory_gib"] * GIB)
