@@ -145,7 +145,7 @@ def test_no_daemon_from_the_cli_is_exit_3_without_traceback(tmp_path):
 def test_build_with_no_daemon_is_exit_3_and_tags_nothing(tmp_path):
     from stack_e2e import cli, recipe_copy
 
-    recipe = recipe_copy(tmp_path, "b200-amd64", base="127.0.0.1:5000/synthetic/vllm-openai", tag="v0.33.0-amd64",
+    recipe = recipe_copy(tmp_path, "b200-amd64", base="127.0.0.1:5000/vllm/vllm-openai", tag="v0.33.0-amd64",
                          digest="sha256:" + "ab" * 32)
     run = cli("build", "--recipe", str(recipe), "--push", "--json", env={"DOCKER_HOST": f"unix://{tmp_path}/dead.sock"})
     assert run.returncode == 3, run.stderr
