@@ -114,6 +114,10 @@ class _ModelConfig:
         self._head_size = head_size
         self._total_kv = total_kv_heads
         self.model = "glm53-geometry-oracle"
+        self.rswa_window = None
+        self.model_impl = "auto"
+        self.runner_type = "generate"
+        self.convert_type = "none"
 
     def get_head_size(self) -> int:
         return self._head_size
@@ -412,7 +416,8 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> S.Plan:
                     tuple(sorted({_role(n, final[n]) for n in g.layer_names})),
                     tuple(g.layer_names), layer_specs[0].block_size,
                     sum(s.page_size_bytes for s in layer_specs),
-                    any(s.is_draft for s in layer_specs)))
+                    (any(s.is_draft for s in layer_specs)
+                     if isinstance(gs, UniformTypeKVCacheSpecs) else gs.is_draft)))
             return S.Plan(
                 cache.block_size, cache.mamba_page_size_padded, layout.name,
                 _path(kind, groups, specs, layout), rows, tuple(grows), bpb,

@@ -511,6 +511,8 @@ class _Model:
             heads = int(_req(tc, "num_attention_heads"))
             kvh = int(tc.get("num_key_value_heads", heads))
             self.head_size = int(tc.get("head_dim") or int(_req(tc, "hidden_size")) // heads)
+            if self.head_size == 256:
+                raise BadInput("FLASH_ATTN with head size 256 (FA4 hd256 pages) is not modelled")
             if kvh >= tp:
                 if kvh % tp:
                     raise SimulatedError("AssertionError", "num_key_value_heads not divisible by TP")
@@ -544,6 +546,8 @@ class _Model:
             d_heads = int(_req(dc, "num_attention_heads"))
             d_kv = int(dc.get("num_key_value_heads", d_heads) or d_heads)
             d_hd = int(dc.get("head_dim") or int(_req(dc, "hidden_size")) // d_heads)
+            if d_hd == 256:
+                raise BadInput("FLASH_ATTN with head size 256 (FA4 hd256 pages) is not modelled")
             if d_kv >= tp:
                 if d_kv % tp:
                     raise SimulatedError("AssertionError", "drafter KV heads not divisible by TP")
@@ -913,7 +917,7 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list
             GroupRow(i, gs[0].vllm_class,
                      tuple(sorted({_role(model, n) for n in names})), tuple(names),
                      gs[0].block_size, sum(s.page_size_bytes for s in gs),
-                     any(s.is_draft for s in gs))
+                     _group_is_draft(path, gs))
             for i, (names, gs) in enumerate(groups))
         return model, Plan(cache.block_size, cache.mamba_page_size_padded, layout, path, rows,
                            grows, bpb, num_blocks, num_blocks * t_block,
@@ -922,6 +926,18 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list
         return model, Plan(cache.block_size if cache else None,
                            cache.mamba_page_size_padded if cache else None,
                            None, None, rows, (), None, None, None, None, error=str(exc))
+
+
+def _group_is_draft(path: str, specs: list[Spec]) -> bool:
+    """The draft tag the group's spec carries.  Packed groups wrap per-layer
+    specs (UniformTypeKVCacheSpecs); the other paths merge the layers into one
+    spec, and FullAttentionSpec.merge / MLAAttentionSpec.merge build a fresh
+    spec that drops ``is_draft`` (KVCacheSpec.merge deep-copies and keeps it)."""
+    if path in ("packed", "uniform_type"):
+        return any(s.is_draft for s in specs)
+    if specs[0].kind in ("full", "mla"):
+        return False
+    return specs[0].is_draft
 
 
 def _role(model: _Model, name: str) -> str:

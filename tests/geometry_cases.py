@@ -1,0 +1,141 @@
+"""Deterministic generated scenarios for the KV-geometry simulator tests.
+
+The matrix spans TP 1/2/4/8, num_speculative_tokens 0..15, fp8/bf16/auto
+target and drafter KV dtypes, drafter KV heads, head size and layer count,
+GPU families 90/100/120, default and user block sizes, GLM-5.3-style targets
+(index_kpool 4 and 16, other KDA widths and layer counts) and a Qwen3-Next
+style GDN + full-attention hybrid, each with and without a drafter.  The full
+product is far too big for the oracle, so ``sample(n, seed)`` draws a seeded,
+reproducible subset.  No expected numbers live here: the oracle is vLLM.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "recipes" / "glm53-flash-dflash2-gb300" / "configs"
+GIB = 1 << 30
+
+
+def recipe_configs() -> tuple[dict, dict]:
+    t = json.loads((CONFIGS / "target.config.json").read_text())
+    d = json.loads((CONFIGS / "drafter.config.json").read_text())
+    return t, d
+
+
+def glm_target(rng: random.Random) -> dict:
+    t, _ = recipe_configs()
+    t = copy.deepcopy(t)
+    t["index_kpool"] = rng.choice([4, 4, 16, 8])
+    t["linear_num_heads"] = rng.choice([64, 64, 32, 16])
+    t["linear_head_dim"] = rng.choice([128, 128, 64])
+    n = rng.choice([45, 45, 12, 8, 20])
+    t["num_hidden_layers"] = n
+    t["layer_types"] = ["linear_attention" if i % 4 != 3 else "indexed_attention" for i in range(n)]
+    t["mlp_layer_types"] = ["dense"] * min(3, n) + ["sparse"] * max(0, n - 3)
+    t["kv_lora_rank"] = rng.choice([512, 512, 256])
+    t["max_position_embeddings"] = rng.choice([1048576, 131072])
+    return t
+
+
+def qwen3_next_target(rng: random.Random) -> dict:
+    n = rng.choice([48, 12, 24])
+    return {
+        "architectures": ["Qwen3NextForCausalLM"],
+        "model_type": "qwen3_next",
+        "dtype": "bfloat16",
+        "hidden_size": 2048,
+        "num_hidden_layers": n,
+        "num_attention_heads": 16,
+        "num_key_value_heads": rng.choice([2, 4, 8]),
+        "head_dim": 128,  # FA4 head-256 pages depend on the flash-attn build
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+        "full_attention_interval": 4,
+        "max_position_embeddings": 262144,
+        "vocab_size": 151936,
+        "intermediate_size": 5120,
+        "num_experts": 512,
+        "num_experts_per_tok": 10,
+        "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512,
+    }
+
+
+def drafter(rng: random.Random) -> dict:
+    _, d = recipe_configs()
+    d = copy.deepcopy(d)
+    d["num_key_value_heads"] = rng.choice([1, 2, 4, 8, 8, 16])
+    d["num_attention_heads"] = 32
+    d["head_dim"] = rng.choice([64, 128, 128, 96])
+    n = rng.choice([1, 2, 5, 5, 8])
+    d["num_hidden_layers"] = n
+    if rng.random() < 0.8:
+        d["layer_types"] = ["sliding_attention"] * n
+    else:
+        d["layer_types"] = ["full_attention"] * n
+    d["dflash_config"] = dict(d["dflash_config"], target_layer_ids=list(range(n)))
+    return d
+
+
+def scenario(rng: random.Random) -> dict:
+    kind = "glm" if rng.random() < 0.75 else "qwen3_next"
+    target = glm_target(rng) if kind == "glm" else qwen3_next_target(rng)
+    has_drafter = rng.random() < 0.75
+    family = rng.choice([100, 100, 100, 120, 90])
+    tp = rng.choice([1, 2, 4, 8])
+    if kind == "qwen3_next":
+        kv_heads = target["num_key_value_heads"]
+        if tp > kv_heads and tp % kv_heads:
+            tp = kv_heads
+    return {
+        "target_config": target,
+        "drafter_config": drafter(rng) if has_drafter else None,
+        "tensor_parallel_size": tp,
+        "kv_cache_dtype": rng.choice(["auto", "auto", "fp8", "bfloat16"]),
+        "drafter_kv_cache_dtype": (rng.choice([None, None, "fp8", "bfloat16", "auto"])
+                                   if has_drafter else None),
+        "num_speculative_tokens": rng.randint(0, 15) if (has_drafter or rng.random() < 0.3) else 0,
+        "capability_family": family,
+        "block_size": rng.choice([None] * 6 + [16, 64, 128, 256, 1024]),
+        "kv_cache_memory_bytes": rng.choice([8, 40, 200]) * GIB + rng.randint(0, GIB),
+        "vllm_behaviour": "stock",
+    }
+
+
+def sample(n: int, seed: int = 20261130) -> list[dict]:
+    rng = random.Random(seed)
+    return [scenario(rng) for _ in range(n)]
+
+
+def recipe_input(behaviour: str, memory: int = 200 * GIB, **changes) -> dict:
+    t, d = recipe_configs()
+    data = {
+        "target_config": t,
+        "drafter_config": d,
+        "tensor_parallel_size": 1,
+        "kv_cache_dtype": "auto",
+        "drafter_kv_cache_dtype": None,
+        "num_speculative_tokens": 7,
+        "capability_family": 100,
+        "kv_cache_memory_bytes": memory,
+        "vllm_behaviour": behaviour,
+        "drafter_attention_backend": "FLASH_ATTN",
+    }
+    data.update(changes)
+    return data
+
+
+def post_scenario(behaviour: str) -> dict:
+    """The post's build-time check: drafter with 4 KV heads in fp8, num_spec 0."""
+    t, d = recipe_configs()
+    d = dict(d, num_key_value_heads=4)
+    return recipe_input(behaviour, drafter_config=d, kv_cache_dtype="fp8",
+                        drafter_kv_cache_dtype="fp8", num_speculative_tokens=0)
