@@ -68,6 +68,8 @@ def test_happy_path_build_push_and_pull_back(amd64_build, registry, tmp_path):
     remove_image_tags(build.repository)
     pinned = f"{build.repository}@{report['pushed_digest']}"
     docker("pull", pinned, config=build.docker_config)
+    for tag in EXPECTED_TAGS:  # the push tests use the local tags again
+        docker("tag", pinned, f"{build.repository}:{tag}")
     config = json.loads(docker("image", "inspect", pinned, text=True).stdout)[0]
     assert config["Id"] == report["image_id"]
     assert (config["Os"], config["Architecture"]) == ("linux", "amd64")
