@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 
 import pytest
 
-from stack_e2e import (PAYLOAD_DIR, cli, json_events, local_tags, recipe_copy, registry_tags,
+from stack_e2e import (PAYLOAD_DIR, cli, docker_config, json_events, local_tags, recipe_copy, registry_tags,
                        remove_image_tags, repository_name, unique_repository)
 from stackbuild.plan import make_plan
 from stackbuild.recipe import load_recipe
@@ -168,3 +168,30 @@ def test_arm64_build_through_qemu(registry, synthetic_base_arm64, logged_in, tmp
     assert config["Architecture"] == "arm64"
     assert registry_tags(registry.address, registry.username, registry.password,
                          repository_name(repository)) == ["latest", "sm100-gb300-20251130"]
+
+
+def test_a_base_missing_locally_is_pulled_with_the_docker_config_credentials(registry, synthetic_base_amd64, logged_in, tmp_path):
+    """The base under another name, absent from the engine: refused without valid credentials, pulled with them."""
+    base = synthetic_base_amd64
+    elsewhere = unique_repository(registry.address, "base")
+    docker("tag", base.local_reference, f"{elsewhere}:v0.33.0-amd64")
+    docker("push", f"{elsewhere}:v0.33.0-amd64", config=logged_in)
+    docker("rmi", f"{elsewhere}:v0.33.0-amd64")
+    docker("rmi", f"{elsewhere}@{base.digest}", check=False)
+    assert docker("image", "inspect", f"{elsewhere}@{base.digest}", check=False).returncode != 0
+    recipe = recipe_copy(tmp_path, "b200-amd64", base=elsewhere, tag="v0.33.0-amd64", digest=base.digest)
+    repository = unique_repository(registry.address, "pulled")
+
+    wrong = docker_config(tmp_path, registry.address, registry.username, "not-the-password")
+    refused = cli("build", "--recipe", str(recipe), "--repository", repository, docker_config_dir=wrong)
+    assert refused.returncode == 7, refused.stderr
+    assert "==> build" not in refused.stderr
+    assert f"error: pull {elsewhere}:v0.33.0-amd64@{base.digest}: the registry refused the credentials" in refused.stderr
+
+    run = cli("build", "--recipe", str(recipe), "--repository", repository, "--json", "--report", str(tmp_path / "r.json"),
+              docker_config_dir=logged_in)
+    assert run.returncode == 0, run.stderr[-4000:]
+    pulls = [e for e in json_events(run.stderr) if e["event"] == "pull"]
+    assert pulls and any("Digest: " + base.digest in e["status"] for e in pulls)
+    assert local_tags(repository) == EXPECTED_TAGS
+    assert json.loads(run.stdout)["pushed_digest"] is None
