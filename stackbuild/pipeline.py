@@ -116,15 +116,22 @@ def _build(plan: BuildPlan, progress: Progress, *, push: bool, report_path: Opti
         geometry = read_geometry_report(engine, image_id, plan)
     with progress.phase("tag", ", ".join(plan.image.references)):
         tag_image(engine, image_id, plan.image)
-    digest = None
-    if push:
-        with progress.phase("push", plan.image.repository):
-            digest = push_tags(engine, plan.image, progress)
-    report = build_report(plan, image_id=image_id, image_config=image, geometry_report=geometry,
-                          phases=progress.phase_seconds, pushed_digest=digest, engine=engine.describe())
-    written = write_report(report, report_path)
-    progress.note(f"wrote {written}", report=str(written))
-    return report
+    description = engine.describe()
+
+    def report(digest: Optional[str]) -> dict:
+        data = build_report(plan, image_id=image_id, image_config=image, geometry_report=geometry,
+                            phases=progress.phase_seconds, pushed_digest=digest, engine=description)
+        written = write_report(data, report_path)
+        progress.note(f"wrote {written} ({data['status']})", report=str(written))
+        return data
+
+    # Written before the push too: should the push fail, `build.py push` completes this report.
+    built = report(None)
+    if not push:
+        return built
+    with progress.phase("push", plan.image.repository):
+        digest = push_tags(engine, plan.image, progress)
+    return report(digest)
 
 
 def run_push(plan: BuildPlan, *, json_progress: bool = False, report_path: Optional[Path] = None) -> dict:
