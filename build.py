@@ -152,13 +152,14 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
 @repository_option
 @unpinned_option
 @json_option
-def push(recipe_path, owner, repository, allow_unpinned, as_json):
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), help="Build report to complete with the pushed digest (default out/build-report.json).")
+def push(recipe_path, owner, repository, allow_unpinned, as_json, report_path):
     """Push the tags of an image built from this recipe (credentials from `docker login`)."""
     from stackbuild.pipeline import run_push
     from stackbuild.plan import make_plan
 
     plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
-    result = run_push(plan, json_progress=as_json)
+    result = run_push(plan, json_progress=as_json, report_path=report_path)
     emit(as_json, result, f"pushed {', '.join(plan.image.references)} -> {result['pushed_digest']}")
 
 
