@@ -23,13 +23,19 @@ def error_line(run: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def test_push_of_the_built_image_reports_its_digest(amd64_build):
+def test_push_of_the_built_image_completes_its_report(amd64_build, tmp_path):
+    built = {**amd64_build.report, "status": "built", "pushed_digest": None, "pushed_reference": None}
+    report = tmp_path / "build-report.json"
+    report.write_text(json.dumps(built))
     run = cli("push", "--recipe", str(amd64_build.recipe), "--repository", amd64_build.repository, "--json",
-              docker_config_dir=amd64_build.docker_config)
+              "--report", str(report), docker_config_dir=amd64_build.docker_config)
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
     assert result["pushed_digest"] == amd64_build.report["pushed_digest"]
     assert result["image_id"] == amd64_build.report["image_id"]
+    completed = json.loads(report.read_text())
+    assert completed["status"] == "pushed" and completed["pushed_digest"] == result["pushed_digest"]
+    assert completed["pushed_reference"] == f"{amd64_build.repository}@{result['pushed_digest']}"
 
 
 def test_wrong_password_is_a_clear_authentication_error(amd64_build, registry, tmp_path):
