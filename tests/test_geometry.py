@@ -1,0 +1,161 @@
+"""Simulator, gate and CLI tests that need only the standard library.
+
+Numbers asserted here come from outside the code under test: the post's
+build-time check (MLA page 4,390,912 B, drafter block 4288 for a 4-KV-head fp8
+drafter at num_spec 0) and arithmetic on the configs' own fields.  Agreement
+with vLLM itself is tested in test_geometry_oracle.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import geometry_cases as C  # noqa: E402
+from geometry.gate import GeometryMismatch, OracleDisagreement, check  # noqa: E402
+from geometry.inputs import BadInput, GeometryInputs  # noqa: E402
+from geometry.simulate import simulate  # noqa: E402
+from geometry.table import render_text, to_json  # noqa: E402
+
+CLI = ROOT / "geometry" / "sim_glm5_drafter_hades.py"
+
+
+def _inputs(data: dict) -> GeometryInputs:
+    return GeometryInputs.from_json(data)
+
+
+def test_post_scenario_numbers():
+    """4 KV heads, fp8 drafter, num_spec 0 (the post's hard-coded check)."""
+    report = simulate(_inputs(C.post_scenario("overlay")))
+    plan = report.with_drafter
+    assert plan.target_attention_page == 4_390_912
+    drafter = [r for r in plan.layers if r.owner == "drafter"]
+    assert {r.block_size for r in drafter} == {4288}
+    assert {r.real_page_bytes for r in drafter} == {4_390_912}
+    assert check(report).passed
+    # stock 0.33.0 gives the drafter the target's block instead
+    stock = simulate(_inputs(C.post_scenario("stock")))
+    assert {r.block_size for r in stock.layers if r.owner == "drafter"} == {stock.with_drafter.block_size}
+    v = check(stock)
+    assert not v.passed and v.suggested_drafter_block == 4288 and v.suggested_is_kernel_multiple
+
+
+def test_recipe_stock_fails_overlay_passes():
+    t, d = C.recipe_configs()
+    stock = simulate(_inputs(C.recipe_input("stock")))
+    overlay = simulate(_inputs(C.recipe_input("overlay")))
+    vs, vo = check(stock), check(overlay)
+    assert not vs.passed and vo.passed
+    # the drafter's bytes per token follow from its config: 2 (K,V) x heads x head_dim x bf16
+    bpt = 2 * d["num_key_value_heads"] * d["head_dim"] * 2
+    assert vs.drafter_bytes_per_token == bpt
+    # P is the MLA latent page: one latent of kv_lora_rank fp8 bytes per token
+    assert vs.target_attention_page == stock.with_drafter.block_size * t["kv_lora_rank"]
+    assert vs.suggested_drafter_block * bpt == vs.target_attention_page
+    assert vs.bytes_per_block_with > vs.bytes_per_block_without
+    assert vo.bytes_per_block_with == vo.bytes_per_block_without
+    assert vo.num_blocks_with == vo.num_blocks_without
+    assert any("bytes per block" in r for r in vs.reasons)
+    assert any("would fit exactly" in r for r in vs.reasons)
+    with pytest.raises(GeometryMismatch):
+        vs.raise_if_failed()
+    text = render_text(stock, vs)
+    assert "FAIL" in text and "exact-fit drafter block" in text
+    json.dumps(to_json(overlay, vo), default=str)
+
+
+def test_overlay_without_exact_fit_keeps_stock():
+    _, d = C.recipe_configs()
+    # 5 KV heads x 128 x bf16 x (K+V) = 2560 B/token = 2^9 x 5; P = block x 512 with
+    # the block a multiple of 128 and not of 5 here, so no exact fit
+    odd = dict(d, num_key_value_heads=5, num_attention_heads=40, head_dim=128)
+    report = simulate(_inputs(C.recipe_input("overlay", drafter_config=odd)))
+    assert report.notes and "stock behaviour kept" in report.notes[0]
+    v = check(report)
+    assert not v.passed and v.suggested_drafter_block is None
+    assert any("no drafter block fits exactly" in r for r in v.reasons)
+
+
+def test_auto_kv_rule_only_on_family_100():
+    r100 = simulate(_inputs(C.recipe_input("stock")))
+    assert (r100.target_kv_dtype, r100.drafter_kv_dtype) == ("fp8", "auto")
+    r120 = simulate(_inputs(C.recipe_input("stock", capability_family=120)))
+    assert (r120.target_kv_dtype, r120.drafter_kv_dtype) == ("auto", "auto")
+
+
+def test_json_roundtrip_and_bad_input():
+    data = C.recipe_input("overlay")
+    gi = _inputs(data)
+    assert GeometryInputs.from_json(gi.to_json()) == gi
+    with pytest.raises(BadInput):
+        GeometryInputs.from_json(dict(data, tensor_parallel_size="1"))
+    with pytest.raises(BadInput):
+        GeometryInputs.from_json(dict(data, bogus=1))
+    with pytest.raises(BadInput):
+        simulate(_inputs(dict(data, kv_cache_dtype="nvfp4")))
+    assert issubclass(OracleDisagreement, Exception)
+
+
+def test_simulator_is_stdlib_only():
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    for name in ("inputs", "backends", "simulate", "gate", "table", "sim_glm5_drafter_hades"):
+        tree = ast.parse((ROOT / "geometry" / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                mods = [node.module]
+            else:
+                continue
+            for m in mods:
+                top = m.split(".")[0]
+                assert top in stdlib or top in {"backends", "inputs", "simulate", "gate", "table"}, (name, m)
+
+
+def _run_cli(tmp_path, data, *args, env=None):
+    p = tmp_path / "gate-input.json"
+    p.write_text(json.dumps(data))
+    return subprocess.run([sys.executable, str(CLI), "--input", str(p), *args],
+                          cwd=tmp_path, capture_output=True, text=True, env=env)
+
+
+def test_cli_exit_codes(tmp_path):
+    manifest = tmp_path / "manifest.json"
+    stock = _run_cli(tmp_path, C.recipe_input("overlay"), "--overlay-manifest", str(manifest))
+    assert stock.returncode == 1, stock.stderr
+    assert "no overlay manifest" in stock.stdout and "VERDICT (stock): FAIL" in stock.stdout
+    manifest.write_text(json.dumps({"applied": True, "series": ["0001"]}))
+    out = tmp_path / "report.json"
+    ok = _run_cli(tmp_path, C.recipe_input("stock"), "--overlay-manifest", str(manifest),
+                  "--json", "--report-out", str(out))
+    assert ok.returncode == 0, ok.stderr
+    data = json.loads(ok.stdout)
+    assert data["verdict"]["passed"] and json.loads(out.read_text())["verdict"]["passed"]
+    forced = _run_cli(tmp_path, C.recipe_input("overlay"), "--behaviour", "stock")
+    assert forced.returncode == 1
+    bad = _run_cli(tmp_path, {"target_config": {}}, "--behaviour", "stock")
+    assert bad.returncode == 3 and "bad input" in bad.stderr
+
+
+def test_cli_runs_from_a_copied_directory(tmp_path):
+    """Inside the image geometry/ is copied as a whole to one place."""
+    dest = tmp_path / "opt" / "gatecopy"
+    dest.mkdir(parents=True)
+    for f in (ROOT / "geometry").glob("*.py"):
+        (dest / f.name).write_text(f.read_text())
+    p = tmp_path / "in.json"
+    p.write_text(json.dumps(C.recipe_input("overlay")))
+    r = subprocess.run([sys.executable, str(dest / "sim_glm5_drafter_hades.py"), "--input", str(p),
+                        "--behaviour", "overlay"], cwd="/", capture_output=True, text=True,
+                       env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert r.returncode == 0, r.stderr + r.stdout
