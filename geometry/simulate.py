@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Mapping
 
 try:  # package import (tests, oracle) or sibling import (CLI as a script)
@@ -118,14 +119,14 @@ class Spec:
             return self.block_size // self.tokens_per_state
         return 1
 
-    @property
+    @cached_property
     def real_page_size_bytes(self) -> int:
         if self.kind == "mamba":
             return self.state_bytes
         return (self.num_kv_heads * self.num_states
                 * (self.head_size + self.head_size_v) * self.dtype_bytes)
 
-    @property
+    @cached_property
     def page_size_bytes(self) -> int:
         real = self.real_page_size_bytes
         if self.page_size_padded is not None:
@@ -144,6 +145,10 @@ class Spec:
         return replace(self, block_size=block_size)
 
     def get_block_stride_alignment(self) -> int:
+        return self._stride_alignment
+
+    @cached_property
+    def _stride_alignment(self) -> int:
         a = self.block_stride_alignment
         if not isinstance(a, B.Multiple):
             return a or 1
@@ -338,14 +343,12 @@ def resolve_kv_dtypes(inputs: GeometryInputs, kind: str) -> tuple[str, str | Non
     return target, drafter
 
 
-@dataclass
 class _Layer:
-    name: str
-    owner: str
-    role: str
-    backend: B.Backend
-    # builder: block_size(cache) -> Spec
-    build: Any
+    __slots__ = ("name", "owner", "role", "backend", "build")
+
+    def __init__(self, name: str, owner: str, role: str, backend: B.Backend, build: Any):
+        self.name, self.owner, self.role, self.backend = name, owner, role, backend
+        self.build = build  # build(cache) -> Spec
 
 
 @dataclass
@@ -483,25 +486,27 @@ class _Model:
                 raise BadInput("GLM-5.3 without a sparse indexer (dense MLA) is not modelled")
             idx_backend = B.glm5_indexer_backend(kpool, self.family)
             t_bytes = _DTYPE_BYTES[t_dtype]
+            idx_spec = Spec("mla", 0, num_kv_heads=1, head_size=idx_hd + idx_hd // 128 * 4,
+                            head_size_v=0, dtype_bytes=1, dtype="uint8",
+                            tokens_per_state=kpool, cache_role="indexer")
+            idx_build = self._make_attn_builder(idx_spec, idx_backend)
+            tail_build = self._make_tail_builder(kpool, idx_hd)
+            mla_spec = Spec("mla", 0, num_kv_heads=1, head_size=self.head_size, head_size_v=0,
+                            dtype_bytes=t_bytes, dtype=t_dtype)
+            mla_build = self._make_attn_builder(mla_spec, mla_backend)
+            mamba_build = self._mamba_build
             for i in range(n_layers):
                 lt = layer_types[i]
-                if lt == "full_attention":
-                    lt = "indexed_attention"
                 p = f"model.layers.{i}.self_attn"
                 if lt == "linear_attention":
-                    self.layers.append(_Layer(p, "target", "kda", B.SSM, self._mamba_builder))
+                    self.layers.append(_Layer(p, "target", "kda", B.SSM, mamba_build))
                     continue
-                idx_spec = Spec("mla", 0, num_kv_heads=1, head_size=idx_hd + idx_hd // 128 * 4,
-                                head_size_v=0, dtype_bytes=1, dtype="uint8",
-                                tokens_per_state=kpool, cache_role="indexer")
                 self.layers.append(_Layer(p + ".indexer.k_cache", "target", "sparse_indexer",
-                                          idx_backend, self._attn_builder(idx_spec, idx_backend)))
+                                          idx_backend, idx_build))
                 self.layers.append(_Layer(p + ".indexer.tail_cache", "target", "kpool_tail",
-                                          B.KPOOL_TAIL, self._tail_builder(kpool, idx_hd)))
-                mla_spec = Spec("mla", 0, num_kv_heads=1, head_size=self.head_size, head_size_v=0,
-                                dtype_bytes=t_bytes, dtype=t_dtype)
+                                          B.KPOOL_TAIL, tail_build))
                 self.layers.append(_Layer(p + ".mla_attn", "target", "mla_latent",
-                                          mla_backend, self._attn_builder(mla_spec, mla_backend)))
+                                          mla_backend, mla_build))
         else:  # qwen3_next
             if not layer_types:
                 interval = int(tc.get("full_attention_interval", 4))
@@ -523,17 +528,18 @@ class _Model:
             self.mamba_shapes, self.mamba_dtypes = shapes, dtypes
             self.mamba_page = mamba_bytes
             t_bytes = _DTYPE_BYTES[t_dtype]
+            spec = Spec("full", 0, num_kv_heads=self.num_kv_heads_model,
+                        head_size=self.head_size, head_size_v=self.head_size,
+                        dtype_bytes=t_bytes, dtype=t_dtype)
+            attn_build = self._make_attn_builder(spec, B.FLASH_ATTN)
             for i in range(n_layers):
                 p = f"model.layers.{i}"
                 if layer_types[i] == "linear_attention":
                     self.layers.append(_Layer(p + ".linear_attn", "target", "gdn", B.SSM,
-                                              self._mamba_builder))
+                                              self._mamba_build))
                 else:
-                    spec = Spec("full", 0, num_kv_heads=self.num_kv_heads_model,
-                                head_size=self.head_size, head_size_v=self.head_size,
-                                dtype_bytes=t_bytes, dtype=t_dtype)
                     self.layers.append(_Layer(p + ".self_attn.attn", "target", "attention",
-                                              B.FLASH_ATTN, self._attn_builder(spec, B.FLASH_ATTN)))
+                                              B.FLASH_ATTN, attn_build))
 
         self.drafter_backend: B.Backend | None = None
         if with_drafter and inputs.drafter_config is not None:
@@ -556,30 +562,49 @@ class _Model:
             d_kv_local = max(1, d_kv // tp)
             if (d_heads // tp) % d_kv_local:
                 raise SimulatedError("AssertionError", "drafter num_heads not divisible by num_kv_heads")
+            by_window: dict = {}
             for i in range(int(_req(dc, "num_hidden_layers"))):
                 window = _drafter_layer_attention(dc, i)
-                spec = Spec("sliding" if window is not None else "full", 0,
-                            num_kv_heads=d_kv_local, head_size=d_hd, head_size_v=d_hd,
-                            dtype_bytes=_DTYPE_BYTES[d_dtype], dtype=d_dtype,
-                            sliding_window=window, is_draft=True)
+                if window not in by_window:
+                    spec = Spec("sliding" if window is not None else "full", 0,
+                                num_kv_heads=d_kv_local, head_size=d_hd, head_size_v=d_hd,
+                                dtype_bytes=_DTYPE_BYTES[d_dtype], dtype=d_dtype,
+                                sliding_window=window, is_draft=True)
+                    by_window[window] = self._make_drafter_builder(spec)
                 self.layers.append(_Layer(
                     f"drafter.model.layers.{i}.self_attn.attn", "drafter",
                     "sliding_window" if window is not None else "attention",
-                    self.drafter_backend, self._drafter_builder(spec)))
+                    self.drafter_backend, by_window[window]))
 
     # -- per-layer get_kv_cache_spec (+ customize_attention_spec) ----------
+    @cached_property
+    def _mamba_build(self):
+        return self._mamba_builder
+
     def _mamba_builder(self, cache: _Cache) -> Spec:
         return Spec("mamba", cache.mamba_block_size or self.max_model_len,
                     page_size_padded=cache.mamba_page_size_padded,
                     state_bytes=self.mamba_page, mamba_shapes=self.mamba_shapes,
                     mamba_dtypes=self.mamba_dtypes, dcp_sharded=False)
 
+    def _shared(self, key, factory):
+        cache = self.__dict__.setdefault("_builder_cache", {})
+        if key not in cache:
+            cache[key] = factory()
+        return cache[key]
+
     def _attn_builder(self, proto: Spec, backend: B.Backend):
+        return self._shared(("attn", proto, backend), lambda: self._make_attn_builder(proto, backend))
+
+    def _make_attn_builder(self, proto: Spec, backend: B.Backend):
         def build(cache: _Cache) -> Spec:
             return _customize(backend, proto.with_block_size(cache.block_size))
         return build
 
     def _tail_builder(self, kpool: int, head_dim: int):
+        return self._shared(("tail", kpool, head_dim), lambda: self._make_tail_builder(kpool, head_dim))
+
+    def _make_tail_builder(self, kpool: int, head_dim: int):
         def build(cache: _Cache) -> Spec:
             span = kpool + self.num_spec
             ring = kpool * next_power_of_2(cdiv(span, kpool))
@@ -594,6 +619,9 @@ class _Model:
         return build
 
     def _drafter_builder(self, proto: Spec):
+        return self._shared(("drafter", proto), lambda: self._make_drafter_builder(proto))
+
+    def _make_drafter_builder(self, proto: Spec):
         backend = self.drafter_backend
         assert backend is not None
 
@@ -695,14 +723,15 @@ def _resolve_layout(model: _Model, specs: dict[str, Spec]) -> str:
         cands = sorted((l for l in B.LAYOUTS if l in common), key=lambda l: prio[l], reverse=True)
         if not cands:
             raise SimulatedError("ValueError", "no KV cache layout every backend supports")
+    uniq = list({id(s): s for s in specs.values()}.values())
     shapes = {(s.num_kv_heads if s.is_attention else 1, s.num_states if s.is_attention else 1,
-               s.page_size_bytes) for s in specs.values()}
+               s.page_size_bytes) for s in uniq}
     if len(shapes) > 1:
         cands = [l for l in cands if B.layout_is_block_compact(l)]
         if not cands:
             raise SimulatedError("ValueError", "Specs with mixed HNC shapes need a block-compact layout")
-    dcp = {s.dcp_sharded for s in specs.values() if s.is_attention and s.kind != "circular"}
-    if len(dcp) > 1 and len({s.page_size_bytes for s in specs.values()}) > 1:
+    dcp = {s.dcp_sharded for s in uniq if s.is_attention and s.kind != "circular"}
+    if len(dcp) > 1 and len({s.page_size_bytes for s in uniq}) > 1:
         cands = [l for l in cands if B.layout_is_block_outermost(l)]
         if not cands:
             raise SimulatedError("ValueError", "DCP with a replicated draft needs a block-outer layout")
@@ -710,14 +739,24 @@ def _resolve_layout(model: _Model, specs: dict[str, Spec]) -> str:
 
 
 def _packed_groups(specs: dict[str, Spec]) -> list[tuple[list[str], list[Spec]]] | None:
+    # A bucket is already uniform and every uniformity rule compares members
+    # with its first spec, so testing a newcomer against the first is enough.
     buckets: list[dict[str, Spec]] = []
+    firsts: list[Spec] = []
+    placed: dict[int, int] = {}  # id(spec) -> bucket index (equal objects, same answer)
     for name, spec in specs.items():
-        for bucket in buckets:
-            if is_uniform_type(list(bucket.values()) + [spec]):
-                bucket[name] = spec
-                break
-        else:
-            buckets.append({name: spec})
+        k = placed.get(id(spec))
+        if k is None:
+            for k, first in enumerate(firsts):
+                if (spec.block_size == first.block_size and spec.dcp_sharded == first.dcp_sharded
+                        and _uniform_with_collection(first, [spec])):
+                    break
+            else:
+                k = len(buckets)
+                buckets.append({})
+                firsts.append(spec)
+            placed[id(spec)] = k
+        buckets[k][name] = spec
 
     bucketed = []
     for bucket in buckets:
@@ -850,8 +889,8 @@ def _bytes_per_block(groups, layout: str) -> int:
         return max(sum(round_up(s.page_size_bytes, s.get_block_stride_alignment()) for s in gs)
                    for _, gs in groups)
     bpb = max(sum(s.page_size_bytes for s in gs) for _, gs in groups)
-    aligns = [s.get_block_stride_alignment() for _, gs in groups for s in gs]
-    return round_up(bpb, math.lcm(*aligns))
+    uniq = {id(s): s for _, gs in groups for s in gs}.values()
+    return round_up(bpb, math.lcm(*(s.get_block_stride_alignment() for s in uniq)))
 
 
 def _validate_layout(groups, layout: str) -> None:
@@ -902,7 +941,13 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list
     try:
         model = _Model(inputs, with_drafter, num_spec)
         cache = _update_block_size(model, inputs)
-        specs = {l.name: l.build(cache) for l in model.layers}
+        built: dict[int, Spec] = {}
+        specs = {}
+        for l in model.layers:  # identical layers share one builder
+            key = id(l.build)
+            if key not in built:
+                built[key] = l.build(cache)
+            specs[l.name] = built[key]
         if inputs.vllm_behaviour == "overlay" and with_drafter:
             specs = _apply_overlay(model, cache, specs, notes)
         layout = _resolve_layout(model, specs)
@@ -913,9 +958,10 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list
         num_blocks = inputs.kv_cache_memory_bytes // bpb
         t_block = next(final_specs[l.name].block_size for l in model.layers
                        if l.owner == "target" and l.role in ("mla_latent", "attention"))
+        roles = {l.name: l.role for l in model.layers}
         grows = tuple(
             GroupRow(i, gs[0].vllm_class,
-                     tuple(sorted({_role(model, n) for n in names})), tuple(names),
+                     tuple(sorted({roles[n] for n in names})), tuple(names),
                      gs[0].block_size, sum(s.page_size_bytes for s in gs),
                      _group_is_draft(path, gs))
             for i, (names, gs) in enumerate(groups))
@@ -941,22 +987,43 @@ def _group_is_draft(path: str, specs: list[Spec]) -> bool:
 
 
 def _role(model: _Model, name: str) -> str:
-    for l in model.layers:
-        if l.name == name:
-            return l.role
-    return "?"
+    roles = model.__dict__.get("_roles")
+    if roles is None:
+        roles = model._roles = {l.name: l.role for l in model.layers}
+    return roles.get(name, "?")
+
+
+_ROW_FIELDS = ("spec_class", "block_size", "num_kv_heads", "head_size", "dtype",
+               "bytes_per_token", "real_page_bytes", "page_bytes", "padded",
+               "block_stride_alignment")
+
+
+def _fast_row(name: str, owner: str, role: str, vals: tuple) -> LayerRow:
+    """LayerRow(name, owner, role, *vals) without the frozen-dataclass
+    per-field ``object.__setattr__`` cost (rows are built by the thousand)."""
+    row = object.__new__(LayerRow)
+    d = row.__dict__
+    d["name"] = name
+    d["owner"] = owner
+    d["role"] = role
+    d.update(zip(_ROW_FIELDS, vals))
+    return row
 
 
 def _rows(model: _Model, specs: dict[str, Spec]) -> tuple[LayerRow, ...]:
     out = []
+    memo: dict[int, tuple] = {}
     for l in model.layers:
         s = specs[l.name]
-        out.append(LayerRow(
-            l.name, l.owner, l.role, s.vllm_class, s.block_size,
-            s.num_kv_heads, s.head_size, s.dtype or "/".join(s.mamba_dtypes),
-            s.bytes_per_token if s.is_attention else 0,
-            s.real_page_size_bytes, s.page_size_bytes,
-            s.page_size_bytes != s.real_page_size_bytes, s.get_block_stride_alignment()))
+        vals = memo.get(id(s))
+        if vals is None:
+            vals = memo[id(s)] = (
+                s.vllm_class, s.block_size, s.num_kv_heads, s.head_size,
+                s.dtype or "/".join(s.mamba_dtypes),
+                s.bytes_per_token if s.is_attention else 0,
+                s.real_page_size_bytes, s.page_size_bytes,
+                s.page_size_bytes != s.real_page_size_bytes, s.get_block_stride_alignment())
+        out.append(_fast_row(l.name, l.owner, l.role, vals))
     return tuple(out)
 
 
@@ -978,7 +1045,10 @@ def simulate(inputs: GeometryInputs) -> GeometryReport:
             notes=tuple(notes))
     if inputs.has_drafter:
         _, without = _plan(inputs, False, 0, notes)
-        _, same_spec = _plan(inputs, False, inputs.num_speculative_tokens, notes)
+        if inputs.num_speculative_tokens == 0:
+            same_spec = without
+        else:
+            _, same_spec = _plan(inputs, False, inputs.num_speculative_tokens, notes)
     else:
         without = same_spec = with_d
     backends = model.non_ssm_backends()
