@@ -14,8 +14,10 @@ any directory: the directory holding this file is loaded as a package, whatever
 its name, so its sibling modules are found without any hard-coded path.
 
 Behaviour: ``auto`` (default) reads the overlay manifest (default
-/opt/glm53-overlay/manifest.json); the series counts as applied when the
-manifest is a JSON object with ``"applied": true`` (see OVERLAY_CONTRACT.md).
+/opt/glm53-overlay/manifest.json, written by overlay/apply.py --manifest); the
+series counts as applied when the manifest has schema
+``glm53-overlay-manifest/*`` and lists the draft-block-fit patch (or says
+``"applied": true`` / ``"state": "applied"``); see OVERLAY_CONTRACT.md.
 No manifest -> ``stock``.  ``stock``/``overlay`` force the mode; ``input`` uses
 the ``vllm_behaviour`` field of the gate input.
 """
@@ -55,9 +57,15 @@ def overlay_applied(manifest_path: str) -> tuple[bool, str]:
             data = json.load(fh)
     except (OSError, ValueError) as exc:
         raise ValueError(f"unreadable overlay manifest {manifest_path}: {exc}") from exc
-    applied = isinstance(data, dict) and data.get("applied") is True
-    return applied, (f"overlay manifest {manifest_path} says applied="
-                     f"{data.get('applied') if isinstance(data, dict) else None!r}")
+    applied = False
+    if isinstance(data, dict):
+        patches = [p.get("name", "") if isinstance(p, dict) else str(p)
+                   for p in data.get("patches") or []]
+        applied = (data.get("applied") is True or data.get("state") == "applied" or (
+            str(data.get("schema", "")).startswith("glm53-overlay-manifest/")
+            and any("fit-draft-block-size" in p for p in patches)))
+    return applied, (f"overlay manifest {manifest_path}: draft-block-fit series "
+                     f"{'applied' if applied else 'NOT applied'}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -134,7 +134,8 @@ def test_cli_exit_codes(tmp_path):
     stock = _run_cli(tmp_path, C.recipe_input("overlay"), "--overlay-manifest", str(manifest))
     assert stock.returncode == 1, stock.stderr
     assert "no overlay manifest" in stock.stdout and "VERDICT (stock): FAIL" in stock.stdout
-    manifest.write_text(json.dumps({"applied": True, "series": ["0001"]}))
+    manifest.write_text(json.dumps({"schema": "glm53-overlay-manifest/1", "patches": [
+        {"name": "0001-worker-fit-draft-block-size-to-target-page.patch", "sha256": "x"}]}))
     out = tmp_path / "report.json"
     ok = _run_cli(tmp_path, C.recipe_input("stock"), "--overlay-manifest", str(manifest),
                   "--json", "--report-out", str(out))
