@@ -4,9 +4,11 @@ Run as a script in a subprocess whose ``sys.path`` starts with the vLLM tree
 under test (pristine or patched)::
 
     python overlay_planning.py VLLM_PARENT_DIR '{"tp": 1, "num_spec": 7, ...}'
+    python overlay_planning.py VLLM_PARENT_DIR '[{...}, {...}]'
 
-It prints one JSON object: the bytes per block, number of blocks, group block
-sizes and global block size that vLLM 0.33.0's own code decides.
+It prints one ``OVERLAY_PLAN {json}`` line per case: the bytes per block,
+number of blocks, group block sizes and global block size that vLLM 0.33.0's
+own code decides.
 
 What is vLLM's own code here, and what the harness stands in for:
 
@@ -362,8 +364,9 @@ def main() -> None:
     sys.path.insert(0, tree)
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     logging.basicConfig(level=logging.INFO)
-    result = _plan(params)
-    print("OVERLAY_PLAN " + json.dumps(result))
+    cases = params if isinstance(params, list) else [params]
+    for case in cases:
+        print("OVERLAY_PLAN " + json.dumps(_plan(case)), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,159 @@
+"""Shared helpers for the overlay tests: pristine tree, copies, digests, runs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+OVERLAY = REPO / "overlay"
+APPLY = OVERLAY / "apply.py"
+SERIES = OVERLAY / "series" / "vllm-0.33.0"
+HARNESS = Path(__file__).resolve().parent / "overlay_planning.py"
+RECIPE_CONFIGS = REPO / "recipes" / "glm53-flash-dflash2-gb300" / "configs"
+VERSION = "0.33.0"
+
+
+def pristine_dir() -> Path:
+    """VLLM_PRISTINE_DIR if set, else .cache/vllm-0.33.0 (make pristine)."""
+    env = os.environ.get("VLLM_PRISTINE_DIR")
+    path = Path(env) if env else REPO / ".cache" / f"vllm-{VERSION}"
+    if not (path / "vllm" / "__init__.py").is_file():
+        pytest.skip(
+            f"no pristine vLLM {VERSION} tree at {path}: run "
+            "`make -f overlay/pristine.mk pristine` or set VLLM_PRISTINE_DIR"
+        )
+    return path
+
+
+def copy_tree(pristine: Path, site: Path) -> Path:
+    """A site-packages-like copy: every vllm/**.py plus the dist-info.
+
+    Compiled extensions are skipped (the planning code imports without
+    them). Files are hard-linked when possible: the applier replaces files
+    with os.replace, so the pristine inodes are never written to.
+    """
+    site.mkdir(parents=True, exist_ok=True)
+    link = True
+    src_pkg = pristine / "vllm"
+    for root, dirs, files in os.walk(src_pkg):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        rel = Path(root).relative_to(pristine)
+        (site / rel).mkdir(parents=True, exist_ok=True)
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            src, dst = Path(root) / name, site / rel / name
+            if link:
+                try:
+                    os.link(src, dst)
+                    continue
+                except OSError:
+                    link = False
+            shutil.copy2(src, dst)
+    for dist in pristine.glob(f"vllm-{VERSION}.dist-info"):
+        shutil.copytree(dist, site / dist.name)
+    return site
+
+
+def tree_digest(site: Path) -> dict:
+    """sha256 of every file and the set of directories under ``site``."""
+    digest = {}
+    for root, dirs, files in os.walk(site):
+        rel_root = Path(root).relative_to(site)
+        digest[f"dir:{rel_root}"] = "d"
+        for name in files:
+            path = Path(root) / name
+            digest[str(rel_root / name)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return digest
+
+
+def run_apply(*args, python: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [python or sys.executable, str(APPLY), *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        universal_newlines=True,
+        timeout=300,
+    )
+
+
+def lock() -> dict:
+    return json.loads((SERIES / "lock.json").read_text())
+
+
+def recipe_params() -> dict:
+    """Harness parameters from the default recipe's model configs."""
+    target = json.loads((RECIPE_CONFIGS / "target.config.json").read_text())
+    drafter = json.loads((RECIPE_CONFIGS / "drafter.config.json").read_text())
+    target = target.get("text_config", target)
+    layer_types = target["layer_types"]
+    draft_types = drafter.get("layer_types") or ["sliding_attention"] * drafter[
+        "num_hidden_layers"
+    ]
+    assert set(draft_types) == {"sliding_attention"}, draft_types
+    dflash = drafter.get("dflash_config", {})
+    return {
+        "num_hidden_layers": target["num_hidden_layers"],
+        "mla_layer_ids": [
+            i for i, t in enumerate(layer_types) if t != "linear_attention"
+        ],
+        "kv_lora_rank": target["kv_lora_rank"],
+        "qk_rope_head_dim": target["qk_rope_head_dim"],
+        "linear_num_heads": target["linear_num_heads"],
+        "linear_head_dim": target["linear_head_dim"],
+        "linear_conv_kernel_dim": target["linear_conv_kernel_dim"],
+        "index_head_dim": target["index_head_dim"],
+        "index_kpool": target["index_kpool"],
+        "index_topk": target["index_topk"],
+        "max_model_len": target["max_position_embeddings"],
+        "draft_num_layers": drafter["num_hidden_layers"],
+        "draft_num_kv_heads": drafter["num_key_value_heads"],
+        "draft_head_dim": drafter.get("head_dim")
+        or drafter["hidden_size"] // drafter["num_attention_heads"],
+        "draft_sliding_window": dflash.get("swa_window_size", drafter["sliding_window"]),
+        "draft_kv_dtype": "auto",
+        "kv_cache_dtype": "fp8",
+    }
+
+
+def oracle_python() -> str:
+    """A Python that can import torch (for vLLM's planning code)."""
+    python = os.environ.get("OVERLAY_ORACLE_PYTHON", sys.executable)
+    probe = subprocess.run(
+        [python, "-c", "import torch"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"{python} cannot import torch; set OVERLAY_ORACLE_PYTHON")
+    return python
+
+
+def plan(site: Path, cases: list, python: str) -> list:
+    """Run vLLM's planning for each case against the tree at ``site``."""
+    env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", PYTHONDONTWRITEBYTECODE="1")
+    proc = subprocess.run(
+        [python, str(HARNESS), str(site), json.dumps(cases)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        universal_newlines=True,
+        env=env,
+        timeout=900,
+    )
+    results = [
+        json.loads(line.split(" ", 1)[1])
+        for line in proc.stdout.splitlines()
+        if line.startswith("OVERLAY_PLAN ")
+    ]
+    assert proc.returncode == 0 and len(results) == len(cases), (
+        proc.stdout[-3000:] + proc.stderr[-6000:]
+    )
+    for result in results:
+        assert result["vllm_file"].startswith(str(site)), result["vllm_file"]
+    return results, proc.stderr

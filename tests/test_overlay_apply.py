@@ -1,0 +1,245 @@
+"""The applier: strict, all-or-nothing, verified, on copies of the pristine tree."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from overlay_helpers import (
+    APPLY,
+    SERIES,
+    copy_tree,
+    lock,
+    oracle_python,
+    pristine_dir,
+    run_apply,
+    tree_digest,
+)
+
+sys.path.insert(0, str(APPLY.parent))
+import apply as overlay  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def pristine() -> Path:
+    return pristine_dir()
+
+
+@pytest.fixture
+def site(tmp_path, pristine) -> Path:
+    return copy_tree(pristine, tmp_path / "site-packages")
+
+
+def _sha(path: Path) -> str:
+    return overlay.sha256_file(path)
+
+
+def test_lock_matches_pristine_tree(pristine):
+    """lock.json is what refresh.py computes from the pristine tree."""
+    import refresh
+
+    assert refresh.compute_lock(SERIES, pristine) == lock()
+
+
+def test_every_patch_has_a_header(pristine):
+    for name in overlay.read_series(SERIES):
+        text = (SERIES / name).read_text()
+        header = text.split("\n--- a/", 1)[0]
+        assert "What it changes" in header and "Why" in header, name
+
+
+def test_check_apply_manifest_bytecode_and_rerun(site, tmp_path):
+    before = tree_digest(site)
+    check = run_apply("--site-packages", site, "--check", "--json")
+    assert check.returncode == 0, check.stderr
+    assert json.loads(check.stdout)["state"] == "pristine"
+    assert tree_digest(site) == before  # --check writes nothing
+
+    manifest = tmp_path / "opt" / "glm53-overlay" / "manifest.json"
+    done = run_apply("--site-packages", site, "--manifest", manifest, "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["action"] == "applied"
+
+    files = lock()["files"]
+    for rel, want in files.items():
+        assert _sha(site / rel) == want["patched_sha256"], rel
+    after = tree_digest(site)
+    changed = {k for k, v in after.items() if before.get(k) != v}
+    expected = set(files) | {f"dir:{Path(r).parent / '__pycache__'}" for r in files}
+    assert {c for c in changed if not c.endswith(".pyc")} <= expected
+
+    # Deterministic, hash-based bytecode for every changed module.
+    for rel in files:
+        pyc = Path(overlay.importlib.util.cache_from_source(str(site / rel)))
+        data = pyc.read_bytes()
+        flags = int.from_bytes(data[4:8], "little")
+        assert flags & 0b1, f"{pyc} is not hash-based"
+        assert data[8:16] == overlay.importlib.util.source_hash((site / rel).read_bytes())
+
+    m = json.loads(manifest.read_text())
+    assert m["version"] == "0.33.0"
+    assert m["series_sha256"] == overlay.series_sha256(SERIES)
+    assert {f["file"] for f in m["files"]} == set(files)
+    for entry in m["files"]:
+        assert entry["sha256_before"] == files[entry["file"]]["pristine_sha256"]
+        assert entry["sha256_after"] == files[entry["file"]]["patched_sha256"]
+        assert entry["patches"]
+    assert [p["name"] for p in m["patches"]] == overlay.read_series(SERIES)
+
+    again = run_apply("--site-packages", site)
+    assert again.returncode == 0, again.stderr
+    assert "already-applied" in again.stdout
+    check = run_apply("--site-packages", site, "--check", "--json")
+    assert json.loads(check.stdout)["state"] == "applied"
+
+
+def test_stale_bytecode_removed(site):
+    rel = "vllm/v1/engine/core.py"
+    cache = (site / rel).parent / "__pycache__"
+    cache.mkdir(exist_ok=True)
+    stale = [cache / "core.cpython-312.pyc", cache / "core.cpython-311.opt-1.pyc"]
+    for path in stale:
+        path.write_bytes(b"stale")
+    keep = cache / "core_client.cpython-312.pyc"
+    keep.write_bytes(b"other module")
+    done = run_apply("--vllm-dir", site / "vllm")
+    assert done.returncode == 0, done.stderr
+    assert not any(p.exists() for p in stale)
+    assert keep.read_bytes() == b"other module"
+
+
+def test_drifted_file_is_refused_and_tree_unchanged(site):
+    target = site / "vllm" / "v1" / "worker" / "gpu" / "attn_utils.py"
+    lines = target.read_text().splitlines(keepends=True)
+    lines[10] = lines[10].rstrip("\n") + "  # local edit\n"
+    target.unlink()  # break the hard link before editing
+    target.write_text("".join(lines))
+    before = tree_digest(site)
+
+    for extra in ([], ["--check"]):
+        proc = run_apply("--site-packages", site, *extra)
+        assert proc.returncode == 1
+        errors = proc.stderr.strip().splitlines()
+        assert len(errors) == 1, proc.stderr
+        assert str(target) in errors[0] and "sha256" in errors[0]
+        assert tree_digest(site) == before
+
+
+def test_wrong_version_is_refused_and_tree_unchanged(site):
+    meta = site / "vllm-0.33.0.dist-info" / "METADATA"
+    meta.write_text(meta.read_text().replace("Version: 0.33.0", "Version: 0.33.1", 1))
+    before = tree_digest(site)
+    proc = run_apply("--site-packages", site)
+    assert proc.returncode == 1
+    [line] = proc.stderr.strip().splitlines()
+    assert "0.33.1" in line and "0.33.0" in line and str(meta) in line
+    assert tree_digest(site) == before
+
+
+def test_missing_dist_info_is_refused(site):
+    shutil.rmtree(site / "vllm-0.33.0.dist-info")
+    before = tree_digest(site)
+    proc = run_apply("--site-packages", site)
+    assert proc.returncode == 1
+    assert "dist-info" in proc.stderr
+    assert tree_digest(site) == before
+
+
+def _series_copy(tmp_path: Path) -> Path:
+    copy = tmp_path / "series" / SERIES.name
+    shutil.copytree(SERIES, copy)
+    return copy
+
+
+def test_second_patch_failing_leaves_tree_unchanged(site, tmp_path):
+    """Patch 2 no longer matches its file: nothing is written, patch 1 included."""
+    series = _series_copy(tmp_path)
+    names = overlay.read_series(series)
+    second = series / names[1]
+    text = second.read_text()
+    # Change one context line of the second patch (the file is untouched).
+    marker = "\n             # buffer, a 1-block/req scratch buffer"
+    assert marker in text
+    second.write_text(text.replace(marker, "\n             # buffer, a 1-block/req SCRATCH buffer", 1))
+    data = json.loads((series / "lock.json").read_text())
+    data["patches"][names[1]] = overlay.sha256_file(second)
+    (series / "lock.json").write_text(json.dumps(data))
+
+    before = tree_digest(site)
+    proc = run_apply("--series", series, "--site-packages", site)
+    assert proc.returncode == 1
+    [line] = proc.stderr.strip().splitlines()
+    assert "vllm/v1/engine/core.py" in line and names[1] in line
+    assert "does not match" in line
+    assert tree_digest(site) == before
+
+
+def test_tampered_patch_is_refused(site, tmp_path):
+    series = _series_copy(tmp_path)
+    first = series / overlay.read_series(series)[0]
+    first.write_text(first.read_text().replace("Why", "Why not", 1))
+    before = tree_digest(site)
+    proc = run_apply("--series", series, "--site-packages", site)
+    assert proc.returncode == 1
+    assert str(first) in proc.stderr
+    assert tree_digest(site) == before
+
+
+def test_failure_after_files_were_replaced_rolls_back(site, tmp_path):
+    """A smoke import that fails after the commit restores every file."""
+    before = tree_digest(site)
+    # The host's stdlib-only Python cannot import vLLM (no torch): the smoke
+    # import fails after every patched file and .pyc has been moved in place.
+    python = shutil.which("python3") or sys.executable
+    probe = run_apply("--print-series-sha256", python=python)
+    assert probe.returncode == 0
+    import subprocess
+
+    if subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0:
+        pytest.skip("python3 can import torch; no failing interpreter at hand")
+    manifest = tmp_path / "m" / "manifest.json"
+    proc = run_apply(
+        "--site-packages", site, "--smoke-import", "--manifest", manifest, python=python
+    )
+    assert proc.returncode == 1
+    assert "smoke import" in proc.stderr
+    assert tree_digest(site) == before
+    assert not manifest.exists() and not manifest.parent.exists()
+
+
+def test_smoke_import_passes_with_vllm_python(site):
+    python = oracle_python()
+    proc = run_apply("--site-packages", site, "--smoke-import", "--json", python=python)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["action"] == "applied"
+
+
+def test_locates_vllm_without_importing_it(site, tmp_path):
+    """Without --site-packages/--vllm-dir the package is found on sys.path
+    (find_spec) and never imported: the tree here cannot even be imported
+    by a Python without torch."""
+    import os
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=str(site))
+    proc = subprocess.run(
+        [shutil.which("python3") or sys.executable, str(APPLY), "--check", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        universal_newlines=True,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["package_dir"] == str(site / "vllm")
+
+
+def test_series_sha256_is_stable_and_content_based(tmp_path):
+    copy = _series_copy(tmp_path)
+    assert overlay.series_sha256(copy) == overlay.series_sha256(SERIES)
+    (copy / "series").write_text((copy / "series").read_text() + "\n# note\n")
+    assert overlay.series_sha256(copy) != overlay.series_sha256(SERIES)
