@@ -94,18 +94,18 @@ def lock(recipe_path, as_json):
 @click.option("--stock", is_flag=True, help="Model stock vLLM 0.33.0 (no overlay) instead of the patched tree.")
 def geometry(recipe_path, as_json, stock):
     """Run the KV-geometry simulator and gate for a recipe on the host."""
-    from geometry.table import report_json, report_table
+    from geometry.table import render_text, to_json
     from stackbuild.errors import GeometryGateFailed
-    from stackbuild.plan import gate_input, host_geometry
+    from stackbuild.plan import gate_input, host_geometry, summarise_reasons
 
     recipe = load_recipe(recipe_path)
     report, verdict = host_geometry(gate_input(recipe, vllm_behaviour="stock" if stock else "overlay"))
     if as_json:
-        click.echo(json.dumps(report_json(report, verdict), indent=2, sort_keys=True))
+        click.echo(json.dumps(to_json(report, verdict), indent=2, sort_keys=True))
     else:
-        click.echo(report_table(report, verdict))
+        click.echo(render_text(report, verdict))
     if not verdict.passed:
-        raise GeometryGateFailed(f"{recipe.path}: geometry gate failed: " + "; ".join(verdict.reasons))
+        raise GeometryGateFailed(f"{recipe.path}: geometry gate failed: {summarise_reasons(verdict.reasons)}")
 
 
 @cli.command()

@@ -85,6 +85,14 @@ def host_geometry(gate: Mapping):
     return report, check(report)
 
 
+def summarise_reasons(reasons) -> str:
+    """One line for an error: the first reason, and how many more the table shows."""
+    if not reasons:
+        return "no reason given"
+    more = len(reasons) - 1
+    return reasons[0] + (f" (and {more} more; `build.py geometry` shows all)" if more else "")
+
+
 def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | None = None, allow_unpinned: bool = False) -> BuildPlan:
     from overlay.apply import series_sha256
 
@@ -130,6 +138,6 @@ def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | Non
         series_sha256=series_hash,
         gate_input=MappingProxyType(gate),
         geometry_verdict="pass" if verdict.passed else "fail",
-        geometry_summary="; ".join(verdict.reasons) if not verdict.passed else "all drafter pages fit the target's attention page",
+        geometry_summary=summarise_reasons(verdict.reasons) if not verdict.passed else "all drafter pages fit the target's attention page",
         labels=MappingProxyType(labels),
     )

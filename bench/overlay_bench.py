@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Benchmark the overlay build, its layers and its push on the local engine and registry.
+
+Needs the test services and the amd64 synthetic base (``tests/infra/run-bench.sh``
+brings them up). Each figure is the median of ``--runs`` runs:
+
+- cold build: the previous result and its intermediate images removed, so no step is cached;
+- warm build: the same build again, nothing changed;
+- overlay layers: bytes the overlay adds on top of the base (engine's layer sizes);
+- push: bytes the registry stored for a push of the image to a new repository when
+  the base is already in that registry, against the overlay layers' size.
+
+Writes a JSON document (``--out``), merged into an existing one if present.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+from infra import harness  # noqa: E402
+from stack_e2e import recipe_copy  # noqa: E402
+from stackbuild import engine as engine_mod  # noqa: E402
+from stackbuild.pipeline import build_image  # noqa: E402
+from stackbuild.plan import make_plan  # noqa: E402
+from stackbuild.progress import Progress  # noqa: E402
+from stackbuild.recipe import load_recipe  # noqa: E402
+
+TARGETS = {"cold_build_s": 10.0, "warm_build_s": 2.0, "overlay_layers_bytes": 1024 * 1024, "push_upload_ratio": 1.1}
+
+
+def median_of(values: list[float]) -> dict:
+    return {"median": round(statistics.median(values), 3), "runs": [round(v, 3) for v in values]}
+
+
+def overlay_layers(engine: engine_mod.DockerEngine, image_id: str, base_ref: str) -> list[dict]:
+    """History entries above the base: (instruction, size) of what the overlay adds."""
+    image = engine.client.api.history(image_id)
+    base = engine.client.api.history(base_ref)
+    added = image[: len(image) - len(base)]
+    return [{"created_by": h.get("CreatedBy", "")[:120], "bytes": int(h.get("Size") or 0)} for h in reversed(added)]
+
+
+def registry_bytes(storage: Path) -> int:
+    return sum(p.stat().st_size for p in storage.rglob("*") if p.is_file())
+
+
+def remove_image(engine: engine_mod.DockerEngine, image_id: str) -> None:
+    try:
+        engine.client.api.remove_image(image_id, force=True, noprune=False)
+    except Exception:  # already gone
+        pass
+
+
+def timed_build(engine, plan) -> tuple[str, float]:
+    progress = Progress(json_lines=True, stream=open(os.devnull, "w"))
+    start = time.perf_counter()
+    image_id = build_image(engine, plan, progress)
+    return image_id, time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=REPO / "out" / "bench.json")
+    args = parser.parse_args()
+
+    base = harness.base_image("amd64")
+    creds = harness.registry_credentials()
+    os.environ.setdefault("SOURCE_DATE_EPOCH", "1764460800")
+    tmp = Path(tempfile.mkdtemp(prefix="overlay-bench-"))
+    config_dir = tmp / "docker-config"
+    config_dir.mkdir()
+    login = harness.docker_login(config_dir, creds)
+    if login.returncode != 0:
+        raise SystemExit(f"docker login to {creds.url} failed: {login.stderr.strip()}")
+    os.environ["DOCKER_CONFIG"] = str(config_dir)
+
+    recipe = load_recipe(recipe_copy(tmp, "b200-amd64", base=base.image, tag=base.tag, digest=base.digest))
+    repository = f"{creds.url}/bench-{uuid.uuid4().hex[:8]}/glm53-b200"
+    plan = make_plan(recipe, repository=repository)
+    engine = engine_mod.connect()
+    base_ref = f"{base.image}@{base.digest}"
+
+    cold, warm, image_id = [], [], None
+    for _ in range(args.runs):
+        if image_id:
+            remove_image(engine, image_id)
+        image_id, seconds = timed_build(engine, plan)
+        cold.append(seconds)
+        again, seconds = timed_build(engine, plan)
+        assert again == image_id, "a warm build produced another image"
+        warm.append(seconds)
+
+    layers = overlay_layers(engine, image_id, base_ref)
+    layer_bytes = sum(layer["bytes"] for layer in layers)
+
+    storage = harness.state_dir() / "registry" / "storage"
+    before = registry_bytes(storage)
+    tag = plan.pinned_tag
+    engine.tag(image_id, repository, tag)
+    start = time.perf_counter()
+    digest = engine.push(repository, tag, lambda event: None)
+    push_seconds = time.perf_counter() - start
+    uploaded = registry_bytes(storage) - before
+
+    result = {
+        "overlay_build": {
+            "base": base_ref,
+            "platform": recipe.platform,
+            "cold_s": median_of(cold),
+            "warm_s": median_of(warm),
+        },
+        "overlay_layers": {"bytes": layer_bytes, "layers": layers},
+        "push": {
+            "repository": repository,
+            "digest": digest,
+            "seconds": round(push_seconds, 3),
+            "registry_bytes_added": uploaded,
+            "ratio_to_overlay_layers": round(uploaded / layer_bytes, 3) if layer_bytes else None,
+        },
+        "targets": TARGETS,
+    }
+    result["meets_targets"] = {
+        "cold_build": result["overlay_build"]["cold_s"]["median"] < TARGETS["cold_build_s"],
+        "warm_build": result["overlay_build"]["warm_s"]["median"] < TARGETS["warm_build_s"],
+        "overlay_layers": layer_bytes < TARGETS["overlay_layers_bytes"],
+        "push": bool(layer_bytes) and uploaded <= TARGETS["push_upload_ratio"] * layer_bytes,
+    }
+    remove_image(engine, image_id)
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    data.update(result)
+    args.out.write_text(json.dumps(data, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
