@@ -906,8 +906,10 @@ def _validate_layout(groups, layout: str) -> None:
 
 
 def _apply_overlay(model: _Model, cache: _Cache, specs: dict[str, Spec], notes: list[str]) -> dict[str, Spec]:
-    """Our patch series: drafter attention page == target attention page."""
-    p = _target_attention_page(model, specs)
+    """Our patch series: drafter attention page == the target's MLA latent
+    page (targets without MLA latent layers keep stock behaviour)."""
+    p = next((specs[l.name].page_size_bytes for l in model.layers
+              if l.owner == "target" and l.role == "mla_latent"), None)
     if p is None or model.drafter_backend is None:
         return specs
     out = dict(specs)
