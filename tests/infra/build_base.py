@@ -94,7 +94,9 @@ def log(msg: str) -> None:
 
 
 def run(cmd, **kw) -> subprocess.CompletedProcess:
-    log("$ " + " ".join(str(c) for c in cmd))
+    shown = " ".join(str(c) for c in cmd)
+    shown = re.sub(r"(--platform \S+ )+", "--platform <manylinux tags> ", shown)
+    log("$ " + (shown if len(shown) < 600 else shown[:600] + " ..."))
     return subprocess.run([str(c) for c in cmd], check=True, **kw)
 
 
@@ -459,8 +461,9 @@ def build_wrong(force: bool = False) -> dict:
             Path(ctx, "Dockerfile").write_text(text)
             env = {**os.environ, "DOCKER_BUILDKIT": "0"}
             log(f"building {ref} (classic builder)")
-            subprocess.run(["docker", "build", "-q", "-t", ref, ctx], check=True, env=env,
-                           stdout=subprocess.DEVNULL)
+            r = subprocess.run(["docker", "build", "-q", "-t", ref, ctx], env=env, capture_output=True, text=True)
+            if r.returncode != 0:
+                sys.exit(f"[build_base] docker build of {ref} failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
         built = True
     else:
         log(f"{ref}: up to date, not rebuilt")
