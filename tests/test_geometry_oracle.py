@@ -79,3 +79,22 @@ def test_overlay_simulation_vs_pristine_vllm_differs_only_in_drafter():
     diffs = compare_reports(simulate(inputs), plan_with_vllm(inputs))
     assert diffs
     assert all(d.startswith("with_drafter") for d in diffs)
+
+
+def test_cli_oracle_exit_codes(tmp_path):
+    """In-image entry point with --oracle against the vLLM on sys.path."""
+    import json
+    import subprocess
+
+    if BEHAVIOUR != "stock":
+        pytest.skip("pristine-tree check")
+    cli = ROOT / "geometry" / "sim_glm5_drafter_hades.py"
+    p = tmp_path / "gate-input.json"
+    p.write_text(json.dumps(C.recipe_input("stock")))
+    run = lambda *a: subprocess.run([sys.executable, str(cli), "--input", str(p), "--oracle",
+                                     "--json", *a], cwd=tmp_path, capture_output=True, text=True)
+    stock = run("--behaviour", "stock")
+    assert stock.returncode == 1, stock.stderr[-2000:]
+    assert json.loads(stock.stdout)["oracle"]["agrees"]
+    claimed = run("--behaviour", "overlay")  # the pristine tree is not the overlay
+    assert claimed.returncode == 2, claimed.stderr[-2000:]
