@@ -203,8 +203,9 @@ def test_fit_is_logged(harness):
 
 def test_no_exact_fit_keeps_stock_and_logs(trees):
     """A drafter whose bytes per token do not divide the target page (head
-    dim 96 -> 3 KiB per token at TP1) keeps the stock block, and says so."""
-    params = dict(recipe_params(), draft_head_dim=96, tp=1, num_spec=7, kv_memory_gib=200)
+    dim 80 -> 2,560 B per token at TP1; P = 9 x 2^19 B) keeps the stock
+    block, and says so."""
+    params = dict(recipe_params(), draft_head_dim=80, tp=1, num_spec=7, kv_memory_gib=200)
     (patched,), log = plan(trees["patched"], [params], trees["python"])
     (stock,), _ = plan(trees["stock"], [params], trees["python"])
     assert "no exact fit" in log and "do not divide the target page" in log
