@@ -265,3 +265,30 @@ def test_report_numbers(harness, capsys):
         )
     with capsys.disabled():
         print("\n" + "\n".join(rows))
+
+
+def test_patch_0002_is_needed(trees, tmp_path):
+    """With patch 0001 alone the drafter's smaller block drags the global
+    block size (cache_config.block_size) below the target's block."""
+    import shutil
+    import sys
+
+    from overlay_helpers import OVERLAY, SERIES
+
+    sys.path.insert(0, str(OVERLAY))
+    import refresh
+
+    series = tmp_path / "series" / SERIES.name
+    shutil.copytree(SERIES, series)
+    first = refresh.overlay.read_series(series)[0]
+    (series / "series").write_text(first + "\n")
+    lock = refresh.compute_lock(series, pristine_dir())
+    (series / "lock.json").write_text(json.dumps(lock))
+    site = copy_tree(pristine_dir(), tmp_path / "site")
+    done = run_apply("--series", series, "--site-packages", site)
+    assert done.returncode == 0, done.stderr
+    params = dict(recipe_params(), tp=1, num_spec=7, kv_memory_gib=MEMORY_GIB)
+    (only_0001,), _ = plan(site, [params], trees["python"])
+    (draft_group,) = _draft_groups(only_0001)
+    assert only_0001["global_block_size"] == draft_group["block_size"]
+    assert only_0001["global_block_size"] < only_0001["target_block_size"]
