@@ -69,6 +69,7 @@ def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay") -> dict:
         "mamba_cache_mode": recipe.geometry.mamba_cache_mode,
         "block_size": s.block_size,
         "max_model_len": s.max_model_len,
+        "drafter_attention_backend": recipe.drafter.attention_backend,
         "kv_cache_memory_bytes": int(recipe.geometry.kv_cache_memory_gib * GIB),
         "vllm_behaviour": vllm_behaviour,
     }

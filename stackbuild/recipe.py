@@ -79,6 +79,9 @@ class Drafter:
     precision: Literal["bf16", "mxfp8"]
     license: str
     method: Literal["dflash"] = "dflash"
+    # The drafter's attention backend, pinned: vLLM's automatic choice needs
+    # libcuda, and the backend's kernel blocks decide the drafter's block size.
+    attention_backend: Optional[Literal["FLASH_ATTN"]] = None
     revision: Optional[str] = None
 
 
