@@ -21,7 +21,9 @@ def speculative_config(recipe: Recipe) -> dict:
     """The ``--speculative-config`` object: vLLM 0.33.0's SpeculativeConfig field names.
 
     The drafter's KV dtype is SpeculativeConfig.kv_cache_dtype (unset: the
-    drafter inherits the target's --kv-cache-dtype).
+    drafter inherits the target's --kv-cache-dtype; ``auto``: the drafter's own
+    dtype), its attention backend SpeculativeConfig.attention_backend (a
+    backend name such as FLASH_ATTN; unset: vLLM chooses).
     """
     serving = recipe.serving
     config = {
@@ -31,6 +33,9 @@ def speculative_config(recipe: Recipe) -> dict:
     }
     if serving.drafter_kv_cache_dtype is not None:
         config["kv_cache_dtype"] = serving.drafter_kv_cache_dtype
+    backend = getattr(recipe.drafter, "attention_backend", None)
+    if backend is not None:
+        config["attention_backend"] = backend
     return config
 
 

@@ -91,6 +91,14 @@ def parse(argv: list) -> dict:
             return {"status": "rejected", "vllm_version": version,
                     "error": f"--speculative-config: unknown SpeculativeConfig field(s): {', '.join(unknown)}"}
 
+    # SpeculativeConfig's own parsing of a backend name (AttentionBackendEnum[NAME]).
+    if spec and spec.get("attention_backend") is not None:
+        try:
+            SpeculativeConfig._parse_attention_backend(spec["attention_backend"])
+        except (KeyError, AttributeError, ValueError) as exc:
+            return {"status": "rejected", "vllm_version": version,
+                    "error": f"--speculative-config attention_backend: unknown attention backend {exc}"}
+
     # The parser takes any string for a KV dtype (backends may register more);
     # vLLM's CacheConfig refuses unknown ones when the engine config is built.
     cache_dtypes = [("--kv-cache-dtype", args.kv_cache_dtype)]

@@ -17,7 +17,7 @@ from test_compose_support import DIGEST, NO_REPORT, REPO, SOURCE_DATE_EPOCH, rec
 
 from compose.generate import (ComposeOverrideError, ImagePin, compose_document, render_compose,
                               resolve_image, write_compose)
-from compose.serve_args import serve_argv, speculative_config_json
+from compose.serve_args import serve_argv, speculative_config, speculative_config_json
 from compose.validate import ComposeInvalid, check_compose_file, compose_config
 from stackbuild.errors import RecipeError
 from stackbuild.recipe import DEFAULT_RECIPE, load_recipe
@@ -49,8 +49,11 @@ def test_command_is_a_list_with_the_model_first_and_the_spec_config_as_one_argum
     assert cmd == serve_argv(r)
     assert cmd[0] == "/models/GLM-5.3-Flash-NVFP4"
     spec = cmd[cmd.index("--speculative-config") + 1]
-    assert spec == '{"method":"dflash","model":"/models/GLM-5.3-Flash-DFlash2","num_speculative_tokens":7}'
-    assert json.loads(spec) == {"method": "dflash", "model": "/models/GLM-5.3-Flash-DFlash2", "num_speculative_tokens": 7}
+    assert spec == json.dumps(speculative_config(r), sort_keys=True, separators=(",", ":"))
+    parsed = json.loads(spec)
+    assert (parsed["method"], parsed["model"], parsed["num_speculative_tokens"]) == ("dflash", "/models/GLM-5.3-Flash-DFlash2", 7)
+    assert parsed.get("kv_cache_dtype") == r.serving.drafter_kv_cache_dtype
+    assert parsed.get("attention_backend") == getattr(r.drafter, "attention_backend", None)
 
     def value(flag):
         assert cmd.count(flag) == 1, flag
@@ -69,12 +72,21 @@ def test_command_is_a_list_with_the_model_first_and_the_spec_config_as_one_argum
     assert all(isinstance(a, str) for a in cmd)
 
 
+def test_speculative_config_is_compact_json_with_sorted_keys(tmp_path):
+    def edit(d):
+        d["serving"].pop("drafter_kv_cache_dtype", None)
+        d["drafter"].pop("attention_backend", None)
+    assert speculative_config_json(recipe(tmp_path, edit)) == (
+        '{"method":"dflash","model":"/models/GLM-5.3-Flash-DFlash2","num_speculative_tokens":7}')
+
+
 def test_drafter_kv_dtype_goes_into_the_speculative_config(tmp_path):
     def edit(d):
         d["serving"]["drafter_kv_cache_dtype"] = "bfloat16"
         d["serving"]["block_size"] = 64
+        d["drafter"]["attention_backend"] = "FLASH_ATTN"
     r = recipe(tmp_path, edit)
-    assert speculative_config_json(r) == ('{"kv_cache_dtype":"bfloat16","method":"dflash",'
+    assert speculative_config_json(r) == ('{"attention_backend":"FLASH_ATTN","kv_cache_dtype":"bfloat16","method":"dflash",'
                                           '"model":"/models/GLM-5.3-Flash-DFlash2","num_speculative_tokens":7}')
     cmd = serve_argv(r)
     assert cmd[cmd.index("--block-size") + 1] == "64"

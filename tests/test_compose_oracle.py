@@ -16,7 +16,7 @@ import yaml
 from test_compose_support import DIGEST, NO_REPORT, REPO, SOURCE_DATE_EPOCH, recipe, require_compose_binary, require_oracle
 
 from compose.generate import write_compose
-from compose.serve_args import serve_argv
+from compose.serve_args import serve_argv, speculative_config
 from compose.validate import check_serve_args
 from stackbuild.errors import ServeArgsRejected
 
@@ -46,8 +46,9 @@ def test_default_recipe_command_is_accepted_by_vllm_serve(tmp_path):
     command = yaml.safe_load(out.read_text())["services"]["vllm"]["command"]
     assert command == serve_argv(r) == result["command"]
     assert parsed["model_tag"] == "/models/GLM-5.3-Flash-NVFP4"
-    assert parsed["speculative_config"] == {"method": "dflash", "model": "/models/GLM-5.3-Flash-DFlash2",
-                                            "num_speculative_tokens": 7}
+    spec = parsed["speculative_config"]
+    assert (spec["method"], spec["model"], spec["num_speculative_tokens"]) == ("dflash", "/models/GLM-5.3-Flash-DFlash2", 7)
+    assert spec == speculative_config(r)
     assert parsed["kv_cache_dtype"] == "fp8"
     assert parsed["max_model_len"] == 1048576
     assert parsed["tensor_parallel_size"] == 1
@@ -71,7 +72,9 @@ def test_drafter_kv_dtype_is_a_speculative_config_field_vllm_accepts(tmp_path):
     (["/models/m", "--speculative-config", '{"method":"dflash","model":"/models/d","num_spec_tokens":7}'],
      "unknown SpeculativeConfig field(s): num_spec_tokens"),
     (["/models/m", "--enable-auto-tool-choice", "--tool-call-parser", "glm99"], "invalid tool call parser: glm99"),
-], ids=["bad-kv-dtype", "bad-spec-field", "bad-tool-parser"])
+    (["/models/m", "--speculative-config", '{"attention_backend":"FLASH_ATTENTION_9","method":"dflash","model":"/models/d"}'],
+     "unknown attention backend"),
+], ids=["bad-kv-dtype", "bad-spec-field", "bad-tool-parser", "bad-drafter-backend"])
 def test_vllm_rejects_with_its_own_message(argv, message):
     require_oracle()
     with pytest.raises(ServeArgsRejected) as info:
