@@ -26,6 +26,20 @@ Target, GLM-5.3-Flash (``Glm5NextForCausalLM``, sparse MLA with kpool indexer):
 
 Target, Qwen3-Next style hybrid (GDN + full attention): ``FLASH_ATTN``.
 
+Target, Kimi Linear (``KimiLinearForCausalLM``, KDA + *dense* NoPE MLA; the
+model lives in ``vllm/models/kimi_k3``, its MLA layer asks for
+``use_sparse=False``).  ``_get_backend_priorities`` for dense MLA:
+  * family 100: ``FLASHINFER_MLA`` first (fixed kernel blocks [32, 64], so
+    ``customize_attention_spec`` sets ``MultipleOf(64)``); its
+    ``supports_combination`` needs ``qk_nope_head_dim`` in (64, 128, 192) and
+    the cache dtype in auto/float16/bfloat16/fp8/fp8_e4m3: anything else would
+    fall to TOKENSPEED/CUTLASS MLA and is rejected as not modelled.
+  * family 90: ``FLASH_ATTN_MLA`` (``MultipleOf(16)``, FA3 MLA assumed present)
+    for 16-bit caches; it takes no fp8, so an fp8 cache gets ``FLASHMLA``
+    (fixed [64]).
+  * family 120: ``TRITON_MLA`` (``MultipleOf(16)``).
+  MLA head sizes must be one of the common MLA backends' (320, 512, 576).
+
 Drafter (DFlash / DFlash2, ``Qwen3`` sliding-window layers): ``FLASH_ATTN``
 (``[MultipleOf(16)]``).  Reason: the drafter attends non-causally inside its
 block; ``_get_backend_priorities`` puts FLASH_ATTN first whenever
@@ -131,6 +145,36 @@ def sparse_mla_backend(family: int) -> Backend:
     if family == 90:
         return Backend("FLASHINFER_MLA_SPARSE_SM90", (Multiple(64),), align_rows=1)
     raise ValueError(f"no sparse MLA backend modelled for capability family {family}")
+
+
+FLASHINFER_MLA = Backend("FLASHINFER_MLA", (32, 64))
+FLASH_ATTN_MLA = Backend("FLASH_ATTN_MLA", (Multiple(16),))
+FLASHMLA = Backend("FLASHMLA", (64,))
+TRITON_MLA = Backend("TRITON_MLA", (Multiple(16),))
+_MLA_HEAD_SIZES = (320, 512, 576)
+
+
+def dense_mla_backend(family: int, kv_cache_dtype: str, qk_nope_head_dim: int,
+                      head_size: int) -> Backend:
+    """The dense MLA backend vLLM picks first (see the module docstring)."""
+    if head_size not in _MLA_HEAD_SIZES:
+        raise ValueError(f"MLA head size {head_size} not supported (MLA backends: "
+                         f"{_MLA_HEAD_SIZES})")
+    quantized = kv_cache_dtype.startswith("fp8")
+    if family == 100:
+        if qk_nope_head_dim not in (64, 128, 192) or kv_cache_dtype == "fp8_e5m2":
+            raise ValueError("FLASHINFER_MLA rejects this config; the fallback dense "
+                             "MLA backends are not modelled")
+        return FLASHINFER_MLA
+    if family == 90:
+        if kv_cache_dtype == "fp8_e5m2":
+            raise ValueError("fp8_e5m2 dense MLA on family 90 is not modelled")
+        return FLASHMLA if quantized else FLASH_ATTN_MLA
+    if family == 120:
+        if kv_cache_dtype == "fp8_e5m2":
+            raise ValueError("fp8_e5m2 dense MLA on family 120 is not modelled")
+        return TRITON_MLA
+    raise ValueError(f"no dense MLA backend modelled for capability family {family}")
 
 
 def drafter_backend(requested: str | None) -> Backend:

@@ -70,6 +70,62 @@ def _import_glm5next() -> None:
     sys.modules["vllm.models.glm5next"] = mod
 
 
+class _Placeholder(types.ModuleType):
+    """Stands in for a GPU kernel package (or a kernel a module lacks on a CPU
+    build) while a backend module is imported; never called."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Placeholder(f"{self.__name__}.{name}")
+
+    def __call__(self, *a, **k):  # decorators applied at import time
+        return a[0] if len(a) == 1 and callable(a[0]) and not k else self
+
+
+def _import_kernel_module(modname: str):
+    """Import a backend module whose top level imports GPU kernels that a CPU
+    box lacks (flashinfer, FA kernels in fa_utils).  Only the backend class's
+    declarations (name, kernel block sizes, customize_spec) are used, which
+    need none of them.  The stand-ins are removed again afterwards, so
+    nothing else in the process sees a fake ``flashinfer``."""
+    if modname in sys.modules:
+        return sys.modules[modname]
+    added_mods: list[str] = []
+    added_attrs: list[tuple[Any, str]] = []
+    try:
+        for _ in range(20):
+            try:
+                return importlib.import_module(modname)
+            except ModuleNotFoundError as exc:
+                missing = exc.name
+                if not missing or missing.startswith("vllm") or missing in sys.modules:
+                    raise
+                for k in [k for k in sys.modules if k.startswith(modname)]:
+                    del sys.modules[k]
+                parts = missing.split(".")
+                for i in range(1, len(parts) + 1):
+                    n = ".".join(parts[:i])
+                    if n not in sys.modules:
+                        m = _Placeholder(n)
+                        m.__path__ = []
+                        sys.modules[n] = m
+                        added_mods.append(n)
+            except ImportError as exc:
+                mod = sys.modules.get(getattr(exc, "name", None) or "")
+                attr = str(exc).split("'")[1] if "cannot import name" in str(exc) else None
+                if mod is None or attr is None or hasattr(mod, attr):
+                    raise
+                setattr(mod, attr, _Placeholder(attr))
+                added_attrs.append((mod, attr))
+        raise ImportError(f"cannot import {modname} with stand-ins")
+    finally:
+        for n in added_mods:
+            sys.modules.pop(n, None)
+        for mod, attr in added_attrs:
+            delattr(mod, attr)
+
+
 @contextlib.contextmanager
 def _patched(obj: Any, name: str, value: Any):
     had = name in vars(obj)
@@ -139,6 +195,10 @@ def _hf_config(kind: str, cfg: dict):
 
         if kind == "glm5next":
             return transformers.Glm5NextTextConfig(**tc)
+        if kind == "kimi_linear":
+            from vllm.transformers_utils.configs.kimi_linear import KimiLinearConfig
+
+            return KimiLinearConfig(**tc)
         return transformers.Qwen3NextConfig(**tc)
     except Exception:  # pragma: no cover - older transformers
         return types.SimpleNamespace(**tc)
@@ -236,6 +296,9 @@ def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
     if kind == "glm5next":
         head_size = hf.kv_lora_rank + hf.qk_rope_head_dim
         mc = _ModelConfig(hf, "Glm5NextForCausalLM", dtype, max_len, True, head_size, 1)
+    elif kind == "kimi_linear":
+        head_size = hf.kv_lora_rank + hf.qk_rope_head_dim  # ModelArchConfigConvertor (MLA)
+        mc = _ModelConfig(hf, "KimiLinearForCausalLM", dtype, max_len, True, head_size, 1)
     else:
         hd = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
         mc = _ModelConfig(hf, "Qwen3NextForCausalLM", dtype, max_len, False, hd,
@@ -312,6 +375,8 @@ def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
                     topk_buffer_width=None, indexer=object(),
                     non_causal_multi_token_decode=False, attn_backend=mla_cls,
                     kv_sharing_target_layer_name=None)
+        elif kind == "kimi_linear":
+            _kimi_layers(inputs, cfg, mc, hf, ctx, tp, num_spec, model_kv)
         else:
             from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import (
                 QwenGatedDeltaNetAttention,
@@ -352,6 +417,56 @@ def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
                     Attention, AttentionType, fa_cls, name, max(1, total_kv // tp), hd,
                     d_kv_str, kv_cache_dtype_str_to_dtype(d_kv_str, mc), window, True)
     return cfg, kind
+
+
+def _kimi_mla_backend(inputs: GeometryInputs, hf, kv_str: str):
+    """The dense MLA backend class for the family (same table as
+    geometry/backends.py::dense_mla_backend)."""
+    name = S.B.dense_mla_backend(inputs.capability_family, kv_str, hf.qk_nope_head_dim,
+                                 hf.kv_lora_rank + hf.qk_rope_head_dim).name
+    module, clsname = {
+        "FLASHINFER_MLA": ("flashinfer_mla", "FlashInferMLABackend"),
+        "FLASH_ATTN_MLA": ("flashattn_mla", "FlashAttnMLABackend"),
+        "FLASHMLA": ("flashmla", "FlashMLABackend"),
+        "TRITON_MLA": ("triton_mla", "TritonMLABackend"),
+    }[name]
+    cls = getattr(_import_kernel_module(f"vllm.v1.attention.backends.mla.{module}"), clsname)
+    assert cls.get_name() == name
+    return cls
+
+
+def _kimi_layers(inputs, cfg, mc, hf, ctx, tp, num_spec, model_kv) -> None:
+    """KimiLinearModel's attention layers (vllm/models/kimi_k3/nvidia/model.py,
+    KimiDecoderLayer): KDA iff ``hf.is_kda_layer(i)``, else the model's own
+    dense ``MultiHeadLatentAttention`` (nvidia/mla.py), both at
+    ``model.layers.{i}.self_attn``.  Constructors are skipped; the attributes
+    their ``get_kv_cache_spec`` reads are set as the constructors would."""
+    from vllm.model_executor.layers.mamba.gdn.kimi_gdn_linear_attn import (
+        KimiGatedDeltaNetAttention,
+    )
+    from vllm.models.kimi_k3.nvidia.mla import MultiHeadLatentAttention
+
+    lac = hf.linear_attn_config
+    mla_cls = None
+    for i in range(hf.num_hidden_layers):
+        p = f"model.layers.{i}.self_attn"
+        if hf.is_kda_layer(i):
+            assert lac["num_heads"] % tp == 0  # as in KimiGatedDeltaNetAttention.__init__
+            ctx[p] = _new(
+                KimiGatedDeltaNetAttention, prefix=p, tp_size=tp,
+                num_heads=lac["num_heads"], head_dim=lac["head_dim"],
+                conv_size=lac["short_conv_kernel_size"], num_spec=num_spec,
+                model_config=mc, cache_config=cfg.cache_config, vllm_config=cfg,
+                speculative_config=cfg.speculative_config, _checkpoint_alignment=None)
+            continue
+        assert hf.mla_use_nope, "Kimi-K3 MLA (MultiHeadLatentAttention) is NoPE-only"
+        if mla_cls is None:
+            mla_cls = _kimi_mla_backend(inputs, hf, model_kv)
+        ctx[p] = _new(
+            MultiHeadLatentAttention, layer_name=p, kv_cache_dtype=model_kv,
+            head_size=hf.kv_lora_rank + hf.qk_rope_head_dim,
+            non_causal_multi_token_decode=False, attn_backend=mla_cls,
+            kv_sharing_target_layer_name=None, quant_config=None)
 
 
 def _attention(Attention, AttentionType, backend, name, kv_heads, head_size, kv_str,

@@ -304,8 +304,11 @@ def model_kind(cfg: Mapping[str, Any]) -> str:
         return "glm5next"
     if "Qwen3NextForCausalLM" in archs or mt == "qwen3_next":
         return "qwen3_next"
+    if "KimiLinearForCausalLM" in archs or mt == "kimi_linear":
+        return "kimi_linear"
     raise BadInput(f"target architecture {archs or mt!r} is not modelled "
-                   "(modelled: Glm5NextForCausalLM, Qwen3NextForCausalLM)")
+                   "(modelled: Glm5NextForCausalLM, Qwen3NextForCausalLM, "
+                   "KimiLinearForCausalLM)")
 
 
 def _model_dtype(cfg: Mapping[str, Any]) -> str:
@@ -360,9 +363,13 @@ class _Cache:
 
 
 def _mamba_spec_kda(tc, tp, num_spec, model_dtype) -> tuple[tuple, tuple, int]:
-    heads = _req(tc, "linear_num_heads")
-    hd = _req(tc, "linear_head_dim")
-    k = tc.get("linear_conv_kernel_dim", 4)
+    return _kda_state(_req(tc, "linear_num_heads"), _req(tc, "linear_head_dim"),
+                      tc.get("linear_conv_kernel_dim", 4), tp, num_spec, model_dtype)
+
+
+def _kda_state(heads, hd, k, tp, num_spec, model_dtype) -> tuple[tuple, tuple, int]:
+    """MambaStateShapeCalculator.kda_state_shape / kda_state_dtype (conv state
+    in the model dtype, recurrent state fp32)."""
     if heads % tp:
         raise SimulatedError("AssertionError", f"linear_num_heads {heads} not divisible by TP {tp}")
     conv_dim = heads * hd + 2 * heads * hd
@@ -507,6 +514,8 @@ class _Model:
                                           B.KPOOL_TAIL, tail_build))
                 self.layers.append(_Layer(p + ".mla_attn", "target", "mla_latent",
                                           mla_backend, mla_build))
+        elif self.kind == "kimi_linear":
+            self._kimi_layers(tc, tp, num_spec, t_dtype)
         else:  # qwen3_next
             if not layer_types:
                 interval = int(tc.get("full_attention_interval", 4))
@@ -575,6 +584,53 @@ class _Model:
                     f"drafter.model.layers.{i}.self_attn.attn", "drafter",
                     "sliding_window" if window is not None else "attention",
                     self.drafter_backend, by_window[window]))
+
+    def _kimi_layers(self, tc, tp: int, num_spec: int, t_dtype: str) -> None:
+        """KimiLinearModel (vllm/models/kimi_k3): layer i is KDA iff i + 1 is in
+        ``linear_attn_config["kda_layers"]``, otherwise dense NoPE MLA; both
+        register as ``model.layers.{i}.self_attn``."""
+        lac = tc.get("linear_attn_config")
+        if not isinstance(lac, Mapping):
+            raise BadInput("Kimi Linear config lacks 'linear_attn_config'")
+        kda_layers = lac.get("kda_layers")
+        if kda_layers is None or lac.get("full_attn_layers") is None:
+            raise BadInput("linear_attn_config needs 'kda_layers' and 'full_attn_layers'")
+        if not kda_layers:
+            raise BadInput("Kimi Linear without KDA layers (not hybrid) is not modelled")
+        if lac.get("use_full_rank_gate"):
+            raise BadInput("Kimi-K3 full-rank-gate KDA is not modelled")
+        kda_set = {int(x) for x in kda_layers}
+        n_layers = int(_req(tc, "num_hidden_layers"))
+        for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank"):
+            _req(tc, key)
+        self.use_mla = True
+        kv_lora = int(tc["kv_lora_rank"])
+        rope = int(tc["qk_rope_head_dim"])
+        self.head_size = kv_lora + rope
+        self.num_kv_heads_model = 1
+        shapes, dtypes, mamba_bytes = _kda_state(
+            int(_req(lac, "num_heads")), int(_req(lac, "head_dim")),
+            int(lac.get("short_conv_kernel_size", 4)), tp, num_spec, self.model_dtype)
+        self.mamba_shapes, self.mamba_dtypes = shapes, dtypes
+        self.mamba_page = mamba_bytes
+        has_mla = any(i + 1 not in kda_set for i in range(n_layers))
+        if has_mla and not tc.get("mla_use_nope"):
+            raise SimulatedError("AssertionError", "Kimi-K3 MLA (MultiHeadLatentAttention) is NoPE-only")
+        try:
+            mla_backend = B.dense_mla_backend(self.family, self.kv_target,
+                                              int(tc["qk_nope_head_dim"]), self.head_size)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from exc
+        mla_spec = Spec("mla", 0, num_kv_heads=1, head_size=self.head_size, head_size_v=0,
+                        dtype_bytes=_DTYPE_BYTES[t_dtype], dtype=t_dtype)
+        mla_build = self._make_attn_builder(mla_spec, mla_backend)
+        mamba_build = self._mamba_build
+        for i in range(n_layers):
+            p = f"model.layers.{i}.self_attn"
+            if i + 1 in kda_set:
+                self.layers.append(_Layer(p, "target", "kda", B.SSM, mamba_build))
+            else:
+                self.layers.append(_Layer(p, "target", "mla_latent", mla_backend, mla_build))
 
     # -- per-layer get_kv_cache_spec (+ customize_attention_spec) ----------
     @cached_property

@@ -3,8 +3,10 @@
 The matrix spans TP 1/2/4/8, num_speculative_tokens 0..15, fp8/bf16/auto
 target and drafter KV dtypes, drafter KV heads, head size and layer count,
 GPU families 90/100/120, default and user block sizes, GLM-5.3-style targets
-(index_kpool 4 and 16, other KDA widths and layer counts) and a Qwen3-Next
-style GDN + full-attention hybrid, each with and without a drafter.  The full
+(index_kpool 4 and 16, other KDA widths and layer counts), Kimi Linear
+(KDA + dense NoPE MLA, other KDA widths, conv kernels, layer patterns and MLA
+latent widths) and a Qwen3-Next style GDN + full-attention hybrid, each with
+and without a drafter (50% GLM, 30% Kimi Linear, 20% Qwen3-Next).  The full
 product is far too big for the oracle, so ``sample(n, seed)`` draws a seeded,
 reproducible subset.  No expected numbers live here: the oracle is vLLM.
 """
@@ -69,6 +71,55 @@ def qwen3_next_target(rng: random.Random) -> dict:
     }
 
 
+def kimi_linear_config(n: int = 27, full_every: int = 4) -> dict:
+    """A Kimi-Linear-48B-A3B-shaped ``KimiLinearConfig`` (as reported for
+    moonshotai/Kimi-Linear-48B-A3B-Instruct; not downloaded): 1-based
+    ``kda_layers`` / ``full_attn_layers``, every 4th layer and the last one MLA."""
+    full = [i for i in range(1, n + 1) if i % full_every == 0 or i == n]
+    return {
+        "architectures": ["KimiLinearForCausalLM"],
+        "model_type": "kimi_linear",
+        "dtype": "bfloat16",
+        "vocab_size": 163840,
+        "hidden_size": 2304,
+        "head_dim": 72,
+        "intermediate_size": 9216,
+        "num_hidden_layers": n,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "q_lora_rank": None,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "mla_use_nope": True,
+        "num_experts": 256,
+        "num_experts_per_token": 8,
+        "num_shared_experts": 1,
+        "moe_intermediate_size": 1024,
+        "first_k_dense_replace": 1,
+        "max_position_embeddings": 1048576,
+        "linear_attn_config": {
+            "kda_layers": [i for i in range(1, n + 1) if i not in full],
+            "full_attn_layers": full,
+            "num_heads": 32,
+            "head_dim": 128,
+            "short_conv_kernel_size": 4,
+        },
+    }
+
+
+def kimi_linear_target(rng: random.Random) -> dict:
+    t = kimi_linear_config(rng.choice([27, 27, 12, 8]), rng.choice([4, 4, 3, 6]))
+    lac = t["linear_attn_config"]
+    lac["num_heads"] = rng.choice([32, 32, 16, 64])
+    lac["head_dim"] = rng.choice([128, 128, 64])
+    lac["short_conv_kernel_size"] = rng.choice([4, 4, 2])
+    t["kv_lora_rank"] = rng.choice([512, 512, 256])  # MLA head 576 or 320
+    t["max_position_embeddings"] = rng.choice([1048576, 131072])
+    return t
+
+
 def drafter(rng: random.Random) -> dict:
     _, d = recipe_configs()
     d = copy.deepcopy(d)
@@ -86,8 +137,10 @@ def drafter(rng: random.Random) -> dict:
 
 
 def scenario(rng: random.Random) -> dict:
-    kind = "glm" if rng.random() < 0.75 else "qwen3_next"
-    target = glm_target(rng) if kind == "glm" else qwen3_next_target(rng)
+    r = rng.random()
+    kind = "glm" if r < 0.5 else ("kimi_linear" if r < 0.8 else "qwen3_next")
+    target = {"glm": glm_target, "kimi_linear": kimi_linear_target,
+              "qwen3_next": qwen3_next_target}[kind](rng)
     has_drafter = rng.random() < 0.75
     family = rng.choice([100, 100, 100, 120, 90])
     tp = rng.choice([1, 2, 4, 8])
