@@ -347,7 +347,8 @@ def gate(ref: str, arch: str) -> tuple[bool, str, float]:
     t0 = time.time()
     r = docker("run", "--rm", "--platform", f"linux/{arch}", "--entrypoint", "python3", ref, "-c", code,
                capture=True, check=False)
-    return r.returncode == 0, (r.stdout + r.stderr).strip(), time.time() - t0
+    out = r.stdout.strip() if r.returncode == 0 else (r.stdout + r.stderr).strip()
+    return r.returncode == 0, out, time.time() - t0
 
 
 def input_hash(arch: str, reqs: list[str]) -> str:
