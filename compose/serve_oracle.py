@@ -1,7 +1,7 @@
 """Parse a `vllm serve` command line with vLLM's own parser (run by the oracle interpreter).
 
 Usage: python serve_oracle.py RESULT.json  (the argv after ``vllm serve`` as a
-JSON list on stdin). Self-contained on purpose: the oracle interpreter has
+JSON list on stdin, or ``{"cases": [argv, ...]}`` for several at one import). Self-contained on purpose: the oracle interpreter has
 vLLM and its dependencies, not this repository's.
 
 Writes {"status": "passed"|"rejected"|"unavailable"|"broken", ...} to
@@ -130,10 +130,14 @@ class _ApiArgs:
 def main() -> int:
     out_path = sys.argv[1]
     try:
-        argv = json.load(sys.stdin)
-        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-            raise ValueError("stdin must hold a JSON list of strings")
-        result = parse(argv)
+        request = json.load(sys.stdin)
+        # One argv (a list of strings), or {"cases": [argv, ...]}: one vLLM import for all.
+        cases = request["cases"] if isinstance(request, dict) else [request]
+        for argv in cases:
+            if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+                raise ValueError("stdin must hold a JSON list of strings, or {\"cases\": [lists of strings]}")
+        results = [parse(argv) for argv in cases]
+        result = {"cases": results} if isinstance(request, dict) else results[0]
     except Exception:  # noqa: BLE001 - reported to the caller, never swallowed
         result = {"status": "broken", "reason": _one_line(traceback.format_exc().strip().splitlines()[-1])}
     with open(out_path, "w", encoding="utf-8") as fh:

@@ -60,12 +60,21 @@ def oracle_python() -> str:
 
 def run_serve_parser(argv: Sequence[str], *, python: Optional[str] = None) -> dict:
     """Run serve_oracle.py under the oracle interpreter; its JSON verdict."""
-    python = python or oracle_python()
+    return _run_oracle(list(argv), python or oracle_python())
+
+
+def run_serve_parser_cases(cases: Sequence[Sequence[str]], *, python: Optional[str] = None) -> list[dict]:
+    """Several command lines at the cost of one vLLM import; one verdict each."""
+    result = _run_oracle({"cases": [list(c) for c in cases]}, python or oracle_python())
+    return result["cases"] if "cases" in result else [result] * len(cases)
+
+
+def _run_oracle(request: Any, python: str) -> dict:
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu"}
     with tempfile.TemporaryDirectory(prefix="serve-oracle-") as tmp:
         out = Path(tmp) / "result.json"
         try:
-            proc = subprocess.run([python, str(ORACLE_SCRIPT), str(out)], input=json.dumps(list(argv)),
+            proc = subprocess.run([python, str(ORACLE_SCRIPT), str(out)], input=json.dumps(request),
                                   capture_output=True, text=True, env=env, timeout=ORACLE_TIMEOUT)
         except FileNotFoundError:
             return {"status": "unavailable", "reason": f"oracle interpreter {python} not found"}
@@ -77,10 +86,15 @@ def run_serve_parser(argv: Sequence[str], *, python: Optional[str] = None) -> di
         return json.loads(out.read_text(encoding="utf-8"))
 
 
-def check_serve_args(argv: Sequence[str], *, where: str = "", python: Optional[str] = None) -> Check:
-    """Raise ServeArgsRejected (one line, vLLM's message) if vLLM refuses ``argv``."""
+def check_serve_args(argv: Sequence[str], *, where: str = "", python: Optional[str] = None,
+                     result: Optional[Mapping[str, Any]] = None) -> Check:
+    """Raise ServeArgsRejected (one line, vLLM's message) if vLLM refuses ``argv``.
+
+    ``result``: a verdict already obtained (run_serve_parser_cases) for this argv.
+    """
     python = python or oracle_python()
-    result = run_serve_parser(argv, python=python)
+    if result is None:
+        result = run_serve_parser(argv, python=python)
     status = result.get("status")
     prefix = f"{where}: " if where else ""
     if status == "passed":

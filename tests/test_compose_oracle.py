@@ -17,7 +17,7 @@ from test_compose_support import DIGEST, NO_REPORT, REPO, SOURCE_DATE_EPOCH, rec
 
 from compose.generate import write_compose
 from compose.serve_args import serve_argv, speculative_config
-from compose.validate import check_serve_args
+from compose.validate import check_serve_args, run_serve_parser_cases
 from stackbuild.errors import ServeArgsRejected
 
 pytestmark = pytest.mark.oracle
@@ -67,18 +67,32 @@ def test_drafter_kv_dtype_is_a_speculative_config_field_vllm_accepts(tmp_path):
     assert check.parsed["speculative_config"]["kv_cache_dtype"] == "bfloat16"
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["/models/m", "--kv-cache-dtype", "fp7"], "Invalid kv_cache_dtype: 'fp7'"),
-    (["/models/m", "--speculative-config", '{"method":"dflash","model":"/models/d","num_spec_tokens":7}'],
-     "unknown SpeculativeConfig field(s): num_spec_tokens"),
-    (["/models/m", "--enable-auto-tool-choice", "--tool-call-parser", "glm99"], "invalid tool call parser: glm99"),
-    (["/models/m", "--speculative-config", '{"attention_backend":"FLASH_ATTENTION_9","method":"dflash","model":"/models/d"}'],
-     "unknown attention backend"),
-], ids=["bad-kv-dtype", "bad-spec-field", "bad-tool-parser", "bad-drafter-backend"])
-def test_vllm_rejects_with_its_own_message(argv, message):
+REJECTED = {
+    "bad-kv-dtype": (["/models/m", "--kv-cache-dtype", "fp7"], "Invalid kv_cache_dtype: 'fp7'"),
+    "bad-spec-field": (["/models/m", "--speculative-config", '{"method":"dflash","model":"/models/d","num_spec_tokens":7}'],
+                       "unknown SpeculativeConfig field(s): num_spec_tokens"),
+    "bad-tool-parser": (["/models/m", "--enable-auto-tool-choice", "--tool-call-parser", "glm99"],
+                        "invalid tool call parser: glm99"),
+    "bad-drafter-backend": (["/models/m", "--speculative-config",
+                             '{"attention_backend":"FLASH_ATTENTION_9","method":"dflash","model":"/models/d"}'],
+                            "unknown attention backend"),
+    "unknown-flag": (["/models/m", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+}
+
+
+@pytest.fixture(scope="module")
+def rejected_verdicts():
+    """vLLM's verdicts on all the bad command lines, at the cost of one import."""
     require_oracle()
+    names = list(REJECTED)
+    return dict(zip(names, run_serve_parser_cases([REJECTED[n][0] for n in names])))
+
+
+@pytest.mark.parametrize("case", list(REJECTED))
+def test_vllm_rejects_with_its_own_message(rejected_verdicts, case):
+    argv, message = REJECTED[case]
     with pytest.raises(ServeArgsRejected) as info:
-        check_serve_args(argv, where="r.yaml")
+        check_serve_args(argv, where="r.yaml", result=rejected_verdicts[case])
     text = str(info.value)
     assert "\n" not in text
     assert text.startswith("r.yaml: vLLM 0.33.0 `vllm serve` rejected the command: ")
