@@ -117,25 +117,38 @@ def req_name(line: str) -> str:
     return normalize(re.split(r"[<>=!~;\[ @]", line, 1)[0])
 
 
-def read_requirements() -> list[str]:
-    """base-requirements.txt, with requirements/oracle.txt on top (its lines win per package)."""
-    merged: dict[str, str] = {}
-    for path in (HERE / "base-requirements.txt", REPO / "requirements" / "oracle.txt"):
-        if not path.exists():
-            continue
+def _req_lines(path: Path) -> list[str]:
+    lines = []
+    if path.exists():
         for raw in path.read_text().splitlines():
             line = raw.split("#", 1)[0].strip()
-            if not line or line.startswith("-"):
-                continue
-            name = req_name(line)
-            if EXCLUDE.match(name):
-                continue
-            merged[name] = line
-    extra = CACHE_DIR / "discovered-requirements.txt"
-    if extra.exists():
-        for line in extra.read_text().split():
-            merged.setdefault(req_name(line), line)
-    return [merged[k] for k in sorted(merged)]
+            if line and not line.startswith("-") and not EXCLUDE.match(req_name(line)):
+                lines.append(line)
+    return lines
+
+
+def read_requirements() -> tuple[list[str], dict[str, str]]:
+    """(requirements resolved with their dependencies, exact pins laid over the result).
+
+    base-requirements.txt (+ discovered-requirements.txt) are resolved for the target
+    platform; requirements/oracle.txt lines pinned with == replace the resolved version
+    of that package (or add it), as the oracle venv installs them (--no-deps), so a
+    colleague's pin list never makes the resolution impossible. Unpinned oracle lines
+    join the resolution.
+    """
+    resolve_set: dict[str, str] = {}
+    for line in _req_lines(HERE / "base-requirements.txt") + _req_lines(CACHE_DIR / "discovered-requirements.txt"):
+        resolve_set.setdefault(req_name(line), line)
+    overrides: dict[str, str] = {}
+    for line in _req_lines(REPO / "requirements" / "oracle.txt"):
+        name = req_name(line)
+        m = re.fullmatch(r"([A-Za-z0-9_.\-]+)\s*==\s*([^\s;,]+)", line)
+        if m:
+            overrides[name] = f"{m.group(1)}=={m.group(2)}"
+            resolve_set.pop(name, None)
+        else:
+            resolve_set[name] = line
+    return [resolve_set[k] for k in sorted(resolve_set)], dict(sorted(overrides.items()))
 
 
 def debian_mirror() -> str:
@@ -244,8 +257,11 @@ def download(arch: str, specs: list[str]) -> Path:
     return wheels
 
 
-def python_layer(arch: str, reqs: list[str], workdir: Path) -> Path:
-    pins = resolve(arch, reqs)
+def python_layer(arch: str, reqs: tuple[list[str], dict[str, str]], workdir: Path) -> Path:
+    to_resolve, overrides = reqs
+    resolved = {normalize(p.split("==")[0]): p for p in resolve(arch, to_resolve)}
+    resolved.update(overrides)
+    pins = [resolved[k] for k in sorted(resolved)]
     core = [f"torch=={ARCHES[arch]['torch']}", f"vllm=={VLLM_VERSION}"]
     wheels = download(arch, pins + core)
     stage = workdir / "stage"
