@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 
 import pytest
 
-from stack_e2e import (PAYLOAD_DIR, cli, docker_config, json_events, local_tags, recipe_copy, registry_tags,
+from stack_e2e import (PAYLOAD_DIR, SOURCE_DATE_EPOCH, cli, docker_config, json_events, local_tags, recipe_copy, registry_tags,
                        remove_image_tags, repository_name, unique_repository)
 from stackbuild.plan import make_plan
 from stackbuild.recipe import load_recipe
@@ -42,7 +42,7 @@ def image_file(image: str, path: str) -> bytes:
         return archive.extractfile(member).read()
 
 
-def test_happy_path_build_push_and_pull_back(amd64_build, registry, tmp_path):
+def test_happy_path_build_push_and_pull_back(amd64_build, registry, tmp_path, monkeypatch):
     build = amd64_build
     report = build.report
     # The report on stdout is the report in the file; the image went to the registry under both tags.
@@ -75,6 +75,7 @@ def test_happy_path_build_push_and_pull_back(amd64_build, registry, tmp_path):
     assert (config["Os"], config["Architecture"]) == ("linux", "amd64")
 
     # Its labels are the recipe's (the revision may move while colleagues commit).
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH)  # as the CLI ran
     plan = make_plan(load_recipe(build.recipe), repository=build.repository)
     labels = config["Config"]["Labels"]
     expected = {k: v for k, v in plan.labels.items() if k != "org.opencontainers.image.revision"}
