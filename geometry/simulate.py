@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any, Mapping
 
@@ -142,7 +142,25 @@ class Spec:
                 * self.dtype_bytes) // max(self.tokens_per_state, 1)
 
     def with_block_size(self, block_size: int) -> "Spec":
-        return replace(self, block_size=block_size)
+        if block_size == self.block_size:
+            return self
+        memo = self.__dict__.get("_resized")
+        if memo is None:
+            memo = {}
+            object.__setattr__(self, "_resized", memo)
+        out = memo.get(block_size)
+        if out is None:
+            out = memo[block_size] = self.evolve(block_size=block_size)
+        return out
+
+    def evolve(self, **changes: Any) -> "Spec":
+        """``dataclasses.replace`` without its per-field ``__init__`` cost
+        (Spec has no ``__post_init__``; derived values are recomputed)."""
+        d = {k: v for k, v in self.__dict__.items() if k in _SPEC_FIELDS}
+        d.update(changes)
+        out = object.__new__(Spec)
+        out.__dict__.update(d)
+        return out
 
     def get_block_stride_alignment(self) -> int:
         return self._stride_alignment
@@ -169,6 +187,9 @@ class Spec:
             "full": "FullAttentionSpec", "sliding": "SlidingWindowSpec",
             "circular": "CircularBufferSpec",
         }[self.kind]
+
+
+_SPEC_FIELDS = frozenset(f.name for f in fields(Spec))
 
 
 def _uniform_with_collection(first: Spec, specs: list[Spec]) -> bool:
@@ -438,9 +459,9 @@ def _customize(backend: B.Backend, spec: Spec) -> Spec:
     """vllm.v1.worker.utils.customize_attention_spec."""
     if backend.align_rows is not None:
         content = (spec.head_size + spec.head_size_v) * spec.dtype_bytes
-        spec = replace(spec, block_stride_alignment=backend.align_rows * content)
+        spec = spec.evolve(block_stride_alignment=backend.align_rows * content)
     if spec.block_stride_alignment is None and backend.fixed_sizes_only:
-        spec = replace(spec, block_stride_alignment=B.Multiple(max(backend.kernel_block_sizes)))
+        spec = spec.evolve(block_stride_alignment=B.Multiple(max(backend.kernel_block_sizes)))
     return spec
 
 
@@ -638,6 +659,14 @@ class _Model:
         return self._mamba_builder
 
     def _mamba_builder(self, cache: _Cache) -> Spec:
+        key = (cache.mamba_block_size, cache.mamba_page_size_padded)
+        memo = self.__dict__.setdefault("_mamba_memo", {})
+        out = memo.get(key)
+        if out is None:
+            out = memo[key] = self._new_mamba_spec(cache)
+        return out
+
+    def _new_mamba_spec(self, cache: _Cache) -> Spec:
         return Spec("mamba", cache.mamba_block_size or self.max_model_len,
                     page_size_padded=cache.mamba_page_size_padded,
                     state_bytes=self.mamba_page, mamba_shapes=self.mamba_shapes,
@@ -653,8 +682,14 @@ class _Model:
         return self._shared(("attn", proto, backend), lambda: self._make_attn_builder(proto, backend))
 
     def _make_attn_builder(self, proto: Spec, backend: B.Backend):
+        memo: dict[int, Spec] = {}
+
         def build(cache: _Cache) -> Spec:
-            return _customize(backend, proto.with_block_size(cache.block_size))
+            out = memo.get(cache.block_size)
+            if out is None:
+                out = memo[cache.block_size] = _customize(
+                    backend, proto.with_block_size(cache.block_size))
+            return out
         return build
 
     def _tail_builder(self, kpool: int, head_dim: int):
@@ -700,11 +735,38 @@ class _Model:
         return self.num_kv_heads_model * 2 * self.head_size * _DTYPE_BYTES[t_dtype]
 
     def non_ssm_backends(self) -> list[B.Backend]:
-        out: list[B.Backend] = []
-        for layer in self.layers:
-            if not layer.backend.is_ssm and layer.backend not in out:
-                out.append(layer.backend)
-        return out
+        out = self.__dict__.get("_non_ssm")
+        if out is None:
+            out = []
+            seen: set[int] = set()
+            for layer in self.layers:
+                b = layer.backend
+                if id(b) in seen:
+                    continue
+                seen.add(id(b))
+                if not b.is_ssm and b not in out:
+                    out.append(b)
+            self._non_ssm = out
+        return list(out)
+
+    @property
+    def row_memo(self) -> dict:
+        memo = self.__dict__.get("_row_memo")
+        if memo is None:
+            memo = self._row_memo = {}
+        return memo
+
+    def target_only(self) -> "_Model":
+        """The same model without the drafter's layers (same num_spec, same
+        target layers and builders: nothing of the target depends on them)."""
+        m = object.__new__(_Model)
+        m.__dict__.update(self.__dict__)
+        for k in ("_non_ssm", "_roles", "_builder_cache"):
+            m.__dict__.pop(k, None)
+        m.layers = [l for l in self.layers if l.owner == "target"]
+        m.kv_drafter = None
+        m.drafter_backend = None
+        return m
 
 
 # --------------------------------------------------------------------------
@@ -869,7 +931,7 @@ def _mergeable(a: Spec, b: Spec) -> bool:
     if a.kind != b.kind:
         return False
     if a.kind == "full":
-        return replace(a, sliding_window=None) == replace(b, sliding_window=None) and (
+        return a.evolve(sliding_window=None) == b.evolve(sliding_window=None) and (
             a.sliding_window is None or b.sliding_window is None or a.sliding_window == b.sliding_window)
     if a.kind == "sliding":
         return False if a != b else True
@@ -886,11 +948,11 @@ def _unify(specs: dict[str, Spec]) -> dict[str, Spec]:
         if s.page_size_bytes == mx:
             out[name] = s
         elif s.kind == "mamba":
-            out[name] = replace(s, page_size_padded=mx)
+            out[name] = s.evolve(page_size_padded=mx)
         elif mx % s.page_size_bytes == 0:
             out[name] = s.with_block_size(s.block_size * (mx // s.page_size_bytes))
         elif s.kind != "mla":
-            out[name] = replace(s, page_size_padded=mx)
+            out[name] = s.evolve(page_size_padded=mx)
         else:
             raise SimulatedError(
                 "NotImplementedError",
@@ -992,12 +1054,13 @@ def _target_attention_page(model: _Model, specs: dict[str, Spec]) -> int | None:
 # --------------------------------------------------------------------------
 
 
-def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list[str]) -> tuple[_Model, Plan]:
+def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list[str],
+          model: _Model | None = None) -> tuple[_Model, Plan]:
     cache = None
-    model = None
     rows: tuple[LayerRow, ...] = ()
     try:
-        model = _Model(inputs, with_drafter, num_spec)
+        if model is None:
+            model = _Model(inputs, with_drafter, num_spec)
         cache = _update_block_size(model, inputs)
         built: dict[int, Spec] = {}
         specs = {}
@@ -1056,32 +1119,45 @@ _ROW_FIELDS = ("spec_class", "block_size", "num_kv_heads", "head_size", "dtype",
                "block_stride_alignment")
 
 
-def _fast_row(name: str, owner: str, role: str, vals: tuple) -> LayerRow:
-    """LayerRow(name, owner, role, *vals) without the frozen-dataclass
-    per-field ``object.__setattr__`` cost (rows are built by the thousand)."""
-    row = object.__new__(LayerRow)
-    d = row.__dict__
+_new_object = object.__new__
+_set_attr = object.__setattr__
+
+
+def _row_from_template(name: str, owner: str, role: str, template: dict) -> LayerRow:
+    row = _new_object(LayerRow)
+    d = template.copy()
     d["name"] = name
     d["owner"] = owner
     d["role"] = role
-    d.update(zip(_ROW_FIELDS, vals))
+    _set_attr(row, "__dict__", d)
     return row
 
 
 def _rows(model: _Model, specs: dict[str, Spec]) -> tuple[LayerRow, ...]:
+    """One LayerRow per layer.  Rows are immutable, so a layer whose spec is
+    the very object an earlier plan of the same simulate() call had (the
+    target-only plan shares the target's builders) reuses that row."""
     out = []
-    memo: dict[int, tuple] = {}
+    templates: dict[int, dict] = {}
+    shared = model.row_memo  # (id(layer), id(spec)) -> (spec, row); spec kept alive
     for l in model.layers:
         s = specs[l.name]
-        vals = memo.get(id(s))
-        if vals is None:
-            vals = memo[id(s)] = (
+        key = (id(l), id(s))
+        hit = shared.get(key)
+        if hit is not None:
+            out.append(hit[1])
+            continue
+        t = templates.get(id(s))
+        if t is None:
+            t = templates[id(s)] = dict(zip(_ROW_FIELDS, (
                 s.vllm_class, s.block_size, s.num_kv_heads, s.head_size,
                 s.dtype or "/".join(s.mamba_dtypes),
                 s.bytes_per_token if s.is_attention else 0,
                 s.real_page_size_bytes, s.page_size_bytes,
-                s.page_size_bytes != s.real_page_size_bytes, s.get_block_stride_alignment())
-        out.append(_fast_row(l.name, l.owner, l.role, vals))
+                s.page_size_bytes != s.real_page_size_bytes, s.get_block_stride_alignment())))
+        row = _row_from_template(l.name, l.owner, l.role, t)
+        shared[key] = (s, row)
+        out.append(row)
     return tuple(out)
 
 
@@ -1102,11 +1178,14 @@ def simulate(inputs: GeometryInputs) -> GeometryReport:
             target_only_same_spec=with_d, kv_cache_memory_bytes=inputs.kv_cache_memory_bytes,
             notes=tuple(notes))
     if inputs.has_drafter:
-        _, without = _plan(inputs, False, 0, notes)
-        if inputs.num_speculative_tokens == 0:
+        n = inputs.num_speculative_tokens
+        target = model.target_only()
+        if n == 0:
+            _, without = _plan(inputs, False, 0, notes, target)
             same_spec = without
         else:
-            _, same_spec = _plan(inputs, False, inputs.num_speculative_tokens, notes)
+            _, without = _plan(inputs, False, 0, notes)
+            _, same_spec = _plan(inputs, False, n, notes, target)
     else:
         without = same_spec = with_d
     backends = model.non_ssm_backends()
