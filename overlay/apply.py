@@ -608,11 +608,17 @@ def smoke_import(site: Path, rels) -> None:
         "    mod = importlib.import_module(m)\n"
         f"    assert mod.__file__.startswith({str(site)!r}), (m, mod.__file__)\n"
     )
+    # No bytecode for the rest of vLLM (it would leave files the rollback does not
+    # own and bloat the layer), and a neutral working directory: run from inside
+    # the package, its submodules would also import as top-level modules.
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     proc = subprocess.run(
         [sys.executable, "-c", code],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         universal_newlines=True,
+        env=env,
+        cwd=tempfile.gettempdir(),
     )
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
