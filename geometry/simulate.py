@@ -42,8 +42,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field, fields, replace
-from functools import cached_property
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Mapping
 
 try:  # package import (tests, oracle) or sibling import (CLI as a script)
@@ -61,6 +60,25 @@ _DTYPE_BYTES = {
     "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "uint8": 1,
 }
 _SUPPORTED_KV_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
+
+
+class cached_property:  # noqa: N801 - functools' without its per-instance lock
+    """Computed on first read and stored in the instance ``__dict__`` (so
+    later reads never reach the descriptor); works on frozen dataclasses."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        v = obj.__dict__[self.name] = self.fn(obj)
+        return v
 
 
 def cdiv(a: int, b: int) -> int:
@@ -156,7 +174,9 @@ class Spec:
     def evolve(self, **changes: Any) -> "Spec":
         """``dataclasses.replace`` without its per-field ``__init__`` cost
         (Spec has no ``__post_init__``; derived values are recomputed)."""
-        d = {k: v for k, v in self.__dict__.items() if k in _SPEC_FIELDS}
+        d = self.__dict__.copy()
+        for k in _SPEC_DERIVED:
+            d.pop(k, None)
         d.update(changes)
         out = object.__new__(Spec)
         out.__dict__.update(d)
@@ -190,6 +210,8 @@ class Spec:
 
 
 _SPEC_FIELDS = frozenset(f.name for f in fields(Spec))
+# what Spec caches in its __dict__ besides its fields (never copied by evolve)
+_SPEC_DERIVED = ("real_page_size_bytes", "page_size_bytes", "_stride_alignment", "_resized")
 
 
 def _uniform_with_collection(first: Spec, specs: list[Spec]) -> bool:
@@ -245,6 +267,37 @@ class GroupRow:
     is_draft: bool
 
 
+class _Thunk:
+    """A deferred value for a ``_Lazy`` field."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+
+class _Lazy:
+    """A dataclass field (no default) whose value may be given as a ``_Thunk``
+    and is then computed on first read (``getattr``, ``asdict``, ``==`` and
+    ``repr`` all read it).  The per-layer and per-group rows of the plans the
+    gate does not look at are never built."""
+
+    def __set_name__(self, owner, name):
+        self.slot = "_lazy_" + name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return MISSING  # dataclasses: the field has no default
+        d = obj.__dict__
+        v = d[self.slot]
+        if type(v) is _Thunk:
+            v = d[self.slot] = v.fn()
+        return v
+
+    def __set__(self, obj, value):
+        obj.__dict__[self.slot] = value
+
+
 @dataclass(frozen=True)
 class Plan:
     """One planning run (with or without the drafter)."""
@@ -253,8 +306,8 @@ class Plan:
     mamba_page_size_padded: int | None
     layout: str | None
     grouping_path: str | None  # uniform | uniform_type | packed | unified
-    layers: tuple[LayerRow, ...]
-    groups: tuple[GroupRow, ...]
+    layers: tuple[LayerRow, ...] = _Lazy()
+    groups: tuple[GroupRow, ...] = _Lazy()
     bytes_per_block: int | None
     num_blocks: int | None
     tokens_fit: int | None  # num_blocks * target attention block size
@@ -882,7 +935,7 @@ def _packed_groups(specs: dict[str, Spec]) -> list[tuple[list[str], list[Spec]]]
         for n, s in bucket.items():
             psl.setdefault(s.page_size_bytes, []).append(n)
         balanced = len({len(v) for v in psl.values()}) == 1
-        max_per_page = Counter(s.page_size_bytes for s in bucket.values()).most_common(1)[0][1]
+        max_per_page = max(len(v) for v in psl.values())
         bucketed.append((bucket, psl, balanced, max_per_page))
 
     min_repeats = max((mpp for _, psl, bal, mpp in bucketed if bal and len(psl) > 1), default=0)
@@ -962,12 +1015,26 @@ def _unify(specs: dict[str, Spec]) -> dict[str, Spec]:
 
 
 def _uniform_page_groups(specs: dict[str, Spec]) -> list[tuple[list[str], list[Spec]]]:
-    same: dict[Spec, list[str]] = {}
-    for name, s in specs.items():
-        same.setdefault(s, []).append(name)
+    # Layers grouped by equal spec, in first-occurrence order (a dict keyed by
+    # Spec), with the equality tests done once per distinct spec object.
+    reps: list[Spec] = []
+    cls_of: dict[int, int] = {}
+    for sp in specs.values():
+        if id(sp) not in cls_of:
+            for k, r in enumerate(reps):
+                if r == sp:
+                    break
+            else:
+                k = len(reps)
+                reps.append(sp)
+            cls_of[id(sp)] = k
+    members: list[list[str]] = [[] for _ in reps]
+    for name, sp in specs.items():
+        members[cls_of[id(sp)]].append(name)
+    same = zip(reps, members)
     layer_buckets: list[list[str]] = []
     spec_buckets: list[list[Spec]] = []
-    for s, names in same.items():
+    for s, names in same:
         for lb, sb in zip(layer_buckets, spec_buckets):
             if all(_mergeable(sb[0], x) for x in sb + [s]):
                 lb.extend(names)
@@ -1073,19 +1140,13 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list
             specs = _apply_overlay(model, cache, specs, notes)
         layout = _resolve_layout(model, specs)
         path, groups, final_specs = _group_kv(specs, layout)
-        rows = _rows(model, final_specs)
+        rows = _Thunk(lambda: _rows(model, final_specs))
         _validate_layout(groups, layout)
         bpb = _bytes_per_block(groups, layout)
         num_blocks = inputs.kv_cache_memory_bytes // bpb
         t_block = next(final_specs[l.name].block_size for l in model.layers
                        if l.owner == "target" and l.role in ("mla_latent", "attention"))
-        roles = {l.name: l.role for l in model.layers}
-        grows = tuple(
-            GroupRow(i, gs[0].vllm_class,
-                     tuple(sorted({roles[n] for n in names})), tuple(names),
-                     gs[0].block_size, sum(s.page_size_bytes for s in gs),
-                     _group_is_draft(path, gs))
-            for i, (names, gs) in enumerate(groups))
+        grows = _Thunk(lambda: _group_rows(model, path, groups))
         return model, Plan(cache.block_size, cache.mamba_page_size_padded, layout, path, rows,
                            grows, bpb, num_blocks, num_blocks * t_block,
                            _target_attention_page(model, final_specs))
@@ -1093,6 +1154,16 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list
         return model, Plan(cache.block_size if cache else None,
                            cache.mamba_page_size_padded if cache else None,
                            None, None, rows, (), None, None, None, None, error=str(exc))
+
+
+def _group_rows(model: _Model, path: str, groups) -> tuple[GroupRow, ...]:
+    roles = {l.name: l.role for l in model.layers}
+    return tuple(
+        GroupRow(i, gs[0].vllm_class,
+                 tuple(sorted({roles[n] for n in names})), tuple(names),
+                 gs[0].block_size, sum(s.page_size_bytes for s in gs),
+                 _group_is_draft(path, gs))
+        for i, (names, gs) in enumerate(groups))
 
 
 def _group_is_draft(path: str, specs: list[Spec]) -> bool:
