@@ -421,11 +421,27 @@ def resolve_kv_dtypes(inputs: GeometryInputs, kind: str) -> tuple[str, str | Non
 
 
 class _Layer:
-    __slots__ = ("name", "owner", "role", "backend", "build")
+    """One layer: its name, owner, role and ``slot``; the model maps the slot
+    to the layer's backend and spec builder.  Layer lists depend only on the
+    layer pattern, so they are cached across models (``_layer_list``)."""
 
-    def __init__(self, name: str, owner: str, role: str, backend: B.Backend, build: Any):
-        self.name, self.owner, self.role, self.backend = name, owner, role, backend
-        self.build = build  # build(cache) -> Spec
+    __slots__ = ("name", "owner", "role", "slot")
+
+    def __init__(self, name: str, owner: str, role: str, slot: str):
+        self.name, self.owner, self.role, self.slot = name, owner, role, slot
+
+
+_LAYER_LISTS: dict[tuple, tuple[_Layer, ...]] = {}
+
+
+def _layer_list(key: tuple, make) -> tuple[_Layer, ...]:
+    """``make()`` -> iterable of (name, owner, role, slot), cached by ``key``."""
+    out = _LAYER_LISTS.get(key)
+    if out is None:
+        if len(_LAYER_LISTS) > 4096:
+            _LAYER_LISTS.clear()
+        out = _LAYER_LISTS[key] = tuple(_Layer(*t) for t in make())
+    return out
 
 
 @dataclass
@@ -575,19 +591,21 @@ class _Model:
             mla_spec = Spec("mla", 0, num_kv_heads=1, head_size=self.head_size, head_size_v=0,
                             dtype_bytes=t_bytes, dtype=t_dtype)
             mla_build = self._make_attn_builder(mla_spec, mla_backend)
-            mamba_build = self._mamba_build
-            for i in range(n_layers):
-                lt = layer_types[i]
-                p = f"model.layers.{i}.self_attn"
-                if lt == "linear_attention":
-                    self.layers.append(_Layer(p, "target", "kda", B.SSM, mamba_build))
-                    continue
-                self.layers.append(_Layer(p + ".indexer.k_cache", "target", "sparse_indexer",
-                                          idx_backend, idx_build))
-                self.layers.append(_Layer(p + ".indexer.tail_cache", "target", "kpool_tail",
-                                          B.KPOOL_TAIL, tail_build))
-                self.layers.append(_Layer(p + ".mla_attn", "target", "mla_latent",
-                                          mla_backend, mla_build))
+            self.slots = {"kda": (B.SSM, self._mamba_build), "idx": (idx_backend, idx_build),
+                          "tail": (B.KPOOL_TAIL, tail_build), "mla": (mla_backend, mla_build)}
+
+            def glm_layers():
+                for i in range(n_layers):
+                    lt = layer_types[i]
+                    p = f"model.layers.{i}.self_attn"
+                    if lt == "linear_attention":
+                        yield p, "target", "kda", "kda"
+                        continue
+                    yield p + ".indexer.k_cache", "target", "sparse_indexer", "idx"
+                    yield p + ".indexer.tail_cache", "target", "kpool_tail", "tail"
+                    yield p + ".mla_attn", "target", "mla_latent", "mla"
+            self.layers.extend(_layer_list(
+                ("glm5next", n_layers, tuple(layer_types)), glm_layers))
         elif self.kind == "kimi_linear":
             self._kimi_layers(tc, tp, num_spec, t_dtype)
         else:  # qwen3_next
@@ -615,14 +633,18 @@ class _Model:
                         head_size=self.head_size, head_size_v=self.head_size,
                         dtype_bytes=t_bytes, dtype=t_dtype)
             attn_build = self._make_attn_builder(spec, B.FLASH_ATTN)
-            for i in range(n_layers):
-                p = f"model.layers.{i}"
-                if layer_types[i] == "linear_attention":
-                    self.layers.append(_Layer(p + ".linear_attn", "target", "gdn", B.SSM,
-                                              self._mamba_build))
-                else:
-                    self.layers.append(_Layer(p + ".self_attn.attn", "target", "attention",
-                                              B.FLASH_ATTN, attn_build))
+            self.slots = {"gdn": (B.SSM, self._mamba_build), "attn": (B.FLASH_ATTN, attn_build)}
+
+            def qwen_layers():
+                for i in range(n_layers):
+                    lt = layer_types[i]
+                    p = f"model.layers.{i}"
+                    if lt == "linear_attention":
+                        yield p + ".linear_attn", "target", "gdn", "gdn"
+                    else:
+                        yield p + ".self_attn.attn", "target", "attention", "attn"
+            self.layers.extend(_layer_list(
+                ("qwen3_next", n_layers, tuple(layer_types)), qwen_layers))
 
         self.drafter_backend: B.Backend | None = None
         if with_drafter and inputs.drafter_config is not None:
@@ -645,19 +667,22 @@ class _Model:
             d_kv_local = max(1, d_kv // tp)
             if (d_heads // tp) % d_kv_local:
                 raise SimulatedError("AssertionError", "drafter num_heads not divisible by num_kv_heads")
-            by_window: dict = {}
-            for i in range(int(_req(dc, "num_hidden_layers"))):
-                window = _drafter_layer_attention(dc, i)
-                if window not in by_window:
-                    spec = Spec("sliding" if window is not None else "full", 0,
-                                num_kv_heads=d_kv_local, head_size=d_hd, head_size_v=d_hd,
-                                dtype_bytes=_DTYPE_BYTES[d_dtype], dtype=d_dtype,
-                                sliding_window=window, is_draft=True)
-                    by_window[window] = self._make_drafter_builder(spec)
-                self.layers.append(_Layer(
-                    f"drafter.model.layers.{i}.self_attn.attn", "drafter",
-                    "sliding_window" if window is not None else "attention",
-                    self.drafter_backend, by_window[window]))
+            windows = tuple(_drafter_layer_attention(dc, i)
+                            for i in range(int(_req(dc, "num_hidden_layers"))))
+            for window in dict.fromkeys(windows):
+                spec = Spec("sliding" if window is not None else "full", 0,
+                            num_kv_heads=d_kv_local, head_size=d_hd, head_size_v=d_hd,
+                            dtype_bytes=_DTYPE_BYTES[d_dtype], dtype=d_dtype,
+                            sliding_window=window, is_draft=True)
+                self.slots[("drafter", window)] = (self.drafter_backend,
+                                                   self._make_drafter_builder(spec))
+
+            def drafter_layers():
+                for i, window in enumerate(windows):
+                    yield (f"drafter.model.layers.{i}.self_attn.attn", "drafter",
+                           "sliding_window" if window is not None else "attention",
+                           ("drafter", window))
+            self.layers.extend(_layer_list(("drafter", windows), drafter_layers))
 
     def _kimi_layers(self, tc, tp: int, num_spec: int, t_dtype: str) -> None:
         """KimiLinearModel (vllm/models/kimi_k3): layer i is KDA iff i + 1 is in
@@ -698,13 +723,17 @@ class _Model:
         mla_spec = Spec("mla", 0, num_kv_heads=1, head_size=self.head_size, head_size_v=0,
                         dtype_bytes=_DTYPE_BYTES[t_dtype], dtype=t_dtype)
         mla_build = self._make_attn_builder(mla_spec, mla_backend)
-        mamba_build = self._mamba_build
-        for i in range(n_layers):
-            p = f"model.layers.{i}.self_attn"
-            if i + 1 in kda_set:
-                self.layers.append(_Layer(p, "target", "kda", B.SSM, mamba_build))
-            else:
-                self.layers.append(_Layer(p, "target", "mla_latent", mla_backend, mla_build))
+        self.slots = {"kda": (B.SSM, self._mamba_build), "mla": (mla_backend, mla_build)}
+
+        def kimi_layers():
+            for i in range(n_layers):
+                p = f"model.layers.{i}.self_attn"
+                if i + 1 in kda_set:
+                    yield p, "target", "kda", "kda"
+                else:
+                    yield p, "target", "mla_latent", "mla"
+        self.layers.extend(_layer_list(
+            ("kimi_linear", n_layers, tuple(sorted(kda_set))), kimi_layers))
 
     # -- per-layer get_kv_cache_spec (+ customize_attention_spec) ----------
     @cached_property
@@ -792,8 +821,9 @@ class _Model:
         if out is None:
             out = []
             seen: set[int] = set()
+            slots = self.slots
             for layer in self.layers:
-                b = layer.backend
+                b = slots[layer.slot][0]
                 if id(b) in seen:
                     continue
                 seen.add(id(b))
@@ -1129,13 +1159,14 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list
         if model is None:
             model = _Model(inputs, with_drafter, num_spec)
         cache = _update_block_size(model, inputs)
-        built: dict[int, Spec] = {}
+        built: dict = {}
         specs = {}
-        for l in model.layers:  # identical layers share one builder
-            key = id(l.build)
-            if key not in built:
-                built[key] = l.build(cache)
-            specs[l.name] = built[key]
+        slots = model.slots
+        for l in model.layers:  # layers of one slot share one builder
+            spec = built.get(l.slot)
+            if spec is None:
+                spec = built[l.slot] = slots[l.slot][1](cache)
+            specs[l.name] = spec
         if inputs.vllm_behaviour == "overlay" and with_drafter:
             specs = _apply_overlay(model, cache, specs, notes)
         layout = _resolve_layout(model, specs)
