@@ -191,7 +191,7 @@ def verify(image, recipe_path, as_json):
     """Pull IMAGE@DIGEST, compare its labels with the recipe, re-run the gate inside it."""
     from stackbuild.verify import verify_image
 
-    result = verify_image(image, load_recipe(recipe_path))
+    result = verify_image(image, load_recipe(recipe_path), json_progress=as_json)
     emit(as_json, result, f"{image}: {result['verdict']}")
 
 
