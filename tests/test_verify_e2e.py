@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from stack_e2e import cli, recipe_copy
+from stack_e2e import cli, json_events, recipe_copy
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 
@@ -19,7 +19,8 @@ def test_verify_passes_for_the_image_of_the_recipe(amd64_build):
     assert result["geometry_verdict"] == "pass" and result["geometry_report"]["verdict"]["passed"] is True
     assert result["geometry_report"]["oracle"]["agrees"] is True
     assert result["labels_compared"] >= 15
-    assert "==> geometry gate" in run.stderr
+    phases = [(e["phase"], e["status"]) for e in json_events(run.stderr) if e["event"] == "phase"]
+    assert phases == [("pull", "start"), ("pull", "done"), ("geometry gate", "start"), ("geometry gate", "done")]
 
 
 def test_verify_against_another_recipe_names_every_label_that_differs(amd64_build, synthetic_base_amd64, tmp_path):
