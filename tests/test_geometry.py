@@ -160,3 +160,28 @@ def test_cli_runs_from_a_copied_directory(tmp_path):
                         "--behaviour", "overlay"], cwd="/", capture_output=True, text=True,
                        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert r.returncode == 0, r.stderr + r.stdout
+
+
+def test_kimi_linear_numbers_from_config_arithmetic():
+    """Kimi-Linear-48B shape, TP1, fp8, num_spec 7: KDA page = conv
+    (3 x 32 x 128) x (4 - 1 + 7) x 2 B + recurrent 32 x 128 x 128 x 4 B;
+    MLA 576 B/token; block = 128 x ceil(KDA page / (128 x 576))."""
+    t = C.kimi_linear_config()
+    kda = 3 * 32 * 128 * (4 - 1 + 7) * 2 + 32 * 128 * 128 * 4
+    assert kda == 2_342_912
+    block = 128 * -(-kda // (128 * 576))
+    for behaviour in ("stock", "overlay"):
+        r = simulate(_inputs(C.recipe_input(behaviour, target_config=t, kv_cache_dtype="fp8")))
+        assert r.model_kind == "kimi_linear"
+        base = r.target_only_same_spec
+        assert base.error is None and base.block_size == block == 4096
+        assert base.target_attention_page == block * 576
+        assert base.mamba_page_size_padded == block * 576
+        assert base.grouping_path == "unified" and base.layout == "LBNHC"
+        kda_rows = [l for l in base.layers if l.role == "kda"]
+        assert len(kda_rows) == 20 and kda_rows[0].real_page_bytes == kda
+        if behaviour == "stock":  # the drafter's page is the largest, MLA cannot be padded
+            assert r.with_drafter.error.startswith("NotImplementedError")
+        else:
+            d = [l for l in r.with_drafter.layers if l.owner == "drafter"]
+            assert {l.block_size for l in d} == {block * 576 // 2048}

@@ -98,3 +98,16 @@ def test_cli_oracle_exit_codes(tmp_path):
     assert json.loads(stock.stdout)["oracle"]["agrees"]
     claimed = run("--behaviour", "overlay")  # the pristine tree is not the overlay
     assert claimed.returncode == 2, claimed.stderr[-2000:]
+
+
+def test_kimi_linear_recipe_agrees():
+    """Kimi Linear with the DFlash2-style drafter (stock 0.33.0 raises in
+    unify: the MLA page does not divide the drafter's) and alone."""
+    for drafter in (C.recipe_configs()[1], None):
+        data = C.recipe_input(BEHAVIOUR, target_config=C.kimi_linear_config(),
+                              kv_cache_dtype="fp8", drafter_config=drafter)
+        sim, vllm, diffs = _agree(data)
+        assert not diffs, "\n".join(diffs[:20])
+        assert vllm.target_only_same_spec.target_attention_page == 4096 * 576
+        if BEHAVIOUR == "stock" and drafter is not None:
+            assert vllm.with_drafter.error.startswith("NotImplementedError")
