@@ -830,7 +830,14 @@ class _Model:
                 if not b.is_ssm and b not in out:
                     out.append(b)
             self._non_ssm = out
-        return list(out)
+        return out  # callers only read it
+
+    def used_slots(self) -> list:
+        """The slots the layers use, in first-use order (vLLM's build order)."""
+        out = self.__dict__.get("_used_slots")
+        if out is None:
+            out = self._used_slots = list(dict.fromkeys(l.slot for l in self.layers))
+        return out
 
     @property
     def row_memo(self) -> dict:
@@ -844,7 +851,7 @@ class _Model:
         target layers and builders: nothing of the target depends on them)."""
         m = object.__new__(_Model)
         m.__dict__.update(self.__dict__)
-        for k in ("_non_ssm", "_roles", "_builder_cache"):
+        for k in ("_non_ssm", "_roles", "_builder_cache", "_used_slots"):
             m.__dict__.pop(k, None)
         m.layers = [l for l in self.layers if l.owner == "target"]
         m.kv_drafter = None
@@ -943,11 +950,12 @@ def _packed_groups(specs: dict[str, Spec]) -> list[tuple[list[str], list[Spec]]]
     # A bucket is already uniform and every uniformity rule compares members
     # with its first spec, so testing a newcomer against the first is enough.
     buckets: list[dict[str, Spec]] = []
+    psls: list[dict[int, list[str]]] = []  # per bucket: page size -> layer names
     firsts: list[Spec] = []
-    placed: dict[int, int] = {}  # id(spec) -> bucket index (equal objects, same answer)
+    placed: dict[int, tuple] = {}  # id(spec) -> (bucket, its names for the spec's page)
     for name, spec in specs.items():
-        k = placed.get(id(spec))
-        if k is None:
+        hit = placed.get(id(spec))
+        if hit is None:
             for k, first in enumerate(firsts):
                 if (spec.block_size == first.block_size and spec.dcp_sharded == first.dcp_sharded
                         and _uniform_with_collection(first, [spec])):
@@ -955,15 +963,15 @@ def _packed_groups(specs: dict[str, Spec]) -> list[tuple[list[str], list[Spec]]]
             else:
                 k = len(buckets)
                 buckets.append({})
+                psls.append({})
                 firsts.append(spec)
-            placed[id(spec)] = k
-        buckets[k][name] = spec
+            hit = placed[id(spec)] = (buckets[k],
+                                      psls[k].setdefault(spec.page_size_bytes, []))
+        hit[0][name] = spec
+        hit[1].append(name)
 
     bucketed = []
-    for bucket in buckets:
-        psl: dict[int, list[str]] = {}
-        for n, s in bucket.items():
-            psl.setdefault(s.page_size_bytes, []).append(n)
+    for bucket, psl in zip(buckets, psls):
         balanced = len({len(v) for v in psl.values()}) == 1
         max_per_page = max(len(v) for v in psl.values())
         bucketed.append((bucket, psl, balanced, max_per_page))
@@ -1159,14 +1167,9 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list
         if model is None:
             model = _Model(inputs, with_drafter, num_spec)
         cache = _update_block_size(model, inputs)
-        built: dict = {}
-        specs = {}
         slots = model.slots
-        for l in model.layers:  # layers of one slot share one builder
-            spec = built.get(l.slot)
-            if spec is None:
-                spec = built[l.slot] = slots[l.slot][1](cache)
-            specs[l.name] = spec
+        built = {k: slots[k][1](cache) for k in model.used_slots()}  # one build per slot
+        specs = {l.name: built[l.slot] for l in model.layers}
         if inputs.vllm_behaviour == "overlay" and with_drafter:
             specs = _apply_overlay(model, cache, specs, notes)
         layout = _resolve_layout(model, specs)
