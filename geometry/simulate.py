@@ -839,13 +839,6 @@ class _Model:
             out = self._used_slots = list(dict.fromkeys(l.slot for l in self.layers))
         return out
 
-    @property
-    def row_memo(self) -> dict:
-        memo = self.__dict__.get("_row_memo")
-        if memo is None:
-            memo = self._row_memo = {}
-        return memo
-
     def target_only(self) -> "_Model":
         """The same model without the drafter's layers (same num_spec, same
         target layers and builders: nothing of the target depends on them)."""
@@ -1238,30 +1231,35 @@ def _row_from_template(name: str, owner: str, role: str, template: dict) -> Laye
     return row
 
 
+_ROWS: dict[tuple, dict] = {}  # row values -> {layer: LayerRow}
+
+
 def _rows(model: _Model, specs: dict[str, Spec]) -> tuple[LayerRow, ...]:
-    """One LayerRow per layer.  Rows are immutable, so a layer whose spec is
-    the very object an earlier plan of the same simulate() call had (the
-    target-only plan shares the target's builders) reuses that row."""
+    """One LayerRow per layer.  A row is a pure function of the layer (name,
+    owner, role) and its spec's row values, and rows are immutable, so they
+    are shared across plans and calls (layers are keyed by object, which
+    keeps them alive)."""
     out = []
-    templates: dict[int, dict] = {}
-    shared = model.row_memo  # (id(layer), id(spec)) -> (spec, row); spec kept alive
+    by_spec: dict[int, tuple] = {}
     for l in model.layers:
         s = specs[l.name]
-        key = (id(l), id(s))
-        hit = shared.get(key)
-        if hit is not None:
-            out.append(hit[1])
-            continue
-        t = templates.get(id(s))
-        if t is None:
-            t = templates[id(s)] = dict(zip(_ROW_FIELDS, (
-                s.vllm_class, s.block_size, s.num_kv_heads, s.head_size,
-                s.dtype or "/".join(s.mamba_dtypes),
-                s.bytes_per_token if s.is_attention else 0,
-                s.real_page_size_bytes, s.page_size_bytes,
-                s.page_size_bytes != s.real_page_size_bytes, s.get_block_stride_alignment())))
-        row = _row_from_template(l.name, l.owner, l.role, t)
-        shared[key] = (s, row)
+        hit = by_spec.get(id(s))
+        if hit is None:
+            vals = (s.vllm_class, s.block_size, s.num_kv_heads, s.head_size,
+                    s.dtype or "/".join(s.mamba_dtypes),
+                    s.bytes_per_token if s.is_attention else 0,
+                    s.real_page_size_bytes, s.page_size_bytes,
+                    s.page_size_bytes != s.real_page_size_bytes,
+                    s.get_block_stride_alignment())
+            cache = _ROWS.get(vals)
+            if cache is None:
+                if len(_ROWS) > 20000:
+                    _ROWS.clear()
+                cache = _ROWS[vals] = {}
+            hit = by_spec[id(s)] = (cache, dict(zip(_ROW_FIELDS, vals)))
+        row = hit[0].get(l)
+        if row is None:
+            row = hit[0][l] = _row_from_template(l.name, l.owner, l.role, hit[1])
         out.append(row)
     return tuple(out)
 
