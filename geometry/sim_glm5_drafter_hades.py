@@ -4,10 +4,11 @@
 Usage:
   sim_glm5_drafter_hades.py --input gate-input.json [--oracle] [--json]
       [--report-out PATH] [--behaviour auto|stock|overlay]
-      [--overlay-manifest PATH]
+      [--overlay-manifest PATH] [--import-patched]
 
 Exit codes: 0 pass, 1 geometry mismatch, 2 oracle disagreement (simulator vs
-the installed vLLM), 3 bad input.
+the installed vLLM), 3 bad input, 4 a patched module does not import
+(``--import-patched``).
 
 Stdlib only, plus the image's own vLLM for ``--oracle``.  Runs as a script from
 any directory: the directory holding this file is loaded as a package, whatever
@@ -68,6 +69,31 @@ def overlay_applied(manifest_path: str) -> tuple[bool, str]:
                      f"{'applied' if applied else 'NOT applied'}")
 
 
+def import_patched(manifest_path: str) -> list[str]:
+    """Import every module the overlay manifest lists (the patched files).
+
+    The gate's process imports vLLM anyway; doing the overlay's import smoke
+    test here saves a second cold import of vLLM and torch per build (minutes
+    under arm64 emulation). Raises ImportError naming the module at fault.
+    """
+    with open(manifest_path, encoding="utf-8") as fh:
+        files = [entry["file"] for entry in json.load(fh).get("files", [])]
+    modules = []
+    for rel in files:
+        if not rel.endswith(".py"):
+            continue
+        parts = rel[: -len(".py")].split("/")
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        name = ".".join(parts)
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            raise ImportError(f"smoke import of patched module {name} failed: {type(exc).__name__}: {exc}") from exc
+        modules.append(name)
+    return modules
+
+
 def main(argv: list[str] | None = None) -> int:
     pkg = _load_package()
     inputs_mod = importlib.import_module(pkg.__name__ + ".inputs")
@@ -83,7 +109,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-out", help="write the JSON report here")
     ap.add_argument("--behaviour", default="auto", choices=("auto", "stock", "overlay", "input"))
     ap.add_argument("--overlay-manifest", default=DEFAULT_MANIFEST)
+    ap.add_argument("--import-patched", action="store_true",
+                    help="first import every module the overlay manifest lists (exit 4 if one fails)")
     args = ap.parse_args(argv)
+
+    if args.import_patched:
+        try:
+            modules = import_patched(args.overlay_manifest)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"geometry gate: bad input: overlay manifest {args.overlay_manifest}: {exc}", file=sys.stderr)
+            return 3
+        except ImportError as exc:
+            print(f"geometry gate: {exc}", file=sys.stderr)
+            return 4
+        print(f"imported {len(modules)} patched modules: {', '.join(modules)}", file=sys.stderr)
 
     try:
         with open(args.input, encoding="utf-8") as fh:
