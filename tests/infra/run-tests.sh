@@ -36,7 +36,8 @@ if [[ "${INFRA_SKIP_BASES:-0}" != "1" ]]; then
   bp="$PY"
   ( "$bp" "$here/build_base.py" --arch amd64 && "$bp" "$here/build_base.py" --wrong-version ) \
       >"$logs/base-amd64.log" 2>&1 & p_amd=$!
-  "$bp" "$here/build_base.py" --arch arm64 >"$logs/base-arm64.log" 2>&1 & p_arm=$!
+  # arm64: the overlay build's gate step imports vLLM under qemu anyway; skip the base's own import check.
+  "$bp" "$here/build_base.py" --arch arm64 --quick-check >"$logs/base-arm64.log" 2>&1 & p_arm=$!
   rc_amd=0; rc_arm=0
   wait $p_amd || rc_amd=$?
   wait $p_arm || rc_arm=$?
