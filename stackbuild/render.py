@@ -13,8 +13,9 @@ from .recipe import REPO_ROOT
 
 TEMPLATE = REPO_ROOT / "Dockerfile.j2"
 NORMALISE_SCRIPT = Path(__file__).with_name("normalise-mtimes.sh")
-# Only what the image needs from overlay/ and geometry/: code and the series.
-PAYLOAD_SOURCES = ("overlay", "geometry")
+# Build-context directories holding what the patch step and the gate step need.
+PATCH_PAYLOAD = "patch-payload"
+GATE_PAYLOAD = "gate-payload"
 PAYLOAD_SKIP = ("__pycache__", "tests", ".pytest_cache")
 
 
@@ -38,6 +39,8 @@ def render(plan: BuildPlan) -> str:
         payload_dir=plan.payload_dir,
         source_date_epoch=plan.source_date_epoch,
         labels=dict(plan.labels),
+        patch_payload=PATCH_PAYLOAD,
+        gate_payload=GATE_PAYLOAD,
     )
 
 
@@ -47,20 +50,33 @@ def _wanted(path: Path) -> bool:
     return not path.name.endswith((".pyc", ".pyo", ".md", ".mk"))
 
 
+def _copy_tree(name: str, destination: Path) -> None:
+    for src in sorted((REPO_ROOT / name).rglob("*")):
+        if src.is_file() and _wanted(src.relative_to(REPO_ROOT)):
+            dst = destination / src.relative_to(REPO_ROOT)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
+
+
 def write_context(plan: BuildPlan, directory: Path) -> Path:
-    """Write Dockerfile and payload/ into ``directory``; every file gets the epoch time."""
+    """Write the Dockerfile and the two payload trees into ``directory``.
+
+    Each payload mirrors its absolute path (``<payload>/opt/glm53-overlay/...``)
+    and is copied to ``/``, so even ``/opt`` gets the epoch time from the context
+    rather than the time of the build. ``patch-payload`` holds what the patch step
+    needs, ``gate-payload`` the gate and its recipe-specific input: recipes that
+    differ only in geometry reuse the cached patch step.
+    """
     directory.mkdir(parents=True, exist_ok=True)
-    payload = directory / "payload"
-    payload.mkdir(exist_ok=True)
-    for name in PAYLOAD_SOURCES:
-        src_root = REPO_ROOT / name
-        for src in sorted(src_root.rglob("*")):
-            if src.is_file() and _wanted(src.relative_to(REPO_ROOT)):
-                dst = payload / src.relative_to(REPO_ROOT)
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src, dst)
-    (payload / "gate-input.json").write_text(json.dumps(dict(plan.gate_input), indent=2, sort_keys=True) + "\n")
-    shutil.copyfile(NORMALISE_SCRIPT, payload / NORMALISE_SCRIPT.name)
+    inside = plan.payload_dir.lstrip("/")
+    patch_root = directory / PATCH_PAYLOAD / inside
+    gate_root = directory / GATE_PAYLOAD / inside
+    patch_root.mkdir(parents=True, exist_ok=True)
+    gate_root.mkdir(parents=True, exist_ok=True)
+    _copy_tree("overlay", patch_root)
+    shutil.copyfile(NORMALISE_SCRIPT, patch_root / NORMALISE_SCRIPT.name)
+    _copy_tree("geometry", gate_root)
+    (gate_root / "gate-input.json").write_text(json.dumps(dict(plan.gate_input), indent=2, sort_keys=True) + "\n")
     (directory / "Dockerfile").write_text(render(plan))
     # Same bytes, same times, same modes: COPY layers depend only on the inputs.
     for path in sorted(directory.rglob("*"), reverse=True):

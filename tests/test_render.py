@@ -54,8 +54,9 @@ def test_steps_run_in_order_and_fail_hard(plan):
         assert "|| true" not in step.split("normalise-mtimes.sh")[0]
         assert "|| echo" not in step
     order = [w for w, _ in steps if w in ("FROM", "RUN", "COPY", "LABEL")]
-    assert order[:5] == ["FROM", "RUN", "COPY", "RUN", "RUN"]
-    assert set(order[5:]) == {"LABEL"}
+    assert order == ["FROM", "RUN", "COPY", "RUN", "COPY", "RUN", "LABEL"]
+    copies = [args for word, args in steps if word == "COPY"]
+    assert copies == ["patch-payload/ /", "gate-payload/ /"]
 
 
 def test_labels_present_and_derived_from_recipe(plan):
@@ -86,8 +87,11 @@ def test_tags_and_repository(plan):
 def test_context_carries_no_credentials_or_weights(plan, tmp_path, monkeypatch):
     ctx = write_context(plan, tmp_path / "ctx")
     files = sorted(p.relative_to(ctx).as_posix() for p in ctx.rglob("*") if p.is_file())
-    assert "Dockerfile" in files and "payload/gate-input.json" in files
-    assert "payload/geometry/sim_glm5_drafter_hades.py" in files and "payload/overlay/apply.py" in files
+    assert "Dockerfile" in files
+    assert "gate-payload/opt/glm53-overlay/gate-input.json" in files
+    assert "gate-payload/opt/glm53-overlay/geometry/sim_glm5_drafter_hades.py" in files
+    assert "patch-payload/opt/glm53-overlay/overlay/apply.py" in files
+    assert not [f for f in files if f.startswith("patch-payload/") and "geometry" in f]
     assert not [f for f in files if f.endswith((".safetensors", ".bin", ".pt", "config.json"))]
     assert not [f for f in files if "docker/config" in f or f.endswith((".htpasswd", ".netrc"))]
     times = {p.stat().st_mtime for p in ctx.rglob("*")}
