@@ -18,7 +18,8 @@ from typing import IO, Iterator, Optional
 STEP_NAMES = (
     ("FROM ", "base image"),
     ("uname -m", "architecture check"),
-    ("COPY payload/", "payload copy"),
+    ("COPY patch-payload/", "patch payload copy"),
+    ("COPY gate-payload/", "gate payload copy"),
     ("overlay/apply.py", "patch series"),
     ("sim_glm5_drafter_hades.py", "geometry gate"),
     ("LABEL ", "labels"),

@@ -28,7 +28,8 @@ def test_errors_inside_a_stream_are_found():
 @pytest.mark.parametrize("instruction, name", [
     ("FROM 127.0.0.1:5000/x:v0.33.0@sha256:" + "0" * 64, "base image"),
     ('RUN machine="$(uname -m)";     if [ "$machine" != "aarch64" ]; then exit 1; fi', "architecture check"),
-    ("COPY payload/ /opt/glm53-overlay/", "payload copy"),
+    ("COPY patch-payload/ /", "patch payload copy"),
+    ("COPY gate-payload/ /", "gate payload copy"),
     ("RUN touch /tmp/.overlay-stamp &&     python3 /opt/glm53-overlay/overlay/apply.py --series x", "patch series"),
     ("RUN touch /tmp/.gate-stamp &&     python3 /opt/glm53-overlay/geometry/sim_glm5_drafter_hades.py --oracle", "geometry gate"),
     ('LABEL io.github.glm53.platform="linux/arm64"', "labels"),
@@ -119,10 +120,10 @@ def test_progress_for_people_shows_steps_and_times():
     out = io.StringIO()
     progress = Progress(stream=out)
     with progress.phase("build"):
-        progress.build_event({"step": 3, "total": 9, "instruction": "COPY payload/ /opt/glm53-overlay/"})
+        progress.build_event({"step": 3, "total": 9, "instruction": "COPY patch-payload/ /"})
     text = out.getvalue()
-    assert "Step 3/9 : COPY payload/ /opt/glm53-overlay/  [payload copy]" in text
-    assert "payload copy done in" in text and "<== build done in" in text
+    assert "Step 3/9 : COPY patch-payload/ /  [patch payload copy]" in text
+    assert "patch payload copy done in" in text and "<== build done in" in text
 
 
 def test_no_daemon_is_one_clear_line(monkeypatch, tmp_path):
