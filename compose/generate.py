@@ -18,7 +18,7 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
-from stackbuild.errors import RecipeError, StackBuildError
+from stackbuild.errors import ComposeOverrideError, RecipeError
 from stackbuild.naming import image_name
 from stackbuild.recipe import DIGEST_RE, REPO_ROOT, Recipe
 from stackbuild.report import DEFAULT_REPORT, read_report
@@ -39,12 +39,6 @@ CACHE_ENV = {
 HEALTH_START_PERIOD = "30m"
 LICENCE_NAMES = {"CC-BY-NC-ND-4.0": "CC BY-NC-ND 4.0 (non-commercial, no derivatives)"}
 GPU_ID_RE = re.compile(r"^(\d+|GPU-[0-9A-Fa-f-]+|MIG-[0-9A-Za-z/-]+)$")
-
-
-class ComposeOverrideError(StackBuildError):
-    """A command-line override (--digest, --gpus, --port, --models-dir) is unusable."""
-
-    exit_code = 2
 
 
 @dataclass(frozen=True)

@@ -20,24 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from stackbuild.errors import ServeArgsRejected, StackBuildError
+from stackbuild.errors import ComposeInvalid, OracleBroken, ServeArgsRejected
 
 ORACLE_ENV = "GLM53_ORACLE_PYTHON"
 COMPOSE_BIN_ENV = "GLM53_COMPOSE_BIN"
 ORACLE_SCRIPT = Path(__file__).resolve().parent / "serve_oracle.py"
 ORACLE_TIMEOUT = 600  # importing vLLM on a small CPU host takes 20-60 s
-
-
-class OracleBroken(StackBuildError):
-    """vLLM is installed for the oracle interpreter but its serve parser cannot run."""
-
-    exit_code = 12
-
-
-class ComposeInvalid(StackBuildError):
-    """The Docker Compose binary rejected the generated file."""
-
-    exit_code = 13
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import io
 import ipaddress
-import json
 import os
 import re
 import tarfile
@@ -35,7 +34,8 @@ import docker.errors
 import requests
 import tenacity
 
-from .errors import EngineUnavailable, LockError, PushError, RegistryAuthError, RegistryUnavailable, StackBuildError
+from .errors import (EngineError, EngineUnavailable, LockError, PullError, PushError, RegistryAuthError,
+                     RegistryUnavailable, StackBuildError)
 
 Event = dict
 EventSink = Callable[[Event], None]
@@ -69,21 +69,6 @@ _TRANSIENT_PATTERNS = re.compile(
     r"|service unavailable|bad gateway|internal server error|dial tcp|network is unreachable",
     re.I,
 )
-
-
-class PullError(StackBuildError):
-    """The registry refused a pull for a reason retrying cannot fix (unknown manifest, denied).
-
-    Belongs in stackbuild/errors.py beside PushError; kept here until it moves.
-    """
-
-    exit_code = 9
-
-
-class EngineError(StackBuildError):
-    """The engine refused a request the driver did not expect to fail."""
-
-    exit_code = 3
 
 
 @contextmanager

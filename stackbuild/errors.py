@@ -96,3 +96,33 @@ class ServeArgsRejected(StackBuildError):
     """vLLM's own `vllm serve` parser rejected the generated command line."""
 
     exit_code = 11
+
+
+class PullError(StackBuildError):
+    """The registry refused a pull for a reason retrying cannot fix (unknown manifest, denied)."""
+
+    exit_code = 9
+
+
+class EngineError(StackBuildError):
+    """The engine refused a request the driver did not expect to fail."""
+
+    exit_code = 3
+
+
+class OracleBroken(StackBuildError):
+    """vLLM is installed for the oracle interpreter but its serve parser cannot run."""
+
+    exit_code = 12
+
+
+class ComposeInvalid(StackBuildError):
+    """The Docker Compose binary rejected the generated file."""
+
+    exit_code = 13
+
+
+class ComposeOverrideError(StackBuildError):
+    """A command-line override of `compose` (--digest, --gpus, --port, --models-dir) is unusable."""
+
+    exit_code = 2
