@@ -265,14 +265,14 @@ class DockerEngine:
         return pulled
 
     # ------------------------------------------------------------------ build
-    def build(self, context_dir: str, platform: str, on_event: EventSink) -> BuildOutcome:
+    def build(self, context_dir: str, platform: str, on_event: EventSink, *, nocache: bool = False) -> BuildOutcome:
         """Build the context with the classic builder, untagged; never raises on a failed step.
 
         ``on_event`` gets ``{"step": n, "total": m, "instruction": ...}`` when a
         step starts and ``{"output": line}`` for each line it prints.
         """
         stream = self.api.build(path=context_dir, platform=platform, decode=True, rm=True, forcerm=True,
-                                pull=False, timeout=None)
+                                pull=False, nocache=nocache, timeout=None)
         image_id = None
         step: dict = {}
         output: list[str] = []

@@ -44,11 +44,11 @@ def _short_error(error: str) -> str:
     return f"exited with code {code.group(1)}" if code else error
 
 
-def build_image(engine: engine_mod.DockerEngine, plan: BuildPlan, progress: Progress) -> str:
+def build_image(engine: engine_mod.DockerEngine, plan: BuildPlan, progress: Progress, *, nocache: bool = False) -> str:
     """Build the plan's context untagged; return the image id or raise naming the failed step."""
     with tempfile.TemporaryDirectory(prefix="stackbuild-context-") as tmp:
         context = write_context(plan, Path(tmp) / "context")
-        outcome = engine.build(str(context), plan.recipe.platform, progress.build_event)
+        outcome = engine.build(str(context), plan.recipe.platform, progress.build_event, nocache=nocache)
     if outcome.image_id:
         return outcome.image_id
     progress.end_step(failed=True)
