@@ -68,7 +68,6 @@ class Model:
     id: str
     path: str
     config: str
-    revision: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -82,7 +81,6 @@ class Drafter:
     # The drafter's attention backend, pinned: vLLM's automatic choice needs
     # libcuda, and the backend's kernel blocks decide the drafter's block size.
     attention_backend: Optional[Literal["FLASH_ATTN"]] = None
-    revision: Optional[str] = None
 
 
 @dataclass(frozen=True)
