@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from infra.fixtures import unavailable
+
 REPO = Path(__file__).resolve().parents[1]
 OVERLAY = REPO / "overlay"
 APPLY = OVERLAY / "apply.py"
@@ -26,7 +28,7 @@ def pristine_dir() -> Path:
     env = os.environ.get("VLLM_PRISTINE_DIR")
     path = Path(env) if env else REPO / ".cache" / f"vllm-{VERSION}"
     if not (path / "vllm" / "__init__.py").is_file():
-        pytest.skip(
+        unavailable(
             f"no pristine vLLM {VERSION} tree at {path}: run "
             "`make -f overlay/pristine.mk pristine` or set VLLM_PRISTINE_DIR"
         )
@@ -131,7 +133,7 @@ def oracle_python() -> str:
         [python, "-c", "import torch"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     if probe.returncode != 0:
-        pytest.skip(f"{python} cannot import torch; set OVERLAY_ORACLE_PYTHON")
+        unavailable(f"{python} cannot import torch; set OVERLAY_ORACLE_PYTHON")
     return python
 
 

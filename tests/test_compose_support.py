@@ -9,6 +9,8 @@ from typing import Any, Callable, Optional
 
 import pytest
 
+from infra.fixtures import unavailable  # noqa: F401 - fail under CI=true, else skip
+
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
@@ -28,11 +30,6 @@ def recipe(tmp_path: Path, edit: Optional[Callable[[dict], Any]] = None):
     return load_recipe(copy_recipe(tmp_path, edit))
 
 
-def unavailable(reason: str) -> None:
-    """Skip locally; under CI=true a missing tool is a failure, never a skip."""
-    if IN_CI:
-        pytest.fail(f"{reason} (CI=true: required)")
-    pytest.skip(reason)
 
 
 def require_compose_binary() -> str:

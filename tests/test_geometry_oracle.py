@@ -17,12 +17,19 @@ from pathlib import Path
 
 import pytest
 
+from infra.fixtures import in_ci
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-pytest.importorskip("torch")
-pytest.importorskip("vllm.v1.core.kv_cache_planning")
+try:
+    import torch  # noqa: F401
+    import vllm.v1.core.kv_cache_planning  # noqa: F401
+except ImportError as exc:
+    if in_ci():
+        raise  # CI=true: the oracle is required, never skipped
+    pytest.skip(f"vLLM's own planning code is not importable ({exc}): run `make oracle`", allow_module_level=True)
 
 import geometry_cases as C  # noqa: E402
 from geometry.gate import check  # noqa: E402

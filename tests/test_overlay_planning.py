@@ -116,8 +116,6 @@ print("ORACLE " + json.dumps(out))
 
 @pytest.fixture(scope="module")
 def oracle(trees):
-    if not (REPO / "geometry" / "oracle.py").is_file():
-        pytest.skip("geometry.oracle.plan_with_vllm not available yet")
     out = {}
     for name in ("stock", "patched"):
         site = trees[name]
