@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import pytest
 
 from infra.fixtures import unavailable  # noqa: F401 - fail under CI=true, else skip
 
