@@ -488,6 +488,21 @@ def _mamba_spec_gdn(tc, tp, num_spec, model_dtype) -> tuple[tuple, tuple, int]:
     return (conv, temporal), (model_dtype, model_dtype), total
 
 
+def _check_flash_attn_head_size(head_size: int) -> None:
+    if head_size == 256:
+        raise BadInput("FLASH_ATTN with head size 256 (FA4 hd256 pages) is not modelled")
+
+
+def _kv_heads_per_rank(kv_heads: int, tp: int, what: str) -> int:
+    """KV heads per TP rank, with vLLM's divisibility asserts (``what`` names the heads)."""
+    if kv_heads >= tp:
+        if kv_heads % tp:
+            raise SimulatedError("AssertionError", f"{what} not divisible by TP")
+    elif tp % kv_heads:
+        raise SimulatedError("AssertionError", f"TP not divisible by {what}")
+    return max(1, kv_heads // tp)
+
+
 def _drafter_layer_attention(dc: Mapping[str, Any], idx: int) -> int | None:
     """``_resolve_layer_attention``: the sliding window of drafter layer idx."""
     dflash = dc.get("dflash_config") or {}
@@ -617,14 +632,8 @@ class _Model:
             heads = int(_req(tc, "num_attention_heads"))
             kvh = int(tc.get("num_key_value_heads", heads))
             self.head_size = int(tc.get("head_dim") or int(_req(tc, "hidden_size")) // heads)
-            if self.head_size == 256:
-                raise BadInput("FLASH_ATTN with head size 256 (FA4 hd256 pages) is not modelled")
-            if kvh >= tp:
-                if kvh % tp:
-                    raise SimulatedError("AssertionError", "num_key_value_heads not divisible by TP")
-            elif tp % kvh:
-                raise SimulatedError("AssertionError", "TP not divisible by num_key_value_heads")
-            self.num_kv_heads_model = max(1, kvh // tp)
+            _check_flash_attn_head_size(self.head_size)
+            self.num_kv_heads_model = _kv_heads_per_rank(kvh, tp, "num_key_value_heads")
             shapes, dtypes, mamba_bytes = _mamba_spec_gdn(tc, tp, num_spec, self.model_dtype)
             self.mamba_shapes, self.mamba_dtypes = shapes, dtypes
             self.mamba_page = mamba_bytes
@@ -657,14 +666,8 @@ class _Model:
             d_heads = int(_req(dc, "num_attention_heads"))
             d_kv = int(dc.get("num_key_value_heads", d_heads) or d_heads)
             d_hd = int(dc.get("head_dim") or int(_req(dc, "hidden_size")) // d_heads)
-            if d_hd == 256:
-                raise BadInput("FLASH_ATTN with head size 256 (FA4 hd256 pages) is not modelled")
-            if d_kv >= tp:
-                if d_kv % tp:
-                    raise SimulatedError("AssertionError", "drafter KV heads not divisible by TP")
-            elif tp % d_kv:
-                raise SimulatedError("AssertionError", "TP not divisible by drafter KV heads")
-            d_kv_local = max(1, d_kv // tp)
+            _check_flash_attn_head_size(d_hd)
+            d_kv_local = _kv_heads_per_rank(d_kv, tp, "drafter KV heads")
             if (d_heads // tp) % d_kv_local:
                 raise SimulatedError("AssertionError", "drafter num_heads not divisible by num_kv_heads")
             windows = tuple(_drafter_layer_attention(dc, i)
