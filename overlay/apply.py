@@ -541,17 +541,10 @@ def inspect_tree(series_dir, vllm_dir=None, site_packages=None) -> dict:
     if errors:
         raise OverlayError(errors)
     kinds = set(states.values())
+    common = {"lock": lock, "site": site, "pkg": pkg, "version": version,
+              "patches": patches, "originals": originals}
     if kinds == {"patched"}:
-        return {
-            "state": "applied",
-            "lock": lock,
-            "site": site,
-            "pkg": pkg,
-            "version": version,
-            "patches": patches,
-            "originals": originals,
-            "touched_by": _touched_by(patches),
-        }
+        return {**common, "state": "applied", "touched_by": _touched_by(patches)}
     if kinds != {"pristine"}:
         half = sorted(rel for rel, s in states.items() if s == "patched")
         raise OverlayError(
@@ -571,17 +564,7 @@ def inspect_tree(series_dir, vllm_dir=None, site_packages=None) -> dict:
         errors.append(f"{site / rel}: recorded in the lock but no patch touches it")
     if errors:
         raise OverlayError(errors)
-    return {
-        "state": "pristine",
-        "lock": lock,
-        "site": site,
-        "pkg": pkg,
-        "version": version,
-        "patches": patches,
-        "originals": originals,
-        "contents": contents,
-        "touched_by": touched_by,
-    }
+    return {**common, "state": "pristine", "contents": contents, "touched_by": touched_by}
 
 
 def _touched_by(patches) -> dict:
