@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Mapping
 
 try:  # package import (tests, oracle) or sibling import (CLI as a script)
