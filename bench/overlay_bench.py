@@ -6,9 +6,11 @@ brings them up). Each figure is the median of ``--runs`` runs:
 
 - cold build: the previous result and its intermediate images removed, so no step is cached;
 - warm build: the same build again, nothing changed;
-- overlay layers: bytes the overlay adds on top of the base (engine's layer sizes);
+- overlay layers: bytes the overlay adds on top of the base, unpacked (the engine's layer
+  sizes) and as the registry stores them (the compressed blobs its manifest lists);
 - push: bytes the registry stored for a push of the image to a new repository when
-  the base is already in that registry, against the overlay layers' size.
+  the base is already in that registry, against the overlay's compressed blobs: a push
+  that re-sent anything of the base, or sent a layer twice, shows as a ratio above 1.
 
 Writes a JSON document (``--out``), merged into an existing one if present.
 """
@@ -52,6 +54,13 @@ def overlay_layers(engine: engine_mod.DockerEngine, image_id: str, base_ref: str
 
 def registry_bytes(storage: Path) -> int:
     return sum(p.stat().st_size for p in storage.rglob("*") if p.is_file())
+
+
+def manifest_layers(storage: Path, digest: str) -> dict[str, int]:
+    """Layer blob digest -> compressed size, from a manifest in the registry's storage."""
+    algorithm, hexdigest = digest.split(":", 1)
+    blob = storage / "docker" / "registry" / "v2" / "blobs" / algorithm / hexdigest[:2] / hexdigest / "data"
+    return {layer["digest"]: int(layer["size"]) for layer in json.loads(blob.read_text())["layers"]}
 
 
 def remove_image(engine: engine_mod.DockerEngine, image_id: str) -> None:
@@ -114,6 +123,9 @@ def main() -> int:
     digest = engine.push(repository, tag, lambda event: None)
     push_seconds = time.perf_counter() - start
     uploaded = registry_bytes(storage) - before
+    base_blobs = manifest_layers(storage, base.digest)
+    blobs = {d: n for d, n in manifest_layers(storage, digest).items() if d not in base_blobs}
+    blob_bytes = sum(blobs.values())
 
     result = {
         "overlay_build": {
@@ -122,13 +134,13 @@ def main() -> int:
             "cold_s": median_of(cold),
             "warm_s": median_of(warm),
         },
-        "overlay_layers": {"bytes": layer_bytes, "layers": layers},
+        "overlay_layers": {"bytes": layer_bytes, "blob_bytes": blob_bytes, "layers": layers},
         "push": {
             "repository": repository,
             "digest": digest,
             "seconds": round(push_seconds, 3),
             "registry_bytes_added": uploaded,
-            "ratio_to_overlay_layers": round(uploaded / layer_bytes, 3) if layer_bytes else None,
+            "ratio_to_overlay_blobs": round(uploaded / blob_bytes, 3) if blob_bytes else None,
         },
         "targets": TARGETS,
     }
@@ -136,7 +148,7 @@ def main() -> int:
         "cold_build": result["overlay_build"]["cold_s"]["median"] < TARGETS["cold_build_s"],
         "warm_build": result["overlay_build"]["warm_s"]["median"] < TARGETS["warm_build_s"],
         "overlay_layers": layer_bytes < TARGETS["overlay_layers_bytes"],
-        "push": bool(layer_bytes) and uploaded <= TARGETS["push_upload_ratio"] * layer_bytes,
+        "push": bool(blob_bytes) and uploaded <= TARGETS["push_upload_ratio"] * blob_bytes,
     }
     remove_image(engine, image_id)
 

@@ -17,6 +17,8 @@ NORMALISE_SCRIPT = Path(__file__).with_name("normalise-mtimes.sh")
 PATCH_PAYLOAD = "patch-payload"
 GATE_PAYLOAD = "gate-payload"
 PAYLOAD_SKIP = ("__pycache__", "tests", ".pytest_cache")
+# Maintainers' tools and docs: never run in the image.
+PAYLOAD_SKIP_FILES = ("refresh.py",)
 
 
 def render(plan: BuildPlan) -> str:
@@ -46,6 +48,8 @@ def render(plan: BuildPlan) -> str:
 
 def _wanted(path: Path) -> bool:
     if any(part in PAYLOAD_SKIP for part in path.parts):
+        return False
+    if path.name in PAYLOAD_SKIP_FILES:
         return False
     return not path.name.endswith((".pyc", ".pyo", ".md", ".mk"))
 

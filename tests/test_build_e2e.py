@@ -42,7 +42,7 @@ def image_file(image: str, path: str) -> bytes:
         return archive.extractfile(member).read()
 
 
-def test_happy_path_build_push_and_pull_back(amd64_build, registry, tmp_path, monkeypatch):
+def test_happy_path_build_push_and_pull_back(amd64_build, registry, synthetic_base_amd64, tmp_path, monkeypatch):
     build = amd64_build
     report = build.report
     # The report on stdout is the report in the file; the image went to the registry under both tags.
@@ -92,6 +92,19 @@ def test_happy_path_build_push_and_pull_back(amd64_build, registry, tmp_path, mo
         assert hashlib.sha256(data).hexdigest() == entry["sha256_after"] != entry["sha256_before"], entry["file"]
     geometry = json.loads(image_file(pinned, f"{PAYLOAD_DIR}/geometry-report.json"))
     assert geometry == report["geometry_report"]
+
+    # The base's bytecode of the patched modules is gone (it would be stale) and none is
+    # added: the layer holds the changed sources only.
+    caches = " ".join(
+        f"{site / PurePosixPath(e['file']).parent}/__pycache__/{PurePosixPath(e['file']).stem}.*pyc"
+        for e in manifest["files"])
+
+    def bytecode_in(image: str) -> list[str]:
+        return docker("run", "--rm", "--entrypoint", "sh", image, "-c", f"ls {caches} 2>/dev/null || true",
+                      text=True).stdout.split()
+
+    assert len(bytecode_in(synthetic_base_amd64.local_reference)) == len(manifest["files"])
+    assert bytecode_in(pinned) == []
 
 
 def test_the_engine_digest_is_the_registry_digest(amd64_build, monkeypatch):

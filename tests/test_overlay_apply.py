@@ -73,13 +73,10 @@ def test_check_apply_manifest_bytecode_and_rerun(site, tmp_path):
     expected = set(files) | {f"dir:{Path(r).parent / '__pycache__'}" for r in files}
     assert {c for c in changed if not c.endswith(".pyc")} <= expected
 
-    # Deterministic, hash-based bytecode for every changed module.
+    # By default no bytecode of a changed module is left: neither stale nor new.
     for rel in files:
-        pyc = Path(overlay.importlib.util.cache_from_source(str(site / rel)))
-        data = pyc.read_bytes()
-        flags = int.from_bytes(data[4:8], "little")
-        assert flags & 0b1, f"{pyc} is not hash-based"
-        assert data[8:16] == overlay.importlib.util.source_hash((site / rel).read_bytes())
+        assert overlay.stale_bytecode(site / rel) == [], rel
+    assert result["bytecode"] == []
 
     m = json.loads(manifest.read_text())
     assert m["version"] == "0.33.0"
@@ -96,6 +93,24 @@ def test_check_apply_manifest_bytecode_and_rerun(site, tmp_path):
     assert "already-applied" in again.stdout
     check = run_apply("--site-packages", site, "--check", "--json")
     assert json.loads(check.stdout)["state"] == "applied"
+
+
+def test_write_bytecode_is_hash_based(site, tmp_path):
+    manifest = tmp_path / "manifest.json"
+    done = run_apply("--site-packages", site, "--write-bytecode", "--manifest", manifest, "--json")
+    assert done.returncode == 0, done.stderr
+    files = lock()["files"]
+    written = []
+    for rel in files:
+        pyc = Path(overlay.importlib.util.cache_from_source(str(site / rel)))
+        assert overlay.stale_bytecode(site / rel) == [pyc], rel  # only the fresh one
+        data = pyc.read_bytes()
+        flags = int.from_bytes(data[4:8], "little")
+        assert flags & 0b1, f"{pyc} is not hash-based"
+        assert data[8:16] == overlay.importlib.util.source_hash((site / rel).read_bytes())
+        written.append(str(pyc.relative_to(site)))
+    assert sorted(json.loads(done.stdout)["bytecode"]) == sorted(written)
+    assert json.loads(manifest.read_text())["bytecode"] == sorted(written)
 
 
 def test_stale_bytecode_removed(site):
@@ -176,6 +191,27 @@ def test_second_patch_failing_leaves_tree_unchanged(site, tmp_path):
     [line] = proc.stderr.strip().splitlines()
     assert "vllm/v1/engine/core.py" in line and names[1] in line
     assert "does not match" in line
+    assert tree_digest(site) == before
+
+
+def test_patch_leaving_a_syntax_error_is_refused(site, tmp_path, pristine):
+    """A series whose result does not compile is refused before anything is written,
+    even when its lock records that result."""
+    import refresh
+
+    series = _series_copy(tmp_path)
+    second = series / overlay.read_series(series)[1]
+    text = second.read_text()
+    added = "+                and not set(g.layer_names) <= draft_layers\n"
+    assert added in text
+    second.write_text(text.replace(added, "+                and not set(g.layer_names) <=\n", 1))
+    (series / "lock.json").write_text(json.dumps(refresh.compute_lock(series, pristine)))
+
+    before = tree_digest(site)
+    proc = run_apply("--series", series, "--site-packages", site)
+    assert proc.returncode == 1
+    [line] = proc.stderr.strip().splitlines()
+    assert "vllm/v1/engine/core.py" in line and "does not compile after patching" in line
     assert tree_digest(site) == before
 
 

@@ -91,7 +91,14 @@ def test_context_carries_no_credentials_or_weights(plan, tmp_path, monkeypatch):
     assert "gate-payload/opt/glm53-overlay/gate-input.json" in files
     assert "gate-payload/opt/glm53-overlay/geometry/sim_glm5_drafter_hades.py" in files
     assert "patch-payload/opt/glm53-overlay/overlay/apply.py" in files
-    assert not [f for f in files if f.startswith("patch-payload/") and "geometry" in f]
+    # The patch step's payload is what it runs: the applier, every series, the mtime script.
+    series = sorted(
+        f"patch-payload/opt/glm53-overlay/{q.relative_to(REPO).as_posix()}"
+        for q in (REPO / "overlay" / "series").rglob("*") if q.is_file()
+    )
+    assert [f for f in files if f.startswith("patch-payload/")] == sorted(
+        ["patch-payload/opt/glm53-overlay/overlay/apply.py",
+         "patch-payload/opt/glm53-overlay/normalise-mtimes.sh", *series])
     assert not [f for f in files if f.endswith((".safetensors", ".bin", ".pt", "config.json"))]
     assert not [f for f in files if "docker/config" in f or f.endswith((".htpasswd", ".netrc"))]
     times = {p.stat().st_mtime for p in ctx.rglob("*")}

@@ -27,6 +27,7 @@ data["geometry"] = json.load(open(geometry))
 json.dump(data, open(path, "w"), indent=2)
 summary = {k: data[k] for k in ("overlay_build", "push", "meets_targets")}
 summary["overlay_layers_bytes"] = data["overlay_layers"]["bytes"]
+summary["overlay_blob_bytes"] = data["overlay_layers"]["blob_bytes"]
 print(json.dumps(summary, indent=2))
 PYEOF
 echo "wrote $out"
