@@ -18,15 +18,18 @@ What it does, in order:
    result against the patched sha256 in the lock.
 4. Compiles every new source in memory (a patch that leaves a syntax error is
    refused), writes everything to temporary files next to their targets, then
-   moves them into place with ``os.replace``, removes every cached bytecode
-   file of the changed modules, re-reads and re-hashes the result. Any failure
-   restores every touched path to its previous bytes.
+   moves them into place with ``os.replace``, re-reads and re-hashes the
+   result. Any failure restores every touched path to its previous bytes.
 
-   Bytecode of the changed modules is not written unless ``--write-bytecode``
-   asks for it (then hash-based ``.pyc``: deterministic). Without it an image
-   layer holds only the changed sources: their bytecode would double the
-   layer to save a fraction of a second of compiling per process start, next
-   to a vLLM import of many seconds.
+   Bytecode: none is written for the changed modules unless
+   ``--write-bytecode`` asks for it (then hash-based ``.pyc``: deterministic),
+   so an image layer holds the changed sources only. A cached ``.pyc`` of a
+   changed module left by the base is kept only where Python is certain to
+   reject it for the new source (checked-hash: the source hash differs;
+   timestamp-based: the source size differs) and recompile; one it could load
+   is replaced by fresh bytecode, or removed when it belongs to another
+   interpreter. Removing is the last resort: a deleted file becomes a
+   whiteout in the layer, whose time is the build's, not the inputs'.
 5. Optionally imports every patched module in a subprocess
    (``--smoke-import``; a failure rolls the tree back) and writes a manifest
    (``--manifest``).
@@ -408,6 +411,29 @@ def check_compiles(data: bytes, final_source: Path) -> None:
         raise OverlayError(f"{final_source}: does not compile after patching: {msg}{line}") from None
 
 
+def python_rejects(pyc: Path, new_source: bytes):
+    """Why every Python rejects cached bytecode ``pyc`` for ``new_source`` (and
+    recompiles), or None if one might load it instead of the new source."""
+    header = pyc.read_bytes()[:16]
+    if len(header) < 16:
+        return "truncated header"
+    flags = int.from_bytes(header[4:8], "little")
+    if flags & ~0b11:
+        return "invalid flags"
+    if flags & 0b1:
+        if not flags & 0b10:
+            return None  # unchecked hash: loaded without looking at the source
+        if header[:4] == importlib.util.MAGIC_NUMBER:
+            if header[8:16] == importlib.util.source_hash(new_source):
+                return None
+            return "checked hash of a different source"
+        # Another interpreter's key: the hash is of the old source, which differs.
+        return "checked hash of the old source"
+    if int.from_bytes(header[12:16], "little") != len(new_source) & 0xFFFFFFFF:
+        return "timestamp-based, recorded source size differs"
+    return None
+
+
 def compile_to(source_tmp: Path, final_source: Path, pyc_tmp: Path) -> None:
     py_compile.compile(
         str(source_tmp),
@@ -624,7 +650,7 @@ def smoke_import(site: Path, rels) -> None:
         raise OverlayError(f"smoke import of {', '.join(modules)} failed: {tail}")
 
 
-def build_manifest(info: dict, series_dir: Path, bytecode: list) -> dict:
+def build_manifest(info: dict, series_dir: Path, bytecode: list, stale_bytecode=None) -> dict:
     lock = info["lock"]
     return {
         "schema": MANIFEST_SCHEMA,
@@ -646,6 +672,7 @@ def build_manifest(info: dict, series_dir: Path, bytecode: list) -> dict:
             for rel in sorted(lock["files"])
         ],
         "bytecode": sorted(bytecode),
+        "stale_bytecode": stale_bytecode or {"kept": [], "removed": []},
         "python": sys.version.split()[0],
     }
 
@@ -678,7 +705,7 @@ def apply_series(series_dir, vllm_dir=None, site_packages=None, manifest=None,
         return result
 
     txn = Transaction()
-    bytecode = []
+    bytecode, kept, removed = [], [], []
     try:
         for rel, data in sorted(info["contents"].items()):
             final = site / rel
@@ -686,10 +713,19 @@ def apply_series(series_dir, vllm_dir=None, site_packages=None, manifest=None,
             check_compiles(data, final)
             tmp = txn.stage(final, data, mode=mode)
             pyc = Path(importlib.util.cache_from_source(str(final)))
+            write = write_bytecode
             for stale in stale_bytecode(final):
-                if stale != pyc or not write_bytecode:
+                if write_bytecode and stale == pyc:
+                    continue  # replaced below
+                reason = python_rejects(stale, data)
+                if reason:
+                    kept.append({"file": str(stale.relative_to(site)), "rejected": reason})
+                elif stale == pyc:
+                    write = True  # replaced in place below: no whiteout
+                else:
                     txn.delete(stale)
-            if not write_bytecode:
+                    removed.append(str(stale.relative_to(site)))
+            if not write:
                 continue
             txn.makedir(pyc.parent)
             fd, pyc_tmp = tempfile.mkstemp(
@@ -709,7 +745,8 @@ def apply_series(series_dir, vllm_dir=None, site_packages=None, manifest=None,
                 if parent != parent.parent:
                     txn.makedir(parent)
             txn.makedir(manifest.parent)
-            txn.stage(manifest, _json_bytes(build_manifest(info, series_dir, bytecode)))
+            stale = {"kept": kept, "removed": removed}
+            txn.stage(manifest, _json_bytes(build_manifest(info, series_dir, bytecode, stale)))
         txn.commit()
         errors = []
         for rel in sorted(info["contents"]):
@@ -735,6 +772,7 @@ def apply_series(series_dir, vllm_dir=None, site_packages=None, manifest=None,
         raise
     result["action"] = "applied"
     result["bytecode"] = bytecode
+    result["stale_bytecode"] = {"kept": kept, "removed": removed}
     if manifest:
         result["manifest"] = str(manifest)
     return result

@@ -73,10 +73,10 @@ def test_check_apply_manifest_bytecode_and_rerun(site, tmp_path):
     expected = set(files) | {f"dir:{Path(r).parent / '__pycache__'}" for r in files}
     assert {c for c in changed if not c.endswith(".pyc")} <= expected
 
-    # By default no bytecode of a changed module is left: neither stale nor new.
+    # By default no bytecode is written (this tree had none to deal with).
     for rel in files:
         assert overlay.stale_bytecode(site / rel) == [], rel
-    assert result["bytecode"] == []
+    assert result["bytecode"] == [] and result["stale_bytecode"] == {"kept": [], "removed": []}
 
     m = json.loads(manifest.read_text())
     assert m["version"] == "0.33.0"
@@ -113,19 +113,71 @@ def test_write_bytecode_is_hash_based(site, tmp_path):
     assert json.loads(manifest.read_text())["bytecode"] == sorted(written)
 
 
-def test_stale_bytecode_removed(site):
+def _pyc(source: Path, mode: str, tmp: Path) -> bytes:
+    """Bytecode of ``source`` as py_compile writes it in ``mode``."""
+    import py_compile
+
+    out = tmp / f"{source.stem}-{mode}.pyc"
+    py_compile.compile(str(source), cfile=str(out), doraise=True,
+                       invalidation_mode=py_compile.PycInvalidationMode[mode])
+    return out.read_bytes()
+
+
+def test_python_rejects_only_bytecode_it_cannot_load(tmp_path):
+    old, new = tmp_path / "old.py", tmp_path / "new.py"
+    old.write_text("x = 1\n")
+    new.write_text("x = 2\n")  # same size, other content
+    longer = b"x = 22\n"
+    cases = {
+        "checked old": (_pyc(old, "CHECKED_HASH", tmp_path), new.read_bytes(), True),
+        "checked new": (_pyc(new, "CHECKED_HASH", tmp_path), new.read_bytes(), False),
+        "unchecked old": (_pyc(old, "UNCHECKED_HASH", tmp_path), new.read_bytes(), False),
+        "timestamp, same size": (_pyc(old, "TIMESTAMP", tmp_path), new.read_bytes(), False),
+        "timestamp, other size": (_pyc(old, "TIMESTAMP", tmp_path), longer, True),
+        "truncated": (b"\x00" * 8, longer, True),
+    }
+    for name, (data, source, rejected) in cases.items():
+        pyc = tmp_path / "case.pyc"
+        pyc.write_bytes(data)
+        assert bool(overlay.python_rejects(pyc, source)) is rejected, name
+
+
+def test_stale_bytecode_kept_only_where_python_rejects_it(site, pristine, tmp_path):
+    """The base's bytecode of a patched module stays only if no Python can load it for
+    the new source (no whiteout in the layer); loadable bytecode is replaced in place,
+    or removed when it belongs to another interpreter."""
     rel = "vllm/v1/engine/core.py"
-    cache = (site / rel).parent / "__pycache__"
+    source = site / rel
+    own = Path(overlay.importlib.util.cache_from_source(str(source)))
+    cache = own.parent
     cache.mkdir(exist_ok=True)
-    stale = [cache / "core.cpython-312.pyc", cache / "core.cpython-311.opt-1.pyc"]
-    for path in stale:
-        path.write_bytes(b"stale")
-    keep = cache / "core_client.cpython-312.pyc"
-    keep.write_bytes(b"other module")
-    done = run_apply("--vllm-dir", site / "vllm")
+    own.write_bytes(_pyc(pristine / rel, "UNCHECKED_HASH", tmp_path))
+    foreign_timestamp = cache / "core.cpython-399.pyc"
+    foreign_timestamp.write_bytes(_pyc(pristine / rel, "TIMESTAMP", tmp_path))
+    foreign_unchecked = cache / "core.cpython-399.opt-1.pyc"
+    foreign_unchecked.write_bytes(_pyc(pristine / rel, "UNCHECKED_HASH", tmp_path))
+    other_module = cache / "core_client.cpython-399.pyc"
+    other_module.write_bytes(b"other module")
+    kept_bytes = foreign_timestamp.read_bytes()
+
+    manifest = tmp_path / "manifest.json"
+    done = run_apply("--vllm-dir", site / "vllm", "--manifest", manifest, "--json")
     assert done.returncode == 0, done.stderr
-    assert not any(p.exists() for p in stale)
-    assert keep.read_bytes() == b"other module"
+    result = json.loads(done.stdout)
+
+    data = own.read_bytes()  # replaced in place by bytecode of the patched source
+    assert int.from_bytes(data[4:8], "little") == 0b11
+    assert data[8:16] == overlay.importlib.util.source_hash(source.read_bytes())
+    assert foreign_timestamp.read_bytes() == kept_bytes
+    assert not foreign_unchecked.exists()
+    assert other_module.read_bytes() == b"other module"
+    rel_of = lambda p: str(p.relative_to(site))  # noqa: E731
+    assert result["bytecode"] == [rel_of(own)]
+    assert result["stale_bytecode"] == {
+        "kept": [{"file": rel_of(foreign_timestamp), "rejected": "timestamp-based, recorded source size differs"}],
+        "removed": [rel_of(foreign_unchecked)],
+    }
+    assert json.loads(manifest.read_text())["stale_bytecode"] == result["stale_bytecode"]
 
 
 def test_drifted_file_is_refused_and_tree_unchanged(site):
