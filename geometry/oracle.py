@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import math
 import os
 import sys
@@ -231,6 +232,24 @@ class _Glm5NextStateShim:
             num_spec=spec.num_speculative_tokens if spec else 0)
 
 
+_SHIM_NOTED: list = []
+
+
+class _CaptureErrors(logging.Filter):
+    """Keeps the exceptions a logger reports, one line each, and drops the records."""
+
+    def __init__(self):
+        super().__init__()
+        self.errors: list[str] = []
+
+    def filter(self, record):
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+            return False
+        return True
+
+
 @contextlib.contextmanager
 def _model_registry_fallback():
     """Resolve model classes through vLLM's registry; fall back to the shim
@@ -239,16 +258,28 @@ def _model_registry_fallback():
 
     real = ModelRegistry.resolve_model_cls
     used = []
+    # vLLM logs a failed model-class load with a full traceback; here that failure is
+    # expected on a CPU build and answered by the shim, so it gets one line instead.
+    registry_log = logging.getLogger("vllm.model_executor.models.registry")
+    capture = _CaptureErrors()
 
     def resolve(architecture, *a, **k):
+        registry_log.addFilter(capture)
         try:
             return real(architecture, *a, **k)
-        except Exception:
+        except Exception as exc:
             arch = architecture[0] if isinstance(architecture, list) else architecture
             if arch != "Glm5NextForCausalLM":
                 raise
+            if not _SHIM_NOTED:
+                _SHIM_NOTED.append(arch)
+                reason = capture.errors[-1] if capture.errors else f"{type(exc).__name__}: {exc}"
+                print(f"oracle: vLLM cannot load {arch} here ({reason}); its state shape and dtype "
+                      "come from vLLM's own calculators instead", file=sys.stderr)
             used.append(arch)
             return _Glm5NextStateShim, arch
+        finally:
+            registry_log.removeFilter(capture)
 
     with _patched(ModelRegistry, "resolve_model_cls", resolve):
         yield used
