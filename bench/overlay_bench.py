@@ -4,7 +4,8 @@
 Needs the test services and the amd64 synthetic base (``tests/infra/run-bench.sh``
 brings them up). Each figure is the median of ``--runs`` runs:
 
-- cold build: the previous result and its intermediate images removed, so no step is cached;
+- cold build: the previous result and its intermediate images removed, so no step is cached
+  (and the time of each Dockerfile step, to show where it goes);
 - warm build: the same build again, nothing changed;
 - overlay layers: bytes the overlay adds on top of the base, unpacked (the engine's layer
   sizes) and as the registry stores them (the compressed blobs its manifest lists);
@@ -17,6 +18,7 @@ Writes a JSON document (``--out``), merged into an existing one if present.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import statistics
@@ -70,11 +72,19 @@ def remove_image(engine: engine_mod.DockerEngine, image_id: str) -> None:
         pass
 
 
-def timed_build(engine, plan, *, nocache: bool) -> tuple[str, float]:
-    progress = Progress(json_lines=True, stream=open(os.devnull, "w"))
+def timed_build(engine, plan, *, nocache: bool) -> tuple[str, float, dict[str, float]]:
+    """Build once: the image id, the wall time, and each Dockerfile step's time by name."""
+    events = io.StringIO()
+    progress = Progress(json_lines=True, stream=events)
     start = time.perf_counter()
     image_id = build_image(engine, plan, progress, nocache=nocache)
-    return image_id, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    steps = {}
+    for line in events.getvalue().splitlines():
+        event = json.loads(line)
+        if event.get("event") == "step_done":
+            steps[event["name"]] = event["seconds"]
+    return image_id, seconds, steps
 
 
 def main() -> int:
@@ -103,13 +113,15 @@ def main() -> int:
     engine = engine_mod.connect()
     base_ref = f"{base.image}@{base.digest}"
 
-    cold, warm, image_id = [], [], None
+    cold, warm, cold_steps, image_id = [], [], {}, None
     for _ in range(args.runs):
         if image_id:
             remove_image(engine, image_id)
-        image_id, seconds = timed_build(engine, plan, nocache=True)
+        image_id, seconds, steps = timed_build(engine, plan, nocache=True)
         cold.append(seconds)
-        _again, seconds = timed_build(engine, plan, nocache=False)
+        for name, step_seconds in steps.items():
+            cold_steps.setdefault(name, []).append(step_seconds)
+        _again, seconds, _steps = timed_build(engine, plan, nocache=False)
         warm.append(seconds)
 
     layers = overlay_layers(engine, image_id, base_ref)
@@ -132,6 +144,7 @@ def main() -> int:
             "base": base_ref,
             "platform": recipe.platform,
             "cold_s": median_of(cold),
+            "cold_steps_s": {name: median_of(values) for name, values in cold_steps.items()},
             "warm_s": median_of(warm),
         },
         "overlay_layers": {"bytes": layer_bytes, "blob_bytes": blob_bytes, "layers": layers},
