@@ -411,7 +411,7 @@ def check_compiles(data: bytes, final_source: Path) -> None:
         raise OverlayError(f"{final_source}: does not compile after patching: {msg}{line}") from None
 
 
-def python_rejects(pyc: Path, new_source: bytes):
+def python_rejects(pyc: Path, new_source: bytes) -> str | None:
     """Why every Python rejects cached bytecode ``pyc`` for ``new_source`` (and
     recompiles), or None if one might load it instead of the new source."""
     header = pyc.read_bytes()[:16]

@@ -17,7 +17,7 @@ NORMALISE_SCRIPT = Path(__file__).with_name("normalise-mtimes.sh")
 PATCH_PAYLOAD = "patch-payload"
 GATE_PAYLOAD = "gate-payload"
 PAYLOAD_SKIP = ("__pycache__", "tests", ".pytest_cache")
-# Maintainers' tools and docs: never run in the image.
+# Maintainers' tools: never run in the image.
 PAYLOAD_SKIP_FILES = ("refresh.py",)
 
 

@@ -136,10 +136,20 @@ def test_python_rejects_only_bytecode_it_cannot_load(tmp_path):
         "timestamp, other size": (_pyc(old, "TIMESTAMP", tmp_path), longer, True),
         "truncated": (b"\x00" * 8, longer, True),
     }
-    for name, (data, source, rejected) in cases.items():
-        pyc = tmp_path / "case.pyc"
+    import os
+    import subprocess
+
+    for n, (name, (data, source, rejected)) in enumerate(cases.items()):
+        where = tmp_path / f"case{n}"
+        pyc = Path(overlay.importlib.util.cache_from_source(str(where / "mod.py")))
+        pyc.parent.mkdir(parents=True)
+        (where / "mod.py").write_bytes(source)
         pyc.write_bytes(data)
         assert bool(overlay.python_rejects(pyc, source)) is rejected, name
+        if rejected:  # and the interpreter agrees: it runs the new source, not the bytecode
+            run = subprocess.run([sys.executable, "-c", "import mod; print(mod.x)"], cwd=where,
+                                 capture_output=True, text=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+            assert run.stdout.strip() == source.decode().split("=")[1].strip(), (name, run.stderr)
 
 
 def test_stale_bytecode_kept_only_where_python_rejects_it(site, pristine, tmp_path):
