@@ -710,7 +710,6 @@ def apply_series(series_dir, vllm_dir=None, site_packages=None, manifest=None,
         for rel, data in sorted(info["contents"].items()):
             final = site / rel
             mode = final.stat().st_mode
-            check_compiles(data, final)
             tmp = txn.stage(final, data, mode=mode)
             pyc = Path(importlib.util.cache_from_source(str(final)))
             write = write_bytecode
@@ -726,6 +725,7 @@ def apply_series(series_dir, vllm_dir=None, site_packages=None, manifest=None,
                     txn.delete(stale)
                     removed.append(str(stale.relative_to(site)))
             if not write:
+                check_compiles(data, final)  # writing bytecode below checks it too
                 continue
             txn.makedir(pyc.parent)
             fd, pyc_tmp = tempfile.mkstemp(
