@@ -3,14 +3,7 @@
 #   geometry  one gate check and a 1,000-scenario sweep (bench/geometry_bench.py)
 #   overlay   cold and warm overlay builds, the overlay's layer bytes, bytes a push uploads
 #             when the base is already in the registry (bench/overlay_bench.py)
-set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(cd "$here/../.." && pwd)"
-cd "$repo"
-PY="${PYTHON_VENV:-$repo/.venv/bin/python}"
-[[ -x "$PY" ]] || PY="$(command -v python3)"
-export INFRA_STATE_DIR="${INFRA_STATE_DIR:-/tmp/glm53-test-infra}"
-SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO="sudo -E"
+source "$(dirname "${BASH_SOURCE[0]}")/preamble.sh"
 out="$repo/out/bench.json"
 mkdir -p out
 trap '[[ "${INFRA_KEEP_UP:-0}" == 1 ]] || $SUDO bash "$here/services.sh" down || true' EXIT

@@ -4,16 +4,8 @@
 # and services.sh down on exit (only what `up` started). Extra arguments go to pytest.
 #   INFRA_SKIP_BASES=1   do not build the bases (tests needing them skip, or fail when CI=true)
 #   INFRA_KEEP_UP=1      leave the services running afterwards
-set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(cd "$here/../.." && pwd)"
-cd "$repo"
-PY="${PYTHON_VENV:-$repo/.venv/bin/python}"
-[[ -x "$PY" ]] || PY="$(command -v python3)"
-export INFRA_STATE_DIR="${INFRA_STATE_DIR:-/tmp/glm53-test-infra}"
-export INFRA_CACHE_DIR="${INFRA_CACHE_DIR:-$repo/.cache/infra}"
+source "$(dirname "${BASH_SOURCE[0]}")/preamble.sh"
 logs="$INFRA_STATE_DIR/logs"
-SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO="sudo -E"
 
 t0=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
