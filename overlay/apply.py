@@ -650,7 +650,7 @@ def smoke_import(site: Path, rels) -> None:
         raise OverlayError(f"smoke import of {', '.join(modules)} failed: {tail}")
 
 
-def build_manifest(info: dict, series_dir: Path, bytecode: list, stale_bytecode=None) -> dict:
+def build_manifest(info: dict, series_dir: Path, bytecode: list, stale_report=None) -> dict:
     lock = info["lock"]
     return {
         "schema": MANIFEST_SCHEMA,
@@ -672,7 +672,7 @@ def build_manifest(info: dict, series_dir: Path, bytecode: list, stale_bytecode=
             for rel in sorted(lock["files"])
         ],
         "bytecode": sorted(bytecode),
-        "stale_bytecode": stale_bytecode or {"kept": [], "removed": []},
+        "stale_bytecode": stale_report or {"kept": [], "removed": []},
         "python": sys.version.split()[0],
     }
 
@@ -705,7 +705,7 @@ def apply_series(series_dir, vllm_dir=None, site_packages=None, manifest=None,
         return result
 
     txn = Transaction()
-    bytecode, kept, removed = [], [], []
+    bytecode, stale_report = [], {"kept": [], "removed": []}
     try:
         for rel, data in sorted(info["contents"].items()):
             final = site / rel
@@ -718,12 +718,12 @@ def apply_series(series_dir, vllm_dir=None, site_packages=None, manifest=None,
                     continue  # replaced below
                 reason = python_rejects(stale, data)
                 if reason:
-                    kept.append({"file": str(stale.relative_to(site)), "rejected": reason})
+                    stale_report["kept"].append({"file": str(stale.relative_to(site)), "rejected": reason})
                 elif stale == pyc:
                     write = True  # replaced in place below: no whiteout
                 else:
                     txn.delete(stale)
-                    removed.append(str(stale.relative_to(site)))
+                    stale_report["removed"].append(str(stale.relative_to(site)))
             if not write:
                 check_compiles(data, final)  # writing bytecode below checks it too
                 continue
@@ -745,8 +745,7 @@ def apply_series(series_dir, vllm_dir=None, site_packages=None, manifest=None,
                 if parent != parent.parent:
                     txn.makedir(parent)
             txn.makedir(manifest.parent)
-            stale = {"kept": kept, "removed": removed}
-            txn.stage(manifest, _json_bytes(build_manifest(info, series_dir, bytecode, stale)))
+            txn.stage(manifest, _json_bytes(build_manifest(info, series_dir, bytecode, stale_report)))
         txn.commit()
         errors = []
         for rel in sorted(info["contents"]):
@@ -772,7 +771,7 @@ def apply_series(series_dir, vllm_dir=None, site_packages=None, manifest=None,
         raise
     result["action"] = "applied"
     result["bytecode"] = bytecode
-    result["stale_bytecode"] = {"kept": kept, "removed": removed}
+    result["stale_bytecode"] = stale_report
     if manifest:
         result["manifest"] = str(manifest)
     return result
