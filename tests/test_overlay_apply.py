@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import py_compile
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -115,8 +118,6 @@ def test_write_bytecode_is_hash_based(site, tmp_path):
 
 def _pyc(source: Path, mode: str, tmp: Path) -> bytes:
     """Bytecode of ``source`` as py_compile writes it in ``mode``."""
-    import py_compile
-
     out = tmp / f"{source.stem}-{mode}.pyc"
     py_compile.compile(str(source), cfile=str(out), doraise=True,
                        invalidation_mode=py_compile.PycInvalidationMode[mode])
@@ -136,9 +137,6 @@ def test_python_rejects_only_bytecode_it_cannot_load(tmp_path):
         "timestamp, other size": (_pyc(old, "TIMESTAMP", tmp_path), longer, True),
         "truncated": (b"\x00" * 8, longer, True),
     }
-    import os
-    import subprocess
-
     for n, (name, (data, source, rejected)) in enumerate(cases.items()):
         where = tmp_path / f"case{n}"
         pyc = Path(overlay.importlib.util.cache_from_source(str(where / "mod.py")))
@@ -296,8 +294,6 @@ def test_failure_after_files_were_replaced_rolls_back(site, tmp_path):
     python = shutil.which("python3") or sys.executable
     probe = run_apply("--print-series-sha256", python=python)
     assert probe.returncode == 0
-    import subprocess
-
     if subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0:
         pytest.skip("python3 can import torch; no failing interpreter at hand")
     manifest = tmp_path / "m" / "manifest.json"
@@ -321,9 +317,6 @@ def test_locates_vllm_without_importing_it(site, tmp_path):
     """Without --site-packages/--vllm-dir the package is found on sys.path
     (find_spec) and never imported: the tree here cannot even be imported
     by a Python without torch."""
-    import os
-    import subprocess
-
     env = dict(os.environ, PYTHONPATH=str(site))
     proc = subprocess.run(
         [shutil.which("python3") or sys.executable, str(APPLY), "--check", "--json"],
