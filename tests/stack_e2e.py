@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import uuid
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -98,6 +99,56 @@ def registry_tags(registry: str, username: str, password: str, name: str) -> lis
         return []
     response.raise_for_status()
     return sorted(response.json().get("tags") or [])
+
+
+MANIFEST_TYPES = ", ".join([
+    "application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.docker.distribution.manifest.v2+json",
+])
+
+
+def pushed_blobs_containing(registry: str, username: str, password: str, name: str, reference: str,
+                            needles: list[bytes]) -> dict[bytes, list[str]]:
+    """For each needle, every manifest and blob of a pushed image, read back from the registry, that holds it.
+
+    Layers are gunzipped while they stream in and searched with an overlap
+    across chunk boundaries, so nothing is written to disk (``docker save``
+    needs the image's size twice over: once in the daemon, once in the file).
+    """
+    session = requests.Session()
+    session.auth = (username, password)
+    found: dict[bytes, list[str]] = {needle: [] for needle in needles}
+    overlap = max(len(needle) for needle in needles) - 1
+
+    def search(data: bytes, where: str, seen: set) -> None:
+        for needle in needles:
+            if needle not in seen and needle in data:
+                seen.add(needle)
+                found[needle].append(where)
+
+    def search_blob(blob: dict) -> None:
+        inflate = zlib.decompressobj(wbits=47) if blob["mediaType"].endswith("gzip") else None
+        where, seen, tail = f"blob {blob['digest']} ({blob['mediaType']})", set(), b""
+        with session.get(f"http://{registry}/v2/{name}/blobs/{blob['digest']}", stream=True, timeout=60) as response:
+            response.raise_for_status()
+            for chunk in response.iter_content(1 << 20):
+                data = tail + (inflate.decompress(chunk) if inflate else chunk)
+                search(data, where, seen)
+                tail = data[-overlap:] if overlap else b""
+
+    def walk(ref: str) -> None:
+        response = session.get(f"http://{registry}/v2/{name}/manifests/{ref}", headers={"Accept": MANIFEST_TYPES},
+                               timeout=30)
+        response.raise_for_status()
+        search(response.content, f"manifest {ref}", set())
+        document = response.json()
+        for child in document.get("manifests", []):
+            walk(child["digest"])
+        for blob in ([document["config"]] if "config" in document else []) + document.get("layers", []):
+            search_blob(blob)
+
+    walk(reference)
+    return found
 
 
 def repository_name(repository: str) -> str:
