@@ -8,7 +8,7 @@ JSON document the build gate reads (``gate-input.json``).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 # vLLM 0.33.0 CacheConfig.mamba_cache_mode default ("none": no prefix caching

@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-import math
 import os
 import sys
 import types
@@ -45,9 +44,11 @@ from dataclasses import replace as dc_replace
 from typing import Any
 
 try:
+    from . import record
     from . import simulate as S
     from .inputs import GeometryInputs
 except ImportError:  # pragma: no cover - script mode
+    import record  # type: ignore[no-redef]
     import simulate as S  # type: ignore[no-redef]
     from inputs import GeometryInputs  # type: ignore[no-redef]
 
@@ -607,7 +608,6 @@ def _role(name: str, spec) -> str:
 
 
 def _rows(final: dict, owners: dict, order: dict) -> tuple:
-    from vllm.utils.torch_utils import get_dtype_size
     from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
 
     rows = []
@@ -645,37 +645,6 @@ def plan_with_vllm(inputs: GeometryInputs) -> S.GeometryReport:
                       target_only_same_spec=same, notes=("planned by the imported vLLM",))
 
 
-_COMPARED_LAYER_FIELDS = ("name", "owner", "role", "spec_class", "block_size", "num_kv_heads",
-                          "head_size", "dtype", "bytes_per_token", "real_page_bytes",
-                          "page_bytes", "padded", "block_stride_alignment")
-_COMPARED_PLAN_FIELDS = ("block_size", "mamba_page_size_padded", "layout", "grouping_path",
-                         "bytes_per_block", "num_blocks", "tokens_fit", "target_attention_page")
-
-
 def compare_reports(sim: S.GeometryReport, vllm: S.GeometryReport) -> tuple[str, ...]:
     """Field-by-field differences (empty when they agree)."""
-    diffs: list[str] = []
-    for label in ("with_drafter", "without_drafter", "target_only_same_spec"):
-        a, b = getattr(sim, label), getattr(vllm, label)
-        ea = a.error.split(":")[0] if a.error else None
-        eb = b.error.split(":")[0] if b.error else None
-        if ea != eb:
-            diffs.append(f"{label}: error simulator={a.error!r} vllm={b.error!r}")
-            continue
-        if ea:
-            continue
-        for f in _COMPARED_PLAN_FIELDS:
-            if getattr(a, f) != getattr(b, f):
-                diffs.append(f"{label}.{f}: simulator={getattr(a, f)!r} vllm={getattr(b, f)!r}")
-        if len(a.layers) != len(b.layers):
-            diffs.append(f"{label}: {len(a.layers)} layers vs {len(b.layers)}")
-        for ra, rb in zip(a.layers, b.layers):
-            for f in _COMPARED_LAYER_FIELDS:
-                if getattr(ra, f) != getattr(rb, f):
-                    diffs.append(f"{label}.layer[{ra.name}].{f}: simulator={getattr(ra, f)!r} "
-                                 f"vllm={getattr(rb, f)!r}")
-        ga = [(g.spec_class, g.roles, g.layer_names, g.block_size, g.bytes, g.is_draft) for g in a.groups]
-        gb = [(g.spec_class, g.roles, g.layer_names, g.block_size, g.bytes, g.is_draft) for g in b.groups]
-        if ga != gb:
-            diffs.append(f"{label}.groups: simulator={ga} vllm={gb}")
-    return tuple(diffs)
+    return record.compare(record.comparable(sim), record.comparable(vllm))

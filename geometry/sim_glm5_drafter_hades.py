@@ -2,13 +2,14 @@
 """In-image KV-geometry gate for GLM-5.3-Flash + DFlash2 on vLLM 0.33.0.
 
 Usage:
-  sim_glm5_drafter_hades.py --input gate-input.json [--oracle] [--json]
-      [--report-out PATH] [--behaviour auto|stock|overlay]
+  sim_glm5_drafter_hades.py --input gate-input.json [--oracle [--oracle-record PATH]]
+      [--json] [--report-out PATH] [--behaviour auto|stock|overlay]
       [--overlay-manifest PATH] [--import-patched]
 
 Exit codes: 0 pass, 1 geometry mismatch, 2 oracle disagreement (simulator vs
-the installed vLLM), 3 bad input, 4 a patched module does not import
-(``--import-patched``).
+the installed vLLM, or vLLM's recorded answer for this very tree: record.py),
+3 bad input (an unreadable oracle record included), 4 a patched module does
+not import (``--import-patched``).
 
 Stdlib only, plus the image's own vLLM for ``--oracle``.  Runs as a script from
 any directory: the directory holding this file is loaded as a package, whatever
@@ -70,13 +71,8 @@ def overlay_applied(manifest_path: str) -> tuple[bool, str]:
                      f"{'applied' if applied else 'NOT applied'}")
 
 
-def import_patched(manifest_path: str) -> list[str]:
-    """Import every module the overlay manifest lists (the patched files).
-
-    The gate's process imports vLLM anyway; doing the overlay's import smoke
-    test here saves a second cold import of vLLM and torch per build (minutes
-    under arm64 emulation). Raises ImportError naming the module at fault.
-    """
+def patched_modules(manifest_path: str) -> list[str]:
+    """The module names of the Python files the overlay manifest lists (the patched files)."""
     with open(manifest_path, encoding="utf-8") as fh:
         files = [entry["file"] for entry in json.load(fh).get("files", [])]
     modules = []
@@ -86,13 +82,43 @@ def import_patched(manifest_path: str) -> list[str]:
         parts = rel[: -len(".py")].split("/")
         if parts[-1] == "__init__":
             parts = parts[:-1]
-        name = ".".join(parts)
+        modules.append(".".join(parts))
+    return modules
+
+
+def import_patched(manifest_path: str) -> list[str]:
+    """Import every module the overlay manifest lists.
+
+    The gate's process imports vLLM anyway; doing the overlay's import smoke
+    test here saves a second cold import of vLLM and torch per build (minutes
+    under arm64 emulation). Raises ImportError naming the module at fault.
+    """
+    modules = patched_modules(manifest_path)
+    for name in modules:
         try:
             importlib.import_module(name)
         except Exception as exc:
             raise ImportError(f"smoke import of patched module {name} failed: {type(exc).__name__}: {exc}") from exc
-        modules.append(name)
     return modules
+
+
+def _oracle_from_record(path: str, raw: dict, code_dir: str, record_mod,
+                        modules: list[str] | None) -> tuple[dict | None, str]:
+    """(the record, a note) when ``path`` holds vLLM's answer for this vLLM and these inputs, else (None, why not).
+
+    ``modules``: the patched modules this run must see imported (None: no import
+    check asked); a record made without importing them does not stand in for it.
+    """
+    if not os.path.exists(path):
+        return None, f"no oracle record at {path}: planning with the installed vLLM"
+    rec = record_mod.load(path)
+    why = record_mod.stale_because(rec, raw, code_dir)
+    if why is None and modules is not None and rec.get("patched_modules_imported") != modules:
+        why = "it was made without importing the patched modules " + ", ".join(modules)
+    if why:
+        return None, f"oracle record {path} not used ({why}): planning with the installed vLLM"
+    return rec, (f"oracle: vLLM's recorded answer ({path}) is for this very vLLM tree, packages and input; "
+                 "vLLM not imported" + ("; the patched modules imported when it was made" if modules else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,29 +127,27 @@ def main(argv: list[str] | None = None) -> int:
     sim = importlib.import_module(pkg.__name__ + ".simulate")
     gate = importlib.import_module(pkg.__name__ + ".gate")
     table = importlib.import_module(pkg.__name__ + ".table")
+    record_mod = importlib.import_module(pkg.__name__ + ".record")
+    code_dir = os.path.dirname(os.path.abspath(__file__))
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--input", required=True, help="gate-input.json (GeometryInputs)")
     ap.add_argument("--oracle", action="store_true",
                     help="also plan with the installed vLLM and require agreement")
+    ap.add_argument("--oracle-record", metavar="PATH",
+                    help="with --oracle: vLLM's recorded answer; used instead of importing vLLM when its key "
+                         "(input, geometry code, Python, vLLM tree, package versions) is this image's; "
+                         "otherwise vLLM is imported and a new record written here")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     ap.add_argument("--report-out", help="write the JSON report here")
     ap.add_argument("--behaviour", default="auto", choices=("auto", "stock", "overlay", "input"))
     ap.add_argument("--overlay-manifest", default=DEFAULT_MANIFEST)
     ap.add_argument("--import-patched", action="store_true",
-                    help="first import every module the overlay manifest lists (exit 4 if one fails)")
+                    help="import every module the overlay manifest lists (exit 4 if one fails); "
+                         "skipped when a matching oracle record says it was done for this very tree")
     args = ap.parse_args(argv)
-
-    if args.import_patched:
-        try:
-            modules = import_patched(args.overlay_manifest)
-        except (OSError, ValueError, KeyError) as exc:
-            print(f"geometry gate: bad input: overlay manifest {args.overlay_manifest}: {exc}", file=sys.stderr)
-            return 3
-        except ImportError as exc:
-            print(f"geometry gate: {exc}", file=sys.stderr)
-            return 4
-        print(f"imported {len(modules)} patched modules: {', '.join(modules)}", file=sys.stderr)
+    if args.oracle_record and not args.oracle:
+        ap.error("--oracle-record needs --oracle")
 
     try:
         with open(args.input, encoding="utf-8") as fh:
@@ -136,9 +160,27 @@ def main(argv: list[str] | None = None) -> int:
         elif args.behaviour in ("stock", "overlay"):
             inputs = inputs.replace(vllm_behaviour=args.behaviour)
         report = sim.simulate(inputs)
-    except (OSError, ValueError, inputs_mod.BadInput) as exc:
+        recorded, record_note = None, None
+        if args.oracle_record:
+            wanted = patched_modules(args.overlay_manifest) if args.import_patched else None
+            recorded, record_note = _oracle_from_record(args.oracle_record, raw, code_dir, record_mod, wanted)
+    except (OSError, ValueError, KeyError, inputs_mod.BadInput) as exc:  # RecordError is a ValueError
         print(f"geometry gate: bad input: {exc}", file=sys.stderr)
         return 3
+    if record_note:
+        print(record_note, file=sys.stderr)
+
+    modules: list[str] = []
+    if args.import_patched and recorded is None:
+        try:
+            modules = import_patched(args.overlay_manifest)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"geometry gate: bad input: overlay manifest {args.overlay_manifest}: {exc}", file=sys.stderr)
+            return 3
+        except ImportError as exc:
+            print(f"geometry gate: {exc}", file=sys.stderr)
+            return 4
+        print(f"imported {len(modules)} patched modules: {', '.join(modules)}", file=sys.stderr)
 
     verdict = gate.check(report)
     out = table.to_json(report, verdict)
@@ -146,13 +188,21 @@ def main(argv: list[str] | None = None) -> int:
         out["behaviour_source"] = note
     code = 0 if verdict.passed else 1
     if args.oracle:
-        oracle = importlib.import_module(pkg.__name__ + ".oracle")
-        try:
-            vreport = oracle.plan_with_vllm(inputs)
-            diffs = oracle.compare_reports(report, vreport)
-        except Exception as exc:  # the installed vLLM could not plan at all
-            diffs = (f"oracle failed: {type(exc).__name__}: {exc}",)
-        out["oracle"] = {"agrees": not diffs, "differences": list(diffs)}
+        if recorded is not None:
+            diffs = record_mod.compare(record_mod.comparable(report), recorded["vllm"])
+            source = "record"
+        else:
+            oracle = importlib.import_module(pkg.__name__ + ".oracle")
+            source = "imported vLLM"
+            try:
+                vreport = oracle.plan_with_vllm(inputs)
+                diffs = oracle.compare_reports(report, vreport)
+            except Exception as exc:  # the installed vLLM could not plan at all
+                vreport, diffs = None, (f"oracle failed: {type(exc).__name__}: {exc}",)
+            if vreport is not None and args.oracle_record:
+                key = record_mod.environment_key(raw, code_dir, record_mod.imported_distributions())
+                record_mod.write(record_mod.make_record(key, vreport, modules), args.oracle_record)
+        out["oracle"] = {"agrees": not diffs, "differences": list(diffs), "source": source}
         if diffs:
             code = 2
     if args.report_out:
@@ -168,11 +218,12 @@ def main(argv: list[str] | None = None) -> int:
         print(table.render_text(report, verdict))
         if args.oracle:
             if code == 2:
-                print("ORACLE DISAGREEMENT (simulator vs installed vLLM):")
+                print("ORACLE DISAGREEMENT (simulator vs " + ("vLLM's recorded answer):" if recorded else "installed vLLM):"))
                 for d in out["oracle"]["differences"]:
                     print(f"  - {d}")
             else:
-                print("oracle: the installed vLLM agrees field by field")
+                print("oracle: " + ("vLLM's recorded answer" if recorded else "the installed vLLM")
+                      + " agrees field by field")
     return code
 
 
