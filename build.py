@@ -3,6 +3,7 @@
 
     python build.py render   --recipe R            # the Dockerfile, no daemon
     python build.py lock     --recipe R            # pin the base digest
+    python build.py record   --recipe R            # keep the built image's oracle answer
     python build.py geometry --recipe R [--json]   # the KV-geometry gate on the host
     python build.py build    --recipe R [--dry-run] [--push]
     python build.py push     --recipe R
@@ -86,6 +87,35 @@ def lock(recipe_path, as_json):
     path = write_lock(recipe, digest, platforms)
     emit(as_json, {"lock": str(path), "base": recipe.base.reference, "digest": digest, "platform": recipe.platform},
          f"{recipe.base.reference} ({recipe.platform}) -> {digest}\nwrote {path}")
+
+
+@cli.command()
+@recipe_option
+@owner_option
+@repository_option
+@unpinned_option
+@click.option("--image", help="Take the record from this image (default: the recipe's pinned tag in the local engine).")
+@json_option
+def record(recipe_path, owner, repository, allow_unpinned, image, as_json):
+    """Copy the oracle record (vLLM's geometry answer) from a built image to recipe.oracle.json.
+
+    Later builds ship it to the in-image gate, which then checks the simulator
+    against it instead of importing vLLM, as long as the image's vLLM tree and
+    packages are the ones it was recorded on.
+    """
+    from stackbuild.engine import connect, engine_errors
+    from stackbuild.oracle_record import IMAGE_RECORD_NAME, save_from_image
+    from stackbuild.plan import make_plan
+
+    plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
+    image = image or f"{plan.image.repository}:{plan.pinned_tag}"
+    with engine_errors(f"record from {image}"):
+        raw = connect().read_file(image, f"{plan.payload_dir}/{IMAGE_RECORD_NAME}")
+    path, kept = save_from_image(raw, image, plan.recipe, plan.gate_input, plan.payload_dir)
+    key = kept["key"]
+    emit(as_json, {"record": str(path), "image": image, "key": key},
+         f"{image}: vLLM tree {key['vllm_tree'][:16]}, Python {key['python']}, "
+         f"{len(key['distributions'])} packages\nwrote {path}")
 
 
 @cli.command()

@@ -197,21 +197,30 @@ def make_record(key: Mapping, vllm_report: Any, patched_modules: Iterable[str]) 
     }
 
 
-def load(path: str) -> dict:
+def parse(text: str | bytes, where: str) -> dict:
+    """A record from its JSON text; RecordError naming ``where`` if it is not one."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            record = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise RecordError(f"oracle record {path}: unreadable: {exc}") from exc
+        record = json.loads(text)
+    except ValueError as exc:
+        raise RecordError(f"oracle record {where}: not JSON: {exc}") from exc
     if not isinstance(record, dict) or record.get("schema") != SCHEMA:
-        raise RecordError(f"oracle record {path}: schema is not {SCHEMA}")
+        raise RecordError(f"oracle record {where}: schema is not {SCHEMA}")
     key = record.get("key")
     if not isinstance(key, dict) or not isinstance(key.get("distributions"), dict):
-        raise RecordError(f"oracle record {path}: no key with distributions")
+        raise RecordError(f"oracle record {where}: no key with distributions")
     vllm = record.get("vllm")
     if not isinstance(vllm, dict) or any(not isinstance(vllm.get(label), dict) for label in PLANS):
-        raise RecordError(f"oracle record {path}: no vLLM plans {', '.join(PLANS)}")
+        raise RecordError(f"oracle record {where}: no vLLM plans {', '.join(PLANS)}")
     return record
+
+
+def load(path: str) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise RecordError(f"oracle record {path}: unreadable: {exc}") from exc
+    return parse(text, path)
 
 
 def stale_because(record: Mapping, raw_inputs: Mapping, code_dir: str) -> str | None:

@@ -38,6 +38,12 @@ class LockError(StackBuildError):
     exit_code = 2
 
 
+class OracleRecordError(StackBuildError):
+    """recipe.oracle.json, or the record in an image, is unreadable or belongs to another recipe."""
+
+    exit_code = 2
+
+
 class EngineUnavailable(StackBuildError):
     """No Docker daemon answers at DOCKER_HOST or the default socket."""
 

@@ -105,6 +105,7 @@ def _build(plan: BuildPlan, progress: Progress, *, push: bool, report_path: Opti
         progress.note(f"the host-side gate says the drafter does not fit ({plan.geometry_summary}); "
                       "the in-image gate decides")
     progress.note(engine.describe())
+    progress.note(plan.oracle_record_note)
     with progress.phase("pull", plan.base.reference):
         ensure_base(engine, plan, progress)
     with progress.phase("build", f"{plan.recipe.name} for {plan.recipe.platform}"):

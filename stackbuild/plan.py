@@ -11,11 +11,13 @@ import hashlib
 import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, Optional
 
 from .lock import PinnedBase, pinned_base
 from .naming import ImageName, image_name, source_date_epoch
+from .oracle_record import choose as choose_oracle_record
 from .recipe import REPO_ROOT, Recipe
 
 PAYLOAD_DIR = "/opt/glm53-overlay"
@@ -35,6 +37,8 @@ class BuildPlan:
     geometry_verdict: str  # "pass" or "fail"
     geometry_summary: str
     labels: Mapping[str, str]
+    oracle_record: Optional[Path] = None  # recipe.oracle.json, shipped to the gate
+    oracle_record_note: str = ""
 
     @property
     def payload_dir(self) -> str:
@@ -103,6 +107,7 @@ def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | Non
     series_hash = series_sha256(recipe.series_dir)
     gate = gate_input(recipe)
     _report, verdict = host_geometry(gate)
+    record = choose_oracle_record(recipe, gate)
     revision = git_revision()
     recipe_hash = hashlib.sha256(recipe.path.read_bytes()).hexdigest()
     created = datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -141,4 +146,6 @@ def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | Non
         geometry_verdict="pass" if verdict.passed else "fail",
         geometry_summary=summarise_reasons(verdict.reasons) if not verdict.passed else "all drafter pages fit the target's attention page",
         labels=MappingProxyType(labels),
+        oracle_record=record.path,
+        oracle_record_note=record.note,
     )

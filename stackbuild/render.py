@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jinja2
 
+from .oracle_record import IMAGE_RECORD_NAME
 from .plan import BuildPlan
 from .recipe import REPO_ROOT
 
@@ -43,6 +44,7 @@ def render(plan: BuildPlan) -> str:
         labels=dict(plan.labels),
         patch_payload=PATCH_PAYLOAD,
         gate_payload=GATE_PAYLOAD,
+        oracle_record=IMAGE_RECORD_NAME,
     )
 
 
@@ -68,8 +70,9 @@ def write_context(plan: BuildPlan, directory: Path) -> Path:
     Each payload mirrors its absolute path (``<payload>/opt/glm53-overlay/...``)
     and is copied to ``/``, so even ``/opt`` gets the epoch time from the context
     rather than the time of the build. ``patch-payload`` holds what the patch step
-    needs, ``gate-payload`` the gate and its recipe-specific input: recipes that
-    differ only in geometry reuse the cached patch step.
+    needs, ``gate-payload`` the gate, its recipe-specific input and the recipe's
+    oracle record if it has a usable one: recipes that differ only in geometry
+    reuse the cached patch step.
     """
     directory.mkdir(parents=True, exist_ok=True)
     inside = plan.payload_dir.lstrip("/")
@@ -81,6 +84,8 @@ def write_context(plan: BuildPlan, directory: Path) -> Path:
     shutil.copyfile(NORMALISE_SCRIPT, patch_root / NORMALISE_SCRIPT.name)
     _copy_tree("geometry", gate_root)
     (gate_root / "gate-input.json").write_text(json.dumps(dict(plan.gate_input), indent=2, sort_keys=True) + "\n")
+    if plan.oracle_record is not None:
+        shutil.copyfile(plan.oracle_record, gate_root / IMAGE_RECORD_NAME)
     (directory / "Dockerfile").write_text(render(plan))
     # Same bytes, same times, same modes: COPY layers depend only on the inputs.
     for path in sorted(directory.rglob("*"), reverse=True):

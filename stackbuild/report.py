@@ -77,6 +77,10 @@ def build_report(
         "geometry_verdict": verdict,
         "geometry_verdict_host": plan.geometry_verdict,
         "geometry_report": dict(geometry_report) if geometry_report is not None else None,
+        "oracle_record": {
+            "shipped": str(plan.oracle_record) if plan.oracle_record else None,
+            "gate_checked_against": ((geometry_report or {}).get("oracle") or {}).get("source"),
+        },
         "labels": dict(plan.labels),
         "revision": plan.revision,
         "source_date_epoch": plan.source_date_epoch,
