@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 DEBIAN_PACKAGES := docker.io docker-registry qemu-user-static binfmt-support debootstrap apache2-utils python3-venv
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: install oracle deps engine lock image compose geometry test bench pristine clean
+.PHONY: install oracle deps engine lock record image compose geometry test bench pristine clean
 
 include overlay/pristine.mk
 
@@ -46,6 +46,10 @@ engine: deps
 
 lock: install engine
 	$(PY) build.py lock --recipe $(RECIPE)
+
+# After `make image`: keep the image's oracle record next to the recipe (commit it like the lock).
+record: install engine
+	$(PY) build.py record --recipe $(RECIPE)
 
 image: install engine
 	@lockfile=$$(dirname $(RECIPE))/recipe.lock.json; \

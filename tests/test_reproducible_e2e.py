@@ -1,11 +1,12 @@
-"""Two builds from clean state with the same inputs give the same overlay layers."""
+"""Two builds from clean state with the same inputs give the same overlay layers,
+with and without an oracle record among those inputs."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from stack_e2e import SOURCE_DATE_EPOCH, recipe_copy
+from stack_e2e import SOURCE_DATE_EPOCH, cli, recipe_copy
 from stackbuild import engine as engine_mod
 from stackbuild.pipeline import build_image
 from stackbuild.plan import make_plan
@@ -43,11 +44,7 @@ def _remove(client, image_id: str) -> None:
     client.api.remove_image(image_id, force=True, noprune=False)
 
 
-def test_two_clean_builds_give_identical_overlay_layers(docker_engine, synthetic_base_amd64, tmp_path, monkeypatch):
-    monkeypatch.setenv("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH)
-    base = synthetic_base_amd64
-    recipe = load_recipe(recipe_copy(tmp_path, "b200-amd64", base=base.image, tag=base.tag, digest=base.digest))
-    plan = make_plan(recipe, repository="repro.test/glm53")
+def _two_clean_builds(docker_engine, base, plan) -> None:
     engine = engine_mod.connect()
     quiet = Progress(json_lines=True, stream=open(os.devnull, "w"))
     base_id = docker_engine.images.get(f"{base.image}@{base.digest}").id
@@ -67,3 +64,24 @@ def test_two_clean_builds_give_identical_overlay_layers(docker_engine, synthetic
     assert len(first_layers) >= 3
     assert first_layers == second_layers
     assert first_config == second_config
+
+
+def test_two_clean_builds_give_identical_overlay_layers(docker_engine, synthetic_base_amd64, tmp_path, monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH)
+    base = synthetic_base_amd64
+    recipe = load_recipe(recipe_copy(tmp_path, "b200-amd64", base=base.image, tag=base.tag, digest=base.digest))
+    plan = make_plan(recipe, repository="repro.test/glm53")
+    assert plan.oracle_record is None
+    _two_clean_builds(docker_engine, base, plan)
+
+
+def test_two_clean_builds_with_an_oracle_record_give_identical_overlay_layers(amd64_build, docker_engine, synthetic_base_amd64,
+                                                                             tmp_path, monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH)
+    base = synthetic_base_amd64
+    path = recipe_copy(tmp_path, "b200-amd64", base=base.image, tag=base.tag, digest=base.digest)
+    run = cli("record", "--recipe", str(path), "--image", f"{amd64_build.repository}:{amd64_build.report['tags'][-1]}")
+    assert run.returncode == 0, run.stderr
+    plan = make_plan(load_recipe(path), repository="repro.test/glm53")
+    assert plan.oracle_record == path.with_name("recipe.oracle.json")
+    _two_clean_builds(docker_engine, base, plan)
