@@ -73,8 +73,11 @@ def overlay_applied(manifest_path: str) -> tuple[bool, str]:
 
 def patched_modules(manifest_path: str) -> list[str]:
     """The module names of the Python files the overlay manifest lists (the patched files)."""
-    with open(manifest_path, encoding="utf-8") as fh:
-        files = [entry["file"] for entry in json.load(fh).get("files", [])]
+    try:
+        with open(manifest_path, encoding="utf-8") as fh:
+            files = [entry["file"] for entry in json.load(fh).get("files", [])]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"overlay manifest {manifest_path}: {type(exc).__name__}: {exc}") from None
     modules = []
     for rel in files:
         if not rel.endswith(".py"):
@@ -164,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.oracle_record:
             wanted = patched_modules(args.overlay_manifest) if args.import_patched else None
             recorded, record_note = _oracle_from_record(args.oracle_record, raw, code_dir, record_mod, wanted)
-    except (OSError, ValueError, KeyError, inputs_mod.BadInput) as exc:  # RecordError is a ValueError
+    except (OSError, ValueError, inputs_mod.BadInput) as exc:  # RecordError is a ValueError
         print(f"geometry gate: bad input: {exc}", file=sys.stderr)
         return 3
     if record_note:
@@ -174,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.import_patched and recorded is None:
         try:
             modules = import_patched(args.overlay_manifest)
-        except (OSError, ValueError, KeyError) as exc:
-            print(f"geometry gate: bad input: overlay manifest {args.overlay_manifest}: {exc}", file=sys.stderr)
+        except ValueError as exc:
+            print(f"geometry gate: bad input: {exc}", file=sys.stderr)
             return 3
         except ImportError as exc:
             print(f"geometry gate: {exc}", file=sys.stderr)

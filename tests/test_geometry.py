@@ -148,6 +148,23 @@ def test_cli_exit_codes(tmp_path):
     assert bad.returncode == 3 and "bad input" in bad.stderr
 
 
+def test_cli_import_check_names_the_module_or_the_manifest_at_fault(tmp_path):
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"files": [{"file": "glm53_no_such_package/kv_cache_utils.py"}]}))
+    failed = _run_cli(tmp_path, C.recipe_input("overlay"), "--overlay-manifest", str(manifest), "--import-patched")
+    assert failed.returncode == 4, failed.stderr
+    assert "smoke import of patched module glm53_no_such_package.kv_cache_utils failed: ModuleNotFoundError" in failed.stderr
+    manifest.write_text(json.dumps({"files": [{"path": "vllm/config.py"}]}))
+    broken = _run_cli(tmp_path, C.recipe_input("overlay"), "--overlay-manifest", str(manifest), "--import-patched")
+    assert broken.returncode == 3, broken.stderr
+    assert f"geometry gate: bad input: overlay manifest {manifest}: KeyError" in broken.stderr
+
+
+def test_cli_oracle_record_needs_the_oracle(tmp_path):
+    run = _run_cli(tmp_path, C.recipe_input("overlay"), "--oracle-record", "r.json")
+    assert run.returncode == 2 and "--oracle-record needs --oracle" in run.stderr
+
+
 def test_cli_runs_from_a_copied_directory(tmp_path):
     """Inside the image geometry/ is copied as a whole to one place."""
     dest = tmp_path / "opt" / "gatecopy"
