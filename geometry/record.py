@@ -176,11 +176,15 @@ def imported_distributions(exclude: Iterable[str] = ("vllm",)) -> dict[str, str]
     return dict(sorted(used.items()))
 
 
-def environment_key(raw_inputs: Mapping, code_dir: str, distributions: Mapping[str, str | None]) -> dict:
+def _python() -> str:
+    return "%d.%d" % sys.version_info[:2]
+
+
+def environment_key(raw_inputs: Mapping, code_dir: str, distributions: Mapping[str, str]) -> dict:
     return {
         "inputs": inputs_digest(raw_inputs),
         "geometry_code": code_digest(code_dir),
-        "python": "%d.%d" % sys.version_info[:2],
+        "python": _python(),
         "vllm_tree": tree_digest(vllm_directory()),
         "distributions": dict(sorted(distributions.items())),
     }
@@ -223,21 +227,28 @@ def load(path: str) -> dict:
     return parse(text, path)
 
 
+def foreign_part(record: Mapping, raw_inputs: Mapping, code_dir: str) -> str | None:
+    """``inputs`` or ``geometry_code`` if the record was made for another gate input or
+    by other geometry code (None: neither). The host can check these without vLLM."""
+    if record["key"].get("inputs") != inputs_digest(raw_inputs):
+        return "inputs"
+    if record["key"].get("geometry_code") != code_digest(code_dir):
+        return "geometry_code"
+    return None
+
+
 def stale_because(record: Mapping, raw_inputs: Mapping, code_dir: str) -> str | None:
     """Why the record does not describe this image's vLLM and these inputs (None: it does).
 
     Cheapest parts first; the vLLM tree (a few thousand files) last.
     """
     wanted = record["key"]
-    checks = (
-        ("inputs", lambda: inputs_digest(raw_inputs)),
-        ("geometry_code", lambda: code_digest(code_dir)),
-        ("python", lambda: "%d.%d" % sys.version_info[:2]),
-    )
-    for part, current in checks:
-        here = current()
-        if here != wanted.get(part):
-            return f"{part} differs (recorded {str(wanted.get(part))[:16]}, here {here[:16]})"
+    part = foreign_part(record, raw_inputs, code_dir)
+    if part:
+        here = inputs_digest(raw_inputs) if part == "inputs" else code_digest(code_dir)
+        return f"{part} differs (recorded {str(wanted.get(part))[:16]}, here {here[:16]})"
+    if wanted.get("python") != _python():
+        return f"python differs (recorded {wanted.get('python')}, here {_python()})"
     installed = installed_versions()
     for name, version in wanted["distributions"].items():
         if installed.get(name) != version:

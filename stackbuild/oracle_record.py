@@ -39,9 +39,10 @@ def record_path(recipe: Recipe) -> Path:
 
 def _check_belongs(record: Mapping, gate_input: Mapping, where: str) -> Optional[str]:
     """Why ``record`` was not made for this gate input and this geometry code (None: it was)."""
-    if record["key"].get("inputs") != record_mod.inputs_digest(gate_input):
+    part = record_mod.foreign_part(record, gate_input, str(GEOMETRY_DIR))
+    if part == "inputs":
         return f"{where} is for another gate input (recipe or model configs changed since it was recorded)"
-    if record["key"].get("geometry_code") != record_mod.code_digest(str(GEOMETRY_DIR)):
+    if part == "geometry_code":
         return f"{where} was made by other geometry code"
     return None
 

@@ -24,6 +24,7 @@ import requests
 import yaml
 
 from infra import harness
+from stackbuild.engine import MANIFEST_ACCEPT
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_RECIPES = Path(__file__).resolve().parent / "recipes"
@@ -101,12 +102,6 @@ def registry_tags(registry: str, username: str, password: str, name: str) -> lis
     return sorted(response.json().get("tags") or [])
 
 
-MANIFEST_TYPES = ", ".join([
-    "application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.docker.distribution.manifest.v2+json",
-])
-
-
 def pushed_blobs_containing(registry: str, username: str, password: str, name: str, reference: str,
                             needles: list[bytes]) -> dict[bytes, list[str]]:
     """For each needle, every manifest and blob of a pushed image, read back from the registry, that holds it.
@@ -137,7 +132,7 @@ def pushed_blobs_containing(registry: str, username: str, password: str, name: s
                 tail = data[-overlap:] if overlap else b""
 
     def walk(ref: str) -> None:
-        response = session.get(f"http://{registry}/v2/{name}/manifests/{ref}", headers={"Accept": MANIFEST_TYPES},
+        response = session.get(f"http://{registry}/v2/{name}/manifests/{ref}", headers={"Accept": MANIFEST_ACCEPT},
                                timeout=30)
         response.raise_for_status()
         search(response.content, f"manifest {ref}", set())
