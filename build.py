@@ -162,11 +162,13 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
             "repository": plan.image.repository,
             "tags": list(plan.image.tags),
             "geometry_verdict": plan.geometry_verdict,
+            "oracle_record": str(plan.oracle_record) if plan.oracle_record else None,
             "labels": dict(plan.labels),
             "dockerfile": render_dockerfile(plan),
         }
         text = (f"# base      {data['base']}\n# platform  {data['platform']}\n# registry  {data['registry']}\n"
-                f"# tags      {', '.join(plan.image.references)}\n# geometry  {plan.geometry_verdict}: {plan.geometry_summary}\n\n"
+                f"# tags      {', '.join(plan.image.references)}\n# geometry  {plan.geometry_verdict}: {plan.geometry_summary}\n"
+                f"# oracle    {plan.oracle_record_note}\n\n"
                 + data["dockerfile"])
         emit(as_json, data, text.rstrip("\n"))
         return
