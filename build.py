@@ -107,7 +107,8 @@ def record(recipe_path, owner, repository, allow_unpinned, image, as_json):
     from stackbuild.oracle_record import IMAGE_RECORD_NAME, save_from_image
     from stackbuild.plan import make_plan
 
-    plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
+    plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
+                     read_oracle_record=False)
     image = image or f"{plan.image.repository}:{plan.pinned_tag}"
     with engine_errors(f"record from {image}"):
         raw = connect().read_file(image, f"{plan.payload_dir}/{IMAGE_RECORD_NAME}")
@@ -190,7 +191,8 @@ def push(recipe_path, owner, repository, allow_unpinned, as_json, report_path):
     from stackbuild.pipeline import run_push
     from stackbuild.plan import make_plan
 
-    plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
+    plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
+                     read_oracle_record=False)
     result = run_push(plan, json_progress=as_json, report_path=report_path)
     emit(as_json, result, f"pushed {', '.join(plan.image.references)} -> {result['pushed_digest']}")
 

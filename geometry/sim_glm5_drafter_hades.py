@@ -89,20 +89,18 @@ def patched_modules(manifest_path: str) -> list[str]:
     return modules
 
 
-def import_patched(manifest_path: str) -> list[str]:
-    """Import every module the overlay manifest lists.
+def import_patched(modules: list[str]) -> None:
+    """Import every module the overlay manifest lists (``patched_modules``).
 
     The gate's process imports vLLM anyway; doing the overlay's import smoke
     test here saves a second cold import of vLLM and torch per build (minutes
     under arm64 emulation). Raises ImportError naming the module at fault.
     """
-    modules = patched_modules(manifest_path)
     for name in modules:
         try:
             importlib.import_module(name)
         except Exception as exc:
             raise ImportError(f"smoke import of patched module {name} failed: {type(exc).__name__}: {exc}") from exc
-    return modules
 
 
 def _oracle_from_record(path: str, raw: dict, code_dir: str, record_mod,
@@ -163,9 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.behaviour in ("stock", "overlay"):
             inputs = inputs.replace(vllm_behaviour=args.behaviour)
         report = sim.simulate(inputs)
+        wanted = patched_modules(args.overlay_manifest) if args.import_patched else None
         recorded, record_note = None, None
         if args.oracle_record:
-            wanted = patched_modules(args.overlay_manifest) if args.import_patched else None
             recorded, record_note = _oracle_from_record(args.oracle_record, raw, code_dir, record_mod, wanted)
     except (OSError, ValueError, inputs_mod.BadInput) as exc:  # RecordError is a ValueError
         print(f"geometry gate: bad input: {exc}", file=sys.stderr)
@@ -173,17 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     if record_note:
         print(record_note, file=sys.stderr)
 
-    modules: list[str] = []
-    if args.import_patched and recorded is None:
+    if wanted is not None and recorded is None:
         try:
-            modules = import_patched(args.overlay_manifest)
-        except ValueError as exc:
-            print(f"geometry gate: bad input: {exc}", file=sys.stderr)
-            return 3
+            import_patched(wanted)
         except ImportError as exc:
             print(f"geometry gate: {exc}", file=sys.stderr)
             return 4
-        print(f"imported {len(modules)} patched modules: {', '.join(modules)}", file=sys.stderr)
+        print(f"imported {len(wanted)} patched modules: {', '.join(wanted)}", file=sys.stderr)
 
     verdict = gate.check(report)
     out = table.to_json(report, verdict)
@@ -204,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                 vreport, diffs = None, (f"oracle failed: {type(exc).__name__}: {exc}",)
             if vreport is not None and args.oracle_record:
                 key = record_mod.environment_key(raw, code_dir, record_mod.imported_distributions())
-                record_mod.write(record_mod.make_record(key, vreport, modules), args.oracle_record)
+                record_mod.write(record_mod.make_record(key, vreport, wanted or []), args.oracle_record)
         out["oracle"] = {"agrees": not diffs, "differences": list(diffs), "source": source}
         if diffs:
             code = 2

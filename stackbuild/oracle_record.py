@@ -33,6 +33,9 @@ class RecordChoice:
     note: str
 
 
+NOT_READ = RecordChoice(None, f"{RECORD_NAME} not read: nothing is built")
+
+
 def record_path(recipe: Recipe) -> Path:
     return recipe.path.with_name(RECORD_NAME)
 

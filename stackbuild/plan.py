@@ -17,6 +17,7 @@ from typing import Mapping, Optional
 
 from .lock import PinnedBase, pinned_base
 from .naming import ImageName, image_name, source_date_epoch
+from .oracle_record import NOT_READ
 from .oracle_record import choose as choose_oracle_record
 from .recipe import REPO_ROOT, Recipe
 
@@ -98,7 +99,10 @@ def summarise_reasons(reasons) -> str:
     return reasons[0] + (f" (and {more} more; `build.py geometry` shows all)" if more else "")
 
 
-def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | None = None, allow_unpinned: bool = False) -> BuildPlan:
+def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | None = None, allow_unpinned: bool = False,
+              read_oracle_record: bool = True) -> BuildPlan:
+    """``read_oracle_record=False`` for commands that build nothing (push, verify, record): they
+    neither read nor fail on the recipe's recipe.oracle.json (record replaces it)."""
     from overlay.apply import series_sha256
 
     base = pinned_base(recipe, allow_unpinned=allow_unpinned)
@@ -107,7 +111,7 @@ def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | Non
     series_hash = series_sha256(recipe.series_dir)
     gate = gate_input(recipe)
     _report, verdict = host_geometry(gate)
-    record = choose_oracle_record(recipe, gate)
+    record = choose_oracle_record(recipe, gate) if read_oracle_record else NOT_READ
     revision = git_revision()
     recipe_hash = hashlib.sha256(recipe.path.read_bytes()).hexdigest()
     created = datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -84,3 +84,13 @@ def test_an_unreadable_record_next_to_the_recipe_is_a_one_line_error(synthetic_b
     run = cli("build", "--recipe", str(recipe), "--dry-run")
     assert run.returncode == 2
     assert error_line(run) == f"error: oracle record {recipe.with_name('recipe.oracle.json')}: schema is not glm53-oracle-record/1"
+
+
+def test_record_replaces_an_unreadable_record(amd64_build, synthetic_base_amd64, tmp_path):
+    base = synthetic_base_amd64
+    recipe = recipe_copy(tmp_path, "b200-amd64", base=base.image, tag=base.tag, digest=base.digest)
+    recipe.with_name("recipe.oracle.json").write_text("[]")
+    built = f"{amd64_build.repository}:{amd64_build.report['tags'][-1]}"
+    run = cli("record", "--recipe", str(recipe), "--image", built)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(recipe.with_name("recipe.oracle.json").read_text())["schema"] == "glm53-oracle-record/1"
