@@ -89,17 +89,18 @@ def read_geometry_report(engine: engine_mod.DockerEngine, image_id: str, plan: B
     return report
 
 
-def run_build(plan: BuildPlan, *, push: bool = False, report_path: Optional[Path] = None, json_progress: bool = False) -> dict:
+def run_build(plan: BuildPlan, *, push: bool = False, report_path: Optional[Path] = None, json_progress: bool = False,
+              nocache: bool = False) -> dict:
     progress = Progress(json_lines=json_progress)
     try:
         with engine_mod.engine_errors(f"build {plan.recipe.name}"):
-            return _build(plan, progress, push=push, report_path=report_path)
+            return _build(plan, progress, push=push, report_path=report_path, nocache=nocache)
     except StackBuildError as exc:
         progress.failure(exc)
         raise
 
 
-def _build(plan: BuildPlan, progress: Progress, *, push: bool, report_path: Optional[Path]) -> dict:
+def _build(plan: BuildPlan, progress: Progress, *, push: bool, report_path: Optional[Path], nocache: bool) -> dict:
     engine = engine_mod.connect()
     if plan.geometry_verdict != "pass":
         progress.note(f"the host-side gate says the drafter does not fit ({plan.geometry_summary}); "
@@ -109,7 +110,7 @@ def _build(plan: BuildPlan, progress: Progress, *, push: bool, report_path: Opti
     with progress.phase("pull", plan.base.reference):
         ensure_base(engine, plan, progress)
     with progress.phase("build", f"{plan.recipe.name} for {plan.recipe.platform}"):
-        image_id = build_image(engine, plan, progress)
+        image_id = build_image(engine, plan, progress, nocache=nocache)
     with progress.phase("verify-arch", plan.recipe.platform):
         image = engine.inspect_image(image_id)
         check_architecture(image, plan)

@@ -35,7 +35,9 @@ def test_the_next_build_checks_against_the_record_instead_of_importing_vllm(amd6
     assert amd64_build.report["oracle_record"] == {"shipped": None, "gate_checked_against": "imported vLLM"}
     recipe = recorded_copy(amd64_build, synthetic_base_amd64, tmp_path)
     repository = unique_repository(registry.address, "recorded")
-    run = cli("build", "--recipe", str(recipe), "--repository", repository, "--json", "--report", str(tmp_path / "r.json"))
+    # --no-cache: the gate step must run here, not come from an earlier build of the same context.
+    run = cli("build", "--recipe", str(recipe), "--repository", repository, "--json", "--no-cache",
+              "--report", str(tmp_path / "r.json"))
     assert run.returncode == 0, run.stderr[-4000:]
     report = json.loads(run.stdout)
     assert report["oracle_record"] == {"shipped": str(recipe.with_name("recipe.oracle.json")), "gate_checked_against": "record"}
