@@ -54,8 +54,14 @@ def recipe_copy(tmp: Path, name: str, *, base: str, tag: str, digest: Optional[s
     return path
 
 
+# Repositories this session tagged images into; their local tags go when it ends.
+SESSION_REPOSITORIES: list[str] = []
+
+
 def unique_repository(registry: str, stem: str) -> str:
-    return f"{registry}/e2e-{uuid.uuid4().hex[:10]}/{stem}"
+    repository = f"{registry}/e2e-{uuid.uuid4().hex[:10]}/{stem}"
+    SESSION_REPOSITORIES.append(repository)
+    return repository
 
 
 def docker_config(tmp: Path, registry: str, username: str, password: str) -> Path:
@@ -167,6 +173,22 @@ def remove_image_tags(repository: str) -> None:
 
 # ---------------------------------------------------------------- fixtures
 # Imported by tests/conftest.py; built on the infra fixtures (tests/infra/fixtures.py).
+
+@pytest.fixture(scope="session", autouse=True)
+def forget_session_images():
+    """Untag (and so delete) the images this session built once it ends.
+
+    Every e2e build is tagged into a repository of its own, ~1.4 GB of layers
+    counted against the engine's disk; on a machine whose engine outlives the
+    run they would pile up run after run. Other sessions' images are left alone.
+    """
+    yield
+    for repository in SESSION_REPOSITORIES:
+        try:
+            remove_image_tags(repository)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            print(f"\n[e2e] left {repository}'s images in the engine: {exc}", file=sys.stderr)
+            return
 
 def registry_stop() -> None:
     harness.services("registry-stop")
