@@ -47,7 +47,8 @@ engine: deps
 lock: install engine
 	$(PY) build.py lock --recipe $(RECIPE)
 
-# After `make image`: keep the image's oracle record next to the recipe (commit it like the lock).
+# Copy the oracle record of the recipe's image in the engine next to the recipe (commit it like
+# the lock). `make image` keeps it already (build --keep-record) whenever the gate imported vLLM.
 record: install engine
 	$(PY) build.py record --recipe $(RECIPE)
 
@@ -55,7 +56,7 @@ image: install engine
 	@lockfile=$$(dirname $(RECIPE))/recipe.lock.json; \
 	if [ ! -f $$lockfile ] && ! grep -q '^ *digest:' $(RECIPE); then $(PY) build.py lock --recipe $(RECIPE); fi
 	$(PY) build.py build --recipe $(RECIPE) $(if $(filter 1,$(PUSH)),--push,--no-push) \
-	  --report out/build-report.json $(BUILD_ARGS)
+	  --keep-record --report out/build-report.json $(BUILD_ARGS)
 
 compose: install
 	$(PY) build.py compose --recipe $(RECIPE)

@@ -149,7 +149,9 @@ def geometry(recipe_path, as_json, stock):
 @click.option("--push/--no-push", default=False, help="Push the tags after a successful build.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the build report (JSON) here.")
 @click.option("--no-cache", "no_cache", is_flag=True, help="Run every step again, the gate included, instead of reusing the engine's cached layers.")
-def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push, report_path, no_cache):
+@click.option("--keep-record", is_flag=True,
+              help="Unless the gate checked against the recipe's recipe.oracle.json, write the image's oracle record there (before tagging).")
+def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push, report_path, no_cache, keep_record):
     """Build (and optionally push) the image; nothing is tagged if any step fails."""
     from stackbuild.plan import make_plan
     from stackbuild.render import render as render_dockerfile
@@ -176,7 +178,8 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
         return
     from stackbuild.pipeline import run_build
 
-    report = run_build(plan, push=push, report_path=report_path, json_progress=as_json, nocache=no_cache)
+    report = run_build(plan, push=push, report_path=report_path, json_progress=as_json, nocache=no_cache,
+                       keep_record=keep_record)
     emit(as_json, report, f"built {report['image_id']}" + (f"\npushed {report['pushed_digest']}" if report.get("pushed_digest") else ""))
 
 

@@ -3,7 +3,9 @@
 Phases (each timed in the report): ``pull`` the pinned base if the engine
 lacks it, ``build`` untagged from a temporary context, ``verify-arch`` (the
 image config's os/architecture against the recipe's platform),
-``geometry-report`` (the in-image gate's report read back), ``tag``
+``geometry-report`` (the in-image gate's report read back), with
+``--keep-record`` ``keep-record`` (the image's oracle record written next to
+the recipe), ``tag``
 (``latest`` and the pinned tag) and ``push``.
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Optional
 from . import engine as engine_mod
 from .errors import ArchitectureMismatch, BuildStepFailed, GeometryGateFailed, PushError, StackBuildError
 from .lock import PinnedBase
+from .oracle_record import IMAGE_RECORD_NAME, record_path, save_from_image
 from .plan import BuildPlan
 from .progress import GATE_STEP, Progress, step_name
 from .publish import local_image_of, push_tags, tag_image
@@ -90,17 +93,31 @@ def read_geometry_report(engine: engine_mod.DockerEngine, image_id: str, plan: B
 
 
 def run_build(plan: BuildPlan, *, push: bool = False, report_path: Optional[Path] = None, json_progress: bool = False,
-              nocache: bool = False) -> dict:
+              nocache: bool = False, keep_record: bool = False) -> dict:
     progress = Progress(json_lines=json_progress)
     try:
         with engine_mod.engine_errors(f"build {plan.recipe.name}"):
-            return _build(plan, progress, push=push, report_path=report_path, nocache=nocache)
+            return _build(plan, progress, push=push, report_path=report_path, nocache=nocache, keep_record=keep_record)
     except StackBuildError as exc:
         progress.failure(exc)
         raise
 
 
-def _build(plan: BuildPlan, progress: Progress, *, push: bool, report_path: Optional[Path], nocache: bool) -> dict:
+def keep_oracle_record(engine: engine_mod.DockerEngine, image_id: str, plan: BuildPlan, geometry: dict) -> Optional[Path]:
+    """Write the image's oracle record next to the recipe unless the gate used the recipe's own.
+
+    A gate that imported vLLM wrote a fresh record (the recipe had none, or its
+    key no longer matched); keeping it spares the next cold build that import.
+    """
+    if (geometry.get("oracle") or {}).get("source") == "record":
+        return None
+    raw = engine.read_file(image_id, f"{plan.payload_dir}/{IMAGE_RECORD_NAME}")
+    path, _record = save_from_image(raw, image_id[:19], plan.recipe, plan.gate_input, plan.payload_dir)
+    return path
+
+
+def _build(plan: BuildPlan, progress: Progress, *, push: bool, report_path: Optional[Path], nocache: bool,
+           keep_record: bool) -> dict:
     engine = engine_mod.connect()
     if plan.geometry_verdict != "pass":
         progress.note(f"the host-side gate says the drafter does not fit ({plan.geometry_summary}); "
@@ -116,13 +133,19 @@ def _build(plan: BuildPlan, progress: Progress, *, push: bool, report_path: Opti
         check_architecture(image, plan)
     with progress.phase("geometry-report"):
         geometry = read_geometry_report(engine, image_id, plan)
+    kept = None
+    if keep_record:
+        with progress.phase("keep-record", str(record_path(plan.recipe))):
+            kept = keep_oracle_record(engine, image_id, plan, geometry)
+        progress.note(f"wrote {kept} (the image's oracle record)" if kept
+                      else f"kept {plan.oracle_record}: the gate checked against it")
     with progress.phase("tag", ", ".join(plan.image.references)):
         tag_image(engine, image_id, plan.image)
     description = engine.describe()
 
     def report(digest: Optional[str]) -> dict:
         data = build_report(plan, image_id=image_id, image_config=image, geometry_report=geometry,
-                            phases=progress.phase_seconds, pushed_digest=digest, engine=description)
+                            phases=progress.phase_seconds, pushed_digest=digest, engine=description, kept_record=kept)
         written = write_report(data, report_path)
         progress.note(f"wrote {written} ({data['status']})", report=str(written))
         return data

@@ -47,6 +47,7 @@ def build_report(
     phases: Mapping[str, float],
     pushed_digest: Optional[str] = None,
     engine: str = "",
+    kept_record: Optional[Path] = None,
 ) -> dict:
     verdict = geometry_verdict(geometry_report) if geometry_report is not None else None
     return {
@@ -80,6 +81,7 @@ def build_report(
         "oracle_record": {
             "shipped": str(plan.oracle_record) if plan.oracle_record else None,
             "gate_checked_against": ((geometry_report or {}).get("oracle") or {}).get("source"),
+            "kept": str(kept_record) if kept_record else None,
         },
         "labels": dict(plan.labels),
         "revision": plan.revision,

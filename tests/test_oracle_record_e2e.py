@@ -32,7 +32,7 @@ def recorded_copy(amd64_build, synthetic_base_amd64, tmp_path, name="b200-amd64"
 
 
 def test_the_next_build_checks_against_the_record_instead_of_importing_vllm(amd64_build, synthetic_base_amd64, registry, tmp_path):
-    assert amd64_build.report["oracle_record"] == {"shipped": None, "gate_checked_against": "imported vLLM"}
+    assert amd64_build.report["oracle_record"] == {"shipped": None, "gate_checked_against": "imported vLLM", "kept": None}
     recipe = recorded_copy(amd64_build, synthetic_base_amd64, tmp_path)
     repository = unique_repository(registry.address, "recorded")
     # --no-cache: the gate step must run here, not come from an earlier build of the same context.
@@ -40,7 +40,7 @@ def test_the_next_build_checks_against_the_record_instead_of_importing_vllm(amd6
               "--report", str(tmp_path / "r.json"))
     assert run.returncode == 0, run.stderr[-4000:]
     report = json.loads(run.stdout)
-    assert report["oracle_record"] == {"shipped": str(recipe.with_name("recipe.oracle.json")), "gate_checked_against": "record"}
+    assert report["oracle_record"] == {"shipped": str(recipe.with_name("recipe.oracle.json")), "gate_checked_against": "record", "kept": None}
     assert report["geometry_report"]["oracle"] == {"agrees": True, "differences": [], "source": "record"}
     assert "vLLM not imported" in run.stderr
     # Same simulator verdict and numbers as the build that imported vLLM.
@@ -96,3 +96,36 @@ def test_record_replaces_an_unreadable_record(amd64_build, synthetic_base_amd64,
     run = cli("record", "--recipe", str(recipe), "--image", built)
     assert run.returncode == 0, run.stderr
     assert json.loads(recipe.with_name("recipe.oracle.json").read_text())["schema"] == "glm53-oracle-record/1"
+
+
+def test_keep_record_writes_the_record_a_build_made_and_replaces_a_stale_one(amd64_build, synthetic_base_amd64, registry, tmp_path):
+    base = synthetic_base_amd64
+    recipe = recipe_copy(tmp_path, "b200-amd64", base=base.image, tag=base.tag, digest=base.digest)
+    path = recipe.with_name("recipe.oracle.json")
+    repository = unique_repository(registry.address, "kept")
+
+    def build() -> dict:
+        run = cli("build", "--recipe", str(recipe), "--repository", repository, "--keep-record", "--json",
+                  "--report", str(tmp_path / "r.json"))
+        assert run.returncode == 0, run.stderr[-4000:]
+        return json.loads(run.stdout)
+
+    # No record yet: the gate imported vLLM, its answer lands next to the recipe, as `record` would copy it.
+    first = build()
+    assert first["oracle_record"] == {"shipped": None, "gate_checked_against": "imported vLLM", "kept": str(path)}
+    kept = path.read_bytes()
+    assert cli("record", "--recipe", str(recipe), "--image", first["image_id"]).returncode == 0
+    assert path.read_bytes() == kept
+
+    # The gate used it: left as it is.
+    second = build()
+    assert second["oracle_record"] == {"shipped": str(path), "gate_checked_against": "record", "kept": None}
+    assert path.read_bytes() == kept
+
+    # Stale (another torch recorded): the gate imported vLLM again and the fresh record replaces it.
+    record = json.loads(kept)
+    record["key"]["distributions"]["torch"] = "0.0.1"
+    path.write_text(json.dumps(record))
+    third = build()
+    assert third["oracle_record"] == {"shipped": str(path), "gate_checked_against": "imported vLLM", "kept": str(path)}
+    assert path.read_bytes() == kept
