@@ -178,9 +178,10 @@ def remove_image_tags(repository: str) -> None:
 def forget_session_images():
     """Untag (and so delete) the images this session built once it ends.
 
-    Every e2e build is tagged into a repository of its own, ~1.4 GB of layers
-    counted against the engine's disk; on a machine whose engine outlives the
-    run they would pile up run after run. Other sessions' images are left alone.
+    Every e2e build is tagged into a repository of its own (two tags, and its
+    overlay layers on top of the shared base); on a machine whose engine
+    outlives the run they would pile up run after run. Other sessions' images
+    are left alone.
     """
     yield
     for repository in SESSION_REPOSITORIES:
@@ -189,6 +190,7 @@ def forget_session_images():
         except (OSError, subprocess.CalledProcessError) as exc:
             print(f"\n[e2e] left {repository}'s images in the engine: {exc}", file=sys.stderr)
             return
+
 
 def registry_stop() -> None:
     harness.services("registry-stop")
