@@ -81,6 +81,10 @@ def save_from_image(raw: Optional[bytes], image: str, recipe: Recipe, gate_input
         raise OracleRecordError(f"{why}; rebuild the image from {recipe.path} first")
     path = record_path(recipe)
     tmp = path.with_name(path.name + ".tmp")
-    record_mod.write(record, str(tmp))
-    os.replace(tmp, path)
+    try:
+        record_mod.write(record, str(tmp))
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OracleRecordError(f"{path}: cannot write the oracle record: {exc.strerror or exc}") from None
     return path, record

@@ -129,3 +129,13 @@ def test_keep_record_writes_the_record_a_build_made_and_replaces_a_stale_one(amd
     third = build()
     assert third["oracle_record"] == {"shipped": str(path), "gate_checked_against": "imported vLLM", "kept": str(path)}
     assert path.read_bytes() == kept
+
+
+def test_a_record_that_cannot_be_written_is_a_one_line_error(amd64_build, synthetic_base_amd64, tmp_path):
+    base = synthetic_base_amd64
+    recipe = recipe_copy(tmp_path, "b200-amd64", base=base.image, tag=base.tag, digest=base.digest)
+    recipe.with_name("recipe.oracle.json").mkdir()  # in the way, even for root
+    run = cli("record", "--recipe", str(recipe), "--image", f"{amd64_build.repository}:{amd64_build.report['tags'][-1]}")
+    assert run.returncode == 2
+    assert error_line(run) == f"error: {recipe.with_name('recipe.oracle.json')}: cannot write the oracle record: Is a directory"
+    assert sorted(p.name for p in recipe.parent.iterdir()) == ["recipe.oracle.json", "recipe.yaml"]
