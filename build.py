@@ -104,15 +104,14 @@ def record(recipe_path, owner, repository, allow_unpinned, image, as_json):
     packages are the ones it was recorded on.
     """
     from stackbuild.engine import connect, engine_errors
-    from stackbuild.oracle_record import IMAGE_RECORD_NAME, save_from_image
+    from stackbuild.oracle_record import save_from_image
     from stackbuild.plan import make_plan
 
     plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
                      read_oracle_record=False)
     image = image or f"{plan.image.repository}:{plan.pinned_tag}"
     with engine_errors(f"record from {image}"):
-        raw = connect().read_file(image, f"{plan.payload_dir}/{IMAGE_RECORD_NAME}")
-    path, kept = save_from_image(raw, image, plan.recipe, plan.gate_input, plan.payload_dir)
+        path, kept = save_from_image(connect(), image, plan.recipe, plan.gate_input, plan.payload_dir)
     key = kept["key"]
     emit(as_json, {"record": str(path), "image": image, "key": key},
          f"{image}: vLLM tree {key['vllm_tree'][:16]}, Python {key['python']}, "

@@ -36,7 +36,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from infra import harness  # noqa: E402
 from stack_e2e import recipe_copy  # noqa: E402
 from stackbuild import engine as engine_mod  # noqa: E402
-from stackbuild.oracle_record import IMAGE_RECORD_NAME, save_from_image  # noqa: E402
+from stackbuild.oracle_record import save_from_image  # noqa: E402
 from stackbuild.pipeline import build_image  # noqa: E402
 from stackbuild.plan import make_plan  # noqa: E402
 from stackbuild.progress import Progress  # noqa: E402
@@ -132,8 +132,7 @@ def main() -> int:
 
     # No record: the gate imports vLLM (and leaves its answer in the image).
     image_id, cold_importing, cold_importing_steps = cold_builds(plan, None)
-    save_from_image(engine.read_file(image_id, f"{plan.payload_dir}/{IMAGE_RECORD_NAME}"), image_id, recipe,
-                    plan.gate_input, plan.payload_dir)
+    save_from_image(engine, image_id, recipe, plan.gate_input, plan.payload_dir)
     plan = make_plan(load_recipe(recipe_path), repository=repository)
     assert plan.oracle_record is not None, plan.oracle_record_note
     warm: list[float] = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Protocol
 
 from geometry import record as record_mod
 
@@ -66,10 +66,15 @@ def choose(recipe: Recipe, gate_input: Mapping) -> RecordChoice:
                               "and packages are the recorded ones, else imports vLLM")
 
 
-def save_from_image(raw: Optional[bytes], image: str, recipe: Recipe, gate_input: Mapping,
+class ReadsImageFiles(Protocol):
+    def read_file(self, image: str, path: str) -> Optional[bytes]: ...
+
+
+def save_from_image(engine: ReadsImageFiles, image: str, recipe: Recipe, gate_input: Mapping,
                     payload_dir: str) -> tuple[Path, dict]:
-    """Check the record read from ``image`` and write it next to the recipe (atomically)."""
+    """Read the record the gate left in ``image``, check it and write it next to the recipe (atomically)."""
     where = f"{image}:{payload_dir}/{IMAGE_RECORD_NAME}"
+    raw = engine.read_file(image, f"{payload_dir}/{IMAGE_RECORD_NAME}")
     if raw is None:
         raise OracleRecordError(f"{where}: no oracle record in the image (built before records existed?)")
     try:

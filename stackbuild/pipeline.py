@@ -19,7 +19,7 @@ from typing import Optional
 from . import engine as engine_mod
 from .errors import ArchitectureMismatch, BuildStepFailed, GeometryGateFailed, PushError, StackBuildError
 from .lock import PinnedBase
-from .oracle_record import IMAGE_RECORD_NAME, record_path, save_from_image
+from .oracle_record import record_path, save_from_image
 from .plan import BuildPlan
 from .progress import GATE_STEP, Progress, step_name
 from .publish import local_image_of, push_tags, tag_image
@@ -111,8 +111,7 @@ def keep_oracle_record(engine: engine_mod.DockerEngine, image_id: str, plan: Bui
     """
     if (geometry.get("oracle") or {}).get("source") == "record":
         return None
-    raw = engine.read_file(image_id, f"{plan.payload_dir}/{IMAGE_RECORD_NAME}")
-    path, _record = save_from_image(raw, image_id[:19], plan.recipe, plan.gate_input, plan.payload_dir)
+    path, _record = save_from_image(engine, image_id, plan.recipe, plan.gate_input, plan.payload_dir)
     return path
 
 
