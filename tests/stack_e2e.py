@@ -171,12 +171,21 @@ def remove_image_tags(repository: str) -> None:
         subprocess.run(["docker", "rmi", f"{repository}:{tag}"], capture_output=True)
 
 
+def remove_local_images(repository: str) -> None:
+    """Every local name of ``repository``: its tags and what was pulled by digest only."""
+    remove_image_tags(repository)
+    run = subprocess.run(["docker", "images", "--digests", "--format", "{{.Digest}}", repository],
+                         capture_output=True, text=True, check=True)
+    for digest in sorted(set(run.stdout.split()) - {"<none>"}):
+        subprocess.run(["docker", "rmi", f"{repository}@{digest}"], capture_output=True)
+
+
 # ---------------------------------------------------------------- fixtures
 # Imported by tests/conftest.py; built on the infra fixtures (tests/infra/fixtures.py).
 
 @pytest.fixture(scope="session", autouse=True)
 def forget_session_images():
-    """Untag (and so delete) the images this session built once it ends.
+    """Untag (and so delete) the images this session built or pulled once it ends.
 
     Every e2e build is tagged into a repository of its own (two tags, and its
     overlay layers on top of the shared base); on a machine whose engine
@@ -186,7 +195,7 @@ def forget_session_images():
     yield
     for repository in SESSION_REPOSITORIES:
         try:
-            remove_image_tags(repository)
+            remove_local_images(repository)
         except (OSError, subprocess.CalledProcessError) as exc:
             print(f"\n[e2e] left {repository}'s images in the engine: {exc}", file=sys.stderr)
             return
