@@ -24,7 +24,7 @@ from .plan import BuildPlan
 from .progress import GATE_STEP, Progress, step_name
 from .publish import local_image_of, push_tags, tag_image
 from .render import write_context
-from .report import GEOMETRY_REPORT_NAME, build_report, geometry_verdict, read_report, write_report
+from .report import GEOMETRY_REPORT_NAME, build_report, geometry_verdict, oracle_source, read_report, write_report
 
 TAIL_LINES = 15
 
@@ -109,7 +109,7 @@ def keep_oracle_record(engine: engine_mod.DockerEngine, image_id: str, plan: Bui
     A gate that imported vLLM wrote a fresh record (the recipe had none, or its
     key no longer matched); keeping it spares the next cold build that import.
     """
-    if (geometry.get("oracle") or {}).get("source") == "record":
+    if oracle_source(geometry) == "record":
         return None
     path, _record = save_from_image(engine, image_id, plan.recipe, plan.gate_input, plan.payload_dir)
     return path
@@ -137,7 +137,7 @@ def _build(plan: BuildPlan, progress: Progress, *, push: bool, report_path: Opti
         with progress.phase("keep-record", str(record_path(plan.recipe))):
             kept = keep_oracle_record(engine, image_id, plan, geometry)
         progress.note(f"wrote {kept} (the image's oracle record)" if kept
-                      else f"kept {plan.oracle_record}: the gate checked against it")
+                      else f"left {plan.oracle_record} as it is: the gate checked against it")
     with progress.phase("tag", ", ".join(plan.image.references)):
         tag_image(engine, image_id, plan.image)
     description = engine.describe()

@@ -19,6 +19,11 @@ REPORT_SCHEMA = 1
 GEOMETRY_REPORT_NAME = "geometry-report.json"
 
 
+def oracle_source(report: Optional[Mapping[str, Any]]) -> Optional[str]:
+    """What the gate checked the simulator against: ``record``, ``imported vLLM``; None if absent."""
+    return ((report or {}).get("oracle") or {}).get("source")
+
+
 def geometry_verdict(report: Mapping[str, Any]) -> Optional[str]:
     """``pass`` / ``fail`` from the gate's JSON report, whatever nesting it uses; None if absent."""
     for key in ("verdict", "gate", "result"):
@@ -80,7 +85,7 @@ def build_report(
         "geometry_report": dict(geometry_report) if geometry_report is not None else None,
         "oracle_record": {
             "shipped": str(plan.oracle_record) if plan.oracle_record else None,
-            "gate_checked_against": ((geometry_report or {}).get("oracle") or {}).get("source"),
+            "gate_checked_against": oracle_source(geometry_report),
             "kept": str(kept_record) if kept_record else None,
         },
         "labels": dict(plan.labels),

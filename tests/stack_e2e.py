@@ -54,7 +54,7 @@ def recipe_copy(tmp: Path, name: str, *, base: str, tag: str, digest: Optional[s
     return path
 
 
-# Repositories this session tagged images into; their local tags go when it ends.
+# Repositories this session tagged or pulled images into; their local names go when it ends.
 SESSION_REPOSITORIES: list[str] = []
 
 
