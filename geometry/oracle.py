@@ -47,10 +47,12 @@ try:
     from . import record
     from . import simulate as S
     from .inputs import GeometryInputs
+    from .prefix_cache import PrefixCache, can_hit
 except ImportError:  # pragma: no cover - script mode
     import record  # type: ignore[no-redef]
     import simulate as S  # type: ignore[no-redef]
     from inputs import GeometryInputs  # type: ignore[no-redef]
+    from prefix_cache import PrefixCache, can_hit  # type: ignore[no-redef]
 
 _FAMILY_CAPABILITY = {90: (9, 0), 100: (10, 3), 120: (12, 0)}
 
@@ -348,8 +350,13 @@ def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
     else:
         cache.block_size = S.DEFAULT_BLOCK_SIZE
         cache.user_specified_block_size = False
-    cache.mamba_cache_mode = inputs.mamba_cache_mode
-    cache.mamba_block_size = max_len
+    # EngineArgs builds the cache config with prefix caching resolved and
+    # mamba_cache_mode left at "none"; MambaModelConfig (below) derives the
+    # mode and the mamba block size from it.
+    cache.enable_prefix_caching = inputs.enable_prefix_caching
+    cache.mamba_cache_mode = "none"
+    cache.mamba_block_size = None
+    cfg.scheduler_config.enable_chunked_prefill = True  # default for generative models
     drafter = inputs.drafter_config if with_drafter else None
     spec_cfg = None
     if num_spec or drafter is not None:
@@ -365,6 +372,15 @@ def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
 
         with _patched(type(current_platform), "is_cuda", lambda self: True):
             Glm5NextModelConfig.verify_and_update_config(cfg)
+    # VllmConfig.try_verify_and_update_config: the architecture's hook, then
+    # the hybrid one for every hybrid model.
+    from vllm.model_executor.models.config import HybridAttentionMambaModelConfig
+
+    HybridAttentionMambaModelConfig.verify_and_update_config(cfg)
+    if cache.mamba_cache_mode != inputs.mamba_cache_mode:
+        raise ValueError(f"vLLM runs mamba_cache_mode {cache.mamba_cache_mode!r} with prefix "
+                         f"caching {inputs.enable_prefix_caching}, the input says "
+                         f"{inputs.mamba_cache_mode!r}")
 
     ctx = cfg.compilation_config.static_forward_context
     ctx.clear()
@@ -565,14 +581,44 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> S.Plan:
                     sum(s.page_size_bytes for s in layer_specs),
                     (any(s.is_draft for s in layer_specs)
                      if isinstance(gs, UniformTypeKVCacheSpecs) else gs.is_draft)))
+            block_size = cache.block_size
+            prefix = _prefix_cache(cfg, kvc)
             return S.Plan(
-                cache.block_size, cache.mamba_page_size_padded, layout.name,
+                block_size, cache.mamba_page_size_padded, layout.name,
                 _path(kind, groups, specs, layout), rows, tuple(grows), bpb,
                 kvc.num_blocks, kvc.num_blocks * t_rows[0].block_size,
-                t_rows[0].real_page_bytes)
+                t_rows[0].real_page_bytes, prefix_cache=prefix)
         except (AssertionError, ValueError, NotImplementedError) as exc:
             return S.Plan(cache.block_size, cache.mamba_page_size_padded, None, None, rows,
                           (), None, None, None, None, error=_error(exc))
+
+
+def _prefix_cache(cfg, kvc) -> PrefixCache:
+    """What ``EngineCore._initialize_kv_caches`` resolves for the scheduler
+    (vllm/v1/engine/core.py): the scheduler's copy of the config, the cache
+    block size set to the smallest prefix-cacheable group block, then
+    ``resolve_kv_cache_block_sizes`` and ``resolve_cache_hit_alignment_tokens``.
+    Changes ``cfg.cache_config.block_size`` as the engine core does."""
+    from vllm.v1.core.kv_cache_utils import (
+        generate_scheduler_kv_cache_config,
+        resolve_cache_hit_alignment_tokens,
+        resolve_kv_cache_block_sizes,
+    )
+
+    scheduler_cfg = generate_scheduler_kv_cache_config([kvc])
+    groups = scheduler_cfg.kv_cache_groups
+    if groups:
+        participating = [g.kv_cache_spec.block_size for g in groups
+                         if g.kv_cache_spec.prefix_cacheable]
+        cfg.cache_config.block_size = min(
+            participating or [g.kv_cache_spec.block_size for g in groups])
+    scheduler_block, hash_block = resolve_kv_cache_block_sizes(scheduler_cfg, cfg)
+    alignment = resolve_cache_hit_alignment_tokens(scheduler_cfg, cfg, scheduler_block,
+                                                   hash_block)
+    enabled = bool(cfg.cache_config.enable_prefix_caching)
+    return PrefixCache(enabled=enabled, hash_block_size=hash_block,
+                       scheduler_block_size=scheduler_block, hit_alignment_tokens=alignment,
+                       can_hit=can_hit(enabled, alignment, cfg.model_config.max_model_len))
 
 
 def _path(kind, groups, specs, layout) -> str:
