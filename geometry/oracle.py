@@ -363,7 +363,8 @@ def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
         spec_cfg = types.SimpleNamespace(
             method="dflash", num_speculative_tokens=num_spec,
             kv_cache_dtype=inputs.drafter_kv_cache_dtype if drafter is not None else None,
-            attention_backend=inputs.drafter_attention_backend, draft_model_config=None)
+            attention_backend=inputs.drafter_attention_backend, draft_model_config=None,
+            parallel_drafting=True)  # DFlash drafts all positions in one pass
     cfg.speculative_config = spec_cfg
 
     if kind == "glm5next":
@@ -532,12 +533,7 @@ def _error(exc: BaseException) -> str:
 
 def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> S.Plan:
     from vllm.config import set_current_vllm_config
-    from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
     from vllm.platforms.interface import Platform
-    from vllm.v1.attention.backends.utils import (
-        get_supported_kv_cache_layouts,
-        resolve_kv_cache_layout,
-    )
     from vllm.v1.core import kv_cache_planning as P
     from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
@@ -554,10 +550,7 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> S.Plan:
                 Platform.update_block_size_for_backend(cfg)
             with set_current_vllm_config(cfg):
                 specs = get_kv_cache_spec(cfg)
-                backends = get_current_attn_backends(cfg)
-                names = [l.name for l in get_supported_kv_cache_layouts(backends)]
-                cache.kv_cache_layout = None
-                layout = resolve_kv_cache_layout(cfg, [names], specs.values())
+                layout = _resolve_layout(cfg, specs)
                 owners = {n: ("drafter" if n.startswith("drafter.") else "target") for n in specs}
                 groups = P.get_kv_cache_groups(cfg, dict(specs))
                 final = {}
@@ -621,6 +614,20 @@ def _prefix_cache(cfg, kvc) -> PrefixCache:
                        can_hit=can_hit(enabled, alignment, cfg.model_config.max_model_len))
 
 
+def _resolve_layout(cfg, specs):
+    """``resolve_kv_cache_layout`` over the attention backends' layouts, as
+    the engine core does before planning."""
+    from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
+    from vllm.v1.attention.backends.utils import (
+        get_supported_kv_cache_layouts,
+        resolve_kv_cache_layout,
+    )
+
+    names = [l.name for l in get_supported_kv_cache_layouts(get_current_attn_backends(cfg))]
+    cfg.cache_config.kv_cache_layout = None
+    return resolve_kv_cache_layout(cfg, [names], specs.values())
+
+
 def _path(kind, groups, specs, layout) -> str:
     from vllm.v1.core import kv_cache_planning as P
     from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
@@ -675,6 +682,36 @@ def _rows(final: dict, owners: dict, order: dict) -> tuple:
             s.real_page_size_bytes, s.page_size_bytes,
             s.page_size_bytes != s.real_page_size_bytes, s.get_block_stride_alignment()))
     return tuple(rows)
+
+
+def blocks_per_request(inputs: GeometryInputs) -> list[tuple[str, int, int]]:
+    """(spec class, block size, blocks) per KV-cache group of the with-drafter
+    plan: the blocks one request of ``max_model_len`` tokens draws from the
+    shared pool, as ``get_max_concurrency_for_kv_cache_config`` counts them
+    (``cdiv(max_memory_usage_bytes, page_size_bytes)`` of the scheduler's
+    group spec)."""
+    from vllm.config import set_current_vllm_config
+    from vllm.platforms.interface import Platform
+    from vllm.utils.math_utils import cdiv
+    from vllm.v1.core import kv_cache_planning as P
+    from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config
+    from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
+
+    with _capability(inputs.capability_family):
+        cfg, _ = _build(inputs, inputs.has_drafter, inputs.num_speculative_tokens)
+        with _model_registry_fallback():
+            Platform.update_block_size_for_backend(cfg)
+        with set_current_vllm_config(cfg):
+            specs = get_kv_cache_spec(cfg)
+            _resolve_layout(cfg, specs)
+            groups = P.get_kv_cache_groups(cfg, dict(specs))
+            kvc = P.get_kv_cache_config_from_groups(cfg, groups, inputs.kv_cache_memory_bytes)
+            out = []
+            for g in generate_scheduler_kv_cache_config([kvc]).kv_cache_groups:
+                spec = g.kv_cache_spec
+                out.append((type(spec).__name__, spec.block_size,
+                            cdiv(spec.max_memory_usage_bytes(cfg), spec.page_size_bytes)))
+    return out
 
 
 def plan_with_vllm(inputs: GeometryInputs) -> S.GeometryReport:
