@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -54,6 +55,14 @@ def _docker_config() -> dict:
         return {}
 
 
+def _connection_problem(exc: requests.exceptions.RequestException) -> str:
+    """What went wrong in a few words: the OS error (``connection refused``) when there is one."""
+    found = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", str(exc))
+    if found:
+        return found.group(1).strip().lower()
+    return re.sub(r"\s+", " ", str(exc)).strip()[:300] or type(exc).__name__
+
+
 class RegistryReader:
     """Manifests of one repository (``registry/name``) in its registry."""
 
@@ -75,7 +84,8 @@ class RegistryReader:
             challenge = requests.get(f"{scheme}://{self.host}/v2/", timeout=30).headers.get("WWW-Authenticate", "")
             backend = "basic" if challenge.lower().startswith("basic") else "token"
             client = _OrasRegistry(hostname=self.host, insecure=self.plain_http, auth_backend=backend)
-            client.auth._auth_config = _docker_config()
+            # Never empty: oras would then read ~/.docker/config.json whatever DOCKER_CONFIG says.
+            client.auth._auth_config = _docker_config() or {"auths": {}}
             self._client = client
         return self._client
 
@@ -94,7 +104,7 @@ class RegistryReader:
         except requests.exceptions.SSLError as exc:
             raise PushError(f"{what}: TLS failed ({exc.__class__.__name__}); is {self.registry} an insecure registry of the engine?") from None
         except requests.exceptions.RequestException as exc:
-            raise RegistryTransient(what, f"{exc.__class__.__name__}: connection refused or lost ({self.host})") from None
+            raise RegistryTransient(what, f"{self.host}: {_connection_problem(exc)}") from None
         except ValueError as exc:  # oras: the registry asked for an authentication it cannot answer
             raise RegistryAuthError(f"{what}: {exc}; run `docker login {self.registry}`") from None
         if response.status_code in (401, 403):
