@@ -7,7 +7,8 @@ image config's os/architecture against the recipe's platform),
 ``--keep-record`` ``keep-record`` (the image's oracle record written next to
 the recipe), with ``--push`` ``check-tags`` (no pinned tag in the registry
 names another image, unless ``--force``), ``tag`` (``latest`` and the pinned
-tag) and ``push``.
+tag), ``push`` and ``attest`` (SBOM and provenance pushed as artifacts
+referring to the pushed digest).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Optional
 
 from . import engine as engine_mod
 from .errors import ArchitectureMismatch, BuildStepFailed, GeometryGateFailed, PushError, StackBuildError
+from .attest import attest_image
 from .lock import PinnedBase
 from .oracle_record import record_path, save_from_image
 from .plan import BuildPlan
@@ -160,7 +162,12 @@ def _build(plan: BuildPlan, progress: Progress, *, push: bool, report_path: Opti
         return built
     with progress.phase("push", plan.image.repository):
         digest = push_tags(engine, plan.image, progress)
-    return report(digest)
+    with progress.phase("attest", f"{plan.image.repository}@{digest}"):
+        attestations = attest_image(engine, plan, image_id, digest, progress)
+    pushed = report(digest)
+    pushed["attestations"] = attestations
+    write_report(pushed, report_path)
+    return pushed
 
 
 def run_push(plan: BuildPlan, *, json_progress: bool = False, report_path: Optional[Path] = None,
@@ -187,12 +194,15 @@ def _push(plan: BuildPlan, progress: Progress, report_path: Optional[Path], forc
         check_pinned_tags(engine, plan.image, image["Id"], plan.recipe.platform, progress, force=force)
     with progress.phase("push", plan.image.repository):
         digest = push_tags(engine, plan.image, progress)
+    with progress.phase("attest", f"{plan.image.repository}@{digest}"):
+        attestations = attest_image(engine, plan, image["Id"], digest, progress)
     result = {"image": plan.image.repository, "tags": list(plan.image.tags), "image_id": image["Id"],
               "pushed_digest": digest, "pushed_reference": f"{plan.image.repository}@{digest}",
-              "phase_seconds": dict(progress.phase_seconds)}
+              "attestations": attestations, "phase_seconds": dict(progress.phase_seconds)}
     report = read_report(report_path)
     if report and report.get("image_id") == image["Id"]:
-        report.update(status="pushed", pushed_digest=digest, pushed_reference=result["pushed_reference"])
+        report.update(status="pushed", pushed_digest=digest, pushed_reference=result["pushed_reference"],
+                      attestations=attestations)
         report.setdefault("phase_seconds", {})["push"] = progress.phase_seconds["push"]
         result["report"] = str(write_report(report, report_path))
     return result

@@ -1,4 +1,4 @@
-"""Read manifests from an OCI registry through oras's Python SDK.
+"""Read and write manifests and blobs in an OCI registry through oras's Python SDK.
 
 The driver asks the registry itself (not the engine) what a tag points to,
 before it pushes. Credentials are the ones ``docker login`` stored in the
@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import tempfile
 from dataclasses import dataclass
 from typing import Optional
 
@@ -35,6 +37,18 @@ class RemoteImage:
     reference: str        # repository:tag as asked
     manifest_digest: str  # what the tag points to (an index's digest when it is an index)
     image_digest: str     # the platform's image config digest: the local engine's image id for the same image
+
+
+@dataclass(frozen=True)
+class Manifest:
+    digest: str
+    media_type: str
+    size: int
+    document: dict
+
+    @property
+    def descriptor(self) -> dict:
+        return {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
 
 
 class _OrasRegistry(oras.provider.Registry):
@@ -63,8 +77,8 @@ def _connection_problem(exc: requests.exceptions.RequestException) -> str:
     return re.sub(r"\s+", " ", str(exc)).strip()[:300] or type(exc).__name__
 
 
-class RegistryReader:
-    """Manifests of one repository (``registry/name``) in its registry."""
+class RegistryClient:
+    """Manifests and blobs of one repository (``registry/name``) in its registry."""
 
     def __init__(self, repository: str, *, plain_http: bool, on_retry: Optional[EventSink] = None):
         self.repository = repository
@@ -89,18 +103,19 @@ class RegistryReader:
             self._client = client
         return self._client
 
-    def _get_manifest(self, reference: str, what: str) -> Optional[tuple[str, dict]]:
-        """(digest, document) of ``name:reference``; None when the registry does not know it."""
+    def _container(self, reference: str) -> oras.container.Container:
+        separator = "@" if reference.startswith("sha256:") else ":"
+        return oras.container.Container(f"{self.host}/{self.name}{separator}{reference}")
+
+    def _call(self, what: str, send) -> requests.Response:
+        """One registry exchange through oras, with our errors; 401/403 are refused credentials."""
         try:
             client = self._oras()
-            container = oras.container.Container(f"{self.host}/{self.name}:{reference}" if not reference.startswith("sha256:")
-                                                 else f"{self.host}/{self.name}@{reference}")
-            client.auth.load_configs(container)
+            client.auth.load_configs(self._container("latest"))
             if isinstance(client.auth, oras.auth.BasicAuth) and not getattr(client.auth, "_basic_auth", None):
                 raise RegistryAuthError(f"{what}: no basic auth credentials for {self.registry} in the Docker config; "
                                         f"run `docker login {self.registry}`")
-            url = f"{client.prefix}://{container.manifest_url()}"
-            response = client.do_request(url, "GET", headers={"Accept": MANIFEST_ACCEPT})
+            response = send(client)
         except requests.exceptions.SSLError as exc:
             raise PushError(f"{what}: TLS failed ({exc.__class__.__name__}); is {self.registry} an insecure registry of the engine?") from None
         except requests.exceptions.RequestException as exc:
@@ -110,29 +125,91 @@ class RegistryReader:
         if response.status_code in (401, 403):
             raise RegistryAuthError(f"{what}: the registry refused the credentials from the Docker config "
                                     f"(HTTP {response.status_code}); run `docker login {self.registry}`")
+        if response.status_code >= 400 and response.status_code != 404:
+            raise classify_registry_error(what, f"HTTP {response.status_code} {response.reason} {response.text[:200]}",
+                                          self.registry)
+        return response
+
+    def _retried(self, what: str, send) -> requests.Response:
+        return registry_retry(what, self.on_retry)(self._call, what, send)
+
+    def _what(self, reference: str, action: str) -> str:
+        separator = "@" if reference.startswith("sha256:") else ":"
+        return f"{self.repository}{separator}{reference}: {action}"
+
+    def manifest(self, reference: str) -> Optional[Manifest]:
+        """The manifest (or index) a tag or digest names, retried on transient errors; None if unknown."""
+        what = self._what(reference, "manifest GET")
+        response = self._retried(what, lambda client: client.do_request(
+            f"{client.prefix}://{self._container(reference).manifest_url()}", "GET", headers={"Accept": MANIFEST_ACCEPT}))
         if response.status_code == 404:
             return None
-        if response.status_code >= 400:
-            raise classify_registry_error(what, f"HTTP {response.status_code} {response.reason}", self.registry)
         digest = "sha256:" + hashlib.sha256(response.content).hexdigest()
+        if reference.startswith("sha256:") and digest != reference:
+            raise PushError(f"{what}: the registry sent a manifest whose sha256 is {digest}")
         try:
             document = response.json()
         except ValueError:
             raise PushError(f"{what}: the registry sent a manifest that is not JSON") from None
-        return digest, document
+        media_type = document.get("mediaType") or response.headers.get("Content-Type", "").split(";")[0]
+        return Manifest(digest, media_type, len(response.content), document)
 
-    def manifest(self, reference: str) -> Optional[tuple[str, dict]]:
-        """(digest, document) of a tag or digest, retried on transient errors; None if unknown."""
-        what = f"{self.repository}:{reference}: manifest GET" if not reference.startswith("sha256:") \
-            else f"{self.repository}@{reference}: manifest GET"
-        return registry_retry(what, self.on_retry)(self._get_manifest, reference, what)
+    def blob(self, digest: str) -> Optional[bytes]:
+        """A blob's bytes, checked against its digest; None if the registry does not have it."""
+        what = self._what(digest, "blob GET")
+        response = self._retried(what, lambda client: client.get_blob(self._container("latest"), digest))
+        if response.status_code == 404:
+            return None
+        got = "sha256:" + hashlib.sha256(response.content).hexdigest()
+        if got != digest:
+            raise PushError(f"{what}: the registry sent a blob whose sha256 is {got}")
+        return response.content
+
+    def push_blob(self, data: bytes, media_type: str) -> dict:
+        """Upload ``data`` (oras: skipped when the registry has it); return its OCI descriptor."""
+        descriptor = {"mediaType": media_type, "digest": "sha256:" + hashlib.sha256(data).hexdigest(), "size": len(data)}
+        what = self._what(descriptor["digest"], "blob upload")
+        with tempfile.TemporaryDirectory(prefix="stackbuild-blob-") as tmp:
+            path = os.path.join(tmp, "blob")
+            with open(path, "wb") as handle:
+                handle.write(data)
+            response = self._retried(what, lambda client: client.upload_blob(path, self._container("latest"), dict(descriptor)))
+        if response.status_code not in (200, 201, 202):
+            raise PushError(f"{what}: HTTP {response.status_code}")
+        return descriptor
+
+    def push_manifest(self, document: dict, reference: Optional[str] = None) -> tuple[dict, requests.Response]:
+        """PUT a manifest or index (by its digest, or under the tag ``reference``); return its descriptor and the response."""
+        data = json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        target = reference or digest
+        what = self._what(target, "manifest PUT")
+        response = self._retried(what, lambda client: client.do_request(
+            f"{client.prefix}://{self._container(target).manifest_url()}", "PUT",
+            headers={"Content-Type": document["mediaType"]}, data=data))
+        if response.status_code not in (200, 201, 202):
+            raise PushError(f"{what}: HTTP {response.status_code} {response.text[:200]}")
+        return {"mediaType": document["mediaType"], "digest": digest, "size": len(data)}, response
+
+    def referrers(self, digest: str) -> Optional[dict]:
+        """The OCI 1.1 referrers index of ``digest``; None when the registry has no referrers API."""
+        what = self._what(digest, "referrers GET")
+        response = self._retried(what, lambda client: client.do_request(
+            f"{client.prefix}://{self.host}/v2/{self.name}/referrers/{digest}", "GET",
+            headers={"Accept": "application/vnd.oci.image.index.v1+json"}))
+        if response.status_code == 404 or "json" not in response.headers.get("Content-Type", ""):
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            return None
 
     def image(self, tag: str, platform: str) -> Optional[RemoteImage]:
         """What ``tag`` names for ``platform``; None when the tag does not exist."""
         found = self.manifest(tag)
         if found is None:
             return None
-        digest, document = found
+        digest, document = found.digest, found.document
         reference = f"{self.repository}:{tag}"
         manifest = document
         if document.get("mediaType") in INDEX_TYPES or "manifests" in document:
@@ -145,6 +222,6 @@ class RegistryReader:
             child = self.manifest(entry["digest"])
             if child is None:
                 raise PushError(f"{reference}: the index names {entry['digest']}, which the registry does not have")
-            manifest = child[1]
+            manifest = child.document
         config = (manifest.get("config") or {}).get("digest", "")
         return RemoteImage(reference, digest, config)
