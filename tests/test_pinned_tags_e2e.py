@@ -1,20 +1,16 @@
 """End to end: pinned tags are immutable in the authenticated local registry; `latest` moves.
 
-The `push` tests publish small images made for the test (a one-file layer
-from `docker import`, labelled with the test recipe's sha256 as a build of
-it would be, so `build.py push` accepts them) into a repository of their
-own; the `build --push` test builds an edited recipe on the synthetic base.
+The `push` tests publish variants of the session's amd64 build (one more
+label each: other images of the same recipe) into a repository of their
+own; the `build --push` test builds the recipe on the synthetic base.
 What the registry holds is read back with plain HTTP requests, not through
 the driver's registry code.
 """
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import os
 import subprocess
-import tarfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +27,6 @@ pytestmark = [pytest.mark.docker, pytest.mark.registry]
 PINNED = "sm100-b200-20251130"
 NEXT_DAY_EPOCH = str(int(SOURCE_DATE_EPOCH) + 86400)
 NEXT_DAY_PINNED = "sm100-b200-20251201"
-RECIPE_LABEL = "io.github.glm53.recipe.sha256"
-FAKE_BASE_DIGEST = "sha256:" + "0" * 64  # `push` plans the recipe but never pulls its base
 
 
 def registry_manifest(registry, repository: str, tag: str) -> tuple[str, dict] | None:
@@ -64,20 +58,14 @@ def local_image_id(reference: str) -> str:
                           check=True, capture_output=True, text=True).stdout.strip()
 
 
-def small_image(recipe: Path) -> str:
-    """A new one-file image labelled as a build of ``recipe`` (a different image id every call)."""
-    data = uuid.uuid4().hex.encode()
-    archive = io.BytesIO()
-    with tarfile.open(fileobj=archive, mode="w") as tar:
-        member = tarfile.TarInfo("variant")
-        member.size = len(data)
-        tar.addfile(member, io.BytesIO(data))
-    sha = hashlib.sha256(recipe.read_bytes()).hexdigest()
-    run = subprocess.run(["docker", "import", "--platform", "linux/amd64", "--change", f"LABEL {RECIPE_LABEL}={sha}", "-"],
-                         input=archive.getvalue(), capture_output=True, check=True)
-    image_id = run.stdout.decode().strip()
-    assert image_id.startswith("sha256:")
-    return image_id
+def variant_of(image_id: str) -> str:
+    """Another image of the same recipe: ``image_id`` plus one label (classic builder, no context, no new layer)."""
+    dockerfile = f"FROM {image_id}\nLABEL org.glm53.test.variant={uuid.uuid4().hex}\n"
+    run = subprocess.run(["docker", "build", "-q", "-"], input=dockerfile.encode(), capture_output=True, check=True,
+                         env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    variant = run.stdout.decode().split()[-1]
+    assert variant.startswith("sha256:") and variant != image_id
+    return variant
 
 
 def push(recipe: Path, repository: str, docker_config: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -98,24 +86,23 @@ class Published:
 
 
 @pytest.fixture
-def published(registry, tmp_path) -> Published:
-    """A small image pushed with `build.py push` to a repository of this test under latest and the pinned tag."""
-    recipe = recipe_copy(tmp_path, "b200-amd64", base="127.0.0.1:5000/vllm/vllm-openai", tag="v0.33.0-amd64",
-                         digest=FAKE_BASE_DIGEST)
+def published(registry, amd64_build) -> Published:
+    """A variant of the session's build pushed with `build.py push` to a repository of this test (latest, pinned tag)."""
     repository = unique_repository(registry.address, "pinned-tags")
-    image_id = small_image(recipe)
+    image_id = variant_of(amd64_build.report["image_id"])
     tag_locally(image_id, repository, ["latest", PINNED])
-    run = push(recipe, repository, registry.docker_config)
+    run = push(amd64_build.recipe, repository, amd64_build.docker_config)
     assert run.returncode == 0, run.stderr
     pinned = registry_manifest(registry, repository, PINNED)
     assert pinned is not None and pinned[1]["config"]["digest"] == image_id
-    return Published(recipe, repository, registry.docker_config, image_id, pinned[0])
+    return Published(amd64_build.recipe, repository, amd64_build.docker_config, image_id, pinned[0])
 
 
 def test_repushing_a_pinned_tag_with_another_image_is_refused_and_the_registry_is_unchanged(registry, published):
     repository, image_id, digest = published.repository, published.image_id, published.digest
     before = {tag: registry_manifest(registry, repository, tag) for tag in ("latest", PINNED)}
-    variant = small_image(published.recipe)
+    tags_before = registry_tags(registry, repository)  # latest, the pinned tag, the attestations' sha256-<hex>
+    variant = variant_of(published.image_id)
     tag_locally(variant, repository, ["latest", PINNED])
 
     run = push(published.recipe, repository, published.docker_config)
@@ -129,7 +116,8 @@ def test_repushing_a_pinned_tag_with_another_image_is_refused_and_the_registry_i
     assert "--force" in line
     # Nothing was pushed: both tags still name the first image, and no tag was added.
     assert {tag: registry_manifest(registry, repository, tag) for tag in ("latest", PINNED)} == before
-    assert registry_tags(registry, repository) == ["latest", PINNED]
+    assert registry_tags(registry, repository) == tags_before
+    assert tags_before == sorted(["latest", PINNED, "sha256-" + digest.removeprefix("sha256:")])
 
 
 def test_the_same_image_may_be_pushed_again(registry, published):
@@ -140,7 +128,7 @@ def test_the_same_image_may_be_pushed_again(registry, published):
 
 def test_force_repoints_the_pinned_tag_and_says_so(registry, published):
     repository, digest = published.repository, published.digest
-    variant = small_image(published.recipe)
+    variant = variant_of(published.image_id)
     tag_locally(variant, repository, ["latest", PINNED])
 
     run = push(published.recipe, repository, published.docker_config, "--force", "--json")
@@ -158,7 +146,7 @@ def test_force_repoints_the_pinned_tag_and_says_so(registry, published):
 
 def test_latest_moves_when_the_pinned_tag_is_new(registry, published):
     repository, digest = published.repository, published.digest
-    variant = small_image(published.recipe)
+    variant = variant_of(published.image_id)
     tag_locally(variant, repository, ["latest", NEXT_DAY_PINNED])
 
     run = push(published.recipe, repository, published.docker_config, env={"SOURCE_DATE_EPOCH": NEXT_DAY_EPOCH})
