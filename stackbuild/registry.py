@@ -120,8 +120,10 @@ class RegistryClient:
             raise PushError(f"{what}: TLS failed ({exc.__class__.__name__}); is {self.registry} an insecure registry of the engine?") from None
         except requests.exceptions.RequestException as exc:
             raise RegistryTransient(what, f"{self.host}: {_connection_problem(exc)}") from None
-        except ValueError as exc:  # oras: the registry asked for an authentication it cannot answer
-            raise RegistryAuthError(f"{what}: {exc}; run `docker login {self.registry}`") from None
+        except ValueError as exc:
+            if "authentication" in str(exc).lower():  # oras: the registry asked for an authentication it cannot answer
+                raise RegistryAuthError(f"{what}: {exc}; run `docker login {self.registry}`") from None
+            raise PushError(f"{what}: {' '.join(str(exc).split())[:300]}") from None
         if response.status_code in (401, 403):
             raise RegistryAuthError(f"{what}: the registry refused the credentials from the Docker config "
                                     f"(HTTP {response.status_code}); run `docker login {self.registry}`")
