@@ -20,7 +20,7 @@ from .engine import DockerEngine
 from .errors import PinnedTagTaken, PushError
 from .naming import ImageName
 from .progress import Progress
-from .registry import RegistryReader
+from .registry import RegistryClient
 
 MOVING_TAGS = ("latest",)
 
@@ -32,7 +32,7 @@ def pinned_tags(name: ImageName) -> tuple[str, ...]:
 def check_pinned_tags(engine: DockerEngine, name: ImageName, image_id: str, platform: str, progress: Progress, *,
                       force: bool = False) -> None:
     """Refuse (PinnedTagTaken) to re-point a pinned tag the registry already has for another image."""
-    reader = RegistryReader(name.repository, plain_http=engine.plain_http(name.registry), on_retry=progress.retry_event)
+    reader = RegistryClient(name.repository, plain_http=engine.plain_http(name.registry), on_retry=progress.retry_event)
     for tag in pinned_tags(name):
         remote = reader.image(tag, platform)
         if remote is None or remote.image_digest == image_id:
