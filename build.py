@@ -194,7 +194,7 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), help="Build report to complete with the pushed digest (default out/build-report.json).")
 @force_option
 def push(recipe_path, owner, repository, allow_unpinned, as_json, report_path, force):
-    """Push the tags of an image built from this recipe (credentials from `docker login`)."""
+    """Push the tags of an image built from this recipe and attach its SBOM and provenance (credentials from `docker login`)."""
     from stackbuild.pipeline import run_push
     from stackbuild.plan import make_plan
 
@@ -229,7 +229,7 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
 @recipe_option
 @json_option
 def verify(image, recipe_path, as_json):
-    """Pull IMAGE@DIGEST, compare its labels with the recipe, re-run the gate inside it."""
+    """Pull IMAGE@DIGEST, compare its labels with the recipe, re-run the gate inside it, check its SBOM and provenance."""
     from stackbuild.verify import verify_image
 
     result = verify_image(image, load_recipe(recipe_path), json_progress=as_json)
