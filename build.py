@@ -5,8 +5,8 @@
     python build.py lock     --recipe R            # pin the base digest
     python build.py record   --recipe R            # keep the built image's oracle answer
     python build.py geometry --recipe R [--json]   # the KV-geometry gate on the host
-    python build.py build    --recipe R [--dry-run] [--push]
-    python build.py push     --recipe R
+    python build.py build    --recipe R [--dry-run] [--push [--force]]
+    python build.py push     --recipe R [--force]
     python build.py compose  --recipe R [-o FILE]
     python build.py verify   IMAGE@DIGEST --recipe R
 """
@@ -30,6 +30,8 @@ recipe_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
 owner_option = click.option("--owner", envvar="IMAGE_OWNER", help="Registry namespace for {owner} in image.repository (env IMAGE_OWNER).")
 repository_option = click.option("--repository", help="Push to this repository instead of the recipe's (e.g. 127.0.0.1:5000/me/glm).")
+force_option = click.option("--force", is_flag=True,
+                            help="Re-point a pinned tag the registry already has for another image (logged); without it that push is refused.")
 unpinned_option = click.option("--allow-unpinned", is_flag=True, help="Build FROM the base tag when no digest is pinned (not reproducible).")
 
 
@@ -150,7 +152,8 @@ def geometry(recipe_path, as_json, stock):
 @click.option("--no-cache", "no_cache", is_flag=True, help="Run every step again, the gate included, instead of reusing the engine's cached layers.")
 @click.option("--keep-record", is_flag=True,
               help="Unless the gate checked against the recipe's recipe.oracle.json, write the image's oracle record there (before tagging).")
-def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push, report_path, no_cache, keep_record):
+@force_option
+def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push, report_path, no_cache, keep_record, force):
     """Build (and optionally push) the image; nothing is tagged if any step fails."""
     from stackbuild.plan import make_plan
     from stackbuild.render import render as render_dockerfile
@@ -178,7 +181,7 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
     from stackbuild.pipeline import run_build
 
     report = run_build(plan, push=push, report_path=report_path, json_progress=as_json, nocache=no_cache,
-                       keep_record=keep_record)
+                       keep_record=keep_record, force=force)
     emit(as_json, report, f"built {report['image_id']}" + (f"\npushed {report['pushed_digest']}" if report.get("pushed_digest") else ""))
 
 
@@ -189,14 +192,15 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
 @unpinned_option
 @json_option
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), help="Build report to complete with the pushed digest (default out/build-report.json).")
-def push(recipe_path, owner, repository, allow_unpinned, as_json, report_path):
-    """Push the tags of an image built from this recipe (credentials from `docker login`)."""
+@force_option
+def push(recipe_path, owner, repository, allow_unpinned, as_json, report_path, force):
+    """Push the tags of an image built from this recipe and attach its SBOM and provenance (credentials from `docker login`)."""
     from stackbuild.pipeline import run_push
     from stackbuild.plan import make_plan
 
     plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
                      read_oracle_record=False)
-    result = run_push(plan, json_progress=as_json, report_path=report_path)
+    result = run_push(plan, json_progress=as_json, report_path=report_path, force=force)
     emit(as_json, result, f"pushed {', '.join(plan.image.references)} -> {result['pushed_digest']}")
 
 
@@ -225,7 +229,7 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
 @recipe_option
 @json_option
 def verify(image, recipe_path, as_json):
-    """Pull IMAGE@DIGEST, compare its labels with the recipe, re-run the gate inside it."""
+    """Pull IMAGE@DIGEST, compare its labels with the recipe, re-run the gate inside it, check its SBOM and provenance."""
     from stackbuild.verify import verify_image
 
     result = verify_image(image, load_recipe(recipe_path), json_progress=as_json)

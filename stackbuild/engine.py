@@ -398,6 +398,11 @@ class DockerEngine:
     def _schemes(self, host: str) -> Iterable[str]:
         """https first; plain http too for loopback and the engine's insecure registries."""
         yield "https"
+        if self.plain_http(host):
+            yield "http"
+
+    def plain_http(self, host: str) -> bool:
+        """Whether the engine speaks plain http to ``host``: loopback, or one of its insecure registries."""
         hostname = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
         insecure = hostname == "localhost"
         try:
@@ -408,8 +413,7 @@ class DockerEngine:
             config = self.api.info().get("RegistryConfig") or {}
             index = (config.get("IndexConfigs") or {}).get(host) or {}
             insecure = index.get("Secure") is False
-        if insecure:
-            yield "http"
+        return insecure
 
     @staticmethod
     def _authorised_head(session: requests.Session, url: str, challenge: requests.Response, basic, name: str) -> requests.Response:

@@ -132,3 +132,9 @@ class ComposeOverrideError(StackBuildError):
     """A command-line override of `compose` (--digest, --gpus, --port, --models-dir) is unusable."""
 
     exit_code = 2
+
+
+class PinnedTagTaken(StackBuildError):
+    """A pinned tag already names another image in the registry; pinned tags never move without --force."""
+
+    exit_code = 14

@@ -5,8 +5,10 @@ lacks it, ``build`` untagged from a temporary context, ``verify-arch`` (the
 image config's os/architecture against the recipe's platform),
 ``geometry-report`` (the in-image gate's report read back), with
 ``--keep-record`` ``keep-record`` (the image's oracle record written next to
-the recipe), ``tag``
-(``latest`` and the pinned tag) and ``push``.
+the recipe), with ``--push`` ``check-tags`` (no pinned tag in the registry
+names another image, unless ``--force``), ``tag`` (``latest`` and the pinned
+tag), ``push`` and ``attest`` (SBOM and provenance pushed as artifacts
+referring to the pushed digest).
 """
 from __future__ import annotations
 
@@ -18,11 +20,12 @@ from typing import Optional
 
 from . import engine as engine_mod
 from .errors import ArchitectureMismatch, BuildStepFailed, GeometryGateFailed, PushError, StackBuildError
+from .attest import attest_image
 from .lock import PinnedBase
 from .oracle_record import record_path, save_from_image
 from .plan import BuildPlan
 from .progress import GATE_STEP, Progress, step_name
-from .publish import local_image_of, push_tags, tag_image
+from .publish import check_pinned_tags, local_image_of, push_tags, tag_image
 from .render import write_context
 from .report import GEOMETRY_REPORT_NAME, build_report, geometry_verdict, oracle_source, read_report, write_report
 
@@ -93,11 +96,12 @@ def read_geometry_report(engine: engine_mod.DockerEngine, image_id: str, plan: B
 
 
 def run_build(plan: BuildPlan, *, push: bool = False, report_path: Optional[Path] = None, json_progress: bool = False,
-              nocache: bool = False, keep_record: bool = False) -> dict:
+              nocache: bool = False, keep_record: bool = False, force: bool = False) -> dict:
     progress = Progress(json_lines=json_progress)
     try:
         with engine_mod.engine_errors(f"build {plan.recipe.name}"):
-            return _build(plan, progress, push=push, report_path=report_path, nocache=nocache, keep_record=keep_record)
+            return _build(plan, progress, push=push, report_path=report_path, nocache=nocache, keep_record=keep_record,
+                          force=force)
     except StackBuildError as exc:
         progress.failure(exc)
         raise
@@ -116,7 +120,7 @@ def keep_oracle_record(engine: engine_mod.DockerEngine, image_id: str, plan: Bui
 
 
 def _build(plan: BuildPlan, progress: Progress, *, push: bool, report_path: Optional[Path], nocache: bool,
-           keep_record: bool) -> dict:
+           keep_record: bool, force: bool) -> dict:
     engine = engine_mod.connect()
     if plan.geometry_verdict != "pass":
         progress.note(f"the host-side gate says the drafter does not fit ({plan.geometry_summary}); "
@@ -138,6 +142,9 @@ def _build(plan: BuildPlan, progress: Progress, *, push: bool, report_path: Opti
             kept = keep_oracle_record(engine, image_id, plan, geometry)
         progress.note(f"wrote {kept} (the image's oracle record)" if kept
                       else f"left {plan.oracle_record} as it is: the gate checked against it")
+    if push:
+        with progress.phase("check-tags", plan.image.repository):
+            check_pinned_tags(engine, plan.image, image_id, plan.recipe.platform, progress, force=force)
     with progress.phase("tag", ", ".join(plan.image.references)):
         tag_image(engine, image_id, plan.image)
     description = engine.describe()
@@ -155,21 +162,27 @@ def _build(plan: BuildPlan, progress: Progress, *, push: bool, report_path: Opti
         return built
     with progress.phase("push", plan.image.repository):
         digest = push_tags(engine, plan.image, progress)
-    return report(digest)
+    with progress.phase("attest", f"{plan.image.repository}@{digest}"):
+        attestations = attest_image(engine, plan, image_id, digest, progress)
+    pushed = report(digest)
+    pushed["attestations"] = attestations
+    write_report(pushed, report_path)
+    return pushed
 
 
-def run_push(plan: BuildPlan, *, json_progress: bool = False, report_path: Optional[Path] = None) -> dict:
+def run_push(plan: BuildPlan, *, json_progress: bool = False, report_path: Optional[Path] = None,
+             force: bool = False) -> dict:
     """Push the local image the plan's tags name; update the build report if it describes that image."""
     progress = Progress(json_lines=json_progress)
     try:
         with engine_mod.engine_errors(f"push {plan.image.repository}"):
-            return _push(plan, progress, report_path)
+            return _push(plan, progress, report_path, force)
     except StackBuildError as exc:
         progress.failure(exc)
         raise
 
 
-def _push(plan: BuildPlan, progress: Progress, report_path: Optional[Path]) -> dict:
+def _push(plan: BuildPlan, progress: Progress, report_path: Optional[Path], force: bool) -> dict:
     engine = engine_mod.connect()
     image = local_image_of(engine, plan.image)
     recipe_label = "io.github.glm53.recipe.sha256"
@@ -177,14 +190,19 @@ def _push(plan: BuildPlan, progress: Progress, report_path: Optional[Path]) -> d
     if labels.get(recipe_label) != plan.labels[recipe_label]:
         raise PushError(f"{plan.image.references[0]}: the local image was built from another recipe "
                         f"({recipe_label}={labels.get(recipe_label)!r}); rebuild it first")
+    with progress.phase("check-tags", plan.image.repository):
+        check_pinned_tags(engine, plan.image, image["Id"], plan.recipe.platform, progress, force=force)
     with progress.phase("push", plan.image.repository):
         digest = push_tags(engine, plan.image, progress)
+    with progress.phase("attest", f"{plan.image.repository}@{digest}"):
+        attestations = attest_image(engine, plan, image["Id"], digest, progress)
     result = {"image": plan.image.repository, "tags": list(plan.image.tags), "image_id": image["Id"],
               "pushed_digest": digest, "pushed_reference": f"{plan.image.repository}@{digest}",
-              "phase_seconds": dict(progress.phase_seconds)}
+              "attestations": attestations, "phase_seconds": dict(progress.phase_seconds)}
     report = read_report(report_path)
     if report and report.get("image_id") == image["Id"]:
-        report.update(status="pushed", pushed_digest=digest, pushed_reference=result["pushed_reference"])
+        report.update(status="pushed", pushed_digest=digest, pushed_reference=result["pushed_reference"],
+                      attestations=attestations)
         report.setdefault("phase_seconds", {})["push"] = progress.phase_seconds["push"]
         result["report"] = str(write_report(report, report_path))
     return result

@@ -5,15 +5,44 @@ Tags are set only on an image that passed every check (the pipeline calls
 in the standard Docker config, retry transient registry errors with
 backoff and stop at once on what cannot succeed. The pushed digest is the
 engine's ``aux.Digest``; a HEAD on the manifest is the fallback.
+
+Pinned tags (every tag but ``latest``) are immutable: before anything is
+tagged or pushed, :func:`check_pinned_tags` asks the registry what each
+pinned tag names, and refuses when it is another image (another image
+config digest, the same thing the local engine calls the image id) unless
+``force`` is given, which is logged. ``latest`` always moves.
 """
 from __future__ import annotations
 
 from typing import Optional
 
 from .engine import DockerEngine
-from .errors import PushError
+from .errors import PinnedTagTaken, PushError
 from .naming import ImageName
 from .progress import Progress
+from .registry import RegistryClient
+
+MOVING_TAGS = ("latest",)
+
+
+def pinned_tags(name: ImageName) -> tuple[str, ...]:
+    return tuple(tag for tag in name.tags if tag not in MOVING_TAGS)
+
+
+def check_pinned_tags(engine: DockerEngine, name: ImageName, image_id: str, platform: str, progress: Progress, *,
+                      force: bool = False) -> None:
+    """Refuse (PinnedTagTaken) to re-point a pinned tag the registry already has for another image."""
+    reader = RegistryClient(name.repository, plain_http=engine.plain_http(name.registry), on_retry=progress.retry_event)
+    for tag in pinned_tags(name):
+        remote = reader.image(tag, platform)
+        if remote is None or remote.image_digest == image_id:
+            continue
+        held = f"{remote.manifest_digest} (image {remote.image_digest or 'none for ' + platform})"
+        if not force:
+            raise PinnedTagTaken(f"{name.repository}:{tag}: the pinned tag already points at {held}, not this build's "
+                                 f"image {image_id}; pinned tags are immutable (--force re-points it); nothing was tagged or pushed")
+        progress.note(f"--force: re-pointing the pinned tag {name.repository}:{tag} from {held} to image {image_id}",
+                      forced_tag=f"{name.repository}:{tag}", previous_digest=remote.manifest_digest)
 
 
 def tag_image(engine: DockerEngine, image_id: str, name: ImageName) -> list[str]:

@@ -3,7 +3,9 @@
 ``build.py verify IMAGE@DIGEST --recipe R`` pulls the image by digest,
 recomputes the plan's labels (all but the fields that record when and from
 which commit it was built) and compares, then runs the in-image geometry
-gate with ``--json`` and reads its verdict. Any difference is a
+gate with ``--json`` and reads its verdict, then fetches the SBOM and the
+provenance that refer to the digest and checks them against the image
+(stackbuild/attest.py). Any difference is a
 :class:`VerifyError` listing every mismatch.
 """
 from __future__ import annotations
@@ -12,11 +14,13 @@ import json
 from typing import Optional
 
 from . import engine as engine_mod
+from .attest import attestation_problems, gate_report_sha256, registry_client
 from .errors import VerifyError
 from .plan import PAYLOAD_DIR, make_plan
 from .progress import Progress
 from .recipe import DIGEST_RE, Recipe
 from .report import geometry_verdict
+from .sbom import read_inventory
 
 # Labels that record time or revision: they differ between two builds of one recipe.
 UNCOMPARED_LABELS = (
@@ -79,6 +83,11 @@ def _verify(image: str, recipe: Recipe, json_progress: bool, engine: Optional[en
         tail = " | ".join([line for line in (err or out).splitlines() if line.strip()][-5:])
         problems.append(f"geometry gate: exit code {code}, verdict {verdict or 'unreadable'}" + (f" ({tail})" if tail and verdict is None else ""))
         verdict = verdict or "fail"
+    with progress.phase("attestations", "SBOM and provenance referring to the digest"):
+        client = registry_client(engine, repository, progress)
+        inventory = read_inventory(engine, inspected["Id"], PAYLOAD_DIR, recipe.platform)
+        report_sha, _raw = gate_report_sha256(engine, inspected["Id"], PAYLOAD_DIR)
+        problems += attestation_problems(client, digest, labels, report_sha, inventory)
     result = {
         "image": image,
         "digest": digest,

@@ -53,8 +53,10 @@ def test_happy_path_build_push_and_pull_back(amd64_build, registry, synthetic_ba
     assert report["geometry_verdict"] == "pass" and report["geometry_report"]["verdict"]["passed"] is True
     assert (report["os"], report["architecture"]) == ("linux", "amd64")
     assert set(report["phase_seconds"]) >= {"pull", "build", "verify-arch", "tag", "push"}
+    # Both tags, and the tag holding the index of the SBOM and provenance that refer to the digest.
+    attestations_tag = "sha256-" + report["pushed_digest"].removeprefix("sha256:")
     assert registry_tags(registry.address, registry.username, registry.password,
-                         repository_name(build.repository)) == EXPECTED_TAGS
+                         repository_name(build.repository)) == sorted(EXPECTED_TAGS + [attestations_tag])
 
     # Progress: every step as it started, named, with its output and time, as JSON lines on stderr.
     events = json_events(build.run.stderr)
@@ -177,8 +179,9 @@ def test_arm64_build_through_qemu(registry, synthetic_base_arm64, logged_in, tmp
     assert "Step 2/" in run.stderr and "architecture check done" in run.stderr
     config = json.loads(docker("image", "inspect", f"{repository}:latest", text=True).stdout)[0]
     assert config["Architecture"] == "arm64"
+    attestations_tag = "sha256-" + report["pushed_digest"].removeprefix("sha256:")
     assert registry_tags(registry.address, registry.username, registry.password,
-                         repository_name(repository)) == ["latest", "sm100-gb300-20251130"]
+                         repository_name(repository)) == sorted(["latest", "sm100-gb300-20251130", attestations_tag])
 
 
 def test_a_base_missing_locally_is_pulled_with_the_docker_config_credentials(registry, synthetic_base_amd64, logged_in, tmp_path):

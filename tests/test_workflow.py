@@ -1,0 +1,133 @@
+"""The GitHub Actions workflow: actionlint and the GitHub workflow schema accept it, and it does what it says.
+
+actionlint comes from its PyPI wheel and the schema from check-jsonschema's
+built-in copy (both pinned in requirements/test.txt); the schema check runs
+with every proxy pointed at a closed port, so it cannot reach the network.
+Each checker is also shown a broken copy, which it must reject.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+WORKFLOW = REPO / ".github" / "workflows" / "image.yml"
+MATRIX_SCRIPT = REPO / ".github" / "recipe_matrix.py"
+BIN = Path(sys.executable).parent
+OFFLINE = {"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": ""}
+
+
+def actionlint(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "actionlint"), "-no-color", str(path)], capture_output=True, text=True, timeout=120)
+
+
+def schema_check(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(path)],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, **OFFLINE})
+
+
+def workflow() -> dict:
+    # PyYAML reads the key `on` as True (YAML 1.1); the schema checker reads it as "on".
+    return yaml.safe_load(WORKFLOW.read_text())
+
+
+def test_actionlint_accepts_the_workflow():
+    run = actionlint(WORKFLOW)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_actionlint_rejects_a_broken_copy(tmp_path):
+    broken = tmp_path / ".github" / "workflows" / "image.yml"
+    broken.parent.mkdir(parents=True)
+    broken.write_text(WORKFLOW.read_text().replace("needs.recipes.outputs.matrix", "needs.recipe.outputs.matrix"))
+    run = actionlint(broken)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "recipe" in run.stdout
+
+
+def test_the_workflow_schema_accepts_the_workflow_offline():
+    run = schema_check(WORKFLOW)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "ok -- validation done" in run.stdout
+
+
+def test_the_workflow_schema_rejects_a_broken_copy(tmp_path):
+    broken = tmp_path / "image.yml"
+    broken.write_text(WORKFLOW.read_text().replace("    runs-on: ubuntu-24.04\n", "    runs_on: ubuntu-24.04\n", 1))
+    run = schema_check(broken)
+    assert run.returncode == 1, run.stdout + run.stderr
+
+
+def test_every_action_is_pinned_by_full_commit_sha_with_its_release():
+    uses = re.findall(r"^\s*(?:-\s+)?uses:\s*(\S+)(.*)$", WORKFLOW.read_text(), re.M)
+    assert len(uses) >= 7
+    for action, comment in uses:
+        name, _, ref = action.partition("@")
+        assert re.fullmatch(r"[0-9a-f]{40}", ref), f"{action} is not pinned by a full commit SHA"
+        assert re.fullmatch(r"\s*# v\d+(\.\d+)*", comment), f"{action}: no release comment"
+        assert name in {"actions/checkout", "actions/setup-python", "docker/login-action"}
+
+
+def test_publish_pushes_to_ghcr_with_the_workflow_token_and_only_outside_pull_requests():
+    data = workflow()
+    assert data["permissions"] == {"contents": "read"}
+    publish = data["jobs"]["publish"]
+    assert publish["permissions"] == {"contents": "read", "packages": "write"}
+    assert publish["if"] == "github.event_name != 'pull_request'"
+    assert publish["runs-on"] == "${{ matrix.runner }}"
+    login = next(step for step in publish["steps"] if str(step.get("uses", "")).startswith("docker/login-action@"))
+    assert login["with"] == {"registry": "ghcr.io", "username": "${{ github.actor }}", "password": "${{ secrets.GITHUB_TOKEN }}"}
+    runs = "\n".join(step.get("run", "") for step in publish["steps"])
+    assert 'IMAGE_OWNER=${GITHUB_REPOSITORY_OWNER,,}' in runs  # bash lowercases the owner
+    assert '--owner "$IMAGE_OWNER" --push' in runs
+    assert "build.py verify" in runs
+
+
+def test_pull_requests_run_the_host_side_checks_for_every_recipe():
+    data = workflow()
+    assert set(data[True]) == {"push", "pull_request", "workflow_dispatch"}
+    checks = data["jobs"]["checks"]
+    assert "if" not in checks
+    assert checks["strategy"]["matrix"] == "${{ fromJSON(needs.recipes.outputs.matrix) }}"
+    runs = [step.get("run", "") for step in checks["steps"]]
+    for command in ("build.py render", "build.py geometry", "build.py compose"):
+        assert any(command in run and '--recipe "$RECIPE"' in run for run in runs), command
+
+
+def test_the_matrix_has_every_recipe_on_a_native_runner():
+    run = subprocess.run([sys.executable, str(MATRIX_SCRIPT)], capture_output=True, text=True, cwd=str(REPO), timeout=120)
+    assert run.returncode == 0, run.stderr
+    key, _, value = run.stdout.strip().partition("=")
+    assert key == "matrix"
+    entries = json.loads(value)["include"]
+    recipes = sorted(REPO.glob("recipes/*/recipe.yaml"))
+    assert sorted(entry["recipe"] for entry in entries) == [p.relative_to(REPO).as_posix() for p in recipes]
+    native = {"linux/arm64": "ubuntu-24.04-arm", "linux/amd64": "ubuntu-24.04"}  # GitHub's hosted runner labels
+    for entry in entries:
+        platform = yaml.safe_load((REPO / entry["recipe"]).read_text())["platform"]
+        assert entry["platform"] == platform
+        assert entry["runner"] == native[platform]
+    gb300 = next(entry for entry in entries if entry["name"] == "glm53-flash-dflash2-gb300")
+    assert gb300["runner"] == "ubuntu-24.04-arm"
+
+
+def test_a_platform_without_a_native_runner_is_one_error_line(monkeypatch):
+    sys.path.insert(0, str(MATRIX_SCRIPT.parent))
+    try:
+        import recipe_matrix
+    finally:
+        sys.path.remove(str(MATRIX_SCRIPT.parent))
+    from stackbuild.errors import RecipeError
+
+    monkeypatch.setattr(recipe_matrix, "NATIVE_RUNNERS", {"linux/amd64": "ubuntu-24.04"})
+    with pytest.raises(RecipeError) as raised:
+        recipe_matrix.matrix(REPO)
+    assert raised.value.key == "platform"
+    assert "no native GitHub-hosted runner for linux/arm64" in str(raised.value)
