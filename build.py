@@ -93,8 +93,8 @@ def render(recipe_path, owner, repository, allow_unpinned, output):
     plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
     text = render_dockerfile(plan)
     if output:
-        first_line = text.splitlines()[1] if text.count("\n") > 1 else text
-        check_output(output, "-o", ours=lambda old: first_line in old.splitlines()[:3])
+        # A file render wrote for this recipe starts with the same first line ("# <recipe name>: vLLM ...").
+        check_output(output, "-o", ours=lambda old: old.splitlines()[:1] == text.splitlines()[:1])
         write_text(output, text, "-o")
         owner_notice(plan)
         click.echo(f"wrote {output}", err=True)

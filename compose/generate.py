@@ -324,9 +324,6 @@ def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optio
     flag = "-o" if output else "compose"
     output = Path(output) if output else default_output(recipe)
     check_output(output, flag, ours=lambda old: _generated_for(recipe, old))
-    for note in (image.owner_note, image.unpinned_because and f"unpinned: {image.unpinned_because}"):
-        if note:
-            _notice(note)
     checks: dict[str, dict] = {}
     # Checked under its final directory (relative paths resolve as they will), then moved in place.
     try:
@@ -360,6 +357,9 @@ def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optio
     finally:
         if tmp.exists():
             tmp.unlink()
+    for note in (image.owner_note, image.unpinned_because and f"unpinned: {image.unpinned_because}"):
+        if note:
+            _notice(note)
     return {
         "path": str(output),
         "image": image.reference,

@@ -262,6 +262,8 @@ def config_path(recipe_path: Path, key: str, relative: str) -> Path:
     """The file a recipe's config key names: a relative path that stays inside the recipe's directory."""
     if not relative.strip():
         raise RecipeError(recipe_path, key, "empty path")
+    if "\x00" in relative:
+        raise RecipeError(recipe_path, key, f"{relative!r} holds a NUL character")
     if os.path.isabs(relative):
         raise RecipeError(recipe_path, key, f"must be relative to the recipe's directory, got {relative!r}")
     root = recipe_path.parent.resolve()
@@ -370,7 +372,7 @@ def _check_rules(path: Path, recipe: Recipe) -> None:
     for i, arg in enumerate(serving.extra_args):
         flag = arg.split("=", 1)[0]
         if not arg.strip() or any(c.isspace() for c in flag):
-            raise RecipeError(path, f"serving.extra_args[{i}]", f"{arg!r} holds whitespace outside a --flag=value: give each flag and each value as its own list item")
+            raise RecipeError(path, f"serving.extra_args[{i}]", f"{arg!r} has whitespace before any '=': give each flag and each value as its own list item")
     for name in serving.env:
         if not ENV_NAME_RE.match(name):
             raise RecipeError(path, f"serving.env.{name}", "not a valid environment variable name")
@@ -398,7 +400,7 @@ def _check_rules(path: Path, recipe: Recipe) -> None:
     for i, tag in enumerate(recipe.image.tags):
         try:
             sample = tag.format(date="20260101", family=hw.capability_family, gpu=hw.gpu.lower())
-        except (KeyError, IndexError, ValueError):
+        except (KeyError, IndexError, ValueError, AttributeError, TypeError):
             fields = ", ".join("{" + f + "}" for f in TAG_FIELDS)
             raise RecipeError(path, f"image.tags[{i}]", f"unknown placeholder in {tag!r} (known: {fields})") from None
         if not TAG_RE.match(sample):
