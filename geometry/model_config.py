@@ -69,7 +69,8 @@ class _Reader:
 
     def integer(self, key: str, *, required: bool = True, minimum: int = 1, maximum: int = MAX_COUNT,
                 allow_null: bool = False) -> int | None:
-        if key not in self.cfg or (self.cfg[key] is None and (allow_null or not required)):
+        """``allow_null``: null reads as absent (where vLLM and the simulator treat it so)."""
+        if key not in self.cfg or (self.cfg[key] is None and allow_null):
             if required:
                 raise self.fail(key, "required field is missing")
             return None
@@ -138,22 +139,22 @@ def check_target(cfg: Mapping[str, Any]) -> str:
     text = cfg.get("text_config")
     r = _Reader("target", text, "text_config.") if isinstance(text, Mapping) else _Reader("target", cfg)
     n_layers = r.integer("num_hidden_layers")
-    r.integer("max_position_embeddings", required=False, maximum=MAX_TOKENS)
+    r.integer("max_position_embeddings", required=False, allow_null=True, maximum=MAX_TOKENS)
     if kind == "glm5next":
         r.integer("num_attention_heads")
         r.integer("kv_lora_rank")
-        r.integer("qk_rope_head_dim", required=False, minimum=0)
+        r.integer("qk_rope_head_dim", required=False, allow_null=True, minimum=0)
         r.integer("linear_num_heads")
         r.integer("linear_head_dim")
         r.integer("linear_conv_kernel_dim", required=False)
-        r.integer("index_topk", required=False)
+        r.integer("index_topk", required=False, allow_null=True)
         r.integer("index_kpool", required=False)
         r.integer("index_head_dim", required=False)
         r.layer_types(n_layers, TARGET_LAYER_TYPES[kind])
     elif kind == "qwen3_next":
         heads = r.integer("num_attention_heads")
         r.integer("num_key_value_heads", required=False)
-        if r.integer("head_dim", required=False) is None:
+        if r.integer("head_dim", required=False, allow_null=True) is None:
             hidden = r.integer("hidden_size", maximum=MAX_COUNT * MAX_COUNT)
             if hidden // heads < 1:
                 raise r.fail("hidden_size", f"{hidden} gives a head size below 1 with {heads} heads")
@@ -183,18 +184,21 @@ def check_drafter(cfg: Mapping[str, Any]) -> int:
     n_layers = r.integer("num_hidden_layers")
     heads = r.integer("num_attention_heads")
     # vLLM reads a missing num_key_value_heads as num_attention_heads; 0 is not "missing".
-    kv_heads = r.integer("num_key_value_heads", required=False)
+    kv_heads = r.integer("num_key_value_heads", required=False, allow_null=True)
     if kv_heads is not None and heads % kv_heads:
         raise r.fail("num_key_value_heads", f"{kv_heads} does not divide num_attention_heads {heads}")
-    if r.integer("head_dim", required=False) is None:
+    if r.integer("head_dim", required=False, allow_null=True) is None:
         hidden = r.integer("hidden_size", maximum=MAX_COUNT * MAX_COUNT)
         if hidden // heads < 1:
             raise r.fail("hidden_size", f"{hidden} gives a head size below 1 with {heads} heads")
-    r.integer("sliding_window", required=False, maximum=MAX_TOKENS)
+    window = r.integer("sliding_window", required=False, allow_null=True, maximum=MAX_TOKENS)
     r.layer_types(n_layers, DRAFTER_LAYER_TYPES)
     dflash = r.mapping("dflash_config")
     block = dflash.integer("block_size", minimum=2)
-    dflash.integer("swa_window_size", required=False, maximum=MAX_TOKENS)
+    swa_window = dflash.integer("swa_window_size", required=False, allow_null=True, maximum=MAX_TOKENS)
+    sliding = "sliding_attention" in (cfg.get("layer_types") or ()) or dflash.cfg.get("use_swa") is True
+    if sliding and window is None and swa_window is None:
+        raise r.fail("sliding_window", "required field is missing (the drafter has sliding-window layers)")
     return block
 
 
