@@ -255,10 +255,12 @@ def _header(recipe: Recipe, image: ImagePin) -> list[str]:
         "#   the image; respect its terms (non-commercial use only).",
         f"# Secrets such as HF_TOKEN go in ./{env_file_name(recipe)} (optional, never inlined here);",
         f"#   {API_KEY_VARIABLE}=... there makes vLLM require that key (Authorization: Bearer) on /v1.",
-        f"# Port {recipe.serving.port} is published on {recipe.serving.host_ip} (serving.host_ip in the recipe).",
+        f"# The port is published on {recipe.serving.host_ip} only (serving.host_ip in the recipe).",
         "#",
         "# Start: docker compose -f <this file> up -d   (needs the NVIDIA container toolkit)",
     ]
+    if OWNER_FROM_ENV in image.repository:
+        lines.append(f"# The image owner is read from {OWNER_VARIABLE} when this file is used (none was given).")
     if image.digest:
         lines.append(f"# Image pinned by digest (from {image.digest_source}).")
     else:
