@@ -44,6 +44,13 @@ class Cli(click.Group):
     asking for a report, never a traceback.
     """
 
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:  # an option of build.py itself
+            click.echo(f"error: {info_name}: {_one_line(exc.format_message())} (see {info_name} --help)", err=True)
+            sys.exit(exc.exit_code)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)

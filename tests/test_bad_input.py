@@ -465,6 +465,8 @@ def test_usage_errors_are_one_line(tmp_path):
     assert_refused(invoke(["build", "--frobnicate"]), 2, "build.py build: No such option '--frobnicate'", "build --help")
     assert_refused(invoke(["compose", "--port", "eighty"]), 2, "'--port'")
     assert_refused(invoke(["geometry", "--recipe", tmp_path]), 2, "--recipe")
+    assert_refused(invoke(["frobnicate"]), 2, "build.py: No such command 'frobnicate'")
+    assert_refused(invoke(["--frobnicate"]), 2, "build.py: No such option '--frobnicate'")
 
 
 def test_a_real_process_prints_one_line_and_no_traceback(tmp_path):
