@@ -616,3 +616,13 @@ def test_api_key_comes_from_the_env_file(tmp_path):
     # A recipe cannot inline one: secret-looking env names are refused.
     bad = copy_recipe(tmp_path / "bad", _pinned(_set("serving.env", {"VLLM_API_KEY": "x"})))
     assert_refused(invoke(["geometry", "--recipe", bad]), 2, "serving.env.VLLM_API_KEY: looks like a secret")
+
+
+def test_an_unexpected_exception_is_one_line_with_its_own_code(monkeypatch, tmp_path):
+    """The last resort (exit 70): an exception the driver did not expect, injected here, never a traceback."""
+    def broken(path):
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(build, "load_recipe", broken)
+    assert_refused(invoke(["geometry", "--recipe", tmp_path / "r.yaml"]), 70,
+                   "error: internal error: ZeroDivisionError: division by zero; please report it")
