@@ -12,7 +12,9 @@ PYTEST_ARGS ?=
 DEBIAN_PACKAGES := docker.io docker-registry qemu-user-static binfmt-support debootstrap apache2-utils python3-venv
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: install oracle deps engine lock record image compose geometry test bench pristine clean
+export IMAGE_OWNER
+
+.PHONY: owner install oracle deps engine lock record image compose geometry test bench pristine clean
 
 include overlay/pristine.mk
 
@@ -52,7 +54,13 @@ lock: install engine
 record: install engine
 	$(PY) build.py record --recipe $(RECIPE)
 
-image: install engine
+# A push goes to ghcr.io/$(IMAGE_OWNER)/...: refuse before anything is installed or built.
+owner:
+	@if [ "$(PUSH)" = 1 ] && [ -z "$(IMAGE_OWNER)" ] && grep -q '{owner}' $(RECIPE); then \
+	  echo "make image: no image owner to push to: set IMAGE_OWNER=your-namespace (or PUSH=0 to build without pushing)" >&2; exit 2; fi
+	@if [ -n "$(IMAGE_OWNER)" ]; then echo "image owner: $(IMAGE_OWNER) (IMAGE_OWNER)"; fi
+
+image: owner install engine
 	@lockfile=$$(dirname $(RECIPE))/recipe.lock.json; \
 	if [ ! -f $$lockfile ] && ! grep -q '^ *digest:' $(RECIPE); then $(PY) build.py lock --recipe $(RECIPE); fi
 	$(PY) build.py build --recipe $(RECIPE) $(if $(filter 1,$(PUSH)),--push,--no-push) \

@@ -20,7 +20,7 @@ import click
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stackbuild.errors import StackBuildError  # noqa: E402
+from stackbuild.errors import InternalError, StackBuildError  # noqa: E402
 from stackbuild.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
 
 recipe_option = click.option(
@@ -35,15 +35,47 @@ force_option = click.option("--force", is_flag=True,
 unpinned_option = click.option("--allow-unpinned", is_flag=True, help="Build FROM the base tag when no digest is pinned (not reproducible).")
 
 
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
 class Cli(click.Group):
-    """Turns our errors into one line on stderr and their exit code."""
+    """Turns every failure into one line on stderr and its exit code (stackbuild/errors.py).
+
+    Usage errors (click's) exit 2; an exception nobody expected is an internal error (exit 70)
+    asking for a report, never a traceback.
+    """
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:  # an option of build.py itself
+            click.echo(f"error: {info_name}: {_one_line(exc.format_message())} (see {info_name} --help)", err=True)
+            sys.exit(exc.exit_code)
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except StackBuildError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {_one_line(exc)}", err=True)
             ctx.exit(exc.exit_code)
+        except click.UsageError as exc:
+            sub = exc.ctx.command_path if exc.ctx else ctx.command_path
+            click.echo(f"error: {sub}: {_one_line(exc.format_message())} (see {sub} --help)", err=True)
+            ctx.exit(exc.exit_code)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the last resort: one line, never a traceback
+            error = InternalError(f"internal error: {type(exc).__name__}: {_one_line(exc)[:300]}; please report it with the command line")
+            click.echo(f"error: {error}", err=True)
+            ctx.exit(error.exit_code)
+
+
+def owner_notice(plan) -> None:
+    """Say when the image name carries the stand-in owner (such an image is never pushed)."""
+    if plan.image.owner_missing:
+        click.echo(f"notice: no image owner (--owner, IMAGE_OWNER): naming the image {plan.image.repository}; "
+                   "it stays in this engine (a push needs an owner)", err=True)
 
 
 def emit(as_json: bool, data: dict, text: str) -> None:
@@ -63,13 +95,17 @@ def cli() -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the Dockerfile here instead of stdout.")
 def render(recipe_path, owner, repository, allow_unpinned, output):
     """Print (or write) the Dockerfile rendered from the recipe."""
+    from stackbuild.output import check_output, write_text
     from stackbuild.plan import make_plan
     from stackbuild.render import render as render_dockerfile
 
     plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
     text = render_dockerfile(plan)
     if output:
-        output.write_text(text)
+        # A file render wrote for this recipe starts with the same first line ("# <recipe name>: vLLM ...").
+        check_output(output, "-o", ours=lambda old: old.splitlines()[:1] == text.splitlines()[:1])
+        write_text(output, text, "-o")
+        owner_notice(plan)
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text, nl=False)
@@ -128,10 +164,10 @@ def geometry(recipe_path, as_json, stock):
     """Run the KV-geometry simulator and gate for a recipe on the host."""
     from geometry.table import render_text, to_json
     from stackbuild.errors import GeometryGateFailed
-    from stackbuild.plan import gate_input, host_geometry, summarise_reasons
+    from stackbuild.plan import recipe_geometry, summarise_reasons
 
     recipe = load_recipe(recipe_path)
-    report, verdict = host_geometry(gate_input(recipe, vllm_behaviour="stock" if stock else "overlay"))
+    _gate, report, verdict = recipe_geometry(recipe, vllm_behaviour="stock" if stock else "overlay")
     if as_json:
         click.echo(json.dumps(to_json(report, verdict), indent=2, sort_keys=True))
     else:
@@ -159,6 +195,9 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
     from stackbuild.render import render as render_dockerfile
 
     plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
+    if push and not dry_run:
+        plan.image.require_owner(plan.recipe, "push to")
+    owner_notice(plan)
     if dry_run:
         data = {
             "recipe": str(plan.recipe.path),
@@ -200,6 +239,7 @@ def push(recipe_path, owner, repository, allow_unpinned, as_json, report_path, f
 
     plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
                      read_oracle_record=False)
+    plan.image.require_owner(plan.recipe, "push to")
     result = run_push(plan, json_progress=as_json, report_path=report_path, force=force)
     emit(as_json, result, f"pushed {', '.join(plan.image.references)} -> {result['pushed_digest']}")
 
@@ -230,8 +270,9 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
 @json_option
 def verify(image, recipe_path, as_json):
     """Pull IMAGE@DIGEST, compare its labels with the recipe, re-run the gate inside it, check its SBOM and provenance."""
-    from stackbuild.verify import verify_image
+    from stackbuild.verify import image_by_digest, verify_image
 
+    image_by_digest(image)
     result = verify_image(image, load_recipe(recipe_path), json_progress=as_json)
     emit(as_json, result, f"{image}: {result['verdict']}")
 

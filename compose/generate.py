@@ -18,8 +18,9 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
-from stackbuild.errors import ComposeOverrideError, RecipeError
-from stackbuild.naming import image_name
+from stackbuild.errors import ComposeOverrideError, GeometryGateFailed, OutputError, RecipeError
+from stackbuild.naming import OWNER_VARIABLE, image_name
+from stackbuild.output import check_output
 from stackbuild.recipe import DIGEST_RE, REPO_ROOT, Recipe
 from stackbuild.report import DEFAULT_REPORT, read_report
 
@@ -39,6 +40,11 @@ CACHE_ENV = {
 HEALTH_START_PERIOD = "30m"
 LICENCE_NAMES = {"CC-BY-NC-ND-4.0": "CC BY-NC-ND 4.0 (non-commercial, no derivatives)"}
 GPU_ID_RE = re.compile(r"^(\d+|GPU-[0-9A-Fa-f-]+|MIG-[0-9A-Za-z/-]+)$")
+# The image owner when none is given or found in a build report: Compose reads IMAGE_OWNER
+# when the file is used, and refuses to start without it.
+OWNER_FROM_ENV = "${" + OWNER_VARIABLE + ":?set " + OWNER_VARIABLE + " to the registry namespace the image was pushed to}"
+# vLLM reads its API key from this variable when --api-key is not given (put it in the env file).
+API_KEY_VARIABLE = "VLLM_API_KEY"
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,8 @@ class ImagePin:
     tag: str
     digest: Optional[str]
     digest_source: str  # "--digest", the report path, or "" when unpinned
+    unpinned_because: str = ""  # why no digest was taken from the build report
+    owner_note: str = ""  # where the owner came from, when not from --owner / IMAGE_OWNER
 
     @property
     def reference(self) -> str:
@@ -59,28 +67,63 @@ def _escape(value: str) -> str:
     return value.replace("$", "$$")
 
 
+def _owner_from_report(recipe: Recipe, report: Optional[dict]) -> Optional[str]:
+    """The owner a build report of this recipe pushed to, when its repository fits the recipe's template."""
+    if not report or report.get("recipe_name") != recipe.name or not isinstance(report.get("image"), str):
+        return None
+    pattern = re.escape(recipe.image.repository).replace(re.escape("{owner}"), "([a-z0-9]+(?:[._-][a-z0-9]+)*)")
+    match = re.fullmatch(pattern, report["image"])
+    return match.group(1) if match else None
+
+
+def _unpinned_because(recipe: Recipe, report: Optional[dict], report_path: Path, repository: str) -> str:
+    """Why the build report gives no digest for this file ("" when it does)."""
+    if report is None:
+        return f"no readable build report at {report_path} (pass --digest, or build and push first)"
+    if report.get("recipe_name") not in (None, recipe.name):
+        return f"{report_path} is the report of recipe {report.get('recipe_name')!r}, not {recipe.name!r}"
+    if not report.get("pushed_digest"):
+        return f"{report_path} records no push (status {report.get('status')!r})"
+    if report.get("image") not in (None, repository):
+        return f"{report_path} pushed {report.get('image')}, not {repository}"
+    if not DIGEST_RE.match(str(report["pushed_digest"])):
+        return f"{report_path}: pushed_digest {report['pushed_digest']!r} is not a sha256 digest"
+    return ""
+
+
 def resolve_image(recipe: Recipe, *, owner: Optional[str] = None, repository: Optional[str] = None,
                   digest: Optional[str] = None, report_path: Optional[Path] = None) -> ImagePin:
-    """The image by pinned tag, and by digest from --digest or the last build report."""
-    name = image_name(recipe, owner=owner, repository=repository)
+    """The image by pinned tag, and by digest from --digest or the last build report.
+
+    The owner is ``owner`` (--owner / IMAGE_OWNER), else the one a build report of this recipe
+    pushed to, else Compose's ``${IMAGE_OWNER:?...}`` (the file asks for it when used).
+    """
+    report_path = Path(report_path) if report_path else DEFAULT_REPORT
+    report = read_report(report_path)
+    if not isinstance(report, dict):
+        report = None
+    name = image_name(recipe, owner=owner, repository=repository, owner_fallback=OWNER_FROM_ENV)
+    owner_note = ""
+    if name.owner_missing:
+        reported = _owner_from_report(recipe, report)
+        if reported:
+            name = image_name(recipe, owner=reported, repository=repository)
+            owner_note = f"image owner {reported!r} taken from {report_path}"
+        else:
+            owner_note = (f"no image owner given (--owner, {OWNER_VARIABLE}) or found in {report_path}: "
+                          f"the compose file reads {OWNER_VARIABLE} when it is used")
     tag = next((t for t in name.tags if t != "latest"), name.tags[0])
     if digest is not None:
         if not DIGEST_RE.match(digest):
             raise ComposeOverrideError(f"--digest: expected 'sha256:' followed by 64 lowercase hex digits, got {digest!r}")
-        return ImagePin(name.repository, tag, digest, "--digest")
-    report_path = Path(report_path) if report_path else DEFAULT_REPORT
-    report = read_report(report_path)
-    if not report or not report.get("pushed_digest"):
-        return ImagePin(name.repository, tag, None, "")
+        return ImagePin(name.repository, tag, digest, "--digest", owner_note=owner_note)
     # Only a report of this recipe, pushed to this repository, pins this file.
-    same_recipe = report.get("recipe_name") in (None, recipe.name)
-    same_repo = report.get("image") in (None, name.repository)
-    pushed = str(report["pushed_digest"])
-    if not (same_recipe and same_repo) or not DIGEST_RE.match(pushed):
-        return ImagePin(name.repository, tag, None, "")
+    why = _unpinned_because(recipe, report, report_path, name.repository)
+    if why:
+        return ImagePin(name.repository, tag, None, "", unpinned_because=why, owner_note=owner_note)
     tags = [t for t in report.get("tags") or () if isinstance(t, str)]
     tag = next((t for t in tags if t != "latest"), tag)
-    return ImagePin(name.repository, tag, pushed, str(report_path))
+    return ImagePin(name.repository, tag, str(report["pushed_digest"]), str(report_path), owner_note=owner_note)
 
 
 def model_mount_point(recipe: Recipe) -> str:
@@ -159,7 +202,7 @@ def compose_document(recipe: Recipe, *, image: ImagePin, models_dir: Optional[st
              "bind": {"create_host_path": False}},
             {"type": "volume", "source": "kernel-cache", "target": CACHE_MOUNT},
         ],
-        "ports": [{"target": s.port, "published": str(host_port), "protocol": "tcp"}],
+        "ports": [{"target": s.port, "published": str(host_port), "host_ip": s.host_ip, "protocol": "tcp"}],
         "environment": {k: _escape(str(v)) for k, v in environment.items()},
         # Secrets (HF_TOKEN, ...) go in this file next to the compose file; never inlined here.
         "env_file": [{"path": env_file_name(recipe), "required": False}],
@@ -210,10 +253,14 @@ def _header(recipe: Recipe, image: ImagePin) -> list[str]:
         f"# LICENCE: the drafter {recipe.drafter.id} is {licence}.",
         "#   Its weights are mounted read-only from the host models directory, never baked into",
         "#   the image; respect its terms (non-commercial use only).",
-        f"# Secrets such as HF_TOKEN go in ./{env_file_name(recipe)} (optional, never inlined here).",
+        f"# Secrets such as HF_TOKEN go in ./{env_file_name(recipe)} (optional, never inlined here);",
+        f"#   {API_KEY_VARIABLE}=... there makes vLLM require that key (Authorization: Bearer) on /v1.",
+        f"# The port is published on {recipe.serving.host_ip} only (serving.host_ip in the recipe).",
         "#",
         "# Start: docker compose -f <this file> up -d   (needs the NVIDIA container toolkit)",
     ]
+    if OWNER_FROM_ENV in image.repository:
+        lines.append(f"# The image owner is read from {OWNER_VARIABLE} when this file is used (none was given).")
     if image.digest:
         lines.append(f"# Image pinned by digest (from {image.digest_source}).")
     else:
@@ -241,6 +288,21 @@ def render_compose(recipe: Recipe, *, owner: Optional[str] = None, repository: O
     return "\n".join(_header(recipe, image) + out) + "\n"
 
 
+def _generated_for(recipe: Recipe, text: str) -> bool:
+    """Whether ``text`` is a compose file this generator wrote for ``recipe``."""
+    return (text.startswith("# Generated by `python build.py compose")
+            and f"{LABEL_NS}.recipe.name: {recipe.name}\n" in text)
+
+
+def _check_geometry(recipe: Recipe) -> None:
+    """The host gate (page geometry and capacity): no compose file serves a recipe it fails."""
+    from stackbuild.plan import recipe_geometry, summarise_reasons
+
+    _gate, _report, verdict = recipe_geometry(recipe)
+    if not verdict.passed:
+        raise GeometryGateFailed(f"{recipe.path}: geometry gate failed: {summarise_reasons(verdict.reasons)}")
+
+
 def default_output(recipe: Recipe) -> Path:
     return COMPOSE_DIR / f"{recipe.name}.compose.yaml"
 
@@ -260,11 +322,16 @@ def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optio
     text = render_compose(recipe, models_dir=models_dir, port=port, gpus=gpus,
                           gpu_reservation=gpu_reservation, image=image)
     argv = serve_argv(recipe)
+    _check_geometry(recipe)
+    flag = "-o" if output else "compose"
     output = Path(output) if output else default_output(recipe)
+    check_output(output, flag, ours=lambda old: _generated_for(recipe, old))
     checks: dict[str, dict] = {}
-    output.parent.mkdir(parents=True, exist_ok=True)
     # Checked under its final directory (relative paths resolve as they will), then moved in place.
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+    except OSError as exc:
+        raise OutputError(f"{flag} {output}: cannot write in {output.parent}: {exc.strerror or exc}") from None
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -285,15 +352,23 @@ def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optio
             if serve.status == "skipped":
                 _notice(f"vLLM serve-parser check skipped: {serve.detail}")
         os.chmod(tmp, 0o644)
-        tmp.replace(output)
+        try:
+            tmp.replace(output)
+        except OSError as exc:
+            raise OutputError(f"{flag} {output}: cannot write: {exc.strerror or exc}") from None
     finally:
         if tmp.exists():
             tmp.unlink()
+    for note in (image.owner_note, image.unpinned_because and f"unpinned: {image.unpinned_because}"):
+        if note:
+            _notice(note)
     return {
         "path": str(output),
         "image": image.reference,
         "pinned": bool(image.digest),
         "digest_source": image.digest_source or None,
+        "unpinned_because": image.unpinned_because or None,
+        "owner_note": image.owner_note or None,
         "command": argv,
         "checks": checks,
     }

@@ -15,17 +15,23 @@ The gate passes only if, for the vLLM behaviour the image has:
      target's attention layers over more groups and so loses capacity;
   5. with prefix caching on: every drafter block divides the target's block,
      and cache hits land at most one target block apart.
+``judge`` adds whether the pool can serve one request at all
+(geometry/serving_limits.py): what every gate caller uses.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 try:
     from .capacity import full_attention_groups, kv_token_capacity
+    from .inputs import GeometryInputs
+    from .serving_limits import serving_limit_reasons
     from .simulate import GeometryReport, Plan
 except ImportError:  # pragma: no cover - script mode
     from capacity import full_attention_groups, kv_token_capacity  # type: ignore[no-redef]
+    from inputs import GeometryInputs  # type: ignore[no-redef]
+    from serving_limits import serving_limit_reasons  # type: ignore[no-redef]
     from simulate import GeometryReport, Plan  # type: ignore[no-redef]
 
 
@@ -165,3 +171,12 @@ def _prefix_cache_reasons(w: Plan) -> list[str]:
         reasons.append(f"prefix caching: cache hits land every {alignment:,} tokens, more than "
                        f"the target block {target_block}")
     return reasons
+
+
+def judge(report: GeometryReport, inputs: GeometryInputs) -> Verdict:
+    """The gate's verdict: the checks of ``check`` plus the serving limits."""
+    verdict = check(report)
+    extra = serving_limit_reasons(report, inputs)
+    if not extra:
+        return verdict
+    return replace(verdict, passed=False, reasons=verdict.reasons + extra)

@@ -126,8 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     pkg = _load_package()
     inputs_mod = importlib.import_module(pkg.__name__ + ".inputs")
     sim = importlib.import_module(pkg.__name__ + ".simulate")
-    gate = importlib.import_module(pkg.__name__ + ".gate")
     table = importlib.import_module(pkg.__name__ + ".table")
+    model_config = importlib.import_module(pkg.__name__ + ".model_config")
+    gate = importlib.import_module(pkg.__name__ + ".gate")
     record_mod = importlib.import_module(pkg.__name__ + ".record")
     code_dir = os.path.dirname(os.path.abspath(__file__))
 
@@ -154,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.input, encoding="utf-8") as fh:
             raw = json.load(fh)
         inputs = inputs_mod.GeometryInputs.from_json(raw)
+        model_config.check_configs(inputs.target_config, inputs.drafter_config)
         note = None
         if args.behaviour == "auto":
             applied, note = overlay_applied(args.overlay_manifest)
@@ -179,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             return 4
         print(f"imported {len(wanted)} patched modules: {', '.join(wanted)}", file=sys.stderr)
 
-    verdict = gate.check(report)
+    verdict = gate.judge(report, inputs)
     out = table.to_json(report, verdict)
     if note:
         out["behaviour_source"] = note

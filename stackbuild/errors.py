@@ -128,6 +128,30 @@ class ComposeInvalid(StackBuildError):
     exit_code = 13
 
 
+class OwnerMissing(StackBuildError):
+    """A push (or a file that names the pushed image) needs the image owner and none was given."""
+
+    exit_code = 2
+
+
+class UsageError(StackBuildError):
+    """A command was given an argument of the wrong kind (a tag where a digest is needed, ...)."""
+
+    exit_code = 2
+
+
+class OutputError(StackBuildError):
+    """An output path (-o, --report) is unusable: missing or unwritable directory, a tracked file not ours."""
+
+    exit_code = 15
+
+
+class InternalError(StackBuildError):
+    """An exception the driver did not expect: a bug, reported as one line asking for a report."""
+
+    exit_code = 70
+
+
 class ComposeOverrideError(StackBuildError):
     """A command-line override of `compose` (--digest, --gpus, --port, --models-dir) is unusable."""
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping, Optional
 
+from .errors import RecipeError
 from .lock import PinnedBase, pinned_base
 from .naming import ImageName, image_name, source_date_epoch
 from .oracle_record import NOT_READ
@@ -81,14 +82,31 @@ def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay") -> dict:
 
 
 def host_geometry(gate: Mapping):
-    """Run the simulator and the gate on the host (the same code the image runs)."""
-    from geometry.gate import check
+    """Run the simulator and the gate on the host (the same code the image runs).
+
+    Raises geometry.inputs.BadInput for configs or inputs the simulator does not model.
+    """
+    from geometry.gate import judge
     from geometry.inputs import GeometryInputs
+    from geometry.model_config import check_configs
     from geometry.simulate import simulate
 
     inputs = GeometryInputs.from_json(dict(gate))
+    check_configs(inputs.target_config, inputs.drafter_config)
     report = simulate(inputs)
-    return report, check(report)
+    return report, judge(report, inputs)
+
+
+def recipe_geometry(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
+    """(gate input, report, verdict) of a recipe on the host; what the simulator does not model is a RecipeError."""
+    from geometry.inputs import BadInput
+
+    gate = gate_input(recipe, vllm_behaviour=vllm_behaviour)
+    try:
+        report, verdict = host_geometry(gate)
+    except BadInput as exc:
+        raise RecipeError(recipe.path, "", f"the geometry gate does not model this recipe: {exc}") from None
+    return gate, report, verdict
 
 
 def summarise_reasons(reasons) -> str:
@@ -109,8 +127,7 @@ def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | Non
     epoch = source_date_epoch()
     name = image_name(recipe, owner=owner, repository=repository, epoch=epoch)
     series_hash = series_sha256(recipe.series_dir)
-    gate = gate_input(recipe)
-    _report, verdict = host_geometry(gate)
+    gate, _report, verdict = recipe_geometry(recipe)
     record = choose_oracle_record(recipe, gate) if read_oracle_record else NOT_READ
     revision = git_revision()
     recipe_hash = hashlib.sha256(recipe.path.read_bytes()).hexdigest()

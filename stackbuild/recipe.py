@@ -8,7 +8,11 @@ file and the key path.
 """
 from __future__ import annotations
 
+import errno
+import ipaddress
 import json
+import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,9 +20,12 @@ from types import MappingProxyType
 from typing import Any, Literal, Mapping, Optional
 
 import yaml
+from docker_image import reference as oci_reference
+
+from geometry.model_config import ConfigInvalid, check_drafter, check_target
 
 from .errors import RecipeError
-from .schema import build_dataclass
+from .schema import MAX_INTEGER, build_dataclass
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 OVERLAY_SERIES_DIR = REPO_ROOT / "overlay" / "series"
@@ -32,6 +39,16 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SECRET_NAME_RE = re.compile(r"(TOKEN|PASSWORD|PASSWD|SECRET|API_KEY|CREDENTIAL)", re.I)
 KV_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
 TAG_FIELDS = ("date", "family", "gpu")
+# Recipe names become file names (compose/<name>.compose.yaml, <name>.env) and label values.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# A patch series is a directory directly under overlay/series/.
+SERIES_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# What stands in for {owner} when the repository template is checked against the reference grammar.
+SAMPLE_OWNER = "owner"
+MAX_TENSOR_PARALLEL = 1024
+MAX_BLOCK_SIZE = 1 << 20
+MAX_KV_CACHE_GIB = 1 << 20  # 1 PiB
+MAX_CONFIG_BYTES = 16 << 20
 
 # The platform string a recipe names, and what `uname -m` prints there.
 UNAME_MACHINE = {"linux/arm64": "aarch64", "linux/amd64": "x86_64"}
@@ -96,6 +113,8 @@ class Serving:
     tool_call_parser: Optional[str] = None
     reasoning_parser: Optional[str] = None
     port: int = 8000
+    # The host address compose publishes the port on: loopback unless the recipe opens it.
+    host_ip: str = "127.0.0.1"
     extra_args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -158,7 +177,7 @@ class Recipe:
 
     @property
     def drafter_block_size(self) -> int:
-        return int(self._drafter_config["dflash_config"]["block_size"])
+        return self._drafter_config["dflash_config"]["block_size"]
 
     @property
     def series_dir(self) -> Path:
@@ -174,42 +193,148 @@ class Recipe:
         return self.platform.split("/", 1)[1]
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` merges, it does not repeat
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: SafeLoader reports it
+                continue
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first at line {first})", key_node.start_mark)
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_yaml(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise RecipeError(path, "", "recipe file not found") from None
+    except IsADirectoryError:
+        raise RecipeError(path, "", "is a directory, not a recipe file") from None
+    except UnicodeDecodeError:
+        raise RecipeError(path, "", "not UTF-8 text") from None
     except OSError as exc:
         raise RecipeError(path, "", f"cannot read recipe: {exc.strerror}") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise RecipeError(path, "", f"invalid YAML{where}: {problem}") from None
+    except (ValueError, RecursionError) as exc:  # an integer too long to convert, nesting too deep
+        raise RecipeError(path, "", f"invalid YAML: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
+def _json_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _json_int(text: str) -> int:
+    if len(text) > 17 or abs(int(text)) > MAX_INTEGER:
+        raise ValueError(f"integer {text[:20]}{'...' if len(text) > 20 else ''} is too large")
+    return int(text)
+
+
+def _json_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:20]} is out of range")
+    return value
+
+
+def config_path(recipe_path: Path, key: str, relative: str) -> Path:
+    """The file a recipe's config key names: a relative path that stays inside the recipe's directory."""
+    if not relative.strip():
+        raise RecipeError(recipe_path, key, "empty path")
+    if "\x00" in relative:
+        raise RecipeError(recipe_path, key, f"{relative!r} holds a NUL character")
+    if os.path.isabs(relative):
+        raise RecipeError(recipe_path, key, f"must be relative to the recipe's directory, got {relative!r}")
+    root = recipe_path.parent.resolve()
+    try:
+        resolved = (root / relative).resolve(strict=False)
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
+        raise RecipeError(recipe_path, key, f"{relative}: symlink loop") from None
+    if resolved != root and root not in resolved.parents:
+        raise RecipeError(recipe_path, key, f"{relative} leaves the recipe's directory {root}")
+    return resolved
 
 
 def _read_config(recipe_path: Path, key: str, relative: str) -> Mapping[str, Any]:
-    config_path = (recipe_path.parent / relative).resolve()
-    if not config_path.is_file():
-        raise RecipeError(recipe_path, key, f"file not found: {relative}")
+    path = config_path(recipe_path, key, relative)
     try:
-        data = json.loads(config_path.read_text(encoding="utf-8"))
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise RecipeError(recipe_path, key, f"file not found: {relative}") from None
+    except IsADirectoryError:
+        raise RecipeError(recipe_path, key, f"{relative} is a directory, not a config.json") from None
+    except OSError as exc:
+        why = "symlink loop" if exc.errno == errno.ELOOP else exc.strerror
+        raise RecipeError(recipe_path, key, f"cannot read {relative}: {why}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise RecipeError(recipe_path, key, f"{relative} is larger than {MAX_CONFIG_BYTES >> 20} MiB: not a config.json")
+    if not raw.strip():
+        raise RecipeError(recipe_path, key, f"{relative} is empty")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RecipeError(recipe_path, key, f"{relative} is not UTF-8 text (a binary file?)") from None
+    try:
+        data = json.loads(text, object_pairs_hook=_json_object, parse_constant=_json_constant,
+                          parse_int=_json_int, parse_float=_json_float)
     except json.JSONDecodeError as exc:
         raise RecipeError(recipe_path, key, f"{relative} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except (ValueError, RecursionError) as exc:
+        raise RecipeError(recipe_path, key, f"{relative}: {exc}") from None
     if not isinstance(data, dict):
         raise RecipeError(recipe_path, key, f"{relative} must hold a JSON object")
     return data
 
 
+def check_repository(path: object, key: str, repository: str) -> None:
+    """A repository (registry/namespace/name, no tag) in the OCI distribution reference grammar."""
+    try:
+        parsed = oci_reference.Reference.parse(repository)
+    except oci_reference.InvalidReference as exc:
+        raise RecipeError(path, key, f"{repository!r} is not a valid image repository ({exc}; lowercase letters, digits and . _ - separators)") from None
+    if repository != repository.lower():
+        raise RecipeError(path, key, f"{repository!r} is not a valid image repository (repository names must be lowercase)")
+    if parsed["name"] != repository:
+        raise RecipeError(path, key, f"give the repository only (tag and digest have their own keys), got {repository!r}")
+
+
 def _check_rules(path: Path, recipe: Recipe) -> None:
     """The rules that go beyond types; each names the key at fault."""
     base, hw, serving = recipe.base, recipe.hardware, recipe.serving
+    if not NAME_RE.match(recipe.name):
+        raise RecipeError(path, "name", f"must be a safe file name (letters, digits, . _ -, starting with a letter or digit, at most 128), got {recipe.name!r}")
     if base.digest is not None and not DIGEST_RE.match(base.digest):
         raise RecipeError(path, "base.digest", f"not a digest: expected 'sha256:' followed by 64 lowercase hex digits, got {base.digest!r}")
     if "@" in base.image or ":" in base.image.rsplit("/", 1)[-1]:
         raise RecipeError(path, "base.image", f"give the repository only (tag and digest have their own keys), got {base.image!r}")
+    check_repository(path, "base.image", base.image)
+    template = recipe.image.repository
+    check_repository(path, "image.repository", template.replace("{owner}", SAMPLE_OWNER))
     if not TAG_RE.match(base.tag):
         raise RecipeError(path, "base.tag", f"not a valid image tag: {base.tag!r}")
     if not PLATFORM_RE.match(recipe.platform):
@@ -229,33 +354,48 @@ def _check_rules(path: Path, recipe: Recipe) -> None:
     if recipe.drafter.precision == "mxfp8" and hw.capability_major != 12:
         raise RecipeError(path, "drafter.precision", f"the MXFP8 drafter needs the B12X kernels, which exist only for SM120/SM121; {hw.gpu} is compute capability {hw.compute_capability}: use bf16")
     tp = serving.tensor_parallel_size
-    if tp < 1 or tp & (tp - 1):
-        raise RecipeError(path, "serving.tensor_parallel_size", f"must be a power of two (1, 2, 4, 8), got {tp}")
+    if tp < 1 or tp & (tp - 1) or tp > MAX_TENSOR_PARALLEL:
+        raise RecipeError(path, "serving.tensor_parallel_size", f"must be a power of two from 1 to {MAX_TENSOR_PARALLEL}, got {tp}")
     for key in ("kv_cache_dtype", "drafter_kv_cache_dtype"):
         value = getattr(serving, key)
         if value is not None and value not in KV_DTYPES:
             raise RecipeError(path, f"serving.{key}", f"must be one of: {', '.join(KV_DTYPES)}; got {value!r}")
     if serving.max_model_len < 1:
         raise RecipeError(path, "serving.max_model_len", f"must be positive, got {serving.max_model_len}")
-    if serving.block_size is not None and serving.block_size < 1:
-        raise RecipeError(path, "serving.block_size", f"must be positive, got {serving.block_size}")
+    if serving.block_size is not None and not 1 <= serving.block_size <= MAX_BLOCK_SIZE:
+        raise RecipeError(path, "serving.block_size", f"must be from 1 to {MAX_BLOCK_SIZE:,}, got {serving.block_size}")
     if not 0.0 < serving.gpu_memory_utilization <= 1.0:
         raise RecipeError(path, "serving.gpu_memory_utilization", f"must be in (0, 1], got {serving.gpu_memory_utilization}")
     if not 0 < serving.port < 65536:
         raise RecipeError(path, "serving.port", f"must be a TCP port, got {serving.port}")
+    try:
+        ipaddress.ip_address(serving.host_ip)
+    except ValueError:
+        raise RecipeError(path, "serving.host_ip", f"must be an IP address such as 127.0.0.1 or 0.0.0.0, got {serving.host_ip!r}") from None
+    for i, arg in enumerate(serving.extra_args):
+        flag = arg.split("=", 1)[0]
+        if not arg.strip() or any(c.isspace() for c in flag):
+            raise RecipeError(path, f"serving.extra_args[{i}]", f"{arg!r} has whitespace before any '=': give each flag and each value as its own list item")
     for name in serving.env:
         if not ENV_NAME_RE.match(name):
             raise RecipeError(path, f"serving.env.{name}", "not a valid environment variable name")
         if SECRET_NAME_RE.search(name):
             raise RecipeError(path, f"serving.env.{name}", "looks like a secret: recipes are committed and rendered into files; pass it at run time (compose env_file) instead")
-    if recipe.geometry.kv_cache_memory_gib <= 0:
-        raise RecipeError(path, "geometry.kv_cache_memory_gib", f"must be positive, got {recipe.geometry.kv_cache_memory_gib}")
-    dflash = recipe.drafter_config.get("dflash_config")
-    if not isinstance(dflash, Mapping) or not isinstance(dflash.get("block_size"), int):
-        raise RecipeError(path, "drafter.config", f"{recipe.drafter.config} has no integer dflash_config.block_size")
+    if not 0 < recipe.geometry.kv_cache_memory_gib <= MAX_KV_CACHE_GIB:
+        raise RecipeError(path, "geometry.kv_cache_memory_gib", f"must be above 0 and at most {MAX_KV_CACHE_GIB:,}, got {recipe.geometry.kv_cache_memory_gib}")
+    for key, relative, check in (("target.config", recipe.target.config, check_target),
+                                 ("drafter.config", recipe.drafter.config, check_drafter)):
+        config = recipe.target_config if key == "target.config" else recipe.drafter_config
+        try:
+            check(config)
+        except ConfigInvalid as exc:
+            where = f"{exc.key}: " if exc.key else ""
+            raise RecipeError(path, key, f"{relative}: {where}{exc.problem}") from None
     block = recipe.drafter_block_size
     if serving.num_speculative_tokens != block - 1:
         raise RecipeError(path, "serving.num_speculative_tokens", f"must be {block - 1} (the drafter's block size {block} minus the target's own token), got {serving.num_speculative_tokens}")
+    if not SERIES_RE.match(recipe.overlay.series):
+        raise RecipeError(path, "overlay.series", f"must be the name of a directory in {OVERLAY_SERIES_DIR.relative_to(REPO_ROOT)}/ (no path), got {recipe.overlay.series!r}")
     if not recipe.series_dir.is_dir():
         raise RecipeError(path, "overlay.series", f"no patch series named {recipe.overlay.series!r} in {OVERLAY_SERIES_DIR.relative_to(REPO_ROOT)}/")
     if not recipe.image.tags:
@@ -263,7 +403,7 @@ def _check_rules(path: Path, recipe: Recipe) -> None:
     for i, tag in enumerate(recipe.image.tags):
         try:
             sample = tag.format(date="20260101", family=hw.capability_family, gpu=hw.gpu.lower())
-        except (KeyError, IndexError, ValueError):
+        except (KeyError, IndexError, ValueError, AttributeError, TypeError):
             fields = ", ".join("{" + f + "}" for f in TAG_FIELDS)
             raise RecipeError(path, f"image.tags[{i}]", f"unknown placeholder in {tag!r} (known: {fields})") from None
         if not TAG_RE.match(sample):

@@ -7,6 +7,7 @@ single description of what a recipe holds.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -15,6 +16,10 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 from .errors import RecipeError
 
 T = TypeVar("T")
+
+# The largest integer a recipe may hold (2**53: every JSON reader represents it exactly);
+# keys with a tighter range check it in the recipe's rules.
+MAX_INTEGER = 1 << 53
 
 _TYPE_WORDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
 
@@ -76,11 +81,15 @@ def convert(source: object, path: str, hint: Any, value: Any) -> Any:
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise RecipeError(source, path, f"expected a number, got {_describe(value)}")
+        if abs(value) > MAX_INTEGER or not math.isfinite(value):
+            raise RecipeError(source, path, f"expected a finite number of at most {MAX_INTEGER:,}, got {_describe(value)}")
         return float(value)
     if hint in (str, int, bool):
         # bool is an int in Python; a recipe's `true` is never a count.
         if type(value) is not hint:
             raise RecipeError(source, path, f"expected {_TYPE_WORDS[hint]}, got {_describe(value)}")
+        if hint is int and abs(value) > MAX_INTEGER:
+            raise RecipeError(source, path, f"must be at most {MAX_INTEGER:,} in magnitude, got {value:,}")
         return value
     raise TypeError(f"unsupported type {hint}")  # pragma: no cover - schema bug
 

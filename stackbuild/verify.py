@@ -15,7 +15,7 @@ from typing import Optional
 
 from . import engine as engine_mod
 from .attest import attestation_problems, gate_report_sha256, registry_client
-from .errors import VerifyError
+from .errors import UsageError, VerifyError
 from .plan import PAYLOAD_DIR, make_plan
 from .progress import Progress
 from .recipe import DIGEST_RE, Recipe
@@ -49,15 +49,22 @@ def label_mismatches(expected: dict, actual: dict) -> list[str]:
     return out
 
 
+def image_by_digest(image: str) -> tuple[str, str]:
+    """``REPOSITORY@sha256:...`` -> (repository, digest); anything else (a tag) is a usage error."""
+    repository, _tag, digest = engine_mod.split_reference(image)
+    if not digest or not DIGEST_RE.match(digest):
+        raise UsageError(f"verify {image}: give the image by digest (REPOSITORY@sha256:...), "
+                         "as the build report's pushed_reference records it")
+    return repository, digest
+
+
 def verify_image(image: str, recipe: Recipe, *, json_progress: bool = False, engine: Optional[engine_mod.DockerEngine] = None) -> dict:
     with engine_mod.engine_errors(f"verify {image}"):
         return _verify(image, recipe, json_progress, engine)
 
 
 def _verify(image: str, recipe: Recipe, json_progress: bool, engine: Optional[engine_mod.DockerEngine]) -> dict:
-    repository, _tag, digest = engine_mod.split_reference(image)
-    if not digest or not DIGEST_RE.match(digest):
-        raise VerifyError(f"{image}: give the image by digest (REPOSITORY@sha256:...), as the build report's pushed_reference")
+    repository, digest = image_by_digest(image)
     plan = make_plan(recipe, read_oracle_record=False)
     progress = Progress(json_lines=json_progress)
     engine = engine or engine_mod.connect()

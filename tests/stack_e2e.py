@@ -2,7 +2,7 @@
 
 Test recipes live in tests/recipes/; a test copies one into a temporary
 directory, points its base at the local registry's synthetic base (by
-digest) and its config paths at the originals, so no lock file or digest
+digest) with its configs copied beside it, so no lock file or digest
 is ever written into the repository. Logins go into temporary Docker
 config directories; the driver only ever sees them through DOCKER_CONFIG.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -40,15 +41,18 @@ def recipe_copy(tmp: Path, name: str, *, base: str, tag: str, digest: Optional[s
     if not source.is_file():
         source = REPO / "recipes" / name / "recipe.yaml"
     data = yaml.safe_load(source.read_text())
+    directory = tmp / f"recipe-{name}"
+    (directory / "configs").mkdir(parents=True, exist_ok=True)
     for key in ("target", "drafter"):
-        data[key]["config"] = str((source.parent / data[key]["config"]).resolve())
+        # Config paths stay inside the recipe's directory: the configs travel with the copy.
+        copied = directory / "configs" / f"{key}.config.json"
+        shutil.copyfile(source.parent / data[key]["config"], copied)
+        data[key]["config"] = f"configs/{copied.name}"
     data["base"]["image"], data["base"]["tag"] = base, tag
     if digest:
         data["base"]["digest"] = digest
     if edit is not None:
         edit(data)
-    directory = tmp / f"recipe-{name}"
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / "recipe.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

@@ -15,14 +15,15 @@ import yaml
 
 from test_compose_support import DIGEST, NO_REPORT, REPO, SOURCE_DATE_EPOCH, recipe, require_compose_binary
 
-from compose.generate import (ComposeOverrideError, ImagePin, compose_document, render_compose,
+from compose.generate import (OWNER_FROM_ENV, ComposeOverrideError, ImagePin, compose_document, render_compose,
                               resolve_image, write_compose)
 from compose.serve_args import serve_argv, speculative_config, speculative_config_json
 from compose.validate import ComposeInvalid, check_compose_file, compose_config
 from stackbuild.errors import RecipeError
 from stackbuild.recipe import DEFAULT_RECIPE, load_recipe
 
-REPOSITORY = "ghcr.io/local/glm53-flash-dflash2-gb300"
+# No owner given: the file reads IMAGE_OWNER when Compose uses it.
+REPOSITORY = f"ghcr.io/{OWNER_FROM_ENV}/glm53-flash-dflash2-gb300"
 PINNED_TAG = "sm100-gb300-20251130"
 
 
@@ -164,7 +165,7 @@ def test_service_fields(tmp_path, monkeypatch):
     models, cache = svc["volumes"]
     assert (models["type"], models["source"], models["target"], models["read_only"]) == ("bind", "/models", "/models", True)
     assert (cache["type"], cache["target"]) == ("volume", "/root/.cache")
-    assert svc["ports"] == [{"target": 8000, "published": "8000", "protocol": "tcp"}]
+    assert svc["ports"] == [{"target": 8000, "published": "8000", "host_ip": "127.0.0.1", "protocol": "tcp"}]
     health = svc["healthcheck"]
     assert health["test"][:3] == ["CMD", "python3", "-c"] and "http://127.0.0.1:8000/health" in health["test"][3]
     assert health["start_period"] == "30m"
@@ -198,7 +199,7 @@ def test_overrides_models_dir_port_gpus(tmp_path):
     svc = _service(_render(r, models_dir=str(tmp_path / "weights"), port=18000, gpus="2,3"))
     assert svc["volumes"][0]["source"] == str(tmp_path / "weights")
     assert svc["volumes"][0]["target"] == "/models"
-    assert svc["ports"] == [{"target": 8000, "published": "18000", "protocol": "tcp"}]
+    assert svc["ports"] == [{"target": 8000, "published": "18000", "host_ip": "127.0.0.1", "protocol": "tcp"}]
     assert svc["deploy"]["resources"]["reservations"]["devices"] == [
         {"driver": "nvidia", "device_ids": ["2", "3"], "capabilities": ["gpu"]}]
     cmd = svc["command"]
@@ -239,12 +240,13 @@ def test_generated_file_passes_compose_config(tmp_path):
     binary = require_compose_binary()
     r = recipe(tmp_path)
     path = tmp_path / "ok.compose.yaml"
-    path.write_text(render_compose(r, digest=DIGEST, report_path=NO_REPORT, models_dir=str(tmp_path), port=18000, gpus="0"))
+    path.write_text(render_compose(r, owner="acme", digest=DIGEST, report_path=NO_REPORT, models_dir=str(tmp_path),
+                                   port=18000, gpus="0"))
     proc = subprocess.run([binary, "-f", str(path), "config", "--format", "json"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     svc = json.loads(proc.stdout)["services"]["vllm"]
     assert svc["command"] == serve_argv(r)
-    assert svc["image"] == f"{REPOSITORY}:{PINNED_TAG}@{DIGEST}"
+    assert svc["image"] == f"ghcr.io/acme/glm53-flash-dflash2-gb300:{PINNED_TAG}@{DIGEST}"
     assert svc["ipc"] == "host"
     assert svc["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["0"]
     assert check_compose_file(path).status == "passed"
@@ -286,6 +288,7 @@ def test_dollar_and_quotes_reach_the_container_verbatim(tmp_path):
 def test_write_compose_without_checks_writes_the_rendered_text(tmp_path):
     r = recipe(tmp_path)
     out = tmp_path / "out" / "x.compose.yaml"
+    out.parent.mkdir()
     result = write_compose(r, output=out, digest=DIGEST, report_path=NO_REPORT, validate=False)
     assert result["path"] == str(out) and result["pinned"] is True
     assert out.read_text() == render_compose(r, digest=DIGEST, report_path=NO_REPORT)

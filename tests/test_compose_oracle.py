@@ -38,6 +38,7 @@ def test_default_recipe_command_is_accepted_by_vllm_serve(tmp_path):
     require_compose_binary()
     r = recipe(tmp_path)
     out = tmp_path / "out" / "glm.compose.yaml"
+    out.parent.mkdir()
     result = write_compose(r, output=out, digest=DIGEST, report_path=NO_REPORT)
     assert result["checks"]["serve_args"]["status"] == "passed"
     assert result["checks"]["compose_config"]["status"] == "passed"
@@ -103,12 +104,13 @@ def test_cli_refuses_a_recipe_vllm_rejects_and_writes_nothing(tmp_path):
     require_oracle()
     r_path = recipe(tmp_path, lambda d: d["serving"].__setitem__("extra_args", ["--enable-auto-tool-choice", "--frobnicate"])).path
     out = tmp_path / "out" / "x.compose.yaml"
+    out.parent.mkdir()
     proc = _cli("--recipe", str(r_path), "-o", str(out), "--digest", DIGEST)
     assert proc.returncode == ServeArgsRejected.exit_code, proc.stderr
     error_lines = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert error_lines == [f"error: {r_path}: vLLM 0.33.0 `vllm serve` rejected the command: unrecognized arguments: --frobnicate"]
     assert not out.exists()
-    assert not out.parent.exists() or list(out.parent.iterdir()) == []
+    assert list(out.parent.iterdir()) == []
 
 
 def test_cli_writes_the_file_with_overrides(tmp_path):

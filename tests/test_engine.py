@@ -148,7 +148,8 @@ def test_build_with_no_daemon_is_exit_3_and_tags_nothing(tmp_path):
 
     recipe = recipe_copy(tmp_path, "b200-amd64", base="127.0.0.1:5000/vllm/vllm-openai", tag="v0.33.0-amd64",
                          digest="sha256:" + "ab" * 32)
-    run = cli("build", "--recipe", str(recipe), "--push", "--json", env={"DOCKER_HOST": f"unix://{tmp_path}/dead.sock"})
+    run = cli("build", "--recipe", str(recipe), "--push", "--owner", "e2e", "--json",
+              env={"DOCKER_HOST": f"unix://{tmp_path}/dead.sock"})
     assert run.returncode == 3, run.stderr
     assert run.stdout == "" and "Traceback" not in run.stderr
     lines = run.stderr.splitlines()

@@ -138,4 +138,4 @@ def test_a_record_that_cannot_be_written_is_a_one_line_error(amd64_build, synthe
     run = cli("record", "--recipe", str(recipe), "--image", f"{amd64_build.repository}:{amd64_build.report['tags'][-1]}")
     assert run.returncode == 2
     assert error_line(run) == f"error: {recipe.with_name('recipe.oracle.json')}: cannot write the oracle record: Is a directory"
-    assert sorted(p.name for p in recipe.parent.iterdir()) == ["recipe.oracle.json", "recipe.yaml"]
+    assert sorted(p.name for p in recipe.parent.iterdir()) == ["configs", "recipe.oracle.json", "recipe.yaml"]

@@ -1,0 +1,209 @@
+"""Checks of the target and drafter ``config.json`` before the simulator reads them (stdlib only).
+
+The simulator reads what it needs from the configs as vLLM would; this module
+refuses, with the key at fault, a config it would misread: an architecture it
+does not model, counts that are missing, zero, negative, fractional, booleans
+or absurdly large, a ``layer_types`` list whose length is not
+``num_hidden_layers``, a drafter without a positive ``dflash_config.block_size``.
+The recipe loader and the in-image gate both call :func:`check_configs`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+try:  # package import (tests, build driver) or sibling import (the gate as a script)
+    from .inputs import BadInput
+except ImportError:  # pragma: no cover - script mode
+    from inputs import BadInput  # type: ignore[no-redef]
+
+# Larger than any real layer count, head count or head size by orders of magnitude,
+# small enough that the simulator's per-layer work stays bounded.
+MAX_COUNT = 1 << 16
+# Token counts (context lengths, windows): 2**40 tokens is far beyond any model.
+MAX_TOKENS = 1 << 40
+
+# architectures[0] -> the simulator's model kind (see simulate.model_kind).
+MODELLED_TARGETS = {
+    "Glm5NextForCausalLM": "glm5next",
+    "Qwen3NextForCausalLM": "qwen3_next",
+    "KimiLinearForCausalLM": "kimi_linear",
+}
+MODELLED_TARGET_TYPES = {"glm5_next": "glm5next", "glm5_next_text": "glm5next",
+                         "qwen3_next": "qwen3_next", "kimi_linear": "kimi_linear"}
+TARGET_LAYER_TYPES = {
+    "glm5next": ("linear_attention", "indexed_attention"),
+    "qwen3_next": ("linear_attention", "full_attention"),
+}
+DRAFTER_LAYER_TYPES = ("sliding_attention", "full_attention")
+
+
+class ConfigInvalid(BadInput):
+    """A config the simulator would misread: ``<which> config: <key>: <why>``."""
+
+    def __init__(self, which: str, key: str, problem: str):
+        self.which = which
+        self.key = key
+        self.problem = problem
+        super().__init__(f"{which} config: {key}: {problem}" if key else f"{which} config: {problem}")
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    if value is None:
+        return "null"
+    if isinstance(value, (int, float)):
+        return f"number {value!r}"
+    return type(value).__name__
+
+
+class _Reader:
+    def __init__(self, which: str, cfg: Mapping[str, Any], prefix: str = ""):
+        self.which, self.cfg, self.prefix = which, cfg, prefix
+
+    def fail(self, key: str, problem: str) -> ConfigInvalid:
+        return ConfigInvalid(self.which, self.prefix + key, problem)
+
+    def integer(self, key: str, *, required: bool = True, minimum: int = 1, maximum: int = MAX_COUNT,
+                allow_null: bool = False) -> int | None:
+        """``allow_null``: null reads as absent (where vLLM and the simulator treat it so)."""
+        if key not in self.cfg or (self.cfg[key] is None and allow_null):
+            if required:
+                raise self.fail(key, "required field is missing")
+            return None
+        value = self.cfg[key]
+        if type(value) is not int:
+            raise self.fail(key, f"expected an integer, got {_describe(value)}")
+        if value < minimum:
+            raise self.fail(key, f"must be at least {minimum}, got {value}")
+        if value > maximum:
+            raise self.fail(key, f"must be at most {maximum:,}, got {value:,}")
+        return value
+
+    def int_list(self, key: str, *, minimum: int, maximum: int) -> list[int]:
+        value = self.cfg.get(key)
+        if not isinstance(value, list):
+            raise self.fail(key, f"expected a list of integers, got {_describe(value)}")
+        for i, item in enumerate(value):
+            if type(item) is not int or not minimum <= item <= maximum:
+                raise self.fail(f"{key}[{i}]", f"expected an integer in {minimum}..{maximum}, got {_describe(item)}")
+        return value
+
+    def layer_types(self, n_layers: int, allowed: tuple[str, ...]) -> None:
+        if self.cfg.get("layer_types") is None:
+            return
+        value = self.cfg["layer_types"]
+        if not isinstance(value, list):
+            raise self.fail("layer_types", f"expected a list, got {_describe(value)}")
+        if len(value) != n_layers:
+            raise self.fail("layer_types", f"has {len(value)} entries but num_hidden_layers is {n_layers}")
+        for i, item in enumerate(value):
+            if item not in allowed:
+                raise self.fail(f"layer_types[{i}]", f"must be one of: {', '.join(allowed)}; got {_describe(item)}")
+
+    def mapping(self, key: str) -> "_Reader":
+        value = self.cfg.get(key)
+        if not isinstance(value, Mapping):
+            raise self.fail(key, f"expected an object, got {_describe(value)}" if key in self.cfg else "required field is missing")
+        return _Reader(self.which, value, f"{self.prefix}{key}.")
+
+
+def target_kind(cfg: Mapping[str, Any]) -> str:
+    """The modelled kind of a target config, or :class:`ConfigInvalid` naming its architecture."""
+    modelled = ", ".join(MODELLED_TARGETS)
+    archs = cfg.get("architectures")
+    if archs is not None:
+        if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
+            raise ConfigInvalid("target", "architectures", f"expected a non-empty list of names, got {_describe(archs)}")
+        kind = MODELLED_TARGETS.get(archs[0])
+        if kind is None:
+            raise ConfigInvalid("target", "architectures", f"{archs[0]} is not modelled by the geometry gate (modelled: {modelled})")
+        return kind
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), Mapping) else cfg
+    model_type = text.get("model_type", cfg.get("model_type"))
+    kind = MODELLED_TARGET_TYPES.get(model_type) if isinstance(model_type, str) else None
+    if kind is None:
+        raise ConfigInvalid("target", "architectures",
+                            f"missing, and model_type {model_type!r} is not modelled (modelled: {modelled})")
+    return kind
+
+
+def check_target(cfg: Mapping[str, Any]) -> str:
+    """Raise :class:`ConfigInvalid` for a target config the simulator would misread; return its kind."""
+    if not isinstance(cfg, Mapping):
+        raise ConfigInvalid("target", "", "must be a JSON object")
+    kind = target_kind(cfg)
+    text = cfg.get("text_config")
+    r = _Reader("target", text, "text_config.") if isinstance(text, Mapping) else _Reader("target", cfg)
+    n_layers = r.integer("num_hidden_layers")
+    r.integer("max_position_embeddings", required=False, allow_null=True, maximum=MAX_TOKENS)
+    if kind == "glm5next":
+        r.integer("num_attention_heads")
+        r.integer("kv_lora_rank")
+        r.integer("qk_rope_head_dim", required=False, allow_null=True, minimum=0)
+        r.integer("linear_num_heads")
+        r.integer("linear_head_dim")
+        r.integer("linear_conv_kernel_dim", required=False)
+        r.integer("index_topk", required=False, allow_null=True)
+        r.integer("index_kpool", required=False)
+        r.integer("index_head_dim", required=False)
+        r.layer_types(n_layers, TARGET_LAYER_TYPES[kind])
+    elif kind == "qwen3_next":
+        heads = r.integer("num_attention_heads")
+        r.integer("num_key_value_heads", required=False)
+        if r.integer("head_dim", required=False, allow_null=True) is None:
+            hidden = r.integer("hidden_size", maximum=MAX_COUNT * MAX_COUNT)
+            if hidden // heads < 1:
+                raise r.fail("hidden_size", f"{hidden} gives a head size below 1 with {heads} heads")
+        for key in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim"):
+            r.integer(key)
+        r.integer("linear_conv_kernel_dim", required=False)
+        r.integer("full_attention_interval", required=False)
+        r.layer_types(n_layers, TARGET_LAYER_TYPES[kind])
+    else:  # kimi_linear
+        for key in ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim"):
+            r.integer(key)
+        r.integer("qk_rope_head_dim", minimum=0)
+        lac = r.mapping("linear_attn_config")
+        lac.integer("num_heads")
+        lac.integer("head_dim")
+        lac.integer("short_conv_kernel_size", required=False)
+        lac.int_list("kda_layers", minimum=1, maximum=n_layers)
+        lac.int_list("full_attn_layers", minimum=1, maximum=n_layers)
+    return kind
+
+
+def check_drafter(cfg: Mapping[str, Any]) -> int:
+    """Raise :class:`ConfigInvalid` for a DFlash drafter config the simulator would misread; return its block size."""
+    if not isinstance(cfg, Mapping):
+        raise ConfigInvalid("drafter", "", "must be a JSON object")
+    r = _Reader("drafter", cfg)
+    n_layers = r.integer("num_hidden_layers")
+    heads = r.integer("num_attention_heads")
+    # vLLM reads a missing num_key_value_heads as num_attention_heads; 0 is not "missing".
+    kv_heads = r.integer("num_key_value_heads", required=False, allow_null=True)
+    if kv_heads is not None and heads % kv_heads:
+        raise r.fail("num_key_value_heads", f"{kv_heads} does not divide num_attention_heads {heads}")
+    if r.integer("head_dim", required=False, allow_null=True) is None:
+        hidden = r.integer("hidden_size", maximum=MAX_COUNT * MAX_COUNT)
+        if hidden // heads < 1:
+            raise r.fail("hidden_size", f"{hidden} gives a head size below 1 with {heads} heads")
+    window = r.integer("sliding_window", required=False, allow_null=True, maximum=MAX_TOKENS)
+    r.layer_types(n_layers, DRAFTER_LAYER_TYPES)
+    dflash = r.mapping("dflash_config")
+    block = dflash.integer("block_size", minimum=2)
+    swa_window = dflash.integer("swa_window_size", required=False, allow_null=True, maximum=MAX_TOKENS)
+    sliding = "sliding_attention" in (cfg.get("layer_types") or ()) or dflash.cfg.get("use_swa") is True
+    if sliding and window is None and swa_window is None:
+        raise r.fail("sliding_window", "required field is missing (the drafter has sliding-window layers)")
+    return block
+
+
+def check_configs(target: Mapping[str, Any], drafter: Mapping[str, Any] | None) -> None:
+    """Both configs (the drafter may be absent); raises :class:`ConfigInvalid`."""
+    check_target(target)
+    if drafter is not None:
+        check_drafter(drafter)

@@ -1,0 +1,62 @@
+"""Running build.py on broken input and checking how it refuses: one line, a documented code, nothing written."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import build
+from click.testing import CliRunner, Result
+
+from recipe_copies import REPO
+
+# A daemon address where nothing listens: input checks must fail before any engine is asked.
+DEAD_DOCKER = "unix:///nonexistent/docker.sock"
+DIGEST = "sha256:" + "5e" * 32
+# The exit codes README.md documents for refused input (stackbuild/errors.py): recipe or usage 2,
+# geometry gate 5, output path 14. 70 (internal error) must never come from input.
+INPUT_EXIT_CODES = {2, 5, 14}
+INTERNAL_ERROR = 70
+# Where the CLI writes by default (compose/, out/): a refusal leaves them as they were.
+DEFAULT_OUTPUT_DIRS = (REPO / "compose", REPO / "out")
+
+
+def snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``roots`` with its size and modification time."""
+    out = {}
+    for root in roots:
+        if not root.exists():
+            continue
+        for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+            for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+                path = os.path.join(dirpath, name)
+                st = os.lstat(path)
+                out[path] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def invoke(args: list[str], **env: Any) -> Result:
+    """build.py's CLI in this process (stdout and stderr apart), no engine, no owner, a fixed date."""
+    base = {"DOCKER_HOST": DEAD_DOCKER, "IMAGE_OWNER": None, "SOURCE_DATE_EPOCH": "1764460800"}
+    return CliRunner().invoke(build.cli, [str(a) for a in args], env={**base, **env}, prog_name="build.py")
+
+
+def assert_refused(result: Result, code: int, *needles: str) -> str:
+    """Exit ``code``, exactly one ``error:`` line on stderr holding every needle, no traceback; returns the line."""
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise AssertionError(f"exception escaped the CLI: {result.exception!r}") from result.exception
+    assert "Traceback" not in result.stderr + result.stdout
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert result.exit_code == code, result.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def edit_json(path: Path, edit: Callable[[dict], Any]) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data, indent=2))
