@@ -16,7 +16,7 @@ DEAD_DOCKER = "unix:///nonexistent/docker.sock"
 DIGEST = "sha256:" + "5e" * 32
 # The exit codes README.md documents for refused input (stackbuild/errors.py): recipe or usage 2,
 # geometry gate 5, output path 14. 70 (internal error) must never come from input.
-INPUT_EXIT_CODES = {2, 5, 14}
+INPUT_EXIT_CODES = {2, 5, 15}
 INTERNAL_ERROR = 70
 # Where the CLI writes by default (compose/, out/): a refusal leaves them as they were.
 DEFAULT_OUTPUT_DIRS = (REPO / "compose", REPO / "out")
