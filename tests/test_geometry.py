@@ -93,8 +93,39 @@ def test_overlay_without_exact_fit_keeps_stock():
 def test_auto_kv_rule_only_on_family_100():
     r100 = simulate(_inputs(C.recipe_input("stock")))
     assert (r100.target_kv_dtype, r100.drafter_kv_dtype) == ("fp8", "auto")
-    r120 = simulate(_inputs(C.recipe_input("stock", capability_family=120)))
-    assert (r120.target_kv_dtype, r120.drafter_kv_dtype) == ("auto", "auto")
+
+
+@pytest.mark.parametrize("requested", ["auto", "fp8", "fp8_e4m3"])
+def test_family_120_runs_fp8_ds_mla(requested):
+    """Family 120: _canonicalize_sparse_mla_kv_cache_dtype (mla_attention.py)
+    makes FLASHINFER_MLA_SPARSE_SM120 run auto/fp8/fp8_e4m3 as fp8_ds_mla and
+    MLAAttention writes that back to the cache config; a drafter without its
+    own dtype loads after the target and inherits it, which FLASH_ATTN's
+    supported_kv_cache_dtypes (auto, float16, bfloat16, fp8, fp8_e4m3) refuse."""
+    inherit = simulate(_inputs(C.recipe_input("stock", capability_family=120,
+                                              kv_cache_dtype=requested)))
+    assert (inherit.target_kv_dtype, inherit.drafter_kv_dtype) == ("fp8_ds_mla", "fp8_ds_mla")
+    assert inherit.with_drafter.error.startswith("ValueError")
+    assert not inherit.target_only_same_spec.error  # the target alone still plans
+    own = simulate(_inputs(C.recipe_input("stock", capability_family=120,
+                                          kv_cache_dtype=requested,
+                                          drafter_kv_cache_dtype="auto")))
+    assert (own.target_kv_dtype, own.drafter_kv_dtype) == ("fp8_ds_mla", "auto")
+    mla = [r for r in own.with_drafter.layers if r.role == "mla_latent"]
+    # the packed layout: 512 B NoPE + 16 B scales + 128 B RoPE per token
+    assert {r.bytes_per_token for r in mla} == {656}
+    assert {r.real_page_bytes for r in mla} == {own.with_drafter.block_size * 656}
+
+
+@pytest.mark.parametrize("requested", ["bfloat16", "float16", "fp8_e5m2"])
+def test_family_120_rejects_other_target_kv_dtypes(requested):
+    """FLASHINFER_MLA_SPARSE_SM120 is the only sparse MLA backend vLLM lists
+    for SM12x, and it does not take these dtypes: vLLM finds no backend."""
+    report = simulate(_inputs(C.recipe_input("stock", capability_family=120,
+                                             kv_cache_dtype=requested,
+                                             drafter_kv_cache_dtype="auto")))
+    for plan in (report.with_drafter, report.without_drafter, report.target_only_same_spec):
+        assert plan.error.startswith("ValueError: No valid attention backend")
 
 
 def test_json_roundtrip_and_bad_input():
