@@ -346,8 +346,13 @@ class GeometryReport:
     with_drafter: Plan
     without_drafter: Plan  # same flags, no drafter, num_speculative_tokens 0
     target_only_same_spec: Plan  # no drafter layers, same num_spec
-    kv_cache_memory_bytes: int
+    kv_cache_memory_bytes: int  # per rank
     notes: tuple[str, ...] = ()
+    nodes: int = 1  # machines the TP group spans
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.tensor_parallel_size // self.nodes
 
     # convenient aliases of the with-drafter figures
     @property
@@ -1358,7 +1363,7 @@ def simulate(inputs: GeometryInputs) -> GeometryReport:
             backends=(), kernel_block_alignment=None, drafter_backend=None,
             drafter_kernel_block=None, with_drafter=with_d, without_drafter=with_d,
             target_only_same_spec=with_d, kv_cache_memory_bytes=inputs.kv_cache_memory_bytes,
-            notes=tuple(notes))
+            notes=tuple(notes), nodes=inputs.nodes)
     if inputs.has_drafter:
         n = inputs.num_speculative_tokens
         target = model.target_only()
@@ -1389,4 +1394,5 @@ def simulate(inputs: GeometryInputs) -> GeometryReport:
         target_only_same_spec=same_spec,
         kv_cache_memory_bytes=inputs.kv_cache_memory_bytes,
         notes=tuple(notes),
+        nodes=inputs.nodes,
     )

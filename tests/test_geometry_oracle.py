@@ -89,6 +89,20 @@ def test_gb10_matrix_agrees_with_vllm(idx):
         assert not vllm.with_drafter.error
 
 
+RECIPES = sorted((ROOT / "recipes").glob("*/recipe.yaml"))
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=[p.parent.name for p in RECIPES])
+def test_recipe_gate_input_agrees_with_vllm(path):
+    """Every recipe's own gate input, as the build writes it."""
+    from stackbuild.plan import gate_input
+    from stackbuild.recipe import load_recipe
+
+    sim, vllm, diffs = _agree(gate_input(load_recipe(path), vllm_behaviour=BEHAVIOUR))
+    assert not diffs, "\n".join(diffs[:20])
+    assert check(vllm).passed is (BEHAVIOUR == "overlay")
+
+
 def _gb10_tp2_block() -> int:
     """GB10, TP2, num_speculative_tokens 7, by hand (_align_hybrid_block_size).
     KDA state per rank: conv (3 x 64 heads x 128 / 2) x (4 - 1 + 7) x bf16 +
