@@ -315,3 +315,20 @@ def test_align_not_modelled_for_gdn_targets():
                           **C.prefix_caching(True))
     with pytest.raises(BadInput, match="Qwen3-Next"):
         simulate(_inputs(data))
+
+
+@pytest.mark.parametrize("nodes,why", [(0, "nodes must be a positive integer, got 0"),
+                                       (True, "nodes must be a positive integer, got True"),
+                                       (4, "tensor_parallel_size 2 is not a multiple of nodes 4")])
+def test_nodes_must_split_the_tp_group(nodes, why):
+    with pytest.raises(BadInput, match=why):
+        _inputs(C.recipe_input("stock", tensor_parallel_size=2, nodes=nodes))
+
+
+def test_nodes_do_not_change_the_per_rank_geometry():
+    one = simulate(_inputs(C.recipe_input("stock", capability_family=120, tensor_parallel_size=4,
+                                          drafter_kv_cache_dtype="auto")))
+    two = simulate(_inputs(C.recipe_input("stock", capability_family=120, tensor_parallel_size=4,
+                                          drafter_kv_cache_dtype="auto", nodes=2)))
+    assert (two.nodes, two.ranks_per_node) == (2, 2)
+    assert two.with_drafter == one.with_drafter
