@@ -22,6 +22,14 @@ Target, GLM-5.3-Flash (``Glm5NextForCausalLM``, sparse MLA with kpool indexer):
     FLASHINFER_MLA_SPARSE first among sparse backends; with a bf16 cache and
     <= 16 heads/rank FA4 sparse would win, and with more heads FlashMLA sparse:
     we model FlashInfer sparse for every dtype (the recipe pins fp8).
+    Family 120 (SM12x: RTX PRO 6000 is 12.0, GB10 / DGX Spark 12.1; vLLM's
+    family test reads the major only) lists TRITON_MLA (dense) and
+    FLASHINFER_MLA_SPARSE_SM120 only, so the sparse layers get the latter
+    or no backend at all.  It takes auto/fp8/fp8_e4m3/fp8_ds_mla, and
+    ``_canonicalize_sparse_mla_kv_cache_dtype`` runs auto/fp8/fp8_e4m3 as
+    ``fp8_ds_mla`` (656 B per token), which ``MLAAttention`` writes back to
+    ``cache_config.cache_dtype``.  The hybrid alignment still counts 512 B
+    per token (its 1-token spec has no ``state_content_bytes``).
   * KDA / GDN layers      -> SSM backends (ignored by block-size selection).
 
 Target, Qwen3-Next style hybrid (GDN + full attention): ``FLASH_ATTN``.
@@ -48,7 +56,9 @@ block; ``_get_backend_priorities`` puts FLASH_ATTN first whenever
 config that vLLM reads as causal (``layer_types`` all sliding, no
 ``dflash_config.causal``) does not fall to FLASHINFER on SM100, whose kernel
 block list [16, 32, 64] would make the sliding-window block 64.  Any other
-drafter backend is rejected as not modelled.
+drafter backend is rejected as not modelled.  FLASH_ATTN's KV dtypes are its
+class list; on family 120 it runs FA2, which takes no fp8 cache (see
+``FLASH_ATTN_FA2``).
 
 FA4 head-dim-256 and SM90 FP8 head-dim-512 FlashAttention special cases depend
 on the installed flash-attn build; the simulator models the generic
@@ -99,6 +109,11 @@ class Backend:
     is_ssm: bool = False
     # rows of customize_spec's align_blocks_to_rows (None = no customisation)
     align_rows: int | None = None
+    # the class's ``supported_kv_cache_dtypes`` (None = not modelled: any)
+    kv_cache_dtypes: tuple[str, ...] | None = None
+
+    def takes_kv_cache_dtype(self, kv_cache_dtype: str) -> bool:
+        return self.kv_cache_dtypes is None or kv_cache_dtype in self.kv_cache_dtypes
 
     @property
     def min_kernel_block(self) -> int:
@@ -128,7 +143,8 @@ class Backend:
 
 
 SSM = Backend("SSM", (), None, is_ssm=True)
-FLASH_ATTN = Backend("FLASH_ATTN", (Multiple(16),))
+FLASH_ATTN = Backend("FLASH_ATTN", (Multiple(16),),
+                     kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3"))
 KPOOL_TAIL = Backend("KPOOL_TAIL", (Multiple(1),), ("BLHNC",))
 
 
@@ -137,14 +153,36 @@ def glm5_indexer_backend(index_kpool: int, family: int) -> Backend:
     return Backend("GLM5_NEXT_INDEXER", tuple(index_kpool * p for p in pages))
 
 
+SPARSE_MLA_FAMILIES = (100, 120, 90)
+
+
 def sparse_mla_backend(family: int) -> Backend:
     if family == 100:
-        return Backend("FLASHINFER_MLA_SPARSE", (Multiple(32),), align_rows=32)
+        return Backend("FLASHINFER_MLA_SPARSE", (Multiple(32),), align_rows=32,
+                       kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3"))
     if family == 120:
-        return Backend("FLASHINFER_MLA_SPARSE_SM120", (Multiple(64),), align_rows=64)
+        return Backend("FLASHINFER_MLA_SPARSE_SM120", (Multiple(64),), align_rows=64,
+                       kv_cache_dtypes=("auto", "fp8", "fp8_e4m3", "fp8_ds_mla"))
     if family == 90:
-        return Backend("FLASHINFER_MLA_SPARSE_SM90", (Multiple(64),), align_rows=1)
+        return Backend("FLASHINFER_MLA_SPARSE_SM90", (Multiple(64),), align_rows=1,
+                       kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e4m3"))
     raise ValueError(f"no sparse MLA backend modelled for capability family {family}")
+
+
+# The packed DeepSeek layout: 512 B quantized NoPE + 16 B scales + 128 B RoPE
+# per token whatever the model's rope width (MLAAttention.get_kv_cache_spec's
+# state_content_bytes).
+FP8_DS_MLA_BYTES_PER_TOKEN = 656
+
+
+def canonical_sparse_mla_kv_cache_dtype(backend: Backend, kv_cache_dtype: str) -> str:
+    """``_canonicalize_sparse_mla_kv_cache_dtype`` (mla_attention.py) for the
+    modelled sparse backends: FLASHINFER_MLA_SPARSE_SM120 runs auto, fp8 and
+    fp8_e4m3 as fp8_ds_mla."""
+    if backend.name == "FLASHINFER_MLA_SPARSE_SM120" and kv_cache_dtype in (
+            "auto", "fp8", "fp8_e4m3"):
+        return "fp8_ds_mla"
+    return kv_cache_dtype
 
 
 FLASHINFER_MLA = Backend("FLASHINFER_MLA", (32, 64))
@@ -177,9 +215,17 @@ def dense_mla_backend(family: int, kv_cache_dtype: str, qk_nope_head_dim: int,
     raise ValueError(f"no dense MLA backend modelled for capability family {family}")
 
 
-def drafter_backend(requested: str | None) -> Backend:
+# FLASH_ATTN on family 120 runs FA2 whatever flash-attn build is installed
+# (fa_utils.get_flash_attn_version: FA3 is chosen on SM90 only, FA4 on SM10x
+# only), and flash_attn_supports_kv_cache_dtype takes a quantized cache only
+# with FA3/FA4 on SM90 or FA4 on family 100: no fp8 KV there.
+FLASH_ATTN_FA2 = Backend("FLASH_ATTN", (Multiple(16),),
+                         kv_cache_dtypes=("auto", "float16", "bfloat16"))
+
+
+def drafter_backend(requested: str | None, family: int) -> Backend:
     if requested in (None, "FLASH_ATTN", "auto"):
-        return FLASH_ATTN
+        return FLASH_ATTN_FA2 if family == 120 else FLASH_ATTN
     raise ValueError(
         f"drafter attention backend {requested!r} is not modelled (only FLASH_ATTN)"
     )

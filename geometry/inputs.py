@@ -46,6 +46,10 @@ class GeometryInputs:
     # choice (see geometry/backends.py for what is modelled).
     max_model_len: int | None = None
     drafter_attention_backend: str | None = None
+    # Machines the tensor-parallel group spans (tensor_parallel_size / nodes
+    # ranks each).  The geometry is per rank and does not depend on it; the
+    # report shows the per-node picture from it.
+    nodes: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.target_config, Mapping):
@@ -59,6 +63,11 @@ class GeometryInputs:
                 raise BadInput(f"{name} must be an integer, got {value!r}")
         if self.tensor_parallel_size < 1:
             raise BadInput("tensor_parallel_size must be >= 1")
+        if not isinstance(self.nodes, int) or isinstance(self.nodes, bool) or self.nodes < 1:
+            raise BadInput(f"nodes must be a positive integer, got {self.nodes!r}")
+        if self.tensor_parallel_size % self.nodes:
+            raise BadInput(f"tensor_parallel_size {self.tensor_parallel_size} is not a multiple "
+                           f"of nodes {self.nodes}")
         if self.num_speculative_tokens < 0:
             raise BadInput("num_speculative_tokens must be >= 0")
         if self.kv_cache_memory_bytes < 0:

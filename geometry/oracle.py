@@ -54,7 +54,9 @@ except ImportError:  # pragma: no cover - script mode
     from inputs import GeometryInputs  # type: ignore[no-redef]
     from prefix_cache import PrefixCache, can_hit  # type: ignore[no-redef]
 
-_FAMILY_CAPABILITY = {90: (9, 0), 100: (10, 3), 120: (12, 0)}
+# The capability reported for a family: vLLM's family test (and every SM12x
+# choice in the planning path) reads the major only; 12.1 is GB10 (DGX Spark).
+_FAMILY_CAPABILITY = {90: (9, 0), 100: (10, 3), 120: (12, 1)}
 
 
 def _import_glm5next() -> None:
@@ -400,6 +402,7 @@ def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
 
             if mla_cls is None:
                 raise ValueError(f"no sparse MLA backend for family {inputs.capability_family}")
+            model_kv = _sparse_mla_kv_cache_dtype(mla_cls, cache)
             idx_hd = hf.index_head_dim
             for i in range(hf.num_hidden_layers):
                 p = f"model.layers.{i}.self_attn"
@@ -454,7 +457,13 @@ def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
                         kv_cache_dtype_str_to_dtype(model_kv, mc), None, False)
 
         if drafter is not None:
-            d_kv_str = cfg.speculative_config.kv_cache_dtype or model_kv
+            # load_dflash_model: the drafter's own dtype, else the cache
+            # config's as the target's layers left it
+            d_kv_str = cfg.speculative_config.kv_cache_dtype or cache.cache_dtype
+            if not _drafter_backend_takes(fa_cls, d_kv_str, inputs.capability_family):
+                raise ValueError(  # CudaPlatform.get_attn_backend_cls, selected backend
+                    f"Selected backend {fa_cls.get_name()} is not valid for this "
+                    "configuration. Reason: ['kv_cache_dtype not supported']")
             dc = drafter
             heads = dc["num_attention_heads"]
             total_kv = dc.get("num_key_value_heads") or heads
@@ -466,6 +475,38 @@ def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
                     Attention, AttentionType, fa_cls, name, max(1, total_kv // tp), hd,
                     d_kv_str, kv_cache_dtype_str_to_dtype(d_kv_str, mc), window, True)
     return cfg, kind
+
+
+def _drafter_backend_takes(fa_cls, kv_cache_dtype: str, family: int) -> bool:
+    """FLASH_ATTN's ``supports_kv_cache_dtype``.  Whether it takes a quantized
+    cache depends on the FA version: on family 120 vLLM always runs FA2, which
+    takes none (``flash_attn_supports_kv_cache_dtype``, called here with the
+    capability reported); elsewhere the version comes from the installed
+    flash-attn build, which a CPU box lacks, so only the class's dtype list
+    is read there (geometry/backends.py states the assumption)."""
+    if family == 120:
+        return fa_cls.supports_kv_cache_dtype(kv_cache_dtype)
+    return kv_cache_dtype in fa_cls.supported_kv_cache_dtypes
+
+
+def _sparse_mla_kv_cache_dtype(mla_cls, cache) -> str:
+    """What ``MLAAttention.__init__`` does with the cache dtype for a sparse
+    MLA layer: the backend must take it (``validate_configuration``'s dtype
+    test; on SM12x no other sparse backend is listed), then
+    ``_canonicalize_sparse_mla_kv_cache_dtype`` may change it and the layer
+    writes the result back to the cache config."""
+    from vllm.model_executor.layers.attention.mla_attention import (
+        _canonicalize_sparse_mla_kv_cache_dtype,
+    )
+
+    requested = cache.cache_dtype
+    if requested not in mla_cls.supported_kv_cache_dtypes:
+        raise ValueError(f"No valid attention backend found: {mla_cls.get_name()} does not "
+                         f"take kv_cache_dtype {requested!r}")
+    canonical = _canonicalize_sparse_mla_kv_cache_dtype(mla_cls, requested)
+    if canonical != requested:
+        cache.cache_dtype = canonical
+    return canonical
 
 
 def _kimi_mla_backend(inputs: GeometryInputs, hf, kv_str: str):

@@ -5,7 +5,9 @@ What it reproduces, in vLLM's order:
 
 1. ``Glm5NextModelConfig.verify_and_update_config``: ``kv_cache_dtype="auto"`` on
    capability family 100 with a sparse indexer becomes ``fp8`` and a non-MTP
-   drafter without its own dtype stays ``auto`` (= the model dtype, bf16).
+   drafter without its own dtype stays ``auto`` (= the model dtype, bf16);
+   on family 120 the sparse MLA layers run ``fp8_ds_mla`` and a drafter
+   without its own dtype inherits it (``resolve_kv_dtypes``).
 2. The per-layer specs each layer's ``get_kv_cache_spec`` returns, after the
    runner's ``customize_attention_spec`` (``vllm/v1/worker/gpu/attn_utils.py``),
    for every target layer (KDA/GDN ``MambaSpec``; MLA latent, sparse-indexer
@@ -120,6 +122,9 @@ class Spec:
     head_size_v: int = 0
     dtype_bytes: int = 0
     dtype: str = ""
+    # bytes per (head, state) when the cache dtype packs its content
+    # (``state_content_bytes``: fp8_ds_mla 656); None = (head + head_v) x dtype
+    content_bytes: int | None = None
     tokens_per_state: int = 1
     page_size_padded: int | None = None
     block_stride_alignment: Any = None  # None | int | B.Multiple
@@ -141,12 +146,17 @@ class Spec:
             return self.block_size // self.tokens_per_state
         return 1
 
+    @property
+    def state_content_size_bytes(self) -> int:
+        if self.content_bytes is not None:
+            return self.content_bytes
+        return (self.head_size + self.head_size_v) * self.dtype_bytes
+
     @cached_property
     def real_page_size_bytes(self) -> int:
         if self.kind == "mamba":
             return self.state_bytes
-        return (self.num_kv_heads * self.num_states
-                * (self.head_size + self.head_size_v) * self.dtype_bytes)
+        return self.num_kv_heads * self.num_states * self.state_content_size_bytes
 
     @cached_property
     def page_size_bytes(self) -> int:
@@ -160,8 +170,8 @@ class Spec:
     @property
     def bytes_per_token(self) -> int:
         """Unpadded bytes per token (attention specs)."""
-        return (self.num_kv_heads * (self.head_size + self.head_size_v)
-                * self.dtype_bytes) // max(self.tokens_per_state, 1)
+        return (self.num_kv_heads * self.state_content_size_bytes
+                // max(self.tokens_per_state, 1))
 
     def with_block_size(self, block_size: int) -> "Spec":
         if block_size == self.block_size:
@@ -336,8 +346,13 @@ class GeometryReport:
     with_drafter: Plan
     without_drafter: Plan  # same flags, no drafter, num_speculative_tokens 0
     target_only_same_spec: Plan  # no drafter layers, same num_spec
-    kv_cache_memory_bytes: int
+    kv_cache_memory_bytes: int  # per rank
     notes: tuple[str, ...] = ()
+    nodes: int = 1  # machines the TP group spans
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.tensor_parallel_size // self.nodes
 
     # convenient aliases of the with-drafter figures
     @property
@@ -399,27 +414,48 @@ def _model_dtype(cfg: Mapping[str, Any]) -> str:
     return d
 
 
-_TORCH_STORAGE = {"fp8": "uint8", "fp8_e4m3": "uint8", "fp8_e5m2": "uint8", "half": "float16"}
+_TORCH_STORAGE = {"fp8": "uint8", "fp8_e4m3": "uint8", "fp8_e5m2": "uint8", "half": "float16",
+                  "fp8_ds_mla": "uint8"}
 
 
 def _kv_dtype_name(kv: str, model_dtype: str) -> str:
-    """The torch storage dtype vLLM uses for a cache-dtype string
-    (``STR_DTYPE_TO_TORCH_DTYPE``; "auto" is the model dtype)."""
-    if kv not in _SUPPORTED_KV_DTYPES:
-        raise BadInput(f"KV cache dtype {kv!r} not modelled (supported: {_SUPPORTED_KV_DTYPES})")
+    """The torch storage dtype vLLM uses for a cache-dtype string the layers
+    run (``STR_DTYPE_TO_TORCH_DTYPE``; "auto" is the model dtype)."""
     return model_dtype if kv == "auto" else _TORCH_STORAGE.get(kv, kv)
 
 
 def resolve_kv_dtypes(inputs: GeometryInputs, kind: str) -> tuple[str, str | None]:
-    """Cache-dtype *strings* after Glm5NextModelConfig's auto rule."""
+    """Cache-dtype *strings* the target and drafter layers run.
+
+    1. ``Glm5NextModelConfig``: on family 100 a GLM-5.3 target at "auto" runs
+       fp8 and a non-MTP drafter without its own dtype keeps "auto".
+    2. ``MLAAttention.__init__`` (``_canonicalize_sparse_mla_kv_cache_dtype``):
+       the sparse MLA backend may run another format and writes it back to
+       ``cache_config.cache_dtype`` (family 120: fp8_ds_mla, see
+       geometry/backends.py).
+    3. A drafter without its own dtype takes ``cache_config.cache_dtype`` as it
+       is when the drafter loads, after the target: the rewritten one.
+    """
     target = inputs.kv_cache_dtype
     drafter = inputs.drafter_kv_cache_dtype if inputs.has_drafter else None
+    for what, kv in (("kv_cache_dtype", target), ("drafter_kv_cache_dtype", drafter)):
+        if kv is not None and kv not in _SUPPORTED_KV_DTYPES:
+            raise BadInput(f"{what} {kv!r} not modelled (supported: {_SUPPORTED_KV_DTYPES})")
     tc = _text_config(inputs.target_config)
-    if (kind == "glm5next" and target == "auto" and inputs.capability_family == 100
-            and tc.get("index_topk") is not None):
+    sparse = kind == "glm5next" and tc.get("index_topk") is not None
+    if sparse and target == "auto" and inputs.capability_family == 100:
         target = "fp8"
         if inputs.has_drafter and drafter is None:  # method "dflash" != "mtp"
             drafter = "auto"
+    if sparse and inputs.capability_family in B.SPARSE_MLA_FAMILIES:
+        backend = B.sparse_mla_backend(inputs.capability_family)
+        if not backend.takes_kv_cache_dtype(target):
+            why = (f"{backend.name} does not take kv_cache_dtype {target!r} (it takes "
+                   f"{', '.join(backend.kv_cache_dtypes)})")
+            if inputs.capability_family == 120:  # vLLM lists no other sparse MLA backend
+                raise SimulatedError("ValueError", f"No valid attention backend found: {why}")
+            raise BadInput(f"{why}; vLLM would pick another sparse MLA backend (not modelled)")
+        target = B.canonical_sparse_mla_kv_cache_dtype(backend, target)
     if inputs.has_drafter and drafter is None:
         drafter = target
     return target, drafter
@@ -547,8 +583,8 @@ def _largest_kernel_block_within(backend: B.Backend, per_token: int, budget: int
 def _customize(backend: B.Backend, spec: Spec) -> Spec:
     """vllm.v1.worker.utils.customize_attention_spec."""
     if backend.align_rows is not None:
-        content = (spec.head_size + spec.head_size_v) * spec.dtype_bytes
-        spec = spec.evolve(block_stride_alignment=backend.align_rows * content)
+        spec = spec.evolve(
+            block_stride_alignment=backend.align_rows * spec.state_content_size_bytes)
     if spec.block_stride_alignment is None and backend.fixed_sizes_only:
         spec = spec.evolve(block_stride_alignment=B.Multiple(max(backend.kernel_block_sizes)))
     return spec
@@ -609,7 +645,9 @@ class _Model:
             idx_build = self._make_attn_builder(idx_spec, idx_backend)
             tail_build = self._make_tail_builder(kpool, idx_hd)
             mla_spec = Spec("mla", 0, num_kv_heads=1, head_size=self.head_size, head_size_v=0,
-                            dtype_bytes=t_bytes, dtype=t_dtype)
+                            dtype_bytes=t_bytes, dtype=t_dtype,
+                            content_bytes=(B.FP8_DS_MLA_BYTES_PER_TOKEN
+                                           if kv_t == "fp8_ds_mla" else None))
             mla_build = self._make_attn_builder(mla_spec, mla_backend)
             self.slots = {"kda": (B.SSM, self._mamba_build), "idx": (idx_backend, idx_build),
                           "tail": (B.KPOOL_TAIL, tail_build), "mla": (mla_backend, mla_build)}
@@ -661,12 +699,25 @@ class _Model:
                 ("qwen3_next", n_layers, tuple(layer_types)), qwen_layers))
 
         self.drafter_backend: B.Backend | None = None
+        self.drafter_error: SimulatedError | None = None
         if with_drafter and inputs.drafter_config is not None:
             dc = inputs.drafter_config
             try:
-                self.drafter_backend = B.drafter_backend(inputs.drafter_attention_backend)
+                self.drafter_backend = B.drafter_backend(inputs.drafter_attention_backend,
+                                                          self.family)
             except ValueError as exc:
                 raise BadInput(str(exc)) from exc
+            if not self.drafter_backend.takes_kv_cache_dtype(self.kv_drafter):
+                if inputs.drafter_attention_backend in (None, "auto"):
+                    raise BadInput(
+                        f"the drafter's KV dtype {self.kv_drafter!r} rules out FLASH_ATTN; "
+                        "vLLM would pick another drafter backend (not modelled)")
+                # raised when the drafter loads, after the target: planning
+                # fails, the target alone still plans
+                self.drafter_error = SimulatedError(
+                    "ValueError", f"Selected backend {self.drafter_backend.name} is not valid "
+                    f"for the drafter: kv_cache_dtype {self.kv_drafter!r} not supported (it "
+                    f"takes {', '.join(self.drafter_backend.kv_cache_dtypes)})")
             d_dtype = _kv_dtype_name(self.kv_drafter, self.model_dtype)
             d_heads = int(_req(dc, "num_attention_heads"))
             d_kv = int(dc.get("num_key_value_heads", d_heads) or d_heads)
@@ -869,6 +920,7 @@ class _Model:
         m.layers = [l for l in self.layers if l.owner == "target"]
         m.kv_drafter = None
         m.drafter_backend = None
+        m.drafter_error = None
         return m
 
 
@@ -1182,6 +1234,8 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list
     try:
         if model is None:
             model = _Model(inputs, with_drafter, num_spec)
+        if model.drafter_error is not None:
+            raise model.drafter_error
         cache = _update_block_size(model, inputs)
         slots = model.slots
         built = {k: slots[k][1](cache) for k in model.used_slots()}  # one build per slot
@@ -1309,7 +1363,7 @@ def simulate(inputs: GeometryInputs) -> GeometryReport:
             backends=(), kernel_block_alignment=None, drafter_backend=None,
             drafter_kernel_block=None, with_drafter=with_d, without_drafter=with_d,
             target_only_same_spec=with_d, kv_cache_memory_bytes=inputs.kv_cache_memory_bytes,
-            notes=tuple(notes))
+            notes=tuple(notes), nodes=inputs.nodes)
     if inputs.has_drafter:
         n = inputs.num_speculative_tokens
         target = model.target_only()
@@ -1340,4 +1394,5 @@ def simulate(inputs: GeometryInputs) -> GeometryReport:
         target_only_same_spec=same_spec,
         kv_cache_memory_bytes=inputs.kv_cache_memory_bytes,
         notes=tuple(notes),
+        nodes=inputs.nodes,
     )

@@ -72,6 +72,16 @@ def _plan_lines(title: str, plan: Plan, with_layers: bool) -> list[str]:
     return out
 
 
+def _nodes_line(report: GeometryReport) -> str:
+    """Where the ranks run: the plans below are one rank's; every rank holds
+    its share of every token, so the token capacity is the deployment's."""
+    per_node = report.ranks_per_node * report.kv_cache_memory_bytes
+    return (f"nodes: {report.nodes} x {report.ranks_per_node} rank"
+            f"{'s' if report.ranks_per_node != 1 else ''} (TP {report.tensor_parallel_size}); "
+            f"KV per node {per_node / GIB:.2f} GiB, {report.nodes * per_node / GIB:.2f} GiB in "
+            "all; the plans below are per rank, their token capacity the deployment's")
+
+
 def render_text(report: GeometryReport, verdict: Verdict | None = None) -> str:
     lines = [
         f"KV geometry: {report.model_kind}, vLLM behaviour {report.behaviour}, "
@@ -82,7 +92,8 @@ def render_text(report: GeometryReport, verdict: Verdict | None = None) -> str:
         f"{report.kernel_block_alignment}; drafter backend {report.drafter_backend} "
         f"(kernel block {report.drafter_kernel_block})",
         f"memory for the KV cache: {_fmt(report.kv_cache_memory_bytes)} B "
-        f"({report.kv_cache_memory_bytes / GIB:.2f} GiB)",
+        f"({report.kv_cache_memory_bytes / GIB:.2f} GiB) per rank",
+        _nodes_line(report),
     ]
     lines += _plan_lines("with the drafter", report.with_drafter, True)
     lines += _plan_lines("target alone, same num_speculative_tokens",
@@ -104,7 +115,8 @@ def render_text(report: GeometryReport, verdict: Verdict | None = None) -> str:
 
 
 def to_json(report: GeometryReport, verdict: Verdict | None = None) -> dict[str, Any]:
-    data: dict[str, Any] = {"report": asdict(report)}
+    data: dict[str, Any] = {"report": {**asdict(report),
+                                       "ranks_per_node": report.ranks_per_node}}
     if verdict is not None:
         data["verdict"] = asdict(verdict)
     return data

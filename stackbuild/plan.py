@@ -68,6 +68,7 @@ def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay") -> dict:
         "target_config": dict(recipe.target_config),
         "drafter_config": dict(recipe.drafter_config),
         "tensor_parallel_size": s.tensor_parallel_size,
+        "nodes": s.nodes,
         "kv_cache_dtype": s.kv_cache_dtype,
         "drafter_kv_cache_dtype": s.drafter_kv_cache_dtype,
         "num_speculative_tokens": s.num_speculative_tokens,

@@ -105,6 +105,8 @@ class Serving:
     max_model_len: int
     num_speculative_tokens: int
     tensor_parallel_size: int = 1
+    # machines the tensor-parallel group spans; each runs tensor_parallel_size / nodes ranks
+    nodes: int = 1
     kv_cache_dtype: str = "auto"
     drafter_kv_cache_dtype: Optional[str] = None
     block_size: Optional[int] = None
@@ -356,6 +358,10 @@ def _check_rules(path: Path, recipe: Recipe) -> None:
     tp = serving.tensor_parallel_size
     if tp < 1 or tp & (tp - 1) or tp > MAX_TENSOR_PARALLEL:
         raise RecipeError(path, "serving.tensor_parallel_size", f"must be a power of two from 1 to {MAX_TENSOR_PARALLEL}, got {tp}")
+    if serving.nodes < 1:
+        raise RecipeError(path, "serving.nodes", f"must be a positive integer, got {serving.nodes}")
+    if tp % serving.nodes:
+        raise RecipeError(path, "serving.nodes", f"serving.tensor_parallel_size {tp} is not a multiple of {serving.nodes} nodes (every node runs the same number of ranks)")
     for key in ("kv_cache_dtype", "drafter_kv_cache_dtype"):
         value = getattr(serving, key)
         if value is not None and value not in KV_DTYPES:

@@ -191,6 +191,26 @@ def align_matrix(behaviour: str) -> list[dict]:
     return cases
 
 
+def gb10_matrix(behaviour: str) -> list[dict]:
+    """The default recipe's configs on GB10 (capability 12.1, family 120):
+    TP 2/4 x target KV auto/fp8 x prefix caching on/off ("align"/"none") x
+    (no drafter, or the drafter with KV auto, bfloat16, fp8 or none of its
+    own: it then inherits the target's rewritten fp8_ds_mla)."""
+    target, drafter = recipe_configs()
+    cases = []
+    for tp in (2, 4):
+        for kv in ("auto", "fp8"):
+            for prefix in (True, False):
+                for d_kv in ("none", None, "auto", "bfloat16", "fp8"):
+                    cases.append(recipe_input(
+                        behaviour, capability_family=120, tensor_parallel_size=tp,
+                        kv_cache_dtype=kv, drafter_config=None if d_kv == "none" else drafter,
+                        drafter_kv_cache_dtype=None if d_kv == "none" else d_kv,
+                        num_speculative_tokens=0 if d_kv == "none" else 7,
+                        **prefix_caching(prefix)))
+    return cases
+
+
 def sample(n: int, seed: int = 20261130) -> list[dict]:
     rng = random.Random(seed)
     return [scenario(rng) for _ in range(n)]

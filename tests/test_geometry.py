@@ -93,8 +93,39 @@ def test_overlay_without_exact_fit_keeps_stock():
 def test_auto_kv_rule_only_on_family_100():
     r100 = simulate(_inputs(C.recipe_input("stock")))
     assert (r100.target_kv_dtype, r100.drafter_kv_dtype) == ("fp8", "auto")
-    r120 = simulate(_inputs(C.recipe_input("stock", capability_family=120)))
-    assert (r120.target_kv_dtype, r120.drafter_kv_dtype) == ("auto", "auto")
+
+
+@pytest.mark.parametrize("requested", ["auto", "fp8", "fp8_e4m3"])
+def test_family_120_runs_fp8_ds_mla(requested):
+    """Family 120: _canonicalize_sparse_mla_kv_cache_dtype (mla_attention.py)
+    makes FLASHINFER_MLA_SPARSE_SM120 run auto/fp8/fp8_e4m3 as fp8_ds_mla and
+    MLAAttention writes that back to the cache config; a drafter without its
+    own dtype loads after the target and inherits it, which FLASH_ATTN's
+    supported_kv_cache_dtypes (auto, float16, bfloat16, fp8, fp8_e4m3) refuse."""
+    inherit = simulate(_inputs(C.recipe_input("stock", capability_family=120,
+                                              kv_cache_dtype=requested)))
+    assert (inherit.target_kv_dtype, inherit.drafter_kv_dtype) == ("fp8_ds_mla", "fp8_ds_mla")
+    assert inherit.with_drafter.error.startswith("ValueError")
+    assert not inherit.target_only_same_spec.error  # the target alone still plans
+    own = simulate(_inputs(C.recipe_input("stock", capability_family=120,
+                                          kv_cache_dtype=requested,
+                                          drafter_kv_cache_dtype="auto")))
+    assert (own.target_kv_dtype, own.drafter_kv_dtype) == ("fp8_ds_mla", "auto")
+    mla = [r for r in own.with_drafter.layers if r.role == "mla_latent"]
+    # the packed layout: 512 B NoPE + 16 B scales + 128 B RoPE per token
+    assert {r.bytes_per_token for r in mla} == {656}
+    assert {r.real_page_bytes for r in mla} == {own.with_drafter.block_size * 656}
+
+
+@pytest.mark.parametrize("requested", ["bfloat16", "float16", "fp8_e5m2"])
+def test_family_120_rejects_other_target_kv_dtypes(requested):
+    """FLASHINFER_MLA_SPARSE_SM120 is the only sparse MLA backend vLLM lists
+    for SM12x, and it does not take these dtypes: vLLM finds no backend."""
+    report = simulate(_inputs(C.recipe_input("stock", capability_family=120,
+                                             kv_cache_dtype=requested,
+                                             drafter_kv_cache_dtype="auto")))
+    for plan in (report.with_drafter, report.without_drafter, report.target_only_same_spec):
+        assert plan.error.startswith("ValueError: No valid attention backend")
 
 
 def test_json_roundtrip_and_bad_input():
@@ -284,3 +315,20 @@ def test_align_not_modelled_for_gdn_targets():
                           **C.prefix_caching(True))
     with pytest.raises(BadInput, match="Qwen3-Next"):
         simulate(_inputs(data))
+
+
+@pytest.mark.parametrize("nodes,why", [(0, "nodes must be a positive integer, got 0"),
+                                       (True, "nodes must be a positive integer, got True"),
+                                       (4, "tensor_parallel_size 2 is not a multiple of nodes 4")])
+def test_nodes_must_split_the_tp_group(nodes, why):
+    with pytest.raises(BadInput, match=why):
+        _inputs(C.recipe_input("stock", tensor_parallel_size=2, nodes=nodes))
+
+
+def test_nodes_do_not_change_the_per_rank_geometry():
+    one = simulate(_inputs(C.recipe_input("stock", capability_family=120, tensor_parallel_size=4,
+                                          drafter_kv_cache_dtype="auto")))
+    two = simulate(_inputs(C.recipe_input("stock", capability_family=120, tensor_parallel_size=4,
+                                          drafter_kv_cache_dtype="auto", nodes=2)))
+    assert (two.nodes, two.ranks_per_node) == (2, 2)
+    assert two.with_drafter == one.with_drafter

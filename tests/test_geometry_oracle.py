@@ -43,6 +43,7 @@ SEED = int(os.environ.get("GEOMETRY_ORACLE_SEED", "20261130"))
 BEHAVIOUR = os.environ.get("GEOMETRY_ORACLE_BEHAVIOUR", "stock")
 CASES = C.sample(N, SEED)
 ALIGN_CASES = C.align_matrix(BEHAVIOUR)
+GB10_CASES = C.gb10_matrix(BEHAVIOUR)
 
 
 def _agree(data: dict) -> tuple:
@@ -69,6 +70,82 @@ def test_align_matrix_agrees_with_vllm(idx):
     sim, vllm, diffs = _agree(ALIGN_CASES[idx])
     assert not diffs, "\n".join(diffs[:20])
     assert vllm.with_drafter.prefix_cache is not None or vllm.with_drafter.error
+
+
+@pytest.mark.parametrize("idx", range(len(GB10_CASES)))
+def test_gb10_matrix_agrees_with_vllm(idx):
+    """GB10 (family 120): TP 2/4 x target KV x prefix caching x drafter KV."""
+    data = GB10_CASES[idx]
+    sim, vllm, diffs = _agree(data)
+    assert not diffs, "\n".join(diffs[:20])
+    alone = vllm.target_only_same_spec
+    assert not alone.error  # auto and fp8 both run as fp8_ds_mla
+    assert {r.bytes_per_token for r in alone.layers if r.role == "mla_latent"} == {656}
+    d_kv = data["drafter_kv_cache_dtype"]
+    if data["drafter_config"] is not None and d_kv not in ("auto", "bfloat16"):
+        # inherited fp8_ds_mla, or fp8: FLASH_ATTN (FA2 on SM12x) takes neither
+        assert vllm.with_drafter.error.startswith("ValueError")
+    else:
+        assert not vllm.with_drafter.error
+
+
+RECIPES = sorted((ROOT / "recipes").glob("*/recipe.yaml"))
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=[p.parent.name for p in RECIPES])
+def test_recipe_gate_input_agrees_with_vllm(path):
+    """Every recipe's own gate input, as the build writes it."""
+    from stackbuild.plan import gate_input
+    from stackbuild.recipe import load_recipe
+
+    sim, vllm, diffs = _agree(gate_input(load_recipe(path), vllm_behaviour=BEHAVIOUR))
+    assert not diffs, "\n".join(diffs[:20])
+    assert check(vllm).passed is (BEHAVIOUR == "overlay")
+
+
+def _gb10_tp2_block() -> int:
+    """GB10, TP2, num_speculative_tokens 7, by hand (_align_hybrid_block_size).
+    KDA state per rank: conv (3 x 64 heads x 128 / 2) x (4 - 1 + 7) x bf16 +
+    recurrent 32 x 128 x 128 x fp32 = 245,760 + 2,097,152.  Alignment: the
+    first non-SSM backend is the sparse indexer, 64-state pages only on
+    family 120 -> 4 x 64 = 256 tokens.  Bytes per token: the 1-token
+    MLAAttentionSpec built from cache_dtype "fp8_ds_mla" (uint8, no
+    state_content_bytes) = 512."""
+    state = 3 * 64 * 128 // 2 * 10 * 2 + 32 * 128 * 128 * 4
+    assert state == 2_342_912
+    return 256 * -(-state // (256 * 512))
+
+
+@pytest.mark.parametrize("prefix_caching", [True, False])
+def test_gb10_tp2_by_hand(prefix_caching):
+    """vLLM's own answer for the GB10 recipe's shape (bf16 drafter KV, the
+    only drafter KV FLASH_ATTN takes there) against hand arithmetic."""
+    sim, vllm, diffs = _agree(C.recipe_input(
+        BEHAVIOUR, capability_family=120, tensor_parallel_size=2,
+        drafter_kv_cache_dtype="auto", **C.prefix_caching(prefix_caching)))
+    assert not diffs, "\n".join(diffs[:20])
+    block = _gb10_tp2_block()
+    assert block == 4608
+    mla_page = block * 656  # fp8_ds_mla: 512 NoPE + 16 scales + 128 RoPE bytes per token
+    indexer_page = block // 4 * (128 + 4)  # one fp8 key + 4 scale bytes per kpool-4 state
+    # block stride: the lcm of the MLA rows (64 x 656) and the indexer's
+    # MultipleOf(256) (its page at 256 tokens: 64 states x 132)
+    stride = math.lcm(64 * 656, 64 * 132)
+    target_widest = 11 * (mla_page + indexer_page)
+    # no exact fit for the drafter: P / 2048 B per token = 1476 is not a multiple
+    # of FLASH_ATTN's 16, so both behaviours keep the whole block: 4 KV heads
+    # per rank x (128 + 128) x 2 bytes, 5 layers
+    drafter_group = 5 * block * 4 * 256 * 2
+    assert mla_page % 2048 == 0 and (mla_page // 2048) % 16
+    for plan, widest in ((vllm.with_drafter, max(target_widest, drafter_group)),
+                         (vllm.target_only_same_spec, target_widest)):
+        assert plan.block_size == block
+        assert plan.target_attention_page == mla_page == 3_022_848
+        assert plan.mamba_page_size_padded == block * 512
+        assert plan.bytes_per_block == stride * -(-widest // stride)
+    assert vllm.target_only_same_spec.bytes_per_block == 36_022_272
+    assert vllm.with_drafter.bytes_per_block == 48_491_520
+    assert not check(vllm).passed  # the drafter's group widens every block
 
 
 def _recipe_block(num_spec: int) -> int:
