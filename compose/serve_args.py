@@ -59,6 +59,8 @@ GENERATED_FLAGS = {
     "--kv-cache-dtype": "serving.kv_cache_dtype",
     "--gpu-memory-utilization": "serving.gpu_memory_utilization",
     "--block-size": "serving.block_size",
+    "--enable-prefix-caching": "serving.enable_prefix_caching",
+    "--no-enable-prefix-caching": "serving.enable_prefix_caching",
     "--speculative-config": "drafter / serving.num_speculative_tokens",
     "--tool-call-parser": "serving.tool_call_parser",
     "--reasoning-parser": "serving.reasoning_parser",
@@ -93,6 +95,8 @@ def serve_argv(recipe: Recipe) -> list[str]:
     ]
     if s.block_size is not None:
         argv += ["--block-size", str(s.block_size)]
+    if s.enable_prefix_caching is not None:
+        argv.append("--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching")
     argv += ["--speculative-config", speculative_config_json(recipe)]
     if s.tool_call_parser:
         argv += ["--tool-call-parser", s.tool_call_parser]
