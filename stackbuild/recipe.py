@@ -116,7 +116,6 @@ class Geometry:
     """Inputs the KV-geometry gate needs beyond the configs and serving flags."""
 
     kv_cache_memory_gib: float
-    mamba_cache_mode: Literal["none", "align"] = "none"
 
 
 @dataclass(frozen=True)
