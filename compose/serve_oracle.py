@@ -22,7 +22,7 @@ os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 PARSED_FIELDS = (
     "model_tag", "served_model_name", "tensor_parallel_size", "max_model_len", "kv_cache_dtype",
-    "gpu_memory_utilization", "block_size", "speculative_config", "tool_call_parser",
+    "gpu_memory_utilization", "block_size", "enable_prefix_caching", "speculative_config", "tool_call_parser",
     "reasoning_parser", "enable_auto_tool_choice", "host", "port",
 )
 

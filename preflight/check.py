@@ -185,8 +185,10 @@ def _geometry(raw: dict, changed: str, warnings: list[str], overlay_manifest: Op
         return refused(EXIT_UNCHECKED, f"re-check ({changed}) cannot model this: {exc}", *warnings)
     verdict = gate_check(report)
     if not verdict.passed:
-        reasons = [f"  - {r}" for r in verdict.reasons[1:]]
-        return refused(EXIT_GEOMETRY, f"re-checked ({changed}): {verdict.reasons[0]}", *reasons, *warnings)
+        more = len(verdict.reasons) - 1
+        return refused(EXIT_GEOMETRY, f"re-checked ({changed}): {verdict.reasons[0]}"
+                       + (f" (and {more} more below)" if more else ""),
+                       *(f"  - {r}" for r in verdict.reasons[1:]), *warnings)
     # The cross-check: the installed vLLM plans the same inputs; the simulator must agree
     # field by field when it models that vLLM (the image: patched; a host venv: stock).
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
