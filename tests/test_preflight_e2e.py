@@ -3,15 +3,18 @@ with `docker compose up` from the generated compose service, models mounted from
 directory. The base's `vllm` stub prints the argv it receives and exits 0, so the log shows
 whether vLLM was started, and with what.
 
-The compose service is the generated one with three changes a test host needs: no GPU
-reservation (no NVIDIA runtime here), no published port (other tests run at the same time),
-restart "no" (the stub exits at once; "unless-stopped" would start it again and again).
+The compose service is the generated one with the changes a test host needs: no GPU
+reservation (no NVIDIA runtime here), no ulimits (an unprivileged engine may not raise
+memlock), no published port and a kernel-cache volume of its own (other tests run at the
+same time), restart "no" (the stub exits at once; "unless-stopped" would start it again
+and again). Command, image, mounts and environment are the generated ones.
 """
 from __future__ import annotations
 
 import json
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -47,13 +50,40 @@ class Image:
         return ImagePin(self.repository, PINNED_TAG, None, "")
 
 
+# What `vllm serve`'s parser imports beyond the KV-cache modules the synthetic base was cut
+# down to (the real vllm-openai image has it): pinned as in requirements/base.txt.
+SERVE_CLI_DEPS = ("click==8.5.1",)
+SERVE_CLI_DOCKERFILE = """FROM {base}
+COPY deps/ /tmp/serve-cli-deps/
+RUN python3 -c "import importlib.util, shutil; \\
+site = importlib.util.find_spec('vllm').submodule_search_locations[0].rsplit('/', 1)[0]; \\
+shutil.copytree('/tmp/serve-cli-deps', site, dirs_exist_ok=True); shutil.rmtree('/tmp/serve-cli-deps')" && \\
+    VLLM_TARGET_DEVICE=cpu python3 -c "import vllm.entrypoints.cli.serve"
+"""
+
+
+def serve_cli_base(tmp: Path, registry, base) -> tuple[str, str]:
+    """The synthetic base plus the serve CLI's missing dependencies, pushed to a repository of our own."""
+    deps = tmp / "serve-cli-context" / "deps"
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--only-binary", ":all:",
+                          "--target", str(deps), *SERVE_CLI_DEPS], capture_output=True, text=True, timeout=600)
+    assert pip.returncode == 0, pip.stderr
+    (deps.parent / "Dockerfile").write_text(SERVE_CLI_DOCKERFILE.format(base=base.pinned))
+    repository, tag = unique_repository(registry.address, "vllm-openai-serve-cli"), base.tag
+    env = registry.env
+    for command in (["build", "-q", "-t", f"{repository}:{tag}", str(deps.parent)], ["push", f"{repository}:{tag}"]):
+        run = subprocess.run(["docker", *command], capture_output=True, text=True, timeout=900, env=env)
+        assert run.returncode == 0, run.stderr
+    return repository, tag
+
+
 @pytest.fixture(scope="module")
 def image(registry, synthetic_base_amd64, tmp_path_factory) -> Image:
     """The B200 test recipe built (not pushed) into a repository of this module's own."""
     tmp = tmp_path_factory.mktemp("preflight-image")
-    base = synthetic_base_amd64
     config = docker_login(tmp, registry)
-    recipe = recipe_copy(tmp, "b200-amd64", base=base.image, tag=base.tag)
+    base, tag = serve_cli_base(tmp, registry, synthetic_base_amd64)
+    recipe = recipe_copy(tmp, "b200-amd64", base=base, tag=tag)
     lock = cli("lock", "--recipe", str(recipe), docker_config_dir=config)
     assert lock.returncode == 0, lock.stderr
     repository = unique_repository(registry.address, "glm53-preflight")
@@ -92,13 +122,15 @@ def up(tmp: Path, image: Image, models_dir: Path, *, extra: tuple[str, ...] = ()
     recipe = load_recipe(image.recipe)
     doc = compose_document(recipe, image=image.pin, models_dir=str(models_dir), gpu_reservation=False)
     service = doc["services"][SERVICE]
+    project = f"preflight-{uuid.uuid4().hex[:10]}"
     service.pop("ports")
+    service.pop("ulimits")
     service["restart"] = "no"
     service["command"] = [*service["command"], *extra]
     service["environment"].update(env or {})
+    doc["volumes"]["kernel-cache"]["name"] = f"{project}-kernels"
     path = tmp / f"compose-{uuid.uuid4().hex[:6]}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    project = f"preflight-{uuid.uuid4().hex[:10]}"
     base = [binary, "-f", str(path), "-p", project]
     try:
         started = subprocess.run([*base, "up", "-d", "--pull", "never"], capture_output=True, text=True, timeout=300)
