@@ -3,11 +3,13 @@
 The parser is built the way ``vllm serve`` builds it (``ServeSubcommand``
 on a ``FlexibleArgumentParser``, then its ``validate``), so every spelling vLLM
 accepts (``-tp``, ``--max-model-len=1M``, ``--config FILE``, ``--no-enable-...``)
-means here what it means to the server; nothing is parsed by hand.
+means here what it means to the server; nothing is parsed by hand. Stdlib only
+but for vLLM itself: compose/serve_oracle.py runs it under any interpreter that has vLLM.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 from dataclasses import dataclass
@@ -51,7 +53,8 @@ def _argparse_error(stderr: str) -> str:
     return _one_line(stderr) or "the parser exited without a message"
 
 
-def parse_serve_flags(argv: Sequence[str]) -> ServeFlags:
+def parse_serve_args(argv: Sequence[str]) -> argparse.Namespace:
+    """What `vllm serve ARGV` parses and validates before it loads anything; ServeFlagsRejected if it refuses."""
     from vllm.entrypoints.cli.serve import ServeSubcommand
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -70,6 +73,11 @@ def parse_serve_flags(argv: Sequence[str]) -> ServeFlags:
     except (TypeError, ValueError, KeyError) as exc:
         message = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
         raise ServeFlagsRejected(_one_line(message)) from None
+    return args
+
+
+def parse_serve_flags(argv: Sequence[str]) -> ServeFlags:
+    args = parse_serve_args(argv)
     spec = args.speculative_config
     if spec is not None and not isinstance(spec, dict):
         raise ServeFlagsRejected(f"--speculative-config did not parse to a JSON object: {spec!r}")
