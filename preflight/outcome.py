@@ -2,8 +2,8 @@
 
 The codes are the build driver's for the same faults (stackbuild/errors.py
 reads them from here): 5 the geometry gate refuses, 11 vLLM's serve parser
-refuses the argv; and the pre-flight's own: 14 a config.json the argv points
-at is missing, unreadable or not JSON, 15 the geometry cannot be checked (a
+refuses the argv; and the pre-flight's own: 15 a config.json the argv points
+at is missing, unreadable or not JSON, 16 the geometry cannot be checked (a
 setup the simulator does not model, the simulator and the installed vLLM
 disagree, vLLM missing, the image's record of the build unreadable), 2 an
 unknown GLM53_PREFLIGHT mode.
@@ -17,8 +17,8 @@ PASSED = 0
 EXIT_BAD_MODE = 2
 EXIT_GEOMETRY = 5
 EXIT_SERVE_FLAGS = 11
-EXIT_CONFIG = 14
-EXIT_UNCHECKED = 15
+EXIT_CONFIG = 15
+EXIT_UNCHECKED = 16
 
 PREFIX = "pre-flight:"
 

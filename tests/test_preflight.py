@@ -80,7 +80,7 @@ def test_snapshot_configs_pass_on_the_fast_path_without_importing_vllm(tmp_path)
 
 
 @pytest.mark.parametrize("case", ["missing", "directory", "not-json", "not-utf8", "json-array"])
-def test_unusable_drafter_config_is_one_line_and_exit_14(tmp_path, case):
+def test_unusable_drafter_config_is_one_line_and_exit_15(tmp_path, case):
     models = models_dir(tmp_path)
     config = models / DRAFTER_DIR / "config.json"
     config.unlink()
@@ -100,7 +100,7 @@ def test_unusable_drafter_config_is_one_line_and_exit_14(tmp_path, case):
     elif case == "json-array":
         config.write_text("[1, 2]")
     run = preflight(models=models)
-    assert run.returncode == MountedConfigUnusable.exit_code == 14
+    assert run.returncode == MountedConfigUnusable.exit_code == 15
     assert run.stdout == ""
     assert run.stderr == (f"error: pre-flight: FAIL: the drafter config {config} (argv: /models/{DRAFTER_DIR}) "
                           f"{expected}\n")
@@ -110,11 +110,11 @@ def test_exit_codes_are_the_drivers(tmp_path):
     """One table: the image's pre-flight exits with the codes the driver documents for the same faults."""
     assert outcome.EXIT_GEOMETRY == GeometryGateFailed.exit_code == 5
     assert outcome.EXIT_SERVE_FLAGS == ServeArgsRejected.exit_code == 11
-    assert outcome.EXIT_CONFIG == MountedConfigUnusable.exit_code == 14
-    assert outcome.EXIT_UNCHECKED == PreflightUnchecked.exit_code == 15
+    assert outcome.EXIT_CONFIG == MountedConfigUnusable.exit_code == 15
+    assert outcome.EXIT_UNCHECKED == PreflightUnchecked.exit_code == 16
     readme = " ".join((REPO / "README.md").read_text().split())
-    assert "14 a model config.json the serve command points at is missing, unreadable or not a JSON object" in readme
-    assert "15 the geometry cannot be checked" in readme
+    assert "15 a model config.json the serve command points at is missing, unreadable or not a JSON object" in readme
+    assert "16 the geometry cannot be checked" in readme
 
 
 def test_the_record_round_trips_and_a_bad_one_is_named(tmp_path):

@@ -227,7 +227,7 @@ def test_warn_mode_prints_the_failure_and_starts_vllm(image, tmp_path):
 
 def test_off_mode_checks_nothing_and_starts_vllm(image, tmp_path):
     root = models(tmp_path)
-    (root / DRAFTER_DIR / "config.json").unlink()  # would be exit 14 in any other mode
+    (root / DRAFTER_DIR / "config.json").unlink()  # would be exit 15 in any other mode
     run = up(tmp_path, image, root, env={"GLM53_PREFLIGHT": "off"})
     assert run.exit_code == 0
     assert run.lines == ["pre-flight: off (GLM53_PREFLIGHT=off): vLLM starts with a KV geometry nobody checked at start",
