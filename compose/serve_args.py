@@ -1,6 +1,7 @@
 """The `vllm serve` argument list a recipe asks for.
 
-The image's entrypoint is ``vllm serve``, so this is everything after it: the
+The image's entrypoint (the pre-flight, which then execs ``vllm serve`` with the
+same argv) takes everything after ``vllm serve``: the
 target model path inside the container first, then the flags. Every value is
 its own list element, so the speculative config (compact JSON) travels as
 exactly one argument and no shell ever sees it.
