@@ -11,10 +11,10 @@ and again). Command, image, mounts and environment are the generated ones.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import shutil
 import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -51,8 +51,9 @@ class Image:
 
 
 # What `vllm serve`'s parser imports beyond the KV-cache modules the synthetic base was cut
-# down to (the real vllm-openai image has it): pinned as in requirements/base.txt.
-SERVE_CLI_DEPS = ("click==8.5.1",)
+# down to (the real vllm-openai image has it): pure Python, copied from this venv (pinned in
+# requirements/base.txt), so nothing is downloaded.
+SERVE_CLI_DEPS = ("click",)
 SERVE_CLI_DOCKERFILE = """FROM {base}
 COPY deps/ /tmp/serve-cli-deps/
 RUN python3 -c "import importlib.util, shutil; \\
@@ -65,9 +66,15 @@ shutil.copytree('/tmp/serve-cli-deps', site, dirs_exist_ok=True); shutil.rmtree(
 def serve_cli_base(tmp: Path, registry, base) -> tuple[str, str]:
     """The synthetic base plus the serve CLI's missing dependencies, pushed to a repository of our own."""
     deps = tmp / "serve-cli-context" / "deps"
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--only-binary", ":all:",
-                          "--target", str(deps), *SERVE_CLI_DEPS], capture_output=True, text=True, timeout=600)
-    assert pip.returncode == 0, pip.stderr
+    for name in SERVE_CLI_DEPS:
+        dist = importlib.metadata.distribution(name)
+        for file in dist.files or ():
+            source = Path(dist.locate_file(file))
+            if "__pycache__" in file.parts or file.parts[0] == ".." or not source.is_file():
+                continue
+            target = deps / Path(*file.parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
     (deps.parent / "Dockerfile").write_text(SERVE_CLI_DOCKERFILE.format(base=base.pinned))
     repository, tag = unique_repository(registry.address, "vllm-openai-serve-cli"), base.tag
     env = registry.env
