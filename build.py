@@ -253,7 +253,7 @@ def preflight(recipe_path, models_dir, as_json, extra_args):
 
     checked = checked_serve(recipe, gate_input(recipe))
     outcome = run_preflight([*checked.argv, *extra_args], checked=checked, checked_path="(built from the recipe)",
-                            overlay_manifest=None, locate=locate)
+                            overlay_manifest=None, locate=locate, progress=True)
     if as_json:
         click.echo(json.dumps({"passed": outcome.passed, "exit_code": outcome.code, "lines": list(outcome.lines)},
                               indent=2, sort_keys=True))

@@ -133,10 +133,18 @@ def _installed_behaviour(manifest: Optional[str]) -> str:
     return "overlay" if applied else "stock"
 
 
+def _asks_for_help(argv: Sequence[str]) -> bool:
+    """``vllm serve --help[=GROUP]`` prints vLLM's help and serves nothing."""
+    return any(a in ("-h", "--help") or a.startswith("--help=") for a in argv)
+
+
 def check(argv: Sequence[str], checked: CheckedServe, *, locate: Callable[[str], str],
-          overlay_manifest: Optional[str]) -> Outcome:
-    """The verdict for starting ``vllm serve ARGV`` (``locate``: an argv model path -> the directory to read)."""
+          overlay_manifest: Optional[str], progress: Callable[[str], None] = lambda line: None) -> Outcome:
+    """The verdict for starting ``vllm serve ARGV`` (``locate``: an argv model path -> the directory to read;
+    ``progress``: told once when the slow path starts)."""
     argv = tuple(argv)
+    if _asks_for_help(argv):
+        return Outcome(PASSED, (f"{PREFIX} nothing to check: vLLM is asked for its help, it serves nothing",))
     same_argv = argv == checked.argv
     try:
         if same_argv:  # the build's argv names the recipe's model paths
@@ -144,6 +152,8 @@ def check(argv: Sequence[str], checked: CheckedServe, *, locate: Callable[[str],
             drafter = read_config("drafter", locate(checked.drafter.path), checked.drafter.path)
             if target.sha256 == checked.target.config_sha256 and drafter.sha256 == checked.drafter.config_sha256:
                 return _as_built(checked, target, drafter)
+        progress(f"{PREFIX} {'the configs differ' if same_argv else 'the argv differs'} from the build's: "
+                 "re-checking with vLLM's serve parser, the simulator and vLLM's planner (seconds)")
         flags = _parse(argv)
         target, drafter = _read_configs(flags, locate)
     except ConfigUnusable as exc:

@@ -28,16 +28,21 @@ DEFAULT_MODE = "enforce"
 SERVE_COMMAND = ("vllm", "serve")
 
 
-def _quietly(work: Callable[[], Outcome]) -> Outcome:
-    """Run ``work`` with file descriptors 1 and 2 sent to a scratch file (vLLM logs while it imports)."""
+def _quietly(work: Callable[[Callable[[str], None]], Outcome]) -> Outcome:
+    """Run ``work(say)`` with file descriptors 1 and 2 sent to a scratch file (vLLM logs while it
+    imports); ``say`` writes a line to the real stderr meanwhile."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(1), os.dup(2)]
+
+    def say(line: str) -> None:
+        os.write(saved[1], (line + "\n").encode())
+
     with tempfile.TemporaryFile() as scratch:
         os.dup2(scratch.fileno(), 1)
         os.dup2(scratch.fileno(), 2)
         try:
-            return work()
+            return work(say)
         except Exception as exc:  # noqa: BLE001 - a bug must still end in one line, not a traceback
             return refused(EXIT_UNCHECKED, f"the pre-flight itself failed: {type(exc).__name__}: {exc}")
         finally:
@@ -51,20 +56,23 @@ def _quietly(work: Callable[[], Outcome]) -> Outcome:
 
 def preflight(argv: Sequence[str], *, checked_path: str, overlay_manifest: Optional[str],
               locate: Callable[[str], str] = lambda path: path,
-              checked: Optional["checked_mod.CheckedServe"] = None) -> Outcome:
+              checked: Optional["checked_mod.CheckedServe"] = None, progress: bool = False) -> Outcome:
     """The outcome for ``vllm serve ARGV``; ``checked`` given (the host) or read from ``checked_path`` (the image).
 
     ``overlay_manifest``: the image's overlay manifest, which says whether the installed
     vLLM is patched (None: no manifest, the installed vLLM is stock, as in a host venv).
+    ``progress``: say on stderr when the slow path starts (the host; in the image the
+    outcome must be the log's first line).
     """
-    def work() -> Outcome:
+    def work(say: Callable[[str], None]) -> Outcome:
         from .check import check
 
         try:
             record = checked if checked is not None else checked_mod.load(checked_path)
         except checked_mod.CheckedUnreadable as exc:
             return refused(EXIT_UNCHECKED, f"the image's record of what the build checked is unusable: {exc}")
-        return check(argv, record, locate=locate, overlay_manifest=overlay_manifest)
+        return check(argv, record, locate=locate, overlay_manifest=overlay_manifest,
+                     progress=say if progress else (lambda line: None))
 
     return _quietly(work)
 

@@ -171,8 +171,16 @@ def test_edited_flags_are_rechecked_as_the_geometry_says(tmp_path, extra, change
 def test_flag_vllm_rejects_is_exit_11_with_vllms_words(tmp_path):
     run = preflight("--", "--frobnicate", models=models_dir(tmp_path))
     assert run.returncode == ServeArgsRejected.exit_code
-    assert run.stderr == ("error: pre-flight: FAIL: vLLM's serve parser rejects the argv: "
-                          "unrecognized arguments: --frobnicate\n")
+    assert run.stderr.splitlines() == [
+        "pre-flight: the argv differs from the build's: re-checking with vLLM's serve parser, the simulator "
+        "and vLLM's planner (seconds)",
+        "error: pre-flight: FAIL: vLLM's serve parser rejects the argv: unrecognized arguments: --frobnicate"]
+
+
+def test_help_is_not_checked(tmp_path):
+    run = preflight("--", "--help=ModelConfig", models=models_dir(tmp_path))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "pre-flight: nothing to check: vLLM is asked for its help, it serves nothing\n"
 
 
 @pytest.mark.oracle
