@@ -3,9 +3,8 @@
 Fast path (stdlib only): the argv is the one the build checked and both
 mounted configs have the sha256 of the recipe's snapshots -> pass at once.
 Otherwise every geometry input is derived from the argv (vLLM's own serve
-parser, unless the argv is exactly the build's) and the mounted configs, and
-the simulator, the gate and the cross-check against the installed vLLM run on
-them, as the build's gate did.
+parser) and the mounted configs, and the simulator, the gate and the
+cross-check against the installed vLLM run on them, as the build's gate did.
 """
 
 from __future__ import annotations
@@ -13,18 +12,10 @@ from __future__ import annotations
 import os
 from typing import Callable, Optional, Sequence
 
-try:
-    from .checked import CheckedServe
-    from .serve_flags import ServeFlags, ServeFlagsRejected, parse_serve_flags
-    from .configs import ConfigUnusable, MountedConfig, read_config
-    from .outcome import (EXIT_CONFIG, EXIT_GEOMETRY, EXIT_SERVE_FLAGS, EXIT_UNCHECKED, PASSED, PREFIX, Outcome,
-                          refused)
-except ImportError:  # pragma: no cover - script mode
-    from checked import CheckedServe  # type: ignore[no-redef]
-    from serve_flags import ServeFlags, ServeFlagsRejected, parse_serve_flags  # type: ignore[no-redef]
-    from configs import ConfigUnusable, MountedConfig, read_config  # type: ignore[no-redef]
-    from outcome import (EXIT_CONFIG, EXIT_GEOMETRY, EXIT_SERVE_FLAGS, EXIT_UNCHECKED,  # type: ignore[no-redef]
-                         PASSED, PREFIX, Outcome, refused)
+from .checked import CheckedServe
+from .configs import ConfigUnusable, MountedConfig, read_config
+from .outcome import EXIT_CONFIG, EXIT_GEOMETRY, EXIT_SERVE_FLAGS, EXIT_UNCHECKED, PASSED, PREFIX, Outcome, refused
+from .serve_flags import ServeFlags, ServeFlagsRejected, parse_serve_flags
 
 # The speculative method the simulator models (DFlash / DFlash2 drafters).
 MODELLED_METHOD = "dflash"

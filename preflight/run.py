@@ -14,12 +14,8 @@ import sys
 import tempfile
 from typing import Callable, Optional, Sequence
 
-try:
-    from . import checked as checked_mod
-    from .outcome import EXIT_BAD_MODE, EXIT_UNCHECKED, PREFIX, Outcome, refused
-except ImportError:  # pragma: no cover - script mode
-    import checked as checked_mod  # type: ignore[no-redef]
-    from outcome import EXIT_BAD_MODE, EXIT_UNCHECKED, PREFIX, Outcome, refused  # type: ignore[no-redef]
+from . import checked as checked_mod
+from .outcome import EXIT_BAD_MODE, EXIT_UNCHECKED, PREFIX, Outcome, refused
 
 MODE_ENV = "GLM53_PREFLIGHT"
 MODES = ("enforce", "warn", "off")
