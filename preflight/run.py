@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from typing import Callable, Optional, Sequence
 
 from . import checked as checked_mod
@@ -25,29 +24,30 @@ SERVE_COMMAND = ("vllm", "serve")
 
 
 def _quietly(work: Callable[[Callable[[str], None]], Outcome]) -> Outcome:
-    """Run ``work(say)`` with file descriptors 1 and 2 sent to a scratch file (vLLM logs while it
-    imports); ``say`` writes a line to the real stderr meanwhile."""
+    """Run ``work(say)`` with file descriptors 1 and 2 sent to /dev/null (vLLM logs while it
+    imports; nothing is written, so a read-only root filesystem is fine); ``say`` writes a
+    line to the real stderr meanwhile."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(1), os.dup(2)]
+    sink = os.open(os.devnull, os.O_WRONLY)
 
     def say(line: str) -> None:
         os.write(saved[1], (line + "\n").encode())
 
-    with tempfile.TemporaryFile() as scratch:
-        os.dup2(scratch.fileno(), 1)
-        os.dup2(scratch.fileno(), 2)
-        try:
-            return work(say)
-        except Exception as exc:  # noqa: BLE001 - a bug must still end in one line, not a traceback
-            return refused(EXIT_UNCHECKED, f"the pre-flight itself failed: {type(exc).__name__}: {exc}")
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in saved:
-                os.close(fd)
+    os.dup2(sink, 1)
+    os.dup2(sink, 2)
+    try:
+        return work(say)
+    except Exception as exc:  # noqa: BLE001 - a bug must still end in one line, not a traceback
+        return refused(EXIT_UNCHECKED, f"the pre-flight itself failed: {type(exc).__name__}: {exc}")
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, sink):
+            os.close(fd)
 
 
 def preflight(argv: Sequence[str], *, checked_path: str, overlay_manifest: Optional[str],
