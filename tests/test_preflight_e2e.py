@@ -122,9 +122,18 @@ class Run:
         return [line for line in self.lines if line.startswith(STUB)]
 
 
-def up(tmp: Path, image: Image, models_dir: Path, *, extra: tuple[str, ...] = (),
+def edited(command: list[str], flag: str, value: str) -> list[str]:
+    """The command as a user edits it: the flag's value replaced where it is, else the flag added."""
+    if flag in command:
+        i = command.index(flag)
+        return [*command[: i + 1], value, *command[i + 2:]]
+    return [*command, flag, value]
+
+
+def up(tmp: Path, image: Image, models_dir: Path, *, edit: tuple[str, ...] = (),
        env: Optional[dict] = None) -> Run:
-    """`docker compose up` the generated service (command + ``extra``); wait for it to exit; its log."""
+    """`docker compose up` the generated service (its command ``edited`` by ``edit``, a flag and a value);
+    wait for it to exit; its log."""
     binary = require_compose_binary()
     recipe = load_recipe(image.recipe)
     doc = compose_document(recipe, image=image.pin, models_dir=str(models_dir), gpu_reservation=False)
@@ -133,7 +142,8 @@ def up(tmp: Path, image: Image, models_dir: Path, *, extra: tuple[str, ...] = ()
     service.pop("ports")
     service.pop("ulimits")
     service["restart"] = "no"
-    service["command"] = [*service["command"], *extra]
+    command = edited(serve_argv(recipe), *edit) if edit else serve_argv(recipe)
+    service["command"] = [a.replace("$", "$$") for a in command]
     service["environment"].update(env or {})
     doc["volumes"]["kernel-cache"]["name"] = f"{project}-kernels"
     path = tmp / f"compose-{uuid.uuid4().hex[:6]}.yaml"
@@ -153,7 +163,7 @@ def up(tmp: Path, image: Image, models_dir: Path, *, extra: tuple[str, ...] = ()
             time.sleep(1)
         logs = subprocess.run([*base, "logs", "--no-log-prefix", "--no-color"], capture_output=True, text=True,
                               timeout=60)
-        return Run(exit_code, logs.stdout.splitlines(), [*serve_argv(recipe), *extra])
+        return Run(exit_code, logs.stdout.splitlines(), command)
     finally:
         subprocess.run([*base, "down", "--volumes", "--remove-orphans"], capture_output=True, text=True, timeout=300)
 
@@ -184,15 +194,16 @@ def test_misfitting_drafter_stops_the_container_naming_a_drafter_layer(image, tm
     assert run.stub_lines == []  # vLLM never started
 
 
-@pytest.mark.parametrize("extra,changes,drafter,shown", [
+@pytest.mark.parametrize("edit,changes,drafter,shown", [
     (("--tensor-parallel-size", "2"), {"tensor_parallel_size": 2}, None, "tensor_parallel_size 2 (build: 1)"),
     (("--block-size", "64"), {"block_size": 64}, None, "block_size 64 (build: None)"),
     (("--tensor-parallel-size", "4"), {"tensor_parallel_size": 4}, misfit_drafter(), "tensor_parallel_size 4 (build: 1)"),
 ], ids=["tp2", "block-size-64", "tp4-misfit-drafter"])
-def test_edited_command_is_rechecked_and_passes_or_fails_as_the_geometry_says(image, tmp_path, extra, changes,
+def test_edited_command_is_rechecked_and_passes_or_fails_as_the_geometry_says(image, tmp_path, edit, changes,
                                                                                drafter, shown):
     expected = expected_verdict(image, drafter, **changes)
-    run = up(tmp_path, image, models(tmp_path, drafter=drafter), extra=extra)
+    run = up(tmp_path, image, models(tmp_path, drafter=drafter), edit=edit)
+    assert run.command != serve_argv(load_recipe(image.recipe))
     assert run.lines[0].startswith(f"pre-flight: {'PASS' if expected else 'FAIL'}: re-checked (argv edited, {shown}"), \
         run.lines
     if expected:
