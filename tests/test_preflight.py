@@ -17,7 +17,6 @@ import pytest
 
 from preflight import outcome
 from preflight.checked import CheckedServe, CheckedUnreadable
-from preflight.configs import read_config
 from stackbuild.errors import GeometryGateFailed, MountedConfigUnusable, PreflightUnchecked, ServeArgsRejected
 from stackbuild.plan import gate_input, host_geometry
 from stackbuild.preflight_record import checked_serve
@@ -195,21 +194,36 @@ def test_prefix_caching_turned_off_is_rechecked_in_mamba_cache_mode_none(tmp_pat
             in first)
 
 
+# Run in a fresh interpreter: vLLM resolves its platform once per process, and other tests in the
+# session may have imported it without VLLM_TARGET_DEVICE=cpu.
+_DERIVE = """import json, sys
+sys.path.insert(0, sys.argv[1])
+from preflight.check import derive_inputs
+from preflight.serve_flags import parse_serve_flags
+from stackbuild.plan import gate_input
+from stackbuild.preflight_record import checked_serve
+from stackbuild.recipe import DEFAULT_RECIPE, load_recipe
+r = load_recipe(DEFAULT_RECIPE)
+built = gate_input(r)
+flags = parse_serve_flags(checked_serve(r, built).argv)
+target = read_config("target", sys.argv[2] + "/" + sys.argv[3], r.target.path)
+drafter = read_config("drafter", sys.argv[2] + "/" + sys.argv[4], r.drafter.path)
+print(json.dumps({"model": flags.model, "drafter": flags.drafter_path, "prefix": flags.enable_prefix_caching,
+                  "derived": derive_inputs(flags, target, drafter, built), "built": built}))
+"""
+
+
 @pytest.mark.oracle
-def test_the_recipes_argv_means_to_vllm_what_the_build_gated(tmp_path, monkeypatch):
+def test_the_recipes_argv_means_to_vllm_what_the_build_gated(tmp_path):
     """vLLM's own parser on the compose command, through the pre-flight's derivation, gives exactly
     the build's gate input: so the fast path (argv unchanged) skips nothing the slow path would see."""
-    monkeypatch.setenv("VLLM_TARGET_DEVICE", "cpu")
-    from preflight.check import derive_inputs
-    from preflight.serve_flags import parse_serve_flags
-
-    r = load_recipe(DEFAULT_RECIPE)
-    built = gate_input(r)
-    checked = checked_serve(r, built)
-    flags = parse_serve_flags(checked.argv)
-    assert (flags.model, flags.drafter_path) == (r.target.path, r.drafter.path)
-    assert flags.enable_prefix_caching is True  # --enable-prefix-caching, from serving.enable_prefix_caching
     models = models_dir(tmp_path)
-    target = read_config("target", str(models / TARGET_DIR), r.target.path)
-    drafter = read_config("drafter", str(models / DRAFTER_DIR), r.drafter.path)
-    assert derive_inputs(flags, target, drafter, built) == built
+    run = subprocess.run([sys.executable, "-c", _DERIVE, str(REPO), str(models), TARGET_DIR, DRAFTER_DIR],
+                         capture_output=True, text=True, timeout=900,
+                         env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    r = load_recipe(DEFAULT_RECIPE)
+    assert (result["model"], result["drafter"]) == (r.target.path, r.drafter.path)
+    assert result["prefix"] is True  # --enable-prefix-caching, from serving.enable_prefix_caching
+    assert result["derived"] == result["built"]
