@@ -227,3 +227,33 @@ def test_the_recipes_argv_means_to_vllm_what_the_build_gated(tmp_path):
     assert (result["model"], result["drafter"]) == (r.target.path, r.drafter.path)
     assert result["prefix"] is True  # --enable-prefix-caching, from serving.enable_prefix_caching
     assert result["derived"] == result["built"]
+
+
+# --- the recipe's pins ---------------------------------------------------------------
+
+@pytest.mark.parametrize("role,key,value,message", [
+    ("drafter", "config_sha256", "0" * 64,
+     "configs/drafter.config.json has sha256 0da6591281a050db5026bb691fd0a59d116bd5b851df1173e1d9284b7418575e, "
+     "not " + "0" * 64),
+    ("target", "config_sha256", "sha256:abc", "expected 64 lowercase hex digits, got 'sha256:abc'"),
+    ("target", "revision", "main", "expected the checkpoint's 40-hex-digit commit, got 'main'"),
+    ("drafter", "revision", "A" * 40, "expected the checkpoint's 40-hex-digit commit, got '" + "A" * 40 + "'"),
+], ids=["sha-mismatch", "sha-malformed", "revision-branch", "revision-uppercase"])
+def test_recipe_pins_are_checked(tmp_path, role, key, value, message):
+    from recipe_copies import copy_recipe
+    from stackbuild.errors import RecipeError
+
+    path = copy_recipe(tmp_path, lambda d: d[role].__setitem__(key, value))
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path)
+    assert str(info.value) == f"{path}: {role}.{key}: {message}"
+
+
+def test_default_recipe_pins_its_snapshots_by_hash():
+    """The sha256 in the recipe, checked here against hashlib over the snapshot files' bytes."""
+    import hashlib
+
+    r = load_recipe(DEFAULT_RECIPE)
+    for model in (r.target, r.drafter):
+        assert model.config_sha256 == hashlib.sha256((r.directory / model.config).read_bytes()).hexdigest()
+        assert model.revision is None  # not known to the repository: README says how to pin it
