@@ -8,6 +8,7 @@
     python build.py build    --recipe R [--dry-run] [--push [--force]]
     python build.py push     --recipe R [--force]
     python build.py compose  --recipe R [-o FILE]
+    python build.py preflight --recipe R --models-dir DIR [-- serve args]   # the image's start-time check, here
     python build.py verify   IMAGE@DIGEST --recipe R
 """
 from __future__ import annotations
@@ -262,6 +263,49 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
     result = write_compose(recipe, output=output, owner=owner, repository=repository,
                            models_dir=models_dir, port=port, gpus=gpus, digest=digest)
     emit(as_json, result, f"wrote {result['path']}")
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@recipe_option
+@click.option("--models-dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Host directory holding the checkpoints, laid out as `compose --models-dir` mounts it.")
+@json_option
+@click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
+def preflight(recipe_path, models_dir, as_json, extra_args):
+    """Run the image's start-time pre-flight on the host: the compose command (plus any
+    serve args after `--`) against the configs under --models-dir.
+
+    The same code the container's entrypoint runs: the fast path when nothing differs
+    from what the build checked, otherwise vLLM's serve parser, the simulator, the gate
+    and the cross-check against this interpreter's vLLM.
+    """
+    from compose.generate import model_mount_point
+    from preflight.run import preflight as run_preflight
+    from stackbuild.errors import PREFLIGHT_ERRORS
+    from stackbuild.plan import gate_input
+    from stackbuild.preflight_record import checked_serve
+
+    recipe = load_recipe(recipe_path)
+    mount = model_mount_point(recipe)
+    host_dir = str(models_dir.resolve())
+
+    def locate(path: str) -> str:
+        # Where `compose --models-dir` mounts the host directory, read it from there.
+        if path == mount or path.startswith(mount.rstrip("/") + "/"):
+            return host_dir + path[len(mount):]
+        return path
+
+    checked = checked_serve(recipe, gate_input(recipe))
+    outcome = run_preflight([*checked.argv, *extra_args], checked=checked, checked_path="(built from the recipe)",
+                            overlay_manifest=None, locate=locate, progress=True)
+    if as_json:
+        click.echo(json.dumps({"passed": outcome.passed, "exit_code": outcome.code, "lines": list(outcome.lines)},
+                              indent=2, sort_keys=True))
+    else:
+        for line in outcome.lines[0 if outcome.passed else 1:]:
+            click.echo(line)
+    if not outcome.passed:
+        raise PREFLIGHT_ERRORS[outcome.code](outcome.lines[0])
 
 
 @cli.command()

@@ -1,6 +1,7 @@
 """The `vllm serve` argument list a recipe asks for.
 
-The image's entrypoint is ``vllm serve``, so this is everything after it: the
+The image's entrypoint (the pre-flight, which then execs ``vllm serve`` with the
+same argv) takes everything after ``vllm serve``: the
 target model path inside the container first, then the flags. Every value is
 its own list element, so the speculative config (compact JSON) travels as
 exactly one argument and no shell ever sees it.
@@ -59,6 +60,8 @@ GENERATED_FLAGS = {
     "--kv-cache-dtype": "serving.kv_cache_dtype",
     "--gpu-memory-utilization": "serving.gpu_memory_utilization",
     "--block-size": "serving.block_size",
+    "--enable-prefix-caching": "serving.enable_prefix_caching",
+    "--no-enable-prefix-caching": "serving.enable_prefix_caching",
     "--speculative-config": "drafter / serving.num_speculative_tokens",
     "--tool-call-parser": "serving.tool_call_parser",
     "--reasoning-parser": "serving.reasoning_parser",
@@ -93,6 +96,8 @@ def serve_argv(recipe: Recipe) -> list[str]:
     ]
     if s.block_size is not None:
         argv += ["--block-size", str(s.block_size)]
+    if s.enable_prefix_caching is not None:
+        argv.append("--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching")
     argv += ["--speculative-config", speculative_config_json(recipe)]
     if s.tool_call_parser:
         argv += ["--tool-call-parser", s.tool_call_parser]

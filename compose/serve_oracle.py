@@ -1,8 +1,10 @@
 """Parse a `vllm serve` command line with vLLM's own parser (run by the oracle interpreter).
 
 Usage: python serve_oracle.py RESULT.json  (the argv after ``vllm serve`` as a
-JSON list on stdin, or ``{"cases": [argv, ...]}`` for several at one import). Self-contained on purpose: the oracle interpreter has
-vLLM and its dependencies, not this repository's.
+JSON list on stdin, or ``{"cases": [argv, ...]}`` for several at one import). Needs
+nothing but vLLM on purpose: the oracle interpreter has vLLM and its dependencies, not
+this repository's; the parser itself is the image pre-flight's (preflight/serve_flags.py,
+stdlib + vLLM), loaded from this checkout.
 
 Writes {"status": "passed"|"rejected"|"unavailable"|"broken", ...} to
 RESULT.json; the exit code is 0 whatever the verdict, non-zero only if this
@@ -10,34 +12,26 @@ script itself could not write its result.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import io
 import json
 import os
 import sys
 import traceback
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from preflight.serve_flags import ServeFlagsRejected, parse_serve_args  # noqa: E402
 
 PARSED_FIELDS = (
     "model_tag", "served_model_name", "tensor_parallel_size", "max_model_len", "kv_cache_dtype",
-    "gpu_memory_utilization", "block_size", "speculative_config", "tool_call_parser",
+    "gpu_memory_utilization", "block_size", "enable_prefix_caching", "speculative_config", "tool_call_parser",
     "reasoning_parser", "enable_auto_tool_choice", "host", "port",
 )
 
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
-
-
-def _argparse_error(stderr: str) -> str:
-    """The ``prog: error: ...`` part argparse printed before exiting."""
-    lines = stderr.strip().splitlines()
-    for i, line in enumerate(lines):
-        if ": error: " in line:
-            return _one_line(" ".join([line.split(": error: ", 1)[1], *lines[i + 1:]]))
-    return _one_line(stderr) or "the parser exited without a message"
 
 
 def parse(argv: list) -> dict:
@@ -48,8 +42,7 @@ def parse(argv: list) -> dict:
             return {"status": "unavailable", "reason": f"vLLM is not installed for {sys.executable}"}
         return {"status": "broken", "reason": f"importing vllm failed: {exc!r}"}
     try:
-        from vllm.entrypoints.cli.serve import ServeSubcommand
-        from vllm.utils.argparse_utils import FlexibleArgumentParser
+        from vllm.entrypoints.cli.serve import ServeSubcommand  # noqa: F401 - a broken install is named here
         from vllm.entrypoints.common import cli_args as common_cli_args
         from vllm.config.speculative import SpeculativeConfig
         from vllm.config.cache import CacheConfig
@@ -57,22 +50,14 @@ def parse(argv: list) -> dict:
         return {"status": "broken", "reason": f"importing vLLM's serve parser failed: {type(exc).__name__}: {exc}"}
 
     version = getattr(vllm, "__version__", "unknown")
-    parser = FlexibleArgumentParser(prog="vllm")
-    subparsers = parser.add_subparsers(required=False, dest="subparser")
-    serve = ServeSubcommand()
-    serve.subparser_init(subparsers)
-
-    stderr = io.StringIO()
     try:
-        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
-            args = parser.parse_args(["serve", *argv])
-    except SystemExit:
-        return {"status": "rejected", "vllm_version": version, "error": _argparse_error(stderr.getvalue())}
+        # `vllm serve`'s own parser and its checks before loading anything (main.py: cmd.validate).
+        args = parse_serve_args(argv)
+    except ServeFlagsRejected as exc:
+        return {"status": "rejected", "vllm_version": version, "error": str(exc)}
 
-    # The checks `vllm serve` runs before loading anything (main.py: cmd.validate),
-    # then the parser-name checks the API server runs at start-up.
+    # Then the parser-name checks the API server runs at start-up.
     try:
-        serve.validate(args)
         structured = getattr(args, "structured_outputs_config", None)
         reasoning = getattr(args, "reasoning_parser", None) or getattr(structured, "reasoning_parser", None)
         common_cli_args.validate_api_server_args(_ApiArgs(args, reasoning))

@@ -5,6 +5,8 @@ patch at fault, and the exit code the CLI returns for it.
 """
 from __future__ import annotations
 
+from preflight import outcome as _preflight
+
 
 class StackBuildError(Exception):
     """Base of every error the driver reports without a traceback."""
@@ -63,9 +65,9 @@ class BuildStepFailed(StackBuildError):
 
 
 class GeometryGateFailed(StackBuildError):
-    """The KV-geometry gate rejected the recipe (on the host or in the image)."""
+    """The KV-geometry gate rejected the recipe (on the host, in the image, or at container start)."""
 
-    exit_code = 5
+    exit_code = _preflight.EXIT_GEOMETRY  # 5: the image's pre-flight exits with it too
 
 
 class ArchitectureMismatch(StackBuildError):
@@ -99,9 +101,9 @@ class VerifyError(StackBuildError):
 
 
 class ServeArgsRejected(StackBuildError):
-    """vLLM's own `vllm serve` parser rejected the generated command line."""
+    """vLLM's own `vllm serve` parser rejected the generated command line (or the container's)."""
 
-    exit_code = 11
+    exit_code = _preflight.EXIT_SERVE_FLAGS  # 11: the image's pre-flight exits with it too
 
 
 class PullError(StackBuildError):
@@ -162,3 +164,20 @@ class PinnedTagTaken(StackBuildError):
     """A pinned tag already names another image in the registry; pinned tags never move without --force."""
 
     exit_code = 14
+
+
+class MountedConfigUnusable(StackBuildError):
+    """Pre-flight: a config.json the serve argv points at is missing, unreadable or not a JSON object."""
+
+    exit_code = _preflight.EXIT_CONFIG
+
+
+class PreflightUnchecked(StackBuildError):
+    """Pre-flight: the geometry cannot be checked (not modelled, simulator vs vLLM disagree, no vLLM)."""
+
+    exit_code = _preflight.EXIT_UNCHECKED
+
+
+# The error each of the pre-flight's exit codes stands for on the host (build.py preflight).
+PREFLIGHT_ERRORS = {cls.exit_code: cls for cls in (GeometryGateFailed, ServeArgsRejected, MountedConfigUnusable,
+                                                    PreflightUnchecked)}

@@ -20,6 +20,7 @@ from .lock import PinnedBase, pinned_base
 from .naming import ImageName, image_name, source_date_epoch
 from .oracle_record import NOT_READ
 from .oracle_record import choose as choose_oracle_record
+from .errors import RecipeError
 from .recipe import REPO_ROOT, Recipe
 
 PAYLOAD_DIR = "/opt/glm53-overlay"
@@ -62,8 +63,18 @@ def git_revision() -> str:
 
 
 def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay") -> dict:
-    """The geometry gate's inputs, as the in-image gate reads them (JSON)."""
+    """The geometry gate's inputs, as the in-image gate reads them (JSON).
+
+    Prefix caching and mamba_cache_mode as vLLM resolves them from the flags the
+    compose command passes (serving.enable_prefix_caching; unset: vLLM's default).
+    """
+    from geometry.inputs import BadInput, resolve_prefix_caching
+
     s = recipe.serving
+    try:
+        prefix_caching, mamba_cache_mode = resolve_prefix_caching(recipe.target_config, s.enable_prefix_caching)
+    except BadInput as exc:
+        raise RecipeError(recipe.path, "target.config", str(exc)) from None
     return {
         "target_config": dict(recipe.target_config),
         "drafter_config": dict(recipe.drafter_config),
@@ -73,7 +84,8 @@ def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay") -> dict:
         "drafter_kv_cache_dtype": s.drafter_kv_cache_dtype,
         "num_speculative_tokens": s.num_speculative_tokens,
         "capability_family": recipe.hardware.capability_family,
-        "mamba_cache_mode": recipe.geometry.mamba_cache_mode,
+        "mamba_cache_mode": mamba_cache_mode,
+        "enable_prefix_caching": prefix_caching,
         "block_size": s.block_size,
         "max_model_len": s.max_model_len,
         "drafter_attention_backend": recipe.drafter.attention_backend,

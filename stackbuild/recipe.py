@@ -9,6 +9,7 @@ file and the key path.
 from __future__ import annotations
 
 import errno
+import hashlib
 import ipaddress
 import json
 import math
@@ -32,6 +33,8 @@ OVERLAY_SERIES_DIR = REPO_ROOT / "overlay" / "series"
 DEFAULT_RECIPE = REPO_ROOT / "recipes" / "glm53-flash-dflash2-gb300" / "recipe.yaml"
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+SHA256_HEX_RE = re.compile(r"^[0-9a-f]{64}$")
+REVISION_RE = re.compile(r"^[0-9a-f]{40}$")
 PLATFORM_RE = re.compile(r"^linux/(amd64|arm64)$")
 CAPABILITY_RE = re.compile(r"^(\d+)\.(\d+)$")
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -85,6 +88,10 @@ class Model:
     id: str
     path: str
     config: str
+    # The checkpoint's commit on the Hub (40 hex digits); None: not pinned.
+    revision: Optional[str] = None
+    # sha256 of the config snapshot, so it cannot change without the recipe saying so.
+    config_sha256: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,8 @@ class Drafter:
     config: str
     precision: Literal["bf16", "mxfp8"]
     license: str
+    revision: Optional[str] = None
+    config_sha256: Optional[str] = None
     method: Literal["dflash"] = "dflash"
     # The drafter's attention backend, pinned: vLLM's automatic choice needs
     # libcuda, and the backend's kernel blocks decide the drafter's block size.
@@ -110,6 +119,8 @@ class Serving:
     kv_cache_dtype: str = "auto"
     drafter_kv_cache_dtype: Optional[str] = None
     block_size: Optional[int] = None
+    # Explicit --enable-prefix-caching / --no-enable-prefix-caching; None: vLLM's default.
+    enable_prefix_caching: Optional[bool] = None
     gpu_memory_utilization: float = 0.9
     served_model_name: Optional[str] = None
     tool_call_parser: Optional[str] = None
@@ -126,7 +137,6 @@ class Geometry:
     """Inputs the KV-geometry gate needs beyond the configs and serving flags."""
 
     kv_cache_memory_gib: float
-    mamba_cache_mode: Literal["none", "align"] = "none"
 
 
 @dataclass(frozen=True)
@@ -419,6 +429,20 @@ def _check_rules(path: Path, recipe: Recipe) -> None:
             raise RecipeError(path, f"image.labels.{key}", "this label is set by the build; choose another name")
 
 
+def _check_pins(path: Path, recipe: Recipe) -> None:
+    """``revision`` and ``config_sha256`` of the target and the drafter, when given."""
+    for role, model in (("target", recipe.target), ("drafter", recipe.drafter)):
+        if model.revision is not None and not REVISION_RE.match(model.revision):
+            raise RecipeError(path, f"{role}.revision", f"expected the checkpoint's 40-hex-digit commit, got {model.revision!r}")
+        if model.config_sha256 is None:
+            continue
+        if not SHA256_HEX_RE.match(model.config_sha256):
+            raise RecipeError(path, f"{role}.config_sha256", f"expected 64 lowercase hex digits, got {model.config_sha256!r}")
+        actual = hashlib.sha256((path.parent / model.config).resolve().read_bytes()).hexdigest()
+        if actual != model.config_sha256:
+            raise RecipeError(path, f"{role}.config_sha256", f"{model.config} has sha256 {actual}, not {model.config_sha256}")
+
+
 def load_recipe(path: str | Path) -> Recipe:
     """Load and validate a recipe file; raise :class:`RecipeError` on any fault."""
     path = Path(path)
@@ -435,4 +459,5 @@ def load_recipe(path: str | Path) -> Recipe:
         _drafter_config=MappingProxyType(drafter_config),
     )
     _check_rules(path, recipe)
+    _check_pins(path, recipe)
     return recipe

@@ -8,8 +8,11 @@ from pathlib import Path
 
 import jinja2
 
+from preflight import checked as checked_mod
+
 from .oracle_record import IMAGE_RECORD_NAME
 from .plan import BuildPlan
+from .preflight_record import checked_serve
 from .recipe import REPO_ROOT
 
 TEMPLATE = REPO_ROOT / "Dockerfile.j2"
@@ -17,6 +20,9 @@ NORMALISE_SCRIPT = Path(__file__).with_name("normalise-mtimes.sh")
 # Build-context directories holding what the patch step and the gate step need.
 PATCH_PAYLOAD = "patch-payload"
 GATE_PAYLOAD = "gate-payload"
+# The start-time pre-flight and the record of what the gate checked: after the gate step,
+# so editing the pre-flight does not re-run the gate.
+PREFLIGHT_PAYLOAD = "preflight-payload"
 PAYLOAD_SKIP = ("__pycache__", "tests", ".pytest_cache")
 # Maintainers' tools: never run in the image.
 PAYLOAD_SKIP_FILES = ("refresh.py",)
@@ -44,6 +50,7 @@ def render(plan: BuildPlan) -> str:
         labels=dict(plan.labels),
         patch_payload=PATCH_PAYLOAD,
         gate_payload=GATE_PAYLOAD,
+        preflight_payload=PREFLIGHT_PAYLOAD,
         oracle_record=IMAGE_RECORD_NAME,
     )
 
@@ -72,7 +79,8 @@ def write_context(plan: BuildPlan, directory: Path) -> Path:
     rather than the time of the build. ``patch-payload`` holds what the patch step
     needs, ``gate-payload`` the gate, its recipe-specific input and the recipe's
     oracle record if it has a usable one: recipes that differ only in geometry
-    reuse the cached patch step.
+    reuse the cached patch step. ``preflight-payload`` holds the entrypoint's
+    pre-flight and the record of what the gate checked.
     """
     directory.mkdir(parents=True, exist_ok=True)
     inside = plan.payload_dir.lstrip("/")
@@ -86,6 +94,9 @@ def write_context(plan: BuildPlan, directory: Path) -> Path:
     (gate_root / "gate-input.json").write_text(json.dumps(dict(plan.gate_input), indent=2, sort_keys=True) + "\n")
     if plan.oracle_record is not None:
         shutil.copyfile(plan.oracle_record, gate_root / IMAGE_RECORD_NAME)
+    preflight_root = directory / PREFLIGHT_PAYLOAD / inside
+    _copy_tree("preflight", preflight_root)
+    checked_mod.write(checked_serve(plan.recipe, plan.gate_input), str(preflight_root / checked_mod.FILE_NAME))
     (directory / "Dockerfile").write_text(render(plan))
     # Same bytes, same times, same modes: COPY layers depend only on the inputs.
     for path in sorted(directory.rglob("*"), reverse=True):

@@ -1,7 +1,8 @@
 """The generated compose file, created (never started) on the local Docker engine.
 
 The real image needs a registry and a GPU, so a tiny stand-in image (FROM
-scratch, one dummy file, the real image's ENTRYPOINT ``vllm serve``) is built
+scratch, one dummy file, ENTRYPOINT ``vllm serve``, what the real image's pre-flight
+execs with the same argv; tests/test_preflight_e2e.py starts the real one) is built
 and tagged like the recipe's image. It has no registry digest, so the file
 under test is generated without one (tag only). The GPU reservation stays in:
 `up --no-start` records the device request without needing the NVIDIA runtime

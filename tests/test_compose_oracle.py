@@ -144,3 +144,43 @@ def test_oracle_without_vllm_is_skipped_with_a_notice(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "notice: vLLM serve-parser check skipped: vLLM is not installed for" in proc.stderr
     assert out.exists()
+
+
+def test_prefix_caching_key_is_the_flag_vllm_reads_and_the_gate_input_resolves_it_as_vllm_does(tmp_path):
+    """serving.enable_prefix_caching true / false / unset: vLLM's parser reads --enable-prefix-caching,
+    --no-enable-prefix-caching, or nothing (None: vLLM's default), and the gate input holds what
+    resolve_prefix_caching makes of exactly what vLLM parsed."""
+    require_oracle()
+    from geometry.inputs import resolve_prefix_caching
+    from stackbuild.plan import gate_input
+
+    def set_key(value):
+        def edit(d):
+            if value is None:
+                d["serving"].pop("enable_prefix_caching", None)
+            else:
+                d["serving"]["enable_prefix_caching"] = value
+        return edit
+
+    recipes = {}
+    for value in (True, False, None):
+        (tmp_path / str(value)).mkdir()
+        recipes[value] = recipe(tmp_path / str(value), set_key(value))
+    flags = {True: ["--enable-prefix-caching"], False: ["--no-enable-prefix-caching"], None: []}
+    for value, r in recipes.items():
+        assert [a for a in serve_argv(r) if "prefix-caching" in a] == flags[value]
+    verdicts = run_serve_parser_cases([serve_argv(r) for r in recipes.values()])
+    for (value, r), verdict in zip(recipes.items(), verdicts):
+        assert verdict["status"] == "passed", verdict
+        assert verdict["parsed"]["enable_prefix_caching"] is value
+        gate = gate_input(r)
+        assert (gate["enable_prefix_caching"], gate["mamba_cache_mode"]) == resolve_prefix_caching(
+            r.target_config, verdict["parsed"]["enable_prefix_caching"])
+    # vLLM 0.33.0 turns it on for this hybrid target when no flag says otherwise: align.
+    assert (gate_input(recipes[None])["enable_prefix_caching"], gate_input(recipes[None])["mamba_cache_mode"]) == (True, "align")
+
+
+def test_extra_args_may_not_repeat_the_prefix_caching_flag(tmp_path):
+    r = recipe(tmp_path, lambda d: d["serving"].__setitem__("extra_args", ["--enable-prefix-caching"]))
+    with pytest.raises(Exception, match=r"serving.extra_args\[0\]: --enable-prefix-caching is generated from serving.enable_prefix_caching"):
+        serve_argv(r)

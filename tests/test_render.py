@@ -53,10 +53,13 @@ def test_steps_run_in_order_and_fail_hard(plan):
     for step in (patch, gate):
         assert "|| true" not in step.split("normalise-mtimes.sh")[0]
         assert "|| echo" not in step
-    order = [w for w, _ in steps if w in ("FROM", "RUN", "COPY", "LABEL")]
-    assert order == ["FROM", "RUN", "COPY", "RUN", "COPY", "RUN", "LABEL"]
+    order = [w for w, _ in steps if w in ("FROM", "RUN", "COPY", "ENTRYPOINT", "LABEL")]
+    assert order == ["FROM", "RUN", "COPY", "RUN", "COPY", "RUN", "COPY", "ENTRYPOINT", "LABEL"]
     copies = [args for word, args in steps if word == "COPY"]
-    assert copies == ["patch-payload/ /", "gate-payload/ /"]
+    assert copies == ["patch-payload/ /", "gate-payload/ /", "preflight-payload/ /"]
+    # The pre-flight runs first at start and execs `vllm serve` itself (preflight/run.py).
+    entrypoint = [json.loads(args) for word, args in steps if word == "ENTRYPOINT"]
+    assert entrypoint == [["python3", "/opt/glm53-overlay/preflight/entrypoint.py"]]
 
 
 def test_labels_present_and_derived_from_recipe(plan):
@@ -91,6 +94,8 @@ def test_context_carries_no_credentials_or_weights(plan, tmp_path, monkeypatch):
     assert "gate-payload/opt/glm53-overlay/gate-input.json" in files
     assert "gate-payload/opt/glm53-overlay/geometry/sim_glm5_drafter_hades.py" in files
     assert "patch-payload/opt/glm53-overlay/overlay/apply.py" in files
+    assert "preflight-payload/opt/glm53-overlay/preflight/entrypoint.py" in files
+    assert "preflight-payload/opt/glm53-overlay/preflight-checked.json" in files
     # The patch step's payload is what it runs: the applier, every series, the mtime script.
     series = sorted(
         f"patch-payload/opt/glm53-overlay/{q.relative_to(REPO).as_posix()}"

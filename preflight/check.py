@@ -1,0 +1,214 @@
+"""The pre-flight check itself: argv + mounted configs -> an Outcome.
+
+Fast path (stdlib only): the argv is the one the build checked and both
+mounted configs have the sha256 of the recipe's snapshots -> pass at once.
+Otherwise every geometry input is derived from the argv (vLLM's own serve
+parser) and the mounted configs, and the simulator, the gate and the
+cross-check against the installed vLLM run on them, as the build's gate did.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Optional, Sequence
+
+from .checked import CheckedServe
+from .configs import ConfigUnusable, MountedConfig, read_config
+from .outcome import EXIT_CONFIG, EXIT_GEOMETRY, EXIT_SERVE_FLAGS, EXIT_UNCHECKED, PASSED, PREFIX, Outcome, refused
+from .serve_flags import ServeFlags, ServeFlagsRejected, parse_serve_flags
+
+# The speculative method the simulator models (DFlash / DFlash2 drafters).
+MODELLED_METHOD = "dflash"
+# Gate-input fields the argv decides (the rest come from the build: GPU family, behaviour).
+_SHOWN = ("tensor_parallel_size", "kv_cache_dtype", "drafter_kv_cache_dtype", "num_speculative_tokens",
+          "block_size", "max_model_len", "enable_prefix_caching", "mamba_cache_mode", "drafter_attention_backend",
+          "kv_cache_memory_bytes")
+
+
+class Unchecked(Exception):
+    """The argv asks for something the pre-flight cannot check (one line)."""
+
+
+def _short(sha: str) -> str:
+    return sha[:12]
+
+
+def _pinned(model) -> str:
+    return f"revision {model.revision[:12]}" if model.revision else "revision not pinned"
+
+
+def snapshot_warnings(checked: CheckedServe, target: MountedConfig, drafter: Optional[MountedConfig]) -> list[str]:
+    """One line per mounted config whose bytes are not the recipe's snapshot."""
+    out = []
+    for mounted, model in ((target, checked.target), (drafter, checked.drafter)):
+        if mounted is not None and mounted.sha256 != model.config_sha256:
+            out.append(f"{PREFIX} warning: {mounted.path} has sha256 {_short(mounted.sha256)}, not that of the "
+                       f"{mounted.role} snapshot the build checked ({_short(model.config_sha256)}, {model.id} "
+                       f"{_pinned(model)}): its geometry decides")
+    return out
+
+
+def derive_inputs(flags: ServeFlags, target: MountedConfig, drafter: Optional[MountedConfig],
+                  built: dict) -> dict:
+    """The gate input (GeometryInputs JSON) for what this argv and these configs will run.
+
+    From the build: only what no serve flag says (the GPU's capability family,
+    the vLLM behaviour the image has) and the memory for the KV cache unless
+    --kv-cache-memory-bytes gives it.
+    """
+    from geometry.inputs import resolve_prefix_caching
+
+    spec = flags.speculative_config
+    if spec is not None:
+        method = spec.get("method")
+        if method != MODELLED_METHOD:
+            raise Unchecked(f"--speculative-config method {method!r} is not modelled (only {MODELLED_METHOD!r})")
+        if not isinstance(spec.get("num_speculative_tokens"), int):
+            raise Unchecked("--speculative-config has no num_speculative_tokens: give it explicitly")
+    if flags.max_model_len is not None and flags.max_model_len <= 0:
+        raise Unchecked(f"--max-model-len {flags.max_model_len} (fit to memory) is not modelled: give a length")
+    enable_prefix_caching, mamba_cache_mode = resolve_prefix_caching(
+        target.data, flags.enable_prefix_caching, flags.mamba_cache_mode)
+    return {
+        "target_config": target.data,
+        "drafter_config": drafter.data if drafter is not None else None,
+        "tensor_parallel_size": flags.tensor_parallel_size,
+        "kv_cache_dtype": flags.kv_cache_dtype,
+        "drafter_kv_cache_dtype": spec.get("kv_cache_dtype") if spec else None,
+        "num_speculative_tokens": spec["num_speculative_tokens"] if spec else 0,
+        "capability_family": built["capability_family"],
+        "enable_prefix_caching": enable_prefix_caching,
+        "mamba_cache_mode": mamba_cache_mode,
+        "block_size": flags.block_size,
+        "max_model_len": flags.max_model_len,
+        "drafter_attention_backend": spec.get("attention_backend") if spec else None,
+        "kv_cache_memory_bytes": (flags.kv_cache_memory_bytes if flags.kv_cache_memory_bytes is not None
+                                  else built["kv_cache_memory_bytes"]),
+        "vllm_behaviour": built["vllm_behaviour"],
+    }
+
+
+def differences(checked: CheckedServe, argv: Sequence[str], inputs: dict, target: MountedConfig,
+                drafter: Optional[MountedConfig]) -> str:
+    """What differs from the build, in one phrase."""
+    out = []
+    if tuple(argv) != checked.argv:
+        out.append("argv edited")
+    built = checked.gate_input
+    for name in _SHOWN:
+        if inputs.get(name) != built.get(name):
+            out.append(f"{name} {inputs.get(name)} (build: {built.get(name)})")
+    if target.sha256 != checked.target.config_sha256:
+        out.append(f"target config sha256 {_short(target.sha256)}")
+    if drafter is None:
+        out.append("no drafter")
+    elif drafter.sha256 != checked.drafter.config_sha256:
+        out.append(f"drafter config sha256 {_short(drafter.sha256)}")
+    return ", ".join(out) or "nothing that decides the geometry"
+
+
+def _read_configs(flags: ServeFlags, locate: Callable[[str], str]):
+    target = read_config("target", locate(flags.model), flags.model)
+    drafter = None
+    if flags.drafter_path is not None:
+        drafter = read_config("drafter", locate(flags.drafter_path), flags.drafter_path)
+    return target, drafter
+
+
+def _installed_behaviour(manifest: Optional[str]) -> str:
+    from geometry.sim_glm5_drafter_hades import overlay_applied
+
+    if manifest is None:
+        return "stock"
+    applied, _note = overlay_applied(manifest)
+    return "overlay" if applied else "stock"
+
+
+def _asks_for_help(argv: Sequence[str]) -> bool:
+    """``vllm serve --help[=GROUP]`` prints vLLM's help and serves nothing."""
+    return any(a in ("-h", "--help") or a.startswith("--help=") for a in argv)
+
+
+def check(argv: Sequence[str], checked: CheckedServe, *, locate: Callable[[str], str],
+          overlay_manifest: Optional[str], progress: Callable[[str], None] = lambda line: None) -> Outcome:
+    """The verdict for starting ``vllm serve ARGV`` (``locate``: an argv model path -> the directory to read;
+    ``progress``: told once when the slow path starts)."""
+    argv = tuple(argv)
+    if _asks_for_help(argv):
+        return Outcome(PASSED, (f"{PREFIX} nothing to check: vLLM is asked for its help, it serves nothing",))
+    same_argv = argv == checked.argv
+    try:
+        if same_argv:  # the build's argv names the recipe's model paths
+            target = read_config("target", locate(checked.target.path), checked.target.path)
+            drafter = read_config("drafter", locate(checked.drafter.path), checked.drafter.path)
+            if target.sha256 == checked.target.config_sha256 and drafter.sha256 == checked.drafter.config_sha256:
+                return _as_built(checked, target, drafter)
+        progress(f"{PREFIX} {'the configs differ' if same_argv else 'the argv differs'} from the build's: "
+                 "re-checking with vLLM's serve parser, the simulator and vLLM's planner (seconds)")
+        flags = _parse(argv)
+        target, drafter = _read_configs(flags, locate)
+    except ConfigUnusable as exc:
+        return refused(EXIT_CONFIG, str(exc))
+    except ServeFlagsRejected as exc:
+        return refused(EXIT_SERVE_FLAGS, f"vLLM's serve parser rejects the argv: {exc}")
+    except ModuleNotFoundError as exc:
+        return refused(EXIT_UNCHECKED, f"vLLM's serve parser cannot be imported here ({exc}): nothing was checked")
+    warnings = snapshot_warnings(checked, target, drafter)
+    try:
+        inputs = derive_inputs(flags, target, drafter, dict(checked.gate_input))
+    except Unchecked as exc:
+        return refused(EXIT_UNCHECKED, f"{exc}; nothing was checked", *warnings)
+    changed = differences(checked, argv, inputs, target, drafter)
+    return _geometry(inputs, changed, warnings, overlay_manifest)
+
+
+def _parse(argv: Sequence[str]) -> ServeFlags:
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # parse and plan only: never the GPU
+    return parse_serve_flags(argv)
+
+
+def _as_built(checked: CheckedServe, target: MountedConfig, drafter: MountedConfig) -> Outcome:
+    return Outcome(PASSED, (
+            f"{PREFIX} PASS: the geometry the build checked (argv as built, target and drafter config.json "
+            f"are the recipe's snapshots {_short(target.sha256)} / {_short(drafter.sha256)}; "
+            f"{checked.target.id} {_pinned(checked.target)}, {checked.drafter.id} {_pinned(checked.drafter)})",))
+
+
+def _geometry(raw: dict, changed: str, warnings: list[str], overlay_manifest: Optional[str]) -> Outcome:
+    from geometry.gate import check as gate_check
+    from geometry.inputs import BadInput, GeometryInputs
+    from geometry.simulate import simulate
+
+    try:
+        inputs = GeometryInputs.from_json(raw)
+        report = simulate(inputs)
+    except (BadInput, ValueError) as exc:
+        return refused(EXIT_UNCHECKED, f"re-check ({changed}) cannot model this: {exc}", *warnings)
+    verdict = gate_check(report)
+    if not verdict.passed:
+        more = len(verdict.reasons) - 1
+        return refused(EXIT_GEOMETRY, f"re-checked ({changed}): {verdict.reasons[0]}"
+                       + (f" (and {more} more below)" if more else ""),
+                       *(f"  - {r}" for r in verdict.reasons[1:]), *warnings)
+    # The cross-check: the installed vLLM plans the same inputs; the simulator must agree
+    # field by field when it models that vLLM (the image: patched; a host venv: stock).
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    try:
+        from geometry.oracle import compare_reports, plan_with_vllm
+
+        installed = _installed_behaviour(overlay_manifest)
+        modelled = report if installed == inputs.vllm_behaviour else simulate(inputs.replace(vllm_behaviour=installed))
+        diffs = compare_reports(modelled, plan_with_vllm(inputs))
+    except Exception as exc:  # noqa: BLE001 - the installed vLLM could not plan at all
+        return refused(EXIT_UNCHECKED, f"re-checked ({changed}): the installed vLLM could not plan it: "
+                                       f"{type(exc).__name__}: {exc}", *warnings)
+    if diffs:
+        return refused(EXIT_UNCHECKED, f"re-checked ({changed}): the simulator and the installed vLLM disagree: "
+                                       f"{diffs[0]}" + (f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""),
+                       *warnings)
+    fit = (f"{verdict.num_blocks_with:,} blocks of {verdict.bytes_per_block_with:,} B"
+           if verdict.num_blocks_with is not None else "no KV blocks")
+    agrees = ("the installed vLLM agrees" if installed == inputs.vllm_behaviour
+              else f"the installed vLLM ({installed}) agrees with the simulator's {installed} model")
+    return Outcome(PASSED, (f"{PREFIX} PASS: re-checked ({changed}): every drafter page fits, {fit}; {agrees}",
+                            *warnings))

@@ -1,0 +1,37 @@
+"""The pre-flight's verdict and its exit codes (stdlib only).
+
+The codes are the build driver's for the same faults (stackbuild/errors.py
+reads them from here): 5 the geometry gate refuses, 11 vLLM's serve parser
+refuses the argv; and the pre-flight's own: 16 a config.json the argv points
+at is missing, unreadable or not JSON, 17 the geometry cannot be checked (a
+setup the simulator does not model, the simulator and the installed vLLM
+disagree, vLLM missing, the image's record of the build unreadable), 2 an
+unknown GLM53_PREFLIGHT mode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PASSED = 0
+EXIT_BAD_MODE = 2
+EXIT_GEOMETRY = 5
+EXIT_SERVE_FLAGS = 11
+EXIT_CONFIG = 16
+EXIT_UNCHECKED = 17
+
+PREFIX = "pre-flight:"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    code: int
+    lines: tuple[str, ...]  # the first one says it all; the rest are details and warnings
+
+    @property
+    def passed(self) -> bool:
+        return self.code == PASSED
+
+
+def refused(code: int, summary: str, *more: str) -> Outcome:
+    return Outcome(code, (f"{PREFIX} FAIL: {summary}", *more))

@@ -1,0 +1,96 @@
+"""Read a ``vllm serve`` argv with the installed vLLM's own parser (imports vLLM when called).
+
+The parser is built the way ``vllm serve`` builds it (``ServeSubcommand``
+on a ``FlexibleArgumentParser``, then its ``validate``), so every spelling vLLM
+accepts (``-tp``, ``--max-model-len=1M``, ``--config FILE``, ``--no-enable-...``)
+means here what it means to the server; nothing is parsed by hand. Stdlib only
+but for vLLM itself: compose/serve_oracle.py runs it under any interpreter that has vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence
+
+
+
+@dataclass(frozen=True)
+class ServeFlags:
+    """The geometry-relevant values of a ``vllm serve`` argv, as vLLM's own parser reads them."""
+
+    model: str
+    tensor_parallel_size: int
+    kv_cache_dtype: str
+    block_size: Optional[int]
+    max_model_len: Optional[int]
+    enable_prefix_caching: Optional[bool]
+    mamba_cache_mode: Optional[str]
+    kv_cache_memory_bytes: Optional[int]
+    speculative_config: Optional[Mapping[str, Any]]
+
+    @property
+    def drafter_path(self) -> Optional[str]:
+        spec = self.speculative_config
+        return None if spec is None else spec.get("model")
+
+
+class ServeFlagsRejected(Exception):
+    """vLLM's serve parser refuses the argv (its own message, one line)."""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _argparse_error(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    for i, line in enumerate(lines):
+        if ": error: " in line:
+            return _one_line(" ".join([line.split(": error: ", 1)[1], *lines[i + 1:]]))
+    return _one_line(stderr) or "the parser exited without a message"
+
+
+def parse_serve_args(argv: Sequence[str]) -> argparse.Namespace:
+    """What `vllm serve ARGV` parses and validates before it loads anything; ServeFlagsRejected if it refuses."""
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(prog="vllm")
+    subparsers = parser.add_subparsers(required=False, dest="subparser")
+    serve = ServeSubcommand()
+    serve.subparser_init(subparsers)
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+            args = parser.parse_args(["serve", *argv])
+    except SystemExit:
+        raise ServeFlagsRejected(_argparse_error(stderr.getvalue())) from None
+    try:
+        serve.validate(args)
+    except (TypeError, ValueError, KeyError) as exc:
+        message = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+        raise ServeFlagsRejected(_one_line(message)) from None
+    return args
+
+
+def parse_serve_flags(argv: Sequence[str]) -> ServeFlags:
+    args = parse_serve_args(argv)
+    spec = args.speculative_config
+    if spec is not None and not isinstance(spec, dict):
+        raise ServeFlagsRejected(f"--speculative-config did not parse to a JSON object: {spec!r}")
+    # `vllm serve` itself: the positional model takes precedence over --model.
+    model = args.model_tag if getattr(args, "model_tag", None) is not None else args.model
+    return ServeFlags(
+        model=model,
+        tensor_parallel_size=args.tensor_parallel_size,
+        kv_cache_dtype=args.kv_cache_dtype,
+        block_size=args.block_size,
+        max_model_len=args.max_model_len,
+        enable_prefix_caching=args.enable_prefix_caching,
+        mamba_cache_mode=args.mamba_cache_mode,
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        speculative_config=dict(spec) if spec is not None else None,
+    )

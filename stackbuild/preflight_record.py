@@ -1,0 +1,34 @@
+"""What the image's pre-flight compares a container start with: written by the build.
+
+The one writer of ``preflight.checked.CheckedServe`` (the pre-flight is its
+reader): the compose command the recipe generates, where it mounts the two
+checkpoints, the sha256 of the config snapshots the gate checked, the pinned
+revisions, and the gate input itself.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Mapping
+
+from compose.serve_args import serve_argv
+from preflight.checked import CheckedModel, CheckedServe
+
+from .recipe import Recipe
+
+
+def snapshot_path(recipe: Recipe, relative: str) -> Path:
+    return (recipe.directory / relative).resolve()
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def checked_serve(recipe: Recipe, gate_input: Mapping) -> CheckedServe:
+    models = {}
+    for role, model in (("target", recipe.target), ("drafter", recipe.drafter)):
+        models[role] = CheckedModel(id=model.id, path=model.path, revision=model.revision,
+                                    config_sha256=file_sha256(snapshot_path(recipe, model.config)))
+    return CheckedServe(recipe=recipe.name, argv=tuple(serve_argv(recipe)), target=models["target"],
+                        drafter=models["drafter"], gate_input=dict(gate_input))
