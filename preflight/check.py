@@ -53,7 +53,7 @@ def derive_inputs(flags: ServeFlags, target: MountedConfig, drafter: Optional[Mo
     """The gate input (GeometryInputs JSON) for what this argv and these configs will run.
 
     From the build: only what no serve flag says (the GPU's capability family,
-    the vLLM behaviour the image has) and the memory for the KV cache unless
+    the vLLM behaviour the image has, the machines the TP group spans) and the memory for the KV cache unless
     --kv-cache-memory-bytes gives it.
     """
     from geometry.inputs import resolve_prefix_caching
@@ -73,6 +73,7 @@ def derive_inputs(flags: ServeFlags, target: MountedConfig, drafter: Optional[Mo
         "target_config": target.data,
         "drafter_config": drafter.data if drafter is not None else None,
         "tensor_parallel_size": flags.tensor_parallel_size,
+        "nodes": built["nodes"],
         "kv_cache_dtype": flags.kv_cache_dtype,
         "drafter_kv_cache_dtype": spec.get("kv_cache_dtype") if spec else None,
         "num_speculative_tokens": spec["num_speculative_tokens"] if spec else 0,

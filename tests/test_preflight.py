@@ -112,8 +112,8 @@ def test_exit_codes_are_the_drivers(tmp_path):
     assert outcome.EXIT_CONFIG == MountedConfigUnusable.exit_code == 16
     assert outcome.EXIT_UNCHECKED == PreflightUnchecked.exit_code == 17
     readme = " ".join((REPO / "README.md").read_text().split())
-    assert "16 a model config.json the serve command points at is missing, unreadable or not a JSON object" in readme
-    assert "17 the geometry cannot be checked" in readme
+    assert "| 16 | pre-flight: a model config.json the serve command points at is missing, unreadable or not a JSON object |" in readme
+    assert "| 17 | pre-flight: the geometry cannot be checked" in readme
 
 
 def test_the_record_round_trips_and_a_bad_one_is_named(tmp_path):
@@ -199,6 +199,7 @@ def test_prefix_caching_turned_off_is_rechecked_in_mamba_cache_mode_none(tmp_pat
 _DERIVE = """import json, sys
 sys.path.insert(0, sys.argv[1])
 from preflight.check import derive_inputs
+from preflight.configs import read_config
 from preflight.serve_flags import parse_serve_flags
 from stackbuild.plan import gate_input
 from stackbuild.preflight_record import checked_serve
