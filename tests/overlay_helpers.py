@@ -136,10 +136,18 @@ def oracle_python() -> str:
     return python
 
 
-def plan(site: Path, cases: list, python: str) -> list:
-    """Run vLLM's planning for each case against the tree at ``site``."""
-    env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", PYTHONDONTWRITEBYTECODE="1")
-    proc = subprocess.run(
+def run_plan(site: Path, cases: list, python: str, env: dict | None = None):
+    """The planning harness's process for ``cases`` against ``site``
+    (``env`` is added to this process's environment; a None value removes
+    the variable)."""
+    merged = dict(os.environ, VLLM_TARGET_DEVICE="cpu", PYTHONDONTWRITEBYTECODE="1")
+    for key, value in (env or {}).items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    env = merged
+    return subprocess.run(
         [python, str(HARNESS), str(site), json.dumps(cases)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -147,6 +155,11 @@ def plan(site: Path, cases: list, python: str) -> list:
         env=env,
         timeout=900,
     )
+
+
+def plan(site: Path, cases: list, python: str, env: dict | None = None) -> list:
+    """Run vLLM's planning for each case against the tree at ``site``."""
+    proc = run_plan(site, cases, python, env)
     results = [
         json.loads(line.split(" ", 1)[1])
         for line in proc.stdout.splitlines()
