@@ -86,3 +86,15 @@ def test_other_values_are_refused(patched):
     proc = run_plan(patched, [_params()], oracle_python(), {ENV: "yes"})
     assert proc.returncode != 0
     assert f"ValueError: {ENV} must be 0 or 1, got 'yes'" in proc.stderr
+
+
+def test_image_is_strict(tmp_path, monkeypatch):
+    """The rendered Dockerfile sets strict mode for the served image."""
+    from recipe_copies import copy_recipe, pinned
+    from stackbuild.plan import make_plan
+    from stackbuild.recipe import load_recipe
+    from stackbuild.render import render
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764460800")
+    text = render(make_plan(load_recipe(copy_recipe(tmp_path, pinned)), owner="acme"))
+    assert [l for l in text.splitlines() if ENV in l and l.startswith("ENV")] == [f"ENV {ENV}=1"]
