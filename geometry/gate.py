@@ -5,11 +5,16 @@ The gate passes only if, for the vLLM behaviour the image has:
   2. every drafter layer's real (unpadded) page equals the target's attention
      page P (the MLA latent page at the aligned block size);
   3. no attention page is padded;
-  4. bytes per block, and so the number of blocks, are the same with the
-     drafter as for the target alone with the same flags (same
+  4. the KV token capacity (geometry/capacity.py: the context the shared
+     pool holds, counting every group that keeps all tokens) with the drafter
+     is at least the target alone's with the same flags (same
      num_speculative_tokens: the KDA state widens with speculation whatever
      the drafter's layers cost, so that growth is reported but not blamed on
-     the drafter).
+     the drafter).  Bytes per block may differ: a drafter that makes blocks
+     smaller passes if the capacity holds, and fails if it splits the
+     target's attention layers over more groups and so loses capacity;
+  5. with prefix caching on: every drafter block divides the target's block,
+     and cache hits land at most one target block apart.
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 try:
-    from .simulate import GeometryReport
+    from .capacity import full_attention_groups, kv_token_capacity
+    from .simulate import GeometryReport, Plan
 except ImportError:  # pragma: no cover - script mode
-    from simulate import GeometryReport  # type: ignore[no-redef]
+    from capacity import full_attention_groups, kv_token_capacity  # type: ignore[no-redef]
+    from simulate import GeometryReport, Plan  # type: ignore[no-redef]
 
 
 class GeometryMismatch(Exception):
@@ -52,6 +59,8 @@ class Verdict:
     bytes_per_block_without: int | None
     num_blocks_with: int | None
     num_blocks_without: int | None
+    kv_tokens_with: int | None = None
+    kv_tokens_without: int | None = None
 
     def raise_if_failed(self) -> None:
         if not self.passed:
@@ -93,18 +102,11 @@ def check(report: GeometryReport) -> Verdict:
         if r.role != "kda" and r.role != "gdn" and r.padded:
             reasons.append(f"attention layer {r.name} ({r.role}) is padded: real page "
                            f"{r.real_page_bytes:,} B stored in {r.page_bytes:,} B")
-    if w.bytes_per_block is not None and base.bytes_per_block is not None:
-        if w.bytes_per_block != base.bytes_per_block:
-            widest = max(w.groups, key=lambda g: g.bytes) if w.groups else None
-            why = (f"bytes per block {w.bytes_per_block:,} with the drafter vs "
-                   f"{base.bytes_per_block:,} for the target alone "
-                   f"({w.num_blocks} vs {base.num_blocks} blocks in "
-                   f"{report.kv_cache_memory_bytes:,} B)")
-            if widest is not None:
-                why += (f"; widest group {widest.index} ({widest.spec_class}, "
-                        f"{len(widest.layer_names)} layers, roles {','.join(widest.roles)}) "
-                        f"costs {widest.bytes:,} B per block")
-            reasons.append(why)
+    cap_with, cap_base = kv_token_capacity(w), kv_token_capacity(base)
+    if cap_with is not None and cap_base is not None and cap_with < cap_base:
+        reasons.append(_capacity_reason(report, w, base, cap_with, cap_base))
+    if w.prefix_cache is not None and w.prefix_cache.enabled:
+        reasons.extend(_prefix_cache_reasons(w))
     return Verdict(
         passed=not reasons,
         reasons=tuple(reasons),
@@ -118,4 +120,48 @@ def check(report: GeometryReport) -> Verdict:
         bytes_per_block_without=base.bytes_per_block,
         num_blocks_with=w.num_blocks,
         num_blocks_without=base.num_blocks,
+        kv_tokens_with=cap_with,
+        kv_tokens_without=cap_base,
     )
+
+
+def _groups_phrase(plan: Plan) -> str:
+    groups = full_attention_groups(plan)
+    blocks = sorted({g.block_size for g in groups})
+    return (f"{plan.num_blocks:,} blocks of {plan.bytes_per_block:,} B shared by "
+            f"{len(groups)} full-attention group{'s' if len(groups) != 1 else ''} of block "
+            f"{'/'.join(map(str, blocks))}")
+
+
+def _capacity_reason(report: GeometryReport, w: Plan, base: Plan, cap_with: int,
+                     cap_base: int) -> str:
+    why = (f"KV capacity {cap_with:,} tokens with the drafter vs {cap_base:,} for the "
+           f"target alone ({_groups_phrase(w)}, vs {_groups_phrase(base)}, in "
+           f"{report.kv_cache_memory_bytes:,} B)")
+    widest = max(w.groups, key=lambda g: g.bytes) if w.groups else None
+    if widest is not None and w.bytes_per_block > base.bytes_per_block:
+        why += (f"; widest group {widest.index} ({widest.spec_class}, "
+                f"{len(widest.layer_names)} layers, roles {','.join(widest.roles)}) "
+                f"costs {widest.bytes:,} B per block")
+    return why
+
+
+def _prefix_cache_reasons(w: Plan) -> list[str]:
+    """Prefix caching on: a drafter block that does not divide the target block
+    leaves hits on the blocks' least common multiple (vLLM #55622 saw 0 %
+    hits), and hits further apart than one target block waste the cache."""
+    reasons = []
+    target_block = next((r.block_size for r in w.layers
+                         if r.owner == "target" and r.role in ("mla_latent", "attention")), None)
+    if target_block is None:
+        return reasons
+    for block in sorted({r.block_size for r in w.layers if r.owner == "drafter"}):
+        if target_block % block:
+            reasons.append(f"prefix caching: drafter block {block} does not divide the target "
+                           f"block {target_block} (hash block {w.prefix_cache.hash_block_size}, "
+                           f"scheduler block {w.prefix_cache.scheduler_block_size})")
+    alignment = w.prefix_cache.hit_alignment_tokens
+    if alignment > target_block:
+        reasons.append(f"prefix caching: cache hits land every {alignment:,} tokens, more than "
+                       f"the target block {target_block}")
+    return reasons

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 # vLLM 0.33.0 CacheConfig.mamba_cache_mode default ("none": no prefix caching
 # of mamba state).  "align" is the other value vLLM accepts.
 DEFAULT_MAMBA_CACHE_MODE = "none"
+MAMBA_CACHE_MODES = ("none", "align")
 BEHAVIOURS = ("stock", "overlay")
 
 
@@ -31,7 +32,10 @@ class GeometryInputs:
     drafter_kv_cache_dtype: str | None
     num_speculative_tokens: int
     capability_family: int
+    # Both as vLLM runs them (see resolve_prefix_caching): prefix caching on
+    # means mamba_cache_mode "align", off means "none".
     mamba_cache_mode: str = DEFAULT_MAMBA_CACHE_MODE
+    enable_prefix_caching: bool = False
     block_size: int | None = None
     kv_cache_memory_bytes: int
     vllm_behaviour: str = "overlay"
@@ -71,8 +75,17 @@ class GeometryInputs:
             self.drafter_kv_cache_dtype, str
         ):
             raise BadInput("drafter_kv_cache_dtype must be a string or null")
-        if self.mamba_cache_mode not in ("none", "align"):
+        if self.mamba_cache_mode not in MAMBA_CACHE_MODES:
             raise BadInput(f"mamba_cache_mode must be 'none' or 'align', got {self.mamba_cache_mode!r}")
+        if not isinstance(self.enable_prefix_caching, bool):
+            raise BadInput("enable_prefix_caching must be true or false, "
+                           f"got {self.enable_prefix_caching!r}")
+        expected_mode = _mode_for(self.enable_prefix_caching)
+        if self.mamba_cache_mode != expected_mode:
+            raise BadInput(
+                f"mamba_cache_mode {self.mamba_cache_mode!r} with enable_prefix_caching "
+                f"{str(self.enable_prefix_caching).lower()}: vLLM 0.33.0 runs "
+                f"{expected_mode!r} then")
 
     @property
     def has_drafter(self) -> bool:
@@ -123,3 +136,43 @@ class GeometryInputs:
                 value = dict(value)
             out[f.name] = value
         return out
+
+
+def _mode_for(prefix_caching: bool) -> str:
+    """``MambaModelConfig.verify_and_update_config``: "align" with prefix
+    caching on, "none" with it off."""
+    return "align" if prefix_caching else "none"
+
+
+def resolve_prefix_caching(
+    target_config: Mapping[str, Any],
+    enable_prefix_caching: bool | None,
+    mamba_cache_mode: str | None = None,
+) -> tuple[bool, str]:
+    """(prefix caching on, mamba_cache_mode) as vLLM 0.33.0 runs a target from
+    its serve flags; ``None`` means the flag was not given.
+
+    * ``--enable-prefix-caching`` / ``--no-enable-prefix-caching`` decide; with
+      neither, ``EngineArgs`` takes ``ModelConfig.is_prefix_caching_supported``,
+      which is true for every generative hybrid model (all modelled targets).
+    * ``--mamba-cache-mode`` is accepted but has no effect in 0.33.0
+      (deprecated: "Mamba prefix caching follows --enable-prefix-caching"):
+      the cache config starts at "none" and ``MambaModelConfig`` sets "align"
+      when prefix caching is on.
+    """
+    if enable_prefix_caching is not None and not isinstance(enable_prefix_caching, bool):
+        raise BadInput("enable_prefix_caching must be true, false or unset, "
+                       f"got {enable_prefix_caching!r}")
+    if mamba_cache_mode is not None and mamba_cache_mode not in MAMBA_CACHE_MODES:
+        raise BadInput(f"--mamba-cache-mode must be one of {MAMBA_CACHE_MODES}, "
+                       f"got {mamba_cache_mode!r}")
+    try:
+        from .simulate import model_kind
+    except ImportError:  # pragma: no cover - script mode
+        from simulate import model_kind  # type: ignore[no-redef]
+
+    if not isinstance(target_config, Mapping):
+        raise BadInput("target_config must be a JSON object")
+    model_kind(target_config)  # a modelled (generative hybrid) target, else BadInput
+    enabled = True if enable_prefix_caching is None else enable_prefix_caching
+    return enabled, _mode_for(enabled)

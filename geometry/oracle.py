@@ -47,10 +47,12 @@ try:
     from . import record
     from . import simulate as S
     from .inputs import GeometryInputs
+    from .prefix_cache import PrefixCache, can_hit
 except ImportError:  # pragma: no cover - script mode
     import record  # type: ignore[no-redef]
     import simulate as S  # type: ignore[no-redef]
     from inputs import GeometryInputs  # type: ignore[no-redef]
+    from prefix_cache import PrefixCache, can_hit  # type: ignore[no-redef]
 
 _FAMILY_CAPABILITY = {90: (9, 0), 100: (10, 3), 120: (12, 0)}
 
@@ -348,15 +350,21 @@ def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
     else:
         cache.block_size = S.DEFAULT_BLOCK_SIZE
         cache.user_specified_block_size = False
-    cache.mamba_cache_mode = inputs.mamba_cache_mode
-    cache.mamba_block_size = max_len
+    # EngineArgs builds the cache config with prefix caching resolved and
+    # mamba_cache_mode left at "none"; MambaModelConfig (below) derives the
+    # mode and the mamba block size from it.
+    cache.enable_prefix_caching = inputs.enable_prefix_caching
+    cache.mamba_cache_mode = "none"
+    cache.mamba_block_size = None
+    cfg.scheduler_config.enable_chunked_prefill = True  # default for generative models
     drafter = inputs.drafter_config if with_drafter else None
     spec_cfg = None
     if num_spec or drafter is not None:
         spec_cfg = types.SimpleNamespace(
             method="dflash", num_speculative_tokens=num_spec,
             kv_cache_dtype=inputs.drafter_kv_cache_dtype if drafter is not None else None,
-            attention_backend=inputs.drafter_attention_backend, draft_model_config=None)
+            attention_backend=inputs.drafter_attention_backend, draft_model_config=None,
+            parallel_drafting=True)  # DFlash drafts all positions in one pass
     cfg.speculative_config = spec_cfg
 
     if kind == "glm5next":
@@ -365,6 +373,15 @@ def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
 
         with _patched(type(current_platform), "is_cuda", lambda self: True):
             Glm5NextModelConfig.verify_and_update_config(cfg)
+    # VllmConfig.try_verify_and_update_config: the architecture's hook, then
+    # the hybrid one for every hybrid model.
+    from vllm.model_executor.models.config import HybridAttentionMambaModelConfig
+
+    HybridAttentionMambaModelConfig.verify_and_update_config(cfg)
+    if cache.mamba_cache_mode != inputs.mamba_cache_mode:
+        raise ValueError(f"vLLM runs mamba_cache_mode {cache.mamba_cache_mode!r} with prefix "
+                         f"caching {inputs.enable_prefix_caching}, the input says "
+                         f"{inputs.mamba_cache_mode!r}")
 
     ctx = cfg.compilation_config.static_forward_context
     ctx.clear()
@@ -516,12 +533,7 @@ def _error(exc: BaseException) -> str:
 
 def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> S.Plan:
     from vllm.config import set_current_vllm_config
-    from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
     from vllm.platforms.interface import Platform
-    from vllm.v1.attention.backends.utils import (
-        get_supported_kv_cache_layouts,
-        resolve_kv_cache_layout,
-    )
     from vllm.v1.core import kv_cache_planning as P
     from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
@@ -538,10 +550,7 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> S.Plan:
                 Platform.update_block_size_for_backend(cfg)
             with set_current_vllm_config(cfg):
                 specs = get_kv_cache_spec(cfg)
-                backends = get_current_attn_backends(cfg)
-                names = [l.name for l in get_supported_kv_cache_layouts(backends)]
-                cache.kv_cache_layout = None
-                layout = resolve_kv_cache_layout(cfg, [names], specs.values())
+                layout = _resolve_layout(cfg, specs)
                 owners = {n: ("drafter" if n.startswith("drafter.") else "target") for n in specs}
                 groups = P.get_kv_cache_groups(cfg, dict(specs))
                 final = {}
@@ -565,14 +574,58 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> S.Plan:
                     sum(s.page_size_bytes for s in layer_specs),
                     (any(s.is_draft for s in layer_specs)
                      if isinstance(gs, UniformTypeKVCacheSpecs) else gs.is_draft)))
+            block_size = cache.block_size
+            prefix = _prefix_cache(cfg, kvc)
             return S.Plan(
-                cache.block_size, cache.mamba_page_size_padded, layout.name,
+                block_size, cache.mamba_page_size_padded, layout.name,
                 _path(kind, groups, specs, layout), rows, tuple(grows), bpb,
                 kvc.num_blocks, kvc.num_blocks * t_rows[0].block_size,
-                t_rows[0].real_page_bytes)
+                t_rows[0].real_page_bytes, prefix_cache=prefix)
         except (AssertionError, ValueError, NotImplementedError) as exc:
             return S.Plan(cache.block_size, cache.mamba_page_size_padded, None, None, rows,
                           (), None, None, None, None, error=_error(exc))
+
+
+def _prefix_cache(cfg, kvc) -> PrefixCache:
+    """What ``EngineCore._initialize_kv_caches`` resolves for the scheduler
+    (vllm/v1/engine/core.py): the scheduler's copy of the config, the cache
+    block size set to the smallest prefix-cacheable group block, then
+    ``resolve_kv_cache_block_sizes`` and ``resolve_cache_hit_alignment_tokens``.
+    Changes ``cfg.cache_config.block_size`` as the engine core does."""
+    from vllm.v1.core.kv_cache_utils import (
+        generate_scheduler_kv_cache_config,
+        resolve_cache_hit_alignment_tokens,
+        resolve_kv_cache_block_sizes,
+    )
+
+    scheduler_cfg = generate_scheduler_kv_cache_config([kvc])
+    groups = scheduler_cfg.kv_cache_groups
+    if groups:
+        participating = [g.kv_cache_spec.block_size for g in groups
+                         if g.kv_cache_spec.prefix_cacheable]
+        cfg.cache_config.block_size = min(
+            participating or [g.kv_cache_spec.block_size for g in groups])
+    scheduler_block, hash_block = resolve_kv_cache_block_sizes(scheduler_cfg, cfg)
+    alignment = resolve_cache_hit_alignment_tokens(scheduler_cfg, cfg, scheduler_block,
+                                                   hash_block)
+    enabled = bool(cfg.cache_config.enable_prefix_caching)
+    return PrefixCache(enabled=enabled, hash_block_size=hash_block,
+                       scheduler_block_size=scheduler_block, hit_alignment_tokens=alignment,
+                       can_hit=can_hit(enabled, alignment, cfg.model_config.max_model_len))
+
+
+def _resolve_layout(cfg, specs):
+    """``resolve_kv_cache_layout`` over the attention backends' layouts, as
+    the engine core does before planning."""
+    from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
+    from vllm.v1.attention.backends.utils import (
+        get_supported_kv_cache_layouts,
+        resolve_kv_cache_layout,
+    )
+
+    names = [l.name for l in get_supported_kv_cache_layouts(get_current_attn_backends(cfg))]
+    cfg.cache_config.kv_cache_layout = None
+    return resolve_kv_cache_layout(cfg, [names], specs.values())
 
 
 def _path(kind, groups, specs, layout) -> str:
@@ -629,6 +682,36 @@ def _rows(final: dict, owners: dict, order: dict) -> tuple:
             s.real_page_size_bytes, s.page_size_bytes,
             s.page_size_bytes != s.real_page_size_bytes, s.get_block_stride_alignment()))
     return tuple(rows)
+
+
+def blocks_per_request(inputs: GeometryInputs) -> list[tuple[str, int, int]]:
+    """(spec class, block size, blocks) per KV-cache group of the with-drafter
+    plan: the blocks one request of ``max_model_len`` tokens draws from the
+    shared pool, as ``get_max_concurrency_for_kv_cache_config`` counts them
+    (``cdiv(max_memory_usage_bytes, page_size_bytes)`` of the scheduler's
+    group spec)."""
+    from vllm.config import set_current_vllm_config
+    from vllm.platforms.interface import Platform
+    from vllm.utils.math_utils import cdiv
+    from vllm.v1.core import kv_cache_planning as P
+    from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config
+    from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
+
+    with _capability(inputs.capability_family):
+        cfg, _ = _build(inputs, inputs.has_drafter, inputs.num_speculative_tokens)
+        with _model_registry_fallback():
+            Platform.update_block_size_for_backend(cfg)
+        with set_current_vllm_config(cfg):
+            specs = get_kv_cache_spec(cfg)
+            _resolve_layout(cfg, specs)
+            groups = P.get_kv_cache_groups(cfg, dict(specs))
+            kvc = P.get_kv_cache_config_from_groups(cfg, groups, inputs.kv_cache_memory_bytes)
+            out = []
+            for g in generate_scheduler_kv_cache_config([kvc]).kv_cache_groups:
+                spec = g.kv_cache_spec
+                out.append((type(spec).__name__, spec.block_size,
+                            cdiv(spec.max_memory_usage_bytes(cfg), spec.page_size_bytes)))
+    return out
 
 
 def plan_with_vllm(inputs: GeometryInputs) -> S.GeometryReport:

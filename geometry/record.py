@@ -19,6 +19,7 @@ any difference and the gate imports vLLM again (and writes a new record).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -31,7 +32,8 @@ from typing import Any, Iterable, Mapping
 SCHEMA = "glm53-oracle-record/1"
 PLANS = ("with_drafter", "without_drafter", "target_only_same_spec")
 PLAN_FIELDS = ("block_size", "mamba_page_size_padded", "layout", "grouping_path",
-               "bytes_per_block", "num_blocks", "tokens_fit", "target_attention_page")
+               "bytes_per_block", "num_blocks", "tokens_fit", "target_attention_page",
+               "prefix_cache")
 LAYER_FIELDS = ("name", "owner", "role", "spec_class", "block_size", "num_kv_heads",
                 "head_size", "dtype", "bytes_per_token", "real_page_bytes",
                 "page_bytes", "padded", "block_stride_alignment")
@@ -53,6 +55,13 @@ class RecordError(ValueError):
 
 # ------------------------------------------------------------------ comparison
 
+def _plain(value: Any) -> Any:
+    """A plan field as a JSON value (dataclass values become objects)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
+
+
 def comparable(report: Any) -> dict:
     """The fields of a GeometryReport's three plans that the oracle check compares, as JSON values."""
     out = {}
@@ -60,7 +69,7 @@ def comparable(report: Any) -> dict:
         plan = getattr(report, label)
         out[label] = {
             "error": plan.error,
-            **{f: getattr(plan, f) for f in PLAN_FIELDS},
+            **{f: _plain(getattr(plan, f)) for f in PLAN_FIELDS},
             "layers": [{f: getattr(row, f) for f in LAYER_FIELDS} for row in plan.layers],
             "groups": [{f: getattr(group, f) for f in GROUP_FIELDS} for group in plan.groups],
         }

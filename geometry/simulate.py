@@ -48,9 +48,13 @@ from typing import Any, Mapping
 try:  # package import (tests, oracle) or sibling import (CLI as a script)
     from . import backends as B
     from .inputs import BadInput, GeometryInputs
+    from .prefix_cache import CacheGroup, PrefixCache, PrefixCacheError
+    from .prefix_cache import resolve as resolve_prefix_cache
 except ImportError:  # pragma: no cover - script mode
     import backends as B  # type: ignore[no-redef]
     from inputs import BadInput, GeometryInputs  # type: ignore[no-redef]
+    from prefix_cache import CacheGroup, PrefixCache, PrefixCacheError  # type: ignore[no-redef]
+    from prefix_cache import resolve as resolve_prefix_cache  # type: ignore[no-redef]
 
 DEFAULT_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE
 
@@ -313,6 +317,7 @@ class Plan:
     tokens_fit: int | None  # num_blocks * target attention block size
     target_attention_page: int | None  # MLA latent (or full attn) real page
     error: str | None = None
+    prefix_cache: PrefixCache | None = None  # None when vLLM cannot plan
 
 
 @dataclass(frozen=True)
@@ -819,6 +824,18 @@ class _Model:
             return self.head_size * _DTYPE_BYTES[t_dtype]
         return self.num_kv_heads_model * 2 * self.head_size * _DTYPE_BYTES[t_dtype]
 
+    def prefill_checkpoint_alignment(self) -> int | None:
+        """``get_mamba_prefill_checkpoint_alignment`` in "align" mode: the LCM
+        of the mamba layers' ``get_prefill_checkpoint_alignment``.  KDA layers
+        (GLM-5.3, Kimi Linear) export none (``MambaBase``'s None).  Qwen3-Next's
+        GDN layers export 64 when vLLM picks FlashInfer's GDN prefill kernel,
+        which depends on the CUDA runtime and FlashInfer build of the image."""
+        if self.kind == "qwen3_next":
+            raise BadInput("mamba_cache_mode 'align' for Qwen3-Next (GDN) targets is not "
+                           "modelled (the prefill checkpoint alignment depends on the GDN "
+                           "prefill kernel vLLM picks at run time)")
+        return None
+
     def non_ssm_backends(self) -> list[B.Backend]:
         out = self.__dict__.get("_non_ssm")
         if out is None:
@@ -892,8 +909,8 @@ def _update_block_size(model: _Model, inputs: GeometryInputs) -> _Cache:
         if model.use_mla:
             kba = max(kba, 128)
         if inputs.mamba_cache_mode == "align":
-            raise BadInput("mamba_cache_mode 'align' is not modelled (prefill "
-                           "checkpoint alignment depends on the KDA prefill kernel)")
+            # internal prefill checkpoints land on block boundaries
+            kba = math.lcm(kba, model.prefill_checkpoint_alignment() or 1)
         attn_block = kba * cdiv(mamba_page, kba * attn_1)
         attn_block = bba * cdiv(attn_block, bba)
         if cache.block_size < attn_block:
@@ -907,7 +924,10 @@ def _update_block_size(model: _Model, inputs: GeometryInputs) -> _Cache:
         if rejecting:
             raise SimulatedError("ValueError", f"Aligned KV cache block size {cache.block_size} "
                                  f"is not supported by attention backend(s): {', '.join(rejecting)}.")
-    cache.mamba_block_size = model.max_model_len  # mamba_cache_mode "none"
+    # MambaModelConfig / _align_hybrid_block_size: the attention block with
+    # prefix caching ("align"), else max_model_len ("none").
+    cache.mamba_block_size = (cache.block_size if inputs.mamba_cache_mode == "align"
+                              else model.max_model_len)
     return cache
 
 
@@ -1177,9 +1197,16 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list
         t_block = next(final_specs[l.name].block_size for l in model.layers
                        if l.owner == "target" and l.role in ("mla_latent", "attention"))
         grows = _Thunk(lambda: _group_rows(model, path, groups))
+        prefix = resolve_prefix_cache(
+            [CacheGroup(gs[0].kind, gs[0].block_size, gs[0].tokens_per_state)
+             for _, gs in groups],
+            inputs.enable_prefix_caching, inputs.mamba_cache_mode, model.max_model_len)
         return model, Plan(cache.block_size, cache.mamba_page_size_padded, layout, path, rows,
                            grows, bpb, num_blocks, num_blocks * t_block,
-                           _target_attention_page(model, final_specs))
+                           _target_attention_page(model, final_specs), prefix_cache=prefix)
+    except PrefixCacheError as exc:
+        return model, Plan(cache.block_size, cache.mamba_page_size_padded, None, None, rows,
+                           (), None, None, None, None, error=str(exc))
     except SimulatedError as exc:
         return model, Plan(cache.block_size if cache else None,
                            cache.mamba_page_size_padded if cache else None,

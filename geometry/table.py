@@ -6,10 +6,14 @@ from dataclasses import asdict
 from typing import Any
 
 try:
+    from .capacity import kv_token_capacity
     from .gate import Verdict
+    from .prefix_cache import PrefixCache
     from .simulate import GeometryReport, Plan
 except ImportError:  # pragma: no cover - script mode
+    from capacity import kv_token_capacity  # type: ignore[no-redef]
     from gate import Verdict  # type: ignore[no-redef]
+    from prefix_cache import PrefixCache  # type: ignore[no-redef]
     from simulate import GeometryReport, Plan  # type: ignore[no-redef]
 
 GIB = 1 << 30
@@ -17,6 +21,19 @@ GIB = 1 << 30
 
 def _fmt(n: int | None) -> str:
     return "-" if n is None else f"{n:,}"
+
+
+def prefix_cache_line(pc: PrefixCache | None) -> str:
+    """One line: what prefix caching does for this plan."""
+    if pc is None:
+        return "prefix caching: -"
+    if not pc.enabled:
+        return (f"prefix caching: OFF (no cache hits; scheduler block "
+                f"{pc.scheduler_block_size:,} tokens)")
+    reach = ("a prompt shorter than max_model_len can hit" if pc.can_hit
+             else "NO prompt shorter than max_model_len can hit")
+    return (f"prefix caching: on, hits every {pc.hit_alignment_tokens:,} tokens (hash block "
+            f"{pc.hash_block_size:,}, scheduler block {pc.scheduler_block_size:,}); {reach}")
 
 
 def _plan_lines(title: str, plan: Plan, with_layers: bool) -> list[str]:
@@ -27,8 +44,10 @@ def _plan_lines(title: str, plan: Plan, with_layers: bool) -> list[str]:
                f"{_fmt(plan.mamba_page_size_padded)} B  layout {plan.layout}  "
                f"grouping {plan.grouping_path}")
     out.append(f"   bytes/block {_fmt(plan.bytes_per_block)}  blocks {_fmt(plan.num_blocks)}  "
-               f"tokens that fit {_fmt(plan.tokens_fit)}  target attention page "
+               f"tokens that fit {_fmt(plan.tokens_fit)}  KV capacity "
+               f"{_fmt(kv_token_capacity(plan))} tokens  target attention page "
                f"{_fmt(plan.target_attention_page)} B")
+    out.append("   " + prefix_cache_line(plan.prefix_cache))
     if with_layers and plan.layers:
         # collapse identical rows (same role/owner/spec) to keep the table short
         seen: dict[tuple, list[str]] = {}

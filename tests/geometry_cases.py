@@ -160,7 +160,35 @@ def scenario(rng: random.Random) -> dict:
         "block_size": rng.choice([None] * 6 + [16, 64, 128, 256, 1024]),
         "kv_cache_memory_bytes": rng.choice([8, 40, 200]) * GIB + rng.randint(0, GIB),
         "vllm_behaviour": "stock",
+        **prefix_caching(kind != "qwen3_next" and rng.random() < 0.5),
     }
+
+
+def prefix_caching(on: bool) -> dict:
+    """The gate-input pair vLLM runs: prefix caching on means "align"."""
+    return {"enable_prefix_caching": on, "mamba_cache_mode": "align" if on else "none"}
+
+
+def align_matrix(behaviour: str) -> list[dict]:
+    """The default recipe's shape with prefix caching on ("align"): TP 1/2/4 x
+    num_speculative_tokens 0/1/3/7 x index_kpool 4/16 x (no drafter, or the
+    drafter with fp8/bf16 KV and 4/8 KV heads)."""
+    target, drafter = recipe_configs()
+    cases = []
+    for tp in (1, 2, 4):
+        for num_spec in (0, 1, 3, 7):
+            for kpool in (4, 16):
+                t = dict(target, index_kpool=kpool)
+                variants = [None] + [(dtype, heads) for dtype in ("fp8", "bfloat16")
+                                     for heads in (4, 8)]
+                for variant in variants:
+                    d = None if variant is None else dict(drafter, num_key_value_heads=variant[1])
+                    cases.append(recipe_input(
+                        behaviour, target_config=t, drafter_config=d, tensor_parallel_size=tp,
+                        num_speculative_tokens=num_spec,
+                        drafter_kv_cache_dtype=None if variant is None else variant[0],
+                        **prefix_caching(True)))
+    return cases
 
 
 def sample(n: int, seed: int = 20261130) -> list[dict]:

@@ -65,7 +65,11 @@ def test_recipe_stock_fails_overlay_passes():
     assert vs.bytes_per_block_with > vs.bytes_per_block_without
     assert vo.bytes_per_block_with == vo.bytes_per_block_without
     assert vo.num_blocks_with == vo.num_blocks_without
-    assert any("bytes per block" in r for r in vs.reasons)
+    # one MLA group (latent + indexer) of the aligned block: capacity = blocks x block
+    block = stock.with_drafter.block_size
+    assert vs.kv_tokens_with == vs.num_blocks_with * block < vs.kv_tokens_without
+    assert vo.kv_tokens_with == vo.kv_tokens_without == vo.num_blocks_with * block
+    assert any(r.startswith("KV capacity") for r in vs.reasons)
     assert any("would fit exactly" in r for r in vs.reasons)
     with pytest.raises(GeometryMismatch):
         vs.raise_if_failed()
@@ -108,7 +112,8 @@ def test_json_roundtrip_and_bad_input():
 
 def test_simulator_is_stdlib_only():
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
-    for name in ("inputs", "backends", "simulate", "gate", "table", "sim_glm5_drafter_hades"):
+    for name in ("inputs", "backends", "prefix_cache", "capacity", "simulate", "gate", "table",
+                 "sim_glm5_drafter_hades"):
         tree = ast.parse((ROOT / "geometry" / f"{name}.py").read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -119,7 +124,8 @@ def test_simulator_is_stdlib_only():
                 continue
             for m in mods:
                 top = m.split(".")[0]
-                assert top in stdlib or top in {"backends", "inputs", "simulate", "gate", "table"}, (name, m)
+                assert top in stdlib or top in {"backends", "inputs", "prefix_cache", "capacity", "simulate",
+                                             "gate", "table"}, (name, m)
 
 
 def _run_cli(tmp_path, data, *args, env=None):
@@ -202,3 +208,79 @@ def test_kimi_linear_numbers_from_config_arithmetic():
         else:
             d = [l for l in r.with_drafter.layers if l.owner == "drafter"]
             assert {l.block_size for l in d} == {block * 576 // 2048}
+
+
+def _kimi(behaviour: str, drafter_layers: int, prefix_caching: bool, **changes) -> dict:
+    _, d = C.recipe_configs()
+    d = dict(d, num_hidden_layers=drafter_layers,
+             layer_types=["sliding_attention"] * drafter_layers)
+    return C.recipe_input(behaviour, target_config=C.kimi_linear_config(), kv_cache_dtype="fp8",
+                          drafter_config=d, **C.prefix_caching(prefix_caching), **changes)
+
+
+def test_capacity_rule_when_the_drafter_makes_blocks_smaller():
+    """Kimi Linear (7 MLA layers) with the series' drafter: bytes per block
+    shrink either way; what decides is how many groups the MLA layers end up in."""
+    five = simulate(_inputs(_kimi("overlay", 5, False)))
+    v5 = check(five)
+    w, base = five.with_drafter, five.target_only_same_spec
+    mla_groups = [g for g in w.groups if g.spec_class == "MLAAttentionSpec"]
+    # groups hold as many layers as the drafter's 5: 7 MLA layers -> 2 groups
+    assert len(mla_groups) == -(-7 // 5) == 2
+    assert w.bytes_per_block < base.bytes_per_block and w.num_blocks > base.num_blocks
+    assert v5.kv_tokens_with == w.num_blocks * 4096 // 2
+    assert v5.kv_tokens_without == base.num_blocks * 4096
+    assert not v5.passed and v5.reasons[0].startswith(
+        f"KV capacity {v5.kv_tokens_with:,} tokens with the drafter vs "
+        f"{v5.kv_tokens_without:,} for the target alone")
+    # a one-layer drafter: every group holds one layer, 7 MLA groups of 1/7 the
+    # bytes each; capacity = blocks x 4096 / 7 holds, and the gate passes
+    one = simulate(_inputs(_kimi("overlay", 1, False)))
+    v1 = check(one)
+    assert len([g for g in one.with_drafter.groups if g.spec_class == "MLAAttentionSpec"]) == 7
+    assert one.with_drafter.bytes_per_block < one.target_only_same_spec.bytes_per_block
+    assert v1.kv_tokens_with == one.with_drafter.num_blocks * 4096 // 7 >= v1.kv_tokens_without
+    assert v1.passed, v1.reasons
+
+
+def test_prefix_cache_gate():
+    # the default recipe with the series: drafter block 9216 x 512 / 4096 = 1152
+    # divides the target block 9216; hits every 1152 tokens
+    overlay = simulate(_inputs(C.recipe_input("overlay", **C.prefix_caching(True))))
+    v = check(overlay)
+    assert v.passed, v.reasons
+    pc = overlay.with_drafter.prefix_cache
+    assert (pc.enabled, pc.hit_alignment_tokens, pc.can_hit) == (True, 1152, True)
+    assert "prefix caching: on, hits every 1,152 tokens" in render_text(overlay, v)
+    # Kimi Linear with a one-layer bf16 drafter: 8 KV heads x 128 x (K+V) x 2 B =
+    # 4096 B/token, P = 4096 x 576 (fp8 MLA latent) -> drafter block 576, which
+    # does not divide 4096; the scheduler block is lcm(4096, 576) = 36864
+    kimi = simulate(_inputs(_kimi("overlay", 1, True, drafter_kv_cache_dtype="bfloat16")))
+    vk = check(kimi)
+    assert vk.reasons == (
+        "prefix caching: drafter block 576 does not divide the target block 4096 "
+        "(hash block 64, scheduler block 36864)",
+        "prefix caching: cache hits land every 36,864 tokens, more than the target block 4096")
+    # the same with prefix caching off passes (capacity holds, see above) and says so
+    off = simulate(_inputs(_kimi("overlay", 1, False, drafter_kv_cache_dtype="bfloat16")))
+    voff = check(off)
+    assert voff.passed
+    assert "prefix caching: OFF (no cache hits" in render_text(off, voff)
+
+
+def test_prefix_cache_in_json():
+    report = simulate(_inputs(C.recipe_input("stock", **C.prefix_caching(True))))
+    data = json.loads(json.dumps(to_json(report, check(report)), default=str))
+    for label in ("with_drafter", "without_drafter", "target_only_same_spec"):
+        assert set(data["report"][label]["prefix_cache"]) == {
+            "enabled", "hash_block_size", "scheduler_block_size", "hit_alignment_tokens",
+            "can_hit"}
+
+
+def test_align_not_modelled_for_gdn_targets():
+    import random
+
+    data = C.recipe_input("stock", target_config=C.qwen3_next_target(random.Random(1)),
+                          **C.prefix_caching(True))
+    with pytest.raises(BadInput, match="Qwen3-Next"):
+        simulate(_inputs(data))

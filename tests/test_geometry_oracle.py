@@ -11,6 +11,7 @@ vLLM bug in geometry/README.md.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -41,6 +42,7 @@ N = int(os.environ.get("GEOMETRY_ORACLE_N", "300"))
 SEED = int(os.environ.get("GEOMETRY_ORACLE_SEED", "20261130"))
 BEHAVIOUR = os.environ.get("GEOMETRY_ORACLE_BEHAVIOUR", "stock")
 CASES = C.sample(N, SEED)
+ALIGN_CASES = C.align_matrix(BEHAVIOUR)
 
 
 def _agree(data: dict) -> tuple:
@@ -58,6 +60,63 @@ def _agree(data: dict) -> tuple:
 def test_matrix_agrees_with_vllm(idx):
     sim, _, diffs = _agree(CASES[idx])
     assert not diffs, "\n".join(diffs[:20])
+
+
+@pytest.mark.parametrize("idx", range(len(ALIGN_CASES)))
+def test_align_matrix_agrees_with_vllm(idx):
+    """Prefix caching on ("align"): TP x num_spec x index_kpool x drafter KV
+    dtype and heads, with and without the drafter."""
+    sim, vllm, diffs = _agree(ALIGN_CASES[idx])
+    assert not diffs, "\n".join(diffs[:20])
+    assert vllm.with_drafter.prefix_cache is not None or vllm.with_drafter.error
+
+
+def _recipe_block(num_spec: int) -> int:
+    """The default recipe's block size by hand (_align_hybrid_block_size):
+    KDA state = conv (3 x 64 heads x 128) x (kernel 4 - 1 + num_spec) x bf16
+    + recurrent 64 x 128 x 128 x fp32; MLA latent 512 B per token (fp8,
+    kv_lora_rank 512, no rope); block = 128 x ceil(state / (128 x 512))."""
+    state = 3 * 64 * 128 * (3 + num_spec) * 2 + 64 * 128 * 128 * 4
+    return 128 * -(-state // (128 * 512))
+
+
+@pytest.mark.parametrize("prefix_caching", [True, False])
+def test_recipe_prefix_cache_by_hand(prefix_caching):
+    """vLLM's own answer for the default recipe against hand arithmetic."""
+    sim, vllm, diffs = _agree(C.recipe_input(BEHAVIOUR, **C.prefix_caching(prefix_caching)))
+    assert not diffs, "\n".join(diffs[:20])
+    block = _recipe_block(7)
+    assert block == 9216
+    # the stock drafter takes the whole block (FLASH_ATTN: multiples of 16);
+    # the series gives it the MLA page's worth of bf16 tokens: 8 heads x 128 x
+    # (K+V) x 2 bytes = 4096 B per token
+    drafter_block = block if BEHAVIOUR == "stock" else block * 512 // (8 * 128 * 2 * 2)
+    tail_ring = 16  # kpool 4, span 4 + 7 -> 4 x next power of 2 of ceil(11 / 4)
+    plan = vllm.with_drafter
+    assert plan.block_size == block
+    assert {g.block_size for g in plan.groups if g.spec_class == "SlidingWindowSpec"} == {
+        drafter_block}
+    pc = plan.prefix_cache
+    assert pc.enabled is prefix_caching
+    if prefix_caching:
+        # mamba block = attention block; hashes every gcd of the cacheable
+        # blocks (the tail ring opts out); hits land on the hash block when the
+        # mamba block is larger and the sliding-window drafter's block is the
+        # hash block, else on the scheduler block
+        assert pc.scheduler_block_size == math.lcm(block, tail_ring, drafter_block) == block
+        assert pc.hash_block_size == math.gcd(block, drafter_block) == drafter_block
+        assert pc.hit_alignment_tokens == drafter_block
+        assert pc.can_hit
+    else:
+        # mamba block = max_model_len (2^20): lcm(2^20, 9216 = 2^10 x 9) = 9 x 2^20
+        assert pc.scheduler_block_size == math.lcm(1 << 20, block, tail_ring) == 9 << 20
+        assert pc.hash_block_size == pc.hit_alignment_tokens == 9 << 20
+        assert not pc.can_hit
+    # without the drafter (num_spec 0) the block is smaller: 8576 tokens
+    alone = vllm.without_drafter
+    assert alone.block_size == _recipe_block(0) == 8576
+    if prefix_caching:
+        assert alone.prefix_cache.hit_alignment_tokens == 8576
 
 
 def test_recipe_agrees_and_numbers():
@@ -110,11 +169,38 @@ def test_cli_oracle_exit_codes(tmp_path):
 def test_kimi_linear_recipe_agrees():
     """Kimi Linear with the DFlash2-style drafter (stock 0.33.0 raises in
     unify: the MLA page does not divide the drafter's) and alone."""
-    for drafter in (C.recipe_configs()[1], None):
+    for drafter, prefix_caching in [(d, p) for d in (C.recipe_configs()[1], None)
+                                    for p in (False, True)]:
         data = C.recipe_input(BEHAVIOUR, target_config=C.kimi_linear_config(),
-                              kv_cache_dtype="fp8", drafter_config=drafter)
+                              kv_cache_dtype="fp8", drafter_config=drafter,
+                              **C.prefix_caching(prefix_caching))
         sim, vllm, diffs = _agree(data)
         assert not diffs, "\n".join(diffs[:20])
         assert vllm.target_only_same_spec.target_attention_page == 4096 * 576
         if BEHAVIOUR == "stock" and drafter is not None:
             assert vllm.with_drafter.error.startswith("NotImplementedError")
+
+
+@pytest.mark.parametrize("prefix_caching", [True, False])
+def test_capacity_counts_what_vllm_counts(prefix_caching):
+    """geometry/capacity.py's premise, from vLLM's own per-request block count
+    (get_max_concurrency_for_kv_cache_config): a group that keeps every token
+    draws cdiv(max_model_len, block) blocks; every other group a fixed number."""
+    from geometry.capacity import FULL_ATTENTION_CLASSES
+    from geometry.oracle import blocks_per_request
+
+    kimi_drafter = C.recipe_configs()[1] if BEHAVIOUR == "overlay" else None
+    cases = [C.recipe_input(BEHAVIOUR, **C.prefix_caching(prefix_caching)),
+             C.recipe_input(BEHAVIOUR, target_config=C.kimi_linear_config(),
+                            kv_cache_dtype="fp8", drafter_config=kimi_drafter,
+                            **C.prefix_caching(prefix_caching))]
+    for data in cases:
+        long, short = (blocks_per_request(GeometryInputs.from_json(dict(data, max_model_len=n)))
+                       for n in (1 << 20, 1 << 19))
+        assert [c for c, _, _ in long] == [c for c, _, _ in short]
+        assert any(c in FULL_ATTENTION_CLASSES for c, _, _ in long)
+        for (cls, block, n_long), (_, block_short, n_short) in zip(long, short):
+            if cls in FULL_ATTENTION_CLASSES:
+                assert (n_long, n_short) == (-(-(1 << 20) // block), -(-(1 << 19) // block_short))
+            else:
+                assert n_long == n_short, (cls, n_long, n_short)
