@@ -20,13 +20,20 @@ The rules the expectations follow (vLLM 0.33.0):
   ``(L_A - 1) // a * a`` for hit alignment a (get_mamba_prefill_checkpoint_position,
   one token left to recompute for logits).
 * So B hits ``c = (L_A - 1) // a * a`` when c <= S and c <= L_B - 1, else 0.
+
+The alignment ``a`` the final assertions use is the one the geometry
+simulator reports for the plan (``prefix_cache.hit_alignment_tokens``,
+``vllm_behaviour`` stock or overlay); ``test_arithmetic`` derives it by hand.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from geometry.inputs import GeometryInputs
+from geometry.simulate import simulate
 from overlay_helpers import (
+    RECIPE_CONFIGS,
     copy_tree,
     oracle_python,
     prefix_hits,
@@ -64,6 +71,32 @@ def _expected_hit(alignment: int) -> int:
     return c if c <= SHARED and c <= SHARED + TAIL_B - 1 else 0
 
 
+def _reported(behaviour: str, drafter: bool):
+    """The simulator's prefix_cache for the recipe's plan (TP1, num_spec 7,
+    prefix caching on); without the drafter: the target alone with the same
+    num_spec, as the harness runs it."""
+    import json
+
+    report = simulate(
+        GeometryInputs(
+            target_config=json.loads((RECIPE_CONFIGS / "target.config.json").read_text()),
+            drafter_config=json.loads((RECIPE_CONFIGS / "drafter.config.json").read_text()),
+            tensor_parallel_size=1,
+            kv_cache_dtype="fp8",
+            drafter_kv_cache_dtype="auto",
+            num_speculative_tokens=7,
+            capability_family=100,
+            mamba_cache_mode="align",
+            enable_prefix_caching=True,
+            kv_cache_memory_bytes=150 << 30,
+            vllm_behaviour=behaviour,
+            drafter_attention_backend="FLASH_ATTN",
+        )
+    )
+    plan = report.with_drafter if drafter else report.target_only_same_spec
+    return plan.prefix_cache
+
+
 @pytest.fixture(scope="module")
 def hits(tmp_path_factory):
     pristine = pristine_dir()
@@ -95,6 +128,10 @@ def hits(tmp_path_factory):
 
 
 def test_arithmetic():
+    """The hand derivation agrees with the simulator's report."""
+    assert _reported("stock", True).hit_alignment_tokens == B
+    assert _reported("overlay", True).hit_alignment_tokens == DRAFT_BLOCK_PATCHED
+    assert _reported("overlay", False).hit_alignment_tokens == B
     assert DRAFT_BLOCK_PATCHED == 1152 and B % DRAFT_BLOCK_PATCHED == 0
     assert SHARED == 24192 and PROMPT_A == 24492
     # 1,152 alignment: (24,492 - 1) // 1,152 = 21 -> 24,192 = SHARED.
@@ -165,3 +202,19 @@ def test_requests_ran_through_the_scheduler(hits):
         r = hits[name]["drafter"]
         assert sum(r["chunks"]) == PROMPT_A
         assert r["free_blocks_after_a"] == r["num_blocks"] - 1  # all but the null block
+
+
+@pytest.mark.parametrize(
+    "tree,behaviour", [("stock", "stock"), ("patched", "overlay")]
+)
+@pytest.mark.parametrize("case,drafter", [("drafter", True), ("no_drafter", False)])
+def test_hits_equal_what_the_report_predicts(hits, tree, behaviour, case, drafter):
+    r = hits[tree][case]
+    report = _reported(behaviour, drafter)
+    assert report.enabled and report.can_hit
+    assert (report.hash_block_size, report.scheduler_block_size) == (
+        r["hash_block_size"],
+        r["scheduler_block_size"],
+    )
+    assert report.hit_alignment_tokens == r["cache_hit_alignment_tokens"]
+    assert r["hit_tokens"] == _expected_hit(report.hit_alignment_tokens)
