@@ -72,7 +72,7 @@ compose: install
 geometry: install
 	$(PY) build.py geometry --recipe $(RECIPE)
 
-test: install oracle deps pristine
+test: install oracle deps pristine vllm-tests
 	tests/infra/run-tests.sh $(PYTEST_ARGS)
 
 bench: install oracle deps pristine

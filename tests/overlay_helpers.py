@@ -136,10 +136,18 @@ def oracle_python() -> str:
     return python
 
 
-def plan(site: Path, cases: list, python: str) -> list:
-    """Run vLLM's planning for each case against the tree at ``site``."""
-    env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", PYTHONDONTWRITEBYTECODE="1")
-    proc = subprocess.run(
+def run_plan(site: Path, cases: list, python: str, env: dict | None = None):
+    """The planning harness's process for ``cases`` against ``site``
+    (``env`` is added to this process's environment; a None value removes
+    the variable)."""
+    merged = dict(os.environ, VLLM_TARGET_DEVICE="cpu", PYTHONDONTWRITEBYTECODE="1")
+    for key, value in (env or {}).items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    env = merged
+    return subprocess.run(
         [python, str(HARNESS), str(site), json.dumps(cases)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -147,6 +155,11 @@ def plan(site: Path, cases: list, python: str) -> list:
         env=env,
         timeout=900,
     )
+
+
+def plan(site: Path, cases: list, python: str, env: dict | None = None) -> list:
+    """Run vLLM's planning for each case against the tree at ``site``."""
+    proc = run_plan(site, cases, python, env)
     results = [
         json.loads(line.split(" ", 1)[1])
         for line in proc.stdout.splitlines()
@@ -158,3 +171,31 @@ def plan(site: Path, cases: list, python: str) -> list:
     for result in results:
         assert result["vllm_file"].startswith(str(site)), result["vllm_file"]
     return results, proc.stderr
+
+
+HITS_DRIVER = Path(__file__).resolve().parent / "overlay_prefix_hits.py"
+
+
+def prefix_hits(site: Path, cases: list, python: str) -> list:
+    """Run vLLM's scheduler and KV cache manager for each case (see
+    overlay_prefix_hits.py) against the tree at ``site``."""
+    env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", PYTHONDONTWRITEBYTECODE="1")
+    proc = subprocess.run(
+        [python, str(HITS_DRIVER), str(site), json.dumps(cases)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        universal_newlines=True,
+        env=env,
+        timeout=900,
+    )
+    results = [
+        json.loads(line.split(" ", 1)[1])
+        for line in proc.stdout.splitlines()
+        if line.startswith("PREFIX_HITS ")
+    ]
+    assert proc.returncode == 0 and len(results) == len(cases), (
+        proc.stdout[-3000:] + proc.stderr[-6000:]
+    )
+    for result in results:
+        assert result["vllm_file"].startswith(str(site)), result["vllm_file"]
+    return results

@@ -67,10 +67,28 @@ DEFAULTS = {
     "with_drafter": True,
     "kv_memory_gib": 200,
     "max_num_batched_tokens": 8192,
+    # "none": prefix caching off (the KDA state is not checkpointed);
+    # "align": prefix caching on, what vLLM serves a hybrid model with by
+    # default (MambaModelConfig.verify_and_update_config).
+    "mamba_cache_mode": "none",
+    # The KDA chunked-prefill kernel ("flashkda" on SM90/SM10x/SM12x for bf16,
+    # head_dim 128 and a bounded gate; else "triton"): it decides whether the
+    # KDA state can be checkpointed inside a prefill chunk.
+    "kda_prefill_backend": "triton",
 }
 
 
-def _plan(params: dict) -> dict:
+def build(params: dict):
+    """vLLM's KV cache configuration for ``params``.
+
+    Returns a namespace: ``vllm_config``, ``scheduler`` (the scheduler's KV
+    cache config, what ``EngineCore._initialize_kv_caches`` returns, with the
+    hash block size and cache-hit alignment set on it), ``workers`` (the
+    per-rank configs), ``target_block_size`` (the hybrid block B) and
+    ``target_mla_page`` (the MLA latent page at B).
+    """
+    from types import SimpleNamespace
+
     import torch
 
     from vllm.config import (
@@ -88,6 +106,7 @@ def _plan(params: dict) -> dict:
     )
     from vllm.utils.math_utils import cdiv
     from vllm.v1.attention.backend import AttentionType
+    from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
     from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
     from vllm.v1.engine.core import EngineCore
     from vllm.v1.kv_cache_interface import (
@@ -116,6 +135,12 @@ def _plan(params: dict) -> dict:
     object.__setattr__(model_config, "_model_info", _Info())
     cache_config = CacheConfig(cache_dtype=p["kv_cache_dtype"])
     cache_config.kv_cache_layout = None
+    if p["mamba_cache_mode"] == "align":
+        # MambaModelConfig.verify_and_update_config with prefix caching on.
+        cache_config.enable_prefix_caching = True
+        cache_config.mamba_cache_mode = "align"
+    else:
+        cache_config.enable_prefix_caching = False
     vllm_config = VllmConfig(
         cache_config=cache_config,
         parallel_config=ParallelConfig(tensor_parallel_size=1),
@@ -156,6 +181,12 @@ def _plan(params: dict) -> dict:
         num_spec=num_spec,
     )
     kda_dtypes = MambaStateDtypeCalculator.kda_state_dtype(torch.bfloat16, "auto", "auto")
+    from vllm.model_executor.layers.mamba.kda_checkpoint import (
+        kda_prefill_checkpoint_alignment,
+    )
+
+    # Glm5NextLinearAttention.get_kv_cache_spec adds these to MambaBase's spec.
+    kda_alignment = kda_prefill_checkpoint_alignment(p["kda_prefill_backend"])
     mamba_page = MambaSpec(shapes=kda_shapes, dtypes=kda_dtypes, block_size=-1).page_size_bytes
     # Indexer backend (first non-SSM backend in layer order): 32-state pages.
     align = max(32 * p["index_kpool"], cache_config.block_size, 128)
@@ -205,7 +236,11 @@ def _plan(params: dict) -> dict:
                     dtypes=kda_dtypes,
                     block_size=cache_config.mamba_block_size,
                     page_size_padded=cache_config.mamba_page_size_padded,
+                    mamba_type=MambaAttentionBackendEnum.GDN_ATTN,
+                    mamba_cache_mode=cache_config.mamba_cache_mode,
                     num_speculative_blocks=num_spec,
+                    num_prefill_checkpoint_blocks=int(kda_alignment is not None),
+                    prefill_checkpoint_alignment=kda_alignment,
                 )
                 order.append(f"{pre}.self_attn")
                 continue
@@ -315,8 +350,20 @@ def _plan(params: dict) -> dict:
     core = object.__new__(EngineCore)
     core.model_executor = _Workers()
     core.available_gpu_memory_for_kv_cache = -1
-    EngineCore._initialize_kv_caches(core, vllm_config)
-    cfg = _Workers.captured[0]
+    scheduler = EngineCore._initialize_kv_caches(core, vllm_config)
+    return SimpleNamespace(
+        vllm_config=vllm_config,
+        scheduler=scheduler,
+        workers=_Workers.captured,
+        target_block_size=block,
+        target_mla_page=block * mla_bpt,
+    )
+
+
+def _plan(params: dict) -> dict:
+    built = build(params)
+    cache_config = built.vllm_config.cache_config
+    cfg = built.workers[0]
 
     from vllm.v1.core.kv_cache_planning import _get_kv_cache_bytes_per_block
 
@@ -346,11 +393,14 @@ def _plan(params: dict) -> dict:
             }
         )
     return {
-        "target_block_size": block,
-        "target_mla_page": block * mla_bpt,
+        "target_block_size": built.target_block_size,
+        "target_mla_page": built.target_mla_page,
         "bytes_per_block": bytes_per_block,
         "num_blocks": cfg.num_blocks,
         "global_block_size": cache_config.block_size,
+        "mamba_cache_mode": cache_config.mamba_cache_mode,
+        "hash_block_size": built.scheduler.hash_block_size,
+        "cache_hit_alignment_tokens": built.scheduler.cache_hit_alignment_tokens,
         "layout": cache_config.kv_cache_layout,
         "draft_padded": draft_padded,
         "groups": groups,
