@@ -85,10 +85,13 @@ def lock(recipe_path, as_json):
 
     recipe = load_recipe(recipe_path)
     engine = connect()
-    digest, platforms = engine.registry_digest(recipe.base.reference, recipe.platform)
+    for platform in recipe.platforms:  # the tag's digest, checked to offer every platform
+        digest, platforms = engine.registry_digest(recipe.base.reference, platform)
     path = write_lock(recipe, digest, platforms)
-    emit(as_json, {"lock": str(path), "base": recipe.base.reference, "digest": digest, "platform": recipe.platform},
-         f"{recipe.base.reference} ({recipe.platform}) -> {digest}\nwrote {path}")
+    listed = ", ".join(recipe.platforms)
+    emit(as_json, {"lock": str(path), "base": recipe.base.reference, "digest": digest, "platform": recipe.platform,
+                   "platforms": list(recipe.platforms)},
+         f"{recipe.base.reference} ({listed}) -> {digest}\nwrote {path}")
 
 
 @cli.command()
