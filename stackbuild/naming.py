@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from .errors import RecipeError
+from .lock import LOCK_NAME, pinned_base
 from .recipe import REPO_ROOT, Recipe
 
 OWNER_RE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
@@ -110,18 +111,20 @@ def input_files(recipe: Recipe, repo: Path = REPO_ROOT) -> dict[str, Path]:
 
     for name in CODE_INPUTS:
         add_tree(name, repo / name)
-    add_tree("recipe", recipe.directory)  # recipe.yaml, its lock, its oracle record, its configs
+    add_tree("recipe", recipe.directory)  # recipe.yaml, its oracle record, its configs
+    # The lock counts by the digest it pins (inputs_digest), not by its bytes: it records when it was resolved.
+    files.pop(f"recipe/{LOCK_NAME}", None)
     files["target.config"] = (recipe.directory / recipe.target.config).resolve()
     files["drafter.config"] = (recipe.directory / recipe.drafter.config).resolve()
     return files
 
 
-def inputs_digest(files: dict[str, Path], epoch: int, revision_label: str) -> str:
-    """sha256 over the build inputs' names and bytes, the epoch and the revision label (both are in the labels)."""
+def inputs_digest(files: dict[str, Path], epoch: int, revision_label: str, base_digest: Optional[str]) -> str:
+    """sha256 over the build inputs' names and bytes, the base digest, the epoch and the revision label (in the labels)."""
     digest = hashlib.sha256()
     for name in sorted(files):
         digest.update(f"{name}\0{hashlib.sha256(files[name].read_bytes()).hexdigest()}\n".encode())
-    digest.update(f"SOURCE_DATE_EPOCH={epoch}\nrevision={revision_label}\n".encode())
+    digest.update(f"base={base_digest or 'unpinned'}\nSOURCE_DATE_EPOCH={epoch}\nrevision={revision_label}\n".encode())
     return digest.hexdigest()
 
 
@@ -139,11 +142,12 @@ def source_revision(recipe: Recipe, epoch: int, repo: Path = REPO_ROOT) -> Sourc
     return SourceRevision(head.strip(), tree_clean, committed)
 
 
-def revision_tag_field(recipe: Recipe, epoch: int, source: SourceRevision, repo: Path = REPO_ROOT) -> str:
+def revision_tag_field(recipe: Recipe, epoch: int, source: SourceRevision, base_digest: Optional[str],
+                       repo: Path = REPO_ROOT) -> str:
     """``{rev}``: the commit's first 12 hex digits, or ``x`` + 11 of the inputs' digest."""
     if source.inputs_committed and source.commit:
         return source.commit[:12]
-    return "x" + inputs_digest(input_files(recipe, repo), epoch, source.label)[:11]
+    return "x" + inputs_digest(input_files(recipe, repo), epoch, source.label, base_digest)[:11]
 
 
 def format_tags(recipe: Recipe, *, epoch: int, rev: str) -> tuple[str, ...]:
@@ -155,8 +159,8 @@ def format_tags(recipe: Recipe, *, epoch: int, rev: str) -> tuple[str, ...]:
 
 
 def image_name(recipe: Recipe, *, owner: str | None = None, repository: str | None = None, epoch: int | None = None,
-               source: Optional[SourceRevision] = None) -> ImageName:
-    """Resolve the recipe's repository template and tag templates."""
+               source: Optional[SourceRevision] = None, base_digest: Optional[str] = None) -> ImageName:
+    """Resolve the recipe's repository template and tag templates (``base_digest``: default, the recipe's or lock's)."""
     repo = repository or recipe.image.repository
     if "{owner}" in repo:
         owner = owner or os.environ.get("IMAGE_OWNER") or LOCAL_OWNER
@@ -167,5 +171,7 @@ def image_name(recipe: Recipe, *, owner: str | None = None, repository: str | No
     needs_rev = any("{rev}" in t for t in recipe.image.tags)
     rev = ""
     if needs_rev:
-        rev = revision_tag_field(recipe, epoch, source or source_revision(recipe, epoch))
+        if base_digest is None:
+            base_digest = pinned_base(recipe, allow_unpinned=True).digest
+        rev = revision_tag_field(recipe, epoch, source or source_revision(recipe, epoch), base_digest)
     return ImageName(repo, format_tags(recipe, epoch=epoch, rev=rev))

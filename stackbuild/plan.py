@@ -97,7 +97,7 @@ def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | Non
     base = pinned_base(recipe, allow_unpinned=allow_unpinned)
     epoch = source_date_epoch()
     source = source_revision(recipe, epoch)
-    name = image_name(recipe, owner=owner, repository=repository, epoch=epoch, source=source)
+    name = image_name(recipe, owner=owner, repository=repository, epoch=epoch, source=source, base_digest=base.digest)
     series_hash = series_sha256(recipe.series_dir)
     gate = gate_input(recipe)
     _report, verdict = host_geometry(gate)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from recipe_copies import DEFAULT_RECIPE_DIR, pinned
+from recipe_copies import DEFAULT_RECIPE_DIR, TEST_DIGEST, pinned
 from stackbuild.naming import CODE_INPUTS, ImageName, format_tags, revision_tag_field, source_revision
 from stackbuild.recipe import load_recipe
 
@@ -48,10 +48,10 @@ def project(tmp_path) -> Path:
     return repo
 
 
-def rev(project: Path, epoch: int = EPOCH) -> str:
+def rev(project: Path, epoch: int = EPOCH, base_digest: str = TEST_DIGEST) -> str:
     recipe = load_recipe(project / "recipes" / "r" / "recipe.yaml")
     source = source_revision(recipe, epoch, project)
-    return revision_tag_field(recipe, epoch, source, project)
+    return revision_tag_field(recipe, epoch, source, base_digest, project)
 
 
 def test_a_clean_commit_is_named_by_the_commit(project):
@@ -87,6 +87,17 @@ def test_a_changed_readme_leaves_the_commit_but_not_the_label(project):
     assert re.fullmatch(r"x[0-9a-f]{11}", dirty) and dirty != clean
     (project / "README.md").write_text("changed again\n")
     assert rev(project) == dirty
+
+
+def test_an_uncommitted_lock_counts_by_the_digest_it_pins(project):
+    """Lock files record when they were resolved: two locks of one digest are one input, another digest another."""
+    lock = project / "recipes" / "r" / "recipe.lock.json"
+    lock.write_text('{"resolved_at": "2025-11-30T10:00:00Z"}\n')
+    first = rev(project)
+    assert re.fullmatch(r"x[0-9a-f]{11}", first)  # the commit does not pin the base
+    lock.write_text('{"resolved_at": "2025-11-30T11:00:00Z"}\n')
+    assert rev(project) == first
+    assert rev(project, base_digest="sha256:" + "cd" * 32) != first
 
 
 def test_an_overridden_source_date_epoch_is_not_the_commit(project):
