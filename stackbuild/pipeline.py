@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from . import engine as engine_mod
-from .errors import ArchitectureMismatch, BuildStepFailed, GeometryGateFailed, PushError, StackBuildError
+from .errors import ArchitectureMismatch, BuildStepFailed, GeometryGateFailed, PullError, PushError, StackBuildError
 from .attest import attest_image, registry_client
-from .index import check_index_tags, push_index
+from .index import check_index_tags, index_platforms, push_index
 from .lock import PinnedBase
 from .oracle_record import record_path, save_from_image
 from .plan import BuildPlan
@@ -46,19 +46,52 @@ def local_base_reference(base: PinnedBase) -> str:
     return f"{base.image}@{base.digest}" if base.digest else f"{base.image}:{base.tag}"
 
 
-def ensure_base(engine: engine_mod.DockerEngine, plan: BuildPlan, progress: Progress) -> None:
-    """Pull the base unless the engine has it for the plan's platform.
+def ensure_base(engine: engine_mod.DockerEngine, plan: BuildPlan, progress: Progress) -> Optional[str]:
+    """Make sure the engine has the base for the plan's platform; return what FROM must name if not the pin.
 
-    The engine keeps one image per reference: a base pinned by its index
-    digest names the platform pulled last, so a multi-platform build pulls
-    (from its cache, as a rule) again when it moves to the next platform.
+    The engine keeps one image per digest reference: a base pinned by an
+    index digest names the platform pulled by it first, and cannot be pulled
+    again for another platform. A build for another platform then takes the
+    index's own manifest for its platform (asked of the registry) and builds
+    FROM that, which is the same image by content.
     """
     reference = local_base_reference(plan.base)
     found = engine.inspect_image(reference)
     if found is not None and found.get("Architecture") == plan.recipe.architecture:
         progress.note(f"base {reference} is already in the engine")
-        return
-    engine.pull(plan.base.reference, plan.recipe.platform, lambda m: progress.layer_event("pull", m), progress.retry_event)
+        return None
+    if found is None:
+        engine.pull(plan.base.reference, plan.recipe.platform, lambda m: progress.layer_event("pull", m), progress.retry_event)
+        return None
+    child = platform_manifest(engine, plan, progress)
+    if child is None:  # one image, of another platform: the build's architecture check says so
+        return None
+    by_platform = f"{plan.base.image}@{child}"
+    progress.note(f"base {reference} in the engine is {found.get('Architecture')}: building FROM its "
+                  f"{plan.recipe.platform} manifest {child}")
+    local = engine.inspect_image(by_platform)
+    if local is None or local.get("Architecture") != plan.recipe.architecture:
+        engine.pull(by_platform, plan.recipe.platform, lambda m: progress.layer_event("pull", m), progress.retry_event)
+    return by_platform
+
+
+def platform_manifest(engine: engine_mod.DockerEngine, plan: BuildPlan, progress: Progress) -> Optional[str]:
+    """The digest of the pinned base index's manifest for the plan's platform; None if the pin is one image."""
+    base = plan.base
+    try:
+        found = registry_client(engine, base.image, progress).manifest(base.digest or base.tag)
+    except StackBuildError as exc:  # the build's architecture check will name the mismatch
+        progress.note(f"{base.reference}: cannot ask the registry for its {plan.recipe.platform} manifest ({exc})")
+        return None
+    if found is None:
+        raise PullError(f"{base.reference}: the registry does not have it")
+    if "manifests" not in found.document:
+        return None
+    offered = index_platforms(found.document)
+    if plan.recipe.platform not in offered:
+        raise PullError(f"{base.reference}: the base index offers {', '.join(sorted(offered)) or 'nothing'}, "
+                        f"not {plan.recipe.platform}")
+    return offered[plan.recipe.platform]
 
 
 def _short_error(error: str) -> str:
@@ -158,7 +191,9 @@ def build_checked(engine: engine_mod.DockerEngine, plan: BuildPlan, progress: Pr
                       "the in-image gate decides")
     progress.note(plan.oracle_record_note)
     with progress.phase("pull", f"{plan.base.reference} for {plan.recipe.platform}"):
-        ensure_base(engine, plan, progress)
+        from_reference = ensure_base(engine, plan, progress)
+    if from_reference:
+        plan = replace(plan, from_reference=from_reference)
     with progress.phase("build", f"{plan.recipe.name} for {plan.recipe.platform}"):
         image_id = build_image(engine, plan, progress, nocache=nocache)
     with progress.phase("verify-arch", plan.recipe.platform):

@@ -39,6 +39,9 @@ class BuildPlan:
     labels: Mapping[str, str]
     oracle_record: Optional[Path] = None  # recipe.oracle.json, shipped to the gate
     oracle_record_note: str = ""
+    # What FROM names when it is not the pinned base itself: the base index's manifest for this
+    # platform (the engine keeps one image per digest reference). Set by the pipeline.
+    from_reference: Optional[str] = None
 
     @property
     def payload_dir(self) -> str:
