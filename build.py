@@ -221,7 +221,9 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
 
     report = run_build(plans, push=push, report_path=report_path, json_progress=as_json, nocache=no_cache,
                        keep_record=keep_record, force=force)
-    emit(as_json, report, f"built {report['image_id']}" + (f"\npushed {report['pushed_digest']}" if report.get("pushed_digest") else ""))
+    built = report.get("images") or {plan.recipe.platform: report}
+    emit(as_json, report, "\n".join(f"built {image['image_id']} ({platform})" for platform, image in built.items())
+         + (f"\npushed {report['pushed_digest']}" if report.get("pushed_digest") else ""))
 
 
 @cli.command()

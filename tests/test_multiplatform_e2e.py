@@ -206,6 +206,28 @@ def test_building_the_same_inputs_again_gives_the_same_tags_and_index(multi_buil
     assert again["pushed_digest"] == multi_build.report["pushed_digest"]
 
 
+def test_build_py_index_puts_the_same_index_over_the_pushed_platform_images(multi_build):
+    """What CI's index job runs after each platform was pushed on its own runner (`build --platform P --push`)."""
+    run = cli("index", "--recipe", str(multi_build.recipe), "--repository", multi_build.repository, "--json",
+              docker_config_dir=multi_build.docker_config)
+    assert run.returncode == 0, run.stderr[-4000:]
+    result = json.loads(run.stdout)
+    assert result["pushed_digest"] == multi_build.report["pushed_digest"]
+    assert {p: i["pushed_digest"] for p, i in result["images"].items()} == {
+        p: multi_build.report["images"][p]["pushed_digest"] for p in PLATFORMS}
+
+
+def test_build_py_index_without_a_platforms_image_is_one_line(registry, multi_build):
+    repository = unique_repository(registry.address, "glm53-sm100-empty")
+    run = cli("index", "--recipe", str(multi_build.recipe), "--repository", repository,
+              docker_config_dir=multi_build.docker_config)
+    assert run.returncode == 9, run.stderr
+    (line,) = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
+    pinned = multi_build.report["tags"][1]
+    assert line == (f"error: {repository}:{pinned}-amd64: not in the registry; push the linux/amd64 image first "
+                    "(build --platform linux/amd64 --push)")
+
+
 def test_a_pinned_tag_naming_other_images_is_refused_and_the_registry_is_unchanged(registry, multi_build, swapped):
     """The pinned tag re-pointed (by hand) at an index whose arm64 image is another: `push` refuses, exit 14."""
     report, name = multi_build.report, repository_name(multi_build.repository)
