@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from .attach import OCI_INDEX
 from .errors import PinnedTagTaken, PushError
 from .naming import ImageName
 from .progress import Progress
 from .registry import Manifest, RegistryClient
-
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 
 
 def platform_descriptor(platform: str) -> dict:
@@ -49,7 +48,7 @@ def check_index_tags(client: RegistryClient, name: ImageName, image_ids: Mapping
         found = client.manifest(tag)
         if found is None:
             continue
-        held = {platform: (client.image(tag, platform) or None) for platform in image_ids}
+        held = {platform: client.image(tag, platform) for platform in image_ids}
         remote_platforms = set(index_platforms(found.document)) if "manifests" in found.document else set()
         same = remote_platforms == set(image_ids) and all(
             remote is not None and remote.image_digest == image_ids[platform] for platform, remote in held.items())

@@ -18,12 +18,12 @@ from typing import Optional
 
 from . import engine as engine_mod
 from .attest import attestation_problems, gate_report_sha256, registry_client
-from .index import index_platforms
-from .registry import RegistryClient
 from .errors import VerifyError
+from .index import index_platforms
 from .plan import PAYLOAD_DIR, make_plan
 from .progress import Progress
 from .recipe import DIGEST_RE, Recipe
+from .registry import RegistryClient
 from .report import geometry_verdict
 from .sbom import read_inventory
 
