@@ -5,8 +5,9 @@
     python build.py lock     --recipe R            # pin the base digest
     python build.py record   --recipe R            # keep the built image's oracle answer
     python build.py geometry --recipe R [--json]   # the KV-geometry gate on the host
-    python build.py build    --recipe R [--dry-run] [--push [--force]]
+    python build.py build    --recipe R [--dry-run] [--push [--force]] [--platform P]
     python build.py push     --recipe R [--force]
+    python build.py index    --recipe R [--force]          # multi-platform: the index over pushed images
     python build.py compose  --recipe R [-o FILE]
     python build.py preflight --recipe R --models-dir DIR [-- serve args]   # the image's start-time check, here
     python build.py verify   IMAGE@DIGEST --recipe R
@@ -38,6 +39,23 @@ unpinned_option = click.option("--allow-unpinned", is_flag=True, help="Build FRO
 
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
+
+
+platform_option = click.option(
+    "--platform", help="Only this one of the recipe's platforms; for a multi-platform recipe, its image alone, "
+                       "tagged `<pinned tag>-<arch>` (`build.py index` then puts the index over them).")
+
+
+def selected_platforms(recipe, platform):
+    """The recipe's platforms, or the one --platform names (a recipe error if it is not one of them)."""
+    from stackbuild.errors import RecipeError
+
+    if platform is None:
+        return recipe.platforms
+    if platform not in recipe.platforms:
+        raise RecipeError(recipe.path, "platforms" if len(recipe.platforms) > 1 else "platform",
+                          f"--platform {platform} is not one of the recipe's ({', '.join(recipe.platforms)})")
+    return (platform,)
 
 
 class Cli(click.Group):
@@ -122,10 +140,13 @@ def lock(recipe_path, as_json):
 
     recipe = load_recipe(recipe_path)
     engine = connect()
-    digest, platforms = engine.registry_digest(recipe.base.reference, recipe.platform)
+    for platform in recipe.platforms:  # the tag's digest, checked to offer every platform
+        digest, platforms = engine.registry_digest(recipe.base.reference, platform)
     path = write_lock(recipe, digest, platforms)
-    emit(as_json, {"lock": str(path), "base": recipe.base.reference, "digest": digest, "platform": recipe.platform},
-         f"{recipe.base.reference} ({recipe.platform}) -> {digest}\nwrote {path}")
+    listed = ", ".join(recipe.platforms)
+    emit(as_json, {"lock": str(path), "base": recipe.base.reference, "digest": digest, "platform": recipe.platform,
+                   "platforms": list(recipe.platforms)},
+         f"{recipe.base.reference} ({listed}) -> {digest}\nwrote {path}")
 
 
 @cli.command()
@@ -148,7 +169,9 @@ def record(recipe_path, owner, repository, allow_unpinned, image, as_json):
 
     plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
                      read_oracle_record=False)
-    image = image or f"{plan.image.repository}:{plan.pinned_tag}"
+    if not image:  # a multi-platform recipe's images are tagged per platform (`<pinned tag>-<arch>`)
+        name = plan.image if len(plan.recipe.platforms) == 1 else plan.image.for_architecture(plan.recipe.architecture)
+        image = f"{name.repository}:{name.pinned_tags[0] if name.pinned_tags else name.tags[0]}"
     with engine_errors(f"record from {image}"):
         path, kept = save_from_image(connect(), image, plan.recipe, plan.gate_input, plan.payload_dir)
     key = kept["key"]
@@ -190,12 +213,25 @@ def geometry(recipe_path, as_json, stock):
 @click.option("--keep-record", is_flag=True,
               help="Unless the gate checked against the recipe's recipe.oracle.json, write the image's oracle record there (before tagging).")
 @force_option
-def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push, report_path, no_cache, keep_record, force):
-    """Build (and optionally push) the image; nothing is tagged if any step fails."""
+@platform_option
+def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push, report_path, no_cache, keep_record, force,
+          platform):
+    """Build (and optionally push) the image; nothing is tagged if any step fails.
+
+    A recipe with several platforms builds and gates each in turn, tags each
+    image `<pinned tag>-<arch>`, and with --push pushes them and puts an OCI
+    image index over them under the recipe's tags.
+    """
+    from stackbuild.pipeline import platform_plan
     from stackbuild.plan import make_plan
     from stackbuild.render import render as render_dockerfile
 
-    plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
+    recipe = load_recipe(recipe_path)
+    plans = [make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
+             for p in selected_platforms(recipe, platform)]
+    if platform and len(recipe.platforms) > 1:  # one platform's image of an index, under `<pinned tag>-<arch>`
+        plans = [platform_plan(plans[0])]
+    plan = plans[0]
     if push and not dry_run:
         plan.image.require_owner(plan.recipe, "push to")
     owner_notice(plan)
@@ -204,6 +240,7 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
             "recipe": str(plan.recipe.path),
             "base": plan.base.reference,
             "platform": plan.recipe.platform,
+            "platforms": [p.recipe.platform for p in plans],
             "registry": plan.image.registry,
             "repository": plan.image.repository,
             "tags": list(plan.image.tags),
@@ -212,7 +249,9 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
             "labels": dict(plan.labels),
             "dockerfile": render_dockerfile(plan),
         }
-        text = (f"# base      {data['base']}\n# platform  {data['platform']}\n# registry  {data['registry']}\n"
+        text = (f"# base      {data['base']}\n# platform  {', '.join(data['platforms'])}"
+                + (f" (one image each, an index under every tag; Dockerfile for {plan.recipe.platform})" if len(plans) > 1 else "")
+                + f"\n# registry  {data['registry']}\n"
                 f"# tags      {', '.join(plan.image.references)}\n# geometry  {plan.geometry_verdict}: {plan.geometry_summary}\n"
                 f"# oracle    {plan.oracle_record_note}\n\n"
                 + data["dockerfile"])
@@ -220,9 +259,11 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
         return
     from stackbuild.pipeline import run_build
 
-    report = run_build(plan, push=push, report_path=report_path, json_progress=as_json, nocache=no_cache,
+    report = run_build(plans, push=push, report_path=report_path, json_progress=as_json, nocache=no_cache,
                        keep_record=keep_record, force=force)
-    emit(as_json, report, f"built {report['image_id']}" + (f"\npushed {report['pushed_digest']}" if report.get("pushed_digest") else ""))
+    built = report.get("images") or {plan.recipe.platform: report}
+    emit(as_json, report, "\n".join(f"built {image['image_id']} ({platform})" for platform, image in built.items())
+         + (f"\npushed {report['pushed_digest']}" if report.get("pushed_digest") else ""))
 
 
 @cli.command()
@@ -238,11 +279,37 @@ def push(recipe_path, owner, repository, allow_unpinned, as_json, report_path, f
     from stackbuild.pipeline import run_push
     from stackbuild.plan import make_plan
 
-    plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
-                     read_oracle_record=False)
-    plan.image.require_owner(plan.recipe, "push to")
-    result = run_push(plan, json_progress=as_json, report_path=report_path, force=force)
-    emit(as_json, result, f"pushed {', '.join(plan.image.references)} -> {result['pushed_digest']}")
+    recipe = load_recipe(recipe_path)
+    plans = [make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
+                       read_oracle_record=False) for p in recipe.platforms]
+    plans[0].image.require_owner(recipe, "push to")
+    result = run_push(plans, json_progress=as_json, report_path=report_path, force=force)
+    emit(as_json, result, f"pushed {', '.join(plans[0].image.references)} -> {result['pushed_digest']}")
+
+
+@cli.command()
+@recipe_option
+@owner_option
+@repository_option
+@unpinned_option
+@json_option
+@force_option
+def index(recipe_path, owner, repository, allow_unpinned, as_json, force):
+    """Put the OCI image index over a multi-platform recipe's pushed images under its tags.
+
+    Each platform's image must be in the registry under `<pinned tag>-<arch>`
+    (`build --platform P --push` on a machine of that platform); `build --push`
+    of all platforms does this itself.
+    """
+    from stackbuild.pipeline import run_index
+    from stackbuild.plan import make_plan
+
+    recipe = load_recipe(recipe_path)
+    plans = [make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
+                       read_oracle_record=False) for p in recipe.platforms]
+    plans[0].image.require_owner(recipe, "push to")
+    result = run_index(plans, json_progress=as_json, force=force)
+    emit(as_json, result, f"pushed {', '.join(plans[0].image.references)} -> {result['pushed_digest']}")
 
 
 @cli.command()

@@ -23,6 +23,14 @@ EMPTY_CONFIG = b"{}"
 EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
 
 
+class NotAttached(VerifyError):
+    """No artifact of the type asked for refers to the subject."""
+
+    def __init__(self, message: str, where: str):
+        super().__init__(message)
+        self.where = where
+
+
 def fallback_tag(subject_digest: str) -> str:
     algorithm, _, hex_digest = subject_digest.partition(":")
     return f"{algorithm}-{hex_digest}"
@@ -67,7 +75,7 @@ def fetch_document(client: RegistryClient, subject_digest: str, artifact_type: s
     descriptors, where = referring(client, subject_digest)
     matching = [d for d in descriptors if d.get("artifactType") == artifact_type]
     if not matching:
-        raise VerifyError(f"{client.repository}@{subject_digest}: no {what} ({artifact_type}) refers to it ({where})")
+        raise NotAttached(f"{client.repository}@{subject_digest}: no {what} ({artifact_type}) refers to it ({where})", where)
     if len(matching) > 1:
         raise VerifyError(f"{client.repository}@{subject_digest}: {len(matching)} {what} documents refer to it ({where}); expected one")
     found = client.manifest(matching[0]["digest"])

@@ -16,7 +16,7 @@ import json
 from datetime import datetime, timezone
 from typing import Optional
 
-from .attach import attach, fetch_document
+from .attach import NotAttached, attach, fetch_document
 from .engine import DockerEngine
 from .errors import BuildStepFailed, VerifyError
 from .plan import BuildPlan
@@ -68,28 +68,28 @@ def attest_image(engine: DockerEngine, plan: BuildPlan, image_id: str, image_dig
 def attestation_problems(client: RegistryClient, image_digest: str, labels: dict, report_sha: str,
                          inventory: Inventory) -> list[str]:
     """Fetch both documents referring to ``image_digest``; what in them does not match the image."""
-    problems = []
     hex_digest = image_digest.removeprefix("sha256:")
-    try:
-        raw, where = fetch_document(client, image_digest, PROVENANCE_MEDIA_TYPE, "provenance")
-        statement = json.loads(raw)
-    except VerifyError as exc:
-        problems.append(str(exc))
-        statement = None
-    except json.JSONDecodeError:
-        problems.append(f"provenance {where}: not JSON")
-        statement = None
+    fetched: dict[str, tuple[Optional[dict], Optional[VerifyError]]] = {}
+    for artifact_type, what in ((PROVENANCE_MEDIA_TYPE, "provenance"), (SBOM_MEDIA_TYPE, "SBOM")):
+        try:
+            raw, where = fetch_document(client, image_digest, artifact_type, what)
+        except VerifyError as exc:
+            fetched[what] = (None, exc)
+            continue
+        try:
+            fetched[what] = (json.loads(raw), None)
+        except json.JSONDecodeError:
+            fetched[what] = (None, VerifyError(f"{what} {where}: not JSON"))
+    errors = [error for _document, error in fetched.values() if error is not None]
+    if len(errors) == 2 and all(isinstance(error, NotAttached) for error in errors):
+        # Nothing refers to the image: one cause, one line.
+        return [f"{client.repository}@{image_digest}: no SBOM and no provenance refer to it ({errors[0].where}); "
+                "this project did not push it"]
+    problems = [str(error) for error in errors]
+    statement, _ = fetched["provenance"]
     if statement is not None:
         problems += _provenance_problems(statement, hex_digest, labels, report_sha)
-    try:
-        raw, where = fetch_document(client, image_digest, SBOM_MEDIA_TYPE, "SBOM")
-        sbom = json.loads(raw)
-    except VerifyError as exc:
-        problems.append(str(exc))
-        sbom = None
-    except json.JSONDecodeError:
-        problems.append(f"SBOM {where}: not JSON")
-        sbom = None
+    sbom, _ = fetched["SBOM"]
     if sbom is not None:
         problems += _sbom_problems(sbom, image_digest, inventory)
     return problems

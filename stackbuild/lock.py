@@ -2,8 +2,10 @@
 
 ``build.py lock`` asks the registry (through the Docker engine, so the
 standard credentials apply) what the base tag points to, checks that it
-offers the recipe's platform, and writes ``recipe.lock.json`` next to the
-recipe. Every build after that reads the lock; nothing ever invents a digest.
+offers each of the recipe's platforms, and writes ``recipe.lock.json`` next
+to the recipe. Every build after that reads the lock; nothing ever invents a
+digest. A multi-platform recipe pins one digest, the base's image index;
+each platform's build takes its image from it.
 """
 from __future__ import annotations
 
@@ -45,7 +47,9 @@ def read_lock(recipe: Recipe) -> Optional[dict]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         base = data["base"]
-        entry = {k: base[k] for k in ("image", "tag", "platform", "digest")}
+        entry = {k: base[k] for k in ("image", "tag", "digest")}
+        # Locks of single-platform recipes name their `platform`; of multi-platform ones, `platforms`.
+        entry["platforms"] = tuple(base["platforms"]) if "platforms" in base else (base["platform"],)
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise RecipeError(path, "base", f"unreadable lock file ({exc}); delete it and run `build.py lock`") from None
     if not isinstance(entry["digest"], str) or not DIGEST_RE.match(entry["digest"]):
@@ -58,12 +62,12 @@ def pinned_base(recipe: Recipe, *, allow_unpinned: bool = False) -> PinnedBase:
     base = recipe.base
     lock = read_lock(recipe)
     if lock is not None:
-        wanted = (base.image, base.tag, recipe.platform)
-        locked = (lock["image"], lock["tag"], lock["platform"])
+        wanted = (base.image, base.tag, recipe.platforms)
+        locked = (lock["image"], lock["tag"], lock["platforms"])
         if locked != wanted:
             raise LockError(
-                f"{lock_path(recipe)}: base: the lock pins {lock['image']}:{lock['tag']} for {lock['platform']}, "
-                f"the recipe asks for {base.image}:{base.tag} for {recipe.platform}; run `build.py lock --recipe {recipe.path}`"
+                f"{lock_path(recipe)}: base: the lock pins {lock['image']}:{lock['tag']} for {', '.join(lock['platforms'])}, "
+                f"the recipe asks for {base.image}:{base.tag} for {', '.join(recipe.platforms)}; run `build.py lock --recipe {recipe.path}`"
             )
         if base.digest is not None and base.digest != lock["digest"]:
             raise LockError(
@@ -87,7 +91,7 @@ def write_lock(recipe: Recipe, digest: str, platforms: tuple[str, ...]) -> Path:
         "base": {
             "image": recipe.base.image,
             "tag": recipe.base.tag,
-            "platform": recipe.platform,
+            **({"platform": recipe.platform} if len(recipe.platforms) == 1 else {"platforms": list(recipe.platforms)}),
             "digest": digest,
             "platforms_offered": sorted(platforms),
             "resolved_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -8,7 +8,6 @@ real build would do.
 from __future__ import annotations
 
 import hashlib
-import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,11 +16,10 @@ from typing import Mapping, Optional
 
 from .errors import RecipeError
 from .lock import PinnedBase, pinned_base
-from .naming import ImageName, image_name, source_date_epoch
+from .naming import ImageName, image_name, source_date_epoch, source_revision
 from .oracle_record import NOT_READ
 from .oracle_record import choose as choose_oracle_record
-from .errors import RecipeError
-from .recipe import REPO_ROOT, Recipe
+from .recipe import Recipe
 
 PAYLOAD_DIR = "/opt/glm53-overlay"
 LABEL_NS = "io.github.glm53"
@@ -42,6 +40,9 @@ class BuildPlan:
     labels: Mapping[str, str]
     oracle_record: Optional[Path] = None  # recipe.oracle.json, shipped to the gate
     oracle_record_note: str = ""
+    # What FROM names when it is not the pinned base itself: the base index's manifest for this
+    # platform (the engine keeps one image per digest reference). Set by the pipeline.
+    from_reference: Optional[str] = None
 
     @property
     def payload_dir(self) -> str:
@@ -49,17 +50,7 @@ class BuildPlan:
 
     @property
     def pinned_tag(self) -> str:
-        return next((t for t in self.image.tags if t != "latest"), self.image.tags[0])
-
-
-def git_revision() -> str:
-    try:
-        out = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
-        rev = out.stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, check=True)
-        return rev + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return next(iter(self.image.pinned_tags), self.image.tags[0])
 
 
 def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay") -> dict:
@@ -138,14 +129,15 @@ def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | Non
 
     base = pinned_base(recipe, allow_unpinned=allow_unpinned)
     epoch = source_date_epoch()
-    name = image_name(recipe, owner=owner, repository=repository, epoch=epoch)
+    source = source_revision(recipe, epoch)
+    name = image_name(recipe, owner=owner, repository=repository, epoch=epoch, source=source, base_digest=base.digest)
     series_hash = series_sha256(recipe.series_dir)
     gate, _report, verdict = recipe_geometry(recipe)
     record = choose_oracle_record(recipe, gate) if read_oracle_record else NOT_READ
-    revision = git_revision()
+    revision = source.label
     recipe_hash = hashlib.sha256(recipe.path.read_bytes()).hexdigest()
     created = datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    pinned = next((t for t in name.tags if t != "latest"), name.tags[0])
+    pinned = next(iter(name.pinned_tags), name.tags[0])
     labels = {
         **dict(recipe.image.labels),
         "org.opencontainers.image.title": recipe.name,

@@ -22,18 +22,13 @@ from .naming import ImageName
 from .progress import Progress
 from .registry import RegistryClient
 
-MOVING_TAGS = ("latest",)
-
-
-def pinned_tags(name: ImageName) -> tuple[str, ...]:
-    return tuple(tag for tag in name.tags if tag not in MOVING_TAGS)
 
 
 def check_pinned_tags(engine: DockerEngine, name: ImageName, image_id: str, platform: str, progress: Progress, *,
                       force: bool = False) -> None:
     """Refuse (PinnedTagTaken) to re-point a pinned tag the registry already has for another image."""
     reader = RegistryClient(name.repository, plain_http=engine.plain_http(name.registry), on_retry=progress.retry_event)
-    for tag in pinned_tags(name):
+    for tag in name.pinned_tags:
         remote = reader.image(tag, platform)
         if remote is None or remote.image_digest == image_id:
             continue

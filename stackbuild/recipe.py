@@ -15,7 +15,7 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, Mapping, Optional
@@ -41,7 +41,7 @@ TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SECRET_NAME_RE = re.compile(r"(TOKEN|PASSWORD|PASSWD|SECRET|API_KEY|CREDENTIAL)", re.I)
 KV_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
-TAG_FIELDS = ("date", "family", "gpu")
+TAG_FIELDS = ("date", "family", "gpu", "rev")
 # Recipe names become file names (compose/<name>.compose.yaml, <name>.env) and label values.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # A patch series is a directory directly under overlay/series/.
@@ -157,7 +157,6 @@ class ImageSpec:
 class Recipe:
     name: str
     base: BaseImage
-    platform: str
     hardware: Hardware
     target: Model
     drafter: Drafter
@@ -166,6 +165,10 @@ class Recipe:
     overlay: Overlay
     image: ImageSpec
     description: str = ""
+    # `platform: P` for one, `platforms: [P, Q]` for several; loaded, `platform` is the one this
+    # view builds (the first listed) and `platforms` all of them (see for_platform).
+    platform: str = ""
+    platforms: tuple[str, ...] = ()
     # Filled by the loader, not by the YAML.
     _path: Path = field(default=Path("."), compare=False, repr=False)
     _target_config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -194,6 +197,10 @@ class Recipe:
     @property
     def series_dir(self) -> Path:
         return OVERLAY_SERIES_DIR / self.overlay.series
+
+    def for_platform(self, platform: str) -> "Recipe":
+        """The same recipe building ``platform``, one of its ``platforms``."""
+        return replace(self, platform=platform)
 
     @property
     def uname_machine(self) -> str:
@@ -335,7 +342,7 @@ def check_repository(path: object, key: str, repository: str) -> None:
         raise RecipeError(path, key, f"give the repository only (tag and digest have their own keys), got {repository!r}")
 
 
-def _check_rules(path: Path, recipe: Recipe) -> None:
+def _check_rules(path: Path, recipe: Recipe, platform_keys: tuple[str, ...]) -> None:
     """The rules that go beyond types; each names the key at fault."""
     base, hw, serving = recipe.base, recipe.hardware, recipe.serving
     if not NAME_RE.match(recipe.name):
@@ -349,8 +356,11 @@ def _check_rules(path: Path, recipe: Recipe) -> None:
     check_repository(path, "image.repository", template.replace("{owner}", SAMPLE_OWNER))
     if not TAG_RE.match(base.tag):
         raise RecipeError(path, "base.tag", f"not a valid image tag: {base.tag!r}")
-    if not PLATFORM_RE.match(recipe.platform):
-        raise RecipeError(path, "platform", f"unsupported platform {recipe.platform!r} (expected linux/arm64 or linux/amd64)")
+    for where, plat in zip(platform_keys, recipe.platforms):
+        if not PLATFORM_RE.match(plat):
+            raise RecipeError(path, where, f"unsupported platform {plat!r} (expected linux/arm64 or linux/amd64)")
+        if recipe.platforms.count(plat) > 1:
+            raise RecipeError(path, where, f"{plat} is listed twice")
     for i, plat in enumerate(hw.platforms):
         if not PLATFORM_RE.match(plat):
             raise RecipeError(path, f"hardware.platforms[{i}]", f"unsupported platform {plat!r} (expected linux/arm64 or linux/amd64)")
@@ -360,9 +370,10 @@ def _check_rules(path: Path, recipe: Recipe) -> None:
     family = int(cap.group(1)) * 10
     if hw.capability_family != family:
         raise RecipeError(path, "hardware.capability_family", f"{hw.capability_family} does not match compute capability {hw.compute_capability} (family {family})")
-    if recipe.platform not in hw.platforms:
-        runs = ", ".join(hw.platforms)
-        raise RecipeError(path, "platform", f"{recipe.platform} cannot run on {hw.gpu} (its hosts are {runs})")
+    for where, plat in zip(platform_keys, recipe.platforms):
+        if plat not in hw.platforms:
+            runs = ", ".join(hw.platforms)
+            raise RecipeError(path, where, f"{plat} cannot run on {hw.gpu} (its hosts are {runs})")
     if recipe.drafter.precision == "mxfp8" and hw.capability_major != 12:
         raise RecipeError(path, "drafter.precision", f"the MXFP8 drafter needs the B12X kernels, which exist only for SM120/SM121; {hw.gpu} is compute capability {hw.compute_capability}: use bf16")
     tp = serving.tensor_parallel_size
@@ -418,7 +429,7 @@ def _check_rules(path: Path, recipe: Recipe) -> None:
         raise RecipeError(path, "image.tags", "at least one tag is required")
     for i, tag in enumerate(recipe.image.tags):
         try:
-            sample = tag.format(date="20260101", family=hw.capability_family, gpu=hw.gpu.lower())
+            sample = tag.format(date="20260101", family=hw.capability_family, gpu=hw.gpu.lower(), rev="0123456789ab")
         except (KeyError, IndexError, ValueError, AttributeError, TypeError):
             fields = ", ".join("{" + f + "}" for f in TAG_FIELDS)
             raise RecipeError(path, f"image.tags[{i}]", f"unknown placeholder in {tag!r} (known: {fields})") from None
@@ -450,14 +461,20 @@ def load_recipe(path: str | Path) -> Recipe:
     if data is None:
         raise RecipeError(path, "", "recipe is empty")
     recipe = build_dataclass(path, "", Recipe, data)
+    if bool(recipe.platform) == bool(recipe.platforms):
+        raise RecipeError(path, "platform", "give either `platform: linux/...` or `platforms: [linux/..., ...]`")
+    platforms = recipe.platforms or (recipe.platform,)
+    platform_keys = tuple(f"platforms[{i}]" for i in range(len(platforms))) if recipe.platforms else ("platform",)
     target_config = _read_config(path, "target.config", recipe.target.config)
     drafter_config = _read_config(path, "drafter.config", recipe.drafter.config)
     recipe = Recipe(
-        **{f: getattr(recipe, f) for f in recipe.__dataclass_fields__ if not f.startswith("_")},
+        **{f: getattr(recipe, f) for f in recipe.__dataclass_fields__ if not f.startswith("_") and not f.startswith("platform")},
+        platform=platforms[0],
+        platforms=platforms,
         _path=path.resolve(),
         _target_config=MappingProxyType(target_config),
         _drafter_config=MappingProxyType(drafter_config),
     )
-    _check_rules(path, recipe)
+    _check_rules(path, recipe, platform_keys)
     _check_pins(path, recipe)
     return recipe

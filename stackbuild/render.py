@@ -42,7 +42,7 @@ def render(plan: BuildPlan) -> str:
         recipe_name=recipe.name,
         vllm_version=recipe.base.vllm_version,
         series_name=recipe.overlay.series,
-        base_reference=plan.base.reference,
+        base_reference=plan.from_reference or plan.base.reference,
         platform=recipe.platform,
         uname_machine=recipe.uname_machine,
         payload_dir=plan.payload_dir,

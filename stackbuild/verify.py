@@ -2,11 +2,14 @@
 
 ``build.py verify IMAGE@DIGEST --recipe R`` pulls the image by digest,
 recomputes the plan's labels (all but the fields that record when and from
-which commit it was built) and compares, then runs the in-image geometry
-gate with ``--json`` and reads its verdict, then fetches the SBOM and the
+which commit it was built) and compares, fetches the SBOM and the
 provenance that refer to the digest and checks them against the image
-(stackbuild/attest.py). Any difference is a
-:class:`VerifyError` listing every mismatch.
+(stackbuild/attest.py), then runs the in-image geometry gate with ``--json``
+and reads its verdict. A digest naming an image index (a multi-platform
+recipe's) is checked entry by entry: the index must hold exactly the
+recipe's platforms, and each platform's image is checked as above against
+the recipe's view of that platform. Any difference is a :class:`VerifyError`
+listing every mismatch, prefixed with its platform for an index.
 """
 from __future__ import annotations
 
@@ -16,9 +19,11 @@ from typing import Optional
 from . import engine as engine_mod
 from .attest import attestation_problems, gate_report_sha256, registry_client
 from .errors import UsageError, VerifyError
+from .index import index_platforms
 from .plan import PAYLOAD_DIR, make_plan
 from .progress import Progress
 from .recipe import DIGEST_RE, Recipe
+from .registry import RegistryClient
 from .report import geometry_verdict
 from .sbom import read_inventory
 
@@ -65,38 +70,100 @@ def verify_image(image: str, recipe: Recipe, *, json_progress: bool = False, eng
 
 def _verify(image: str, recipe: Recipe, json_progress: bool, engine: Optional[engine_mod.DockerEngine]) -> dict:
     repository, digest = image_by_digest(image)
-    plan = make_plan(recipe, read_oracle_record=False)
     progress = Progress(json_lines=json_progress)
     engine = engine or engine_mod.connect()
-    with progress.phase("pull", image):
-        inspected = engine.pull(f"{repository}@{digest}", recipe.platform, lambda m: progress.layer_event("pull", m),
+    client = registry_client(engine, repository, progress)
+    top = client.manifest(digest)
+    if top is None:
+        raise VerifyError(f"{image}: the registry has no such manifest")
+    if "manifests" in top.document:
+        return _verify_index(image, recipe, top.document, client, engine, progress)
+    view = recipe
+    if len(recipe.platforms) > 1:  # one platform's image of a multi-platform recipe, verified on its own
+        platform = _config_platform(client, top.document, image)
+        if platform not in recipe.platforms:
+            raise VerifyError(f"{image} does not match {recipe.path}:\n  platform: image is {platform}, "
+                              f"recipe says {', '.join(recipe.platforms)}")
+        view = recipe.for_platform(platform)
+    result = _verify_platform(repository, digest, view, client, engine, progress)
+    if result["mismatches"]:
+        raise VerifyError(f"{image} does not match {recipe.path}:\n  " + "\n  ".join(result["mismatches"]))
+    return {"image": image, **result}
+
+
+def _config_platform(client: RegistryClient, manifest: dict, image: str) -> str:
+    config_digest = (manifest.get("config") or {}).get("digest", "")
+    raw = client.blob(config_digest) if DIGEST_RE.match(config_digest) else None
+    try:
+        config = json.loads(raw) if raw else {}
+    except json.JSONDecodeError:
+        config = {}
+    if not isinstance(config, dict) or not config.get("architecture"):
+        raise VerifyError(f"{image}: the manifest names no readable image config ({config_digest or 'none'})")
+    return f"{config.get('os')}/{config.get('architecture')}"
+
+
+def _verify_index(image: str, recipe: Recipe, index: dict, client: RegistryClient, engine: engine_mod.DockerEngine,
+                  progress: Progress) -> dict:
+    """Every platform of the recipe: its entry in the index, then the image it names, checked as one image is."""
+    repository, _tag, digest = engine_mod.split_reference(image)
+    entries = index_platforms(index)
+    problems = [f"index: no image for {platform}" for platform in recipe.platforms if platform not in entries]
+    problems += [f"index: {platform} is not one of the recipe's platforms ({', '.join(recipe.platforms)})"
+                 for platform in entries if platform not in recipe.platforms]
+    platforms = {}
+    for platform in recipe.platforms:
+        if platform not in entries:
+            continue
+        result = _verify_platform(repository, entries[platform], recipe.for_platform(platform), client, engine, progress)
+        platforms[platform] = result
+        problems += [f"{platform}: {problem}" for problem in result["mismatches"]]
+    if problems:
+        raise VerifyError(f"{image} does not match {recipe.path}:\n  " + "\n  ".join(problems))
+    return {"image": image, "digest": digest, "index": True, "platforms": platforms, "mismatches": [], "verdict": "pass",
+            "geometry_verdict": "pass"}
+
+
+def _verify_platform(repository: str, digest: str, recipe: Recipe, client: RegistryClient,
+                     engine: engine_mod.DockerEngine, progress: Progress) -> dict:
+    """One image (``recipe`` is the view of its platform): labels, platform, attestations, then the gate.
+
+    The gate (a cold import of vLLM, minutes under emulation) runs only on an
+    image whose labels and attestations already match.
+    """
+    plan = make_plan(recipe, read_oracle_record=False)
+    reference = f"{repository}@{digest}"
+    with progress.phase("pull", f"{reference} for {recipe.platform}"):
+        inspected = engine.pull(reference, recipe.platform, lambda m: progress.layer_event("pull", m),
                                 progress.retry_event)
     labels = (inspected.get("Config") or {}).get("Labels") or {}
     problems = label_mismatches(dict(plan.labels), labels)
     platform = f"{inspected.get('Os')}/{inspected.get('Architecture')}"
     if platform != recipe.platform:
         problems.append(f"platform: image is {platform}, recipe says {recipe.platform}")
-    with progress.phase("geometry gate", "inside the image"):
-        entrypoint, args = gate_command()
-        code, out, err = engine.run(inspected["Id"], entrypoint, args, platform=recipe.platform)
-    gate: Optional[dict] = None
-    try:
-        parsed = json.loads(out)
-        gate = parsed if isinstance(parsed, dict) else None
-    except json.JSONDecodeError:
-        pass
-    verdict = geometry_verdict(gate) if gate is not None else None
-    if code != 0 or verdict != "pass":
-        tail = " | ".join([line for line in (err or out).splitlines() if line.strip()][-5:])
-        problems.append(f"geometry gate: exit code {code}, verdict {verdict or 'unreadable'}" + (f" ({tail})" if tail and verdict is None else ""))
-        verdict = verdict or "fail"
-    with progress.phase("attestations", "SBOM and provenance referring to the digest"):
-        client = registry_client(engine, repository, progress)
+    with progress.phase("attestations", f"SBOM and provenance referring to {digest}"):
         inventory = read_inventory(engine, inspected["Id"], PAYLOAD_DIR, recipe.platform)
         report_sha, _raw = gate_report_sha256(engine, inspected["Id"], PAYLOAD_DIR)
         problems += attestation_problems(client, digest, labels, report_sha, inventory)
-    result = {
-        "image": image,
+    gate: Optional[dict] = None
+    verdict: Optional[str] = None
+    if problems:
+        progress.note(f"{reference}: the geometry gate is not run again: the image already does not match")
+    else:
+        with progress.phase("geometry gate", f"inside the image ({recipe.platform})"):
+            entrypoint, args = gate_command()
+            code, out, err = engine.run(inspected["Id"], entrypoint, args, platform=recipe.platform)
+        try:
+            parsed = json.loads(out)
+            gate = parsed if isinstance(parsed, dict) else None
+        except json.JSONDecodeError:
+            pass
+        verdict = geometry_verdict(gate) if gate is not None else None
+        if code != 0 or verdict != "pass":
+            tail = " | ".join([line for line in (err or out).splitlines() if line.strip()][-5:])
+            problems.append(f"geometry gate: exit code {code}, verdict {verdict or 'unreadable'}" + (f" ({tail})" if tail and verdict is None else ""))
+            verdict = verdict or "fail"
+    return {
         "digest": digest,
         "image_id": inspected["Id"],
         "platform": platform,
@@ -106,6 +173,3 @@ def _verify(image: str, recipe: Recipe, json_progress: bool, engine: Optional[en
         "geometry_verdict": verdict,
         "geometry_report": gate,
     }
-    if problems:
-        raise VerifyError(f"{image} does not match {recipe.path}:\n  " + "\n  ".join(problems))
-    return result

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import subprocess
 import tarfile
 from pathlib import PurePosixPath
@@ -180,8 +181,11 @@ def test_arm64_build_through_qemu(registry, synthetic_base_arm64, logged_in, tmp
     config = json.loads(docker("image", "inspect", f"{repository}:latest", text=True).stdout)[0]
     assert config["Architecture"] == "arm64"
     attestations_tag = "sha256-" + report["pushed_digest"].removeprefix("sha256:")
+    # The recipe copy lies outside the repository: {rev} is the inputs' digest.
+    pinned = report["tags"][1]
+    assert re.fullmatch(r"sm100-gb300-20251130-x[0-9a-f]{11}", pinned), report["tags"]
     assert registry_tags(registry.address, registry.username, registry.password,
-                         repository_name(repository)) == sorted(["latest", "sm100-gb300-20251130", attestations_tag])
+                         repository_name(repository)) == sorted(["latest", pinned, attestations_tag])
 
 
 def test_a_base_missing_locally_is_pulled_with_the_docker_config_credentials(registry, synthetic_base_amd64, logged_in, tmp_path):

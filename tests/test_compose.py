@@ -310,3 +310,14 @@ def test_committed_example_is_what_the_tool_generates(monkeypatch):
     if digest and "(from --digest)" in text:
         expected = render_compose(r, image=ImagePin(repository, tag, digest, "--digest"))
     assert text == expected, "regenerate with `make compose` (python build.py compose)"
+
+
+def test_the_image_tag_is_the_builds_pinned_tag_with_its_rev(tmp_path):
+    """The default recipe's pinned tag carries {rev}: compose names the tag a build of the same inputs pushes."""
+    from recipe_copies import copy_recipe, pinned
+    from stackbuild.plan import make_plan
+
+    r = load_recipe(copy_recipe(tmp_path, pinned))
+    tag = make_plan(r).pinned_tag
+    assert tag.startswith("sm100-gb300-20251130-") and tag != "sm100-gb300-20251130"
+    assert _service(_render(r))["image"] == f"{REPOSITORY}:{tag}"

@@ -17,7 +17,8 @@ if str(REPO) not in sys.path:
 from recipe_copies import copy_recipe  # noqa: E402
 from stackbuild.recipe import load_recipe  # noqa: E402
 
-# Tags are sm100-gb300-20251130 in every test, whatever the last commit's date.
+# Tags are sm100-gb300-20251130 in every test, whatever the last commit's date: the copies
+# drop the default recipe's {rev} (tests/test_naming.py covers it, test_compose.py once).
 SOURCE_DATE_EPOCH = "1764460800"
 DIGEST = "sha256:" + "5e" * 32
 NO_REPORT = Path("/nonexistent/build-report.json")
@@ -25,8 +26,12 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
 def recipe(tmp_path: Path, edit: Optional[Callable[[dict], Any]] = None):
-    """The default recipe (copied, optionally edited), loaded through the real loader."""
-    return load_recipe(copy_recipe(tmp_path, edit))
+    """The default recipe (copied, pinned tag without {rev}, optionally edited), loaded through the real loader."""
+    def edited(data: dict) -> None:
+        data["image"]["tags"] = ["latest", "sm{family}-{gpu}-{date}"]
+        if edit is not None:
+            edit(data)
+    return load_recipe(copy_recipe(tmp_path, edited))
 
 
 

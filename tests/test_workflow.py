@@ -95,27 +95,51 @@ def test_pull_requests_run_the_host_side_checks_for_every_recipe():
     assert set(data[True]) == {"push", "pull_request", "workflow_dispatch"}
     checks = data["jobs"]["checks"]
     assert "if" not in checks
-    assert checks["strategy"]["matrix"] == "${{ fromJSON(needs.recipes.outputs.matrix) }}"
+    assert checks["strategy"]["matrix"] == "${{ fromJSON(needs.recipes.outputs.recipes) }}"
     runs = [step.get("run", "") for step in checks["steps"]]
     for command in ("build.py render", "build.py geometry", "build.py compose"):
         assert any(command in run and '--recipe "$RECIPE"' in run for run in runs), command
 
 
-def test_the_matrix_has_every_recipe_on_a_native_runner():
+def matrix_outputs() -> dict:
     run = subprocess.run([sys.executable, str(MATRIX_SCRIPT)], capture_output=True, text=True, cwd=str(REPO), timeout=120)
     assert run.returncode == 0, run.stderr
-    key, _, value = run.stdout.strip().partition("=")
-    assert key == "matrix"
-    entries = json.loads(value)["include"]
+    lines = dict(line.split("=", 1) for line in run.stdout.strip().splitlines())
+    assert set(lines) == {"matrix", "recipes", "indexes", "has_indexes"}
+    return {key: (value if key == "has_indexes" else json.loads(value)) for key, value in lines.items()}
+
+
+def test_the_matrix_has_every_recipe_and_platform_on_a_native_runner():
+    outputs = matrix_outputs()
+    entries = outputs["matrix"]["include"]
     recipes = sorted(REPO.glob("recipes/*/recipe.yaml"))
-    assert sorted(entry["recipe"] for entry in entries) == [p.relative_to(REPO).as_posix() for p in recipes]
     native = {"linux/arm64": "ubuntu-24.04-arm", "linux/amd64": "ubuntu-24.04"}  # GitHub's hosted runner labels
-    for entry in entries:
-        platform = yaml.safe_load((REPO / entry["recipe"]).read_text())["platform"]
-        assert entry["platform"] == platform
-        assert entry["runner"] == native[platform]
-    gb300 = next(entry for entry in entries if entry["name"] == "glm53-flash-dflash2-gb300")
-    assert gb300["runner"] == "ubuntu-24.04-arm"
+    expected = []
+    for path in recipes:
+        data = yaml.safe_load(path.read_text())
+        for platform in data.get("platforms") or [data["platform"]]:
+            expected.append((path.relative_to(REPO).as_posix(), platform, native[platform]))
+    assert sorted((e["recipe"], e["platform"], e["runner"]) for e in entries) == sorted(expected)
+    gb300 = [entry for entry in entries if entry["name"] == "glm53-flash-dflash2-gb300"]
+    assert [entry["runner"] for entry in gb300] == ["ubuntu-24.04-arm"]
+    sm100 = {entry["platform"]: entry["runner"] for entry in entries if entry["name"] == "glm53-flash-dflash2-sm100"}
+    assert sm100 == {"linux/amd64": "ubuntu-24.04", "linux/arm64": "ubuntu-24.04-arm"}
+    assert sorted(e["recipe"] for e in outputs["recipes"]["include"]) == [p.relative_to(REPO).as_posix() for p in recipes]
+    assert [e["name"] for e in outputs["indexes"]["include"]] == ["glm53-flash-dflash2-sm100"]
+    assert outputs["has_indexes"] == "true"
+
+
+def test_each_platform_is_built_on_its_runner_and_the_index_job_puts_the_index():
+    data = workflow()
+    publish, index = data["jobs"]["publish"], data["jobs"]["index"]
+    assert publish["strategy"]["matrix"] == "${{ fromJSON(needs.recipes.outputs.matrix) }}"
+    assert '--platform "$PLATFORM"' in "\n".join(step.get("run", "") for step in publish["steps"])
+    assert publish["env"]["PLATFORM"] == "${{ matrix.platform }}"
+    assert index["needs"] == ["recipes", "publish"]
+    assert index["if"] == "github.event_name != 'pull_request' && needs.recipes.outputs.has_indexes == 'true'"
+    assert index["permissions"] == {"contents": "read", "packages": "write"}
+    assert index["strategy"]["matrix"] == "${{ fromJSON(needs.recipes.outputs.indexes) }}"
+    assert 'build.py index --recipe "$RECIPE" --owner "$IMAGE_OWNER"' in "\n".join(step.get("run", "") for step in index["steps"])
 
 
 def test_a_platform_without_a_native_runner_is_one_error_line(monkeypatch):
