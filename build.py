@@ -249,17 +249,27 @@ def push(recipe_path, owner, repository, allow_unpinned, as_json, report_path, f
 @recipe_option
 @owner_option
 @repository_option
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Compose file to write (default: compose/<recipe name>.compose.yaml).")
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Compose file to write (default: compose/<recipe name>.compose.yaml); for a multi-node "
+                   "recipe, the existing directory to write one file per node role into (default: compose/).")
 @click.option("--models-dir", help="Host directory holding the model snapshots (mounted read-only).")
-@click.option("--port", type=int, help="Host port to publish.")
-@click.option("--gpus", help="Comma-separated GPU ids to reserve (default: any, count = TP size).")
+@click.option("--port", type=int, help="Host port to publish (single-node recipes).")
+@click.option("--gpus", help="Comma-separated GPU ids to reserve (default: any, count = TP size / nodes).")
 @click.option("--digest", help="Image digest to pin in the compose file (default: from the last build report).")
 @json_option
 def compose(recipe_path, owner, repository, output, models_dir, port, gpus, digest, as_json):
-    """Write the compose file that serves the image with `docker compose up`."""
+    """Write the compose file that serves the image with `docker compose up` (one per node role
+    when the recipe spans several machines)."""
+    recipe = load_recipe(recipe_path)
+    if recipe.serving.nodes > 1:
+        from compose.multinode import write_role_files
+
+        result = write_role_files(recipe, output_dir=output, owner=owner, repository=repository,
+                                  models_dir=models_dir, port=port, gpus=gpus, digest=digest)
+        emit(as_json, result, "wrote " + ", ".join(result["paths"].values()))
+        return
     from compose.generate import write_compose
 
-    recipe = load_recipe(recipe_path)
     result = write_compose(recipe, output=output, owner=owner, repository=repository,
                            models_dir=models_dir, port=port, gpus=gpus, digest=digest)
     emit(as_json, result, f"wrote {result['path']}")
