@@ -275,6 +275,30 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
     emit(as_json, result, f"wrote {result['path']}")
 
 
+@cli.command()
+@click.option("--target", "target", type=click.Choice(["k8s"]), required=True, help="What to deploy on (k8s: Kubernetes).")
+@recipe_option
+@owner_option
+@repository_option
+@click.option("-o", "--output", "output_dir", type=click.Path(path_type=Path),
+              help="Existing directory to write <recipe name>.k8s.yaml into (default: compose/).")
+@click.option("--models-host-path", help="Node directory holding the model snapshots, mounted read-only (default: the recipe's models directory).")
+@click.option("--models-pvc", help="PersistentVolumeClaim holding the model snapshots instead of a host path.")
+@click.option("--ifname", default="eth0", show_default=True, help="NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME in multi-node pods.")
+@click.option("--namespace", help="metadata.namespace of every object (default: none, kubectl's current).")
+@click.option("--digest", help="Image digest to pin (default: from the last build report).")
+@json_option
+def deploy(target, recipe_path, owner, repository, output_dir, models_host_path, models_pvc, ifname, namespace,
+           digest, as_json):
+    """Write Kubernetes manifests: a Deployment (one machine) or a LeaderWorkerSet (serving.nodes > 1), and a Service."""
+    from deploy.k8s import write_manifests
+
+    result = write_manifests(load_recipe(recipe_path), output_dir=output_dir, owner=owner, repository=repository,
+                             digest=digest, models_host_path=models_host_path, models_pvc=models_pvc,
+                             ifname=ifname, namespace=namespace)
+    emit(as_json, result, f"wrote {result['path']} ({', '.join(result['kinds'])})")
+
+
 @cli.command(context_settings={"ignore_unknown_options": True})
 @recipe_option
 @click.option("--models-dir", required=True, type=click.Path(file_okay=False, path_type=Path),
