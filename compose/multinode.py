@@ -151,7 +151,9 @@ def render_role(recipe: Recipe, command: RoleCommand, *, image: generate.ImagePi
         if line.startswith("    image: ") and not image.digest:
             out.append("    # UNPINNED: tag only, no digest; this tag can be moved to another image.")
         out.append(line)
-    header = generate._header(recipe, image)
+    header = [f"# The leader's API server binds {recipe.serving.host_ip}:{recipe.serving.port} on the host "
+              "(serving.host_ip; host networking, nothing is published)." if line.startswith("# The port is published")
+              else line for line in generate._header(recipe, image)]
     start = next(i for i, line in enumerate(header) if line.startswith("# Start:"))
     header[start] = (f"# Start: docker compose -f <this file> up -d   (on the {command.role} machine; "
                      "needs the NVIDIA container toolkit)")

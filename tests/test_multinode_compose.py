@@ -148,3 +148,44 @@ def test_single_node_output_is_unchanged(tmp_path):
 def test_multinode_output_must_be_a_directory(tmp_path):
     run = build("compose", "--recipe", str(RECIPE), "-o", str(tmp_path / "x.yaml"))
     assert run.returncode == 15 and run.stderr.count("\n") == 1 and "one file per role into a directory" in run.stderr
+
+
+_SLOW_PATH = r"""
+import json, os, shutil, sys, tempfile
+sys.path.insert(0, sys.argv[1])
+from preflight.run import preflight
+from stackbuild.plan import gate_input
+from stackbuild.preflight_record import checked_serve
+from stackbuild.recipe import load_recipe
+r = load_recipe(sys.argv[2])
+checked = checked_serve(r, gate_input(r))
+root = tempfile.mkdtemp()
+for model, name in ((r.target.path, "target"), (r.drafter.path, "drafter")):
+    os.makedirs(os.path.join(root, os.path.basename(model)))
+    shutil.copyfile(os.path.join(os.path.dirname(sys.argv[2]), "configs", name + ".config.json"),
+                    os.path.join(root, os.path.basename(model), "config.json"))
+worker = next(c for c in checked.roles if c.role == "worker")
+values = {"host": "0.0.0.0", "master_addr": "10.1.2.3", "node_rank": "1"}
+argv = [values[a[1:-1]] if i in worker.slots.values() else a for i, a in enumerate(worker.argv)]
+rank_at = worker.slots["node_rank"]
+out = {}
+for name, edited in (("extra-flag", argv + ["--max-num-seqs", "8"]),
+                     ("rank-out-of-range", argv[:rank_at] + ["2"] + argv[rank_at + 1:])):
+    o = preflight(edited, checked=checked, checked_path="(test)", overlay_manifest=None,
+                  locate=lambda p: os.path.join(root, os.path.basename(p)))
+    out[name] = {"code": o.code, "lines": list(o.lines)}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.oracle
+def test_preflight_slow_path_on_a_worker_argv():
+    """Off the fast path a worker's argv (--headless, --nnodes ...) is re-checked: a flag that leaves the
+    geometry alone passes, a rank vLLM refuses is exit 11 with vLLM's words."""
+    run = subprocess.run([sys.executable, "-c", _SLOW_PATH, str(REPO), str(RECIPE)], capture_output=True,
+                         text=True, timeout=900, env={**__import__("os").environ, "VLLM_TARGET_DEVICE": "cpu"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["extra-flag"]["code"] == 0 and "PASS: re-checked (argv edited" in out["extra-flag"]["lines"][0], out
+    assert out["rank-out-of-range"]["code"] == 11, out
+    assert "`--node-rank` must be between 0 and 1" in out["rank-out-of-range"]["lines"][0]
