@@ -268,6 +268,10 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
                                   models_dir=models_dir, port=port, gpus=gpus, digest=digest)
         emit(as_json, result, "wrote " + ", ".join(result["paths"].values()))
         return
+    if output is not None:  # one file: click's own check of a file path
+        ctx = click.get_current_context()
+        param = next(p for p in ctx.command.params if p.name == "output")
+        output = click.Path(dir_okay=False, path_type=Path).convert(str(output), param, ctx)
     from compose.generate import write_compose
 
     result = write_compose(recipe, output=output, owner=owner, repository=repository,
