@@ -76,16 +76,18 @@ class CheckedServe:
         return argv == self.argv or any(role.matches(argv) for role in self.roles)
 
     def to_json(self) -> dict:
-        return {
+        data = {
             "schema": SCHEMA,
             "recipe": self.recipe,
             "argv": list(self.argv),
             "target": asdict(self.target),
             "drafter": asdict(self.drafter),
             "gate_input": json.loads(json.dumps(dict(self.gate_input))),
-            "roles": [{"role": r.role, "nnodes": r.nnodes, "argv": list(r.argv), "slots": dict(r.slots)}
-                      for r in self.roles],
         }
+        if self.roles:  # a single-node record stays as it was
+            data["roles"] = [{"role": r.role, "nnodes": r.nnodes, "argv": list(r.argv), "slots": dict(r.slots)}
+                             for r in self.roles]
+        return data
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> "CheckedServe":
