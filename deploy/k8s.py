@@ -34,6 +34,10 @@ DEFAULT_IFNAME = "eth0"  # a pod's own interface
 STARTUP_PERIOD_S, STARTUP_FAILURES = 30, 60
 SHM = "/dev/shm"
 IFNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,14}(,[A-Za-z0-9][A-Za-z0-9_.:@-]{0,14})*$")
+SERVICE_SUFFIX = "-api"
+# Names the controllers derive from ours must stay DNS labels (63): the LWS StatefulSets' revision
+# label <name>-<group>-<10-character hash> and our <name>-api.
+MAX_NAME = 48
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -61,6 +65,13 @@ def model_volume(recipe: Recipe, host_path: Optional[str], claim: Optional[str])
     if not path.startswith("/"):
         raise DeployOptionError(f"--models-host-path: must be an absolute path on the node, got {path!r}")
     return ModelVolume(host_path=path)
+
+
+def object_name(recipe: Recipe) -> str:
+    """The recipe's name as a Kubernetes object name (DNS label: lowercase, digits, '-'; leaves room for
+    the suffixes the controllers and the Service add)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", recipe.name.lower()).strip("-")[:MAX_NAME]
+    return name.rstrip("-") or "glm53"
 
 
 def _k8s_escape(value: str) -> str:
@@ -115,7 +126,7 @@ def manifests(recipe: Recipe, *, image: str, volume: ModelVolume, ifname: str = 
               namespace: Optional[str] = None) -> list[dict]:
     """The manifests as plain data (pure)."""
     s = recipe.serving
-    name = generate.project_name(recipe)
+    name = object_name(recipe)
     labels = {APP_LABEL: name, f"{generate.LABEL_NS}.recipe.name": recipe.name}
     meta = {"name": name, "labels": labels, **({"namespace": namespace} if namespace else {})}
     if s.nodes == 1:
@@ -155,8 +166,9 @@ def manifests(recipe: Recipe, *, image: str, volume: ModelVolume, ifname: str = 
             },
         }
         selector = {LWS_NAME_LABEL: name, LWS_INDEX_LABEL: "0"}  # the leader pods serve the API
+    # Not the workload's own name: the LWS controller makes a headless Service of that name for the group.
     service = {
-        "apiVersion": "v1", "kind": "Service", "metadata": meta,
+        "apiVersion": "v1", "kind": "Service", "metadata": {**meta, "name": f"{name}{SERVICE_SUFFIX}"},
         "spec": {"type": "ClusterIP", "selector": selector,
                  "ports": [{"name": "http", "port": s.port, "targetPort": "http", "protocol": "TCP"}]},
     }

@@ -67,6 +67,9 @@ def test_leaderworkerset_for_two_nodes():
     shm = [v for v in group["workerTemplate"]["spec"]["volumes"] if v["name"] == "dshm"]
     assert shm == [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
     assert service["spec"]["selector"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
+    assert service["spec"]["selector"]["leaderworkerset.sigs.k8s.io/name"] == lws["metadata"]["name"]
+    # the LWS controller creates a headless Service named like the set: ours must not take that name
+    assert service["metadata"]["name"] != lws["metadata"]["name"]
     assert validate([lws, service], "test")
 
 
