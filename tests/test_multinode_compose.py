@@ -7,15 +7,15 @@ the others add --headless) and from the 2x GB10 recipe's own numbers (TP 2 over 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from compose.multinode import LEADER_ADDRESS_VARIABLE, write_role_files
+from compose.multinode import LEADER_ADDRESS_VARIABLE
 from compose.validate import compose_binary, compose_config, run_serve_parser_cases
 from preflight.run import preflight
 from stackbuild.plan import gate_input
@@ -87,6 +87,7 @@ def test_each_variable_is_required(role_files, missing):
         assert proc.returncode != 0 and missing in proc.stderr
 
 
+@pytest.mark.oracle
 def test_vllm_refuses_a_rank_out_of_range_and_a_tp_nnodes_mismatch(role_files):
     _out, result = role_files
     worker = [a.replace("{master_addr}", "10.1.2.3").replace("{host}", "0.0.0.0").replace("{node_rank}", "1")
@@ -184,7 +185,7 @@ def test_preflight_slow_path_on_a_worker_argv():
     """Off the fast path a worker's argv (--headless, --nnodes ...) is re-checked: a flag that leaves the
     geometry alone passes, a rank vLLM refuses is exit 11 with vLLM's words."""
     run = subprocess.run([sys.executable, "-c", _SLOW_PATH, str(REPO), str(RECIPE)], capture_output=True,
-                         text=True, timeout=900, env={**__import__("os").environ, "VLLM_TARGET_DEVICE": "cpu"})
+                         text=True, timeout=900, env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
     assert out["extra-flag"]["code"] == 0 and "PASS: re-checked (argv edited" in out["extra-flag"]["lines"][0], out
