@@ -316,20 +316,58 @@ def index(recipe_path, owner, repository, allow_unpinned, as_json, force):
 @recipe_option
 @owner_option
 @repository_option
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Compose file to write (default: compose/<recipe name>.compose.yaml).")
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Compose file to write (default: compose/<recipe name>.compose.yaml); for a multi-node "
+                   "recipe, the existing directory to write one file per node role into (default: compose/).")
 @click.option("--models-dir", help="Host directory holding the model snapshots (mounted read-only).")
-@click.option("--port", type=int, help="Host port to publish.")
-@click.option("--gpus", help="Comma-separated GPU ids to reserve (default: any, count = TP size).")
+@click.option("--port", type=int, help="Host port to publish (single-node recipes).")
+@click.option("--gpus", help="Comma-separated GPU ids to reserve (default: any, count = TP size / nodes).")
 @click.option("--digest", help="Image digest to pin in the compose file (default: from the last build report).")
 @json_option
 def compose(recipe_path, owner, repository, output, models_dir, port, gpus, digest, as_json):
-    """Write the compose file that serves the image with `docker compose up`."""
+    """Write the compose file that serves the image with `docker compose up` (one per node role
+    when the recipe spans several machines)."""
+    recipe = load_recipe(recipe_path)
+    if recipe.serving.nodes > 1:
+        from compose.multinode import write_role_files
+
+        result = write_role_files(recipe, output_dir=output, owner=owner, repository=repository,
+                                  models_dir=models_dir, port=port, gpus=gpus, digest=digest)
+        emit(as_json, result, "wrote " + ", ".join(result["paths"].values()))
+        return
+    if output is not None:  # one file: click's own check of a file path
+        ctx = click.get_current_context()
+        param = next(p for p in ctx.command.params if p.name == "output")
+        output = click.Path(dir_okay=False, path_type=Path).convert(str(output), param, ctx)
     from compose.generate import write_compose
 
-    recipe = load_recipe(recipe_path)
     result = write_compose(recipe, output=output, owner=owner, repository=repository,
                            models_dir=models_dir, port=port, gpus=gpus, digest=digest)
     emit(as_json, result, f"wrote {result['path']}")
+
+
+@cli.command()
+@click.option("--target", "target", type=click.Choice(["k8s"]), required=True, help="What to deploy on (k8s: Kubernetes).")
+@recipe_option
+@owner_option
+@repository_option
+@click.option("-o", "--output", "output_dir", type=click.Path(path_type=Path),
+              help="Existing directory to write <recipe name>.k8s.yaml into (default: compose/).")
+@click.option("--models-host-path", help="Node directory holding the model snapshots, mounted read-only (default: the recipe's models directory).")
+@click.option("--models-pvc", help="PersistentVolumeClaim holding the model snapshots instead of a host path.")
+@click.option("--ifname", default="eth0", show_default=True, help="NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME in multi-node pods.")
+@click.option("--namespace", help="metadata.namespace of every object (default: none, kubectl's current).")
+@click.option("--digest", help="Image digest to pin (default: from the last build report).")
+@json_option
+def deploy(target, recipe_path, owner, repository, output_dir, models_host_path, models_pvc, ifname, namespace,
+           digest, as_json):
+    """Write Kubernetes manifests: a Deployment (one machine) or a LeaderWorkerSet (serving.nodes > 1), and a Service."""
+    from deploy.k8s import write_manifests
+
+    result = write_manifests(load_recipe(recipe_path), output_dir=output_dir, owner=owner, repository=repository,
+                             digest=digest, models_host_path=models_host_path, models_pvc=models_pvc,
+                             ifname=ifname, namespace=namespace)
+    emit(as_json, result, f"wrote {result['path']} ({', '.join(result['kinds'])})")
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})

@@ -9,8 +9,11 @@ exactly one argument and no shell ever sees it.
 from __future__ import annotations
 
 import json
-from typing import Optional
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping, Optional
 
+from preflight.checked import NODE_RANK_SLOT
 from stackbuild.errors import RecipeError
 from stackbuild.recipe import Recipe
 
@@ -68,9 +71,14 @@ GENERATED_FLAGS = {
     "--host": "the compose generator",
     "--port": "serving.port",
     "--model": "target.path",
+    "--nnodes": "serving.nodes",
+    "--node-rank": "serving.nodes (one rank per node role)",
+    "--master-addr": "the leader address of the generated multi-node files",
+    "--master-port": "the generated multi-node files",
+    "--headless": "the generated multi-node worker files",
 }
 # Short spellings vLLM accepts for the flags above.
-_ALIASES = {"-tp": "--tensor-parallel-size"}
+_ALIASES = {"-tp": "--tensor-parallel-size", "-n": "--nnodes", "-r": "--node-rank"}
 
 
 def _check_extra_args(recipe: Recipe) -> None:
@@ -106,3 +114,61 @@ def serve_argv(recipe: Recipe) -> list[str]:
     argv += ["--host", CONTAINER_HOST, "--port", str(s.port)]
     argv += list(s.extra_args)
     return argv
+
+
+# vLLM's torch.distributed rendezvous port on the leader (ParallelConfig.master_port's default,
+# written out so every node and every generated file says it).
+MASTER_PORT = 29501
+LEADER, WORKER = "leader", "worker"
+# Argv positions whose values are only known where a role is deployed: the address the
+# API server binds, the leader's address, a worker's node rank.
+SLOT_HOST, SLOT_MASTER_ADDR, SLOT_NODE_RANK = "host", "master_addr", NODE_RANK_SLOT
+
+
+@dataclass(frozen=True)
+class RoleCommand:
+    """One node role's `vllm serve` argv, with the deploy-time values left as named slots."""
+
+    role: str  # LEADER or WORKER
+    nnodes: int
+    argv: tuple[str, ...]  # slot positions hold "{slot name}"
+    slots: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    def fill(self, **values: str) -> list[str]:
+        """The argv with every slot given a value (a KeyError names a slot left out)."""
+        argv = list(self.argv)
+        for name, index in self.slots.items():
+            argv[index] = str(values[name])
+        return argv
+
+
+def role_commands(recipe: Recipe) -> tuple[RoleCommand, ...]:
+    """The leader's and the worker's argv for vLLM's own multi-node launch (serving.nodes > 1).
+
+    Every node runs the recipe's serve argv (the same per-rank geometry) plus
+    ``--nnodes N --node-rank R --master-addr LEADER --master-port P``; the leader is rank 0
+    and serves the API, workers (ranks 1..N-1) add ``--headless``.
+    """
+    nodes = recipe.serving.nodes
+    if nodes < 2:
+        return ()
+    base = serve_argv(recipe)
+    host_at = base.index("--host") + 1
+    out = []
+    for role in (LEADER, WORKER):
+        argv = list(base)
+        argv[host_at] = "{" + SLOT_HOST + "}"
+        slots = {SLOT_HOST: host_at}
+        argv += ["--nnodes", str(nodes), "--node-rank"]
+        if role == LEADER:
+            argv.append("0")
+        else:
+            slots[SLOT_NODE_RANK] = len(argv)
+            argv.append("{" + SLOT_NODE_RANK + "}")
+        argv.append("--master-addr")
+        slots[SLOT_MASTER_ADDR] = len(argv)
+        argv += ["{" + SLOT_MASTER_ADDR + "}", "--master-port", str(MASTER_PORT)]
+        if role == WORKER:
+            argv.append("--headless")
+        out.append(RoleCommand(role, nodes, tuple(argv), MappingProxyType(slots)))
+    return tuple(out)

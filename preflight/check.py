@@ -93,7 +93,7 @@ def differences(checked: CheckedServe, argv: Sequence[str], inputs: dict, target
                 drafter: Optional[MountedConfig]) -> str:
     """What differs from the build, in one phrase."""
     out = []
-    if tuple(argv) != checked.argv:
+    if not checked.as_built(tuple(argv)):
         out.append("argv edited")
     built = checked.gate_input
     for name in _SHOWN:
@@ -137,7 +137,7 @@ def check(argv: Sequence[str], checked: CheckedServe, *, locate: Callable[[str],
     argv = tuple(argv)
     if _asks_for_help(argv):
         return Outcome(PASSED, (f"{PREFIX} nothing to check: vLLM is asked for its help, it serves nothing",))
-    same_argv = argv == checked.argv
+    same_argv = checked.as_built(argv)
     try:
         if same_argv:  # the build's argv names the recipe's model paths
             target = read_config("target", locate(checked.target.path), checked.target.path)

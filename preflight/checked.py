@@ -30,6 +30,38 @@ class CheckedModel:
     config_sha256: str  # sha256 of the config.json snapshot the gate checked
 
 
+# The slot a worker's node rank is written into (the other slots take any value).
+NODE_RANK_SLOT = "node_rank"
+
+
+@dataclass(frozen=True)
+class CheckedRole:
+    """One node role's argv of a multi-node recipe, as generated (compose per role, Kubernetes).
+
+    ``slots`` maps a deploy-time value's name to its argv position (the leader's address,
+    the API server's bind address, a worker's node rank); every other element is fixed.
+    """
+
+    role: str  # "leader" or "worker"
+    nnodes: int
+    argv: tuple[str, ...]
+    slots: Mapping[str, int]
+
+    def matches(self, argv: tuple[str, ...]) -> bool:
+        """Whether ``argv`` is this role's argv with its slots filled (a worker's rank in 1..nnodes-1)."""
+        if len(argv) != len(self.argv):
+            return False
+        free = set(self.slots.values())
+        if any(a != b for i, (a, b) in enumerate(zip(argv, self.argv)) if i not in free):
+            return False
+        rank_at = self.slots.get(NODE_RANK_SLOT)
+        if rank_at is not None:
+            rank = argv[rank_at]
+            if not (rank.isdigit() and 1 <= int(rank) < self.nnodes):
+                return False
+        return True
+
+
 @dataclass(frozen=True)
 class CheckedServe:
     recipe: str
@@ -37,9 +69,14 @@ class CheckedServe:
     target: CheckedModel
     drafter: CheckedModel
     gate_input: Mapping[str, Any]  # the GeometryInputs JSON the build's gate passed
+    roles: tuple[CheckedRole, ...] = ()  # a multi-node recipe's per-role argvs (same geometry per rank)
+
+    def as_built(self, argv: tuple[str, ...]) -> bool:
+        """Whether ``argv`` is a command the build generated and checked (single-node, or a node role)."""
+        return argv == self.argv or any(role.matches(argv) for role in self.roles)
 
     def to_json(self) -> dict:
-        return {
+        data = {
             "schema": SCHEMA,
             "recipe": self.recipe,
             "argv": list(self.argv),
@@ -47,6 +84,10 @@ class CheckedServe:
             "drafter": asdict(self.drafter),
             "gate_input": json.loads(json.dumps(dict(self.gate_input))),
         }
+        if self.roles:  # a single-node record stays as it was
+            data["roles"] = [{"role": r.role, "nnodes": r.nnodes, "argv": list(r.argv), "slots": dict(r.slots)}
+                             for r in self.roles]
+        return data
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> "CheckedServe":
@@ -62,9 +103,20 @@ class CheckedServe:
                 target=CheckedModel(**data["target"]),
                 drafter=CheckedModel(**data["drafter"]),
                 gate_input=dict(data["gate_input"]),
+                roles=tuple(_role(r) for r in data.get("roles", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckedUnreadable(f"{where}: malformed {SCHEMA} record: {type(exc).__name__}: {exc}") from None
+
+
+def _role(data: Any) -> CheckedRole:
+    argv = data["argv"]
+    slots = data["slots"]
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        raise TypeError("roles[].argv must be a list of strings")
+    if not isinstance(slots, Mapping) or not all(isinstance(i, int) and 0 <= i < len(argv) for i in slots.values()):
+        raise TypeError("roles[].slots must map names to argv positions")
+    return CheckedRole(role=str(data["role"]), nnodes=int(data["nnodes"]), argv=tuple(argv), slots=dict(slots))
 
 
 def write(checked: CheckedServe, path: str) -> None:

@@ -70,10 +70,49 @@ def parse_serve_args(argv: Sequence[str]) -> argparse.Namespace:
         raise ServeFlagsRejected(_argparse_error(stderr.getvalue())) from None
     try:
         serve.validate(args)
+        check_multinode(args)
     except (TypeError, ValueError, KeyError) as exc:
         message = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
         raise ServeFlagsRejected(_one_line(message)) from None
     return args
+
+
+def _multinode_statements():
+    """The statements of ``EngineArgs.create_engine_config`` that check the multi-node launch
+    options (``--nnodes``, ``--node-rank``, ``--data-parallel-backend``): the top-level
+    statements from the first ``if`` whose test reads ``self.nnodes`` to the last, compiled as vLLM wrote them.
+
+    They run before any model is loaded, but inside the method that loads it, so they are
+    taken out of vLLM's own source rather than restated here.
+    """
+    import ast
+    import inspect
+    import textwrap
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    source = textwrap.dedent(inspect.getsource(EngineArgs.create_engine_config))
+    body = ast.parse(source).body[0].body
+    reads = [i for i, node in enumerate(body)
+             if isinstance(node, ast.If)
+             and any(isinstance(n, ast.Attribute) and n.attr == "nnodes" and isinstance(n.value, ast.Name)
+                     and n.value.id == "self" for n in ast.walk(node.test))]
+    if not reads:
+        raise RuntimeError("vLLM's create_engine_config has no --nnodes checks to run")
+    module = ast.Module(body=body[reads[0]:reads[-1] + 1], type_ignores=[])
+    return compile(module, "<vllm.engine.arg_utils.EngineArgs.create_engine_config>", "exec")
+
+
+def check_multinode(args: argparse.Namespace) -> None:
+    """vLLM's own checks of a multi-node launch (``--nnodes`` divides the world size, the
+    node rank is in range, the MP backend); a ValueError carries vLLM's message."""
+    if getattr(args, "nnodes", 1) == 1 and getattr(args, "node_rank", 0) == 0:
+        return
+    import copy
+    import vllm.engine.arg_utils as arg_utils
+
+    engine_args = arg_utils.AsyncEngineArgs.from_cli_args(copy.copy(args))
+    exec(_multinode_statements(), {**vars(arg_utils), "self": engine_args})  # noqa: S102 - vLLM's own code
 
 
 def parse_serve_flags(argv: Sequence[str]) -> ServeFlags:

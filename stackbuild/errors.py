@@ -166,6 +166,18 @@ class PinnedTagTaken(StackBuildError):
     exit_code = 14
 
 
+class ManifestInvalid(StackBuildError):
+    """A generated Kubernetes manifest fails the Kubernetes schemas or the LeaderWorkerSet schema."""
+
+    exit_code = 18
+
+
+class DeployOptionError(StackBuildError):
+    """A command-line option of `deploy` (--models-pvc, --models-host-path, --ifname, ...) is unusable."""
+
+    exit_code = 2
+
+
 class MountedConfigUnusable(StackBuildError):
     """Pre-flight: a config.json the serve argv points at is missing, unreadable or not a JSON object."""
 

@@ -3,7 +3,7 @@
 The one writer of ``preflight.checked.CheckedServe`` (the pre-flight is its
 reader): the compose command the recipe generates, where it mounts the two
 checkpoints, the sha256 of the config snapshots the gate checked, the pinned
-revisions, and the gate input itself.
+revisions, the gate input itself, and a multi-node recipe's per-role argvs.
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import hashlib
 from pathlib import Path
 from typing import Mapping
 
-from compose.serve_args import serve_argv
-from preflight.checked import CheckedModel, CheckedServe
+from compose.serve_args import role_commands, serve_argv
+from preflight.checked import CheckedModel, CheckedRole, CheckedServe
 
 from .recipe import Recipe
 
@@ -30,5 +30,7 @@ def checked_serve(recipe: Recipe, gate_input: Mapping) -> CheckedServe:
     for role, model in (("target", recipe.target), ("drafter", recipe.drafter)):
         models[role] = CheckedModel(id=model.id, path=model.path, revision=model.revision,
                                     config_sha256=file_sha256(snapshot_path(recipe, model.config)))
+    roles = tuple(CheckedRole(role=c.role, nnodes=c.nnodes, argv=c.argv, slots=dict(c.slots))
+                  for c in role_commands(recipe))
     return CheckedServe(recipe=recipe.name, argv=tuple(serve_argv(recipe)), target=models["target"],
-                        drafter=models["drafter"], gate_input=dict(gate_input))
+                        drafter=models["drafter"], gate_input=dict(gate_input), roles=roles)
