@@ -19,7 +19,7 @@ from typing import Any, Mapping, Optional
 import yaml
 
 from stackbuild.errors import ComposeOverrideError, GeometryGateFailed, OutputError, RecipeError
-from stackbuild.naming import OWNER_VARIABLE, image_name
+from stackbuild.naming import MOVING_TAGS, OWNER_VARIABLE, image_name
 from stackbuild.output import check_output
 from stackbuild.recipe import DIGEST_RE, REPO_ROOT, Recipe
 from stackbuild.report import DEFAULT_REPORT, read_report
@@ -93,7 +93,12 @@ def _unpinned_because(recipe: Recipe, report: Optional[dict], report_path: Path,
 
 def resolve_image(recipe: Recipe, *, owner: Optional[str] = None, repository: Optional[str] = None,
                   digest: Optional[str] = None, report_path: Optional[Path] = None) -> ImagePin:
-    """The image by pinned tag, and by digest from --digest or the last build report.
+    """The image by digest from --digest (with this tree's pinned tag) or the last build report
+    (with the tag that build pushed).
+
+    Without either, the build that made the image is unknown, and so is its pinned tag (it
+    names the commit, ``{rev}``): the file then names the recipe's moving tag (``latest``),
+    marked UNPINNED, rather than a pinned tag of a build that may not exist.
 
     The owner is ``owner`` (--owner / IMAGE_OWNER), else the one a build report of this recipe
     pushed to, else Compose's ``${IMAGE_OWNER:?...}`` (the file asks for it when used).
@@ -112,17 +117,18 @@ def resolve_image(recipe: Recipe, *, owner: Optional[str] = None, repository: Op
         else:
             owner_note = (f"no image owner given (--owner, {OWNER_VARIABLE}) or found in {report_path}: "
                           f"the compose file reads {OWNER_VARIABLE} when it is used")
-    tag = next((t for t in name.tags if t != "latest"), name.tags[0])
     if digest is not None:
         if not DIGEST_RE.match(digest):
             raise ComposeOverrideError(f"--digest: expected 'sha256:' followed by 64 lowercase hex digits, got {digest!r}")
-        return ImagePin(name.repository, tag, digest, "--digest", owner_note=owner_note)
+        pinned = next(iter(name.pinned_tags), name.tags[0])
+        return ImagePin(name.repository, pinned, digest, "--digest", owner_note=owner_note)
+    tag = next((t for t in name.tags if t in MOVING_TAGS), name.tags[0])
     # Only a report of this recipe, pushed to this repository, pins this file.
     why = _unpinned_because(recipe, report, report_path, name.repository)
     if why:
         return ImagePin(name.repository, tag, None, "", unpinned_because=why, owner_note=owner_note)
     tags = [t for t in report.get("tags") or () if isinstance(t, str)]
-    tag = next((t for t in tags if t != "latest"), tag)
+    tag = next((t for t in tags if t not in MOVING_TAGS), tag)
     return ImagePin(name.repository, tag, str(report["pushed_digest"]), str(report_path), owner_note=owner_note)
 
 

@@ -114,7 +114,7 @@ def test_image_pinned_by_tag_and_digest(tmp_path):
 def test_without_a_digest_the_tag_alone_with_a_comment(tmp_path):
     text = render_compose(recipe(tmp_path), report_path=NO_REPORT)
     doc = yaml.safe_load(text)
-    assert _service(doc)["image"] == f"{REPOSITORY}:{PINNED_TAG}"
+    assert _service(doc)["image"] == f"{REPOSITORY}:latest"  # no build known: the moving tag, not a guessed pinned one
     lines = text.splitlines()
     image_line = next(i for i, line in enumerate(lines) if line.strip().startswith("image:"))
     assert lines[image_line - 1].strip().startswith("# UNPINNED")
@@ -148,8 +148,8 @@ def test_bad_digest_is_refused(tmp_path, bad):
 
 def test_owner_and_repository_overrides(tmp_path):
     r = recipe(tmp_path)
-    assert _service(_render(r, owner="acme"))["image"] == f"ghcr.io/acme/glm53-flash-dflash2-gb300:{PINNED_TAG}"
-    assert _service(_render(r, repository="127.0.0.1:5000/me/glm"))["image"] == f"127.0.0.1:5000/me/glm:{PINNED_TAG}"
+    assert _service(_render(r, owner="acme"))["image"] == "ghcr.io/acme/glm53-flash-dflash2-gb300:latest"
+    assert _service(_render(r, repository="127.0.0.1:5000/me/glm"))["image"] == "127.0.0.1:5000/me/glm:latest"
 
 
 # --- the service -------------------------------------------------------------
@@ -313,11 +313,13 @@ def test_committed_example_is_what_the_tool_generates(monkeypatch):
 
 
 def test_the_image_tag_is_the_builds_pinned_tag_with_its_rev(tmp_path):
-    """The default recipe's pinned tag carries {rev}: compose names the tag a build of the same inputs pushes."""
+    """The default recipe's pinned tag carries {rev}: with --digest, compose names the tag a build of the
+    same inputs pushes; with no build known, the moving tag (a pinned tag of an unknown build may not exist)."""
     from recipe_copies import copy_recipe, pinned
     from stackbuild.plan import make_plan
 
     r = load_recipe(copy_recipe(tmp_path, pinned))
     tag = make_plan(r).pinned_tag
     assert tag.startswith("sm100-gb300-20251130-") and tag != "sm100-gb300-20251130"
-    assert _service(_render(r))["image"] == f"{REPOSITORY}:{tag}"
+    assert _service(_render(r, digest=DIGEST))["image"] == f"{REPOSITORY}:{tag}@{DIGEST}"
+    assert _service(_render(r))["image"] == f"{REPOSITORY}:latest"
