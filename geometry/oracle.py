@@ -44,13 +44,22 @@ from dataclasses import replace as dc_replace
 from typing import Any
 
 try:
+    from . import backends as B
     from . import record
-    from . import simulate as S
+    from .block_size import DEFAULT_BLOCK_SIZE
+    from .model import drafter_sliding_window, model_kind, resolve_model_dtype, text_config
+    from .report import GeometryReport, GroupRow, LayerRow, Plan
+    from .simulate import simulate
     from .inputs import GeometryInputs
     from .prefix_cache import PrefixCache, can_hit
 except ImportError:  # pragma: no cover - script mode
+    import backends as B  # type: ignore[no-redef]
     import record  # type: ignore[no-redef]
-    import simulate as S  # type: ignore[no-redef]
+    from block_size import DEFAULT_BLOCK_SIZE  # type: ignore[no-redef]
+    from model import (drafter_sliding_window, model_kind, resolve_model_dtype,  # type: ignore[no-redef]
+                       text_config)
+    from report import GeometryReport, GroupRow, LayerRow, Plan  # type: ignore[no-redef]
+    from simulate import simulate  # type: ignore[no-redef]
     from inputs import GeometryInputs  # type: ignore[no-redef]
     from prefix_cache import PrefixCache, can_hit  # type: ignore[no-redef]
 
@@ -194,7 +203,7 @@ class _ModelConfig:
 
 
 def _hf_config(kind: str, cfg: dict):
-    tc = S._text_config(cfg)
+    tc = text_config(cfg)
     tc = {k: v for k, v in tc.items() if not k.startswith("_")}
     try:
         import transformers
@@ -323,11 +332,11 @@ def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
     from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
     from vllm.v1.attention.backend import AttentionType
 
-    kind = S.model_kind(inputs.target_config)
-    tc = S._text_config(inputs.target_config)
+    kind = model_kind(inputs.target_config)
+    tc = text_config(inputs.target_config)
     tp = inputs.tensor_parallel_size
     hf = _hf_config(kind, dict(inputs.target_config))
-    dtype = getattr(torch, S._model_dtype(inputs.target_config))
+    dtype = getattr(torch, resolve_model_dtype(inputs.target_config))
     max_len = inputs.max_model_len or int(tc.get("max_position_embeddings") or 1)
     if kind == "glm5next":
         head_size = hf.kv_lora_rank + hf.qk_rope_head_dim
@@ -350,7 +359,7 @@ def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
         cache.block_size = inputs.block_size
         cache.user_specified_block_size = True
     else:
-        cache.block_size = S.DEFAULT_BLOCK_SIZE
+        cache.block_size = DEFAULT_BLOCK_SIZE
         cache.user_specified_block_size = False
     # EngineArgs builds the cache config with prefix caching resolved and
     # mamba_cache_mode left at "none"; MambaModelConfig (below) derives the
@@ -469,7 +478,7 @@ def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
             total_kv = dc.get("num_key_value_heads") or heads
             hd = dc.get("head_dim") or dc["hidden_size"] // heads
             for i in range(dc["num_hidden_layers"]):
-                window = S._drafter_layer_attention(dc, i)
+                window = drafter_sliding_window(dc, i)
                 name = f"drafter.model.layers.{i}.self_attn.attn"
                 ctx[name] = _attention(
                     Attention, AttentionType, fa_cls, name, max(1, total_kv // tp), hd,
@@ -512,7 +521,7 @@ def _sparse_mla_kv_cache_dtype(mla_cls, cache) -> str:
 def _kimi_mla_backend(inputs: GeometryInputs, hf, kv_str: str):
     """The dense MLA backend class for the family (same table as
     geometry/backends.py::dense_mla_backend)."""
-    name = S.B.dense_mla_backend(inputs.capability_family, kv_str, hf.qk_nope_head_dim,
+    name = B.dense_mla_backend(inputs.capability_family, kv_str, hf.qk_nope_head_dim,
                                  hf.kv_lora_rank + hf.qk_rope_head_dim).name
     module, clsname = {
         "FLASHINFER_MLA": ("flashinfer_mla", "FlashInferMLABackend"),
@@ -572,7 +581,7 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> S.Plan:
+def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Plan:
     from vllm.config import set_current_vllm_config
     from vllm.platforms.interface import Platform
     from vllm.v1.core import kv_cache_planning as P
@@ -583,7 +592,7 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> S.Plan:
         try:
             cfg, kind = _build(inputs, with_drafter, num_spec)
         except (AssertionError, ValueError, NotImplementedError) as exc:
-            return S.Plan(None, None, None, None, (), (), None, None, None, None, error=_error(exc))
+            return Plan(None, None, None, None, (), (), None, None, None, None, error=_error(exc))
         cache = cfg.cache_config
         rows: tuple = ()
         try:
@@ -608,7 +617,7 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> S.Plan:
             for i, g in enumerate(groups):
                 gs = g.kv_cache_spec
                 layer_specs = [final[n] for n in g.layer_names]
-                grows.append(S.GroupRow(
+                grows.append(GroupRow(
                     i, type(layer_specs[0]).__name__,
                     tuple(sorted({_role(n, final[n]) for n in g.layer_names})),
                     tuple(g.layer_names), layer_specs[0].block_size,
@@ -617,13 +626,13 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> S.Plan:
                      if isinstance(gs, UniformTypeKVCacheSpecs) else gs.is_draft)))
             block_size = cache.block_size
             prefix = _prefix_cache(cfg, kvc)
-            return S.Plan(
+            return Plan(
                 block_size, cache.mamba_page_size_padded, layout.name,
                 _path(kind, groups, specs, layout), rows, tuple(grows), bpb,
                 kvc.num_blocks, kvc.num_blocks * t_rows[0].block_size,
                 t_rows[0].real_page_bytes, prefix_cache=prefix)
         except (AssertionError, ValueError, NotImplementedError) as exc:
-            return S.Plan(cache.block_size, cache.mamba_page_size_padded, None, None, rows,
+            return Plan(cache.block_size, cache.mamba_page_size_padded, None, None, rows,
                           (), None, None, None, None, error=_error(exc))
 
 
@@ -709,7 +718,7 @@ def _rows(final: dict, owners: dict, order: dict) -> tuple:
         s = final[name]
         if isinstance(s, MambaSpec):
             dtype = "/".join(str(d).replace("torch.", "") for d in s.dtypes)
-            rows.append(S.LayerRow(name, owners[name], _role(name, s), type(s).__name__,
+            rows.append(LayerRow(name, owners[name], _role(name, s), type(s).__name__,
                                    s.block_size, 0, 0, dtype, 0, s.real_page_size_bytes,
                                    s.page_size_bytes, s.page_size_bytes != s.real_page_size_bytes,
                                    s.get_block_stride_alignment()))
@@ -717,7 +726,7 @@ def _rows(final: dict, owners: dict, order: dict) -> tuple:
         assert isinstance(s, AttentionSpec)
         tps = int(s.tokens_per_state) if s.tokens_per_state > 0 else 1
         bpt = s.num_heads * s.state_content_size_bytes // tps
-        rows.append(S.LayerRow(
+        rows.append(LayerRow(
             name, owners[name], _role(name, s), type(s).__name__, s.block_size,
             s.num_kv_heads, s.head_size, str(s.dtype).replace("torch.", ""), bpt,
             s.real_page_size_bytes, s.page_size_bytes,
@@ -755,7 +764,7 @@ def blocks_per_request(inputs: GeometryInputs) -> list[tuple[str, int, int]]:
     return out
 
 
-def plan_with_vllm(inputs: GeometryInputs) -> S.GeometryReport:
+def plan_with_vllm(inputs: GeometryInputs) -> GeometryReport:
     """The geometry the imported vLLM builds for ``inputs`` (its own
     behaviour: ``inputs.vllm_behaviour`` is ignored here)."""
     with_d = _plan(inputs, inputs.has_drafter, inputs.num_speculative_tokens)
@@ -764,11 +773,11 @@ def plan_with_vllm(inputs: GeometryInputs) -> S.GeometryReport:
         same = _plan(inputs, False, inputs.num_speculative_tokens)
     else:
         without = same = with_d
-    sim = S.simulate(inputs)  # descriptive fields (backend names, dtypes) only
+    sim = simulate(inputs)  # descriptive fields (backend names, dtypes) only
     return dc_replace(sim, with_drafter=with_d, without_drafter=without,
                       target_only_same_spec=same, notes=("planned by the imported vLLM",))
 
 
-def compare_reports(sim: S.GeometryReport, vllm: S.GeometryReport) -> tuple[str, ...]:
+def compare_reports(sim: GeometryReport, vllm: GeometryReport) -> tuple[str, ...]:
     """Field-by-field differences (empty when they agree)."""
     return record.compare(record.comparable(sim), record.comparable(vllm))
