@@ -23,7 +23,7 @@ DEFAULT_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE
 
 def update_block_size(model: Model, inputs: GeometryInputs) -> CacheConfig:
     user = inputs.block_size is not None
-    cache = CacheConfig(block_size=inputs.block_size or DEFAULT_BLOCK_SIZE, user_specified=user)
+    cache = CacheConfig(block_size=inputs.block_size or DEFAULT_BLOCK_SIZE)
     backends = model.non_ssm_backends()
     if not backends:
         return cache

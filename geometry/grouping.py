@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import replace
 
 try:  # package import (tests, oracle) or sibling import (CLI as a script)
     from . import backends as B
@@ -122,7 +123,7 @@ def _mergeable(a: Spec, b: Spec) -> bool:
     if a.kind != b.kind:
         return False
     if a.kind == "full":
-        return a.evolve(sliding_window=None) == b.evolve(sliding_window=None) and (
+        return replace(a, sliding_window=None) == replace(b, sliding_window=None) and (
             a.sliding_window is None or b.sliding_window is None or a.sliding_window == b.sliding_window)
     if a.kind == "sliding":
         return False if a != b else True
@@ -139,11 +140,11 @@ def _unify(specs: dict[str, Spec]) -> dict[str, Spec]:
         if s.page_size_bytes == mx:
             out[name] = s
         elif s.kind == "mamba":
-            out[name] = s.evolve(page_size_padded=mx)
+            out[name] = replace(s, page_size_padded=mx)
         elif mx % s.page_size_bytes == 0:
             out[name] = s.with_block_size(s.block_size * (mx // s.page_size_bytes))
         elif s.kind != "mla":
-            out[name] = s.evolve(page_size_padded=mx)
+            out[name] = replace(s, page_size_padded=mx)
         else:
             raise SimulatedError(
                 "NotImplementedError",

@@ -5,7 +5,7 @@ sizes the specs are built at (stdlib only)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 try:  # package import (tests, oracle) or sibling import (CLI as a script)
@@ -19,25 +19,6 @@ DTYPE_BYTES = {
     "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "uint8": 1,
 }
 SUPPORTED_KV_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
-
-
-class cached_property:  # noqa: N801 - functools' without its per-instance lock
-    """Computed on first read and stored in the instance ``__dict__`` (so
-    later reads never reach the descriptor); works on frozen dataclasses."""
-
-    def __init__(self, fn):
-        self.fn = fn
-        self.name = fn.__name__
-        self.__doc__ = fn.__doc__
-
-    def __set_name__(self, owner, name):
-        self.name = name
-
-    def __get__(self, obj, owner=None):
-        if obj is None:
-            return self
-        v = obj.__dict__[self.name] = self.fn(obj)
-        return v
 
 
 def cdiv(a: int, b: int) -> int:
@@ -102,13 +83,13 @@ class Spec:
             return self.content_bytes
         return (self.head_size + self.head_size_v) * self.dtype_bytes
 
-    @cached_property
+    @property
     def real_page_size_bytes(self) -> int:
         if self.kind == "mamba":
             return self.state_bytes
         return self.num_kv_heads * self.num_states * self.state_content_size_bytes
 
-    @cached_property
+    @property
     def page_size_bytes(self) -> int:
         real = self.real_page_size_bytes
         if self.page_size_padded is not None:
@@ -124,33 +105,11 @@ class Spec:
                 // max(self.tokens_per_state, 1))
 
     def with_block_size(self, block_size: int) -> "Spec":
-        if block_size == self.block_size:
-            return self
-        memo = self.__dict__.get("_resized")
-        if memo is None:
-            memo = {}
-            object.__setattr__(self, "_resized", memo)
-        out = memo.get(block_size)
-        if out is None:
-            out = memo[block_size] = self.evolve(block_size=block_size)
-        return out
-
-    def evolve(self, **changes: Any) -> "Spec":
-        """``dataclasses.replace`` without its per-field ``__init__`` cost
-        (Spec has no ``__post_init__``; derived values are recomputed)."""
-        d = self.__dict__.copy()
-        for k in _SPEC_DERIVED:
-            d.pop(k, None)
-        d.update(changes)
-        out = object.__new__(Spec)
-        out.__dict__.update(d)
-        return out
+        return replace(self, block_size=block_size)
 
     def get_block_stride_alignment(self) -> int:
-        return self._stride_alignment
-
-    @cached_property
-    def _stride_alignment(self) -> int:
+        """The byte stride one block is rounded up to (``MultipleOf(k)``: the
+        page of ``gcd(k, block)`` tokens, 1 when that is the whole block)."""
         a = self.block_stride_alignment
         if not isinstance(a, B.Multiple):
             return a or 1
@@ -171,11 +130,6 @@ class Spec:
             "full": "FullAttentionSpec", "sliding": "SlidingWindowSpec",
             "circular": "CircularBufferSpec",
         }[self.kind]
-
-
-_SPEC_FIELDS = frozenset(f.name for f in fields(Spec))
-# what Spec caches in its __dict__ besides its fields (never copied by evolve)
-_SPEC_DERIVED = ("real_page_size_bytes", "page_size_bytes", "_stride_alignment", "_resized")
 
 
 def uniform_with_collection(first: Spec, specs: list[Spec]) -> bool:
@@ -199,11 +153,12 @@ def is_uniform_type(specs: list[Spec]) -> bool:
     return uniform_with_collection(specs[0], specs)
 
 
-
 @dataclass
 class CacheConfig:
+    """The block sizes the layers' specs are built at (vLLM's ``CacheConfig``
+    after ``Platform.update_block_size_for_backend``)."""
+
     block_size: int
-    user_specified: bool
     mamba_page_size_padded: int | None = None
     mamba_block_size: int | None = None
 

@@ -47,7 +47,9 @@ try:
     from . import backends as B
     from . import record
     from .block_size import DEFAULT_BLOCK_SIZE
-    from .model import drafter_sliding_window, model_kind, resolve_model_dtype, text_config
+    from .drafter import drafter_sliding_window
+    from .model import model_kind, resolve_model_dtype
+    from .model_parts import text_config
     from .report import GeometryReport, GroupRow, LayerRow, Plan
     from .simulate import simulate
     from .inputs import GeometryInputs
@@ -56,8 +58,9 @@ except ImportError:  # pragma: no cover - script mode
     import backends as B  # type: ignore[no-redef]
     import record  # type: ignore[no-redef]
     from block_size import DEFAULT_BLOCK_SIZE  # type: ignore[no-redef]
-    from model import (drafter_sliding_window, model_kind, resolve_model_dtype,  # type: ignore[no-redef]
-                       text_config)
+    from drafter import drafter_sliding_window  # type: ignore[no-redef]
+    from model import model_kind, resolve_model_dtype  # type: ignore[no-redef]
+    from model_parts import text_config  # type: ignore[no-redef]
     from report import GeometryReport, GroupRow, LayerRow, Plan  # type: ignore[no-redef]
     from simulate import simulate  # type: ignore[no-redef]
     from inputs import GeometryInputs  # type: ignore[no-redef]

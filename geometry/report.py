@@ -3,7 +3,7 @@ run (``Plan``) and the ``GeometryReport`` the gate reads (stdlib only)."""
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass
+from dataclasses import dataclass
 
 try:  # package import (tests, oracle) or sibling import (CLI as a script)
     from .prefix_cache import PrefixCache
@@ -38,37 +38,6 @@ class GroupRow:
     is_draft: bool
 
 
-class _Thunk:
-    """A deferred value for a ``_Lazy`` field."""
-
-    __slots__ = ("fn",)
-
-    def __init__(self, fn):
-        self.fn = fn
-
-
-class _Lazy:
-    """A dataclass field (no default) whose value may be given as a ``_Thunk``
-    and is then computed on first read (``getattr``, ``asdict``, ``==`` and
-    ``repr`` all read it).  The per-layer and per-group rows of the plans the
-    gate does not look at are never built."""
-
-    def __set_name__(self, owner, name):
-        self.slot = "_lazy_" + name
-
-    def __get__(self, obj, owner=None):
-        if obj is None:
-            return MISSING  # dataclasses: the field has no default
-        d = obj.__dict__
-        v = d[self.slot]
-        if type(v) is _Thunk:
-            v = d[self.slot] = v.fn()
-        return v
-
-    def __set__(self, obj, value):
-        obj.__dict__[self.slot] = value
-
-
 @dataclass(frozen=True)
 class Plan:
     """One planning run (with or without the drafter)."""
@@ -77,8 +46,8 @@ class Plan:
     mamba_page_size_padded: int | None
     layout: str | None
     grouping_path: str | None  # uniform | uniform_type | packed | unified
-    layers: tuple[LayerRow, ...] = _Lazy()
-    groups: tuple[GroupRow, ...] = _Lazy()
+    layers: tuple[LayerRow, ...]
+    groups: tuple[GroupRow, ...]
     bytes_per_block: int | None
     num_blocks: int | None
     tokens_fit: int | None  # num_blocks * target attention block size

@@ -46,25 +46,25 @@ try:  # package import (tests, oracle) or sibling import (CLI as a script)
     from .block_size import update_block_size
     from .grouping import bytes_per_block, group_kv_cache, resolve_layout, validate_layout
     from .inputs import GeometryInputs
-    from .kv_spec import CacheConfig, SimulatedError, Spec
-    from .model import Model, model_kind
+    from .kv_spec import SimulatedError, Spec
+    from .model import Model, build_model, model_kind
     from .prefix_cache import CacheGroup, PrefixCacheError
     from .prefix_cache import resolve as resolve_prefix_cache
-    from .report import GeometryReport, GroupRow, LayerRow, Plan, _Thunk
+    from .report import GeometryReport, GroupRow, LayerRow, Plan
 except ImportError:  # pragma: no cover - script mode
     from block_size import update_block_size  # type: ignore[no-redef]
     from grouping import bytes_per_block, group_kv_cache, resolve_layout, validate_layout  # type: ignore[no-redef]
     from inputs import GeometryInputs  # type: ignore[no-redef]
-    from kv_spec import CacheConfig, SimulatedError, Spec  # type: ignore[no-redef]
-    from model import Model, model_kind  # type: ignore[no-redef]
+    from kv_spec import SimulatedError, Spec  # type: ignore[no-redef]
+    from model import Model, build_model, model_kind  # type: ignore[no-redef]
     from prefix_cache import CacheGroup, PrefixCacheError  # type: ignore[no-redef]
     from prefix_cache import resolve as resolve_prefix_cache  # type: ignore[no-redef]
-    from report import GeometryReport, GroupRow, LayerRow, Plan, _Thunk  # type: ignore[no-redef]
+    from report import GeometryReport, GroupRow, LayerRow, Plan  # type: ignore[no-redef]
 
 __all__ = ["simulate", "GeometryReport", "Plan", "LayerRow", "GroupRow", "SimulatedError", "model_kind"]
 
 
-def _apply_overlay(model: Model, cache: CacheConfig, specs: dict[str, Spec], notes: list[str]) -> dict[str, Spec]:
+def _apply_overlay(model: Model, specs: dict[str, Spec], notes: list[str]) -> dict[str, Spec]:
     """Our patch series: drafter attention page == the target's MLA latent
     page (targets without MLA latent layers keep stock behaviour)."""
     p = next((specs[l.name].page_size_bytes for l in model.layers
@@ -92,40 +92,37 @@ def _target_attention_page(model: Model, specs: dict[str, Spec]) -> int | None:
     return None
 
 
-# --------------------------------------------------------------------------
-
-
 def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list[str],
-          model: Model | None = None) -> tuple[Model, Plan]:
+          model: Model | None = None) -> tuple[Model | None, Plan]:
+    """One planning run; ``model`` None: built from ``inputs`` (returned as
+    None when vLLM would raise while building it)."""
     cache = None
     rows: tuple[LayerRow, ...] = ()
     try:
         if model is None:
-            model = Model(inputs, with_drafter, num_spec)
+            model = build_model(inputs, with_drafter, num_spec)
         if model.drafter_error is not None:
             raise model.drafter_error
         cache = update_block_size(model, inputs)
-        slots = model.slots
-        built = {k: slots[k][1](cache) for k in model.used_slots()}  # one build per slot
-        specs = {l.name: built[l.slot] for l in model.layers}
+        specs = {l.name: l.build(cache) for l in model.layers}
         if inputs.vllm_behaviour == "overlay" and with_drafter:
-            specs = _apply_overlay(model, cache, specs, notes)
+            specs = _apply_overlay(model, specs, notes)
         layout = resolve_layout(model, specs)
         path, groups, final_specs = group_kv_cache(specs, layout)
-        rows = _Thunk(lambda: _rows(model, final_specs))
+        rows = _rows(model, final_specs)
         validate_layout(groups, layout)
         bpb = bytes_per_block(groups, layout)
         num_blocks = inputs.kv_cache_memory_bytes // bpb
         t_block = next(final_specs[l.name].block_size for l in model.layers
                        if l.owner == "target" and l.role in ("mla_latent", "attention"))
-        grows = _Thunk(lambda: _group_rows(model, path, groups))
         prefix = resolve_prefix_cache(
             [CacheGroup(gs[0].kind, gs[0].block_size, gs[0].tokens_per_state)
              for _, gs in groups],
             inputs.enable_prefix_caching, inputs.mamba_cache_mode, model.max_model_len)
         return model, Plan(cache.block_size, cache.mamba_page_size_padded, layout, path, rows,
-                           grows, bpb, num_blocks, num_blocks * t_block,
-                           _target_attention_page(model, final_specs), prefix_cache=prefix)
+                           _group_rows(model, path, groups), bpb, num_blocks,
+                           num_blocks * t_block, _target_attention_page(model, final_specs),
+                           prefix_cache=prefix)
     except PrefixCacheError as exc:
         return model, Plan(cache.block_size, cache.mamba_page_size_padded, None, None, rows,
                            (), None, None, None, None, error=str(exc))
@@ -157,63 +154,20 @@ def _group_is_draft(path: str, specs: list[Spec]) -> bool:
     return specs[0].is_draft
 
 
-def _role(model: Model, name: str) -> str:
-    roles = model.__dict__.get("_roles")
-    if roles is None:
-        roles = model._roles = {l.name: l.role for l in model.layers}
-    return roles.get(name, "?")
-
-
-_ROW_FIELDS = ("spec_class", "block_size", "num_kv_heads", "head_size", "dtype",
-               "bytes_per_token", "real_page_bytes", "page_bytes", "padded",
-               "block_stride_alignment")
-
-
-_new_object = object.__new__
-_set_attr = object.__setattr__
-
-
-def _row_from_template(name: str, owner: str, role: str, template: dict) -> LayerRow:
-    row = _new_object(LayerRow)
-    d = template.copy()
-    d["name"] = name
-    d["owner"] = owner
-    d["role"] = role
-    _set_attr(row, "__dict__", d)
-    return row
-
-
-_ROWS: dict[tuple, dict] = {}  # row values -> {layer: LayerRow}
-
-
 def _rows(model: Model, specs: dict[str, Spec]) -> tuple[LayerRow, ...]:
-    """One LayerRow per layer.  A row is a pure function of the layer (name,
-    owner, role) and its spec's row values, and rows are immutable, so they
-    are shared across plans and calls (layers are keyed by object, which
-    keeps them alive)."""
-    out = []
-    by_spec: dict[int, tuple] = {}
+    """One LayerRow per layer."""
+    rows = []
     for l in model.layers:
         s = specs[l.name]
-        hit = by_spec.get(id(s))
-        if hit is None:
-            vals = (s.vllm_class, s.block_size, s.num_kv_heads, s.head_size,
-                    s.dtype or "/".join(s.mamba_dtypes),
-                    s.bytes_per_token if s.is_attention else 0,
-                    s.real_page_size_bytes, s.page_size_bytes,
-                    s.page_size_bytes != s.real_page_size_bytes,
-                    s.get_block_stride_alignment())
-            cache = _ROWS.get(vals)
-            if cache is None:
-                if len(_ROWS) > 20000:
-                    _ROWS.clear()
-                cache = _ROWS[vals] = {}
-            hit = by_spec[id(s)] = (cache, dict(zip(_ROW_FIELDS, vals)))
-        row = hit[0].get(l)
-        if row is None:
-            row = hit[0][l] = _row_from_template(l.name, l.owner, l.role, hit[1])
-        out.append(row)
-    return tuple(out)
+        rows.append(LayerRow(
+            name=l.name, owner=l.owner, role=l.role, spec_class=s.vllm_class,
+            block_size=s.block_size, num_kv_heads=s.num_kv_heads, head_size=s.head_size,
+            dtype=s.dtype or "/".join(s.mamba_dtypes),
+            bytes_per_token=s.bytes_per_token if s.is_attention else 0,
+            real_page_bytes=s.real_page_size_bytes, page_bytes=s.page_size_bytes,
+            padded=s.page_size_bytes != s.real_page_size_bytes,
+            block_stride_alignment=s.get_block_stride_alignment()))
+    return tuple(rows)
 
 
 def simulate(inputs: GeometryInputs) -> GeometryReport:
@@ -221,7 +175,6 @@ def simulate(inputs: GeometryInputs) -> GeometryReport:
     notes: list[str] = []
     model, with_d = _plan(inputs, inputs.has_drafter, inputs.num_speculative_tokens, notes)
     if model is None:  # the model itself cannot be built (vLLM raises at load)
-        model_kind(inputs.target_config)
         return GeometryReport(
             behaviour=inputs.vllm_behaviour, model_kind=model_kind(inputs.target_config),
             capability_family=inputs.capability_family,

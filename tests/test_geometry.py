@@ -143,7 +143,8 @@ def test_json_roundtrip_and_bad_input():
 
 def test_simulator_is_stdlib_only():
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
-    simulator = ("inputs", "backends", "kv_spec", "report", "model", "block_size", "grouping", "prefix_cache",
+    simulator = ("inputs", "backends", "kv_spec", "report", "model_parts", "model_glm5next", "model_kimi_linear",
+                 "model_qwen3_next", "drafter", "model", "block_size", "grouping", "prefix_cache",
                  "capacity", "serving_limits", "simulate", "gate", "table")
     for name in (*simulator, "model_config", "sim_glm5_drafter_hades"):
         tree = ast.parse((ROOT / "geometry" / f"{name}.py").read_text())
