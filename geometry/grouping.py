@@ -32,7 +32,7 @@ def resolve_layout(model: Model, specs: dict[str, Spec]) -> str:
         cands = sorted((l for l in B.LAYOUTS if l in common), key=lambda l: prio[l], reverse=True)
         if not cands:
             raise SimulatedError("ValueError", "no KV cache layout every backend supports")
-    uniq = list({id(s): s for s in specs.values()}.values())
+    uniq = set(specs.values())
     shapes = {(s.num_kv_heads if s.is_attention else 1, s.num_states if s.is_attention else 1,
                s.page_size_bytes) for s in uniq}
     if len(shapes) > 1:
@@ -47,32 +47,25 @@ def resolve_layout(model: Model, specs: dict[str, Spec]) -> str:
     return cands[0]
 
 
-def _packed_groups(specs: dict[str, Spec]) -> list[tuple[list[str], list[Spec]]] | None:
-    # A bucket is already uniform and every uniformity rule compares members
-    # with its first spec, so testing a newcomer against the first is enough.
+def _packed_groups(specs: dict[str, Spec]) -> list[tuple[list[str], list[Spec]]]:
+    # Buckets of uniform specs: every uniformity rule compares members with
+    # the bucket's first spec, so testing a newcomer against the first is enough.
     buckets: list[dict[str, Spec]] = []
-    psls: list[dict[int, list[str]]] = []  # per bucket: page size -> layer names
-    firsts: list[Spec] = []
-    placed: dict[int, tuple] = {}  # id(spec) -> (bucket, its names for the spec's page)
     for name, spec in specs.items():
-        hit = placed.get(id(spec))
-        if hit is None:
-            for k, first in enumerate(firsts):
-                if (spec.block_size == first.block_size and spec.dcp_sharded == first.dcp_sharded
-                        and uniform_with_collection(first, [spec])):
-                    break
-            else:
-                k = len(buckets)
-                buckets.append({})
-                psls.append({})
-                firsts.append(spec)
-            hit = placed[id(spec)] = (buckets[k],
-                                      psls[k].setdefault(spec.page_size_bytes, []))
-        hit[0][name] = spec
-        hit[1].append(name)
+        for bucket in buckets:
+            first = next(iter(bucket.values()))
+            if (spec.block_size == first.block_size and spec.dcp_sharded == first.dcp_sharded
+                    and uniform_with_collection(first, [spec])):
+                bucket[name] = spec
+                break
+        else:
+            buckets.append({name: spec})
 
     bucketed = []
-    for bucket, psl in zip(buckets, psls):
+    for bucket in buckets:
+        psl: dict[int, list[str]] = {}  # page size -> layer names
+        for name, spec in bucket.items():
+            psl.setdefault(spec.page_size_bytes, []).append(name)
         balanced = len({len(v) for v in psl.values()}) == 1
         max_per_page = max(len(v) for v in psl.values())
         bucketed.append((bucket, psl, balanced, max_per_page))
@@ -125,8 +118,6 @@ def _mergeable(a: Spec, b: Spec) -> bool:
     if a.kind == "full":
         return replace(a, sliding_window=None) == replace(b, sliding_window=None) and (
             a.sliding_window is None or b.sliding_window is None or a.sliding_window == b.sliding_window)
-    if a.kind == "sliding":
-        return False if a != b else True
     return a == b
 
 
@@ -154,26 +145,12 @@ def _unify(specs: dict[str, Spec]) -> dict[str, Spec]:
 
 
 def _uniform_page_groups(specs: dict[str, Spec]) -> list[tuple[list[str], list[Spec]]]:
-    # Layers grouped by equal spec, in first-occurrence order (a dict keyed by
-    # Spec), with the equality tests done once per distinct spec object.
-    reps: list[Spec] = []
-    cls_of: dict[int, int] = {}
-    for sp in specs.values():
-        if id(sp) not in cls_of:
-            for k, r in enumerate(reps):
-                if r == sp:
-                    break
-            else:
-                k = len(reps)
-                reps.append(sp)
-            cls_of[id(sp)] = k
-    members: list[list[str]] = [[] for _ in reps]
+    same: dict[Spec, list[str]] = {}  # layers grouped by equal spec, in first-occurrence order
     for name, sp in specs.items():
-        members[cls_of[id(sp)]].append(name)
-    same = zip(reps, members)
+        same.setdefault(sp, []).append(name)
     layer_buckets: list[list[str]] = []
     spec_buckets: list[list[Spec]] = []
-    for s, names in same:
+    for s, names in same.items():
         for lb, sb in zip(layer_buckets, spec_buckets):
             if all(_mergeable(sb[0], x) for x in sb + [s]):
                 lb.extend(names)
@@ -213,8 +190,7 @@ def bytes_per_block(groups, layout: str) -> int:
         return max(sum(round_up(s.page_size_bytes, s.get_block_stride_alignment()) for s in gs)
                    for _, gs in groups)
     bpb = max(sum(s.page_size_bytes for s in gs) for _, gs in groups)
-    uniq = {id(s): s for _, gs in groups for s in gs}.values()
-    return round_up(bpb, math.lcm(*(s.get_block_stride_alignment() for s in uniq)))
+    return round_up(bpb, math.lcm(*(s.get_block_stride_alignment() for _, gs in groups for s in gs)))
 
 
 def validate_layout(groups, layout: str) -> None:
