@@ -1,31 +1,34 @@
 """Pure-Python (stdlib only) re-implementation of vLLM 0.33.0's KV-cache
 geometry decisions for hybrid targets with an optional DFlash/DFlash2 drafter.
 
-What it reproduces, in vLLM's order (module in brackets):
+What it reproduces, in vLLM's order (the module that does it in brackets):
 
 1. ``Glm5NextModelConfig.verify_and_update_config``: ``kv_cache_dtype="auto"`` on
    capability family 100 with a sparse indexer becomes ``fp8`` and a non-MTP
    drafter without its own dtype stays ``auto`` (= the model dtype, bf16);
    on family 120 the sparse MLA layers run ``fp8_ds_mla`` and a drafter
-   without its own dtype inherits it (``resolve_kv_dtypes``).
+   without its own dtype inherits it (model.py ``resolve_kv_dtypes``).
 2. The per-layer specs each layer's ``get_kv_cache_spec`` returns, after the
    runner's ``customize_attention_spec`` (``vllm/v1/worker/gpu/attn_utils.py``),
    for every target layer (KDA/GDN ``MambaSpec``; MLA latent, sparse-indexer
    keys and kpool tail ring for GLM-5.3; ``FullAttentionSpec`` for Qwen3-Next)
-   and every drafter layer (``SlidingWindowSpec`` or ``FullAttentionSpec``).
+   and every drafter layer (``SlidingWindowSpec`` or ``FullAttentionSpec``)
+   (model_glm5next.py, model_kimi_linear.py, model_qwen3_next.py, drafter.py;
+   the spec fields in kv_spec.py).
 3. ``Platform.update_block_size_for_backend``: phase 1 (common preferred block
    size of every non-SSM backend in layer order), phase 2
    (``_align_hybrid_block_size`` with the *first* non-SSM backend: for GLM-5.3
    that is the sparse indexer's backend) and the post-check
-   ``_check_aligned_block_size``.
+   ``_check_aligned_block_size`` (block_size.py).
 4. ``resolve_kv_cache_layout`` (KpoolTailBackend only takes BLHNC, which makes
-   GLM-5.3 block-outermost; other models get LBNHC).
+   GLM-5.3 block-outermost; other models get LBNHC) (grouping.py).
 5. ``get_kv_cache_groups``: uniform spec / uniform type /
    ``_get_packed_kv_cache_groups`` (block-outermost) /
-   ``unify_kv_cache_spec_page_size`` + ``_get_kv_cache_groups_uniform_page_size``.
+   ``unify_kv_cache_spec_page_size`` + ``_get_kv_cache_groups_uniform_page_size``
+   (grouping.py).
 6. ``get_kv_cache_config_from_groups``: ``validate_kv_cache_layout``, bytes per
    block (``_get_kv_cache_bytes_per_block`` including block-stride alignment),
-   ``num_blocks = memory // bytes_per_block``.
+   ``num_blocks = memory // bytes_per_block`` (grouping.py and ``_plan`` here).
 
 Two behaviours are modelled: ``stock`` (pristine 0.33.0) and ``overlay`` (our
 patch series, see geometry/OVERLAY_CONTRACT.md): after hybrid alignment fixes
