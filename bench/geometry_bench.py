@@ -4,7 +4,7 @@
 Measures (1) the latency of one check of the default recipe (simulate + gate,
 median of --repeats runs) and (2) a sweep of --scenarios generated scenarios
 (tests/geometry_cases.py, seeded).  Prints JSON; --out also writes it.
-Targets: one check < 20 ms, 1,000-scenario sweep < 2 s.  Wall and CPU
+Target: one check < 20 ms (the sweep is reported, without a target).  Wall and CPU
 (process) time are both reported: on a shared build machine wall time
 includes other processes' load, CPU time is what the gate itself costs.  The
 sweep runs --sweeps times (default 3) and reports the fastest, plus all runs.
@@ -30,7 +30,6 @@ from geometry.inputs import BadInput, GeometryInputs  # noqa: E402
 from geometry.simulate import simulate  # noqa: E402
 
 CHECK_TARGET_S = 0.020
-SWEEP_TARGET_S = 2.0
 
 
 def main(argv=None) -> int:
@@ -95,9 +94,6 @@ def main(argv=None) -> int:
             "per_scenario_s": sweep / max(1, args.scenarios),
             "verdicts": {"pass": passed, "fail": failed, "vllm_would_raise": raised,
                          "bad_input": bad},
-            "target_s": SWEEP_TARGET_S,
-            "meets_target": sweep < SWEEP_TARGET_S,
-            "meets_target_cpu": sweep_cpu < SWEEP_TARGET_S,
         },
     }
     text = json.dumps(result, indent=2)

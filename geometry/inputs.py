@@ -176,9 +176,9 @@ def resolve_prefix_caching(
         raise BadInput(f"--mamba-cache-mode must be one of {MAMBA_CACHE_MODES}, "
                        f"got {mamba_cache_mode!r}")
     try:
-        from .simulate import model_kind
+        from .model import model_kind
     except ImportError:  # pragma: no cover - script mode
-        from simulate import model_kind  # type: ignore[no-redef]
+        from model import model_kind  # type: ignore[no-redef]
 
     if not isinstance(target_config, Mapping):
         raise BadInput("target_config must be a JSON object")

@@ -30,6 +30,12 @@ No GPU is needed.  What is real and what is a stand-in:
 * On a CPU box without torchvision, ``import vllm.models.glm5next`` fails in
   its multimodal half; the oracle then loads the package's submodules without
   running its ``__init__`` (the classes are unchanged).
+
+The engine-core path (``engine_core_plan``, ``engine_core_summary``, ``python
+-m geometry.oracle --engine-core``, at the end of this file) plans explicit
+GLM-5.3 + DFlash2 parameters through ``EngineCore._initialize_kv_caches``:
+the global block size after grouping, and the scheduler's hash and cache-hit
+block sizes.
 """
 
 from __future__ import annotations
@@ -44,13 +50,25 @@ from dataclasses import replace as dc_replace
 from typing import Any
 
 try:
+    from . import backends as B
     from . import record
-    from . import simulate as S
+    from .block_size import DEFAULT_BLOCK_SIZE
+    from .drafter import drafter_sliding_window
+    from .model import model_kind, resolve_model_dtype
+    from .model_parts import text_config
+    from .report import GeometryReport, GroupRow, LayerRow, Plan
+    from .simulate import simulate
     from .inputs import GeometryInputs
     from .prefix_cache import PrefixCache, can_hit
 except ImportError:  # pragma: no cover - script mode
+    import backends as B  # type: ignore[no-redef]
     import record  # type: ignore[no-redef]
-    import simulate as S  # type: ignore[no-redef]
+    from block_size import DEFAULT_BLOCK_SIZE  # type: ignore[no-redef]
+    from drafter import drafter_sliding_window  # type: ignore[no-redef]
+    from model import model_kind, resolve_model_dtype  # type: ignore[no-redef]
+    from model_parts import text_config  # type: ignore[no-redef]
+    from report import GeometryReport, GroupRow, LayerRow, Plan  # type: ignore[no-redef]
+    from simulate import simulate  # type: ignore[no-redef]
     from inputs import GeometryInputs  # type: ignore[no-redef]
     from prefix_cache import PrefixCache, can_hit  # type: ignore[no-redef]
 
@@ -194,7 +212,7 @@ class _ModelConfig:
 
 
 def _hf_config(kind: str, cfg: dict):
-    tc = S._text_config(cfg)
+    tc = text_config(cfg)
     tc = {k: v for k, v in tc.items() if not k.startswith("_")}
     try:
         import transformers
@@ -323,11 +341,11 @@ def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
     from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
     from vllm.v1.attention.backend import AttentionType
 
-    kind = S.model_kind(inputs.target_config)
-    tc = S._text_config(inputs.target_config)
+    kind = model_kind(inputs.target_config)
+    tc = text_config(inputs.target_config)
     tp = inputs.tensor_parallel_size
     hf = _hf_config(kind, dict(inputs.target_config))
-    dtype = getattr(torch, S._model_dtype(inputs.target_config))
+    dtype = getattr(torch, resolve_model_dtype(inputs.target_config))
     max_len = inputs.max_model_len or int(tc.get("max_position_embeddings") or 1)
     if kind == "glm5next":
         head_size = hf.kv_lora_rank + hf.qk_rope_head_dim
@@ -350,7 +368,7 @@ def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
         cache.block_size = inputs.block_size
         cache.user_specified_block_size = True
     else:
-        cache.block_size = S.DEFAULT_BLOCK_SIZE
+        cache.block_size = DEFAULT_BLOCK_SIZE
         cache.user_specified_block_size = False
     # EngineArgs builds the cache config with prefix caching resolved and
     # mamba_cache_mode left at "none"; MambaModelConfig (below) derives the
@@ -469,7 +487,7 @@ def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
             total_kv = dc.get("num_key_value_heads") or heads
             hd = dc.get("head_dim") or dc["hidden_size"] // heads
             for i in range(dc["num_hidden_layers"]):
-                window = S._drafter_layer_attention(dc, i)
+                window = drafter_sliding_window(dc, i)
                 name = f"drafter.model.layers.{i}.self_attn.attn"
                 ctx[name] = _attention(
                     Attention, AttentionType, fa_cls, name, max(1, total_kv // tp), hd,
@@ -512,7 +530,7 @@ def _sparse_mla_kv_cache_dtype(mla_cls, cache) -> str:
 def _kimi_mla_backend(inputs: GeometryInputs, hf, kv_str: str):
     """The dense MLA backend class for the family (same table as
     geometry/backends.py::dense_mla_backend)."""
-    name = S.B.dense_mla_backend(inputs.capability_family, kv_str, hf.qk_nope_head_dim,
+    name = B.dense_mla_backend(inputs.capability_family, kv_str, hf.qk_nope_head_dim,
                                  hf.kv_lora_rank + hf.qk_rope_head_dim).name
     module, clsname = {
         "FLASHINFER_MLA": ("flashinfer_mla", "FlashInferMLABackend"),
@@ -572,7 +590,7 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> S.Plan:
+def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Plan:
     from vllm.config import set_current_vllm_config
     from vllm.platforms.interface import Platform
     from vllm.v1.core import kv_cache_planning as P
@@ -583,7 +601,7 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> S.Plan:
         try:
             cfg, kind = _build(inputs, with_drafter, num_spec)
         except (AssertionError, ValueError, NotImplementedError) as exc:
-            return S.Plan(None, None, None, None, (), (), None, None, None, None, error=_error(exc))
+            return Plan(None, None, None, None, (), (), None, None, None, None, error=_error(exc))
         cache = cfg.cache_config
         rows: tuple = ()
         try:
@@ -608,7 +626,7 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> S.Plan:
             for i, g in enumerate(groups):
                 gs = g.kv_cache_spec
                 layer_specs = [final[n] for n in g.layer_names]
-                grows.append(S.GroupRow(
+                grows.append(GroupRow(
                     i, type(layer_specs[0]).__name__,
                     tuple(sorted({_role(n, final[n]) for n in g.layer_names})),
                     tuple(g.layer_names), layer_specs[0].block_size,
@@ -617,13 +635,13 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> S.Plan:
                      if isinstance(gs, UniformTypeKVCacheSpecs) else gs.is_draft)))
             block_size = cache.block_size
             prefix = _prefix_cache(cfg, kvc)
-            return S.Plan(
+            return Plan(
                 block_size, cache.mamba_page_size_padded, layout.name,
                 _path(kind, groups, specs, layout), rows, tuple(grows), bpb,
                 kvc.num_blocks, kvc.num_blocks * t_rows[0].block_size,
                 t_rows[0].real_page_bytes, prefix_cache=prefix)
         except (AssertionError, ValueError, NotImplementedError) as exc:
-            return S.Plan(cache.block_size, cache.mamba_page_size_padded, None, None, rows,
+            return Plan(cache.block_size, cache.mamba_page_size_padded, None, None, rows,
                           (), None, None, None, None, error=_error(exc))
 
 
@@ -709,7 +727,7 @@ def _rows(final: dict, owners: dict, order: dict) -> tuple:
         s = final[name]
         if isinstance(s, MambaSpec):
             dtype = "/".join(str(d).replace("torch.", "") for d in s.dtypes)
-            rows.append(S.LayerRow(name, owners[name], _role(name, s), type(s).__name__,
+            rows.append(LayerRow(name, owners[name], _role(name, s), type(s).__name__,
                                    s.block_size, 0, 0, dtype, 0, s.real_page_size_bytes,
                                    s.page_size_bytes, s.page_size_bytes != s.real_page_size_bytes,
                                    s.get_block_stride_alignment()))
@@ -717,7 +735,7 @@ def _rows(final: dict, owners: dict, order: dict) -> tuple:
         assert isinstance(s, AttentionSpec)
         tps = int(s.tokens_per_state) if s.tokens_per_state > 0 else 1
         bpt = s.num_heads * s.state_content_size_bytes // tps
-        rows.append(S.LayerRow(
+        rows.append(LayerRow(
             name, owners[name], _role(name, s), type(s).__name__, s.block_size,
             s.num_kv_heads, s.head_size, str(s.dtype).replace("torch.", ""), bpt,
             s.real_page_size_bytes, s.page_size_bytes,
@@ -755,7 +773,7 @@ def blocks_per_request(inputs: GeometryInputs) -> list[tuple[str, int, int]]:
     return out
 
 
-def plan_with_vllm(inputs: GeometryInputs) -> S.GeometryReport:
+def plan_with_vllm(inputs: GeometryInputs) -> GeometryReport:
     """The geometry the imported vLLM builds for ``inputs`` (its own
     behaviour: ``inputs.vllm_behaviour`` is ignored here)."""
     with_d = _plan(inputs, inputs.has_drafter, inputs.num_speculative_tokens)
@@ -764,11 +782,438 @@ def plan_with_vllm(inputs: GeometryInputs) -> S.GeometryReport:
         same = _plan(inputs, False, inputs.num_speculative_tokens)
     else:
         without = same = with_d
-    sim = S.simulate(inputs)  # descriptive fields (backend names, dtypes) only
+    sim = simulate(inputs)  # descriptive fields (backend names, dtypes) only
     return dc_replace(sim, with_drafter=with_d, without_drafter=without,
                       target_only_same_spec=same, notes=("planned by the imported vLLM",))
 
 
-def compare_reports(sim: S.GeometryReport, vllm: S.GeometryReport) -> tuple[str, ...]:
+def compare_reports(sim: GeometryReport, vllm: GeometryReport) -> tuple[str, ...]:
     """Field-by-field differences (empty when they agree)."""
     return record.compare(record.comparable(sim), record.comparable(vllm))
+
+
+# --------------------------------------------------------------------------
+# The engine-core path: vLLM's ``EngineCore._initialize_kv_caches`` on specs
+# built from explicit GLM-5.3 + DFlash2 parameters.
+#
+# What is vLLM's own code here, and what stands in for it:
+#
+# * The drafter's KV spec comes from the real ``Attention.get_kv_cache_spec``
+#   (the place where stock vLLM picks the drafter's sliding-window block size
+#   and the overlay series fits it), customised by the real
+#   ``customize_attention_spec`` with the drafter's backend (FLASH_ATTN: vLLM's
+#   choice for a non-causal DFlash drafter on SM10x), collected by the V2
+#   runner's ``get_kv_cache_spec``.
+# * The target's specs (MLA latent, kpool indexer, kpool tail ring, KDA state)
+#   are built with vLLM's spec classes and ``MambaStateShapeCalculator`` /
+#   ``MambaStateDtypeCalculator`` exactly as the GLM-5.3 layers' own
+#   ``get_kv_cache_spec`` bodies build them (their constructors need CUDA);
+#   the KDA prefill kernel (``kda_prefill_backend``) decides the state's
+#   prefill checkpoint alignment.
+# * The hybrid block size B follows ``Platform._align_hybrid_block_size``'s
+#   formula (the indexer backend's smallest kernel block, at least 128 for MLA).
+# * Grouping, unification, block counts, the global block size and the hash
+#   and cache-hit block sizes run through vLLM's real
+#   ``EngineCore._initialize_kv_caches``. The GPU workers are replaced by a
+#   stand-in executor that returns the per-rank specs and the available KV
+#   memory; nothing in vLLM's planning is replaced.
+#
+# ``plan_with_vllm`` drives more of vLLM (model config, platform alignment,
+# every layer's own ``get_kv_cache_spec``) from a gate input; this path is the
+# one that covers what only the engine core does (the global block size after
+# grouping, the scheduler's view) and the patched tree's log lines.
+#
+# Command line (``sys.path`` must start with the vLLM tree under test, e.g.
+# ``PYTHONPATH=TREE:REPO``)::
+#
+#     python -m geometry.oracle --engine-core '[{"tp": 1, "num_spec": 7, ...}, ...]'
+#
+# prints one ``OVERLAY_PLAN {json}`` line (``engine_core_summary``) per case.
+
+ENGINE_CORE_DEFAULTS = {
+    # GLM-5.3-Flash target (transformers Glm5NextTextConfig defaults).
+    "num_hidden_layers": 45,
+    "mla_layer_ids": list(range(3, 45, 4)),
+    "kv_lora_rank": 512,
+    "qk_rope_head_dim": 0,
+    "linear_num_heads": 64,
+    "linear_head_dim": 128,
+    "linear_conv_kernel_dim": 4,
+    "index_head_dim": 128,
+    "index_kpool": 16,
+    "max_model_len": 1048576,
+    # DFlash2 drafter (BF16).
+    "draft_num_layers": 5,
+    "draft_num_kv_heads": 8,
+    "draft_head_dim": 128,
+    "draft_sliding_window": 2048,
+    "draft_kv_dtype": "auto",  # bf16
+    # Runtime.
+    "tp": 1,
+    "num_spec": 7,
+    "kv_cache_dtype": "fp8",
+    "with_drafter": True,
+    "kv_memory_gib": 200,
+    "max_num_batched_tokens": 8192,
+    # "none": prefix caching off (the KDA state is not checkpointed);
+    # "align": prefix caching on, what vLLM serves a hybrid model with by
+    # default (MambaModelConfig.verify_and_update_config).
+    "mamba_cache_mode": "none",
+    # The KDA chunked-prefill kernel ("flashkda" on SM90/SM10x/SM12x for bf16,
+    # head_dim 128 and a bounded gate; else "triton"): it decides whether the
+    # KDA state can be checkpointed inside a prefill chunk.
+    "kda_prefill_backend": "triton",
+}
+
+
+def engine_core_plan(params: dict):
+    """vLLM's KV cache configuration for ``params`` (keys of
+    ``ENGINE_CORE_DEFAULTS``), planned by ``EngineCore._initialize_kv_caches``.
+
+    Returns a namespace: ``vllm_config``, ``scheduler`` (the scheduler's KV
+    cache config, what ``EngineCore._initialize_kv_caches`` returns, with the
+    hash block size and cache-hit alignment set on it), ``workers`` (the
+    per-rank configs), ``target_block_size`` (the hybrid block B) and
+    ``target_mla_page`` (the MLA latent page at B).
+    """
+    from types import SimpleNamespace
+
+    import torch
+
+    from vllm.config import (
+        CacheConfig,
+        ModelConfig,
+        ParallelConfig,
+        SchedulerConfig,
+        SpeculativeConfig,
+        VllmConfig,
+    )
+    from vllm.model_executor.layers.attention import Attention
+    from vllm.model_executor.layers.mamba.mamba_utils import (
+        MambaStateDtypeCalculator,
+        MambaStateShapeCalculator,
+    )
+    from vllm.utils.math_utils import cdiv
+    from vllm.v1.attention.backend import AttentionType
+    from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+    from vllm.v1.engine.core import EngineCore
+    from vllm.v1.kv_cache_interface import (
+        MambaSpec,
+        MLAAttentionSpec,
+        get_kv_quant_mode,
+    )
+
+    p = dict(ENGINE_CORE_DEFAULTS, **params)
+    # num_spec sizes the target's own state (KDA conv, kpool tail ring) with or
+    # without drafter layers, so "no drafter" compares the same target geometry.
+    tp, num_spec = p["tp"], p["num_spec"]
+
+    # --- configs: real dataclasses, only fields planning reads are filled ---
+    model_config = object.__new__(ModelConfig)
+    for k, v in {
+        "max_model_len": p["max_model_len"],
+        "original_max_model_len": p["max_model_len"],
+        "dtype": torch.bfloat16,
+    }.items():
+        object.__setattr__(model_config, k, v)
+
+    class _Info:  # registry answer for Glm5NextForCausalLM
+        supports_kv_cache_grouping = False
+
+    object.__setattr__(model_config, "_model_info", _Info())
+    cache_config = CacheConfig(cache_dtype=p["kv_cache_dtype"])
+    cache_config.kv_cache_layout = None
+    if p["mamba_cache_mode"] == "align":
+        # MambaModelConfig.verify_and_update_config with prefix caching on.
+        cache_config.enable_prefix_caching = True
+        cache_config.mamba_cache_mode = "align"
+    else:
+        cache_config.enable_prefix_caching = False
+    vllm_config = VllmConfig(
+        cache_config=cache_config,
+        parallel_config=ParallelConfig(tensor_parallel_size=1),
+        scheduler_config=SchedulerConfig(
+            max_model_len=p["max_model_len"],
+            max_num_batched_tokens=p["max_num_batched_tokens"],
+            is_encoder_decoder=False,
+        ),
+    )
+    object.__setattr__(vllm_config, "model_config", model_config)
+    vllm_config.parallel_config.tensor_parallel_size = tp
+    if p["with_drafter"]:
+        spec_config = object.__new__(SpeculativeConfig)
+        for k, v in {
+            "method": "dflash",
+            "num_speculative_tokens": num_spec,
+            "disable_eagle_block_drop": False,
+            "num_speculative_tokens_per_batch_size": None,
+            "draft_model_config": None,
+        }.items():
+            object.__setattr__(spec_config, k, v)
+        object.__setattr__(vllm_config, "speculative_config", spec_config)
+
+    # --- hybrid block size B (Platform._align_hybrid_block_size formula) ---
+    mla_bpt = MLAAttentionSpec(
+        block_size=1,
+        num_kv_heads=1,
+        head_size=p["kv_lora_rank"] + p["qk_rope_head_dim"],
+        dtype=torch.uint8 if p["kv_cache_dtype"].startswith("fp8") else torch.bfloat16,
+        cache_dtype_str=p["kv_cache_dtype"],
+        kv_quant_mode=get_kv_quant_mode(p["kv_cache_dtype"]),
+    ).page_size_bytes
+    kda_shapes = MambaStateShapeCalculator.kda_state_shape(
+        tp,
+        p["linear_num_heads"],
+        p["linear_head_dim"],
+        conv_kernel_size=p["linear_conv_kernel_dim"],
+        num_spec=num_spec,
+    )
+    kda_dtypes = MambaStateDtypeCalculator.kda_state_dtype(torch.bfloat16, "auto", "auto")
+    from vllm.model_executor.layers.mamba.kda_checkpoint import (
+        kda_prefill_checkpoint_alignment,
+    )
+
+    # Glm5NextLinearAttention.get_kv_cache_spec adds these to MambaBase's spec.
+    kda_alignment = kda_prefill_checkpoint_alignment(p["kda_prefill_backend"])
+    mamba_page = MambaSpec(shapes=kda_shapes, dtypes=kda_dtypes, block_size=-1).page_size_bytes
+    # Indexer backend (first non-SSM backend in layer order): 32-state pages.
+    align = max(32 * p["index_kpool"], cache_config.block_size, 128)
+    block = align * cdiv(mamba_page, align * mla_bpt)
+    cache_config.block_size = block
+    cache_config.mamba_block_size = block
+    cache_config.mamba_page_size_padded = (
+        block * mla_bpt if block * mla_bpt != mamba_page else None
+    )
+
+    # --- per-rank layer specs, collected by the V2 runner's own function ---
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.layers.attention.mla_attention import MLAAttention
+    from vllm.utils.math_utils import next_power_of_2
+    from vllm.v1.attention.backends.mla.indexer import (
+        Glm5NextIndexerBackend,
+        KpoolTailBackend,
+    )
+    from vllm.v1.kv_cache_interface import CircularBufferSpec, SparseCacheRole
+    from vllm.v1.worker.utils import customize_attention_spec
+    from vllm.v1.attention.backends.mla.flashinfer_mla_sparse import (
+        FlashInferMLASparseTRTLLMBackend,
+    )
+    from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
+
+    def bare(cls, **attrs):
+        """A layer whose CUDA-building constructor is skipped; only the
+        attributes its get_kv_cache_spec / get_attn_backend read are set."""
+        layer = object.__new__(cls)
+        torch.nn.Module.__init__(layer)
+        for k, v in attrs.items():
+            setattr(layer, k, v)
+        return layer
+
+    forward_context = vllm_config.compilation_config.static_forward_context
+    kv_dtype = p["kv_cache_dtype"]
+    order: list = []
+    mamba_specs: dict = {}  # specs not collected from layer objects
+    with set_current_vllm_config(vllm_config):
+        for i in range(p["num_hidden_layers"]):
+            pre = f"model.layers.{i}"
+            if i not in p["mla_layer_ids"]:
+                mamba_specs[f"{pre}.self_attn"] = MambaSpec(
+                    shapes=tuple(kda_shapes),
+                    dtypes=kda_dtypes,
+                    block_size=cache_config.mamba_block_size,
+                    page_size_padded=cache_config.mamba_page_size_padded,
+                    mamba_type=MambaAttentionBackendEnum.GDN_ATTN,
+                    mamba_cache_mode=cache_config.mamba_cache_mode,
+                    num_speculative_blocks=num_spec,
+                    num_prefill_checkpoint_blocks=int(kda_alignment is not None),
+                    prefill_checkpoint_alignment=kda_alignment,
+                )
+                order.append(f"{pre}.self_attn")
+                continue
+            forward_context[f"{pre}.self_attn.attn"] = bare(
+                MLAAttention,
+                kv_cache_dtype=kv_dtype,
+                head_size=p["kv_lora_rank"] + p["qk_rope_head_dim"],
+                sliding_window=None,
+                topk_buffer_width=p.get("index_topk", 2048),
+                indexer=object(),
+                non_causal_multi_token_decode=False,
+                attn_backend=FlashInferMLASparseTRTLLMBackend,
+                is_draft_layer=False,
+            )
+            # Glm5NextIndexerCache / Glm5NextTailCache.get_kv_cache_spec (their
+            # module imports the multimodal model, which needs torchvision),
+            # customised by their backends as the runner does.
+            kpool = p["index_kpool"]
+            mamba_specs[f"{pre}.self_attn.indexer.k_cache"] = customize_attention_spec(
+                Glm5NextIndexerBackend,
+                MLAAttentionSpec(
+                    block_size=cache_config.block_size,
+                    num_kv_heads=1,
+                    max_tp_shards=1,
+                    head_size=p["index_head_dim"] + p["index_head_dim"] // 128 * 4,
+                    dtype=torch.uint8,
+                    cache_role=SparseCacheRole.INDEXER,
+                    tokens_per_state=kpool,
+                ),
+            )
+            ring = kpool * next_power_of_2(cdiv(kpool + num_spec, kpool))
+            mamba_specs[f"{pre}.self_attn.indexer.tail_cache"] = customize_attention_spec(
+                KpoolTailBackend,
+                CircularBufferSpec(
+                    block_size=ring,
+                    num_kv_heads=2,
+                    head_size=p["index_head_dim"],
+                    head_size_v=0,
+                    dtype=torch.bfloat16,
+                    dcp_sharded=False,
+                ),
+            )
+            order += [
+                f"{pre}.self_attn.attn",
+                f"{pre}.self_attn.indexer.k_cache",
+                f"{pre}.self_attn.indexer.tail_cache",
+            ]
+        if p["with_drafter"]:
+            dtp = max(1, p["draft_num_kv_heads"] // tp)
+            for j in range(p["draft_num_layers"]):
+                name = f"draft_model.model.layers.{j}.self_attn.attn"
+                forward_context[name] = bare(
+                    Attention,
+                    attn_type=AttentionType.DECODER,
+                    kv_cache_dtype=p["draft_kv_dtype"],
+                    kv_cache_torch_dtype=(
+                        torch.bfloat16 if p["draft_kv_dtype"] == "auto" else torch.uint8
+                    ),
+                    sliding_window=p["draft_sliding_window"],
+                    attn_backend=FlashAttentionBackend,
+                    num_kv_heads=dtp,
+                    head_size=p["draft_head_dim"],
+                    head_size_v=p["draft_head_dim"],
+                    kv_sharing_target_layer_name=None,
+                    # Set by the speculator once the drafter is loaded.
+                    is_draft_layer=True,
+                )
+                order.append(name)
+        collected = get_kv_cache_spec(vllm_config)
+    collected.update(mamba_specs)
+    specs = {name: collected[name] for name in order}
+
+    # --- run EngineCore._initialize_kv_caches with a stand-in executor ---
+    available = int(p["kv_memory_gib"] * (1 << 30))
+
+    class _Workers:
+        """Stands in for the GPU workers: reports specs and free memory."""
+
+        captured = None
+
+        def get_kv_cache_specs(self):
+            return [dict(specs) for _ in range(tp)]
+
+        def get_supported_kv_cache_layouts(self):
+            from vllm.v1.attention.backends.mla.indexer import KpoolTailBackend
+
+            # The kpool tail backend is the most restrictive of the model's
+            # backends: block-outermost layouts only.
+            names = [x.name for x in KpoolTailBackend.supported_kv_cache_layouts()]
+            return [names for _ in range(tp)]
+
+        def set_kv_cache_layout(self, *args):
+            pass
+
+        def determine_available_memory(self):
+            return [available] * tp
+
+        def collective_rpc(self, *args, **kwargs):
+            return [None] * tp
+
+        def initialize_from_config(self, configs):
+            _Workers.captured = configs
+
+        def compile_or_warm_up_model(self):
+            pass
+
+    core = object.__new__(EngineCore)
+    core.model_executor = _Workers()
+    core.available_gpu_memory_for_kv_cache = -1
+    scheduler = EngineCore._initialize_kv_caches(core, vllm_config)
+    return SimpleNamespace(
+        vllm_config=vllm_config,
+        scheduler=scheduler,
+        workers=_Workers.captured,
+        target_block_size=block,
+        target_mla_page=block * mla_bpt,
+    )
+
+
+def engine_core_summary(params: dict) -> dict:
+    """What ``engine_core_plan(params)`` planned, as JSON-able numbers: the
+    bytes per block, number of blocks, the groups and the global, hash and
+    cache-hit block sizes (and the imported vLLM's file)."""
+    built = engine_core_plan(params)
+    cache_config = built.vllm_config.cache_config
+    cfg = built.workers[0]
+
+    from vllm.v1.core.kv_cache_planning import _get_kv_cache_bytes_per_block
+
+    bytes_per_block = _get_kv_cache_bytes_per_block(
+        cfg.kv_cache_groups, cache_config.get_resolved_kv_cache_layout()
+    )
+    groups = []
+    draft_padded = False
+    for g in cfg.kv_cache_groups:
+        from vllm.v1.kv_cache_interface import iter_layer_specs
+
+        layer_specs = list(iter_layer_specs(g.kv_cache_spec))
+        is_draft = all(n.startswith("draft_model.") for n in g.layer_names)
+        if is_draft:
+            draft_padded |= any(
+                getattr(s, "page_size_padded", None) is not None for s in layer_specs
+            )
+        groups.append(
+            {
+                "layers": len(g.layer_names),
+                "type": type(layer_specs[0]).__name__,
+                "block_size": g.kv_cache_spec.block_size,
+                "page_bytes": layer_specs[0].page_size_bytes,
+                "group_bytes": sum(s.page_size_bytes for s in layer_specs),
+                "draft": is_draft,
+                "is_eagle_group": g.is_eagle_group,
+            }
+        )
+    return {
+        "target_block_size": built.target_block_size,
+        "target_mla_page": built.target_mla_page,
+        "bytes_per_block": bytes_per_block,
+        "num_blocks": cfg.num_blocks,
+        "global_block_size": cache_config.block_size,
+        "mamba_cache_mode": cache_config.mamba_cache_mode,
+        "hash_block_size": built.scheduler.hash_block_size,
+        "cache_hit_alignment_tokens": built.scheduler.cache_hit_alignment_tokens,
+        "layout": cache_config.kv_cache_layout,
+        "draft_padded": draft_padded,
+        "groups": groups,
+        "vllm_file": sys.modules["vllm"].__file__,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(prog="python -m geometry.oracle",
+                                 description="Plan with the imported vLLM's engine core.")
+    ap.add_argument("--engine-core", required=True, metavar="CASES",
+                    help="a JSON object or list of objects (keys of ENGINE_CORE_DEFAULTS)")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    logging.basicConfig(level=logging.INFO)
+    cases = json.loads(args.engine_core)
+    for case in cases if isinstance(cases, list) else [cases]:
+        print("OVERLAY_PLAN " + json.dumps(engine_core_summary(case)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

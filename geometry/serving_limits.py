@@ -14,11 +14,11 @@ from typing import Any, Mapping
 try:  # package import (tests, build driver) or sibling import (the gate as a script)
     from .capacity import kv_token_capacity
     from .inputs import GeometryInputs
-    from .simulate import GeometryReport
+    from .report import GeometryReport
 except ImportError:  # pragma: no cover - script mode
     from capacity import kv_token_capacity  # type: ignore[no-redef]
     from inputs import GeometryInputs  # type: ignore[no-redef]
-    from simulate import GeometryReport  # type: ignore[no-redef]
+    from report import GeometryReport  # type: ignore[no-redef]
 
 
 def _max_position_embeddings(target_config: Mapping[str, Any]) -> int | None:

@@ -9,12 +9,12 @@ try:
     from .capacity import kv_token_capacity
     from .gate import Verdict
     from .prefix_cache import PrefixCache
-    from .simulate import GeometryReport, Plan
+    from .report import GeometryReport, Plan
 except ImportError:  # pragma: no cover - script mode
     from capacity import kv_token_capacity  # type: ignore[no-redef]
     from gate import Verdict  # type: ignore[no-redef]
     from prefix_cache import PrefixCache  # type: ignore[no-redef]
-    from simulate import GeometryReport, Plan  # type: ignore[no-redef]
+    from report import GeometryReport, Plan  # type: ignore[no-redef]
 
 GIB = 1 << 30
 

@@ -17,7 +17,6 @@ REPO = Path(__file__).resolve().parents[1]
 OVERLAY = REPO / "overlay"
 APPLY = OVERLAY / "apply.py"
 SERIES = OVERLAY / "series" / "vllm-0.33.0"
-HARNESS = Path(__file__).resolve().parent / "overlay_planning.py"
 RECIPE_CONFIGS = REPO / "recipes" / "glm53-flash-dflash2-gb300" / "configs"
 VERSION = "0.33.0"
 
@@ -137,10 +136,12 @@ def oracle_python() -> str:
 
 
 def run_plan(site: Path, cases: list, python: str, env: dict | None = None):
-    """The planning harness's process for ``cases`` against ``site``
+    """The engine-core planning process (``python -m geometry.oracle
+    --engine-core``) for ``cases`` against the vLLM tree at ``site``
     (``env`` is added to this process's environment; a None value removes
     the variable)."""
-    merged = dict(os.environ, VLLM_TARGET_DEVICE="cpu", PYTHONDONTWRITEBYTECODE="1")
+    merged = dict(os.environ, VLLM_TARGET_DEVICE="cpu", PYTHONDONTWRITEBYTECODE="1",
+                  PYTHONPATH=os.pathsep.join([str(site), str(REPO)]))
     for key, value in (env or {}).items():
         if value is None:
             merged.pop(key, None)
@@ -148,7 +149,8 @@ def run_plan(site: Path, cases: list, python: str, env: dict | None = None):
             merged[key] = value
     env = merged
     return subprocess.run(
-        [python, str(HARNESS), str(site), json.dumps(cases)],
+        [python, "-m", "geometry.oracle", "--engine-core", json.dumps(cases)],
+        cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         universal_newlines=True,
@@ -179,7 +181,8 @@ HITS_DRIVER = Path(__file__).resolve().parent / "overlay_prefix_hits.py"
 def prefix_hits(site: Path, cases: list, python: str) -> list:
     """Run vLLM's scheduler and KV cache manager for each case (see
     overlay_prefix_hits.py) against the tree at ``site``."""
-    env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", PYTHONDONTWRITEBYTECODE="1")
+    env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", PYTHONDONTWRITEBYTECODE="1",
+               PYTHONPATH=os.pathsep.join([str(site), str(REPO)]))
     proc = subprocess.run(
         [python, str(HITS_DRIVER), str(site), json.dumps(cases)],
         stdout=subprocess.PIPE,

@@ -1,15 +1,15 @@
 """Prefix-cache hits from vLLM's own scheduler and KV cache manager, on the CPU.
 
 Run as a script in a subprocess whose ``sys.path`` starts with the vLLM tree
-under test (pristine or patched)::
+under test (pristine or patched), with the repository on ``PYTHONPATH``::
 
     python overlay_prefix_hits.py VLLM_PARENT_DIR '[{"params": {...}, "prompt_tokens": L,
                                                     "shared_tokens": S}, ...]'
 
 For each case it prints one ``PREFIX_HITS {json}`` line.
 
-The KV cache configuration comes from ``overlay_planning.build`` (vLLM's
-``EngineCore._initialize_kv_caches`` on the layer specs of the recipe). From
+The KV cache configuration comes from ``geometry.oracle.engine_core_plan``
+(vLLM's ``EngineCore._initialize_kv_caches`` on the layer specs of the recipe). From
 there everything is vLLM's, set up the way ``EngineCore.__init__`` does it:
 
 * ``resolve_kv_cache_block_sizes`` gives the scheduler and hash block sizes;
@@ -31,7 +31,7 @@ way vLLM does for an EAGLE-style drafter (the drafter's group flagged
 ``is_eagle_group``, the last matched block dropped) although DFlash does not
 need it; ``"resend": true`` makes B identical to A.
 
-The model config is the harness's bare ``ModelConfig``; the few fields the
+The model config is the engine-core path's bare ``ModelConfig``; the few fields the
 scheduler reads on top of planning (text-only, generate runner) are set here.
 """
 
@@ -41,7 +41,6 @@ import json
 import logging
 import os
 import sys
-from pathlib import Path
 
 
 def _scheduler(built, eagle_drop: bool):
@@ -136,9 +135,9 @@ def _case(case: dict) -> dict:
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 
-    import overlay_planning
+    from geometry.oracle import engine_core_plan
 
-    built = overlay_planning.build(case["params"])
+    built = engine_core_plan(case["params"])
     vllm_config = built.vllm_config
     eagle_drop = bool(case.get("eagle_drop"))
     scheduler, scheduler_block_size, hash_block_size = _scheduler(built, eagle_drop)
@@ -185,7 +184,6 @@ def _case(case: dict) -> dict:
 
 def main() -> None:
     sys.path.insert(0, sys.argv[1])
-    sys.path.insert(1, str(Path(__file__).resolve().parent))
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     logging.basicConfig(level=logging.WARNING)
     cases = json.loads(sys.argv[2])

@@ -3,12 +3,12 @@
 The series is applied to a copy of the pristine tree; planning runs on the
 CPU in subprocesses whose ``sys.path`` starts with that tree:
 
-* ``geometry.oracle.plan_with_vllm`` (the geometry colleague's driver: real
-  platform block-size alignment, real layer ``get_kv_cache_spec`` methods,
-  the V2 runner's spec collection and the planner), when it exists;
-* ``tests/overlay_planning.py`` (this suite's harness), which also runs
-  ``EngineCore._initialize_kv_caches`` and so covers patch 0002 (the global
-  block size) as well.
+* ``geometry.oracle.plan_with_vllm`` (real platform block-size alignment,
+  real layer ``get_kv_cache_spec`` methods, the V2 runner's spec collection
+  and the planner);
+* ``geometry.oracle``'s engine-core path (``python -m geometry.oracle
+  --engine-core``), which also runs ``EngineCore._initialize_kv_caches`` and
+  so covers patch 0002 (the global block size) as well.
 
 Default recipe: GLM-5.3-Flash (KDA + MLA, fp8 KV) with the BF16 DFlash2
 drafter (8 KV heads x 128, 5 sliding-window layers, KV dtype auto = bf16),

@@ -1,0 +1,118 @@
+"""The DFlash/DFlash2 drafter's attention layers: their sliding windows,
+backend and spec builders (stdlib only)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+try:  # package import (tests, oracle) or sibling import (CLI as a script)
+    from . import backends as B
+    from .inputs import BadInput, GeometryInputs
+    from .kv_spec import DTYPE_BYTES, CacheConfig, SimulatedError, Spec
+    from .model_parts import (Layer, SpecBuilder, check_flash_attn_head_size, customize_attention_spec,
+                              kv_dtype_name, kv_heads_per_rank, required)
+except ImportError:  # pragma: no cover - script mode
+    import backends as B  # type: ignore[no-redef]
+    from inputs import BadInput, GeometryInputs  # type: ignore[no-redef]
+    from kv_spec import DTYPE_BYTES, CacheConfig, SimulatedError, Spec  # type: ignore[no-redef]
+    from model_parts import (Layer, SpecBuilder, check_flash_attn_head_size,  # type: ignore[no-redef]
+                             customize_attention_spec, kv_dtype_name, kv_heads_per_rank, required)
+
+
+@dataclass(frozen=True)
+class Drafter:
+    layers: tuple[Layer, ...]
+    backend: B.Backend
+    # what vLLM raises when the drafter loads, after the target: planning
+    # with the drafter fails, the target alone still plans
+    error: SimulatedError | None
+
+
+def drafter_sliding_window(dc: Mapping[str, Any], idx: int) -> int | None:
+    """``_resolve_layer_attention``: the sliding window of drafter layer idx."""
+    dflash = dc.get("dflash_config") or {}
+    layer_types = dc.get("layer_types")
+    use_swa = dflash.get("use_swa", False)
+    any_sliding = False
+    if layer_types is not None:
+        n_sl = sum(t == "sliding_attention" for t in layer_types)
+        any_sliding = n_sl > 0
+        if 0 < n_sl < len(layer_types):
+            raise BadInput("mixed sliding/full DFlash drafters need the V2 runner "
+                           "and several drafter groups; not modelled")
+    if layer_types is None or (use_swa and not any_sliding):
+        is_sliding = use_swa
+    else:
+        is_sliding = layer_types[idx] == "sliding_attention"
+    if not is_sliding:
+        return None
+    window = dflash.get("swa_window_size", dc.get("sliding_window"))
+    if window is None:
+        raise SimulatedError("ValueError", "DFlash sliding attention requires a window size")
+    return int(window)
+
+
+def _largest_kernel_block_within(backend: B.Backend, per_token: int, budget: int,
+                                 fallback: int) -> int:
+    max_block = budget // per_token
+    cands = [s for s in backend.kernel_block_sizes if isinstance(s, int)]
+    cands += [max(s.base, max_block // s.base * s.base)
+              for s in backend.kernel_block_sizes if isinstance(s, B.Multiple)]
+    if not cands:
+        return fallback
+    fitting = [b for b in cands if b * per_token <= budget]
+    return max(fitting) if fitting else min(cands)
+
+
+def drafter_layer_builder(proto: Spec, backend: B.Backend) -> SpecBuilder:
+    """A full-attention layer takes the cache block; a sliding-window layer
+    the largest kernel block of its backend within the cache block's bytes."""
+
+    def build(cache: CacheConfig) -> Spec:
+        if proto.kind == "sliding":
+            per_token = proto.with_block_size(1).real_page_size_bytes
+            bs = _largest_kernel_block_within(backend, per_token, per_token * cache.block_size,
+                                              cache.block_size)
+        else:
+            bs = cache.block_size
+        return customize_attention_spec(backend, proto.with_block_size(bs))
+    return build
+
+
+def build_drafter(inputs: GeometryInputs, kv_cache_dtype: str, model_dtype: str) -> Drafter:
+    dc = inputs.drafter_config
+    tp = inputs.tensor_parallel_size
+    try:
+        backend = B.drafter_backend(inputs.drafter_attention_backend, inputs.capability_family)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from exc
+    error = None
+    if not backend.takes_kv_cache_dtype(kv_cache_dtype):
+        if inputs.drafter_attention_backend in (None, "auto"):
+            raise BadInput(
+                f"the drafter's KV dtype {kv_cache_dtype!r} rules out FLASH_ATTN; "
+                "vLLM would pick another drafter backend (not modelled)")
+        error = SimulatedError(
+            "ValueError", f"Selected backend {backend.name} is not valid "
+            f"for the drafter: kv_cache_dtype {kv_cache_dtype!r} not supported (it "
+            f"takes {', '.join(backend.kv_cache_dtypes)})")
+    d_dtype = kv_dtype_name(kv_cache_dtype, model_dtype)
+    d_heads = int(required(dc, "num_attention_heads"))
+    d_kv = int(dc.get("num_key_value_heads", d_heads) or d_heads)
+    d_hd = int(dc.get("head_dim") or int(required(dc, "hidden_size")) // d_heads)
+    check_flash_attn_head_size(d_hd)
+    d_kv_local = kv_heads_per_rank(d_kv, tp, "drafter KV heads")
+    if (d_heads // tp) % d_kv_local:
+        raise SimulatedError("AssertionError", "drafter num_heads not divisible by num_kv_heads")
+    windows = [drafter_sliding_window(dc, i) for i in range(int(required(dc, "num_hidden_layers")))]
+    layers = []
+    for i, window in enumerate(windows):
+        spec = Spec("sliding" if window is not None else "full", 0,
+                    num_kv_heads=d_kv_local, head_size=d_hd, head_size_v=d_hd,
+                    dtype_bytes=DTYPE_BYTES[d_dtype], dtype=d_dtype,
+                    sliding_window=window, is_draft=True)
+        layers.append(Layer(f"drafter.model.layers.{i}.self_attn.attn", "drafter",
+                            "sliding_window" if window is not None else "attention",
+                            backend, drafter_layer_builder(spec, backend)))
+    return Drafter(tuple(layers), backend, error)

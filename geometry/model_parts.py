@@ -1,0 +1,142 @@
+"""The pieces every model builder uses: config reading, the ``Layer`` and
+``Target`` a builder returns, the mamba state sizes and the spec builders
+(each a layer's ``get_kv_cache_spec`` after the runner's
+``customize_attention_spec``) (stdlib only)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping
+
+try:  # package import (tests, oracle) or sibling import (CLI as a script)
+    from . import backends as B
+    from .inputs import BadInput
+    from .kv_spec import DTYPE_BYTES, CacheConfig, SimulatedError, Spec
+except ImportError:  # pragma: no cover - script mode
+    import backends as B  # type: ignore[no-redef]
+    from inputs import BadInput  # type: ignore[no-redef]
+    from kv_spec import DTYPE_BYTES, CacheConfig, SimulatedError, Spec  # type: ignore[no-redef]
+
+SpecBuilder = Callable[[CacheConfig], Spec]
+
+_TORCH_STORAGE = {"fp8": "uint8", "fp8_e4m3": "uint8", "fp8_e5m2": "uint8", "half": "float16",
+                  "fp8_ds_mla": "uint8"}
+
+
+def text_config(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+    tc = cfg.get("text_config")
+    return tc if isinstance(tc, Mapping) else cfg
+
+
+def required(cfg: Mapping[str, Any], key: str) -> Any:
+    if key not in cfg or cfg[key] is None:
+        raise BadInput(f"config lacks {key!r}")
+    return cfg[key]
+
+
+def kv_dtype_name(kv: str, model_dtype: str) -> str:
+    """The torch storage dtype vLLM uses for a cache-dtype string the layers
+    run (``STR_DTYPE_TO_TORCH_DTYPE``; "auto" is the model dtype)."""
+    return model_dtype if kv == "auto" else _TORCH_STORAGE.get(kv, kv)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer in vLLM's registration order, its attention backend and its
+    spec builder."""
+
+    name: str
+    owner: str  # "target" | "drafter"
+    role: str  # kda | gdn | mla_latent | sparse_indexer | kpool_tail | attention | sliding_window
+    backend: B.Backend
+    build: SpecBuilder = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class TargetSettings:
+    """What a target builder reads besides the target's config."""
+
+    tc: Mapping[str, Any]  # the text config
+    num_layers: int
+    layer_types: tuple[str, ...]  # the config's, possibly empty
+    tensor_parallel_size: int
+    capability_family: int
+    num_spec: int
+    model_dtype: str
+    kv_cache_dtype: str  # the cache-dtype string the target layers run
+    max_model_len: int
+
+    @property
+    def kv_storage_dtype(self) -> str:
+        return kv_dtype_name(self.kv_cache_dtype, self.model_dtype)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A target model's layers and the facts ``_align_hybrid_block_size`` reads."""
+
+    layers: tuple[Layer, ...]
+    use_mla: bool
+    head_size: int  # attention head size (MLA: the latent)
+    num_kv_heads: int  # per rank
+    mamba_page: int  # real bytes of one mamba layer's state
+
+
+@dataclass(frozen=True)
+class MambaState:
+    shapes: tuple
+    dtypes: tuple
+    bytes: int
+
+
+def kda_state(heads: int, head_dim: int, conv_kernel: int, tp: int, num_spec: int,
+              model_dtype: str) -> MambaState:
+    """MambaStateShapeCalculator.kda_state_shape / kda_state_dtype (conv state
+    in the model dtype, recurrent state fp32)."""
+    if heads % tp:
+        raise SimulatedError("AssertionError", f"linear_num_heads {heads} not divisible by TP {tp}")
+    conv_dim = heads * head_dim + 2 * heads * head_dim
+    if conv_dim % tp:
+        raise SimulatedError("AssertionError", "conv_dim not divisible by TP")
+    conv = (conv_dim // tp, conv_kernel - 1 + num_spec)
+    rec = (heads // tp, head_dim, head_dim)
+    total = conv[0] * conv[1] * DTYPE_BYTES[model_dtype] + rec[0] * rec[1] * rec[2] * 4
+    return MambaState((conv, rec), (model_dtype, "float32"), total)
+
+
+def check_flash_attn_head_size(head_size: int) -> None:
+    if head_size == 256:
+        raise BadInput("FLASH_ATTN with head size 256 (FA4 hd256 pages) is not modelled")
+
+
+def kv_heads_per_rank(kv_heads: int, tp: int, what: str) -> int:
+    """KV heads per TP rank, with vLLM's divisibility asserts (``what`` names the heads)."""
+    if kv_heads >= tp:
+        if kv_heads % tp:
+            raise SimulatedError("AssertionError", f"{what} not divisible by TP")
+    elif tp % kv_heads:
+        raise SimulatedError("AssertionError", f"TP not divisible by {what}")
+    return max(1, kv_heads // tp)
+
+
+def customize_attention_spec(backend: B.Backend, spec: Spec) -> Spec:
+    """vllm.v1.worker.utils.customize_attention_spec."""
+    if backend.align_rows is not None:
+        spec = replace(spec, block_stride_alignment=backend.align_rows * spec.state_content_size_bytes)
+    if spec.block_stride_alignment is None and backend.fixed_sizes_only:
+        spec = replace(spec, block_stride_alignment=B.Multiple(max(backend.kernel_block_sizes)))
+    return spec
+
+
+def attention_builder(proto: Spec, backend: B.Backend) -> SpecBuilder:
+    """An attention layer at the cache block size."""
+    return lambda cache: customize_attention_spec(backend, proto.with_block_size(cache.block_size))
+
+
+def mamba_builder(state: MambaState, max_model_len: int) -> SpecBuilder:
+    """A mamba layer: block ``mamba_block_size`` (``max_model_len`` when unset),
+    page padded to the attention page."""
+    return lambda cache: Spec("mamba", cache.mamba_block_size or max_model_len,
+                              page_size_padded=cache.mamba_page_size_padded,
+                              state_bytes=state.bytes, mamba_shapes=state.shapes,
+                              mamba_dtypes=state.dtypes, dcp_sharded=False)

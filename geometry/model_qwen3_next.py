@@ -1,0 +1,63 @@
+"""Qwen3-Next (``Qwen3NextForCausalLM``): Gated DeltaNet linear-attention
+layers and full-attention layers (FLASH_ATTN) (stdlib only)."""
+
+from __future__ import annotations
+
+try:  # package import (tests, oracle) or sibling import (CLI as a script)
+    from . import backends as B
+    from .kv_spec import DTYPE_BYTES, SimulatedError, Spec
+    from .model_parts import (Layer, MambaState, Target, TargetSettings, attention_builder,
+                              check_flash_attn_head_size, kv_heads_per_rank, mamba_builder, required)
+except ImportError:  # pragma: no cover - script mode
+    import backends as B  # type: ignore[no-redef]
+    from kv_spec import DTYPE_BYTES, SimulatedError, Spec  # type: ignore[no-redef]
+    from model_parts import (Layer, MambaState, Target, TargetSettings,  # type: ignore[no-redef]
+                             attention_builder, check_flash_attn_head_size, kv_heads_per_rank,
+                             mamba_builder, required)
+
+
+def gdn_state(tc, tp: int, num_spec: int, model_dtype: str) -> MambaState:
+    """MambaStateShapeCalculator.gated_delta_net_state_shape (both states in
+    the model dtype)."""
+    nk = required(tc, "linear_num_key_heads")
+    nv = required(tc, "linear_num_value_heads")
+    dk = required(tc, "linear_key_head_dim")
+    dv = required(tc, "linear_value_head_dim")
+    k = tc.get("linear_conv_kernel_dim", 4)
+    conv_dim = dk * nk * 2 + dv * nv
+    if conv_dim % tp or nv % tp:
+        raise SimulatedError("AssertionError", "GDN dims not divisible by TP")
+    conv = (conv_dim // tp, k - 1 + num_spec)
+    temporal = (nv // tp, dv, dk)
+    b = DTYPE_BYTES[model_dtype]
+    total = conv[0] * conv[1] * b + temporal[0] * temporal[1] * temporal[2] * b
+    return MambaState((conv, temporal), (model_dtype, model_dtype), total)
+
+
+def build_target(s: TargetSettings) -> Target:
+    tc, tp = s.tc, s.tensor_parallel_size
+    layer_types = s.layer_types
+    if not layer_types:
+        interval = int(tc.get("full_attention_interval", 4))
+        layer_types = tuple("linear_attention" if (i + 1) % interval else "full_attention"
+                            for i in range(s.num_layers))
+    heads = int(required(tc, "num_attention_heads"))
+    kvh = int(tc.get("num_key_value_heads", heads))
+    head_size = int(tc.get("head_dim") or int(required(tc, "hidden_size")) // heads)
+    check_flash_attn_head_size(head_size)
+    kv_heads = kv_heads_per_rank(kvh, tp, "num_key_value_heads")
+    state = gdn_state(tc, tp, s.num_spec, s.model_dtype)
+    t_dtype = s.kv_storage_dtype
+    spec = Spec("full", 0, num_kv_heads=kv_heads, head_size=head_size, head_size_v=head_size,
+                dtype_bytes=DTYPE_BYTES[t_dtype], dtype=t_dtype)
+    gdn = mamba_builder(state, s.max_model_len)
+    attn = attention_builder(spec, B.FLASH_ATTN)
+    layers = []
+    for i in range(s.num_layers):
+        p = f"model.layers.{i}"
+        if layer_types[i] == "linear_attention":
+            layers.append(Layer(p + ".linear_attn", "target", "gdn", B.SSM, gdn))
+        else:
+            layers.append(Layer(p + ".self_attn.attn", "target", "attention", B.FLASH_ATTN, attn))
+    return Target(tuple(layers), use_mla=False, head_size=head_size, num_kv_heads=kv_heads,
+                  mamba_page=state.bytes)
