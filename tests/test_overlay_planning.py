@@ -3,7 +3,7 @@
 The series is applied to a copy of the pristine tree; planning runs on the
 CPU in subprocesses whose ``sys.path`` starts with that tree:
 
-* ``geometry.oracle.plan_with_vllm`` (the geometry colleague's driver: real
+* ``geometry.oracle.plan_with_vllm`` (geometry's driver: real
   platform block-size alignment, real layer ``get_kv_cache_spec`` methods,
   the V2 runner's spec collection and the planner), when it exists;
 * ``tests/overlay_planning.py`` (this suite's harness), which also runs

@@ -132,8 +132,8 @@ def read_requirements() -> tuple[list[str], dict[str, str]]:
 
     base-requirements.txt (+ discovered-requirements.txt) are resolved for the target
     platform; requirements/oracle.txt lines pinned with == replace the resolved version
-    of that package (or add it), as the oracle venv installs them (--no-deps), so a
-    colleague's pin list never makes the resolution impossible. Unpinned oracle lines
+    of that package (or add it), as the oracle venv installs them (--no-deps), so the
+    oracle's pin list never makes the resolution impossible. Unpinned oracle lines
     join the resolution.
     """
     resolve_set: dict[str, str] = {}
