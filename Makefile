@@ -11,6 +11,8 @@ BUILD_ARGS ?=
 PYTEST_ARGS ?=
 DEBIAN_PACKAGES := docker.io docker-registry qemu-user-static binfmt-support debootstrap apache2-utils python3-venv
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+# $(call pin,NAME): NAME's `NAME==VERSION` line in requirements/vllm.txt.
+pin = $(shell grep -E '^$(1)==' requirements/vllm.txt)
 
 export IMAGE_OWNER
 
@@ -24,10 +26,10 @@ $(VENV)/.installed: pyproject.toml requirements/base.txt requirements/test.txt
 	$(PY) -m pip install -q -r requirements/test.txt
 	touch $@
 
-# vLLM 0.33.0's own code on the CPU: the oracle for geometry, patches and serve flags.
-$(VENV)/.oracle: $(VENV)/.installed requirements/oracle.txt
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q --no-deps vllm==0.33.0
+# vLLM's own code on the CPU: the oracle for geometry, patches and serve flags.
+$(VENV)/.oracle: $(VENV)/.installed requirements/vllm.txt requirements/oracle.txt
+	$(PY) -m pip install -q $(call pin,torch)
+	$(PY) -m pip install -q --no-deps $(call pin,vllm)
 	$(PY) -m pip install -q --no-deps -r requirements/oracle.txt
 	touch $@
 
