@@ -41,9 +41,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import harness  # tests/infra, this script's directory
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-STATE_DIR = Path(os.environ.get("INFRA_STATE_DIR", "/tmp/glm53-test-infra"))
+STATE_DIR = harness.state_dir()
 CACHE_DIR = Path(os.environ.get("INFRA_CACHE_DIR", str(REPO / ".cache" / "infra")))
 REGISTRY = os.environ.get("INFRA_REGISTRY_ADDR", "127.0.0.1:5000")
 REPOSITORY = f"{REGISTRY}/vllm/vllm-openai"
