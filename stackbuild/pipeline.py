@@ -21,6 +21,7 @@ from typing import Optional
 from . import engine as engine_mod
 from .errors import ArchitectureMismatch, BuildStepFailed, GeometryGateFailed, PushError, StackBuildError
 from .attest import attest_image
+from .labels import LABEL_NS
 from .lock import PinnedBase
 from .oracle_record import record_path, save_from_image
 from .plan import BuildPlan
@@ -185,7 +186,7 @@ def run_push(plan: BuildPlan, *, json_progress: bool = False, report_path: Optio
 def _push(plan: BuildPlan, progress: Progress, report_path: Optional[Path], force: bool) -> dict:
     engine = engine_mod.connect()
     image = local_image_of(engine, plan.image)
-    recipe_label = "io.github.glm53.recipe.sha256"
+    recipe_label = f"{LABEL_NS}.recipe.sha256"
     labels = (image.get("Config") or {}).get("Labels") or {}
     if labels.get(recipe_label) != plan.labels[recipe_label]:
         raise PushError(f"{plan.image.references[0]}: the local image was built from another recipe "

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Mapping, Optional
 
 from .errors import RecipeError
+from .labels import LABEL_NS
 from .lock import PinnedBase, pinned_base
 from .naming import ImageName, image_name, source_date_epoch
 from .oracle_record import NOT_READ
@@ -24,7 +25,6 @@ from .errors import RecipeError
 from .recipe import REPO_ROOT, Recipe
 
 PAYLOAD_DIR = "/opt/glm53-overlay"
-LABEL_NS = "io.github.glm53"
 GIB = 1024**3
 
 
