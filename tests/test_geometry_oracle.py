@@ -21,8 +21,6 @@ import pytest
 from infra.fixtures import in_ci
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 try:
     import torch  # noqa: F401
