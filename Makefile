@@ -9,8 +9,10 @@ RECIPE ?= recipes/glm53-flash-dflash2-gb300/recipe.yaml
 PUSH ?= 1
 BUILD_ARGS ?=
 PYTEST_ARGS ?=
-DEBIAN_PACKAGES := docker.io docker-registry qemu-user-static binfmt-support debootstrap apache2-utils python3-venv
+DEBIAN_PACKAGES := $(shell sed 's/\#.*//' requirements/debian-packages.txt)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+# $(call pin,NAME): NAME's `NAME==VERSION` line in requirements/vllm.txt.
+pin = $(shell grep -E '^$(1)==' requirements/vllm.txt)
 
 export IMAGE_OWNER
 
@@ -24,17 +26,17 @@ $(VENV)/.installed: pyproject.toml requirements/base.txt requirements/test.txt
 	$(PY) -m pip install -q -r requirements/test.txt
 	touch $@
 
-# vLLM 0.33.0's own code on the CPU: the oracle for geometry, patches and serve flags.
-$(VENV)/.oracle: $(VENV)/.installed requirements/oracle.txt
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q --no-deps vllm==0.33.0
+# vLLM's own code on the CPU: the oracle for geometry, patches and serve flags.
+$(VENV)/.oracle: $(VENV)/.installed requirements/vllm.txt requirements/oracle.txt
+	$(PY) -m pip install -q $(call pin,torch)
+	$(PY) -m pip install -q --no-deps $(call pin,vllm)
 	$(PY) -m pip install -q --no-deps -r requirements/oracle.txt
 	touch $@
 
 install: $(VENV)/.installed
 oracle: $(VENV)/.oracle
 
-# Debian packages for the engine, the test registry and arm64 emulation.
+# Debian packages for the engine, the test registry, arm64 emulation and the venv (before it).
 deps:
 	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -60,7 +62,7 @@ owner:
 	  echo "make image: no image owner to push to: set IMAGE_OWNER=your-namespace (or PUSH=0 to build without pushing)" >&2; exit 2; fi
 	@if [ -n "$(IMAGE_OWNER)" ]; then echo "image owner: $(IMAGE_OWNER) (IMAGE_OWNER)"; fi
 
-image: owner install engine
+image: owner deps install engine
 	@lockfile=$$(dirname $(RECIPE))/recipe.lock.json; \
 	if [ ! -f $$lockfile ] && ! grep -q '^ *digest:' $(RECIPE); then $(PY) build.py lock --recipe $(RECIPE); fi
 	$(PY) build.py build --recipe $(RECIPE) $(if $(filter 1,$(PUSH)),--push,--no-push) \
@@ -72,10 +74,10 @@ compose: install
 geometry: install
 	$(PY) build.py geometry --recipe $(RECIPE)
 
-test: install oracle deps pristine vllm-tests
+test: deps install oracle pristine vllm-tests
 	tests/infra/run-tests.sh $(PYTEST_ARGS)
 
-bench: install oracle deps pristine
+bench: deps install oracle pristine
 	tests/infra/run-bench.sh
 
 clean:

@@ -20,10 +20,8 @@ from pathlib import Path
 
 import click
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from stackbuild.errors import InternalError, StackBuildError  # noqa: E402
-from stackbuild.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
+from stackbuild.errors import InternalError, StackBuildError
+from stackbuild.recipe import DEFAULT_RECIPE, load_recipe
 
 recipe_option = click.option(
     "--recipe", "recipe_path", type=click.Path(dir_okay=False, path_type=Path),

@@ -19,6 +19,7 @@ from typing import Any, Mapping, Optional
 import yaml
 
 from stackbuild.errors import ComposeOverrideError, GeometryGateFailed, OutputError, RecipeError
+from stackbuild.labels import LABEL_NS
 from stackbuild.naming import MOVING_TAGS, OWNER_VARIABLE, image_name
 from stackbuild.output import check_output
 from stackbuild.recipe import DIGEST_RE, REPO_ROOT, Recipe
@@ -28,7 +29,6 @@ from .serve_args import serve_argv
 
 COMPOSE_DIR = REPO_ROOT / "compose"
 SERVICE = "vllm"
-LABEL_NS = "io.github.glm53"
 CACHE_MOUNT = "/root/.cache"
 # Where vLLM, torch.compile (Inductor) and Triton keep compiled kernels; all on one named volume.
 CACHE_ENV = {

@@ -14,7 +14,7 @@
 # Tests read VLLM_PRISTINE_DIR when it is set, else this location; VLLM_TESTS_DIR likewise
 # for the sdist's tests.
 
-OVERLAY_VLLM_VERSION ?= 0.33.0
+OVERLAY_VLLM_VERSION ?= $(shell sed -n 's/^vllm==//p' requirements/vllm.txt)
 OVERLAY_PYTHON ?= python3
 OVERLAY_PIP ?= $(OVERLAY_PYTHON) -m pip
 OVERLAY_CACHE ?= .cache

@@ -19,6 +19,7 @@ from typing import Optional
 from .attach import NotAttached, attach, fetch_document
 from .engine import DockerEngine
 from .errors import BuildStepFailed, VerifyError
+from .labels import LABEL_NS
 from .plan import BuildPlan
 from .progress import Progress
 from .provenance import PREDICATE_TYPE, PROVENANCE_MEDIA_TYPE, STATEMENT_TYPE, builder, make_statement
@@ -108,8 +109,8 @@ def _provenance_problems(statement: dict, hex_digest: str, labels: dict, report_
     internal = definition.get("internalParameters") or {}
     dependencies = definition.get("resolvedDependencies") or []
     expected = {
-        "recipe sha256": (((external.get("recipe") or {}).get("sha256")), labels.get("io.github.glm53.recipe.sha256")),
-        "series sha256": (((external.get("overlay") or {}).get("series_sha256")), labels.get("io.github.glm53.overlay.series.sha256")),
+        "recipe sha256": (((external.get("recipe") or {}).get("sha256")), labels.get(f"{LABEL_NS}.recipe.sha256")),
+        "series sha256": (((external.get("overlay") or {}).get("series_sha256")), labels.get(f"{LABEL_NS}.overlay.series.sha256")),
         "base digest": (next((("sha256:" + d["digest"]["sha256"]) for d in dependencies
                               if str(d.get("uri", "")).startswith("docker://") and (d.get("digest") or {}).get("sha256")), None),
                         labels.get("org.opencontainers.image.base.digest")),

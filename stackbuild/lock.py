@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
+from .atomic import replace_text
 from .errors import LockError, RecipeError
 from .recipe import DIGEST_RE, Recipe
 
@@ -98,7 +99,5 @@ def write_lock(recipe: Recipe, digest: str, platforms: tuple[str, ...]) -> Path:
         }
     }
     path = lock_path(recipe)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    replace_text(path, json.dumps(body, indent=2) + "\n")
     return path

@@ -10,13 +10,13 @@ when every part of the key is that image's, and otherwise imports vLLM again.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Protocol
 
 from geometry import record as record_mod
 
+from .atomic import replace_file
 from .errors import OracleRecordError
 from .recipe import REPO_ROOT, Recipe
 
@@ -85,11 +85,8 @@ def save_from_image(engine: ReadsImageFiles, image: str, recipe: Recipe, gate_in
     if why:
         raise OracleRecordError(f"{why}; rebuild the image from {recipe.path} first")
     path = record_path(recipe)
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        record_mod.write(record, str(tmp))
-        os.replace(tmp, path)
+        replace_file(path, lambda tmp: record_mod.write(record, str(tmp)))
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise OracleRecordError(f"{path}: cannot write the oracle record: {exc.strerror or exc}") from None
     return path, record

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Optional
 
+from .atomic import replace_text
 from .errors import OutputError
 
 
@@ -48,12 +49,7 @@ def check_output(path: Path, flag: str, *, ours: Optional[Callable[[str], bool]]
 
 def write_text(path: Path, text: str, flag: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same directory (nothing half-written)."""
-    tmp = path.with_name(f".{path.name}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        replace_text(path, text)
     except OSError as exc:
         raise OutputError(f"{flag} {path}: cannot write: {exc.strerror or exc}") from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()

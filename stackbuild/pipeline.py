@@ -30,6 +30,7 @@ from . import engine as engine_mod
 from .errors import ArchitectureMismatch, BuildStepFailed, GeometryGateFailed, PullError, PushError, StackBuildError
 from .attest import attest_image, registry_client
 from .index import check_index_tags, index_platforms, push_index
+from .labels import LABEL_NS
 from .lock import PinnedBase
 from .oracle_record import record_path, save_from_image
 from .plan import BuildPlan
@@ -337,7 +338,7 @@ def run_push(plans: Sequence[BuildPlan], *, json_progress: bool = False, report_
 def _local_image_of_recipe(engine: engine_mod.DockerEngine, plan: BuildPlan) -> dict:
     """The local image the plan's tags name, refused if another recipe built it."""
     image = local_image_of(engine, plan.image)
-    recipe_label = "io.github.glm53.recipe.sha256"
+    recipe_label = f"{LABEL_NS}.recipe.sha256"
     labels = (image.get("Config") or {}).get("Labels") or {}
     if labels.get(recipe_label) != plan.labels[recipe_label]:
         raise PushError(f"{plan.image.references[0]}: the local image was built from another recipe "
@@ -395,7 +396,7 @@ def _index(plans: Sequence[BuildPlan], progress: Progress, force: bool) -> dict:
     name = plans[0].image
     client = registry_client(engine, name.repository, progress)
     digests, image_ids = {}, {}
-    recipe_label = "io.github.glm53.recipe.sha256"
+    recipe_label = f"{LABEL_NS}.recipe.sha256"
     with progress.phase("check-tags", name.repository):
         for plan in plans:
             tag = platform_plan(plan).image.tags[0]

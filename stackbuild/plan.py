@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Mapping, Optional
 
 from .errors import RecipeError
+from .labels import LABEL_NS
 from .lock import PinnedBase, pinned_base
 from .naming import ImageName, image_name, source_date_epoch, source_revision
 from .oracle_record import NOT_READ
@@ -22,7 +23,6 @@ from .oracle_record import choose as choose_oracle_record
 from .recipe import Recipe
 
 PAYLOAD_DIR = "/opt/glm53-overlay"
-LABEL_NS = "io.github.glm53"
 GIB = 1024**3
 
 

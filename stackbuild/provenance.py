@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import Mapping, Optional
 
+from .labels import LABEL_NS
 from .plan import BuildPlan
 
 PROVENANCE_MEDIA_TYPE = "application/vnd.in-toto+json"
@@ -46,7 +47,7 @@ def make_statement(plan: BuildPlan, *, image_digest: str, gate_verdict: str, gat
                 "buildType": BUILD_TYPE,
                 "externalParameters": {
                     "recipe": {"name": plan.recipe.name, "path": str(plan.recipe.path),
-                               "sha256": plan.labels["io.github.glm53.recipe.sha256"]},
+                               "sha256": plan.labels[f"{LABEL_NS}.recipe.sha256"]},
                     "platform": plan.recipe.platform,
                     "overlay": {"series": plan.recipe.overlay.series, "series_sha256": plan.series_sha256},
                 },

@@ -26,6 +26,7 @@ from docker_image import reference as oci_reference
 from geometry.model_config import ConfigInvalid, check_drafter, check_target
 
 from .errors import RecipeError
+from .labels import LABEL_NS
 from .schema import MAX_INTEGER, build_dataclass
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -436,7 +437,7 @@ def _check_rules(path: Path, recipe: Recipe, platform_keys: tuple[str, ...]) -> 
         if not TAG_RE.match(sample):
             raise RecipeError(path, f"image.tags[{i}]", f"not a valid image tag: {tag!r}")
     for key in recipe.image.labels:
-        if key.startswith("org.opencontainers.") or key.startswith("io.github.glm53."):
+        if key.startswith("org.opencontainers.") or key.startswith(f"{LABEL_NS}."):
             raise RecipeError(path, f"image.labels.{key}", "this label is set by the build; choose another name")
 
 

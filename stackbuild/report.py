@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from .atomic import replace_text
 from .plan import BuildPlan
 from .recipe import REPO_ROOT
 
@@ -100,9 +101,7 @@ def build_report(
 def write_report(report: Mapping[str, Any], path: Optional[Path] = None) -> Path:
     path = Path(path) if path else DEFAULT_REPORT
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    replace_text(path, json.dumps(report, indent=2, sort_keys=True) + "\n")
     return path
 
 

@@ -77,7 +77,7 @@ def test_happy_path_build_push_and_pull_back(amd64_build, registry, synthetic_ba
     assert config["Id"] == report["image_id"]
     assert (config["Os"], config["Architecture"]) == ("linux", "amd64")
 
-    # Its labels are the recipe's (the revision may move while colleagues commit).
+    # Its labels are the recipe's (the revision may move with new commits during the run).
     monkeypatch.setenv("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH)  # as the CLI ran
     plan = make_plan(load_recipe(build.recipe), repository=build.repository)
     labels = config["Config"]["Labels"]

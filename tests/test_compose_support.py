@@ -11,11 +11,9 @@ from typing import Any, Callable, Optional
 from infra.fixtures import unavailable  # noqa: F401 - fail under CI=true, else skip
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
-from recipe_copies import copy_recipe  # noqa: E402
-from stackbuild.recipe import load_recipe  # noqa: E402
+from recipe_copies import copy_recipe
+from stackbuild.recipe import load_recipe
 
 # Tags are sm100-gb300-20251130 in every test, whatever the last commit's date: the copies
 # drop the default recipe's {rev} (tests/test_naming.py covers it, test_compose.py once).

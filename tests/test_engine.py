@@ -30,8 +30,10 @@ def test_errors_inside_a_stream_are_found():
     ('RUN machine="$(uname -m)";     if [ "$machine" != "aarch64" ]; then exit 1; fi', "architecture check"),
     ("COPY patch-payload/ /", "patch payload copy"),
     ("COPY gate-payload/ /", "gate payload copy"),
-    ("RUN touch /tmp/.overlay-stamp &&     python3 /opt/glm53-overlay/overlay/apply.py --series x", "patch series"),
-    ("RUN touch /tmp/.gate-stamp &&     python3 /opt/glm53-overlay/geometry/sim_glm5_drafter_hades.py --oracle", "geometry gate"),
+    ('RUN step=$(mktemp -d /tmp/.glm53-step.XXXXXX) && touch "$step/stamp" &&     TMPDIR="$step" '
+     "python3 /opt/glm53-overlay/overlay/apply.py --series x", "patch series"),
+    ('RUN step=$(mktemp -d /tmp/.glm53-step.XXXXXX) && touch "$step/stamp" &&     TMPDIR="$step" '
+     "python3 /opt/glm53-overlay/geometry/sim_glm5_drafter_hades.py --oracle", "geometry gate"),
     ('LABEL io.github.glm53.platform="linux/arm64"', "labels"),
     ("ENV A=b", "env"),
 ])

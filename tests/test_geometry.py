@@ -18,8 +18,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 import geometry_cases as C  # noqa: E402
 from geometry.gate import GeometryMismatch, OracleDisagreement, check  # noqa: E402

@@ -1,7 +1,7 @@
 """Simulator vs vLLM's own code, field by field.
 
 Needs an importable vLLM (0.33.0, CPU torch is enough): run with the oracle
-venv, e.g. ``/tmp/venv/bin/python -m pytest tests/test_geometry_oracle.py``.
+venv, e.g. ``.venv/bin/python -m pytest tests/test_geometry_oracle.py`` after ``make oracle``.
 Point PYTHONPATH at a patched vLLM tree to test the overlay instead
 (GEOMETRY_ORACLE_BEHAVIOUR=overlay).  The matrix is a seeded sample of the
 generated scenarios (GEOMETRY_ORACLE_N, default 300; GEOMETRY_ORACLE_SEED).
@@ -21,8 +21,6 @@ import pytest
 from infra.fixtures import in_ci
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 try:
     import torch  # noqa: F401

@@ -1,12 +1,15 @@
 """Two builds from clean state with the same inputs give the same overlay layers,
-with and without an oracle record among those inputs."""
+with and without an oracle record among those inputs, and on a base that ships the
+caches vLLM, Triton and torch inductor write (the build leaves them as they are)."""
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 
 import pytest
 
-from stack_e2e import SOURCE_DATE_EPOCH, cli, recipe_copy
+from stack_e2e import SOURCE_DATE_EPOCH, cli, recipe_copy, unique_repository
 from stackbuild import engine as engine_mod
 from stackbuild.pipeline import build_image
 from stackbuild.plan import make_plan
@@ -44,15 +47,17 @@ def _remove(client, image_id: str) -> None:
     client.api.remove_image(image_id, force=True, noprune=False)
 
 
-def _two_clean_builds(docker_engine, base, plan) -> None:
+def _two_clean_builds(docker_engine, base_pinned: str, plan, check=None) -> None:
     engine = engine_mod.connect()
     quiet = Progress(json_lines=True, stream=open(os.devnull, "w"))
-    base_id = docker_engine.images.get(f"{base.image}@{base.digest}").id
+    base_id = docker_engine.images.get(base_pinned).id
 
     # nocache: other tests may have built the same steps; both builds must run every step.
     first = build_image(engine, plan, quiet, nocache=True)
     first_layers = _overlay_layers(docker_engine, first, base_id)
     first_config = _comparable(docker_engine, first)
+    if check is not None:
+        check(first)
     _remove(docker_engine, first)
 
     second = build_image(engine, plan, quiet, nocache=True)
@@ -72,7 +77,7 @@ def test_two_clean_builds_give_identical_overlay_layers(docker_engine, synthetic
     recipe = load_recipe(recipe_copy(tmp_path, "b200-amd64", base=base.image, tag=base.tag, digest=base.digest))
     plan = make_plan(recipe, repository="repro.test/glm53")
     assert plan.oracle_record is None
-    _two_clean_builds(docker_engine, base, plan)
+    _two_clean_builds(docker_engine, base.pinned, plan)
 
 
 def test_two_clean_builds_with_an_oracle_record_give_identical_overlay_layers(amd64_build, docker_engine, synthetic_base_amd64,
@@ -84,4 +89,59 @@ def test_two_clean_builds_with_an_oracle_record_give_identical_overlay_layers(am
     assert run.returncode == 0, run.stderr
     plan = make_plan(load_recipe(path), repository="repro.test/glm53")
     assert plan.oracle_record == path.with_name("recipe.oracle.json")
-    _two_clean_builds(docker_engine, base, plan)
+    _two_clean_builds(docker_engine, base.pinned, plan)
+
+
+# Cache directories of vLLM, Triton and torch inductor as a base may ship them, each with a file.
+BASE_CACHES = ("/root/.cache/vllm", "/root/.triton/cache", "/tmp/torchinductor_root")
+CACHE_BASE_DOCKERFILE = """FROM {base}
+RUN for d in {caches}; do mkdir -p "$d" && echo shipped > "$d/from-the-base"; done
+"""
+
+
+@pytest.fixture
+def base_with_caches(docker_engine, registry, synthetic_base_amd64, tmp_path):
+    """The synthetic amd64 base plus the three cache directories, pushed to the local registry."""
+    repository = unique_repository(registry.address, "base-with-caches")
+    reference = f"{repository}:v0.33.0-amd64"
+    context = tmp_path / "base-with-caches"
+    context.mkdir()
+    (context / "Dockerfile").write_text(CACHE_BASE_DOCKERFILE.format(
+        base=synthetic_base_amd64.pinned, caches=" ".join(BASE_CACHES)))
+    env = {**registry.env, "DOCKER_BUILDKIT": "0"}
+    build = subprocess.run(["docker", "build", "-q", "-t", reference, str(context)], env=env,
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    push = subprocess.run(["docker", "push", reference], env=env, capture_output=True, text=True)
+    assert push.returncode == 0, push.stderr
+    digest = re.search(r"digest: (sha256:[0-9a-f]{64})", push.stdout).group(1)
+    return repository, digest
+
+
+def _paths(docker_engine, image: str, *roots: str) -> dict[str, str]:
+    """Every path under ``roots`` in ``image`` (one filesystem), with its type, size and mtime."""
+    out = docker_engine.containers.run(image, [*roots, "-xdev", "-printf", r"%p\t%y %s %T@\n"],
+                                       entrypoint=["find"], remove=True)
+    return dict(line.split("\t", 1) for line in out.decode().splitlines())
+
+
+def test_a_base_with_caches_keeps_them_and_builds_reproducibly(docker_engine, base_with_caches, tmp_path,
+                                                               monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH)
+    repository, digest = base_with_caches
+    base = f"{repository}@{digest}"
+    base_paths = _paths(docker_engine, base, "/")
+    base_caches = {p: v for p, v in base_paths.items() if p.startswith(BASE_CACHES)}
+    assert {p for p in base_caches if p.endswith("/from-the-base")} == {f"{c}/from-the-base" for c in BASE_CACHES}
+
+    def nothing_of_the_base_deleted(image_id: str) -> None:
+        paths = _paths(docker_engine, image_id, "/")
+        assert sorted(set(base_paths) - set(paths)) == []
+        # The caches are the base's, unchanged: the build steps wrote none of theirs there.
+        assert {p: v for p, v in paths.items() if p.startswith(BASE_CACHES)} == base_caches
+        assert not [p for p in paths if p.startswith("/tmp/.glm53-step")]
+
+    recipe = load_recipe(recipe_copy(tmp_path, "b200-amd64", base=repository, tag="v0.33.0-amd64", digest=digest))
+    plan = make_plan(recipe, repository="repro.test/glm53")
+    assert plan.oracle_record is None
+    _two_clean_builds(docker_engine, base, plan, check=nothing_of_the_base_deleted)

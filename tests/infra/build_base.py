@@ -41,15 +41,27 @@ import tempfile
 import time
 from pathlib import Path
 
+import harness  # tests/infra, this script's directory
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-STATE_DIR = Path(os.environ.get("INFRA_STATE_DIR", "/tmp/glm53-test-infra"))
+STATE_DIR = harness.state_dir()
 CACHE_DIR = Path(os.environ.get("INFRA_CACHE_DIR", str(REPO / ".cache" / "infra")))
 REGISTRY = os.environ.get("INFRA_REGISTRY_ADDR", "127.0.0.1:5000")
 REPOSITORY = f"{REGISTRY}/vllm/vllm-openai"
 
 SUITE = "bookworm"
-VLLM_VERSION = "0.33.0"
+
+
+def _pin(name: str) -> str:
+    """NAME's version in requirements/vllm.txt (``NAME==VERSION``)."""
+    for line in (REPO / "requirements" / "vllm.txt").read_text().splitlines():
+        if line.startswith(f"{name}=="):
+            return line.split("==", 1)[1].strip()
+    raise SystemExit(f"[build_base] requirements/vllm.txt pins no {name}")
+
+
+VLLM_VERSION = _pin("vllm")
 WRONG_VLLM_VERSION = "0.32.1"
 PY_MM = "3.11"
 SITE = f"usr/local/lib/python{PY_MM}/dist-packages"
@@ -61,7 +73,7 @@ GATE_MODULES = ["vllm.v1.core.kv_cache_planning", "vllm.v1.kv_cache_interface",
                 "vllm.platforms.interface", "vllm.model_executor.layers.mamba.mamba_utils"]
 
 ARCHES = {
-    "amd64": {"machine": "x86_64", "torch": "2.13.0", "tag": f"v{VLLM_VERSION}-amd64"},
+    "amd64": {"machine": "x86_64", "torch": _pin("torch"), "tag": f"v{VLLM_VERSION}-amd64"},
     "arm64": {"machine": "aarch64", "torch": "2.9.1", "tag": f"v{VLLM_VERSION}"},
 }
 WRONG_TAG = f"v{WRONG_VLLM_VERSION}-synthetic"
@@ -132,8 +144,8 @@ def read_requirements() -> tuple[list[str], dict[str, str]]:
 
     base-requirements.txt (+ discovered-requirements.txt) are resolved for the target
     platform; requirements/oracle.txt lines pinned with == replace the resolved version
-    of that package (or add it), as the oracle venv installs them (--no-deps), so a
-    colleague's pin list never makes the resolution impossible. Unpinned oracle lines
+    of that package (or add it), as the oracle venv installs them (--no-deps), so the
+    oracle's pin list never makes the resolution impossible. Unpinned oracle lines
     join the resolution.
     """
     resolve_set: dict[str, str] = {}

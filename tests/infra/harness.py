@@ -6,11 +6,12 @@ and the synthetic bases (tests/infra/build_base.py).
     base_image(arch)        SyntheticBase for "amd64", "arm64" or "wrong-version"
     docker_client()         a docker-py client (raises if no daemon answers)
 
-State dir: $INFRA_STATE_DIR (default /tmp/glm53-test-infra).  Nothing here
+State dir: $INFRA_STATE_DIR (default: services.sh's).  Nothing here
 prints or logs the password; Credentials' repr hides it.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import stat
@@ -25,7 +26,16 @@ BUILD_BASE = HERE / "build_base.py"
 
 
 def state_dir() -> Path:
-    return Path(os.environ.get("INFRA_STATE_DIR", "/tmp/glm53-test-infra"))
+    """$INFRA_STATE_DIR, else the default services.sh keeps its state in (its `env` command)."""
+    if os.environ.get("INFRA_STATE_DIR"):
+        return Path(os.environ["INFRA_STATE_DIR"])
+    return _default_state_dir()
+
+
+@functools.lru_cache(maxsize=1)
+def _default_state_dir() -> Path:
+    out = subprocess.run(["bash", str(SERVICES), "env"], capture_output=True, text=True, check=True).stdout
+    return Path(dict(line.split("=", 1) for line in out.splitlines() if "=" in line)["INFRA_STATE_DIR"])
 
 
 class InfraUnavailable(RuntimeError):

@@ -7,6 +7,7 @@ repo="$(cd "$here/../.." && pwd)"
 cd "$repo"
 PY="${PYTHON_VENV:-$repo/.venv/bin/python}"
 [[ -x "$PY" ]] || PY="$(command -v python3)"
-export INFRA_STATE_DIR="${INFRA_STATE_DIR:-/tmp/glm53-test-infra}"
+# The state directory services.sh uses ($INFRA_STATE_DIR, else its default).
+export INFRA_STATE_DIR="${INFRA_STATE_DIR:-$(bash "$here/services.sh" env | sed -n 's/^INFRA_STATE_DIR=//p')}"
 export INFRA_CACHE_DIR="${INFRA_CACHE_DIR:-$repo/.cache/infra}"
 SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO="sudo -E"
