@@ -57,7 +57,8 @@ def selected_platforms(recipe, platform):
 
 
 class Cli(click.Group):
-    """Turns every failure into one line on stderr and its exit code (stackbuild/errors.py).
+    """Turns every failure into one line on stderr and its exit code (stackbuild/errors.py);
+    verify's findings follow its line, one per line.
 
     Usage errors (click's) exit 2; an exception nobody expected is an internal error (exit 70)
     asking for a report, never a traceback.
@@ -74,7 +75,11 @@ class Cli(click.Group):
         try:
             return super().invoke(ctx)
         except StackBuildError as exc:
-            click.echo(f"error: {_one_line(exc)}", err=True)
+            if exc.lists_findings:
+                head, *findings = str(exc).splitlines() or [""]
+                click.echo("\n".join([f"error: {_one_line(head)}", *(f"  {_one_line(f)}" for f in findings)]), err=True)
+            else:
+                click.echo(f"error: {_one_line(exc)}", err=True)
             ctx.exit(exc.exit_code)
         except click.UsageError as exc:
             sub = exc.ctx.command_path if exc.ctx else ctx.command_path

@@ -12,6 +12,8 @@ class StackBuildError(Exception):
     """Base of every error the driver reports without a traceback."""
 
     exit_code = 1
+    # One line on stderr; an error that lists findings (verify) keeps one finding per line.
+    lists_findings = False
 
     def __init__(self, message: str):
         super().__init__(message)
@@ -95,9 +97,10 @@ class PushError(StackBuildError):
 
 
 class VerifyError(StackBuildError):
-    """A pushed image does not match its recipe (labels, gate)."""
+    """A pushed image does not match its recipe (labels, gate); one finding per line under the first."""
 
     exit_code = 10
+    lists_findings = True
 
 
 class ServeArgsRejected(StackBuildError):
