@@ -14,7 +14,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 import yaml
 
@@ -313,8 +313,16 @@ def default_output(recipe: Recipe) -> Path:
     return COMPOSE_DIR / f"{recipe.name}.compose.yaml"
 
 
-def _notice(message: str) -> None:
+def notice(message: str) -> None:
+    """One notice line on stderr (stdout may carry --json)."""
     print(f"notice: {message}", file=sys.stderr)
+
+
+def image_notices(image: ImagePin) -> None:
+    """Say where the owner came from, and why the image is not pinned by digest (when it is not)."""
+    for note in (image.owner_note, image.unpinned_because and f"unpinned: {image.unpinned_because}"):
+        if note:
+            notice(note)
 
 
 def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optional[str] = None,
@@ -346,7 +354,7 @@ def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optio
             config = check_compose_file(tmp, where=str(output))
             checks["compose_config"] = {"status": config.status, "detail": config.detail}
             if config.status == "skipped":
-                _notice(f"docker compose config check skipped: {config.detail}")
+                notice(f"docker compose config check skipped: {config.detail}")
             else:
                 # Compose's own reading of the command after interpolation; `config` prints a
                 # literal dollar re-escaped as `$$`, so it must read back as the escaped argv.
@@ -356,7 +364,7 @@ def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optio
             serve = check_serve_args(argv, where=str(recipe.path))
             checks["serve_args"] = serve.as_dict()
             if serve.status == "skipped":
-                _notice(f"vLLM serve-parser check skipped: {serve.detail}")
+                notice(f"vLLM serve-parser check skipped: {serve.detail}")
         os.chmod(tmp, 0o644)
         try:
             tmp.replace(output)
@@ -365,9 +373,7 @@ def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optio
     finally:
         if tmp.exists():
             tmp.unlink()
-    for note in (image.owner_note, image.unpinned_because and f"unpinned: {image.unpinned_because}"):
-        if note:
-            _notice(note)
+    image_notices(image)
     return {
         "path": str(output),
         "image": image.reference,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import os
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,10 +190,6 @@ def _serve_cases(recipe: Recipe, commands) -> list[tuple[str, list[str]]]:
     return cases
 
 
-def _notice(message: str) -> None:
-    print(f"notice: {message}", file=sys.stderr)
-
-
 def write_role_files(recipe: Recipe, *, output_dir: Optional[Path] = None, owner: Optional[str] = None,
                      repository: Optional[str] = None, models_dir: Optional[str] = None, port: Optional[int] = None,
                      gpus: Optional[str] = None, digest: Optional[str] = None, report_path: Optional[Path] = None,
@@ -224,7 +219,7 @@ def write_role_files(recipe: Recipe, *, output_dir: Optional[Path] = None, owner
             serve = check_serve_args(argv, where=f"{recipe.path} ({where})", result=verdict)
             checks[f"serve_args {where}"] = serve.as_dict()
             if serve.status == "skipped":
-                _notice(f"vLLM serve-parser check skipped: {serve.detail}")
+                generate.notice(f"vLLM serve-parser check skipped: {serve.detail}")
                 break
     tmps: list[Path] = []
     try:
@@ -242,7 +237,7 @@ def write_role_files(recipe: Recipe, *, output_dir: Optional[Path] = None, owner
                 config = check_compose_file(Path(name), where=str(f.path), variables=variables)
                 checks[f"compose_config {f.role}"] = {"status": config.status, "detail": config.detail}
                 if config.status == "skipped":
-                    _notice(f"docker compose config check skipped: {config.detail}")
+                    generate.notice(f"docker compose config check skipped: {config.detail}")
                     continue
                 resolved = config.parsed["services"][f.role]["command"]
                 expected = [generate._escape(a) for a in resolved_argv(recipe, f.command, variables)]
@@ -257,9 +252,7 @@ def write_role_files(recipe: Recipe, *, output_dir: Optional[Path] = None, owner
         for tmp in tmps:
             if tmp.exists():
                 tmp.unlink()
-    for note in (image.owner_note, image.unpinned_because and f"unpinned: {image.unpinned_because}"):
-        if note:
-            _notice(note)
+    generate.image_notices(image)
     return {
         "paths": {f.role: str(f.path) for f in files},
         "image": image.reference,

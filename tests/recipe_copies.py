@@ -30,3 +30,25 @@ def copy_recipe(tmp_path: Path, edit: Callable[[dict], Any] | None = None, *, ra
 
 def pinned(data: dict) -> None:
     data["base"]["digest"] = TEST_DIGEST
+
+
+def set_key(path: str, value):
+    """An edit that sets the dotted ``path`` of the recipe data to ``value``."""
+    def edit(data):
+        node = data
+        *parents, last = path.split(".")
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    return edit
+
+
+def delete_key(path: str):
+    """An edit that deletes the dotted ``path`` of the recipe data."""
+    def edit(data):
+        node = data
+        *parents, last = path.split(".")
+        for key in parents:
+            node = node[key]
+        del node[last]
+    return edit

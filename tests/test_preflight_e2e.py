@@ -26,7 +26,7 @@ import yaml
 
 from stack_e2e import cli, docker_login, recipe_copy, unique_repository
 from test_compose_support import require_compose_binary
-from test_preflight import CONFIGS, DRAFTER_DIR, TARGET_DIR, misfit_drafter
+from test_preflight import DRAFTER_DIR, misfit_drafter, models_dir
 
 from compose.generate import SERVICE, ImagePin, compose_document
 from compose.serve_args import serve_argv
@@ -100,15 +100,7 @@ def image(registry, synthetic_base_amd64, tmp_path_factory) -> Image:
 
 
 def models(tmp: Path, drafter: Optional[dict] = None) -> Path:
-    root = tmp / f"models-{uuid.uuid4().hex[:6]}"
-    (root / TARGET_DIR).mkdir(parents=True)
-    (root / DRAFTER_DIR).mkdir(parents=True)
-    shutil.copyfile(CONFIGS / "target.config.json", root / TARGET_DIR / "config.json")
-    if drafter is None:
-        shutil.copyfile(CONFIGS / "drafter.config.json", root / DRAFTER_DIR / "config.json")
-    else:
-        (root / DRAFTER_DIR / "config.json").write_text(json.dumps(drafter))
-    return root
+    return models_dir(tmp / f"models-{uuid.uuid4().hex[:6]}", drafter)
 
 
 @dataclass(frozen=True)

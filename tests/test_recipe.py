@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from recipe_copies import REPO, TEST_DIGEST, copy_recipe, pinned
+from recipe_copies import REPO, TEST_DIGEST, copy_recipe, delete_key as _delete, pinned, set_key as _set
 from stackbuild.errors import RecipeError
 from stackbuild.recipe import DEFAULT_RECIPE, load_recipe
 
@@ -23,26 +23,6 @@ def run_build(recipe_path, *extra):
         [sys.executable, str(REPO / "build.py"), "build", "--recipe", str(recipe_path), *extra],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=120,
     )
-
-
-def _set(path: str, value):
-    def edit(data):
-        node = data
-        *parents, last = path.split(".")
-        for key in parents:
-            node = node[key]
-        node[last] = value
-    return edit
-
-
-def _delete(path: str):
-    def edit(data):
-        node = data
-        *parents, last = path.split(".")
-        for key in parents:
-            node = node[key]
-        del node[last]
-    return edit
 
 
 def _both(*edits):
