@@ -213,3 +213,23 @@ def test_a_base_missing_locally_is_pulled_with_the_docker_config_credentials(reg
     assert pulls and any("Digest: " + base.digest in e["status"] for e in pulls)
     assert local_tags(repository) == EXPECTED_TAGS
     assert json.loads(run.stdout)["pushed_digest"] is None
+
+
+@pytest.mark.arm64
+def test_the_2x_gb10_recipe_builds_and_gates_on_arm64(registry, synthetic_base_arm64, tmp_path):
+    """The multi-node GB10 recipe (TP2 over two nodes: the per-rank geometry, fp8_ds_mla target KV on
+    family 120) builds through qemu, and the gate in the image passes it against the vLLM installed there."""
+    base = synthetic_base_arm64
+    recipe = recipe_copy(tmp_path, "glm53-flash-dflash2-2x-gb10", base=base.image, tag=base.tag, digest=base.digest)
+    repository = unique_repository(registry.address, "gb10")
+    report_path = tmp_path / "report.json"
+    run = cli("build", "--recipe", str(recipe), "--repository", repository, "--no-push", "--report", str(report_path),
+              timeout=3600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    report = json.loads(report_path.read_text())
+    assert (report["platform"], report["geometry_verdict"]) == ("linux/arm64", "pass")
+    gate = json.loads(docker("run", "--rm", "--entrypoint", "cat", f"{repository}:latest",
+                             "/opt/glm53-overlay/geometry-report.json", text=True).stdout)
+    planned = gate["report"]
+    assert (planned["capability_family"], planned["tensor_parallel_size"], planned["nodes"]) == (120, 2, 2)
+    assert planned["target_kv_dtype"] == "fp8_ds_mla" and gate["verdict"]["passed"] is True
