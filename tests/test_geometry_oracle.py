@@ -22,6 +22,8 @@ from infra.fixtures import in_ci
 
 ROOT = Path(__file__).resolve().parents[1]
 
+pytestmark = pytest.mark.oracle
+
 try:
     import torch  # noqa: F401
     import vllm.v1.core.kv_cache_planning  # noqa: F401

@@ -22,6 +22,7 @@ import pytest
 from infra.fixtures import in_ci
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.oracle
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 

@@ -306,6 +306,7 @@ def test_failure_after_files_were_replaced_rolls_back(site, tmp_path):
     assert not manifest.exists() and not manifest.parent.exists()
 
 
+@pytest.mark.oracle
 def test_smoke_import_passes_with_vllm_python(site):
     python = oracle_python()
     proc = run_apply("--site-packages", site, "--smoke-import", "--json", python=python)
