@@ -151,8 +151,16 @@ def test_overlay_without_exact_fit_keeps_stock():
 
 
 def test_auto_kv_rule_only_on_family_100():
+    """vLLM 0.33.0's Glm5NextModelConfig.verify_and_update_config: only a
+    target KV dtype "auto" on capability family 100 becomes fp8, and then a
+    non-MTP drafter without its own dtype gets "auto" (bf16). Otherwise
+    nothing changes and the drafter runs the target's dtype."""
     r100 = simulate(_inputs(C.recipe_input("stock")))
     assert (r100.target_kv_dtype, r100.drafter_kv_dtype) == ("fp8", "auto")
+    r90 = simulate(_inputs(C.recipe_input("stock", capability_family=90)))
+    assert (r90.target_kv_dtype, r90.drafter_kv_dtype) == ("auto", "auto")
+    explicit = simulate(_inputs(C.recipe_input("stock", kv_cache_dtype="fp8")))
+    assert (explicit.target_kv_dtype, explicit.drafter_kv_dtype) == ("fp8", "fp8")
 
 
 @pytest.mark.parametrize("requested", ["auto", "fp8", "fp8_e4m3"])
