@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import os
 import subprocess
 import sys
@@ -109,6 +110,35 @@ def test_readme_default_recipe_table_from_config_arithmetic():
     drafter_per_token = 2 * d["num_key_value_heads"] // tp * d["head_dim"] * 2
     exact_fit = page // drafter_per_token
     assert exact_fit * drafter_per_token == page and exact_fit % 16 == 0  # FLASH_ATTN's kernel block
+
+    # bytes per block (kv_cache_planning._get_kv_cache_bytes_per_block, block-outermost
+    # layout): the widest group's pages, rounded up to the lcm of the layers' block
+    # stride alignments: the sparse MLA backend's rows (FlashInfer sparse MLA on family
+    # 100: MultipleOf(32) rows of the latent, align_blocks_to_rows) and the indexer's
+    # paged-MQA pages (64 states of 128 fp8 + 4 scale bytes)
+    key_bytes = t["index_head_dim"] + 4
+    stride = math.lcm(32 * mla_per_token, 64 * key_bytes)
+    assert stride == 540_672
+    mla_layers = t["layer_types"].count("indexed_attention")
+    kda_layers = t["layer_types"].count("linear_attention")
+    assert (mla_layers, kda_layers) == (11, 34)
+    # one group holds the 11 MLA layers' latent and indexer pages (an indexer
+    # state per index_kpool tokens); the 34 KDA layers go into 4 groups of at
+    # most 9 padded pages, less than the MLA group
+    mla_group = mla_layers * (page + block // t["index_kpool"] * key_bytes)
+    assert -(-kda_layers // 4) * page < mla_group
+    # stock: the drafter's 5 layers of 8x the MLA page are wider than any target
+    # group (wider even than all 34 KDA pages together)
+    stock_drafter_group = d["num_hidden_layers"] * block * drafter_per_token
+    assert stock_drafter_group > max(mla_group, kda_layers * page)
+    overlay_drafter_group = d["num_hidden_layers"] * page
+    assert overlay_drafter_group < mla_group
+    without = stride * -(-mla_group // stride)
+    assert without == 103 * stride == 55_689_216
+    assert (table.stock.bytes_per_block_with, table.stock.bytes_per_block_without) == (
+        stride * -(-stock_drafter_group // stride), without)
+    assert (table.overlay.bytes_per_block_with, table.overlay.bytes_per_block_without) == (
+        without, without)
 
     assert table.drafter_bytes_per_token == drafter_per_token == 4_096
     for column in (table.stock, table.overlay):

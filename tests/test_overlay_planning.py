@@ -25,6 +25,9 @@ import subprocess
 
 import pytest
 
+from readme_tables import default_recipe_table
+from stackbuild.plan import gate_input
+from stackbuild.recipe import DEFAULT_RECIPE, load_recipe
 from overlay_helpers import (
     REPO,
     RECIPE_CONFIGS,
@@ -41,6 +44,8 @@ TPS = (1, 2, 4)
 NUM_SPECS = (1, 3, 7)
 GRID = [(tp, ns) for tp in TPS for ns in NUM_SPECS]
 MEMORY_GIB = 200
+
+pytestmark = pytest.mark.oracle
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +83,7 @@ import vllm
 from geometry.inputs import GeometryInputs
 from geometry.oracle import plan_with_vllm
 
-configs, grid, memory = json.loads(sys.argv[1])
+configs, grid, memory, readme_input = json.loads(sys.argv[1])
 target = json.load(open(configs + "/target.config.json"))
 drafter = json.load(open(configs + "/drafter.config.json"))
 
@@ -94,6 +99,7 @@ def summary(p):
         "draft_padded": any(l.padded for l in drafter_rows),
         "draft_blocks": sorted({l.block_size for l in drafter_rows}),
         "draft_pages": sorted({l.page_bytes for l in drafter_rows}),
+        "kda_pages": sorted({(l.real_page_bytes, l.page_bytes) for l in p.layers if l.role == "kda"}),
     }
 
 out = []
@@ -108,8 +114,11 @@ for tp, ns in grid:
     report = plan_with_vllm(inputs)
     out.append({"with": summary(report.with_drafter),
                 "without": summary(report.target_only_same_spec)})
+readme = plan_with_vllm(GeometryInputs.from_json(readme_input))
 print("ORACLE_VLLM " + vllm.__file__)
 print("ORACLE " + json.dumps(out))
+print("ORACLE_README " + json.dumps({"with": summary(readme.with_drafter),
+                                     "without": summary(readme.target_only_same_spec)}))
 """
 
 
@@ -129,7 +138,8 @@ def oracle(trees):
                 trees["python"],
                 "-c",
                 ORACLE_DRIVER,
-                json.dumps([str(RECIPE_CONFIGS), GRID, MEMORY_GIB * GIB]),
+                json.dumps([str(RECIPE_CONFIGS), GRID, MEMORY_GIB * GIB,
+                            gate_input(load_recipe(DEFAULT_RECIPE))]),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -143,6 +153,7 @@ def oracle(trees):
         )
         assert lines["ORACLE_VLLM"].startswith(str(site)), lines["ORACLE_VLLM"]
         out[name] = dict(zip(GRID, json.loads(lines["ORACLE"])))
+        out[name + "_readme"] = json.loads(lines["ORACLE_README"])
     return out
 
 
@@ -247,23 +258,22 @@ def test_harness_agrees_with_oracle(harness, oracle, tp, ns):
         ), name
 
 
-def test_report_numbers(harness, capsys):
-    """The README table (printed with -s)."""
-    rows = []
-    for tp, ns in GRID:
-        s = harness["stock"][(tp, ns, True)]
-        p = harness["patched"][(tp, ns, True)]
-        n = harness["patched"][(tp, ns, False)]
-        rows.append(
-            f"TP{tp} num_spec {ns}: B={p['target_block_size']} "
-            f"stock {s['bytes_per_block']} B/block x {s['num_blocks']} = "
-            f"{s['num_blocks'] * s['target_block_size']} tokens | patched "
-            f"{p['bytes_per_block']} x {p['num_blocks']} = "
-            f"{p['num_blocks'] * p['target_block_size']} tokens | no drafter "
-            f"{n['bytes_per_block']} x {n['num_blocks']}"
-        )
-    with capsys.disabled():
-        print("\n" + "\n".join(rows))
+@pytest.mark.parametrize("tree", ["stock", "patched"])
+def test_readme_table_is_what_vllm_plans(oracle, tree):
+    """README's default-recipe table (stock vLLM 0.33.0 / with the overlay),
+    read from README.md, is what vLLM's own planner gives for the recipe's
+    gate input on the pristine and on the patched tree."""
+    table = default_recipe_table()
+    column = table.stock if tree == "stock" else table.overlay
+    with_d, alone = oracle[tree + "_readme"]["with"], oracle[tree + "_readme"]["without"]
+    assert with_d["error"] is None and alone["error"] is None, (with_d["error"], alone["error"])
+    assert (with_d["block_size"], with_d["target_attention_page"]) == (column.target_block, column.mla_page)
+    assert with_d["kda_pages"] == [[column.kda_real_page, column.kda_padded_page]]
+    assert (with_d["draft_blocks"], with_d["draft_pages"]) == ([column.drafter_block], [column.drafter_page])
+    assert column.drafter_page == column.drafter_block * table.drafter_bytes_per_token
+    assert (with_d["bytes_per_block"], alone["bytes_per_block"]) == (
+        column.bytes_per_block_with, column.bytes_per_block_without)
+    assert (with_d["num_blocks"], with_d["tokens_fit"]) == (column.blocks, column.kv_token_slots)
 
 
 def test_patch_0002_is_needed(trees, tmp_path):
