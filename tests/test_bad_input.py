@@ -74,7 +74,8 @@ NUMBERS = [
 def test_numbers(tmp_path, name, key, value, message):
     recipe = copy_recipe(tmp_path, _pinned(_set(key, value)))
     if isinstance(value, float) and not math.isfinite(value):
-        assert ".nan" in recipe.read_text() or ".inf" in recipe.read_text()  # YAML's own spelling
+        spelling = ".nan" if math.isnan(value) else ("-.inf" if value < 0 else ".inf")  # YAML's own
+        assert f"{key.rsplit('.', 1)[1]}: {spelling}" in recipe.read_text()
     _run_everywhere(tmp_path, recipe, 2, f"{recipe}: {key}: ", message)
 
 
