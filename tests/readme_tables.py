@@ -13,6 +13,7 @@ from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 TABLE_INTRO = "The default recipe (GB300, TP1,"
+PREFIX_TABLE_INTRO = "| | prefix caching off (`none`) | on (`align`, vLLM's default) |"
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,17 @@ class DefaultRecipeTable:
     overlay: Column
 
 
+def numbers(cell: str) -> list[int]:
+    """The integers in a cell, ignoring a trailing ``(= ...)`` explanation."""
+    return _numbers(cell)
+
+
 def _numbers(cell: str) -> list[int]:
     return [int(n.replace(",", "")) for n in re.findall(r"\d[\d,]*", cell.split("(=")[0])]
 
 
-def _rows(text: str) -> dict[str, tuple[str, str]]:
-    start = text.index(TABLE_INTRO)
+def _rows(text: str, intro: str = TABLE_INTRO) -> dict[str, tuple[str, str]]:
+    start = text.index(intro)
     rows: dict[str, tuple[str, str]] = {}
     for line in text[start:].splitlines()[1:]:
         if not line.strip():
@@ -80,3 +86,8 @@ def default_recipe_table(text: str | None = None) -> DefaultRecipeTable:
         columns.append(Column(block, mla, real, padded, d_block, d_page, with_, without, blocks,
                               slots, "PASS" in verdict))
     return DefaultRecipeTable(bytes_per_token, *columns)
+
+
+def prefix_caching_rows(text: str | None = None) -> dict[str, tuple[str, str]]:
+    """The prefix-caching table's cells: row label -> (off, on), as written."""
+    return _rows(README.read_text() if text is None else text, PREFIX_TABLE_INTRO)

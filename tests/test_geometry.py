@@ -26,7 +26,7 @@ from geometry.gate import GeometryMismatch, check  # noqa: E402
 from geometry.inputs import BadInput, GeometryInputs  # noqa: E402
 from geometry.simulate import simulate  # noqa: E402
 from geometry.table import render_text, to_json  # noqa: E402
-from readme_tables import default_recipe_table  # noqa: E402
+from readme_tables import default_recipe_table, numbers, prefix_caching_rows  # noqa: E402
 from stackbuild.plan import gate_input  # noqa: E402
 from stackbuild.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
 
@@ -166,6 +166,58 @@ def test_readme_default_recipe_table_from_config_arithmetic():
             column.target_block, column.bytes_per_block_with, column.blocks, column.kv_token_slots)
         assert alone.bytes_per_block == column.bytes_per_block_without
         assert check(report).passed is column.passed
+
+
+def test_readme_prefix_caching_table_from_arithmetic():
+    """README's prefix-caching table for the default recipe against vLLM
+    0.33.0's rules worked out here, and against the simulator's plans."""
+    rows = prefix_caching_rows()
+    table = default_recipe_table()
+    block, drafter_block = table.overlay.target_block, table.overlay.drafter_block
+    max_model_len, num_spec = 1 << 20, 7
+    kda_groups = 4  # 34 KDA layers in groups of at most 9 (test above)
+
+    def row(prefix):
+        (label,) = [label for label in rows if label.startswith(prefix)]
+        return rows[label]
+
+    # the plan does not change with the mode
+    off, on = row("block / blocks in 150 GiB / KV capacity")
+    assert numbers(off) == [block, table.overlay.blocks, table.overlay.kv_token_slots] and on == "same"
+    # scheduler block: the lcm of the groups' blocks; with mode "none" the KDA
+    # state block is max_model_len. Hash block: the gcd of the prefix-cacheable
+    # groups' blocks (resolve_kv_cache_block_sizes)
+    off, on = row("scheduler block / hash block")
+    assert numbers(off) == [math.lcm(max_model_len, block)] == [9_437_184] and off.endswith("/ same")
+    assert numbers(on) == [math.lcm(block, drafter_block), math.gcd(block, drafter_block)] == [9216, 1152]
+    # hits land on the hash block: the overlay's drafter block, stock's 9,216
+    # (its drafter takes the target block)
+    off, on = row("cache hits land every")
+    assert off == "no hits"
+    assert [numbers(part) for part in on.split(";")] == [[drafter_block], [table.stock.drafter_block]]
+    # KDA state blocks per request: one state (plus num_spec speculative ones),
+    # "align" keeps one more, the last checkpoint
+    off, on = row("KDA state blocks a request holds")
+    assert numbers(off) == [1, num_spec, 1 + num_spec] and numbers(on) == [2, num_spec, 2 + num_spec]
+    off, on = row("blocks one 1M-token request draws")
+    (off_blocks,), (on_blocks,) = numbers(off), numbers(on)
+    assert on_blocks - off_blocks == kda_groups
+    assert row("verdict") == ("PASS; FAIL", "PASS; FAIL")
+
+    for behaviour, hits in (("overlay", drafter_block), ("stock", table.stock.drafter_block)):
+        for enabled in (False, True):
+            raw = gate_input(load_recipe(DEFAULT_RECIPE), vllm_behaviour=behaviour)
+            report = simulate(_inputs(dict(raw, **C.prefix_caching(enabled))))
+            plan = report.with_drafter
+            pc = plan.prefix_cache
+            assert (pc.enabled, pc.can_hit) == (enabled, enabled)
+            if enabled:
+                assert (pc.hash_block_size, pc.hit_alignment_tokens) == (hits, hits)
+            if behaviour == "overlay":
+                assert len([g for g in plan.groups if g.spec_class == "MambaSpec"]) == kda_groups
+                assert pc.scheduler_block_size == (block if enabled else math.lcm(max_model_len, block))
+                assert (plan.num_blocks, plan.tokens_fit) == (table.overlay.blocks, table.overlay.kv_token_slots)
+            assert check(report).passed is (behaviour == "overlay")
 
 
 def test_overlay_without_exact_fit_keeps_stock():

@@ -45,7 +45,7 @@ from overlay_helpers import (
 pytestmark = pytest.mark.oracle
 
 # The GB300 recipe's target block B with prefix caching on (the hybrid block:
-# fp8 MLA latent 512 B/token, index_kpool 16 -> kernel block 512, KDA state
+# fp8 MLA latent 512 B/token, index_kpool 4 -> kernel block 128, KDA state
 # padded under it; the same 9,216 the planning tests use for mode none).
 B = 9216
 LATENT_BYTES_PER_TOKEN = 512  # kv_lora_rank 512, fp8, qk_rope_head_dim 0
