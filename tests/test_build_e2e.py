@@ -160,8 +160,11 @@ def test_a_failed_step_tags_nothing_even_without_push(synthetic_base_amd64, tmp_
     recipe = recipe_copy(tmp_path, "glm53-flash-dflash2-gb300", base=base.image, tag=base.tag, digest=base.digest)
     repository = unique_repository(registry.address, "archfail")
     run = cli("build", "--recipe", str(recipe), "--repository", repository, "--no-push")
-    assert run.returncode in (4, 6), run.stderr
-    assert "architecture check" in run.stderr.splitlines()[-1] or "ArchitectureMismatch" in run.stderr
+    # the Dockerfile's first RUN step compares uname -m with the recipe's platform
+    assert run.returncode == 4, run.stderr
+    error = next(line for line in run.stderr.splitlines() if line.startswith("error: "))
+    assert error.startswith("error: build step failed: architecture check"), error
+    assert "the recipe's platform linux/arm64 needs aarch64" in run.stderr
     assert local_tags(repository) == []
 
 
