@@ -42,10 +42,6 @@ class DefaultRecipeTable:
 
 def numbers(cell: str) -> list[int]:
     """The integers in a cell, ignoring a trailing ``(= ...)`` explanation."""
-    return _numbers(cell)
-
-
-def _numbers(cell: str) -> list[int]:
     return [int(n.replace(",", "")) for n in re.findall(r"\d[\d,]*", cell.split("(=")[0])]
 
 
@@ -71,16 +67,16 @@ def _row(rows: dict[str, tuple[str, str]], prefix: str) -> tuple[str, str]:
 def default_recipe_table(text: str | None = None) -> DefaultRecipeTable:
     rows = _rows(README.read_text() if text is None else text)
     (drafter_label,) = [label for label in rows if label.startswith("drafter block / page")]
-    (bytes_per_token,) = _numbers(drafter_label.split(":")[1])
+    (bytes_per_token,) = numbers(drafter_label.split(":")[1])
     columns = []
     for i in (0, 1):
-        block, mla = _numbers(_row(rows, "target block size / MLA latent page")[i])
+        block, mla = numbers(_row(rows, "target block size / MLA latent page")[i])
         kda = _row(rows, "KDA state page")[i]
-        real, padded = _numbers(_row(rows, "KDA state page")[0] if kda == "same" else kda)
-        d_block, d_page = _numbers(_row(rows, "drafter block / page")[i])
-        with_, without = _numbers(_row(rows, "bytes per block, with / without")[i])
-        (blocks,) = _numbers(_row(rows, "blocks in 150 GiB")[i])
-        (slots,) = _numbers(_row(rows, "KV token slots")[i])
+        real, padded = numbers(_row(rows, "KDA state page")[0] if kda == "same" else kda)
+        d_block, d_page = numbers(_row(rows, "drafter block / page")[i])
+        with_, without = numbers(_row(rows, "bytes per block, with / without")[i])
+        (blocks,) = numbers(_row(rows, "blocks in 150 GiB")[i])
+        (slots,) = numbers(_row(rows, "KV token slots")[i])
         verdict = _row(rows, "verdict")[i]
         assert ("PASS" in verdict) != ("FAIL" in verdict), verdict
         columns.append(Column(block, mla, real, padded, d_block, d_page, with_, without, blocks,
