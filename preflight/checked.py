@@ -12,8 +12,10 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Optional
 
+from geometry.image_contract import PREFLIGHT_CHECKED
+
 SCHEMA = "glm53-preflight-checked/1"
-FILE_NAME = "preflight-checked.json"  # next to the payload's geometry/ and preflight/
+FILE_NAME = PREFLIGHT_CHECKED  # under the payload root, next to geometry/ and preflight/
 
 
 class CheckedUnreadable(ValueError):

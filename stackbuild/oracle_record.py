@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Mapping, Optional, Protocol
 
 from geometry import record as record_mod
+from geometry.image_contract import ORACLE_RECORD
 
 from .atomic import replace_file
 from .errors import OracleRecordError
 from .recipe import REPO_ROOT, Recipe
 
 RECORD_NAME = "recipe.oracle.json"
-IMAGE_RECORD_NAME = "oracle-record.json"  # in the image's payload directory
+IMAGE_RECORD_NAME = ORACLE_RECORD  # in the image's payload directory
 GEOMETRY_DIR = REPO_ROOT / "geometry"
 
 

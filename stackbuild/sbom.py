@@ -17,6 +17,8 @@ from cyclonedx.model.component import Component, ComponentType
 from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 
+from geometry.image_contract import OVERLAY_MANIFEST, payload_path
+
 from .engine import DockerEngine
 from .errors import BuildStepFailed
 
@@ -52,7 +54,7 @@ class Inventory:
 
 def read_inventory(engine: DockerEngine, image: str, payload_dir: str, platform: str) -> Inventory:
     """Ask the image's python3 for its distributions and the overlay's changed files."""
-    code, out, err = engine.run(image, ["python3", "-c"], [INVENTORY_SCRIPT, f"{payload_dir}/manifest.json"],
+    code, out, err = engine.run(image, ["python3", "-c"], [INVENTORY_SCRIPT, payload_path(OVERLAY_MANIFEST, payload_dir)],
                                 platform=platform)
     if code != 0:
         tail = " | ".join(line for line in err.splitlines() if line.strip())[-400:]
