@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 import geometry_cases as C  # noqa: E402
 from geometry.gate import GeometryMismatch, OracleDisagreement, check  # noqa: E402
+from geometry.image_contract import GateReport  # noqa: E402
 from geometry.inputs import BadInput, GeometryInputs  # noqa: E402
 from geometry.simulate import simulate  # noqa: E402
 from geometry.table import render_text, to_json  # noqa: E402
@@ -187,6 +188,11 @@ def test_cli_exit_codes(tmp_path):
     assert ok.returncode == 0, ok.stderr
     data = json.loads(ok.stdout)
     assert data["verdict"]["passed"] and json.loads(out.read_text())["verdict"]["passed"]
+    # Its one reader (geometry/image_contract.py) takes what it writes, field for field.
+    written = json.loads(out.read_text())
+    read = GateReport.from_json(written)
+    assert read.verdict_word == "pass" and read.oracle is None and "applied" in read.behaviour_source
+    assert json.loads(json.dumps(read.to_json())) == written
     forced = _run_cli(tmp_path, C.recipe_input("overlay"), "--behaviour", "stock")
     assert forced.returncode == 1
     bad = _run_cli(tmp_path, {"target_config": {}}, "--behaviour", "stock")

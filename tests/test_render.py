@@ -79,6 +79,15 @@ def test_steps_are_named_for_people(plan):
     assert step_name(len(named) + 1) == f"step {len(named) + 1}"
 
 
+def test_a_template_that_drifts_from_the_contract_is_refused(plan, monkeypatch):
+    from geometry import image_contract
+    from stackbuild.errors import InternalError
+
+    monkeypatch.setattr(image_contract, "BUILD_STEPS", image_contract.BUILD_STEPS[:-1])
+    with pytest.raises(InternalError, match="Dockerfile.j2: its instructions .* LABEL are not the build steps"):
+        render(plan)
+
+
 def test_labels_present_and_derived_from_recipe(plan):
     label_args = [args for word, args in instructions(render(plan)) if word == "LABEL"]
     assert len(label_args) == 1
