@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from geometry.image_contract import PREFLIGHT_CHECKED  # noqa: E402
 from preflight import checked as checked_mod  # noqa: E402
 from stackbuild.plan import gate_input  # noqa: E402
 from stackbuild.preflight_record import checked_serve  # noqa: E402
@@ -62,7 +63,7 @@ def main(argv=None) -> int:
         payload, models = Path(tmp) / "payload", Path(tmp) / "models"
         shutil.copytree(ROOT / "preflight", payload / "preflight", ignore=shutil.ignore_patterns("__pycache__"))
         checked = checked_serve(recipe, gate_input(recipe))
-        checked_mod.write(checked, str(payload / checked_mod.FILE_NAME))
+        checked_mod.write(checked, str(payload / PREFLIGHT_CHECKED))
         for model in (recipe.target, recipe.drafter):
             directory = models / model.path.removeprefix("/models/")
             directory.mkdir(parents=True)

@@ -7,16 +7,10 @@ from __future__ import annotations
 import itertools
 import math
 
-try:  # package import (tests, oracle) or sibling import (CLI as a script)
-    from . import backends as B
-    from .inputs import GeometryInputs
-    from .kv_spec import CacheConfig, SimulatedError, cdiv
-    from .model import Model
-except ImportError:  # pragma: no cover - script mode
-    import backends as B  # type: ignore[no-redef]
-    from inputs import GeometryInputs  # type: ignore[no-redef]
-    from kv_spec import CacheConfig, SimulatedError, cdiv  # type: ignore[no-redef]
-    from model import Model  # type: ignore[no-redef]
+from . import backends as B
+from .inputs import GeometryInputs
+from .kv_spec import CacheConfig, SimulatedError, cdiv
+from .model import Model
 
 DEFAULT_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE
 

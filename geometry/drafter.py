@@ -6,18 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-try:  # package import (tests, oracle) or sibling import (CLI as a script)
-    from . import backends as B
-    from .inputs import BadInput, GeometryInputs
-    from .kv_spec import DTYPE_BYTES, CacheConfig, SimulatedError, Spec
-    from .model_parts import (Layer, SpecBuilder, check_flash_attn_head_size, customize_attention_spec,
-                              kv_dtype_name, kv_heads_per_rank, required)
-except ImportError:  # pragma: no cover - script mode
-    import backends as B  # type: ignore[no-redef]
-    from inputs import BadInput, GeometryInputs  # type: ignore[no-redef]
-    from kv_spec import DTYPE_BYTES, CacheConfig, SimulatedError, Spec  # type: ignore[no-redef]
-    from model_parts import (Layer, SpecBuilder, check_flash_attn_head_size,  # type: ignore[no-redef]
-                             customize_attention_spec, kv_dtype_name, kv_heads_per_rank, required)
+from . import backends as B
+from .inputs import BadInput, GeometryInputs
+from .kv_spec import DTYPE_BYTES, CacheConfig, SimulatedError, Spec
+from .model_parts import (Layer, SpecBuilder, check_flash_attn_head_size, customize_attention_spec,
+                          kv_dtype_name, kv_heads_per_rank, required)
 
 
 @dataclass(frozen=True)

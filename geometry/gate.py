@@ -23,16 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-try:
-    from .capacity import full_attention_groups, kv_token_capacity
-    from .inputs import GeometryInputs
-    from .serving_limits import serving_limit_reasons
-    from .report import GeometryReport, Plan
-except ImportError:  # pragma: no cover - script mode
-    from capacity import full_attention_groups, kv_token_capacity  # type: ignore[no-redef]
-    from inputs import GeometryInputs  # type: ignore[no-redef]
-    from serving_limits import serving_limit_reasons  # type: ignore[no-redef]
-    from report import GeometryReport, Plan  # type: ignore[no-redef]
+from .capacity import full_attention_groups, kv_token_capacity
+from .inputs import GeometryInputs
+from .serving_limits import serving_limit_reasons
+from .report import GeometryReport, Plan
 
 
 class GeometryMismatch(Exception):

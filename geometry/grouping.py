@@ -9,15 +9,9 @@ import math
 from collections import Counter
 from dataclasses import replace
 
-try:  # package import (tests, oracle) or sibling import (CLI as a script)
-    from . import backends as B
-    from .kv_spec import SimulatedError, Spec, cdiv, is_uniform_type, round_up, uniform_with_collection
-    from .model import Model
-except ImportError:  # pragma: no cover - script mode
-    import backends as B  # type: ignore[no-redef]
-    from kv_spec import (SimulatedError, Spec, cdiv, is_uniform_type, round_up,  # type: ignore[no-redef]
-                         uniform_with_collection)
-    from model import Model  # type: ignore[no-redef]
+from . import backends as B
+from .kv_spec import SimulatedError, Spec, cdiv, is_uniform_type, round_up, uniform_with_collection
+from .model import Model
 
 
 def resolve_layout(model: Model, specs: dict[str, Spec]) -> str:

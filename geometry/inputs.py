@@ -175,10 +175,7 @@ def resolve_prefix_caching(
     if mamba_cache_mode is not None and mamba_cache_mode not in MAMBA_CACHE_MODES:
         raise BadInput(f"--mamba-cache-mode must be one of {MAMBA_CACHE_MODES}, "
                        f"got {mamba_cache_mode!r}")
-    try:
-        from .model import model_kind
-    except ImportError:  # pragma: no cover - script mode
-        from model import model_kind  # type: ignore[no-redef]
+    from .model import model_kind
 
     if not isinstance(target_config, Mapping):
         raise BadInput("target_config must be a JSON object")

@@ -8,10 +8,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-try:  # package import (tests, oracle) or sibling import (CLI as a script)
-    from . import backends as B
-except ImportError:  # pragma: no cover - script mode
-    import backends as B  # type: ignore[no-redef]
+from . import backends as B
 
 DTYPE_BYTES = {
     "float32": 4, "float": 4,

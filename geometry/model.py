@@ -8,23 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-try:  # package import (tests, oracle) or sibling import (CLI as a script)
-    from . import backends as B
-    from . import model_glm5next, model_kimi_linear, model_qwen3_next
-    from .drafter import build_drafter
-    from .inputs import BadInput, GeometryInputs
-    from .kv_spec import DTYPE_BYTES, SUPPORTED_KV_DTYPES, SimulatedError
-    from .model_parts import Layer, TargetSettings, kv_dtype_name, required, text_config
-except ImportError:  # pragma: no cover - script mode
-    import backends as B  # type: ignore[no-redef]
-    import model_glm5next  # type: ignore[no-redef]
-    import model_kimi_linear  # type: ignore[no-redef]
-    import model_qwen3_next  # type: ignore[no-redef]
-    from drafter import build_drafter  # type: ignore[no-redef]
-    from inputs import BadInput, GeometryInputs  # type: ignore[no-redef]
-    from kv_spec import DTYPE_BYTES, SUPPORTED_KV_DTYPES, SimulatedError  # type: ignore[no-redef]
-    from model_parts import (Layer, TargetSettings, kv_dtype_name, required,  # type: ignore[no-redef]
-                             text_config)
+from . import backends as B
+from . import model_glm5next, model_kimi_linear, model_qwen3_next
+from .drafter import build_drafter
+from .inputs import BadInput, GeometryInputs
+from .kv_spec import DTYPE_BYTES, SUPPORTED_KV_DTYPES, SimulatedError
+from .model_parts import Layer, TargetSettings, kv_dtype_name, required, text_config
 
 TARGET_BUILDERS = {
     "glm5next": model_glm5next.build_target,

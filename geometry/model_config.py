@@ -12,10 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-try:  # package import (tests, build driver) or sibling import (the gate as a script)
-    from .inputs import BadInput
-except ImportError:  # pragma: no cover - script mode
-    from inputs import BadInput  # type: ignore[no-redef]
+from .inputs import BadInput
 
 # Larger than any real layer count, head count or head size by orders of magnitude,
 # small enough that the simulator's per-layer work stays bounded.

@@ -4,20 +4,11 @@ a kpool tail ring and a sparse MLA latent (stdlib only)."""
 
 from __future__ import annotations
 
-try:  # package import (tests, oracle) or sibling import (CLI as a script)
-    from . import backends as B
-    from .inputs import BadInput
-    from .kv_spec import DTYPE_BYTES, CacheConfig, SimulatedError, Spec, cdiv, next_power_of_2
-    from .model_parts import (Layer, SpecBuilder, Target, TargetSettings, attention_builder,
-                              customize_attention_spec, kda_state, mamba_builder, required)
-except ImportError:  # pragma: no cover - script mode
-    import backends as B  # type: ignore[no-redef]
-    from inputs import BadInput  # type: ignore[no-redef]
-    from kv_spec import (DTYPE_BYTES, CacheConfig, SimulatedError, Spec, cdiv,  # type: ignore[no-redef]
-                         next_power_of_2)
-    from model_parts import (Layer, SpecBuilder, Target, TargetSettings,  # type: ignore[no-redef]
-                             attention_builder, customize_attention_spec, kda_state, mamba_builder,
-                             required)
+from . import backends as B
+from .inputs import BadInput
+from .kv_spec import DTYPE_BYTES, CacheConfig, SimulatedError, Spec, cdiv, next_power_of_2
+from .model_parts import (Layer, SpecBuilder, Target, TargetSettings, attention_builder,
+                          customize_attention_spec, kda_state, mamba_builder, required)
 
 
 def tail_ring_builder(kpool: int, head_dim: int, num_spec: int) -> SpecBuilder:

@@ -6,17 +6,10 @@ from __future__ import annotations
 
 from typing import Mapping
 
-try:  # package import (tests, oracle) or sibling import (CLI as a script)
-    from . import backends as B
-    from .inputs import BadInput
-    from .kv_spec import DTYPE_BYTES, SimulatedError, Spec
-    from .model_parts import Layer, Target, TargetSettings, attention_builder, kda_state, mamba_builder, required
-except ImportError:  # pragma: no cover - script mode
-    import backends as B  # type: ignore[no-redef]
-    from inputs import BadInput  # type: ignore[no-redef]
-    from kv_spec import DTYPE_BYTES, SimulatedError, Spec  # type: ignore[no-redef]
-    from model_parts import (Layer, Target, TargetSettings, attention_builder,  # type: ignore[no-redef]
-                             kda_state, mamba_builder, required)
+from . import backends as B
+from .inputs import BadInput
+from .kv_spec import DTYPE_BYTES, SimulatedError, Spec
+from .model_parts import Layer, Target, TargetSettings, attention_builder, kda_state, mamba_builder, required
 
 
 def build_target(s: TargetSettings) -> Target:

@@ -8,14 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
-try:  # package import (tests, oracle) or sibling import (CLI as a script)
-    from . import backends as B
-    from .inputs import BadInput
-    from .kv_spec import DTYPE_BYTES, CacheConfig, SimulatedError, Spec
-except ImportError:  # pragma: no cover - script mode
-    import backends as B  # type: ignore[no-redef]
-    from inputs import BadInput  # type: ignore[no-redef]
-    from kv_spec import DTYPE_BYTES, CacheConfig, SimulatedError, Spec  # type: ignore[no-redef]
+from . import backends as B
+from .inputs import BadInput
+from .kv_spec import DTYPE_BYTES, CacheConfig, SimulatedError, Spec
 
 SpecBuilder = Callable[[CacheConfig], Spec]
 

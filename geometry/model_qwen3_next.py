@@ -3,17 +3,10 @@ layers and full-attention layers (FLASH_ATTN) (stdlib only)."""
 
 from __future__ import annotations
 
-try:  # package import (tests, oracle) or sibling import (CLI as a script)
-    from . import backends as B
-    from .kv_spec import DTYPE_BYTES, SimulatedError, Spec
-    from .model_parts import (Layer, MambaState, Target, TargetSettings, attention_builder,
-                              check_flash_attn_head_size, kv_heads_per_rank, mamba_builder, required)
-except ImportError:  # pragma: no cover - script mode
-    import backends as B  # type: ignore[no-redef]
-    from kv_spec import DTYPE_BYTES, SimulatedError, Spec  # type: ignore[no-redef]
-    from model_parts import (Layer, MambaState, Target, TargetSettings,  # type: ignore[no-redef]
-                             attention_builder, check_flash_attn_head_size, kv_heads_per_rank,
-                             mamba_builder, required)
+from . import backends as B
+from .kv_spec import DTYPE_BYTES, SimulatedError, Spec
+from .model_parts import (Layer, MambaState, Target, TargetSettings, attention_builder,
+                          check_flash_attn_head_size, kv_heads_per_rank, mamba_builder, required)
 
 
 def gdn_state(tc, tp: int, num_spec: int, model_dtype: str) -> MambaState:

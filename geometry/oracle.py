@@ -49,28 +49,16 @@ import types
 from dataclasses import replace as dc_replace
 from typing import Any
 
-try:
-    from . import backends as B
-    from . import record
-    from .block_size import DEFAULT_BLOCK_SIZE
-    from .drafter import drafter_sliding_window
-    from .model import model_kind, resolve_model_dtype
-    from .model_parts import text_config
-    from .report import GeometryReport, GroupRow, LayerRow, Plan
-    from .simulate import simulate
-    from .inputs import GeometryInputs
-    from .prefix_cache import PrefixCache, can_hit
-except ImportError:  # pragma: no cover - script mode
-    import backends as B  # type: ignore[no-redef]
-    import record  # type: ignore[no-redef]
-    from block_size import DEFAULT_BLOCK_SIZE  # type: ignore[no-redef]
-    from drafter import drafter_sliding_window  # type: ignore[no-redef]
-    from model import model_kind, resolve_model_dtype  # type: ignore[no-redef]
-    from model_parts import text_config  # type: ignore[no-redef]
-    from report import GeometryReport, GroupRow, LayerRow, Plan  # type: ignore[no-redef]
-    from simulate import simulate  # type: ignore[no-redef]
-    from inputs import GeometryInputs  # type: ignore[no-redef]
-    from prefix_cache import PrefixCache, can_hit  # type: ignore[no-redef]
+from . import backends as B
+from . import record
+from .block_size import DEFAULT_BLOCK_SIZE
+from .drafter import drafter_sliding_window
+from .model import model_kind, resolve_model_dtype
+from .model_parts import text_config
+from .report import GeometryReport, GroupRow, LayerRow, Plan
+from .simulate import simulate
+from .inputs import GeometryInputs
+from .prefix_cache import PrefixCache, can_hit
 
 # The capability reported for a family: vLLM's family test (and every SM12x
 # choice in the planning path) reads the major only; 12.1 is GB10 (DGX Spark).

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-try:  # package import (tests, oracle) or sibling import (CLI as a script)
-    from .prefix_cache import PrefixCache
-except ImportError:  # pragma: no cover - script mode
-    from prefix_cache import PrefixCache  # type: ignore[no-redef]
+from .prefix_cache import PrefixCache
 
 @dataclass(frozen=True)
 class LayerRow:

@@ -11,14 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-try:  # package import (tests, build driver) or sibling import (the gate as a script)
-    from .capacity import kv_token_capacity
-    from .inputs import GeometryInputs
-    from .report import GeometryReport
-except ImportError:  # pragma: no cover - script mode
-    from capacity import kv_token_capacity  # type: ignore[no-redef]
-    from inputs import GeometryInputs  # type: ignore[no-redef]
-    from report import GeometryReport  # type: ignore[no-redef]
+from .capacity import kv_token_capacity
+from .inputs import GeometryInputs
+from .report import GeometryReport
 
 
 def _max_position_embeddings(target_config: Mapping[str, Any]) -> int | None:

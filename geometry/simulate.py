@@ -45,24 +45,14 @@ message) instead of numbers.
 
 from __future__ import annotations
 
-try:  # package import (tests, oracle) or sibling import (CLI as a script)
-    from .block_size import update_block_size
-    from .grouping import bytes_per_block, group_kv_cache, resolve_layout, validate_layout
-    from .inputs import GeometryInputs
-    from .kv_spec import SimulatedError, Spec
-    from .model import Model, build_model, model_kind
-    from .prefix_cache import CacheGroup, PrefixCacheError
-    from .prefix_cache import resolve as resolve_prefix_cache
-    from .report import GeometryReport, GroupRow, LayerRow, Plan
-except ImportError:  # pragma: no cover - script mode
-    from block_size import update_block_size  # type: ignore[no-redef]
-    from grouping import bytes_per_block, group_kv_cache, resolve_layout, validate_layout  # type: ignore[no-redef]
-    from inputs import GeometryInputs  # type: ignore[no-redef]
-    from kv_spec import SimulatedError, Spec  # type: ignore[no-redef]
-    from model import Model, build_model, model_kind  # type: ignore[no-redef]
-    from prefix_cache import CacheGroup, PrefixCacheError  # type: ignore[no-redef]
-    from prefix_cache import resolve as resolve_prefix_cache  # type: ignore[no-redef]
-    from report import GeometryReport, GroupRow, LayerRow, Plan  # type: ignore[no-redef]
+from .block_size import update_block_size
+from .grouping import bytes_per_block, group_kv_cache, resolve_layout, validate_layout
+from .inputs import GeometryInputs
+from .kv_spec import SimulatedError, Spec
+from .model import Model, build_model, model_kind
+from .prefix_cache import CacheGroup, PrefixCacheError
+from .prefix_cache import resolve as resolve_prefix_cache
+from .report import GeometryReport, GroupRow, LayerRow, Plan
 
 __all__ = ["simulate", "GeometryReport", "Plan", "LayerRow", "GroupRow", "SimulatedError", "model_kind"]
 

@@ -5,16 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-try:
-    from .capacity import kv_token_capacity
-    from .gate import Verdict
-    from .prefix_cache import PrefixCache
-    from .report import GeometryReport, Plan
-except ImportError:  # pragma: no cover - script mode
-    from capacity import kv_token_capacity  # type: ignore[no-redef]
-    from gate import Verdict  # type: ignore[no-redef]
-    from prefix_cache import PrefixCache  # type: ignore[no-redef]
-    from report import GeometryReport, Plan  # type: ignore[no-redef]
+from .capacity import kv_token_capacity
+from .gate import Verdict
+from .prefix_cache import PrefixCache
+from .report import GeometryReport, Plan
 
 GIB = 1 << 30
 

@@ -56,6 +56,8 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_SERIES = HERE / "series" / "vllm-0.33.0"
 SERIES_FILE = "series"
 LOCK_FILE = "lock.json"
+# The manifest's reader is geometry/image_contract.py (OverlayManifest): this step runs before
+# geometry/ is in the image, so build_manifest writes that shape here and a test reads it back.
 MANIFEST_SCHEMA = "glm53-overlay-manifest/1"
 
 

@@ -117,7 +117,7 @@ def _read_configs(flags: ServeFlags, locate: Callable[[str], str]):
 
 
 def _installed_behaviour(manifest: Optional[str]) -> str:
-    from geometry.sim_glm5_drafter_hades import overlay_applied
+    from geometry.gate_main import overlay_applied
 
     if manifest is None:
         return "stock"

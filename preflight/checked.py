@@ -3,7 +3,8 @@
 One typed definition: the build writes it (``write``, from the recipe), the
 pre-flight reads it (``load``). The fast path compares the container's argv and
 the mounted configs' sha256 with it; the slow path takes from its gate input
-what no serve flag says (GPU family, memory for the KV cache).
+what no serve flag says (GPU family, memory for the KV cache). Where it lies in
+the image: geometry/image_contract.py (``PREFLIGHT_CHECKED``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Optional
 
 SCHEMA = "glm53-preflight-checked/1"
-FILE_NAME = "preflight-checked.json"  # next to the payload's geometry/ and preflight/
 
 
 class CheckedUnreadable(ValueError):

@@ -13,6 +13,8 @@ import os
 import sys
 from typing import Callable, Optional, Sequence
 
+from geometry.image_contract import OVERLAY_MANIFEST, PREFLIGHT_CHECKED, payload_path
+
 from . import checked as checked_mod
 from .outcome import EXIT_BAD_MODE, EXIT_UNCHECKED, PREFIX, Outcome, refused
 
@@ -87,8 +89,8 @@ def main(argv: Sequence[str], payload_dir: str) -> int:
     if mode == "off":
         _say(f"{PREFIX} off ({MODE_ENV}=off): vLLM starts with a KV geometry nobody checked at start")
     else:
-        outcome = preflight(argv, checked_path=os.path.join(payload_dir, checked_mod.FILE_NAME),
-                            overlay_manifest=os.path.join(payload_dir, "manifest.json"))
+        outcome = preflight(argv, checked_path=payload_path(PREFLIGHT_CHECKED, payload_dir),
+                            overlay_manifest=payload_path(OVERLAY_MANIFEST, payload_dir))
         for line in outcome.lines:
             _say(line)
         if not outcome.passed:

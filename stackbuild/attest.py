@@ -16,6 +16,8 @@ import json
 from datetime import datetime, timezone
 from typing import Optional
 
+from geometry.image_contract import GATE_REPORT, ContractError, payload_path
+
 from .attach import NotAttached, attach, fetch_document
 from .engine import DockerEngine
 from .errors import BuildStepFailed, VerifyError
@@ -24,7 +26,7 @@ from .plan import BuildPlan
 from .progress import Progress
 from .provenance import PREDICATE_TYPE, PROVENANCE_MEDIA_TYPE, STATEMENT_TYPE, builder, make_statement
 from .registry import RegistryClient
-from .report import GEOMETRY_REPORT_NAME, geometry_verdict
+from .report import geometry_verdict
 from .sbom import SBOM_MEDIA_TYPE, Inventory, make_sbom, overlay_files_of, read_inventory
 
 
@@ -36,7 +38,7 @@ def registry_client(engine: DockerEngine, repository: str, progress: Optional[Pr
 
 
 def gate_report_sha256(engine: DockerEngine, image: str, payload_dir: str) -> tuple[str, bytes]:
-    path = f"{payload_dir}/{GEOMETRY_REPORT_NAME}"
+    path = payload_path(GATE_REPORT, payload_dir)
     raw = engine.read_file(image, path)
     if raw is None:
         raise BuildStepFailed("attest", f"the image has no {path}")
@@ -51,10 +53,13 @@ def attest_image(engine: DockerEngine, plan: BuildPlan, image_id: str, image_dig
         raise BuildStepFailed("attest", f"{plan.image.repository}@{image_digest}: the registry does not have the pushed manifest")
     inventory = read_inventory(engine, image_id, plan.payload_dir, plan.recipe.platform)
     report_sha, raw = gate_report_sha256(engine, image_id, plan.payload_dir)
-    verdict = geometry_verdict(json.loads(raw)) or "unknown"
+    try:
+        verdict = geometry_verdict(json.loads(raw))
+    except (ValueError, ContractError):  # not JSON, or not the gate's report
+        verdict = "unknown"
     finished = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     statement = make_statement(plan, image_digest=image_digest, gate_verdict=verdict, gate_report_sha256=report_sha,
-                               gate_report_path=f"{plan.payload_dir}/{GEOMETRY_REPORT_NAME}",
+                               gate_report_path=payload_path(GATE_REPORT, plan.payload_dir),
                                builder_info=builder(engine.describe()), finished_on=finished)
     annotations = {"org.opencontainers.image.created": finished}
     sbom = attach(client, subject.descriptor, SBOM_MEDIA_TYPE, make_sbom(inventory, plan.image.repository, image_digest),

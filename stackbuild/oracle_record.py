@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Mapping, Optional, Protocol
 
 from geometry import record as record_mod
+from geometry.image_contract import ORACLE_RECORD, payload_path
 
 from .atomic import replace_file
 from .errors import OracleRecordError
 from .recipe import REPO_ROOT, Recipe
 
 RECORD_NAME = "recipe.oracle.json"
-IMAGE_RECORD_NAME = "oracle-record.json"  # in the image's payload directory
 GEOMETRY_DIR = REPO_ROOT / "geometry"
 
 
@@ -73,8 +73,9 @@ class ReadsImageFiles(Protocol):
 def save_from_image(engine: ReadsImageFiles, image: str, recipe: Recipe, gate_input: Mapping,
                     payload_dir: str) -> tuple[Path, dict]:
     """Read the record the gate left in ``image``, check it and write it next to the recipe (atomically)."""
-    where = f"{image}:{payload_dir}/{IMAGE_RECORD_NAME}"
-    raw = engine.read_file(image, f"{payload_dir}/{IMAGE_RECORD_NAME}")
+    path = payload_path(ORACLE_RECORD, payload_dir)
+    where = f"{image}:{path}"
+    raw = engine.read_file(image, path)
     if raw is None:
         raise OracleRecordError(f"{where}: no oracle record in the image (built before records existed?)")
     try:

@@ -26,6 +26,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
+from geometry.image_contract import GATE_REPORT, GATE_STEP, ContractError, payload_path, step_name
+
 from . import engine as engine_mod
 from .errors import ArchitectureMismatch, BuildStepFailed, GeometryGateFailed, PullError, PushError, StackBuildError
 from .attest import attest_image, registry_client
@@ -34,10 +36,10 @@ from .labels import LABEL_NS
 from .lock import PinnedBase
 from .oracle_record import record_path, save_from_image
 from .plan import BuildPlan
-from .progress import GATE_STEP, Progress, step_name
+from .progress import Progress
 from .publish import check_pinned_tags, local_image_of, push_tags, tag_image
 from .render import write_context
-from .report import GEOMETRY_REPORT_NAME, build_report, geometry_verdict, oracle_source, read_report, write_report
+from .report import build_report, geometry_verdict, oracle_source, read_report, write_report
 
 TAIL_LINES = 15
 
@@ -108,7 +110,7 @@ def build_image(engine: engine_mod.DockerEngine, plan: BuildPlan, progress: Prog
     if outcome.image_id:
         return outcome.image_id
     progress.end_step(failed=True)
-    name = step_name(outcome.step_instruction) if outcome.step_instruction else "build context"
+    name = step_name(outcome.step_number) if outcome.step_number else "build context"
     tail = tuple(line for line in outcome.step_output if line.strip())[-TAIL_LINES:]
     where = f"step {outcome.step_number}/{outcome.step_total}" if outcome.step_number else "before the first step"
     detail = f"{_short_error(outcome.error or 'failed')} ({where})"
@@ -129,19 +131,19 @@ def check_architecture(image: dict, plan: BuildPlan) -> None:
 
 
 def read_geometry_report(engine: engine_mod.DockerEngine, image_id: str, plan: BuildPlan) -> dict:
-    path = f"{plan.payload_dir}/{GEOMETRY_REPORT_NAME}"
+    path = payload_path(GATE_REPORT, plan.payload_dir)
     raw = engine.read_file(image_id, path)
     if raw is None:
         raise BuildStepFailed(GATE_STEP, f"the image has no {path}: the gate did not run")
     try:
         report = json.loads(raw)
+        verdict = geometry_verdict(report)
     except json.JSONDecodeError as exc:
         raise BuildStepFailed(GATE_STEP, f"{path} is not JSON ({exc})") from None
-    if not isinstance(report, dict):
-        raise BuildStepFailed(GATE_STEP, f"{path} does not hold a JSON object")
-    verdict = geometry_verdict(report)
+    except ContractError as exc:
+        raise BuildStepFailed(GATE_STEP, f"{path}: {exc}") from None
     if verdict != "pass":
-        raise GeometryGateFailed(f"{plan.recipe.path}: the in-image gate report says {verdict or 'nothing'} ({path}); nothing was tagged")
+        raise GeometryGateFailed(f"{plan.recipe.path}: the in-image gate report says {verdict} ({path}); nothing was tagged")
     return report
 
 
@@ -351,7 +353,7 @@ def _push_platforms(plans: Sequence[BuildPlan], progress: Progress, report_path:
     built = []
     for plan in plans:
         image = _local_image_of_recipe(engine, platform_plan(plan))
-        report = engine.read_file(image["Id"], f"{plan.payload_dir}/{GEOMETRY_REPORT_NAME}")
+        report = engine.read_file(image["Id"], payload_path(GATE_REPORT, plan.payload_dir))
         built.append(Built(plan, image["Id"], image, json.loads(report) if report else {}, None))
     return _publish_platforms(engine, built, progress, push=True, report_path=report_path, force=force)
 

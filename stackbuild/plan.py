@@ -17,12 +17,13 @@ from typing import Mapping, Optional
 from .errors import RecipeError
 from .labels import LABEL_NS
 from .lock import PinnedBase, pinned_base
+from geometry.image_contract import PAYLOAD_DIR
+
 from .naming import ImageName, image_name, source_date_epoch, source_revision
 from .oracle_record import NOT_READ
 from .oracle_record import choose as choose_oracle_record
 from .recipe import Recipe
 
-PAYLOAD_DIR = "/opt/glm53-overlay"
 GIB = 1024**3
 
 

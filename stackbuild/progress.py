@@ -14,26 +14,8 @@ import time
 from contextlib import contextmanager
 from typing import IO, Iterator, Optional
 
-# The Dockerfile's instructions, named the way a failure message should name them.
-STEP_NAMES = (
-    ("FROM ", "base image"),
-    ("uname -m", "architecture check"),
-    ("COPY patch-payload/", "patch payload copy"),
-    ("COPY gate-payload/", "gate payload copy"),
-    ("overlay/apply.py", "patch series"),
-    ("sim_glm5_drafter_hades.py", "geometry gate"),
-    ("LABEL ", "labels"),
-)
-GATE_STEP = "geometry gate"
-
-
-def step_name(instruction: str) -> str:
-    """``RUN ... overlay/apply.py ...`` -> ``patch series``; unknown -> the instruction's keyword."""
-    for needle, name in STEP_NAMES:
-        if instruction.startswith(needle) if needle.endswith(" ") else needle in instruction:
-            return name
-    keyword = instruction.split(" ", 1)[0].upper() or "step"
-    return keyword.lower()
+# The Dockerfile's steps are the contract's, in order: step N is named by its number.
+from geometry.image_contract import step_name
 
 
 class Progress:
@@ -89,7 +71,7 @@ class Progress:
         if "step" in event:
             self.end_step()
             self._step = {"n": event["step"], "total": event["total"], "instruction": event["instruction"],
-                          "name": step_name(event["instruction"])}
+                          "name": step_name(event["step"])}
             self._step_started = time.monotonic()
             shown = event["instruction"] if len(event["instruction"]) <= 160 else event["instruction"][:157] + "..."
             self._emit({"event": "step", "step": event["step"], "total": event["total"], "name": self._step["name"],

@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 from pathlib import Path
 
 import jinja2
 
+from geometry import image_contract as contract
 from preflight import checked as checked_mod
 
-from .oracle_record import IMAGE_RECORD_NAME
+from .errors import InternalError
 from .plan import BuildPlan
 from .preflight_record import checked_serve
 from .recipe import REPO_ROOT
@@ -28,8 +30,34 @@ PAYLOAD_SKIP = ("__pycache__", "tests", ".pytest_cache")
 PAYLOAD_SKIP_FILES = ("refresh.py",)
 
 
+def contract_values(payload_dir: str) -> dict:
+    """The in-image contract as the template reads it (``{{ contract.gate_command }}`` ...)."""
+    return {
+        "payload_dir": payload_dir,
+        "overlay_apply": contract.payload_path(contract.OVERLAY_APPLY, payload_dir),
+        "overlay_series": contract.payload_path(contract.OVERLAY_SERIES, payload_dir),
+        "overlay_manifest": contract.payload_path(contract.OVERLAY_MANIFEST, payload_dir),
+        "normalise_mtimes": contract.payload_path(contract.NORMALISE_MTIMES, payload_dir),
+        "gate_command": shlex.join(contract.gate_argv(payload_dir, build=True)),
+        "preflight_entrypoint": contract.payload_path(contract.PREFLIGHT_ENTRYPOINT, payload_dir),
+    }
+
+
+def instruction_keywords(dockerfile: str) -> list[str]:
+    """The keyword of each instruction of a Dockerfile, in order (continuations and comments skipped)."""
+    keywords, continued = [], False
+    for line in dockerfile.splitlines():
+        stripped = line.strip()
+        if not continued and stripped and not stripped.startswith("#"):
+            keywords.append(stripped.split(None, 1)[0].upper())
+        if stripped.startswith("#") and continued:
+            continue
+        continued = stripped.endswith("\\")
+    return keywords
+
+
 def render(plan: BuildPlan) -> str:
-    """The Dockerfile text for a plan."""
+    """The Dockerfile text for a plan; its steps are the contract's ``BUILD_STEPS``, in order."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATE.parent)),
         undefined=jinja2.StrictUndefined,
@@ -38,21 +66,26 @@ def render(plan: BuildPlan) -> str:
     )
     template = env.get_template(TEMPLATE.name)
     recipe = plan.recipe
-    return template.render(
+    text = template.render(
         recipe_name=recipe.name,
         vllm_version=recipe.base.vllm_version,
         series_name=recipe.overlay.series,
         base_reference=plan.from_reference or plan.base.reference,
         platform=recipe.platform,
         uname_machine=recipe.uname_machine,
-        payload_dir=plan.payload_dir,
+        contract=contract_values(plan.payload_dir),
         source_date_epoch=plan.source_date_epoch,
         labels=dict(plan.labels),
         patch_payload=PATCH_PAYLOAD,
         gate_payload=GATE_PAYLOAD,
         preflight_payload=PREFLIGHT_PAYLOAD,
-        oracle_record=IMAGE_RECORD_NAME,
     )
+    keywords = instruction_keywords(text)
+    expected = [step.keyword for step in contract.BUILD_STEPS]
+    if keywords != expected:
+        raise InternalError(f"{TEMPLATE.name}: its instructions {' '.join(keywords)} are not the build steps "
+                          f"geometry/image_contract.py names ({' '.join(expected)})")
+    return text
 
 
 def _wanted(path: Path) -> bool:
@@ -91,12 +124,12 @@ def write_context(plan: BuildPlan, directory: Path) -> Path:
     _copy_tree("overlay", patch_root)
     shutil.copyfile(NORMALISE_SCRIPT, patch_root / NORMALISE_SCRIPT.name)
     _copy_tree("geometry", gate_root)
-    (gate_root / "gate-input.json").write_text(json.dumps(dict(plan.gate_input), indent=2, sort_keys=True) + "\n")
+    (gate_root / contract.GATE_INPUT).write_text(json.dumps(dict(plan.gate_input), indent=2, sort_keys=True) + "\n")
     if plan.oracle_record is not None:
-        shutil.copyfile(plan.oracle_record, gate_root / IMAGE_RECORD_NAME)
+        shutil.copyfile(plan.oracle_record, gate_root / contract.ORACLE_RECORD)
     preflight_root = directory / PREFLIGHT_PAYLOAD / inside
     _copy_tree("preflight", preflight_root)
-    checked_mod.write(checked_serve(plan.recipe, plan.gate_input), str(preflight_root / checked_mod.FILE_NAME))
+    checked_mod.write(checked_serve(plan.recipe, plan.gate_input), str(preflight_root / contract.PREFLIGHT_CHECKED))
     (directory / "Dockerfile").write_text(render(plan))
     # Same bytes, same times, same modes: COPY layers depend only on the inputs.
     for path in sorted(directory.rglob("*"), reverse=True):

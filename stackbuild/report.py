@@ -11,37 +11,27 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from geometry.image_contract import GateReport
+
 from .atomic import replace_text
 from .plan import BuildPlan
 from .recipe import REPO_ROOT
 
 DEFAULT_REPORT = REPO_ROOT / "out" / "build-report.json"
 REPORT_SCHEMA = 1
-GEOMETRY_REPORT_NAME = "geometry-report.json"
 
 
 def oracle_source(report: Optional[Mapping[str, Any]]) -> Optional[str]:
-    """What the gate checked the simulator against: ``record``, ``imported vLLM``; None if absent."""
-    return ((report or {}).get("oracle") or {}).get("source")
+    """What the gate checked the simulator against: ``record``, ``imported vLLM``; None without a report or oracle."""
+    if not report:
+        return None
+    oracle = GateReport.from_json(report).oracle
+    return oracle.source if oracle is not None else None
 
 
-def geometry_verdict(report: Mapping[str, Any]) -> Optional[str]:
-    """``pass`` / ``fail`` from the gate's JSON report, whatever nesting it uses; None if absent."""
-    for key in ("verdict", "gate", "result"):
-        value = report.get(key)
-        if isinstance(value, str) and value.lower() in ("pass", "passed", "fail", "failed"):
-            return "pass" if value.lower().startswith("pass") else "fail"
-        if isinstance(value, bool):
-            return "pass" if value else "fail"
-        if isinstance(value, Mapping):
-            inner = geometry_verdict(value)
-            if inner:
-                return inner
-    if isinstance(report.get("passed"), bool):
-        return "pass" if report["passed"] else "fail"
-    if isinstance(report.get("ok"), bool):
-        return "pass" if report["ok"] else "fail"
-    return None
+def geometry_verdict(report: Mapping[str, Any]) -> str:
+    """``pass`` / ``fail`` from the gate's report; ContractError if it is not the gate's shape."""
+    return GateReport.from_json(report).verdict_word
 
 
 def build_report(
@@ -55,7 +45,7 @@ def build_report(
     engine: str = "",
     kept_record: Optional[Path] = None,
 ) -> dict:
-    verdict = geometry_verdict(geometry_report) if geometry_report is not None else None
+    verdict = geometry_verdict(geometry_report) if geometry_report else None
     return {
         "schema": REPORT_SCHEMA,
         "status": "pushed" if pushed_digest else "built",

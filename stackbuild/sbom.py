@@ -17,26 +17,31 @@ from cyclonedx.model.component import Component, ComponentType
 from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 
+from geometry.image_contract import OVERLAY_MANIFEST, payload_path
+
 from .engine import DockerEngine
 from .errors import BuildStepFailed
 
 SBOM_MEDIA_TYPE = "application/vnd.cyclonedx+json"
 
-# Run by the image's python3: argv[1] is the overlay manifest. Prints one JSON object.
+# Run by the image's python3 with the payload root on PYTHONPATH: argv[1] is the overlay
+# manifest, read as the contract's OverlayManifest. Prints one JSON object.
 INVENTORY_SCRIPT = r"""
 import hashlib, importlib.metadata, json, os, sys
-manifest = json.load(open(sys.argv[1]))
+from geometry.image_contract import OverlayManifest
+with open(sys.argv[1], encoding="utf-8") as handle:
+    manifest = OverlayManifest.from_json(json.load(handle), sys.argv[1])
 distributions = {}
 for dist in importlib.metadata.distributions():
     name = dist.metadata["Name"]
     if name and name.lower() not in distributions:
         distributions[name.lower()] = {"name": name, "version": dist.version}
 files = []
-for entry in manifest["files"]:
-    path = os.path.join(os.path.dirname(manifest["package_dir"].rstrip("/")), entry["file"])
+for entry in manifest.files:
+    path = os.path.join(os.path.dirname(manifest.package_dir.rstrip("/")), entry.file)
     with open(path, "rb") as handle:
         files.append({"path": path, "sha256": hashlib.sha256(handle.read()).hexdigest()})
-print(json.dumps({"python": sys.version.split()[0], "series_sha256": manifest["series_sha256"],
+print(json.dumps({"python": sys.version.split()[0], "series_sha256": manifest.series_sha256,
                   "distributions": sorted(distributions.values(), key=lambda d: d["name"].lower()),
                   "overlay_files": files}))
 """
@@ -52,8 +57,8 @@ class Inventory:
 
 def read_inventory(engine: DockerEngine, image: str, payload_dir: str, platform: str) -> Inventory:
     """Ask the image's python3 for its distributions and the overlay's changed files."""
-    code, out, err = engine.run(image, ["python3", "-c"], [INVENTORY_SCRIPT, f"{payload_dir}/manifest.json"],
-                                platform=platform)
+    code, out, err = engine.run(image, ["env"], [f"PYTHONPATH={payload_dir}", "python3", "-c", INVENTORY_SCRIPT,
+                                                 payload_path(OVERLAY_MANIFEST, payload_dir)], platform=platform)
     if code != 0:
         tail = " | ".join(line for line in err.splitlines() if line.strip())[-400:]
         raise BuildStepFailed("sbom", f"listing the image's Python packages failed (exit code {code}): {tail}")

@@ -16,11 +16,13 @@ from __future__ import annotations
 import json
 from typing import Optional
 
+from geometry.image_contract import PAYLOAD_DIR, ContractError, gate_argv
+
 from . import engine as engine_mod
 from .attest import attestation_problems, gate_report_sha256, registry_client
 from .errors import UsageError, VerifyError
 from .index import index_platforms
-from .plan import PAYLOAD_DIR, make_plan
+from .plan import make_plan
 from .progress import Progress
 from .recipe import DIGEST_RE, Recipe
 from .registry import RegistryClient
@@ -33,13 +35,12 @@ UNCOMPARED_LABELS = (
     "org.opencontainers.image.revision",
     "org.opencontainers.image.version",
 )
-GATE_SCRIPT = f"{PAYLOAD_DIR}/geometry/sim_glm5_drafter_hades.py"
-GATE_INPUT = f"{PAYLOAD_DIR}/gate-input.json"
 
 
 def gate_command() -> tuple[list[str], list[str]]:
-    """(entrypoint, args) of ``docker run --rm --entrypoint python3 IMAGE <gate> --json``."""
-    return ["python3"], [GATE_SCRIPT, "--input", GATE_INPUT, "--oracle", "--json"]
+    """(entrypoint, args) of ``docker run --rm --entrypoint ENTRY IMAGE ARGS``: the gate again, its report on stdout."""
+    argv = gate_argv(PAYLOAD_DIR, build=False)
+    return argv[:1], argv[1:]
 
 
 def label_mismatches(expected: dict, actual: dict) -> list[str]:
@@ -154,11 +155,10 @@ def _verify_platform(repository: str, digest: str, recipe: Recipe, client: Regis
             entrypoint, args = gate_command()
             code, out, err = engine.run(inspected["Id"], entrypoint, args, platform=recipe.platform)
         try:
-            parsed = json.loads(out)
-            gate = parsed if isinstance(parsed, dict) else None
-        except json.JSONDecodeError:
-            pass
-        verdict = geometry_verdict(gate) if gate is not None else None
+            gate = json.loads(out)
+            verdict = geometry_verdict(gate)
+        except (json.JSONDecodeError, ContractError):
+            gate = None
         if code != 0 or verdict != "pass":
             tail = " | ".join([line for line in (err or out).splitlines() if line.strip()][-5:])
             problems.append(f"geometry gate: exit code {code}, verdict {verdict or 'unreadable'}" + (f" ({tail})" if tail and verdict is None else ""))

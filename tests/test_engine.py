@@ -14,7 +14,8 @@ from recipe_copies import REPO
 from stackbuild import engine as engine_mod
 from stackbuild.engine import RegistryTransient, classify_registry_error, registry_retry, split_reference
 from stackbuild.errors import EngineUnavailable, PushError, RegistryAuthError, RegistryUnavailable
-from stackbuild.progress import Progress, step_name
+from geometry.image_contract import ContractError
+from stackbuild.progress import Progress
 from stackbuild.report import geometry_verdict
 
 
@@ -23,22 +24,6 @@ def test_errors_inside_a_stream_are_found():
     assert engine_mod._stream_error({"status": "Pushing", "id": "abc"}) is None
     assert engine_mod._stream_error({"errorDetail": {"message": "denied: nope"}, "error": "denied: nope"}) == "denied: nope"
     assert engine_mod._stream_error({"errorDetail": {"message": "only detail"}}) == "only detail"
-
-
-@pytest.mark.parametrize("instruction, name", [
-    ("FROM 127.0.0.1:5000/x:v0.33.0@sha256:" + "0" * 64, "base image"),
-    ('RUN machine="$(uname -m)";     if [ "$machine" != "aarch64" ]; then exit 1; fi', "architecture check"),
-    ("COPY patch-payload/ /", "patch payload copy"),
-    ("COPY gate-payload/ /", "gate payload copy"),
-    ('RUN step=$(mktemp -d /tmp/.glm53-step.XXXXXX) && touch "$step/stamp" &&     TMPDIR="$step" '
-     "python3 /opt/glm53-overlay/overlay/apply.py --series x", "patch series"),
-    ('RUN step=$(mktemp -d /tmp/.glm53-step.XXXXXX) && touch "$step/stamp" &&     TMPDIR="$step" '
-     "python3 /opt/glm53-overlay/geometry/sim_glm5_drafter_hades.py --oracle", "geometry gate"),
-    ('LABEL io.github.glm53.platform="linux/arm64"', "labels"),
-    ("ENV A=b", "env"),
-])
-def test_steps_are_named_for_people(instruction, name):
-    assert step_name(instruction) == name
 
 
 @pytest.mark.parametrize("message, kind", [
@@ -92,29 +77,31 @@ def test_references_split_without_mistaking_a_port_for_a_tag():
     assert engine_mod.registry_of("vllm/vllm-openai") == "docker.io"
 
 
-@pytest.mark.parametrize("report, verdict", [
-    ({"verdict": "pass"}, "pass"),
-    ({"verdict": {"passed": False, "reasons": ["x"]}}, "fail"),
-    ({"gate": {"verdict": "fail"}}, "fail"),
-    ({"passed": True}, "pass"),
-    ({"nothing": 1}, None),
-])
-def test_gate_verdict_is_read_from_its_report(report, verdict):
-    assert geometry_verdict(report) == verdict
+def test_gate_verdict_is_read_from_its_report():
+    """One shape, the gate's (geometry/image_contract.py GateReport): anything else is an error naming the key."""
+    written = {"report": {"behaviour": "overlay"}, "verdict": {"passed": False, "reasons": ["x"]},
+               "oracle": {"agrees": True, "differences": [], "source": "record"}}
+    assert geometry_verdict(written) == "fail"
+    assert geometry_verdict({**written, "verdict": {"passed": True, "reasons": []}}) == "pass"
+    for shape, key in (({"verdict": "pass"}, "report"), ({"gate": {"verdict": "fail"}}, "gate"),
+                       ({"passed": True}, "passed"), ({"report": {}, "verdict": {"passed": "yes"}}, "passed"),
+                       ({**written, "oracle": {"agrees": True, "differences": [], "source": "guess"}}, "source")):
+        with pytest.raises(ContractError, match=key):
+            geometry_verdict(shape)
 
 
 def test_progress_json_lines_time_each_step():
     out = io.StringIO()
     progress = Progress(json_lines=True, stream=out)
     with progress.phase("build"):
-        progress.build_event({"step": 1, "total": 2, "instruction": "RUN python3 /x/overlay/apply.py"})
+        progress.build_event({"step": 4, "total": 10, "instruction": "RUN python3 /x/overlay/apply.py"})
         progress.build_event({"output": "applied 3 patches"})
-        progress.build_event({"step": 2, "total": 2, "instruction": "LABEL a=b"})
+        progress.build_event({"step": 10, "total": 10, "instruction": "LABEL a=b"})
     events = [json.loads(line) for line in out.getvalue().splitlines()]
     kinds = [(e["event"], e.get("name") or e.get("phase")) for e in events]
     assert kinds == [("phase", "build"), ("step", "patch series"), ("output", None), ("step_done", "patch series"),
                      ("step", "labels"), ("step_done", "labels"), ("phase", "build")]
-    assert events[2]["line"] == "applied 3 patches" and events[2]["step"] == 1
+    assert events[2]["line"] == "applied 3 patches" and events[2]["step"] == 4
     assert events[-1]["status"] == "done" and "build" in progress.phase_seconds
 
 

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 import geometry_cases as C  # noqa: E402
 from geometry.gate import GeometryMismatch, check  # noqa: E402
+from geometry.image_contract import GateReport  # noqa: E402
 from geometry.inputs import BadInput, GeometryInputs  # noqa: E402
 from geometry.simulate import simulate  # noqa: E402
 from geometry.table import render_text, to_json  # noqa: E402
@@ -30,7 +31,8 @@ from readme_tables import default_recipe_table, numbers, prefix_caching_rows  # 
 from stackbuild.plan import gate_input  # noqa: E402
 from stackbuild.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
 
-CLI = ROOT / "geometry" / "sim_glm5_drafter_hades.py"
+GATE_MODULE = "geometry.gate_main"
+COMPAT_SCRIPT = "sim_glm5_drafter_hades.py"  # the gate's name in the published images
 
 
 def _inputs(data: dict) -> GeometryInputs:
@@ -294,8 +296,8 @@ def test_simulator_is_stdlib_only():
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
     simulator = ("inputs", "backends", "kv_spec", "report", "model_parts", "model_glm5next", "model_kimi_linear",
                  "model_qwen3_next", "drafter", "model", "block_size", "grouping", "prefix_cache",
-                 "capacity", "serving_limits", "simulate", "gate", "table")
-    for name in (*simulator, "model_config", "sim_glm5_drafter_hades"):
+                 "capacity", "serving_limits", "simulate", "gate", "table", "image_contract")
+    for name in (*simulator, "model_config", "record", "gate_main", "sim_glm5_drafter_hades"):
         tree = ast.parse((ROOT / "geometry" / f"{name}.py").read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -306,14 +308,22 @@ def test_simulator_is_stdlib_only():
                 continue
             for m in mods:
                 top = m.split(".")[0]
-                assert top in stdlib or top in simulator, (name, m)
+                assert top in stdlib or top in simulator or m in ("geometry", "geometry.gate_main"), (name, m)
 
 
-def _run_cli(tmp_path, data, *args, env=None):
+def _run_cli(tmp_path, data, *args):
     p = tmp_path / "gate-input.json"
     p.write_text(json.dumps(data))
-    return subprocess.run([sys.executable, str(CLI), "--input", str(p), *args],
-                          cwd=tmp_path, capture_output=True, text=True, env=env)
+    return subprocess.run([sys.executable, "-m", GATE_MODULE, "--input", str(p), *args],
+                          cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def _manifest(patches=(), files=()):
+    """An overlay manifest of the shape overlay/apply.py writes (image_contract.OverlayManifest)."""
+    return {"schema": "glm53-overlay-manifest/1", "package": "vllm", "version": "0.33.0",
+            "package_dir": "/usr/lib/python3/site-packages/vllm", "series": "/opt/glm53-overlay/overlay/series/x",
+            "series_sha256": "0" * 64, "patches": list(patches), "files": list(files), "bytecode": [],
+            "stale_bytecode": {"kept": [], "removed": []}, "python": "3.12.3"}
 
 
 def test_cli_exit_codes(tmp_path):
@@ -321,14 +331,19 @@ def test_cli_exit_codes(tmp_path):
     stock = _run_cli(tmp_path, C.recipe_input("overlay"), "--overlay-manifest", str(manifest))
     assert stock.returncode == 1, stock.stderr
     assert "no overlay manifest" in stock.stdout and "VERDICT (stock): FAIL" in stock.stdout
-    manifest.write_text(json.dumps({"schema": "glm53-overlay-manifest/1", "patches": [
-        {"name": "0001-worker-fit-draft-block-size-to-target-page.patch", "sha256": "x"}]}))
+    manifest.write_text(json.dumps(_manifest(patches=[
+        {"name": "0001-worker-fit-draft-block-size-to-target-page.patch", "sha256": "x"}])))
     out = tmp_path / "report.json"
     ok = _run_cli(tmp_path, C.recipe_input("stock"), "--overlay-manifest", str(manifest),
                   "--json", "--report-out", str(out))
     assert ok.returncode == 0, ok.stderr
     data = json.loads(ok.stdout)
     assert data["verdict"]["passed"] and json.loads(out.read_text())["verdict"]["passed"]
+    # Its one reader (geometry/image_contract.py) takes what it writes, field for field.
+    written = json.loads(out.read_text())
+    read = GateReport.from_json(written)
+    assert read.verdict_word == "pass" and read.oracle is None and "applied" in read.behaviour_source
+    assert json.loads(json.dumps(read.to_json())) == written
     forced = _run_cli(tmp_path, C.recipe_input("overlay"), "--behaviour", "stock")
     assert forced.returncode == 1
     bad = _run_cli(tmp_path, {"target_config": {}}, "--behaviour", "stock")
@@ -337,14 +352,19 @@ def test_cli_exit_codes(tmp_path):
 
 def test_cli_import_check_names_the_module_or_the_manifest_at_fault(tmp_path):
     manifest = tmp_path / "manifest.json"
-    manifest.write_text(json.dumps({"files": [{"file": "glm53_no_such_package/kv_cache_utils.py"}]}))
+    manifest.write_text(json.dumps(_manifest(files=[{"file": "glm53_no_such_package/kv_cache_utils.py",
+                                                     "sha256_before": "a", "sha256_after": "b", "patches": []}])))
     failed = _run_cli(tmp_path, C.recipe_input("overlay"), "--overlay-manifest", str(manifest), "--import-patched")
     assert failed.returncode == 4, failed.stderr
     assert "smoke import of patched module glm53_no_such_package.kv_cache_utils failed: ModuleNotFoundError" in failed.stderr
-    manifest.write_text(json.dumps({"files": [{"path": "vllm/config.py"}]}))
+    manifest.write_text(json.dumps(_manifest(files=[{"path": "vllm/config.py"}])))
     broken = _run_cli(tmp_path, C.recipe_input("overlay"), "--overlay-manifest", str(manifest), "--import-patched")
     assert broken.returncode == 3, broken.stderr
-    assert f"geometry gate: bad input: overlay manifest {manifest}: KeyError" in broken.stderr
+    assert f"geometry gate: bad input: overlay manifest {manifest}: files[0]: unknown key 'path'" in broken.stderr
+    manifest.write_text(json.dumps({**_manifest(), "applied": True}))  # a field the applier never writes
+    guessed = _run_cli(tmp_path, C.recipe_input("overlay"), "--overlay-manifest", str(manifest))
+    assert guessed.returncode == 3, guessed.stderr
+    assert f"geometry gate: bad input: overlay manifest {manifest}: unknown key 'applied'" in guessed.stderr
 
 
 def test_cli_oracle_record_needs_the_oracle(tmp_path):
@@ -353,17 +373,22 @@ def test_cli_oracle_record_needs_the_oracle(tmp_path):
 
 
 def test_cli_runs_from_a_copied_directory(tmp_path):
-    """Inside the image geometry/ is copied as a whole to one place."""
-    dest = tmp_path / "opt" / "gatecopy"
-    dest.mkdir(parents=True)
+    """Inside the image geometry/ is copied as a whole under the payload root: the gate runs as a
+    module with that root on PYTHONPATH, and under its published script name with no path set."""
+    payload = tmp_path / "opt" / "payload"
+    (payload / "geometry").mkdir(parents=True)
     for f in (ROOT / "geometry").glob("*.py"):
-        (dest / f.name).write_text(f.read_text())
+        (payload / "geometry" / f.name).write_text(f.read_text())
     p = tmp_path / "in.json"
     p.write_text(json.dumps(C.recipe_input("overlay")))
-    r = subprocess.run([sys.executable, str(dest / "sim_glm5_drafter_hades.py"), "--input", str(p),
-                        "--behaviour", "overlay"], cwd="/", capture_output=True, text=True,
-                       env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-    assert r.returncode == 0, r.stderr + r.stdout
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    as_module = subprocess.run([sys.executable, "-m", GATE_MODULE, "--input", str(p), "--behaviour", "overlay"],
+                               cwd="/", capture_output=True, text=True, env={**clean, "PYTHONPATH": str(payload)})
+    assert as_module.returncode == 0, as_module.stderr + as_module.stdout
+    as_script = subprocess.run([sys.executable, str(payload / "geometry" / COMPAT_SCRIPT), "--input", str(p),
+                                "--behaviour", "overlay"], cwd="/", capture_output=True, text=True, env=clean)
+    assert as_script.returncode == 0, as_script.stderr + as_script.stdout
+    assert as_script.stdout == as_module.stdout
 
 
 def test_kimi_linear_numbers_from_config_arithmetic():

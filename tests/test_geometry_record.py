@@ -28,7 +28,7 @@ except ImportError as exc:
     pytest.skip(f"vLLM's own planning code is not importable ({exc}): run `make oracle`", allow_module_level=True)
 
 from geometry import record  # noqa: E402
-from geometry import sim_glm5_drafter_hades as gate_script  # noqa: E402
+from geometry import gate_main  # noqa: E402
 from stackbuild.plan import gate_input  # noqa: E402
 from stackbuild.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
 
@@ -142,9 +142,9 @@ def test_vllm_behaviour_is_not_part_of_the_key(recorded):
 def test_a_record_made_without_the_patched_imports_does_not_skip_them(recorded):
     workdir, _, raw = recorded
     path = str(workdir / "first.json")
-    kept, note = gate_script._oracle_from_record(path, raw, str(GATE.parent), record, None)
+    kept, note = gate_main._oracle_from_record(path, raw, str(GATE.parent), None)
     assert kept is not None
-    kept, note = gate_script._oracle_from_record(path, raw, str(GATE.parent), record, ["vllm.v1.core.kv_cache_utils"])
+    kept, note = gate_main._oracle_from_record(path, raw, str(GATE.parent), ["vllm.v1.core.kv_cache_utils"])
     assert kept is None and "made without importing the patched modules vllm.v1.core.kv_cache_utils" in note
 
 

@@ -25,6 +25,7 @@ from overlay_helpers import (
 
 sys.path.insert(0, str(APPLY.parent))
 import apply as overlay  # noqa: E402
+from geometry.image_contract import OverlayManifest  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +91,10 @@ def test_check_apply_manifest_bytecode_and_rerun(site, tmp_path):
         assert entry["sha256_after"] == files[entry["file"]]["patched_sha256"]
         assert entry["patches"]
     assert [p["name"] for p in m["patches"]] == overlay.read_series(SERIES)
+    # The gate and the pre-flight read it as the contract's OverlayManifest, field for field.
+    read = OverlayManifest.from_json(m)
+    assert read.to_json() == m and read.draft_block_fit_applied
+    assert read.patched_modules() == [rel[:-3].replace("/", ".") for rel in sorted(files) if rel.endswith(".py")]
 
     again = run_apply("--site-packages", site)
     assert again.returncode == 0, again.stderr

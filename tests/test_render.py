@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 
 import pytest
 
+from geometry.image_contract import gate_argv, step_name
 from recipe_copies import REPO, TEST_DIGEST, copy_recipe, pinned
 from stackbuild.plan import make_plan
 from stackbuild.recipe import load_recipe
@@ -47,7 +49,9 @@ def test_steps_run_in_order_and_fail_hard(plan):
     arch, patch, gate = runs
     assert "uname -m" in arch and '"aarch64"' in arch and "exit 1" in arch
     assert "overlay/apply.py" in patch and "--series /opt/glm53-overlay/overlay/series/vllm-0.33.0" in patch
-    assert "sim_glm5_drafter_hades.py" in gate and "--oracle" in gate
+    # The gate runs as a module, the payload root on its path, with the command line the contract builds.
+    assert "env PYTHONPATH=/opt/glm53-overlay python3 -m geometry.gate_main --input /opt/glm53-overlay/gate-input.json" in gate
+    assert shlex.join(gate_argv(build=True)) in gate and "--oracle" in gate
     # No step may swallow a failure of the patch or the gate.
     for step in (patch, gate):
         assert "|| true" not in step.split("normalise-mtimes.sh")[0]
@@ -59,6 +63,29 @@ def test_steps_run_in_order_and_fail_hard(plan):
     # The pre-flight runs first at start and execs `vllm serve` itself (preflight/run.py).
     entrypoint = [json.loads(args) for word, args in steps if word == "ENTRYPOINT"]
     assert entrypoint == [["python3", "/opt/glm53-overlay/preflight/entrypoint.py"]]
+
+
+def test_steps_are_named_for_people(plan):
+    """Progress and failures name step N of the rendered Dockerfile from the contract's step list."""
+    named = (("FROM ", "base image"), ("uname -m", "architecture check"), ("COPY patch-payload/", "patch payload copy"),
+             ("overlay/apply.py", "patch series"), ("COPY gate-payload/", "gate payload copy"),
+             ("-m geometry.gate_main", "geometry gate"), ("ENV GLM53_OVERLAY_STRICT=1", "strict overlay"),
+             ("COPY preflight-payload/", "pre-flight payload copy"), ("ENTRYPOINT ", "entrypoint"), ("LABEL ", "labels"))
+    steps = [f"{word} {args}" for word, args in instructions(render(plan))]
+    assert len(steps) == len(named)
+    for number, (instruction, (needle, name)) in enumerate(zip(steps, named), start=1):
+        assert needle in instruction, (number, instruction)
+        assert step_name(number) == name
+    assert step_name(len(named) + 1) == f"step {len(named) + 1}"
+
+
+def test_a_template_that_drifts_from_the_contract_is_refused(plan, monkeypatch):
+    from geometry import image_contract
+    from stackbuild.errors import InternalError
+
+    monkeypatch.setattr(image_contract, "BUILD_STEPS", image_contract.BUILD_STEPS[:-1])
+    with pytest.raises(InternalError, match="Dockerfile.j2: its instructions .* LABEL are not the build steps"):
+        render(plan)
 
 
 def test_labels_present_and_derived_from_recipe(plan):

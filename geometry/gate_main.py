@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""In-image KV-geometry gate for GLM-5.3-Flash + DFlash2 on vLLM 0.33.0.
+
+Usage (the payload root on PYTHONPATH; geometry/image_contract.py builds the
+build's and verify's command lines):
+  python3 -m geometry.gate_main --input gate-input.json [--oracle [--oracle-record PATH]]
+      [--json] [--report-out PATH] [--behaviour auto|stock|overlay|input]
+      [--overlay-manifest PATH] [--import-patched]
+
+Exit codes: 0 pass, 1 geometry mismatch, 2 oracle disagreement (simulator vs
+the installed vLLM, or vLLM's recorded answer for this very tree: record.py),
+3 bad input (an unreadable oracle record or overlay manifest included), 4 a
+patched module does not import (``--import-patched``).
+
+Stdlib only, plus the image's own vLLM for ``--oracle``.
+
+Behaviour: ``auto`` (default) reads the overlay manifest (default
+/opt/glm53-overlay/manifest.json, written by overlay/apply.py --manifest,
+read as image_contract.OverlayManifest); the series counts as applied when the
+manifest lists the draft-block-fit patch; see OVERLAY_CONTRACT.md. No manifest
+-> ``stock``. ``stock``/``overlay`` force the mode; ``input`` uses the
+``vllm_behaviour`` field of the gate input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import json
+import os
+import sys
+
+from . import gate, inputs as inputs_mod, model_config, record as record_mod, simulate as sim, table
+from .image_contract import GATE_INPUT, OVERLAY_MANIFEST, GateReport, OracleCheck, OverlayManifest, payload_path
+
+DEFAULT_MANIFEST = payload_path(OVERLAY_MANIFEST)
+CODE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def read_manifest(manifest_path: str) -> OverlayManifest | None:
+    """The overlay manifest at ``manifest_path``; None if there is none (stock vLLM)."""
+    if not os.path.exists(manifest_path):
+        return None
+    try:
+        with open(manifest_path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"unreadable overlay manifest {manifest_path}: {exc}") from exc
+    return OverlayManifest.from_json(data, f"overlay manifest {manifest_path}")
+
+
+def overlay_applied(manifest_path: str) -> tuple[bool, str]:
+    manifest = read_manifest(manifest_path)
+    if manifest is None:
+        return False, f"no overlay manifest at {manifest_path}: stock vLLM"
+    applied = manifest.draft_block_fit_applied
+    return applied, (f"overlay manifest {manifest_path}: draft-block-fit series "
+                     f"{'applied' if applied else 'NOT applied'}")
+
+
+def patched_modules(manifest_path: str) -> list[str]:
+    """The module names of the Python files the overlay manifest lists (the patched files)."""
+    manifest = read_manifest(manifest_path)
+    if manifest is None:
+        raise ValueError(f"overlay manifest {manifest_path}: no such file")
+    return manifest.patched_modules()
+
+
+def import_patched(modules: list[str]) -> None:
+    """Import every module the overlay manifest lists (``patched_modules``).
+
+    The gate's process imports vLLM anyway; doing the overlay's import smoke
+    test here saves a second cold import of vLLM and torch per build (minutes
+    under arm64 emulation). Raises ImportError naming the module at fault.
+    """
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            raise ImportError(f"smoke import of patched module {name} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _oracle_from_record(path: str, raw: dict, code_dir: str, modules: list[str] | None) -> tuple[dict | None, str]:
+    """(the record, a note) when ``path`` holds vLLM's answer for this vLLM and these inputs, else (None, why not).
+
+    ``modules``: the patched modules this run must see imported (None: no import
+    check asked); a record made without importing them does not stand in for it.
+    """
+    if not os.path.exists(path):
+        return None, f"no oracle record at {path}: planning with the installed vLLM"
+    rec = record_mod.load(path)
+    why = record_mod.stale_because(rec, raw, code_dir)
+    if why is None and modules is not None and rec.get("patched_modules_imported") != modules:
+        why = "it was made without importing the patched modules " + ", ".join(modules)
+    if why:
+        return None, f"oracle record {path} not used ({why}): planning with the installed vLLM"
+    return rec, (f"oracle: vLLM's recorded answer ({path}) is for this very vLLM tree, packages and input; "
+                 "vLLM not imported" + ("; the patched modules imported when it was made" if modules else ""))
+
+
+def main(argv: list[str] | None = None) -> int:
+    code_dir = CODE_DIR
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--input", required=True, help=f"{GATE_INPUT} (GeometryInputs)")
+    ap.add_argument("--oracle", action="store_true",
+                    help="also plan with the installed vLLM and require agreement")
+    ap.add_argument("--oracle-record", metavar="PATH",
+                    help="with --oracle: vLLM's recorded answer; used instead of importing vLLM when its key "
+                         "(input, geometry code, Python, vLLM tree, package versions) is this image's; "
+                         "otherwise vLLM is imported and a new record written here")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    ap.add_argument("--report-out", help="write the JSON report here")
+    ap.add_argument("--behaviour", default="auto", choices=("auto", "stock", "overlay", "input"))
+    ap.add_argument("--overlay-manifest", default=DEFAULT_MANIFEST)
+    ap.add_argument("--import-patched", action="store_true",
+                    help="import every module the overlay manifest lists (exit 4 if one fails); "
+                         "skipped when a matching oracle record says it was done for this very tree")
+    args = ap.parse_args(argv)
+    if args.oracle_record and not args.oracle:
+        ap.error("--oracle-record needs --oracle")
+
+    try:
+        with open(args.input, encoding="utf-8") as fh:
+            raw = json.load(fh)
+        inputs = inputs_mod.GeometryInputs.from_json(raw)
+        model_config.check_configs(inputs.target_config, inputs.drafter_config)
+        note = None
+        if args.behaviour == "auto":
+            applied, note = overlay_applied(args.overlay_manifest)
+            inputs = inputs.replace(vllm_behaviour="overlay" if applied else "stock")
+        elif args.behaviour in ("stock", "overlay"):
+            inputs = inputs.replace(vllm_behaviour=args.behaviour)
+        report = sim.simulate(inputs)
+        wanted = patched_modules(args.overlay_manifest) if args.import_patched else None
+        recorded, record_note = None, None
+        if args.oracle_record:
+            recorded, record_note = _oracle_from_record(args.oracle_record, raw, code_dir, wanted)
+    except (OSError, ValueError, inputs_mod.BadInput) as exc:  # RecordError, ContractError are ValueErrors
+        print(f"geometry gate: bad input: {exc}", file=sys.stderr)
+        return 3
+    if record_note:
+        print(record_note, file=sys.stderr)
+
+    if wanted is not None and recorded is None:
+        try:
+            import_patched(wanted)
+        except ImportError as exc:
+            print(f"geometry gate: {exc}", file=sys.stderr)
+            return 4
+        print(f"imported {len(wanted)} patched modules: {', '.join(wanted)}", file=sys.stderr)
+
+    verdict = gate.judge(report, inputs)
+    code = 0 if verdict.passed else 1
+    oracle_check = None
+    if args.oracle:
+        if recorded is not None:
+            diffs = record_mod.compare(record_mod.comparable(report), recorded["vllm"])
+            source = "record"
+        else:
+            from . import oracle  # imports vLLM
+            source = "imported vLLM"
+            try:
+                vreport = oracle.plan_with_vllm(inputs)
+                diffs = oracle.compare_reports(report, vreport)
+            except Exception as exc:  # the installed vLLM could not plan at all
+                vreport, diffs = None, (f"oracle failed: {type(exc).__name__}: {exc}",)
+            if vreport is not None and args.oracle_record:
+                key = record_mod.environment_key(raw, code_dir, record_mod.imported_distributions())
+                record_mod.write(record_mod.make_record(key, vreport, wanted or []), args.oracle_record)
+        oracle_check = OracleCheck(agrees=not diffs, differences=tuple(diffs), source=source)
+        if diffs:
+            code = 2
+    simulated = table.to_json(report, verdict)
+    out = GateReport(report=simulated["report"], verdict=simulated["verdict"], behaviour_source=note,
+                     oracle=oracle_check).to_json()
+    if args.report_out:
+        # Compact: it is stored in an image layer and read by programs.
+        with open(args.report_out, "w", encoding="utf-8") as fh:
+            json.dump(out, fh, separators=(",", ":"), sort_keys=True, default=str)
+            fh.write("\n")
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        if note:
+            print(note)
+        print(table.render_text(report, verdict))
+        if args.oracle:
+            if code == 2:
+                print("ORACLE DISAGREEMENT (simulator vs " + ("vLLM's recorded answer):" if recorded else "installed vLLM):"))
+                for d in oracle_check.differences:
+                    print(f"  - {d}")
+            else:
+                print("oracle: " + ("vLLM's recorded answer" if recorded else "the installed vLLM")
+                      + " agrees field by field")
+    return code
+
+
+if __name__ == "__main__":
+    # A short-lived process whose time is, with --oracle, a cold import of vLLM and
+    # torch: the cyclic collector finds next to nothing to free there and costs
+    # 10-15% of that import.
+    gc.disable()
+    sys.exit(main())

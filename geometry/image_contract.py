@@ -1,0 +1,280 @@
+"""What the host and the image agree on, in one place (stdlib only).
+
+The template renderer, the build pipeline, ``verify``, the progress display, the
+in-image gate and the start-time pre-flight all import this module:
+
+- the payload root and each file under it (``PAYLOAD_DIR``, ``payload_path``);
+- the gate's command line (``gate_argv``), run as a module with the payload on
+  ``PYTHONPATH``;
+- the Dockerfile's build steps, in order, named for people (``BUILD_STEPS``);
+- the gate report (``GateReport``, written by ``python3 -m geometry.gate_main``)
+  and the overlay manifest (``OverlayManifest``, written by overlay/apply.py),
+  each read by ``from_json``, which rejects any other shape with one
+  ``ContractError`` naming the file and the key at fault.
+
+It ships in the image with the rest of geometry/ (the gate payload).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Mapping, Optional
+
+# ------------------------------------------------------------------ payload paths
+PAYLOAD_DIR = "/opt/glm53-overlay"
+
+# Under the payload root:
+OVERLAY_APPLY = "overlay/apply.py"  # the applier of the patch series (patch payload)
+OVERLAY_SERIES = "overlay/series"  # one directory per patch series (patch payload)
+NORMALISE_MTIMES = "normalise-mtimes.sh"  # run at the end of each RUN step (patch payload)
+OVERLAY_MANIFEST = "manifest.json"  # written by the patch step: what was patched
+GATE_INPUT = "gate-input.json"  # the recipe's geometry, read by the gate (gate payload)
+ORACLE_RECORD = "oracle-record.json"  # vLLM's recorded answer for this image (gate payload / gate step)
+GATE_REPORT = "geometry-report.json"  # written by the gate step
+PREFLIGHT_CHECKED = "preflight-checked.json"  # what the build checked, read at start (pre-flight payload)
+PREFLIGHT_ENTRYPOINT = "preflight/entrypoint.py"  # the image's ENTRYPOINT (pre-flight payload)
+
+
+def payload_path(name: str, payload_dir: str = PAYLOAD_DIR) -> str:
+    """The absolute path of ``name`` (one of the names above) under the payload root."""
+    return f"{payload_dir.rstrip('/')}/{name}"
+
+
+# ------------------------------------------------------------- the gate's argv
+GATE_MODULE = "geometry.gate_main"
+
+
+def gate_argv(payload_dir: str = PAYLOAD_DIR, *, build: bool) -> list[str]:
+    """The in-image gate's command line.
+
+    ``build``: the build's gate step (import every patched module, use or write
+    the oracle record, write the gate report); otherwise ``verify``'s re-run
+    (JSON on stdout, nothing written).
+    """
+    argv = ["env", f"PYTHONPATH={payload_dir}", "python3", "-m", GATE_MODULE,
+            "--input", payload_path(GATE_INPUT, payload_dir), "--oracle"]
+    if build:
+        argv += ["--overlay-manifest", payload_path(OVERLAY_MANIFEST, payload_dir),
+                 "--import-patched",
+                 "--oracle-record", payload_path(ORACLE_RECORD, payload_dir),
+                 "--report-out", payload_path(GATE_REPORT, payload_dir)]
+    else:
+        argv += ["--json"]
+    return argv
+
+
+# --------------------------------------------------------------- build steps
+@dataclass(frozen=True)
+class BuildStep:
+    keyword: str  # the Dockerfile instruction
+    name: str  # how progress and error messages call it
+
+
+BUILD_STEPS = (
+    BuildStep("FROM", "base image"),
+    BuildStep("RUN", "architecture check"),
+    BuildStep("COPY", "patch payload copy"),
+    BuildStep("RUN", "patch series"),
+    BuildStep("COPY", "gate payload copy"),
+    BuildStep("RUN", "geometry gate"),
+    BuildStep("ENV", "strict overlay"),
+    BuildStep("COPY", "pre-flight payload copy"),
+    BuildStep("ENTRYPOINT", "entrypoint"),
+    BuildStep("LABEL", "labels"),
+)
+GATE_STEP = "geometry gate"
+
+
+def step_name(number: int) -> str:
+    """The name of build step ``number`` (1-based, as the engine counts)."""
+    if 1 <= number <= len(BUILD_STEPS):
+        return BUILD_STEPS[number - 1].name
+    return f"step {number}"
+
+
+# ----------------------------------------------------------- typed documents
+class ContractError(ValueError):
+    """A document in the payload does not have the shape its writer writes."""
+
+
+def _object(data: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise ContractError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _keys(data: Mapping[str, Any], cls: type, where: str, optional: tuple[str, ...] = ()) -> None:
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ContractError(f"{where}: unknown key {unknown[0]!r}")
+    missing = sorted(names - set(data) - set(optional))
+    if missing:
+        raise ContractError(f"{where}: missing key {missing[0]!r}")
+
+
+def _typed(data: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
+    value = data[key]
+    if not isinstance(value, kind):
+        raise ContractError(f"{where}: {key}: unexpected {type(value).__name__} {value!r}")
+    return value
+
+
+def _strings(data: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = _typed(data, key, list, where)
+    if not all(isinstance(v, str) for v in value):
+        raise ContractError(f"{where}: {key}: expected a list of strings")
+    return tuple(value)
+
+
+ORACLE_SOURCES = ("record", "imported vLLM")
+
+
+@dataclass(frozen=True)
+class OracleCheck:
+    """The gate's cross-check with vLLM's own planner."""
+
+    agrees: bool
+    differences: tuple[str, ...]
+    source: str  # "record" (vLLM's recorded answer) or "imported vLLM"
+
+    def to_json(self) -> dict:
+        return {"agrees": self.agrees, "differences": list(self.differences), "source": self.source}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> "OracleCheck":
+        data = _object(data, where)
+        _keys(data, cls, where)
+        source = _typed(data, "source", str, where)
+        if source not in ORACLE_SOURCES:
+            raise ContractError(f"{where}: source: {source!r} is not one of {', '.join(ORACLE_SOURCES)}")
+        return cls(_typed(data, "agrees", bool, where), _strings(data, "differences", where), source)
+
+
+@dataclass(frozen=True)
+class GateReport:
+    """The gate's report: the simulator's numbers, its verdict, and the oracle's cross-check."""
+
+    report: Mapping[str, Any]  # the simulator's GeometryReport (geometry/report.py) as JSON
+    verdict: Mapping[str, Any]  # the gate's Verdict (geometry/gate.py) as JSON
+    behaviour_source: Optional[str] = None  # how the vLLM behaviour was found (auto mode)
+    oracle: Optional[OracleCheck] = None  # with --oracle
+
+    @property
+    def verdict_word(self) -> str:
+        """``pass`` or ``fail``: the gate's geometry verdict (the oracle's agreement is ``oracle``)."""
+        return "pass" if self.verdict["passed"] else "fail"
+
+    def to_json(self) -> dict:
+        data: dict[str, Any] = {"report": dict(self.report), "verdict": dict(self.verdict)}
+        if self.behaviour_source is not None:
+            data["behaviour_source"] = self.behaviour_source
+        if self.oracle is not None:
+            data["oracle"] = self.oracle.to_json()
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = GATE_REPORT) -> "GateReport":
+        data = _object(data, where)
+        _keys(data, cls, where, optional=("behaviour_source", "oracle"))
+        verdict = _object(data["verdict"], f"{where}: verdict")
+        if not isinstance(verdict.get("passed"), bool):
+            raise ContractError(f"{where}: verdict: passed: expected true or false, got {verdict.get('passed')!r}")
+        source = data.get("behaviour_source")
+        if source is not None and not isinstance(source, str):
+            raise ContractError(f"{where}: behaviour_source: unexpected {type(source).__name__}")
+        oracle = OracleCheck.from_json(data["oracle"], f"{where}: oracle") if "oracle" in data else None
+        return cls(dict(_object(data["report"], f"{where}: report")), dict(verdict), source, oracle)
+
+
+MANIFEST_SCHEMA = "glm53-overlay-manifest/1"
+# The patch that makes vLLM fit the drafter's block to the target's page: the
+# series counts as applied (the installed vLLM behaves as "overlay") when it is listed.
+DRAFT_BLOCK_FIT_PATCH = "fit-draft-block-size"
+
+
+@dataclass(frozen=True)
+class ManifestPatch:
+    name: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ManifestFile:
+    file: str  # relative to site-packages, e.g. vllm/v1/core/kv_cache_utils.py
+    sha256_before: str
+    sha256_after: str
+    patches: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class OverlayManifest:
+    """What the patch step applied, written by overlay/apply.py --manifest."""
+
+    schema: str
+    package: str
+    version: str
+    package_dir: str
+    series: str
+    series_sha256: str
+    patches: tuple[ManifestPatch, ...]
+    files: tuple[ManifestFile, ...]
+    bytecode: tuple[str, ...]
+    stale_bytecode: Mapping[str, tuple[Any, ...]]  # "kept" (file, why) and "removed" (files)
+    python: str
+
+    @property
+    def draft_block_fit_applied(self) -> bool:
+        return any(DRAFT_BLOCK_FIT_PATCH in p.name for p in self.patches)
+
+    def patched_modules(self) -> list[str]:
+        """The module names of the Python files the series patched."""
+        modules = []
+        for entry in self.files:
+            if not entry.file.endswith(".py"):
+                continue
+            parts = entry.file[: -len(".py")].split("/")
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules.append(".".join(parts))
+        return modules
+
+    def to_json(self) -> dict:
+        return {
+            "schema": self.schema, "package": self.package, "version": self.version,
+            "package_dir": self.package_dir, "series": self.series, "series_sha256": self.series_sha256,
+            "patches": [{"name": p.name, "sha256": p.sha256} for p in self.patches],
+            "files": [{"file": f.file, "sha256_before": f.sha256_before, "sha256_after": f.sha256_after,
+                       "patches": list(f.patches)} for f in self.files],
+            "bytecode": list(self.bytecode),
+            "stale_bytecode": {key: list(value) for key, value in self.stale_bytecode.items()},
+            "python": self.python,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = OVERLAY_MANIFEST) -> "OverlayManifest":
+        data = _object(data, where)
+        _keys(data, cls, where)
+        if data["schema"] != MANIFEST_SCHEMA:
+            raise ContractError(f"{where}: schema: {data['schema']!r}, expected {MANIFEST_SCHEMA!r}")
+        strings = {key: _typed(data, key, str, where)
+                   for key in ("schema", "package", "version", "package_dir", "series", "series_sha256", "python")}
+        patches = []
+        for i, raw in enumerate(_typed(data, "patches", list, where)):
+            at = f"{where}: patches[{i}]"
+            raw = _object(raw, at)
+            _keys(raw, ManifestPatch, at)
+            patches.append(ManifestPatch(_typed(raw, "name", str, at), _typed(raw, "sha256", str, at)))
+        files = []
+        for i, raw in enumerate(_typed(data, "files", list, where)):
+            at = f"{where}: files[{i}]"
+            raw = _object(raw, at)
+            _keys(raw, ManifestFile, at)
+            files.append(ManifestFile(_typed(raw, "file", str, at), _typed(raw, "sha256_before", str, at),
+                                      _typed(raw, "sha256_after", str, at), _strings(raw, "patches", at)))
+        stale = _object(data["stale_bytecode"], f"{where}: stale_bytecode")
+        if sorted(stale) != ["kept", "removed"]:
+            raise ContractError(f"{where}: stale_bytecode: expected the keys kept and removed, got {sorted(stale)}")
+        return cls(patches=tuple(patches), files=tuple(files), bytecode=_strings(data, "bytecode", where),
+                   stale_bytecode={key: tuple(_typed(stale, key, list, f"{where}: stale_bytecode")) for key in stale},
+                   **strings)
