@@ -11,6 +11,12 @@ brings them up). Each figure is the median of ``--runs`` runs:
 - warm build: the same build again, nothing changed;
 - overlay layers: bytes the overlay adds on top of the base, unpacked (the engine's layer
   sizes) and as the registry stores them (the compressed blobs its manifest lists);
+- reference and floor (bench/reference_overlay.py): a seed-shaped overlay and the same
+  overlay importing only vLLM's KV-cache planner, built cold on the same base, one of each
+  after every cold build of ours; the ratios of our cold builds to the reference's;
+- gate profile (bench/gate_profile.py): where the gate step's time goes above the floor;
+- arm64 (``--arm64``): a cold build of the arm64 recipe without a record on the arm64
+  synthetic base, through qemu on an amd64 machine (minutes);
 - push: bytes the registry stored for a push of the image to a new repository when
   the base is already in that registry, against the overlay's compressed blobs: a push
   that re-sent anything of the base, or sent a layer twice, shows as a ratio above 1.
@@ -31,18 +37,20 @@ import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 
 from infra import harness  # noqa: E402
+import gate_profile  # noqa: E402
+import reference_overlay  # noqa: E402
 from stack_e2e import recipe_copy  # noqa: E402
 from stackbuild import engine as engine_mod  # noqa: E402
 from stackbuild.oracle_record import save_from_image  # noqa: E402
 from stackbuild.pipeline import build_image  # noqa: E402
 from stackbuild.plan import make_plan  # noqa: E402
-from stackbuild.progress import Progress  # noqa: E402
+from stackbuild.progress import GATE_STEP, Progress  # noqa: E402
 from stackbuild.recipe import load_recipe  # noqa: E402
 
-TARGETS = {"cold_build_s": 10.0, "warm_build_s": 2.0, "overlay_layers_bytes": 1024 * 1024, "push_upload_ratio": 1.1}
+TARGETS = {"cold_to_reference": 2.0, "cold_with_record_to_reference": 1.0, "cold_build_s": 10.0, "warm_build_s": 2.0, "overlay_layers_bytes": 1024 * 1024, "push_upload_ratio": 1.1}
 
 
 def median_of(values: list[float]) -> dict:
@@ -75,8 +83,9 @@ def remove_image(engine: engine_mod.DockerEngine, image_id: str) -> None:
         pass
 
 
-def timed_build(engine, plan, *, nocache: bool) -> tuple[str, float, dict[str, float]]:
-    """Build once: the image id, the wall time, and each Dockerfile step's time by name."""
+def timed_build(engine, plan, *, nocache: bool, instructions: dict | None = None) -> tuple[str, float, dict[str, float]]:
+    """Build once: the image id, the wall time, and each Dockerfile step's time by name
+    (and each step's instruction by name into ``instructions``)."""
     events = io.StringIO()
     progress = Progress(json_lines=True, stream=events)
     start = time.perf_counter()
@@ -87,13 +96,41 @@ def timed_build(engine, plan, *, nocache: bool) -> tuple[str, float, dict[str, f
         event = json.loads(line)
         if event.get("event") == "step_done":
             steps[event["name"]] = event["seconds"]
+        if event.get("event") == "step" and instructions is not None:
+            instructions[event["name"]] = event["instruction"]
     return image_id, seconds, steps
+
+
+def ratio(numerator: dict, denominator: dict) -> float:
+    return round(numerator["median"] / denominator["median"], 3)
+
+
+def arm64_cold_builds(engine, tmp: Path, runs: int) -> dict:
+    """Cold builds of the arm64 recipe without a record on the arm64 base (qemu on an amd64 machine)."""
+    base = harness.base_image("arm64")
+    recipe_path = recipe_copy(tmp, "glm53-flash-dflash2-gb300", base=base.image, tag=base.tag, digest=base.digest)
+    plan = make_plan(load_recipe(recipe_path), repository=f"{harness.registry_url()}/bench-arm64/glm53-gb300")
+    times, per_step, image_id = [], {}, None
+    for _ in range(runs):
+        if image_id:
+            remove_image(engine, image_id)
+        image_id, seconds, steps = timed_build(engine, plan, nocache=True)
+        times.append(seconds)
+        for name, step_seconds in steps.items():
+            per_step.setdefault(name, []).append(step_seconds)
+    if image_id:
+        remove_image(engine, image_id)
+    return {"base": f"{base.image}@{base.digest}", "platform": plan.recipe.platform,
+            "cold_no_record_s": median_of(times),
+            "cold_no_record_steps_s": {name: median_of(v) for name, v in per_step.items()}}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=REPO / "out" / "bench.json")
+    parser.add_argument("--arm64", action="store_true", help="also a cold build of the arm64 recipe through qemu")
+    parser.add_argument("--arm64-runs", type=int, default=1)
     args = parser.parse_args()
 
     base = harness.base_image("amd64")
@@ -117,22 +154,40 @@ def main() -> int:
     engine = engine_mod.connect()
     base_ref = f"{base.image}@{base.digest}"
 
+    epoch = int(os.environ["SOURCE_DATE_EPOCH"])
+    seeds: dict[str, list[float]] = {"reference": [], "floor": []}
+    seed_steps: dict[str, dict[str, list[float]]] = {"reference": {}, "floor": {}}
+    instructions: dict[str, str] = {}
+
+    def seed_builds():
+        """One cold build of the reference and of the floor overlay, each new to the engine."""
+        nonlocal epoch
+        for kind in seeds:
+            epoch += 1
+            built = reference_overlay.build(engine, base_ref, recipe.platform, kind, epoch)
+            seeds[kind].append(built.seconds)
+            for name, step_seconds in built.steps.items():
+                seed_steps[kind].setdefault(name, []).append(step_seconds)
+            remove_image(engine, built.image_id)
+
     def cold_builds(plan, image_id, warm=None):
         times, per_step = [], {}
         for _ in range(args.runs):
             if image_id:
                 remove_image(engine, image_id)
-            image_id, seconds, steps = timed_build(engine, plan, nocache=True)
+            image_id, seconds, steps = timed_build(engine, plan, nocache=True, instructions=instructions)
             times.append(seconds)
             for name, step_seconds in steps.items():
                 per_step.setdefault(name, []).append(step_seconds)
             if warm is not None:
                 warm.append(timed_build(engine, plan, nocache=False)[1])
+            seed_builds()
         return image_id, times, per_step
 
     # No record: the gate imports vLLM (and leaves its answer in the image).
     image_id, cold_importing, cold_importing_steps = cold_builds(plan, None)
     save_from_image(engine, image_id, recipe, plan.gate_input, plan.payload_dir)
+    profile = gate_profile.profile_gate(engine, image_id, instructions[GATE_STEP])
     plan = make_plan(load_recipe(recipe_path), repository=repository)
     assert plan.oracle_record is not None, plan.oracle_record_note
     warm: list[float] = []
@@ -163,6 +218,18 @@ def main() -> int:
             "cold_importing_vllm_steps_s": {name: median_of(values) for name, values in cold_importing_steps.items()},
             "warm_s": median_of(warm),
         },
+        "reference_overlay": {
+            "what": "seed-shaped: two COPYs, a RUN editing one vLLM file, a RUN importing torch and "
+                    "vllm.v1.kv_cache_interface to assert two page sizes",
+            "cold_s": median_of(seeds["reference"]),
+            "cold_steps_s": {name: median_of(v) for name, v in seed_steps["reference"].items()},
+        },
+        "floor_overlay": {
+            "what": "the reference with its last RUN importing only vllm.v1.core.kv_cache_utils",
+            "cold_s": median_of(seeds["floor"]),
+            "cold_steps_s": {name: median_of(v) for name, v in seed_steps["floor"].items()},
+        },
+        "gate_profile": profile,
         "overlay_layers": {"bytes": layer_bytes, "blob_bytes": blob_bytes, "layers": layers},
         "push": {
             "repository": repository,
@@ -173,7 +240,19 @@ def main() -> int:
         },
         "targets": TARGETS,
     }
+    build = result["overlay_build"]
+    reference = result["reference_overlay"]["cold_s"]
+    result["ratios_to_reference"] = {
+        "cold_no_record": ratio(build["cold_importing_vllm_s"], reference),
+        "cold_with_record": ratio(build["cold_s"], reference),
+        "floor": ratio(result["floor_overlay"]["cold_s"], reference),
+        "cold_no_record_to_floor": ratio(build["cold_importing_vllm_s"], result["floor_overlay"]["cold_s"]),
+    }
+    if args.arm64:
+        result["arm64_qemu"] = arm64_cold_builds(engine, tmp, args.arm64_runs)
     result["meets_targets"] = {
+        "cold_no_record_to_reference": result["ratios_to_reference"]["cold_no_record"] <= TARGETS["cold_to_reference"],
+        "cold_with_record_to_reference": result["ratios_to_reference"]["cold_with_record"] <= TARGETS["cold_with_record_to_reference"],
         "cold_build": result["overlay_build"]["cold_s"]["median"] < TARGETS["cold_build_s"],
         "cold_build_importing_vllm": result["overlay_build"]["cold_importing_vllm_s"]["median"] < TARGETS["cold_build_s"],
         "warm_build": result["overlay_build"]["warm_s"]["median"] < TARGETS["warm_build_s"],

@@ -3,7 +3,10 @@
 #   geometry  one gate check and a 1,000-scenario sweep (bench/geometry_bench.py)
 #   overlay   cold and warm overlay builds, the overlay's layer bytes, bytes a push uploads
 #             when the base is already in the registry (bench/overlay_bench.py)
+#             against a seed-shaped reference overlay and the planning-import floor built
+#             cold in the same run, and where the gate's time goes (-X importtime)
 #   preflight what the image's entrypoint adds on its fast path (bench/preflight_bench.py)
+# BENCH_ARM64=1 adds cold builds of the arm64 recipe through qemu (BENCH_ARM64_RUNS, default 1).
 source "$(dirname "${BASH_SOURCE[0]}")/preamble.sh"
 out="$repo/out/bench.json"
 mkdir -p out
@@ -11,9 +14,14 @@ trap '[[ "${INFRA_KEEP_UP:-0}" == 1 ]] || $SUDO bash "$here/services.sh" down ||
 
 $SUDO bash "$here/services.sh" up >/dev/null
 "$PY" "$here/build_base.py" --arch amd64
+arm64=()
+if [[ "${BENCH_ARM64:-0}" == 1 ]]; then
+  "$PY" "$here/build_base.py" --arch arm64
+  arm64=(--arm64 --arm64-runs "${BENCH_ARM64_RUNS:-1}")
+fi
 "$PY" bench/geometry_bench.py --out out/geometry-bench.json >/dev/null
 "$PY" bench/preflight_bench.py --out out/preflight-bench.json >/dev/null
-"$PY" bench/overlay_bench.py --runs "${BENCH_RUNS:-3}" --out "$out" >/dev/null
+"$PY" bench/overlay_bench.py --runs "${BENCH_RUNS:-3}" --out "$out" "${arm64[@]}" >/dev/null
 "$PY" - "$out" out/geometry-bench.json out/preflight-bench.json <<'PYEOF'
 import json, sys
 path, geometry, preflight = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -21,7 +29,9 @@ data = json.load(open(path))
 data["geometry"] = json.load(open(geometry))
 data.update(json.load(open(preflight)))
 json.dump(data, open(path, "w"), indent=2)
-summary = {k: data[k] for k in ("overlay_build", "push", "meets_targets", "preflight_fast_path")}
+keys = ("overlay_build", "reference_overlay", "floor_overlay", "ratios_to_reference", "gate_profile",
+        "arm64_qemu", "push", "meets_targets", "preflight_fast_path")
+summary = {k: data[k] for k in keys if k in data}
 summary["overlay_layers_bytes"] = data["overlay_layers"]["bytes"]
 summary["overlay_blob_bytes"] = data["overlay_layers"]["blob_bytes"]
 print(json.dumps(summary, indent=2))
