@@ -47,7 +47,8 @@ from stackbuild import engine as engine_mod  # noqa: E402
 from stackbuild.oracle_record import save_from_image  # noqa: E402
 from stackbuild.pipeline import build_image  # noqa: E402
 from stackbuild.plan import make_plan  # noqa: E402
-from stackbuild.progress import GATE_STEP, Progress  # noqa: E402
+from geometry.image_contract import GATE_STEP  # noqa: E402
+from stackbuild.progress import Progress  # noqa: E402
 from stackbuild.recipe import load_recipe  # noqa: E402
 
 TARGETS = {"cold_to_reference": 2.0, "cold_with_record_to_reference": 1.0, "cold_build_s": 10.0, "warm_build_s": 2.0, "overlay_layers_bytes": 1024 * 1024, "push_upload_ratio": 1.1}
