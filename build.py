@@ -9,7 +9,7 @@
     python build.py push     --recipe R [--force]
     python build.py index    --recipe R [--force]          # multi-platform: the index over pushed images
     python build.py compose  --recipe R [-o FILE]
-    python build.py preflight --recipe R --models-dir DIR [-- serve args]   # the image's start-time check, here
+    python build.py preflight --recipe R --models-dir DIR [--role leader|worker] [-- serve args]   # the image's start-time check, here
     python build.py verify   IMAGE@DIGEST --recipe R
 """
 from __future__ import annotations
@@ -377,43 +377,37 @@ def deploy(target, recipe_path, owner, repository, output_dir, models_host_path,
 @recipe_option
 @click.option("--models-dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Host directory holding the checkpoints, laid out as `compose --models-dir` mounts it.")
+@click.option("--role", type=click.Choice(["leader", "worker"]), default=None,
+              help="Multi-node recipe: check this role's command only (default: the leader's and a worker's).")
+@click.option("--leader-address", default="127.0.0.1", show_default=True,
+              help="Multi-node recipe: the leader's address as the role commands receive it.")
+@click.option("--node-rank", type=int, default=1, show_default=True,
+              help="Multi-node recipe: the worker's node rank (1 to serving.nodes - 1).")
 @json_option
 @click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
-def preflight(recipe_path, models_dir, as_json, extra_args):
+def preflight(recipe_path, models_dir, role, leader_address, node_rank, as_json, extra_args):
     """Run the image's start-time pre-flight on the host: the compose command (plus any
     serve args after `--`) against the configs under --models-dir.
 
     The same code the container's entrypoint runs: the fast path when nothing differs
     from what the build checked, otherwise vLLM's serve parser, the simulator, the gate
-    and the cross-check against this interpreter's vLLM.
+    and the cross-check against this interpreter's vLLM. A multi-node recipe's leader and
+    worker commands are checked as the generated compose files start them.
     """
-    from compose.generate import model_mount_point
-    from preflight.run import preflight as run_preflight
-    from stackbuild.errors import PREFLIGHT_ERRORS
-    from stackbuild.plan import gate_input
-    from stackbuild.preflight_record import checked_serve
+    from stackbuild.preflight_host import check_on_host
 
     recipe = load_recipe(recipe_path)
-    mount = model_mount_point(recipe)
-    host_dir = str(models_dir.resolve())
-
-    def locate(path: str) -> str:
-        # Where `compose --models-dir` mounts the host directory, read it from there.
-        if path == mount or path.startswith(mount.rstrip("/") + "/"):
-            return host_dir + path[len(mount):]
-        return path
-
-    checked = checked_serve(recipe, gate_input(recipe))
-    outcome = run_preflight([*checked.argv, *extra_args], checked=checked, checked_path="(built from the recipe)",
-                            overlay_manifest=None, locate=locate, progress=True)
+    given = click.get_current_context().get_parameter_source
+    explicit = [f"--{name.replace('_', '-')}" for name in ("role", "leader_address", "node_rank")
+                if given(name) is click.core.ParameterSource.COMMANDLINE]
+    result = check_on_host(recipe, models_dir, role=role, leader_address=leader_address, node_rank=node_rank,
+                           explicit_role_options=tuple(explicit), extra_args=tuple(extra_args))
     if as_json:
-        click.echo(json.dumps({"passed": outcome.passed, "exit_code": outcome.code, "lines": list(outcome.lines)},
-                              indent=2, sort_keys=True))
+        click.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
     else:
-        for line in outcome.lines[0 if outcome.passed else 1:]:
+        for line in result.report_lines():
             click.echo(line)
-    if not outcome.passed:
-        raise PREFLIGHT_ERRORS[outcome.code](outcome.lines[0])
+    result.raise_if_failed()
 
 
 @cli.command()

@@ -191,3 +191,80 @@ def test_preflight_slow_path_on_a_worker_argv():
     assert out["extra-flag"]["code"] == 0 and "PASS: re-checked (argv edited" in out["extra-flag"]["lines"][0], out
     assert out["rank-out-of-range"]["code"] == 11, out
     assert "`--node-rank` must be between 0 and 1" in out["rank-out-of-range"]["lines"][0]
+
+
+# --- `build.py preflight` for each node role -------------------------------------------
+
+def snapshot_models(root: Path, recipe_path: Path) -> Path:
+    """A host models directory laid out as `compose --models-dir` mounts it, holding the recipe's snapshots."""
+    recipe = load_recipe(recipe_path)
+    for model, name in ((recipe.target.path, "target"), (recipe.drafter.path, "drafter")):
+        (root / Path(model).name).mkdir(parents=True)
+        shutil.copyfile(recipe_path.parent / "configs" / f"{name}.config.json", root / Path(model).name / "config.json")
+    return root
+
+
+def test_host_preflight_checks_the_leader_and_a_worker_as_compose_starts_them(tmp_path):
+    models = snapshot_models(tmp_path / "models", RECIPE)
+    run = build("preflight", "--recipe", str(RECIPE), "--models-dir", str(models), "--json",
+                "--leader-address", "10.1.2.3")
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["passed"] is True and result["exit_code"] == 0
+    leader, worker = result["checks"]
+    assert (leader["role"], worker["role"]) == ("leader", "worker")
+    # vLLM's multi-node launch (arg_utils.py): rank 0 serves the API, rank 1 of 2 runs headless.
+    assert (flag(leader["argv"], "--node-rank"), flag(worker["argv"], "--node-rank")) == ("0", "1")
+    assert flag(leader["argv"], "--master-addr") == flag(worker["argv"], "--master-addr") == "10.1.2.3"
+    assert "--headless" in worker["argv"] and "--headless" not in leader["argv"]
+    for check in (leader, worker):
+        assert check["lines"][0].startswith("pre-flight: PASS: the geometry the build checked"), check
+    text = build("preflight", "--recipe", str(RECIPE), "--models-dir", str(models), "--role", "worker")
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.startswith("pre-flight: PASS: the geometry the build checked")  # one role: no prefix
+
+
+@pytest.mark.parametrize("args, named", [
+    (("--recipe", str(SINGLE), "--role", "leader"), "--role: recipe glm53-flash-dflash2-gb300 serves on one node"),
+    (("--recipe", str(SINGLE), "--node-rank", "1"), "--node-rank: recipe glm53-flash-dflash2-gb300 serves on one node"),
+    (("--recipe", str(RECIPE), "--role", "leader", "--node-rank", "1"), "--node-rank: the leader is node rank 0"),
+    (("--recipe", str(RECIPE), "--role", "primary"), "--role"),
+])
+def test_host_preflight_role_options_that_do_not_fit_the_recipe(tmp_path, args, named):
+    models = snapshot_models(tmp_path / "models", RECIPE)
+    run = build("preflight", "--models-dir", str(models), *args)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and named in run.stderr, run.stderr
+
+
+@pytest.mark.oracle
+def test_host_preflight_worker_rank_vllm_refuses(tmp_path):
+    """Rank 2 of 2 is off the fast path; vLLM's own parser refuses it: exit 11 with its words in one line."""
+    models = snapshot_models(tmp_path / "models", RECIPE)
+    run = subprocess.run([sys.executable, str(REPO / "build.py"), "preflight", "--recipe", str(RECIPE),
+                          "--models-dir", str(models), "--role", "worker", "--node-rank", "2"],
+                         capture_output=True, text=True, cwd=REPO, timeout=900,
+                         env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
+    assert run.returncode == 11, run.stderr[-2000:]
+    progress, error = run.stderr.splitlines()  # the slow path says it started, then one error line
+    assert progress.startswith("pre-flight: the argv differs from the build's"), run.stderr
+    assert error.startswith("error: pre-flight: FAIL: vLLM's serve parser rejects the argv"), run.stderr
+    assert "`--node-rank` must be between 0 and 1" in error
+
+
+@pytest.mark.oracle
+def test_host_preflight_a_misfit_drafter_fails_every_role(tmp_path):
+    """4 KV heads x head_dim 80 (1,280 B/token) cannot tile the target's page on either node: both roles are
+    checked and reported, the first failure (the leader's) is the error line, exit 5."""
+    models = snapshot_models(tmp_path / "models", RECIPE)
+    config = models / Path(load_recipe(RECIPE).drafter.path).name / "config.json"
+    data = json.loads(config.read_text())
+    data["num_key_value_heads"], data["head_dim"] = 4, 80
+    config.write_text(json.dumps(data))
+    run = subprocess.run([sys.executable, str(REPO / "build.py"), "preflight", "--recipe", str(RECIPE),
+                          "--models-dir", str(models), "--json"], capture_output=True, text=True, cwd=REPO,
+                         timeout=900, env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
+    assert run.returncode == 5, run.stderr[-2000:]
+    result = json.loads(run.stdout)
+    assert [(c["role"], c["exit_code"]) for c in result["checks"]] == [("leader", 5), ("worker", 5)]
+    assert run.stderr.splitlines()[-1].startswith("error: leader: pre-flight: FAIL"), run.stderr

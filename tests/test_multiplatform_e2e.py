@@ -228,6 +228,41 @@ def test_build_py_index_without_a_platforms_image_is_one_line(registry, multi_bu
                     "(build --platform linux/amd64 --push)")
 
 
+def test_push_puts_the_built_platform_images_and_their_index_into_another_repository(registry, multi_build):
+    """`build.py push` (no build): the engine's images of both platforms, their attestations and one index
+    under every tag, in a repository that held nothing."""
+    repository = unique_repository(registry.address, "glm53-sm100-push")
+    name = repository_name(repository)
+    for platform in PLATFORMS:  # the engine's tags of each platform's image, under the new repository
+        image_id = multi_build.report["images"][platform]["image_id"]
+        tags = subprocess.run(["docker", "image", "inspect", "--format", "{{join .RepoTags \"\\n\"}}", image_id],
+                              capture_output=True, text=True, check=True).stdout.split()
+        for reference in tags:
+            if reference.startswith(multi_build.repository + ":"):
+                subprocess.run(["docker", "tag", image_id, repository + reference[len(multi_build.repository):]],
+                               check=True)
+    run = cli("push", "--recipe", str(multi_build.recipe), "--repository", repository, "--json",
+              docker_config_dir=multi_build.docker_config)
+    assert run.returncode == 0, run.stderr[-4000:]
+    result = json.loads(run.stdout)
+    assert result["tags"] == multi_build.report["tags"]
+    index_digest = result["pushed_digest"]
+    assert result["pushed_reference"] == f"{repository}@{index_digest}"
+    for tag in result["tags"]:
+        digest, index, _content = manifest(registry, name, tag)
+        assert (digest, index["mediaType"]) == (index_digest, OCI_INDEX)
+        assert sorted(platforms_of(index)) == PLATFORMS
+    _digest, index, _content = manifest(registry, name, index_digest)
+    for platform, digest in platforms_of(index).items():
+        _d, image, _c = manifest(registry, name, digest)
+        # The image pushed is the one built for that platform (its config digest is the engine's image id).
+        assert image["config"]["digest"] == multi_build.report["images"][platform]["image_id"]
+        assert result["images"][platform]["pushed_digest"] == digest
+        attached = manifest(registry, name, "sha256-" + digest.removeprefix("sha256:"))[1]
+        assert sorted(m["artifactType"] for m in attached["manifests"]) == ["application/vnd.cyclonedx+json",
+                                                                             "application/vnd.in-toto+json"]
+
+
 def test_a_pinned_tag_naming_other_images_is_refused_and_the_registry_is_unchanged(registry, multi_build, swapped):
     """The pinned tag re-pointed (by hand) at an index whose arm64 image is another: `push` refuses, exit 14."""
     report, name = multi_build.report, repository_name(multi_build.repository)

@@ -45,6 +45,6 @@ if [[ "${INFRA_SKIP_BASES:-0}" != "1" ]]; then
 fi
 
 rc=0
-"$PY" -m pytest tests "$@" || rc=$?
+"$PY" -m pytest tests --durations=25 "$@" || rc=$?
 echo "[run-tests] pytest exit $rc after $(elapsed)"
 exit $rc
