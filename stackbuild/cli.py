@@ -1,7 +1,6 @@
 """The command line: build, pin, check, push and serve a vLLM overlay image from a stack recipe.
 
-Run as ``python build.py COMMAND`` from a checkout, or as ``stackbuild COMMAND`` once the
-project is installed (the same commands, the program name in messages is what was typed)::
+Run as ``python build.py COMMAND`` from the checkout::
 
     python build.py render   --recipe R            # the Dockerfile, no daemon
     python build.py lock     --recipe R            # pin the base digest
@@ -433,5 +432,5 @@ def verify(image, recipe_path, as_json):
 
 
 def main() -> None:
-    """Entry point of ``build.py`` and of the ``stackbuild`` console script."""
+    """Entry point of ``build.py``."""
     cli()
