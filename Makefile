@@ -79,10 +79,10 @@ geometry: install
 	$(PY) build.py geometry --recipe $(RECIPE)
 
 test: deps install oracle pristine vllm-tests
-	tests/infra/run-tests.sh $(PYTEST_ARGS)
+	PYTHON_VENV=$(abspath $(PY)) tests/infra/run-tests.sh $(PYTEST_ARGS)
 
 bench: deps install oracle pristine
-	tests/infra/run-bench.sh
+	PYTHON_VENV=$(abspath $(PY)) tests/infra/run-bench.sh
 
 clean:
 	rm -rf $(VENV) out .cache
