@@ -20,10 +20,14 @@ export IMAGE_OWNER
 
 include overlay/pristine.mk
 
-$(VENV)/.installed: pyproject.toml requirements/base.txt requirements/test.txt
+# The project itself, editable, with its test tools: the direct dependencies' pins are in
+# pyproject.toml, everything they pull in is pinned by the two constraints files.
+CONSTRAINTS := requirements/constraints.txt requirements/oracle.txt
+
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements/test.txt
+	$(PY) -m pip install -q $(addprefix -c ,$(CONSTRAINTS)) -e '.[test]'
 	touch $@
 
 # vLLM's own code on the CPU: the oracle for geometry, patches and serve flags.
@@ -75,10 +79,10 @@ geometry: install
 	$(PY) build.py geometry --recipe $(RECIPE)
 
 test: deps install oracle pristine vllm-tests
-	tests/infra/run-tests.sh $(PYTEST_ARGS)
+	PYTHON_VENV=$(abspath $(PY)) tests/infra/run-tests.sh $(PYTEST_ARGS)
 
 bench: deps install oracle pristine
-	tests/infra/run-bench.sh
+	PYTHON_VENV=$(abspath $(PY)) tests/infra/run-bench.sh
 
 clean:
 	rm -rf $(VENV) out .cache

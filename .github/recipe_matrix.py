@@ -15,11 +15,10 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from stackbuild.errors import RecipeError, StackBuildError
+from stackbuild.recipe import load_recipe
 
-from stackbuild.errors import RecipeError, StackBuildError  # noqa: E402
-from stackbuild.recipe import load_recipe  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 # GitHub-hosted runners that build each platform natively (no emulation).
 NATIVE_RUNNERS = {"linux/amd64": "ubuntu-24.04", "linux/arm64": "ubuntu-24.04-arm"}

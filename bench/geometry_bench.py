@@ -8,6 +8,8 @@ Target: one check < 20 ms (the sweep is reported, without a target).  Wall and C
 (process) time are both reported: on a shared build machine wall time
 includes other processes' load, CPU time is what the gate itself costs.  The
 sweep runs --sweeps times (default 3) and reports the fastest, plus all runs.
+
+    PYTHONPATH=tests python bench/geometry_bench.py [--out FILE]   (tests/ holds geometry_cases)
 """
 
 from __future__ import annotations
@@ -20,14 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-import geometry_cases as C  # noqa: E402
-from geometry.gate import check  # noqa: E402
-from geometry.inputs import BadInput, GeometryInputs  # noqa: E402
-from geometry.simulate import simulate  # noqa: E402
+import geometry_cases as C
+from geometry.gate import check
+from geometry.inputs import BadInput, GeometryInputs
+from geometry.simulate import simulate
 
 CHECK_TARGET_S = 0.020
 

@@ -22,6 +22,8 @@ brings them up). Each figure is the median of ``--runs`` runs:
   that re-sent anything of the base, or sent a layer twice, shows as a ratio above 1.
 
 Writes a JSON document (``--out``), merged into an existing one if present.
+
+    PYTHONPATH=tests python bench/overlay_bench.py [--runs N] [--out FILE]   (tests/ holds the e2e helpers)
 """
 from __future__ import annotations
 
@@ -30,26 +32,24 @@ import io
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
+import gate_profile  # bench/, this script's directory
+import reference_overlay
+from geometry.image_contract import GATE_STEP
+from infra import harness  # tests/ on PYTHONPATH
+from stack_e2e import recipe_copy
+from stackbuild import engine as engine_mod
+from stackbuild.oracle_record import save_from_image
+from stackbuild.pipeline import build_image
+from stackbuild.plan import make_plan
+from stackbuild.progress import Progress
+from stackbuild.recipe import load_recipe
 
-from infra import harness  # noqa: E402
-import gate_profile  # noqa: E402
-import reference_overlay  # noqa: E402
-from stack_e2e import recipe_copy  # noqa: E402
-from stackbuild import engine as engine_mod  # noqa: E402
-from stackbuild.oracle_record import save_from_image  # noqa: E402
-from stackbuild.pipeline import build_image  # noqa: E402
-from stackbuild.plan import make_plan  # noqa: E402
-from geometry.image_contract import GATE_STEP  # noqa: E402
-from stackbuild.progress import Progress  # noqa: E402
-from stackbuild.recipe import load_recipe  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 TARGETS = {"cold_to_reference": 2.0, "cold_with_record_to_reference": 1.0, "cold_build_s": 10.0, "warm_build_s": 2.0, "overlay_layers_bytes": 1024 * 1024, "push_upload_ratio": 1.1}
 

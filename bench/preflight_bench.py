@@ -21,17 +21,16 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from geometry.image_contract import PREFLIGHT_CHECKED  # noqa: E402
-from preflight import checked as checked_mod  # noqa: E402
-from stackbuild.plan import gate_input  # noqa: E402
-from stackbuild.preflight_record import checked_serve  # noqa: E402
-from stackbuild.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
+import preflight
+from geometry.image_contract import PREFLIGHT_CHECKED
+from preflight import checked as checked_mod
+from stackbuild.plan import gate_input
+from stackbuild.preflight_record import checked_serve
+from stackbuild.recipe import DEFAULT_RECIPE, load_recipe
 
 TARGET_ADDED_S = 0.3
-# The entrypoint's fast path with the models read from MODELS instead of /models.
+# The entrypoint's fast path with the models read from MODELS instead of /models: like
+# preflight/entrypoint.py in the image, it finds preflight/ in the payload directory (argv[1]).
 FAST_PATH = """import sys
 sys.path.insert(0, sys.argv[1])
 from preflight.run import preflight
@@ -61,7 +60,7 @@ def main(argv=None) -> int:
     recipe = load_recipe(DEFAULT_RECIPE)
     with tempfile.TemporaryDirectory(prefix="preflight-bench-") as tmp:
         payload, models = Path(tmp) / "payload", Path(tmp) / "models"
-        shutil.copytree(ROOT / "preflight", payload / "preflight", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(Path(preflight.__file__).parent, payload / "preflight", ignore=shutil.ignore_patterns("__pycache__"))
         checked = checked_serve(recipe, gate_input(recipe))
         checked_mod.write(checked, str(payload / PREFLIGHT_CHECKED))
         for model in (recipe.target, recipe.drafter):

@@ -19,6 +19,8 @@ import sys
 import traceback
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+# The oracle interpreter need not have this project installed: preflight/ comes from the
+# directory holding this package (the checkout, or the site-packages it is installed in).
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from preflight.serve_flags import ServeFlagsRejected, parse_serve_args  # noqa: E402

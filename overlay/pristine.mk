@@ -51,10 +51,10 @@ $(OVERLAY_STAMP):
 	touch $@
 
 overlay-refresh: $(OVERLAY_STAMP)
-	$(OVERLAY_PYTHON) overlay/refresh.py --pristine $(OVERLAY_PRISTINE)
+	$(OVERLAY_PYTHON) -m overlay.refresh --pristine $(OVERLAY_PRISTINE)
 
 overlay-lock-check: $(OVERLAY_STAMP)
-	$(OVERLAY_PYTHON) overlay/refresh.py --pristine $(OVERLAY_PRISTINE) --check
+	$(OVERLAY_PYTHON) -m overlay.refresh --pristine $(OVERLAY_PRISTINE) --check
 
 overlay-test: $(OVERLAY_STAMP)
 	VLLM_PRISTINE_DIR=$(abspath $(OVERLAY_PRISTINE)) $(OVERLAY_PYTHON) -m pytest -q tests/test_overlay*.py

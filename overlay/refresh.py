@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Maintainer script: recompute the series lock from a pristine vLLM tree.
 
-    python overlay/refresh.py [--pristine DIR] [--series DIR] [--check]
+    python -m overlay.refresh [--pristine DIR] [--series DIR] [--check]
+
+(from the repository root, or anywhere once the project is installed).
 
 DIR holds ``vllm/`` and ``vllm-<version>.dist-info/`` exactly as unpacked from
 the PyPI wheel (``make -f overlay/pristine.mk pristine`` puts them in
@@ -21,12 +23,9 @@ import os
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from overlay import apply
 
-import apply as overlay  # noqa: E402  (stdlib-only sibling module)
-
-REPO = HERE.parent
+REPO = Path(__file__).resolve().parent.parent
 
 
 def default_pristine(version: str) -> Path:
@@ -39,36 +38,36 @@ def default_pristine(version: str) -> Path:
 def compute_lock(series_dir: Path, pristine: Path) -> dict:
     name = series_dir.name
     if "-" not in name:
-        raise overlay.OverlayError(f"{series_dir}: name must be <package>-<version>")
+        raise apply.OverlayError(f"{series_dir}: name must be <package>-<version>")
     package, version = name.split("-", 1)
-    pkg = overlay.locate_vllm(package, vllm_dir=pristine / package)
-    got_version, meta = overlay.installed_version(pkg, package)
+    pkg = apply.locate_vllm(package, vllm_dir=pristine / package)
+    got_version, meta = apply.installed_version(pkg, package)
     if got_version != version:
-        raise overlay.OverlayError(
+        raise apply.OverlayError(
             f"{meta}: pristine tree is {package} {got_version}, series is {version}"
         )
     patches = []
     patch_hashes = {}
-    for patch_name in overlay.read_series(series_dir):
+    for patch_name in apply.read_series(series_dir):
         data = (series_dir / patch_name).read_bytes()
-        patch_hashes[patch_name] = overlay.sha256_bytes(data)
-        patches.append((patch_name, overlay.parse_patch(data, patch_name)))
+        patch_hashes[patch_name] = apply.sha256_bytes(data)
+        patches.append((patch_name, apply.parse_patch(data, patch_name)))
     originals = {}
     for _, file_patches in patches:
         for fp in file_patches:
             path = pristine / fp.path
             if not path.is_file():
-                raise overlay.OverlayError(f"{path}: not in the pristine tree")
+                raise apply.OverlayError(f"{path}: not in the pristine tree")
             originals[fp.path] = path.read_bytes()
-    contents, _ = overlay.patch_in_memory(originals, patches)
+    contents, _ = apply.patch_in_memory(originals, patches)
     return {
         "package": package,
         "version": version,
         "source": f"PyPI wheel {package}=={version} (unpacked)",
         "files": {
             rel: {
-                "pristine_sha256": overlay.sha256_bytes(originals[rel]),
-                "patched_sha256": overlay.sha256_bytes(contents[rel]),
+                "pristine_sha256": apply.sha256_bytes(originals[rel]),
+                "patched_sha256": apply.sha256_bytes(contents[rel]),
             }
             for rel in sorted(originals)
         },
@@ -78,7 +77,7 @@ def compute_lock(series_dir: Path, pristine: Path) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--series", default=str(overlay.DEFAULT_SERIES))
+    parser.add_argument("--series", default=str(apply.DEFAULT_SERIES))
     parser.add_argument("--pristine", help="dir with vllm/ and its dist-info")
     parser.add_argument("--check", action="store_true", help="exit 1 if lock.json is stale")
     args = parser.parse_args(argv)
@@ -87,23 +86,23 @@ def main(argv=None) -> int:
     pristine = Path(args.pristine) if args.pristine else default_pristine(version)
     try:
         lock = compute_lock(series_dir, pristine)
-    except overlay.OverlayError as exc:
+    except apply.OverlayError as exc:
         for line in exc.errors:
             print(f"refresh: error: {line}", file=sys.stderr)
         return 1
     text = json.dumps(lock, indent=2, sort_keys=True) + "\n"
-    lock_path = series_dir / overlay.LOCK_FILE
+    lock_path = series_dir / apply.LOCK_FILE
     if args.check:
         current = lock_path.read_text(encoding="utf-8") if lock_path.exists() else ""
         if current != text:
-            print(f"refresh: {lock_path} is stale; run overlay/refresh.py", file=sys.stderr)
+            print(f"refresh: {lock_path} is stale; run python -m overlay.refresh", file=sys.stderr)
             return 1
         print(f"refresh: {lock_path} is up to date")
         return 0
     lock_path.write_text(text, encoding="utf-8")
     print(f"refresh: wrote {lock_path} ({len(lock['files'])} files, "
           f"{len(lock['patches'])} patches)")
-    print(f"series_sha256 {overlay.series_sha256(series_dir)}")
+    print(f"series_sha256 {apply.series_sha256(series_dir)}")
     return 0
 
 

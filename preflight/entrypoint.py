@@ -8,6 +8,7 @@ import os
 import sys
 
 PAYLOAD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The payload is copied into the image, not installed there: preflight/ is found in its directory.
 sys.path.insert(0, PAYLOAD_DIR)
 
 from preflight.run import main  # noqa: E402

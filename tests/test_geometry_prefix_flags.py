@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import ast
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from infra.fixtures import in_ci
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.oracle
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 try:
     import vllm.engine.arg_utils  # noqa: F401

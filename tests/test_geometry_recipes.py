@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from stackbuild.recipe import load_recipe
 
-from stackbuild.recipe import load_recipe  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 RECIPES = sorted((ROOT / "recipes").glob("*/recipe.yaml"))
 GB10 = ROOT / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml"

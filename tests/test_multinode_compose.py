@@ -154,17 +154,16 @@ def test_multinode_output_must_be_a_directory(tmp_path):
 
 _SLOW_PATH = r"""
 import json, os, shutil, sys, tempfile
-sys.path.insert(0, sys.argv[1])
 from preflight.run import preflight
 from stackbuild.plan import gate_input
 from stackbuild.preflight_record import checked_serve
 from stackbuild.recipe import load_recipe
-r = load_recipe(sys.argv[2])
+r = load_recipe(sys.argv[1])
 checked = checked_serve(r, gate_input(r))
 root = tempfile.mkdtemp()
 for model, name in ((r.target.path, "target"), (r.drafter.path, "drafter")):
     os.makedirs(os.path.join(root, os.path.basename(model)))
-    shutil.copyfile(os.path.join(os.path.dirname(sys.argv[2]), "configs", name + ".config.json"),
+    shutil.copyfile(os.path.join(os.path.dirname(sys.argv[1]), "configs", name + ".config.json"),
                     os.path.join(root, os.path.basename(model), "config.json"))
 worker = next(c for c in checked.roles if c.role == "worker")
 values = {"host": "0.0.0.0", "master_addr": "10.1.2.3", "node_rank": "1"}
@@ -184,7 +183,7 @@ print(json.dumps(out))
 def test_preflight_slow_path_on_a_worker_argv():
     """Off the fast path a worker's argv (--headless, --nnodes ...) is re-checked: a flag that leaves the
     geometry alone passes, a rank vLLM refuses is exit 11 with vLLM's words."""
-    run = subprocess.run([sys.executable, "-c", _SLOW_PATH, str(REPO), str(RECIPE)], capture_output=True,
+    run = subprocess.run([sys.executable, "-c", _SLOW_PATH, str(RECIPE)], capture_output=True,
                          text=True, timeout=900, env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])

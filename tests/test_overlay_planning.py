@@ -280,16 +280,13 @@ def test_patch_0002_is_needed(trees, tmp_path):
     """With patch 0001 alone the drafter's smaller block drags the global
     block size (cache_config.block_size) below the target's block."""
     import shutil
-    import sys
 
-    from overlay_helpers import OVERLAY, SERIES
-
-    sys.path.insert(0, str(OVERLAY))
-    import refresh
+    from overlay import apply, refresh
+    from overlay_helpers import SERIES
 
     series = tmp_path / "series" / SERIES.name
     shutil.copytree(SERIES, series)
-    first = refresh.overlay.read_series(series)[0]
+    first = apply.read_series(series)[0]
     (series / "series").write_text(first + "\n")
     lock = refresh.compute_lock(series, pristine_dir())
     (series / "lock.json").write_text(json.dumps(lock))

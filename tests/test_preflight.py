@@ -63,16 +63,16 @@ def test_snapshot_configs_pass_on_the_fast_path_without_importing_vllm(tmp_path)
     assert lines[0].startswith("pre-flight: PASS: the geometry the build checked (argv as built")
     assert "revision not pinned" in lines[0]  # the default recipe leaves the commit to the user
     # The same call in a fresh interpreter: vLLM (and torch) never imported.
-    code = ("import sys; sys.path.insert(0, sys.argv[1]);"
+    code = ("import sys;"
             "from preflight.run import preflight;"
             "from stackbuild.recipe import load_recipe, DEFAULT_RECIPE;"
             "from stackbuild.plan import gate_input;"
             "from stackbuild.preflight_record import checked_serve;"
             "r = load_recipe(DEFAULT_RECIPE); c = checked_serve(r, gate_input(r));"
             "o = preflight(c.argv, checked=c, checked_path='-', overlay_manifest=None,"
-            " locate=lambda p: p.replace('/models', sys.argv[2], 1));"
+            " locate=lambda p: p.replace('/models', sys.argv[1], 1));"
             "print(o.code, sorted(m for m in ('vllm', 'torch') if m in sys.modules))")
-    probe = subprocess.run([sys.executable, "-c", code, str(REPO), str(models)], capture_output=True, text=True,
+    probe = subprocess.run([sys.executable, "-c", code, str(models)], capture_output=True, text=True,
                            timeout=120)
     assert probe.stdout.split("\n")[0] == "0 []", probe.stderr
 
@@ -196,7 +196,6 @@ def test_prefix_caching_turned_off_is_rechecked_in_mamba_cache_mode_none(tmp_pat
 # Run in a fresh interpreter: vLLM resolves its platform once per process, and other tests in the
 # session may have imported it without VLLM_TARGET_DEVICE=cpu.
 _DERIVE = """import json, sys
-sys.path.insert(0, sys.argv[1])
 from preflight.check import derive_inputs
 from preflight.configs import read_config
 from preflight.serve_flags import parse_serve_flags
@@ -206,8 +205,8 @@ from stackbuild.recipe import DEFAULT_RECIPE, load_recipe
 r = load_recipe(DEFAULT_RECIPE)
 built = gate_input(r)
 flags = parse_serve_flags(checked_serve(r, built).argv)
-target = read_config("target", sys.argv[2] + "/" + sys.argv[3], r.target.path)
-drafter = read_config("drafter", sys.argv[2] + "/" + sys.argv[4], r.drafter.path)
+target = read_config("target", sys.argv[1] + "/" + sys.argv[2], r.target.path)
+drafter = read_config("drafter", sys.argv[1] + "/" + sys.argv[3], r.drafter.path)
 print(json.dumps({"model": flags.model, "drafter": flags.drafter_path, "prefix": flags.enable_prefix_caching,
                   "derived": derive_inputs(flags, target, drafter, built), "built": built}))
 """
@@ -218,7 +217,7 @@ def test_the_recipes_argv_means_to_vllm_what_the_build_gated(tmp_path):
     """vLLM's own parser on the compose command, through the pre-flight's derivation, gives exactly
     the build's gate input: so the fast path (argv unchanged) skips nothing the slow path would see."""
     models = models_dir(tmp_path / "models")
-    run = subprocess.run([sys.executable, "-c", _DERIVE, str(REPO), str(models), TARGET_DIR, DRAFTER_DIR],
+    run = subprocess.run([sys.executable, "-c", _DERIVE, str(models), TARGET_DIR, DRAFTER_DIR],
                          capture_output=True, text=True, timeout=900,
                          env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
     assert run.returncode == 0, run.stderr[-3000:]

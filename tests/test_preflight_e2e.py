@@ -52,7 +52,7 @@ class Image:
 
 # What `vllm serve`'s parser imports beyond the KV-cache modules the synthetic base was cut
 # down to (the real vllm-openai image has it): pure Python, copied from this venv (pinned in
-# requirements/base.txt), so nothing is downloaded.
+# pyproject.toml), so nothing is downloaded.
 SERVE_CLI_DEPS = ("click",)
 SERVE_CLI_DOCKERFILE = """FROM {base}
 COPY deps/ /tmp/serve-cli-deps/

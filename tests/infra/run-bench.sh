@@ -19,9 +19,11 @@ if [[ "${BENCH_ARM64:-0}" == 1 ]]; then
   "$PY" "$here/build_base.py" --arch arm64
   arm64=(--arm64 --arm64-runs "${BENCH_ARM64_RUNS:-1}")
 fi
-"$PY" bench/geometry_bench.py --out out/geometry-bench.json >/dev/null
+# The project's packages come from the venv's install; tests/ holds the helpers two benchmarks share
+# with the test suite (geometry_cases, the e2e harness), as pytest's pythonpath has it.
+PYTHONPATH=tests "$PY" bench/geometry_bench.py --out out/geometry-bench.json >/dev/null
 "$PY" bench/preflight_bench.py --out out/preflight-bench.json >/dev/null
-"$PY" bench/overlay_bench.py --runs "${BENCH_RUNS:-3}" --out "$out" "${arm64[@]}" >/dev/null
+PYTHONPATH=tests "$PY" bench/overlay_bench.py --runs "${BENCH_RUNS:-3}" --out "$out" "${arm64[@]}" >/dev/null
 "$PY" - "$out" out/geometry-bench.json out/preflight-bench.json <<'PYEOF'
 import json, sys
 path, geometry, preflight = sys.argv[1], sys.argv[2], sys.argv[3]

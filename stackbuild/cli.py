@@ -1,0 +1,430 @@
+"""The command line: build, pin, check, push and serve a vLLM overlay image from a stack recipe.
+
+Run as ``python build.py COMMAND`` from the checkout::
+
+    python build.py render   --recipe R            # the Dockerfile, no daemon
+    python build.py lock     --recipe R            # pin the base digest
+    python build.py record   --recipe R            # keep the built image's oracle answer
+    python build.py geometry --recipe R [--json]   # the KV-geometry gate on the host
+    python build.py build    --recipe R [--dry-run] [--push [--force]] [--platform P]
+    python build.py push     --recipe R [--force]
+    python build.py index    --recipe R [--force]          # multi-platform: the index over pushed images
+    python build.py compose  --recipe R [-o FILE]
+    python build.py preflight --recipe R --models-dir DIR [--role leader|worker] [-- serve args]   # the image's start-time check, here
+    python build.py verify   IMAGE@DIGEST --recipe R
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from stackbuild.errors import InternalError, StackBuildError
+from stackbuild.recipe import DEFAULT_RECIPE, load_recipe
+
+recipe_option = click.option(
+    "--recipe", "recipe_path", type=click.Path(dir_okay=False, path_type=Path),
+    default=DEFAULT_RECIPE, show_default="the GB300 recipe", help="Stack recipe (YAML).",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+owner_option = click.option("--owner", envvar="IMAGE_OWNER", help="Registry namespace for {owner} in image.repository (env IMAGE_OWNER).")
+repository_option = click.option("--repository", help="Push to this repository instead of the recipe's (e.g. 127.0.0.1:5000/me/glm).")
+force_option = click.option("--force", is_flag=True,
+                            help="Re-point a pinned tag the registry already has for another image (logged); without it that push is refused.")
+unpinned_option = click.option("--allow-unpinned", is_flag=True, help="Build FROM the base tag when no digest is pinned (not reproducible).")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+platform_option = click.option(
+    "--platform", help="Only this one of the recipe's platforms; for a multi-platform recipe, its image alone, "
+                       "tagged `<pinned tag>-<arch>` (`build.py index` then puts the index over them).")
+
+
+def selected_platforms(recipe, platform):
+    """The recipe's platforms, or the one --platform names (a recipe error if it is not one of them)."""
+    from stackbuild.errors import RecipeError
+
+    if platform is None:
+        return recipe.platforms
+    if platform not in recipe.platforms:
+        raise RecipeError(recipe.path, "platforms" if len(recipe.platforms) > 1 else "platform",
+                          f"--platform {platform} is not one of the recipe's ({', '.join(recipe.platforms)})")
+    return (platform,)
+
+
+class Cli(click.Group):
+    """Turns every failure into one line on stderr and its exit code (stackbuild/errors.py);
+    verify's findings follow its line, one per line.
+
+    Usage errors (click's) exit 2; an exception nobody expected is an internal error (exit 70)
+    asking for a report, never a traceback.
+    """
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:  # an option of build.py itself
+            click.echo(f"error: {info_name}: {_one_line(exc.format_message())} (see {info_name} --help)", err=True)
+            sys.exit(exc.exit_code)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except StackBuildError as exc:
+            if exc.lists_findings:
+                head, *findings = str(exc).splitlines() or [""]
+                click.echo("\n".join([f"error: {_one_line(head)}", *(f"  {_one_line(f)}" for f in findings)]), err=True)
+            else:
+                click.echo(f"error: {_one_line(exc)}", err=True)
+            ctx.exit(exc.exit_code)
+        except click.UsageError as exc:
+            sub = exc.ctx.command_path if exc.ctx else ctx.command_path
+            click.echo(f"error: {sub}: {_one_line(exc.format_message())} (see {sub} --help)", err=True)
+            ctx.exit(exc.exit_code)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the last resort: one line, never a traceback
+            error = InternalError(f"internal error: {type(exc).__name__}: {_one_line(exc)[:300]}; please report it with the command line")
+            click.echo(f"error: {error}", err=True)
+            ctx.exit(error.exit_code)
+
+
+def owner_notice(plan) -> None:
+    """Say when the image name carries the stand-in owner (such an image is never pushed)."""
+    if plan.image.owner_missing:
+        click.echo(f"notice: no image owner (--owner, IMAGE_OWNER): naming the image {plan.image.repository}; "
+                   "it stays in this engine (a push needs an owner)", err=True)
+
+
+def emit(as_json: bool, data: dict, text: str) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True) if as_json else text)
+
+
+@click.group(cls=Cli, context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """Build the GLM-5.3-Flash + DFlash2 vLLM image from a stack recipe."""
+
+
+@cli.command()
+@recipe_option
+@owner_option
+@repository_option
+@unpinned_option
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the Dockerfile here instead of stdout.")
+def render(recipe_path, owner, repository, allow_unpinned, output):
+    """Print (or write) the Dockerfile rendered from the recipe."""
+    from stackbuild.output import check_output, write_text
+    from stackbuild.plan import make_plan
+    from stackbuild.render import render as render_dockerfile
+
+    plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
+    text = render_dockerfile(plan)
+    if output:
+        # A file render wrote for this recipe starts with the same first line ("# <recipe name>: vLLM ...").
+        check_output(output, "-o", ours=lambda old: old.splitlines()[:1] == text.splitlines()[:1])
+        write_text(output, text, "-o")
+        owner_notice(plan)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+@cli.command()
+@recipe_option
+@json_option
+def lock(recipe_path, as_json):
+    """Resolve the base tag to a digest (for the recipe's platform) and write the lock."""
+    from stackbuild.engine import connect
+    from stackbuild.lock import write_lock
+
+    recipe = load_recipe(recipe_path)
+    engine = connect()
+    for platform in recipe.platforms:  # the tag's digest, checked to offer every platform
+        digest, platforms = engine.registry_digest(recipe.base.reference, platform)
+    path = write_lock(recipe, digest, platforms)
+    listed = ", ".join(recipe.platforms)
+    emit(as_json, {"lock": str(path), "base": recipe.base.reference, "digest": digest, "platform": recipe.platform,
+                   "platforms": list(recipe.platforms)},
+         f"{recipe.base.reference} ({listed}) -> {digest}\nwrote {path}")
+
+
+@cli.command()
+@recipe_option
+@owner_option
+@repository_option
+@unpinned_option
+@click.option("--image", help="Take the record from this image (default: the recipe's pinned tag in the local engine).")
+@json_option
+def record(recipe_path, owner, repository, allow_unpinned, image, as_json):
+    """Copy the oracle record (vLLM's geometry answer) from a built image to recipe.oracle.json.
+
+    Later builds ship it to the in-image gate, which then checks the simulator
+    against it instead of importing vLLM, as long as the image's vLLM tree and
+    packages are the ones it was recorded on.
+    """
+    from stackbuild.engine import connect, engine_errors
+    from stackbuild.oracle_record import save_from_image
+    from stackbuild.plan import make_plan
+
+    plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
+                     read_oracle_record=False)
+    if not image:  # a multi-platform recipe's images are tagged per platform (`<pinned tag>-<arch>`)
+        name = plan.image if len(plan.recipe.platforms) == 1 else plan.image.for_architecture(plan.recipe.architecture)
+        image = f"{name.repository}:{name.pinned_tags[0] if name.pinned_tags else name.tags[0]}"
+    with engine_errors(f"record from {image}"):
+        path, kept = save_from_image(connect(), image, plan.recipe, plan.gate_input, plan.payload_dir)
+    key = kept["key"]
+    emit(as_json, {"record": str(path), "image": image, "key": key},
+         f"{image}: vLLM tree {key['vllm_tree'][:16]}, Python {key['python']}, "
+         f"{len(key['distributions'])} packages\nwrote {path}")
+
+
+@cli.command()
+@recipe_option
+@json_option
+@click.option("--stock", is_flag=True, help="Model stock vLLM 0.33.0 (no overlay) instead of the patched tree.")
+def geometry(recipe_path, as_json, stock):
+    """Run the KV-geometry simulator and gate for a recipe on the host."""
+    from geometry.table import render_text, to_json
+    from stackbuild.errors import GeometryGateFailed
+    from stackbuild.plan import recipe_geometry, summarise_reasons
+
+    recipe = load_recipe(recipe_path)
+    _gate, report, verdict = recipe_geometry(recipe, vllm_behaviour="stock" if stock else "overlay")
+    if as_json:
+        click.echo(json.dumps(to_json(report, verdict), indent=2, sort_keys=True))
+    else:
+        click.echo(render_text(report, verdict))
+    if not verdict.passed:
+        raise GeometryGateFailed(f"{recipe.path}: geometry gate failed: {summarise_reasons(verdict.reasons)}")
+
+
+@cli.command()
+@recipe_option
+@owner_option
+@repository_option
+@unpinned_option
+@json_option
+@click.option("--dry-run", is_flag=True, help="Print the plan (Dockerfile, tags, registry); no daemon needed.")
+@click.option("--push/--no-push", default=False, help="Push the tags after a successful build.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the build report (JSON) here.")
+@click.option("--no-cache", "no_cache", is_flag=True, help="Run every step again, the gate included, instead of reusing the engine's cached layers.")
+@click.option("--keep-record", is_flag=True,
+              help="Unless the gate checked against the recipe's recipe.oracle.json, write the image's oracle record there (before tagging).")
+@force_option
+@platform_option
+def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push, report_path, no_cache, keep_record, force,
+          platform):
+    """Build (and optionally push) the image; nothing is tagged if any step fails.
+
+    A recipe with several platforms builds and gates each in turn, tags each
+    image `<pinned tag>-<arch>`, and with --push pushes them and puts an OCI
+    image index over them under the recipe's tags.
+    """
+    from stackbuild.pipeline import platform_plan
+    from stackbuild.plan import make_plan
+    from stackbuild.render import render as render_dockerfile
+
+    recipe = load_recipe(recipe_path)
+    plans = [make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
+             for p in selected_platforms(recipe, platform)]
+    if platform and len(recipe.platforms) > 1:  # one platform's image of an index, under `<pinned tag>-<arch>`
+        plans = [platform_plan(plans[0])]
+    plan = plans[0]
+    if push and not dry_run:
+        plan.image.require_owner(plan.recipe, "push to")
+    owner_notice(plan)
+    if dry_run:
+        data = {
+            "recipe": str(plan.recipe.path),
+            "base": plan.base.reference,
+            "platform": plan.recipe.platform,
+            "platforms": [p.recipe.platform for p in plans],
+            "registry": plan.image.registry,
+            "repository": plan.image.repository,
+            "tags": list(plan.image.tags),
+            "geometry_verdict": plan.geometry_verdict,
+            "oracle_record": str(plan.oracle_record) if plan.oracle_record else None,
+            "labels": dict(plan.labels),
+            "dockerfile": render_dockerfile(plan),
+        }
+        text = (f"# base      {data['base']}\n# platform  {', '.join(data['platforms'])}"
+                + (f" (one image each, an index under every tag; Dockerfile for {plan.recipe.platform})" if len(plans) > 1 else "")
+                + f"\n# registry  {data['registry']}\n"
+                f"# tags      {', '.join(plan.image.references)}\n# geometry  {plan.geometry_verdict}: {plan.geometry_summary}\n"
+                f"# oracle    {plan.oracle_record_note}\n\n"
+                + data["dockerfile"])
+        emit(as_json, data, text.rstrip("\n"))
+        return
+    from stackbuild.pipeline import run_build
+
+    report = run_build(plans, push=push, report_path=report_path, json_progress=as_json, nocache=no_cache,
+                       keep_record=keep_record, force=force)
+    built = report.get("images") or {plan.recipe.platform: report}
+    emit(as_json, report, "\n".join(f"built {image['image_id']} ({platform})" for platform, image in built.items())
+         + (f"\npushed {report['pushed_digest']}" if report.get("pushed_digest") else ""))
+
+
+@cli.command()
+@recipe_option
+@owner_option
+@repository_option
+@unpinned_option
+@json_option
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), help="Build report to complete with the pushed digest (default out/build-report.json).")
+@force_option
+def push(recipe_path, owner, repository, allow_unpinned, as_json, report_path, force):
+    """Push the tags of an image built from this recipe and attach its SBOM and provenance (credentials from `docker login`)."""
+    from stackbuild.pipeline import run_push
+    from stackbuild.plan import make_plan
+
+    recipe = load_recipe(recipe_path)
+    plans = [make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
+                       read_oracle_record=False) for p in recipe.platforms]
+    plans[0].image.require_owner(recipe, "push to")
+    result = run_push(plans, json_progress=as_json, report_path=report_path, force=force)
+    emit(as_json, result, f"pushed {', '.join(plans[0].image.references)} -> {result['pushed_digest']}")
+
+
+@cli.command()
+@recipe_option
+@owner_option
+@repository_option
+@unpinned_option
+@json_option
+@force_option
+def index(recipe_path, owner, repository, allow_unpinned, as_json, force):
+    """Put the OCI image index over a multi-platform recipe's pushed images under its tags.
+
+    Each platform's image must be in the registry under `<pinned tag>-<arch>`
+    (`build --platform P --push` on a machine of that platform); `build --push`
+    of all platforms does this itself.
+    """
+    from stackbuild.pipeline import run_index
+    from stackbuild.plan import make_plan
+
+    recipe = load_recipe(recipe_path)
+    plans = [make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
+                       read_oracle_record=False) for p in recipe.platforms]
+    plans[0].image.require_owner(recipe, "push to")
+    result = run_index(plans, json_progress=as_json, force=force)
+    emit(as_json, result, f"pushed {', '.join(plans[0].image.references)} -> {result['pushed_digest']}")
+
+
+@cli.command()
+@recipe_option
+@owner_option
+@repository_option
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Compose file to write (default: compose/<recipe name>.compose.yaml); for a multi-node "
+                   "recipe, the existing directory to write one file per node role into (default: compose/).")
+@click.option("--models-dir", help="Host directory holding the model snapshots (mounted read-only).")
+@click.option("--port", type=int, help="Host port to publish (single-node recipes).")
+@click.option("--gpus", help="Comma-separated GPU ids to reserve (default: any, count = TP size / nodes).")
+@click.option("--digest", help="Image digest to pin in the compose file (default: from the last build report).")
+@json_option
+def compose(recipe_path, owner, repository, output, models_dir, port, gpus, digest, as_json):
+    """Write the compose file that serves the image with `docker compose up` (one per node role
+    when the recipe spans several machines)."""
+    recipe = load_recipe(recipe_path)
+    if recipe.serving.nodes > 1:
+        from compose.multinode import write_role_files
+
+        result = write_role_files(recipe, output_dir=output, owner=owner, repository=repository,
+                                  models_dir=models_dir, port=port, gpus=gpus, digest=digest)
+        emit(as_json, result, "wrote " + ", ".join(result["paths"].values()))
+        return
+    if output is not None:  # one file: click's own check of a file path
+        ctx = click.get_current_context()
+        param = next(p for p in ctx.command.params if p.name == "output")
+        output = click.Path(dir_okay=False, path_type=Path).convert(str(output), param, ctx)
+    from compose.generate import write_compose
+
+    result = write_compose(recipe, output=output, owner=owner, repository=repository,
+                           models_dir=models_dir, port=port, gpus=gpus, digest=digest)
+    emit(as_json, result, f"wrote {result['path']}")
+
+
+@cli.command()
+@click.option("--target", "target", type=click.Choice(["k8s"]), required=True, help="What to deploy on (k8s: Kubernetes).")
+@recipe_option
+@owner_option
+@repository_option
+@click.option("-o", "--output", "output_dir", type=click.Path(path_type=Path),
+              help="Existing directory to write <recipe name>.k8s.yaml into (default: compose/).")
+@click.option("--models-host-path", help="Node directory holding the model snapshots, mounted read-only (default: the recipe's models directory).")
+@click.option("--models-pvc", help="PersistentVolumeClaim holding the model snapshots instead of a host path.")
+@click.option("--ifname", default="eth0", show_default=True, help="NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME in multi-node pods.")
+@click.option("--namespace", help="metadata.namespace of every object (default: none, kubectl's current).")
+@click.option("--digest", help="Image digest to pin (default: from the last build report).")
+@json_option
+def deploy(target, recipe_path, owner, repository, output_dir, models_host_path, models_pvc, ifname, namespace,
+           digest, as_json):
+    """Write Kubernetes manifests: a Deployment (one machine) or a LeaderWorkerSet (serving.nodes > 1), and a Service."""
+    from deploy.k8s import write_manifests
+
+    result = write_manifests(load_recipe(recipe_path), output_dir=output_dir, owner=owner, repository=repository,
+                             digest=digest, models_host_path=models_host_path, models_pvc=models_pvc,
+                             ifname=ifname, namespace=namespace)
+    emit(as_json, result, f"wrote {result['path']} ({', '.join(result['kinds'])})")
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@recipe_option
+@click.option("--models-dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Host directory holding the checkpoints, laid out as `compose --models-dir` mounts it.")
+@click.option("--role", type=click.Choice(["leader", "worker"]), default=None,
+              help="Multi-node recipe: check this role's command only (default: the leader's and a worker's).")
+@click.option("--leader-address", default="127.0.0.1", show_default=True,
+              help="Multi-node recipe: the leader's address as the role commands receive it.")
+@click.option("--node-rank", type=int, default=1, show_default=True,
+              help="Multi-node recipe: the worker's node rank (1 to serving.nodes - 1).")
+@json_option
+@click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
+def preflight(recipe_path, models_dir, role, leader_address, node_rank, as_json, extra_args):
+    """Run the image's start-time pre-flight on the host: the compose command (plus any
+    serve args after `--`) against the configs under --models-dir.
+
+    The same code the container's entrypoint runs: the fast path when nothing differs
+    from what the build checked, otherwise vLLM's serve parser, the simulator, the gate
+    and the cross-check against this interpreter's vLLM. A multi-node recipe's leader and
+    worker commands are checked as the generated compose files start them.
+    """
+    from stackbuild.preflight_host import check_on_host
+
+    recipe = load_recipe(recipe_path)
+    given = click.get_current_context().get_parameter_source
+    explicit = [f"--{name.replace('_', '-')}" for name in ("role", "leader_address", "node_rank")
+                if given(name) is click.core.ParameterSource.COMMANDLINE]
+    result = check_on_host(recipe, models_dir, role=role, leader_address=leader_address, node_rank=node_rank,
+                           explicit_role_options=tuple(explicit), extra_args=tuple(extra_args))
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
+    else:
+        for line in result.report_lines():
+            click.echo(line)
+    result.raise_if_failed()
+
+
+@cli.command()
+@click.argument("image")
+@recipe_option
+@json_option
+def verify(image, recipe_path, as_json):
+    """Pull IMAGE@DIGEST, compare its labels with the recipe, re-run the gate inside it, check its SBOM and provenance."""
+    from stackbuild.verify import image_by_digest, verify_image
+
+    image_by_digest(image)
+    result = verify_image(image, load_recipe(recipe_path), json_progress=as_json)
+    emit(as_json, result, f"{image}: {result['verdict']}")
+
+
+
+def main() -> None:
+    """Entry point of ``build.py``."""
+    cli()
