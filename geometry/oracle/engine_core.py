@@ -91,8 +91,29 @@ def engine_core_plan(params: dict):
     """
     from types import SimpleNamespace
 
-    import torch
+    from vllm.v1.engine.core import EngineCore
 
+    p = dict(ENGINE_CORE_DEFAULTS, **params)
+    vllm_config = _vllm_config(p)
+    block, mla_bpt, kda = _hybrid_block(p, vllm_config.cache_config)
+    specs = _layer_specs(p, vllm_config, kda)
+    executor = _StandInExecutor(specs, p["tp"], int(p["kv_memory_gib"] * (1 << 30)))
+    core = object.__new__(EngineCore)
+    core.model_executor = executor
+    core.available_gpu_memory_for_kv_cache = -1
+    scheduler = EngineCore._initialize_kv_caches(core, vllm_config)
+    return SimpleNamespace(
+        vllm_config=vllm_config,
+        scheduler=scheduler,
+        workers=executor.captured,
+        target_block_size=block,
+        target_mla_page=block * mla_bpt,
+    )
+
+
+def _vllm_config(p: dict):
+    """The real config dataclasses, with only the fields planning reads filled."""
+    import torch
     from vllm.config import (
         CacheConfig,
         ModelConfig,
@@ -101,28 +122,7 @@ def engine_core_plan(params: dict):
         SpeculativeConfig,
         VllmConfig,
     )
-    from vllm.model_executor.layers.attention import Attention
-    from vllm.model_executor.layers.mamba.mamba_utils import (
-        MambaStateDtypeCalculator,
-        MambaStateShapeCalculator,
-    )
-    from vllm.utils.math_utils import cdiv
-    from vllm.v1.attention.backend import AttentionType
-    from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
-    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
-    from vllm.v1.engine.core import EngineCore
-    from vllm.v1.kv_cache_interface import (
-        MambaSpec,
-        MLAAttentionSpec,
-        get_kv_quant_mode,
-    )
 
-    p = dict(ENGINE_CORE_DEFAULTS, **params)
-    # num_spec sizes the target's own state (KDA conv, kpool tail ring) with or
-    # without drafter layers, so "no drafter" compares the same target geometry.
-    tp, num_spec = p["tp"], p["num_spec"]
-
-    # --- configs: real dataclasses, only fields planning reads are filled ---
     model_config = object.__new__(ModelConfig)
     for k, v in {
         "max_model_len": p["max_model_len"],
@@ -153,20 +153,33 @@ def engine_core_plan(params: dict):
         ),
     )
     object.__setattr__(vllm_config, "model_config", model_config)
-    vllm_config.parallel_config.tensor_parallel_size = tp
+    vllm_config.parallel_config.tensor_parallel_size = p["tp"]
     if p["with_drafter"]:
         spec_config = object.__new__(SpeculativeConfig)
         for k, v in {
             "method": "dflash",
-            "num_speculative_tokens": num_spec,
+            "num_speculative_tokens": p["num_spec"],
             "disable_eagle_block_drop": False,
             "num_speculative_tokens_per_batch_size": None,
             "draft_model_config": None,
         }.items():
             object.__setattr__(spec_config, k, v)
         object.__setattr__(vllm_config, "speculative_config", spec_config)
+    return vllm_config
 
-    # --- hybrid block size B (Platform._align_hybrid_block_size formula) ---
+
+def _hybrid_block(p: dict, cache_config):
+    """The hybrid block size B (``Platform._align_hybrid_block_size``'s formula),
+    set on ``cache_config``: ``(B, MLA bytes per token, (KDA state shapes, dtypes,
+    prefill checkpoint alignment))``."""
+    import torch
+    from vllm.model_executor.layers.mamba.mamba_utils import (
+        MambaStateDtypeCalculator,
+        MambaStateShapeCalculator,
+    )
+    from vllm.utils.math_utils import cdiv
+    from vllm.v1.kv_cache_interface import MambaSpec, MLAAttentionSpec, get_kv_quant_mode
+
     mla_bpt = MLAAttentionSpec(
         block_size=1,
         num_kv_heads=1,
@@ -175,12 +188,14 @@ def engine_core_plan(params: dict):
         cache_dtype_str=p["kv_cache_dtype"],
         kv_quant_mode=get_kv_quant_mode(p["kv_cache_dtype"]),
     ).page_size_bytes
+    # num_spec sizes the target's own state (KDA conv, kpool tail ring) with or
+    # without drafter layers, so "no drafter" compares the same target geometry.
     kda_shapes = MambaStateShapeCalculator.kda_state_shape(
-        tp,
+        p["tp"],
         p["linear_num_heads"],
         p["linear_head_dim"],
         conv_kernel_size=p["linear_conv_kernel_dim"],
-        num_spec=num_spec,
+        num_spec=p["num_spec"],
     )
     kda_dtypes = MambaStateDtypeCalculator.kda_state_dtype(torch.bfloat16, "auto", "auto")
     from vllm.model_executor.layers.mamba.kda_checkpoint import (
@@ -198,22 +213,40 @@ def engine_core_plan(params: dict):
     cache_config.mamba_page_size_padded = (
         block * mla_bpt if block * mla_bpt != mamba_page else None
     )
+    return block, mla_bpt, (kda_shapes, kda_dtypes, kda_alignment)
 
-    # --- per-rank layer specs, collected by the V2 runner's own function ---
+
+def _layer_specs(p: dict, vllm_config, kda) -> dict:
+    """Per-rank layer specs in layer order: the MLA and drafter layers' collected by
+    the V2 runner's own function, the KDA, indexer and tail specs built as their
+    layers build them."""
+    import torch
     from vllm.config import set_current_vllm_config
+    from vllm.model_executor.layers.attention import Attention
     from vllm.model_executor.layers.attention.mla_attention import MLAAttention
-    from vllm.utils.math_utils import next_power_of_2
+    from vllm.utils.math_utils import cdiv, next_power_of_2
+    from vllm.v1.attention.backend import AttentionType
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+    from vllm.v1.attention.backends.mla.flashinfer_mla_sparse import (
+        FlashInferMLASparseTRTLLMBackend,
+    )
     from vllm.v1.attention.backends.mla.indexer import (
         Glm5NextIndexerBackend,
         KpoolTailBackend,
     )
-    from vllm.v1.kv_cache_interface import CircularBufferSpec, SparseCacheRole
-    from vllm.v1.worker.utils import customize_attention_spec
-    from vllm.v1.attention.backends.mla.flashinfer_mla_sparse import (
-        FlashInferMLASparseTRTLLMBackend,
+    from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
+    from vllm.v1.kv_cache_interface import (
+        CircularBufferSpec,
+        MambaSpec,
+        MLAAttentionSpec,
+        SparseCacheRole,
     )
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
+    from vllm.v1.worker.utils import customize_attention_spec
 
+    kda_shapes, kda_dtypes, kda_alignment = kda
+    tp, num_spec = p["tp"], p["num_spec"]
+    cache_config = vllm_config.cache_config
     forward_context = vllm_config.compilation_config.static_forward_context
     kv_dtype = p["kv_cache_dtype"]
     order: list = []
@@ -302,53 +335,42 @@ def engine_core_plan(params: dict):
                 order.append(name)
         collected = get_kv_cache_spec(vllm_config)
     collected.update(mamba_specs)
-    specs = {name: collected[name] for name in order}
+    return {name: collected[name] for name in order}
 
-    # --- run EngineCore._initialize_kv_caches with a stand-in executor ---
-    available = int(p["kv_memory_gib"] * (1 << 30))
 
-    class _Workers:
-        """Stands in for the GPU workers: reports specs and free memory."""
+class _StandInExecutor:
+    """Stands in for the GPU workers: reports specs and free memory, and keeps
+    the per-rank configs the engine core initializes them with."""
 
-        captured = None
+    def __init__(self, specs: dict, tp: int, available: int):
+        self.specs, self.tp, self.available = specs, tp, available
+        self.captured = None
 
-        def get_kv_cache_specs(self):
-            return [dict(specs) for _ in range(tp)]
+    def get_kv_cache_specs(self):
+        return [dict(self.specs) for _ in range(self.tp)]
 
-        def get_supported_kv_cache_layouts(self):
-            from vllm.v1.attention.backends.mla.indexer import KpoolTailBackend
+    def get_supported_kv_cache_layouts(self):
+        from vllm.v1.attention.backends.mla.indexer import KpoolTailBackend
 
-            # The kpool tail backend is the most restrictive of the model's
-            # backends: block-outermost layouts only.
-            names = [x.name for x in KpoolTailBackend.supported_kv_cache_layouts()]
-            return [names for _ in range(tp)]
+        # The kpool tail backend is the most restrictive of the model's
+        # backends: block-outermost layouts only.
+        names = [x.name for x in KpoolTailBackend.supported_kv_cache_layouts()]
+        return [names for _ in range(self.tp)]
 
-        def set_kv_cache_layout(self, *args):
-            pass
+    def set_kv_cache_layout(self, *args):
+        pass
 
-        def determine_available_memory(self):
-            return [available] * tp
+    def determine_available_memory(self):
+        return [self.available] * self.tp
 
-        def collective_rpc(self, *args, **kwargs):
-            return [None] * tp
+    def collective_rpc(self, *args, **kwargs):
+        return [None] * self.tp
 
-        def initialize_from_config(self, configs):
-            _Workers.captured = configs
+    def initialize_from_config(self, configs):
+        self.captured = configs
 
-        def compile_or_warm_up_model(self):
-            pass
-
-    core = object.__new__(EngineCore)
-    core.model_executor = _Workers()
-    core.available_gpu_memory_for_kv_cache = -1
-    scheduler = EngineCore._initialize_kv_caches(core, vllm_config)
-    return SimpleNamespace(
-        vllm_config=vllm_config,
-        scheduler=scheduler,
-        workers=_Workers.captured,
-        target_block_size=block,
-        target_mla_page=block * mla_bpt,
-    )
+    def compile_or_warm_up_model(self):
+        pass
 
 
 def engine_core_summary(params: dict) -> dict:
