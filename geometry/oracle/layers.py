@@ -57,8 +57,7 @@ def register_layers(inputs: GeometryInputs, cfg, kind: str, hf, num_spec: int,
         if kind == "glm5next":
             _glm5next_layers(inputs, cfg, hf, ctx, num_spec, mla_cls)
         elif kind == "kimi_linear":
-            _kimi_layers(inputs, cfg, cfg.model_config, hf, ctx, inputs.tensor_parallel_size,
-                         num_spec, cfg.cache_config.cache_dtype)
+            _kimi_layers(inputs, cfg, hf, ctx, num_spec)
         else:
             _qwen3_next_layers(inputs, cfg, hf, ctx, num_spec, fa_cls)
         if drafter is not None:
@@ -216,7 +215,7 @@ def _kimi_mla_backend(inputs: GeometryInputs, hf, kv_str: str):
     return cls
 
 
-def _kimi_layers(inputs, cfg, mc, hf, ctx, tp, num_spec, model_kv) -> None:
+def _kimi_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None:
     """KimiLinearModel's attention layers (vllm/models/kimi_k3/nvidia/model.py,
     KimiDecoderLayer): KDA iff ``hf.is_kda_layer(i)``, else the model's own
     dense ``MultiHeadLatentAttention`` (nvidia/mla.py), both at
@@ -227,6 +226,9 @@ def _kimi_layers(inputs, cfg, mc, hf, ctx, tp, num_spec, model_kv) -> None:
     )
     from vllm.models.kimi_k3.nvidia.mla import MultiHeadLatentAttention
 
+    tp = inputs.tensor_parallel_size
+    mc = cfg.model_config
+    model_kv = cfg.cache_config.cache_dtype
     lac = hf.linear_attn_config
     mla_cls = None
     for i in range(hf.num_hidden_layers):
