@@ -1,2 +1,2 @@
 """KV-cache geometry simulator and build gate for the GLM-5.3-Flash + DFlash2
-vLLM 0.33.0 image (stdlib only; ``oracle`` imports the installed vLLM)."""
+vLLM 0.33.0 image (stdlib only; the functions of ``oracle`` import the installed vLLM)."""

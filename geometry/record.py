@@ -117,12 +117,17 @@ def inputs_digest(raw_inputs: Mapping) -> str:
 
 
 def code_digest(directory: str) -> str:
-    """This package's Python files (names and bytes): the code that drove vLLM."""
+    """This package's Python files, its subpackages' included (paths and bytes):
+    the code that drove vLLM."""
     digest = hashlib.sha256()
-    for name in sorted(os.listdir(directory)):
-        if name.endswith(".py"):
-            with open(os.path.join(directory, name), "rb") as fh:
-                digest.update(name.encode() + b"\0" + hashlib.sha256(fh.read()).digest())
+    for parent, subdirs, files in os.walk(directory):
+        subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(parent, name)
+                relative = os.path.relpath(path, directory).replace(os.sep, "/")
+                with open(path, "rb") as fh:
+                    digest.update(relative.encode() + b"\0" + hashlib.sha256(fh.read()).digest())
     return digest.hexdigest()
 
 

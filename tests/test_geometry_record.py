@@ -148,6 +148,25 @@ def test_a_record_made_without_the_patched_imports_does_not_skip_them(recorded):
     assert kept is None and "made without importing the patched modules vllm.v1.core.kv_cache_utils" in note
 
 
+def test_the_code_digest_sees_every_module_of_the_package_and_its_subpackages(tmp_path):
+    package = tmp_path / "geometry"
+    (package / "oracle" / "__pycache__").mkdir(parents=True)
+    (package / "gate.py").write_text("A = 1\n")
+    (package / "oracle" / "plan.py").write_text("B = 1\n")
+    (package / "oracle" / "__pycache__" / "plan.cpython-311.pyc").write_bytes(b"a")
+    (package / "README.md").write_text("notes\n")
+    first = record.code_digest(str(package))
+    (package / "oracle" / "__pycache__" / "plan.cpython-311.pyc").write_bytes(b"bytecode of another build")
+    (package / "README.md").write_text("other notes\n")
+    assert record.code_digest(str(package)) == first
+    (package / "oracle" / "plan.py").write_text("B = 2\n")
+    assert record.code_digest(str(package)) != first
+    (package / "oracle" / "plan.py").write_text("B = 1\n")
+    assert record.code_digest(str(package)) == first
+    (package / "oracle" / "plan.py").rename(package / "plan.py")
+    assert record.code_digest(str(package)) != first
+
+
 def test_the_tree_digest_sees_sources_and_sizes_not_bytecode(tmp_path):
     tree = tmp_path / "vllm"
     (tree / "v1" / "__pycache__").mkdir(parents=True)

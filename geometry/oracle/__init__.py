@@ -1,0 +1,24 @@
+"""vLLM's own KV-cache planning, run with the imported vLLM on a CPU box (no GPU).
+
+The oracle the gate and the tests hold the simulator to:
+
+* ``plan_with_vllm(inputs)``, ``compare_reports(sim, vllm)``,
+  ``blocks_per_request(inputs)`` (plan.py): vLLM's geometry for a gate input,
+  from a ``VllmConfig`` (vllm_config.py) and the model's layer objects
+  (layers.py), through vLLM's platform alignment, spec collection and planner;
+* ``engine_core_plan(params)`` / ``engine_core_summary(params)``
+  (engine_core.py): explicit GLM-5.3 + DFlash2 parameters planned by
+  ``EngineCore._initialize_kv_caches``; ``python -m geometry.oracle
+  --engine-core CASES`` (__main__.py) prints one summary per case;
+* cpu_shims.py: what lets vLLM's model and kernel modules import on the CPU,
+  and the platform patches the planning runs under.
+
+Importing this package imports no vLLM and no torch (the gate payload is
+stdlib-importable up to here); its functions import them.
+"""
+
+from .engine_core import ENGINE_CORE_DEFAULTS, engine_core_plan, engine_core_summary
+from .plan import blocks_per_request, compare_reports, plan_with_vllm
+
+__all__ = ["ENGINE_CORE_DEFAULTS", "blocks_per_request", "compare_reports", "engine_core_plan",
+           "engine_core_summary", "plan_with_vllm"]

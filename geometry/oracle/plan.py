@@ -1,0 +1,238 @@
+"""Plan the KV-cache geometry with the *imported* vLLM (whatever ``vllm`` is on
+sys.path: the pristine 0.33.0 tree, the image's patched one, or a patched copy
+a test points PYTHONPATH at) and return it as a ``GeometryReport``.
+
+vLLM's own code runs from the config on: ``Platform.update_block_size_for_backend``
+(on the base ``Platform``; it resolves the model class through vLLM's
+``ModelRegistry`` for the mamba state shapes), the runner's ``get_kv_cache_spec``
+(``vllm.v1.worker.gpu.attn_utils``, which applies ``customize_attention_spec`` and
+tags draft layers), ``resolve_kv_cache_layout``, ``get_kv_cache_groups``,
+``get_kv_cache_config_from_groups`` and the engine core's scheduler block sizes.
+The config and the layers it reads are built in vllm_config.py and layers.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace as dc_replace
+
+from .. import record
+from ..inputs import GeometryInputs
+from ..prefix_cache import PrefixCache, can_hit
+from ..report import GeometryReport, GroupRow, LayerRow, Plan
+from ..simulate import simulate
+from .cpu_shims import capability, model_registry_fallback
+from .layers import register_layers
+from .vllm_config import build_vllm_config
+
+
+def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
+    """``(vllm_config, kind)``: the config, with the layers in its forward context."""
+    cfg, kind, hf = build_vllm_config(inputs, with_drafter, num_spec)
+    register_layers(inputs, cfg, kind, hf, num_spec, with_drafter)
+    return cfg, kind
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Plan:
+    from vllm.config import set_current_vllm_config
+    from vllm.platforms.interface import Platform
+    from vllm.v1.core import kv_cache_planning as P
+    from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
+    from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
+
+    with capability(inputs.capability_family):
+        try:
+            cfg, kind = _build(inputs, with_drafter, num_spec)
+        except (AssertionError, ValueError, NotImplementedError) as exc:
+            return Plan(None, None, None, None, (), (), None, None, None, None, error=_error(exc))
+        cache = cfg.cache_config
+        rows: tuple = ()
+        try:
+            with model_registry_fallback():
+                Platform.update_block_size_for_backend(cfg)
+            with set_current_vllm_config(cfg):
+                specs = get_kv_cache_spec(cfg)
+                layout = _resolve_layout(cfg, specs)
+                owners = {n: ("drafter" if n.startswith("drafter.") else "target") for n in specs}
+                groups = P.get_kv_cache_groups(cfg, dict(specs))
+                final = {}
+                for g in groups:
+                    gs = g.kv_cache_spec
+                    for n in g.layer_names:
+                        final[n] = (gs.kv_cache_specs[n]
+                                    if isinstance(gs, UniformTypeKVCacheSpecs) else gs)
+                rows = _rows(final, owners, specs)
+                kvc = P.get_kv_cache_config_from_groups(cfg, groups, inputs.kv_cache_memory_bytes)
+                bpb = P._get_kv_cache_bytes_per_block(groups, layout)
+            t_rows = [r for r in rows if r.owner == "target" and r.role in ("mla_latent", "attention")]
+            grows = []
+            for i, g in enumerate(groups):
+                gs = g.kv_cache_spec
+                layer_specs = [final[n] for n in g.layer_names]
+                grows.append(GroupRow(
+                    i, type(layer_specs[0]).__name__,
+                    tuple(sorted({_role(n, final[n]) for n in g.layer_names})),
+                    tuple(g.layer_names), layer_specs[0].block_size,
+                    sum(s.page_size_bytes for s in layer_specs),
+                    (any(s.is_draft for s in layer_specs)
+                     if isinstance(gs, UniformTypeKVCacheSpecs) else gs.is_draft)))
+            block_size = cache.block_size
+            prefix = _prefix_cache(cfg, kvc)
+            return Plan(
+                block_size, cache.mamba_page_size_padded, layout.name,
+                _path(kind, groups, specs, layout), rows, tuple(grows), bpb,
+                kvc.num_blocks, kvc.num_blocks * t_rows[0].block_size,
+                t_rows[0].real_page_bytes, prefix_cache=prefix)
+        except (AssertionError, ValueError, NotImplementedError) as exc:
+            return Plan(cache.block_size, cache.mamba_page_size_padded, None, None, rows,
+                          (), None, None, None, None, error=_error(exc))
+
+
+def _prefix_cache(cfg, kvc) -> PrefixCache:
+    """What ``EngineCore._initialize_kv_caches`` resolves for the scheduler
+    (vllm/v1/engine/core.py): the scheduler's copy of the config, the cache
+    block size set to the smallest prefix-cacheable group block, then
+    ``resolve_kv_cache_block_sizes`` and ``resolve_cache_hit_alignment_tokens``.
+    Changes ``cfg.cache_config.block_size`` as the engine core does."""
+    from vllm.v1.core.kv_cache_utils import (
+        generate_scheduler_kv_cache_config,
+        resolve_cache_hit_alignment_tokens,
+        resolve_kv_cache_block_sizes,
+    )
+
+    scheduler_cfg = generate_scheduler_kv_cache_config([kvc])
+    groups = scheduler_cfg.kv_cache_groups
+    if groups:
+        participating = [g.kv_cache_spec.block_size for g in groups
+                         if g.kv_cache_spec.prefix_cacheable]
+        cfg.cache_config.block_size = min(
+            participating or [g.kv_cache_spec.block_size for g in groups])
+    scheduler_block, hash_block = resolve_kv_cache_block_sizes(scheduler_cfg, cfg)
+    alignment = resolve_cache_hit_alignment_tokens(scheduler_cfg, cfg, scheduler_block,
+                                                   hash_block)
+    enabled = bool(cfg.cache_config.enable_prefix_caching)
+    return PrefixCache(enabled=enabled, hash_block_size=hash_block,
+                       scheduler_block_size=scheduler_block, hit_alignment_tokens=alignment,
+                       can_hit=can_hit(enabled, alignment, cfg.model_config.max_model_len))
+
+
+def _resolve_layout(cfg, specs):
+    """``resolve_kv_cache_layout`` over the attention backends' layouts, as
+    the engine core does before planning."""
+    from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
+    from vllm.v1.attention.backends.utils import (
+        get_supported_kv_cache_layouts,
+        resolve_kv_cache_layout,
+    )
+
+    names = [l.name for l in get_supported_kv_cache_layouts(get_current_attn_backends(cfg))]
+    cfg.cache_config.kv_cache_layout = None
+    return resolve_kv_cache_layout(cfg, [names], specs.values())
+
+
+def _path(kind, groups, specs, layout) -> str:
+    from vllm.v1.core import kv_cache_planning as P
+    from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
+
+    if P.is_kv_cache_spec_uniform(specs):
+        return "uniform"
+    if UniformTypeKVCacheSpecs.from_specs(specs) is not None:
+        return "uniform_type"
+    if layout.is_block_outermost and len({s.page_size_bytes for s in specs.values()}) > 1:
+        return "packed"
+    return "unified"
+
+
+def _role(name: str, spec) -> str:
+    from vllm.v1.kv_cache_interface import (
+        CircularBufferSpec,
+        MambaSpec,
+        MLAAttentionSpec,
+        SlidingWindowSpec,
+    )
+
+    if isinstance(spec, MambaSpec):
+        return "kda" if name.endswith(".self_attn") else "gdn"
+    if isinstance(spec, CircularBufferSpec):
+        return "kpool_tail"
+    if isinstance(spec, MLAAttentionSpec):
+        return "sparse_indexer" if spec.cache_role.value == "indexer" else "mla_latent"
+    if isinstance(spec, SlidingWindowSpec):
+        return "sliding_window"
+    return "attention"
+
+
+def _rows(final: dict, owners: dict, order: dict) -> tuple:
+    from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
+
+    rows = []
+    for name in order:  # vLLM's layer order
+        s = final[name]
+        if isinstance(s, MambaSpec):
+            dtype = "/".join(str(d).replace("torch.", "") for d in s.dtypes)
+            rows.append(LayerRow(name, owners[name], _role(name, s), type(s).__name__,
+                                   s.block_size, 0, 0, dtype, 0, s.real_page_size_bytes,
+                                   s.page_size_bytes, s.page_size_bytes != s.real_page_size_bytes,
+                                   s.get_block_stride_alignment()))
+            continue
+        assert isinstance(s, AttentionSpec)
+        tps = int(s.tokens_per_state) if s.tokens_per_state > 0 else 1
+        bpt = s.num_heads * s.state_content_size_bytes // tps
+        rows.append(LayerRow(
+            name, owners[name], _role(name, s), type(s).__name__, s.block_size,
+            s.num_kv_heads, s.head_size, str(s.dtype).replace("torch.", ""), bpt,
+            s.real_page_size_bytes, s.page_size_bytes,
+            s.page_size_bytes != s.real_page_size_bytes, s.get_block_stride_alignment()))
+    return tuple(rows)
+
+
+def blocks_per_request(inputs: GeometryInputs) -> list[tuple[str, int, int]]:
+    """(spec class, block size, blocks) per KV-cache group of the with-drafter
+    plan: the blocks one request of ``max_model_len`` tokens draws from the
+    shared pool, as ``get_max_concurrency_for_kv_cache_config`` counts them
+    (``cdiv(max_memory_usage_bytes, page_size_bytes)`` of the scheduler's
+    group spec)."""
+    from vllm.config import set_current_vllm_config
+    from vllm.platforms.interface import Platform
+    from vllm.utils.math_utils import cdiv
+    from vllm.v1.core import kv_cache_planning as P
+    from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config
+    from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
+
+    with capability(inputs.capability_family):
+        cfg, _ = _build(inputs, inputs.has_drafter, inputs.num_speculative_tokens)
+        with model_registry_fallback():
+            Platform.update_block_size_for_backend(cfg)
+        with set_current_vllm_config(cfg):
+            specs = get_kv_cache_spec(cfg)
+            _resolve_layout(cfg, specs)
+            groups = P.get_kv_cache_groups(cfg, dict(specs))
+            kvc = P.get_kv_cache_config_from_groups(cfg, groups, inputs.kv_cache_memory_bytes)
+            out = []
+            for g in generate_scheduler_kv_cache_config([kvc]).kv_cache_groups:
+                spec = g.kv_cache_spec
+                out.append((type(spec).__name__, spec.block_size,
+                            cdiv(spec.max_memory_usage_bytes(cfg), spec.page_size_bytes)))
+    return out
+
+
+def plan_with_vllm(inputs: GeometryInputs) -> GeometryReport:
+    """The geometry the imported vLLM builds for ``inputs`` (its own
+    behaviour: ``inputs.vllm_behaviour`` is ignored here)."""
+    with_d = _plan(inputs, inputs.has_drafter, inputs.num_speculative_tokens)
+    if inputs.has_drafter:
+        without = _plan(inputs, False, 0)
+        same = _plan(inputs, False, inputs.num_speculative_tokens)
+    else:
+        without = same = with_d
+    sim = simulate(inputs)  # descriptive fields (backend names, dtypes) only
+    return dc_replace(sim, with_drafter=with_d, without_drafter=without,
+                      target_only_same_spec=same, notes=("planned by the imported vLLM",))
+
+
+def compare_reports(sim: GeometryReport, vllm: GeometryReport) -> tuple[str, ...]:
+    """Field-by-field differences (empty when they agree)."""
+    return record.compare(record.comparable(sim), record.comparable(vllm))
