@@ -315,8 +315,9 @@ class DockerEngine:
 
     def push(self, repository: str, tag: str, on_event: EventSink, on_retry: Optional[EventSink] = None) -> Optional[str]:
         """Push ``repository:tag``; return the manifest digest the engine reports (``aux.Digest``)."""
-        what = f"push {ImageReference(repository, tag=tag)}"
-        registry = ImageReference(repository).registry
+        reference = ImageReference(repository, tag=tag)
+        what = f"push {reference}"
+        registry = reference.registry
 
         def attempt() -> Optional[str]:
             digest = None

@@ -36,8 +36,8 @@ from .labels import LABEL_NS
 from .oracle_record import record_path, save_from_image
 from .plan import BuildPlan
 from .progress import Progress
-from .reference import ImageReference
 from .publish import check_pinned_tags, local_image_of, push_tags, tag_image
+from .reference import ImageReference
 from .render import write_context
 from .report import build_report, geometry_verdict, oracle_source, read_report, write_report
 
