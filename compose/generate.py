@@ -23,6 +23,7 @@ from stackbuild.labels import LABEL_NS
 from stackbuild.naming import MOVING_TAGS, OWNER_VARIABLE, image_name
 from stackbuild.output import check_output
 from stackbuild.recipe import DIGEST_RE, REPO_ROOT, Recipe
+from stackbuild.reference import ImageReference
 from stackbuild.report import DEFAULT_REPORT, read_report
 
 from .serve_args import serve_argv
@@ -58,8 +59,8 @@ class ImagePin:
 
     @property
     def reference(self) -> str:
-        ref = f"{self.repository}:{self.tag}"
-        return f"{ref}@{self.digest}" if self.digest else ref
+        """``repository:tag[@digest]``; the repository may hold Compose's ``${IMAGE_OWNER:?...}``."""
+        return str(ImageReference(self.repository, self.tag, self.digest))
 
 
 def _escape(value: str) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .errors import VerifyError
+from .reference import ImageReference
 from .registry import RegistryClient
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -72,23 +73,25 @@ def referring(client: RegistryClient, subject_digest: str) -> tuple[list[dict], 
 
 def fetch_document(client: RegistryClient, subject_digest: str, artifact_type: str, what: str) -> tuple[bytes, str]:
     """The one document of ``artifact_type`` referring to the subject; VerifyError naming what is missing."""
+    subject = ImageReference(client.repository, digest=subject_digest)
     descriptors, where = referring(client, subject_digest)
     matching = [d for d in descriptors if d.get("artifactType") == artifact_type]
     if not matching:
-        raise NotAttached(f"{client.repository}@{subject_digest}: no {what} ({artifact_type}) refers to it ({where})", where)
+        raise NotAttached(f"{subject}: no {what} ({artifact_type}) refers to it ({where})", where)
     if len(matching) > 1:
-        raise VerifyError(f"{client.repository}@{subject_digest}: {len(matching)} {what} documents refer to it ({where}); expected one")
+        raise VerifyError(f"{subject}: {len(matching)} {what} documents refer to it ({where}); expected one")
+    artifact = ImageReference(client.repository, digest=matching[0]["digest"])
     found = client.manifest(matching[0]["digest"])
     if found is None:
-        raise VerifyError(f"{client.repository}@{matching[0]['digest']}: the {what} manifest named by {where} is missing")
+        raise VerifyError(f"{artifact}: the {what} manifest named by {where} is missing")
     manifest = found.document
     if (manifest.get("subject") or {}).get("digest") != subject_digest:
-        raise VerifyError(f"{client.repository}@{matching[0]['digest']}: the {what} manifest's subject is "
+        raise VerifyError(f"{artifact}: the {what} manifest's subject is "
                           f"{(manifest.get('subject') or {}).get('digest')}, not {subject_digest}")
     layers = manifest.get("layers") or []
     if len(layers) != 1:
-        raise VerifyError(f"{client.repository}@{matching[0]['digest']}: the {what} artifact has {len(layers)} layers; expected one")
+        raise VerifyError(f"{artifact}: the {what} artifact has {len(layers)} layers; expected one")
     data: Optional[bytes] = client.blob(layers[0]["digest"])
     if data is None:
-        raise VerifyError(f"{client.repository}@{layers[0]['digest']}: the {what} document is missing")
+        raise VerifyError(f"{ImageReference(client.repository, digest=layers[0]['digest'])}: the {what} document is missing")
     return data, matching[0]["digest"]

@@ -25,15 +25,14 @@ from .labels import LABEL_NS
 from .plan import BuildPlan
 from .progress import Progress
 from .provenance import PREDICATE_TYPE, PROVENANCE_MEDIA_TYPE, STATEMENT_TYPE, builder, make_statement
+from .reference import ImageReference
 from .registry import RegistryClient
 from .report import geometry_verdict
 from .sbom import SBOM_MEDIA_TYPE, Inventory, make_sbom, overlay_files_of, read_inventory
 
 
 def registry_client(engine: DockerEngine, repository: str, progress: Optional[Progress] = None) -> RegistryClient:
-    from .engine import registry_of
-
-    return RegistryClient(repository, plain_http=engine.plain_http(registry_of(repository)),
+    return RegistryClient(repository, plain_http=engine.plain_http(ImageReference(repository).registry),
                           on_retry=progress.retry_event if progress else None)
 
 
@@ -50,7 +49,8 @@ def attest_image(engine: DockerEngine, plan: BuildPlan, image_id: str, image_dig
     client = registry_client(engine, plan.image.repository, progress)
     subject = client.manifest(image_digest)
     if subject is None:
-        raise BuildStepFailed("attest", f"{plan.image.repository}@{image_digest}: the registry does not have the pushed manifest")
+        raise BuildStepFailed("attest", f"{plan.image.reference(digest=image_digest)}: "
+                                        "the registry does not have the pushed manifest")
     inventory = read_inventory(engine, image_id, plan.payload_dir, plan.recipe.platform)
     report_sha, raw = gate_report_sha256(engine, image_id, plan.payload_dir)
     try:
@@ -89,7 +89,7 @@ def attestation_problems(client: RegistryClient, image_digest: str, labels: dict
     errors = [error for _document, error in fetched.values() if error is not None]
     if len(errors) == 2 and all(isinstance(error, NotAttached) for error in errors):
         # Nothing refers to the image: one cause, one line.
-        return [f"{client.repository}@{image_digest}: no SBOM and no provenance refer to it ({errors[0].where}); "
+        return [f"{ImageReference(client.repository, digest=image_digest)}: no SBOM and no provenance refer to it ({errors[0].where}); "
                 "this project did not push it"]
     problems = [str(error) for error in errors]
     statement, _ = fetched["provenance"]

@@ -148,7 +148,7 @@ def lock(recipe_path, as_json):
         digest, platforms = engine.registry_digest(recipe.base.reference, platform)
     path = write_lock(recipe, digest, platforms)
     listed = ", ".join(recipe.platforms)
-    emit(as_json, {"lock": str(path), "base": recipe.base.reference, "digest": digest, "platform": recipe.platform,
+    emit(as_json, {"lock": str(path), "base": str(recipe.base.reference), "digest": digest, "platform": recipe.platform,
                    "platforms": list(recipe.platforms)},
          f"{recipe.base.reference} ({listed}) -> {digest}\nwrote {path}")
 
@@ -175,7 +175,7 @@ def record(recipe_path, owner, repository, allow_unpinned, image, as_json):
                      read_oracle_record=False)
     if not image:  # a multi-platform recipe's images are tagged per platform (`<pinned tag>-<arch>`)
         name = plan.image if len(plan.recipe.platforms) == 1 else plan.image.for_architecture(plan.recipe.architecture)
-        image = f"{name.repository}:{name.pinned_tags[0] if name.pinned_tags else name.tags[0]}"
+        image = str(name.reference(name.pinned_tags[0] if name.pinned_tags else name.tags[0]))
     with engine_errors(f"record from {image}"):
         path, kept = save_from_image(connect(), image, plan.recipe, plan.gate_input, plan.payload_dir)
     key = kept["key"]
@@ -242,7 +242,7 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
     if dry_run:
         data = {
             "recipe": str(plan.recipe.path),
-            "base": plan.base.reference,
+            "base": str(plan.base.reference),
             "platform": plan.recipe.platform,
             "platforms": [p.recipe.platform for p in plans],
             "registry": plan.image.registry,

@@ -36,6 +36,7 @@ import tenacity
 
 from .errors import (EngineError, EngineUnavailable, LockError, PullError, PushError, RegistryAuthError,
                      RegistryUnavailable, StackBuildError)
+from .reference import DOCKER_HUB, ImageReference
 
 Event = dict
 EventSink = Callable[[Event], None]
@@ -106,7 +107,7 @@ def classify_registry_error(what: str, message: str, registry: str = "", final: 
     """
     text = message.strip()
     if _AUTH_PATTERNS.search(text):
-        login = f"docker login {registry}" if registry and registry != "docker.io" else "docker login"
+        login = f"docker login {registry}" if registry and registry != DOCKER_HUB else "docker login"
         return RegistryAuthError(f"{what}: the registry refused the credentials from the Docker config ({text}); run `{login}`")
     if _FINAL_PATTERNS.search(text):
         return final(f"{what}: {text}")
@@ -144,23 +145,6 @@ def registry_retry(what: str, on_retry: Optional[EventSink] = None) -> tenacity.
         retry_error_callback=give_up,
         reraise=True,
     )
-
-
-def split_reference(reference: str) -> tuple[str, Optional[str], Optional[str]]:
-    """``repo[:tag][@digest]`` -> (repo, tag, digest); a registry port is not a tag."""
-    digest = None
-    if "@" in reference:
-        reference, digest = reference.split("@", 1)
-    tag = None
-    last = reference.rsplit("/", 1)[-1]
-    if ":" in last:
-        reference, tag = reference.rsplit(":", 1)
-    return reference, tag, digest
-
-
-def registry_of(repository: str) -> str:
-    first = repository.split("/", 1)[0]
-    return first if ("/" in repository and ("." in first or ":" in first or first == "localhost")) else "docker.io"
 
 
 def _stream_error(message: Event) -> Optional[str]:
@@ -214,18 +198,18 @@ class DockerEngine:
                 return None
             raise
 
-    def registry_digest(self, reference: str, platform: str) -> tuple[str, tuple[str, ...]]:
+    def registry_digest(self, reference: ImageReference, platform: str) -> tuple[str, tuple[str, ...]]:
         """What ``reference`` points to in its registry, and the platforms it offers.
 
         Asked through the daemon (distribution inspect), so the standard
         credentials apply. Raises LockError when ``platform`` is not offered.
         """
         what = f"{reference}: distribution inspect"
-        registry = registry_of(split_reference(reference)[0])
+        registry = reference.registry
 
         def ask() -> dict:
             try:
-                return self.api.inspect_distribution(reference)
+                return self.api.inspect_distribution(str(reference))
             except docker.errors.APIError as exc:
                 raise classify_registry_error(what, _api_error_text(exc), registry, LockError) from None
 
@@ -242,15 +226,17 @@ class DockerEngine:
         return digest, tuple(sorted(set(offered)))
 
     # ------------------------------------------------------------------- pull
-    def pull(self, reference: str, platform: str, on_event: EventSink, on_retry: Optional[EventSink] = None) -> dict:
-        """Pull ``reference`` (``repo[:tag]@digest``) for ``platform``; return its inspect data."""
-        repo, tag, digest = split_reference(reference)
+    def pull(self, reference: ImageReference, platform: str, on_event: EventSink,
+             on_retry: Optional[EventSink] = None) -> dict:
+        """Pull ``reference`` (by its digest when it has one) for ``platform``; return its inspect data."""
+        local = reference.by_digest_or_tag()
         what = f"pull {reference}"
-        registry = registry_of(repo)
+        registry = reference.registry
 
         def attempt() -> None:
             try:
-                for message in self.api.pull(repo, tag=digest or tag or "latest", stream=True, decode=True, platform=platform):
+                for message in self.api.pull(local.repository, tag=local.digest or local.tag, stream=True, decode=True,
+                                             platform=platform):
                     error = _stream_error(message)
                     if error:
                         raise classify_registry_error(what, error, registry, PullError)
@@ -259,7 +245,7 @@ class DockerEngine:
                 raise classify_registry_error(what, _api_error_text(exc), registry, PullError) from None
 
         registry_retry(what, on_retry)(attempt)
-        pulled = self.inspect_image(f"{repo}@{digest}" if digest else f"{repo}:{tag or 'latest'}")
+        pulled = self.inspect_image(str(local))
         if pulled is None:
             raise PullError(f"{what}: the engine reported success but the image is not there")
         return pulled
@@ -329,8 +315,9 @@ class DockerEngine:
 
     def push(self, repository: str, tag: str, on_event: EventSink, on_retry: Optional[EventSink] = None) -> Optional[str]:
         """Push ``repository:tag``; return the manifest digest the engine reports (``aux.Digest``)."""
-        what = f"push {repository}:{tag}"
-        registry = registry_of(repository)
+        reference = ImageReference(repository, tag=tag)
+        what = f"push {reference}"
+        registry = reference.registry
 
         def attempt() -> Optional[str]:
             digest = None
@@ -351,7 +338,8 @@ class DockerEngine:
 
     def manifest_digest(self, repository: str, tag: str, on_retry: Optional[EventSink] = None) -> str:
         """``Docker-Content-Digest`` of ``repository:tag``, retried like a push."""
-        return registry_retry(f"{repository}:{tag}: manifest HEAD", on_retry)(self._manifest_digest, repository, tag)
+        return registry_retry(f"{ImageReference(repository, tag=tag)}: manifest HEAD", on_retry)(
+            self._manifest_digest, repository, tag)
 
     def _manifest_digest(self, repository: str, tag: str) -> str:
         """Ask the registry itself (HEAD on the manifest) for ``Docker-Content-Digest``.
@@ -359,16 +347,13 @@ class DockerEngine:
         Uses the standard Docker config's credentials for that registry
         (basic, or a bearer token from the realm the registry names).
         """
-        registry = registry_of(repository)
-        name = repository.split("/", 1)[1] if registry != "docker.io" else repository
-        host = "registry-1.docker.io" if registry == "docker.io" else registry
-        if registry == "docker.io" and "/" not in name:
-            name = f"library/{name}"
+        reference = ImageReference(repository, tag=tag)
+        registry, name, host = reference.registry, reference.remote_name, reference.api_host
         auth = docker.auth.load_config(credstore_env=None).resolve_authconfig(registry) or {}
         basic = (auth.get("username") or auth.get("Username"), auth.get("password") or auth.get("Password")) if auth else None
         if basic and not all(basic):
             basic = None
-        what = f"{repository}:{tag}: manifest HEAD"
+        what = f"{reference}: manifest HEAD"
         session = requests.Session()
         last_error: Optional[Exception] = None
         for scheme in self._schemes(host):

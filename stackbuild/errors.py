@@ -145,6 +145,15 @@ class UsageError(StackBuildError):
     exit_code = 2
 
 
+class ImageReferenceInvalid(UsageError):
+    """Text given as an image reference is not one in the OCI reference grammar (``repo[:tag][@digest]``)."""
+
+    def __init__(self, text: object, reason: str):
+        self.text = text
+        self.reason = reason
+        super().__init__(f"{text!r} is not an image reference ({reason})")
+
+
 class OutputError(StackBuildError):
     """An output path (-o, --report) is unusable: missing or unwritable directory, a tracked file not ours."""
 

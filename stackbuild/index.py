@@ -56,10 +56,10 @@ def check_index_tags(client: RegistryClient, name: ImageName, image_ids: Mapping
             continue
         ours = ", ".join(f"{platform} {image_id}" for platform, image_id in image_ids.items())
         if not force:
-            raise PinnedTagTaken(f"{name.repository}:{tag}: the pinned tag already points at {found.digest}, not this build's "
+            raise PinnedTagTaken(f"{name.reference(tag)}: the pinned tag already points at {found.digest}, not this build's "
                                  f"images ({ours}); pinned tags are immutable (--force re-points it); nothing was tagged or pushed")
-        progress.note(f"--force: re-pointing the pinned tag {name.repository}:{tag} from {found.digest} to this build's images ({ours})",
-                      forced_tag=f"{name.repository}:{tag}", previous_digest=found.digest)
+        progress.note(f"--force: re-pointing the pinned tag {name.reference(tag)} from {found.digest} to this build's images ({ours})",
+                      forced_tag=str(name.reference(tag)), previous_digest=found.digest)
 
 
 def push_index(client: RegistryClient, name: ImageName, digests: Mapping[str, str], progress: Progress) -> str:
@@ -68,7 +68,7 @@ def push_index(client: RegistryClient, name: ImageName, digests: Mapping[str, st
     for platform, digest in digests.items():
         found = client.manifest(digest)
         if found is None:
-            raise PushError(f"{name.repository}@{digest}: the registry does not have the {platform} manifest just pushed")
+            raise PushError(f"{name.reference(digest=digest)}: the registry does not have the {platform} manifest just pushed")
         manifests[platform] = found
     document = index_document(manifests)
     pushed = set()
@@ -76,6 +76,6 @@ def push_index(client: RegistryClient, name: ImageName, digests: Mapping[str, st
         descriptor, _response = client.push_manifest(document, tag)
         pushed.add(descriptor["digest"])
     (digest,) = pushed
-    progress.note(f"{name.repository}@{digest}: index of {', '.join(manifests)} under {', '.join(name.tags)}",
+    progress.note(f"{name.reference(digest=digest)}: index of {', '.join(manifests)} under {', '.join(name.tags)}",
                   index_digest=digest)
     return digest

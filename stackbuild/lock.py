@@ -18,6 +18,7 @@ from typing import Optional
 from .atomic import replace_text
 from .errors import LockError, RecipeError
 from .recipe import DIGEST_RE, Recipe
+from .reference import ImageReference
 
 LOCK_NAME = "recipe.lock.json"
 
@@ -31,10 +32,9 @@ class PinnedBase:
     source: str  # "recipe", "lock" or "unpinned"
 
     @property
-    def reference(self) -> str:
+    def reference(self) -> ImageReference:
         """``image:tag@sha256:...`` (tag kept for readers; the digest decides)."""
-        ref = f"{self.image}:{self.tag}"
-        return f"{ref}@{self.digest}" if self.digest else ref
+        return ImageReference(self.image, self.tag, self.digest)
 
 
 def lock_path(recipe: Recipe) -> Path:
@@ -67,8 +67,8 @@ def pinned_base(recipe: Recipe, *, allow_unpinned: bool = False) -> PinnedBase:
         locked = (lock["image"], lock["tag"], lock["platforms"])
         if locked != wanted:
             raise LockError(
-                f"{lock_path(recipe)}: base: the lock pins {lock['image']}:{lock['tag']} for {', '.join(lock['platforms'])}, "
-                f"the recipe asks for {base.image}:{base.tag} for {', '.join(recipe.platforms)}; run `build.py lock --recipe {recipe.path}`"
+                f"{lock_path(recipe)}: base: the lock pins {ImageReference(lock['image'], lock['tag'])} for {', '.join(lock['platforms'])}, "
+                f"the recipe asks for {base.reference} for {', '.join(recipe.platforms)}; run `build.py lock --recipe {recipe.path}`"
             )
         if base.digest is not None and base.digest != lock["digest"]:
             raise LockError(

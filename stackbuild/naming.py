@@ -25,6 +25,7 @@ from typing import Optional
 from .errors import OwnerMissing, RecipeError
 from .lock import LOCK_NAME, pinned_base
 from .recipe import REPO_ROOT, Recipe, check_repository
+from .reference import ImageReference
 
 OWNER_RE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
 OWNER_VARIABLE = "IMAGE_OWNER"
@@ -51,12 +52,16 @@ class ImageName:
 
     @property
     def registry(self) -> str:
-        first = self.repository.split("/", 1)[0]
-        return first if ("." in first or ":" in first or first == "localhost") else "docker.io"
+        return ImageReference(self.repository).registry
+
+    def reference(self, tag: Optional[str] = None, *, digest: Optional[str] = None) -> ImageReference:
+        """The image under ``tag``, or by ``digest``."""
+        return ImageReference(self.repository, tag, digest)
 
     @property
     def references(self) -> tuple[str, ...]:
-        return tuple(f"{self.repository}:{t}" for t in self.tags)
+        """Every tag's ``repository:tag``, as reports and the engine take them."""
+        return tuple(str(self.reference(t)) for t in self.tags)
 
     @property
     def pinned_tags(self) -> tuple[str, ...]:

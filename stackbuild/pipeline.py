@@ -33,23 +33,18 @@ from .errors import ArchitectureMismatch, BuildStepFailed, GeometryGateFailed, P
 from .attest import attest_image, registry_client
 from .index import check_index_tags, index_platforms, push_index
 from .labels import LABEL_NS
-from .lock import PinnedBase
 from .oracle_record import record_path, save_from_image
 from .plan import BuildPlan
 from .progress import Progress
 from .publish import check_pinned_tags, local_image_of, push_tags, tag_image
+from .reference import ImageReference
 from .render import write_context
 from .report import build_report, geometry_verdict, oracle_source, read_report, write_report
 
 TAIL_LINES = 15
 
 
-def local_base_reference(base: PinnedBase) -> str:
-    """How the engine knows the base locally: by digest when pinned."""
-    return f"{base.image}@{base.digest}" if base.digest else f"{base.image}:{base.tag}"
-
-
-def ensure_base(engine: engine_mod.DockerEngine, plan: BuildPlan, progress: Progress) -> Optional[str]:
+def ensure_base(engine: engine_mod.DockerEngine, plan: BuildPlan, progress: Progress) -> Optional[ImageReference]:
     """Make sure the engine has the base for the plan's platform; return what FROM must name if not the pin.
 
     The engine keeps one image per digest reference: a base pinned by an
@@ -58,8 +53,8 @@ def ensure_base(engine: engine_mod.DockerEngine, plan: BuildPlan, progress: Prog
     index's own manifest for its platform (asked of the registry) and builds
     FROM that, which is the same image by content.
     """
-    reference = local_base_reference(plan.base)
-    found = engine.inspect_image(reference)
+    reference = plan.base.reference.by_digest_or_tag()  # how the engine knows the base locally
+    found = engine.inspect_image(str(reference))
     if found is not None and found.get("Architecture") == plan.recipe.architecture:
         progress.note(f"base {reference} is already in the engine")
         return None
@@ -69,10 +64,10 @@ def ensure_base(engine: engine_mod.DockerEngine, plan: BuildPlan, progress: Prog
     child = platform_manifest(engine, plan, progress)
     if child is None:  # one image, of another platform: the build's architecture check says so
         return None
-    by_platform = f"{plan.base.image}@{child}"
+    by_platform = ImageReference(plan.base.image, digest=child)
     progress.note(f"base {reference} in the engine is {found.get('Architecture')}: building FROM its "
                   f"{plan.recipe.platform} manifest {child}")
-    local = engine.inspect_image(by_platform)
+    local = engine.inspect_image(str(by_platform))
     if local is None or local.get("Architecture") != plan.recipe.architecture:
         engine.pull(by_platform, plan.recipe.platform, lambda m: progress.layer_event("pull", m), progress.retry_event)
     return by_platform
@@ -239,7 +234,7 @@ def _build(plan: BuildPlan, progress: Progress, *, push: bool, report_path: Opti
         return built
     with progress.phase("push", plan.image.repository):
         digest = push_tags(engine, plan.image, progress)
-    with progress.phase("attest", f"{plan.image.repository}@{digest}"):
+    with progress.phase("attest", str(plan.image.reference(digest=digest))):
         attestations = attest_image(engine, plan, image_id, digest, progress)
     pushed = report(digest)
     pushed["attestations"] = attestations
@@ -298,7 +293,7 @@ def _publish_platforms(engine: engine_mod.DockerEngine, built: Sequence[Built], 
             "tags": list(name.tags),
             "references": list(name.references),
             "pushed_digest": index_digest,
-            "pushed_reference": f"{name.repository}@{index_digest}" if index_digest else None,
+            "pushed_reference": str(name.reference(digest=index_digest)) if index_digest else None,
             "images": images,
             "geometry_verdict": "pass" if all(i["geometry_verdict"] == "pass" for i in images.values()) else "fail",
             "phase_seconds": dict(progress.phase_seconds),
@@ -315,7 +310,7 @@ def _publish_platforms(engine: engine_mod.DockerEngine, built: Sequence[Built], 
     with progress.phase("push", name.repository):
         for b in built:
             digests[b.plan.recipe.platform] = push_tags(engine, platform_plan(b.plan).image, progress)
-    with progress.phase("attest", ", ".join(f"{name.repository}@{d}" for d in digests.values())):
+    with progress.phase("attest", ", ".join(str(name.reference(digest=d)) for d in digests.values())):
         for b in built:
             attestations[b.plan.recipe.platform] = attest_image(engine, b.plan, b.image_id, digests[b.plan.recipe.platform], progress)
     with progress.phase("index", ", ".join(name.references)):
@@ -365,10 +360,10 @@ def _push(plan: BuildPlan, progress: Progress, report_path: Optional[Path], forc
         check_pinned_tags(engine, plan.image, image["Id"], plan.recipe.platform, progress, force=force)
     with progress.phase("push", plan.image.repository):
         digest = push_tags(engine, plan.image, progress)
-    with progress.phase("attest", f"{plan.image.repository}@{digest}"):
+    with progress.phase("attest", str(plan.image.reference(digest=digest))):
         attestations = attest_image(engine, plan, image["Id"], digest, progress)
     result = {"image": plan.image.repository, "tags": list(plan.image.tags), "image_id": image["Id"],
-              "pushed_digest": digest, "pushed_reference": f"{plan.image.repository}@{digest}",
+              "pushed_digest": digest, "pushed_reference": str(plan.image.reference(digest=digest)),
               "attestations": attestations, "phase_seconds": dict(progress.phase_seconds)}
     report = read_report(report_path)
     if report and report.get("image_id") == image["Id"]:
@@ -404,12 +399,12 @@ def _index(plans: Sequence[BuildPlan], progress: Progress, force: bool) -> dict:
             tag = platform_plan(plan).image.tags[0]
             remote = client.image(tag, plan.recipe.platform)
             if remote is None:
-                raise PushError(f"{name.repository}:{tag}: not in the registry; push the {plan.recipe.platform} image "
+                raise PushError(f"{name.reference(tag)}: not in the registry; push the {plan.recipe.platform} image "
                                 f"first (build --platform {plan.recipe.platform} --push)")
             config = client.blob(remote.image_digest) or b"{}"
             labels = (json.loads(config).get("config") or {}).get("Labels") or {}
             if labels.get(recipe_label) != plan.labels[recipe_label]:
-                raise PushError(f"{name.repository}:{tag}: the image was built from another recipe "
+                raise PushError(f"{name.reference(tag)}: the image was built from another recipe "
                                 f"({recipe_label}={labels.get(recipe_label)!r})")
             digests[plan.recipe.platform], image_ids[plan.recipe.platform] = remote.manifest_digest, remote.image_digest
         check_index_tags(client, name, image_ids, progress, force=force)
@@ -417,5 +412,5 @@ def _index(plans: Sequence[BuildPlan], progress: Progress, force: bool) -> dict:
         digest = push_index(client, name, digests, progress)
     return {"image": name.repository, "tags": list(name.tags), "platforms": list(digests),
             "images": {p: {"pushed_digest": d, "image_id": image_ids[p]} for p, d in digests.items()},
-            "pushed_digest": digest, "pushed_reference": f"{name.repository}@{digest}",
+            "pushed_digest": digest, "pushed_reference": str(name.reference(digest=digest)),
             "phase_seconds": dict(progress.phase_seconds)}

@@ -23,6 +23,7 @@ from .naming import ImageName, image_name, source_date_epoch, source_revision
 from .oracle_record import NOT_READ
 from .oracle_record import choose as choose_oracle_record
 from .recipe import Recipe
+from .reference import ImageReference
 
 GIB = 1024**3
 
@@ -43,7 +44,7 @@ class BuildPlan:
     oracle_record_note: str = ""
     # What FROM names when it is not the pinned base itself: the base index's manifest for this
     # platform (the engine keeps one image per digest reference). Set by the pipeline.
-    from_reference: Optional[str] = None
+    from_reference: Optional[ImageReference] = None
 
     @property
     def payload_dir(self) -> str:
@@ -147,7 +148,7 @@ def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | Non
         "org.opencontainers.image.revision": revision,
         "org.opencontainers.image.version": pinned,
         "org.opencontainers.image.created": created,
-        "org.opencontainers.image.base.name": f"{base.image}:{base.tag}",
+        "org.opencontainers.image.base.name": str(base.reference.by_tag()),
         "org.opencontainers.image.base.digest": base.digest or "",
         f"{LABEL_NS}.recipe.name": recipe.name,
         f"{LABEL_NS}.recipe.sha256": recipe_hash,

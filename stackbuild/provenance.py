@@ -56,7 +56,7 @@ def make_statement(plan: BuildPlan, *, image_digest: str, gate_verdict: str, gat
                                                                "digest": {"sha256": gate_report_sha256}}},
                 },
                 "resolvedDependencies": [
-                    {"uri": f"docker://{plan.base.image}:{plan.base.tag}", "digest": {"sha256": base_hex}},
+                    {"uri": f"docker://{plan.base.reference.by_tag()}", "digest": {"sha256": base_hex}},
                     {"uri": f"git+{source}", "digest": {"gitCommit": plan.revision}},
                 ],
             },

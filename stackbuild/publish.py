@@ -34,10 +34,10 @@ def check_pinned_tags(engine: DockerEngine, name: ImageName, image_id: str, plat
             continue
         held = f"{remote.manifest_digest} (image {remote.image_digest or 'none for ' + platform})"
         if not force:
-            raise PinnedTagTaken(f"{name.repository}:{tag}: the pinned tag already points at {held}, not this build's "
+            raise PinnedTagTaken(f"{name.reference(tag)}: the pinned tag already points at {held}, not this build's "
                                  f"image {image_id}; pinned tags are immutable (--force re-points it); nothing was tagged or pushed")
-        progress.note(f"--force: re-pointing the pinned tag {name.repository}:{tag} from {held} to image {image_id}",
-                      forced_tag=f"{name.repository}:{tag}", previous_digest=remote.manifest_digest)
+        progress.note(f"--force: re-pointing the pinned tag {name.reference(tag)} from {held} to image {image_id}",
+                      forced_tag=str(name.reference(tag)), previous_digest=remote.manifest_digest)
 
 
 def tag_image(engine: DockerEngine, image_id: str, name: ImageName) -> list[str]:
@@ -68,7 +68,7 @@ def push_tags(engine: DockerEngine, name: ImageName, progress: Progress) -> str:
         digest = engine.push(name.repository, tag, lambda m: progress.layer_event("push", m), progress.retry_event)
         if not digest:
             digest = engine.manifest_digest(name.repository, tag, progress.retry_event)
-            progress.note(f"{name.repository}:{tag}: the engine sent no digest; the registry says {digest}")
+            progress.note(f"{name.reference(tag)}: the engine sent no digest; the registry says {digest}")
         digests[tag] = digest
     distinct = set(digests.values())
     if len(distinct) != 1:

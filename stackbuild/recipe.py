@@ -21,12 +21,12 @@ from types import MappingProxyType
 from typing import Any, Literal, Mapping, Optional
 
 import yaml
-from docker_image import reference as oci_reference
 
 from geometry.model_config import ConfigInvalid, check_drafter, check_target
 
-from .errors import RecipeError
+from .errors import ImageReferenceInvalid, RecipeError
 from .labels import LABEL_NS
+from .reference import ImageReference
 from .schema import MAX_INTEGER, build_dataclass
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -68,8 +68,9 @@ class BaseImage:
     digest: Optional[str] = None
 
     @property
-    def reference(self) -> str:
-        return f"{self.image}:{self.tag}"
+    def reference(self) -> ImageReference:
+        """``image:tag`` (the recipe's digest, if any, is checked against the lock: see stackbuild/lock.py)."""
+        return ImageReference(self.image, tag=self.tag)
 
 
 @dataclass(frozen=True)
@@ -334,12 +335,12 @@ def _read_config(recipe_path: Path, key: str, relative: str) -> Mapping[str, Any
 def check_repository(path: object, key: str, repository: str) -> None:
     """A repository (registry/namespace/name, no tag) in the OCI distribution reference grammar."""
     try:
-        parsed = oci_reference.Reference.parse(repository)
-    except oci_reference.InvalidReference as exc:
-        raise RecipeError(path, key, f"{repository!r} is not a valid image repository ({exc}; lowercase letters, digits and . _ - separators)") from None
+        parsed = ImageReference.parse(repository)
+    except ImageReferenceInvalid as exc:
+        raise RecipeError(path, key, f"{repository!r} is not a valid image repository ({exc.reason}; lowercase letters, digits and . _ - separators)") from None
     if repository != repository.lower():
         raise RecipeError(path, key, f"{repository!r} is not a valid image repository (repository names must be lowercase)")
-    if parsed["name"] != repository:
+    if parsed.repository != repository:
         raise RecipeError(path, key, f"give the repository only (tag and digest have their own keys), got {repository!r}")
 
 

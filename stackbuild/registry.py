@@ -24,8 +24,9 @@ import oras.container
 import oras.provider
 import requests
 
-from .engine import MANIFEST_ACCEPT, EventSink, RegistryTransient, classify_registry_error, registry_of, registry_retry
+from .engine import MANIFEST_ACCEPT, EventSink, RegistryTransient, classify_registry_error, registry_retry
 from .errors import PushError, RegistryAuthError
+from .reference import ImageReference
 
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
 
@@ -82,11 +83,8 @@ class RegistryClient:
 
     def __init__(self, repository: str, *, plain_http: bool, on_retry: Optional[EventSink] = None):
         self.repository = repository
-        self.registry = registry_of(repository)
-        self.host = "registry-1.docker.io" if self.registry == "docker.io" else self.registry
-        self.name = repository.split("/", 1)[1] if self.registry != "docker.io" else repository
-        if self.registry == "docker.io" and "/" not in self.name:
-            self.name = f"library/{self.name}"
+        located = ImageReference(repository)
+        self.registry, self.host, self.name = located.registry, located.api_host, located.remote_name
         self.plain_http = plain_http
         self.on_retry = on_retry
         self._client: Optional[_OrasRegistry] = None
@@ -104,8 +102,7 @@ class RegistryClient:
         return self._client
 
     def _container(self, reference: str) -> oras.container.Container:
-        separator = "@" if reference.startswith("sha256:") else ":"
-        return oras.container.Container(f"{self.host}/{self.name}{separator}{reference}")
+        return oras.container.Container(str(ImageReference.at(f"{self.host}/{self.name}", reference)))
 
     def _call(self, what: str, send) -> requests.Response:
         """One registry exchange through oras, with our errors; 401/403 are refused credentials."""
@@ -136,8 +133,7 @@ class RegistryClient:
         return registry_retry(what, self.on_retry)(self._call, what, send)
 
     def _what(self, reference: str, action: str) -> str:
-        separator = "@" if reference.startswith("sha256:") else ":"
-        return f"{self.repository}{separator}{reference}: {action}"
+        return f"{ImageReference.at(self.repository, reference)}: {action}"
 
     def manifest(self, reference: str) -> Optional[Manifest]:
         """The manifest (or index) a tag or digest names, retried on transient errors; None if unknown."""
@@ -212,7 +208,7 @@ class RegistryClient:
         if found is None:
             return None
         digest, document = found.digest, found.document
-        reference = f"{self.repository}:{tag}"
+        reference = str(ImageReference(self.repository, tag=tag))
         manifest = document
         if document.get("mediaType") in INDEX_TYPES or "manifests" in document:
             os_name, _, arch = platform.partition("/")

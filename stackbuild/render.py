@@ -70,7 +70,7 @@ def render(plan: BuildPlan) -> str:
         recipe_name=recipe.name,
         vllm_version=recipe.base.vllm_version,
         series_name=recipe.overlay.series,
-        base_reference=plan.from_reference or plan.base.reference,
+        base_reference=str(plan.from_reference or plan.base.reference),
         platform=recipe.platform,
         uname_machine=recipe.uname_machine,
         contract=contract_values(plan.payload_dir),

@@ -60,9 +60,9 @@ def build_report(
         "architecture": image_config.get("Architecture"),
         "os": image_config.get("Os"),
         "pushed_digest": pushed_digest,
-        "pushed_reference": f"{plan.image.repository}@{pushed_digest}" if pushed_digest else None,
+        "pushed_reference": str(plan.image.reference(digest=pushed_digest)) if pushed_digest else None,
         "base": {
-            "reference": plan.base.reference,
+            "reference": str(plan.base.reference),
             "image": plan.base.image,
             "tag": plan.base.tag,
             "digest": plan.base.digest,

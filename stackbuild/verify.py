@@ -20,11 +20,12 @@ from geometry.image_contract import PAYLOAD_DIR, ContractError, gate_argv
 
 from . import engine as engine_mod
 from .attest import attestation_problems, gate_report_sha256, registry_client
-from .errors import UsageError, VerifyError
+from .errors import ImageReferenceInvalid, UsageError, VerifyError
 from .index import index_platforms
 from .plan import make_plan
 from .progress import Progress
 from .recipe import DIGEST_RE, Recipe
+from .reference import ImageReference
 from .registry import RegistryClient
 from .report import geometry_verdict
 from .sbom import read_inventory
@@ -55,13 +56,17 @@ def label_mismatches(expected: dict, actual: dict) -> list[str]:
     return out
 
 
-def image_by_digest(image: str) -> tuple[str, str]:
-    """``REPOSITORY@sha256:...`` -> (repository, digest); anything else (a tag) is a usage error."""
-    repository, _tag, digest = engine_mod.split_reference(image)
-    if not digest or not DIGEST_RE.match(digest):
+def image_by_digest(image: str) -> ImageReference:
+    """``REPOSITORY@sha256:...`` -> the image by digest (a tag beside the digest is dropped); a tag alone is a usage error."""
+    try:
+        reference = ImageReference.parse(image)
+    except ImageReferenceInvalid as exc:
+        raise UsageError(f"verify {image}: not an image reference ({exc.reason}); give the image by digest "
+                         "(REPOSITORY@sha256:...), as the build report's pushed_reference records it") from None
+    if reference.digest is None or not DIGEST_RE.match(reference.digest):
         raise UsageError(f"verify {image}: give the image by digest (REPOSITORY@sha256:...), "
                          "as the build report's pushed_reference records it")
-    return repository, digest
+    return reference.by_digest()
 
 
 def verify_image(image: str, recipe: Recipe, *, json_progress: bool = False, engine: Optional[engine_mod.DockerEngine] = None) -> dict:
@@ -70,7 +75,8 @@ def verify_image(image: str, recipe: Recipe, *, json_progress: bool = False, eng
 
 
 def _verify(image: str, recipe: Recipe, json_progress: bool, engine: Optional[engine_mod.DockerEngine]) -> dict:
-    repository, digest = image_by_digest(image)
+    reference = image_by_digest(image)
+    repository, digest = reference.repository, reference.digest
     progress = Progress(json_lines=json_progress)
     engine = engine or engine_mod.connect()
     client = registry_client(engine, repository, progress)
@@ -78,7 +84,7 @@ def _verify(image: str, recipe: Recipe, json_progress: bool, engine: Optional[en
     if top is None:
         raise VerifyError(f"{image}: the registry has no such manifest")
     if "manifests" in top.document:
-        return _verify_index(image, recipe, top.document, client, engine, progress)
+        return _verify_index(image, reference, recipe, top.document, client, engine, progress)
     view = recipe
     if len(recipe.platforms) > 1:  # one platform's image of a multi-platform recipe, verified on its own
         platform = _config_platform(client, top.document, image)
@@ -104,10 +110,10 @@ def _config_platform(client: RegistryClient, manifest: dict, image: str) -> str:
     return f"{config.get('os')}/{config.get('architecture')}"
 
 
-def _verify_index(image: str, recipe: Recipe, index: dict, client: RegistryClient, engine: engine_mod.DockerEngine,
-                  progress: Progress) -> dict:
+def _verify_index(image: str, reference: ImageReference, recipe: Recipe, index: dict, client: RegistryClient,
+                  engine: engine_mod.DockerEngine, progress: Progress) -> dict:
     """Every platform of the recipe: its entry in the index, then the image it names, checked as one image is."""
-    repository, _tag, digest = engine_mod.split_reference(image)
+    repository, digest = reference.repository, reference.digest
     entries = index_platforms(index)
     problems = [f"index: no image for {platform}" for platform in recipe.platforms if platform not in entries]
     problems += [f"index: {platform} is not one of the recipe's platforms ({', '.join(recipe.platforms)})"
@@ -133,7 +139,7 @@ def _verify_platform(repository: str, digest: str, recipe: Recipe, client: Regis
     image whose labels and attestations already match.
     """
     plan = make_plan(recipe, read_oracle_record=False)
-    reference = f"{repository}@{digest}"
+    reference = ImageReference(repository, digest=digest)
     with progress.phase("pull", f"{reference} for {recipe.platform}"):
         inspected = engine.pull(reference, recipe.platform, lambda m: progress.layer_event("pull", m),
                                 progress.retry_event)

@@ -247,6 +247,7 @@ REFERENCES = [
     ("repository-with-tag", "image.repository", "ghcr.io/{owner}/glm53:latest", "give the repository only"),
     ("repository-double-separator", "image.repository", "ghcr.io/{owner}/glm..53", "invalid reference format"),
     ("repository-too-long", "image.repository", "ghcr.io/{owner}/" + "a" * 260, "must not be more than 255 characters"),
+    ("repository-uppercase-digest", "image.repository", "ghcr.io/{owner}/glm53@sha256:" + "A" * 64, "(invalid digest;"),
     ("base-uppercase", "base.image", "VLLM/vllm-openai", "must be lowercase"),
     ("base-space", "base.image", "vllm/vllm openai", "invalid reference format"),
     ("base-tag-space", "base.tag", "v0.33.0 rc", "not a valid image tag"),
@@ -442,6 +443,9 @@ def test_verify_with_a_tag_is_a_usage_error(tmp_path):
     recipe = copy_recipe(tmp_path, _pinned())
     assert_refused(invoke(["verify", "ghcr.io/acme/glm:latest", "--recipe", recipe]), 2,
                    "verify ghcr.io/acme/glm:latest: give the image by digest")
+    assert_refused(invoke(["verify", "ghcr.io/acme/glm@sha256:zz", "--recipe", recipe]), 2,
+                   "verify ghcr.io/acme/glm@sha256:zz: not an image reference (invalid reference format); "
+                   "give the image by digest")
 
 
 def test_usage_errors_are_one_line(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 
 from recipe_copies import REPO
 from stackbuild import engine as engine_mod
-from stackbuild.engine import RegistryTransient, classify_registry_error, registry_retry, split_reference
+from stackbuild.engine import RegistryTransient, classify_registry_error, registry_retry
 from stackbuild.errors import EngineUnavailable, PushError, RegistryAuthError, RegistryUnavailable
 from geometry.image_contract import ContractError
 from stackbuild.progress import Progress
@@ -66,15 +66,6 @@ def test_final_errors_are_not_retried(monkeypatch, error):
     with pytest.raises(type(error)):
         registry_retry("push x")(final)
     assert calls == [1]
-
-
-def test_references_split_without_mistaking_a_port_for_a_tag():
-    d = "sha256:" + "a" * 64
-    assert split_reference(f"127.0.0.1:5000/a/b:v1@{d}") == ("127.0.0.1:5000/a/b", "v1", d)
-    assert split_reference("127.0.0.1:5000/a/b") == ("127.0.0.1:5000/a/b", None, None)
-    assert split_reference(f"vllm/vllm-openai@{d}") == ("vllm/vllm-openai", None, d)
-    assert engine_mod.registry_of("127.0.0.1:5000/a/b") == "127.0.0.1:5000"
-    assert engine_mod.registry_of("vllm/vllm-openai") == "docker.io"
 
 
 def test_gate_verdict_is_read_from_its_report():
