@@ -16,8 +16,8 @@ from typing import Optional
 
 import yaml
 
-from compose import generate
-from compose.serve_args import CONTAINER_HOST, SLOT_HOST, SLOT_MASTER_ADDR, SLOT_NODE_RANK, role_commands, serve_argv
+from serving import generate
+from serving.serve_args import CONTAINER_HOST, SLOT_HOST, SLOT_MASTER_ADDR, SLOT_NODE_RANK, role_commands, serve_argv
 from stackbuild.errors import DeployOptionError, OwnerMissing
 from stackbuild.naming import OWNER_VARIABLE
 from stackbuild.output import check_output, write_text
@@ -219,7 +219,7 @@ def write_manifests(recipe: Recipe, *, output_dir: Optional[Path] = None, owner:
                     models_pvc: Optional[str] = None, ifname: str = DEFAULT_IFNAME,
                     namespace: Optional[str] = None) -> dict:
     """Build, check (Kubernetes schemas, LWS schema, vLLM's serve parser), then write one file."""
-    from compose.validate import check_serve_args, run_serve_parser_cases
+    from serving.validate import check_serve_args, run_serve_parser_cases
 
     from .validate import validate
 

@@ -4,7 +4,7 @@ The parser is built the way ``vllm serve`` builds it (``ServeSubcommand``
 on a ``FlexibleArgumentParser``, then its ``validate``), so every spelling vLLM
 accepts (``-tp``, ``--max-model-len=1M``, ``--config FILE``, ``--no-enable-...``)
 means here what it means to the server; nothing is parsed by hand. Stdlib only
-but for vLLM itself: compose/serve_oracle.py runs it under any interpreter that has vLLM.
+but for vLLM itself: serving/serve_oracle.py runs it under any interpreter that has vLLM.
 """
 
 from __future__ import annotations

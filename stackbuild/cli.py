@@ -333,7 +333,7 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
     when the recipe spans several machines)."""
     recipe = load_recipe(recipe_path)
     if recipe.serving.nodes > 1:
-        from compose.multinode import write_role_files
+        from serving.multinode import write_role_files
 
         result = write_role_files(recipe, output_dir=output, owner=owner, repository=repository,
                                   models_dir=models_dir, port=port, gpus=gpus, digest=digest)
@@ -343,7 +343,7 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
         ctx = click.get_current_context()
         param = next(p for p in ctx.command.params if p.name == "output")
         output = click.Path(dir_okay=False, path_type=Path).convert(str(output), param, ctx)
-    from compose.generate import write_compose
+    from serving.generate import write_compose
 
     result = write_compose(recipe, output=output, owner=owner, repository=repository,
                            models_dir=models_dir, port=port, gpus=gpus, digest=digest)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from compose.generate import model_mount_point
-from compose.serve_args import LEADER, SLOT_HOST, SLOT_MASTER_ADDR, SLOT_NODE_RANK, WORKER, role_commands
+from serving.generate import model_mount_point
+from serving.serve_args import LEADER, SLOT_HOST, SLOT_MASTER_ADDR, SLOT_NODE_RANK, WORKER, role_commands
 
 from .errors import PREFLIGHT_ERRORS, UsageError
 from .plan import gate_input

@@ -11,7 +11,7 @@ import hashlib
 from pathlib import Path
 from typing import Mapping
 
-from compose.serve_args import role_commands, serve_argv
+from serving.serve_args import role_commands, serve_argv
 from preflight.checked import CheckedModel, CheckedRole, CheckedServe
 
 from .recipe import Recipe

@@ -371,7 +371,7 @@ def test_extra_args_with_spaces(tmp_path, args):
 
 def test_extra_args_value_with_spaces_after_equals_is_one_argument(tmp_path):
     """`--flag=a value` is one argv element for vLLM's parser: allowed, and kept whole."""
-    from compose.serve_args import serve_argv
+    from serving.serve_args import serve_argv
     from stackbuild.recipe import load_recipe
 
     recipe = copy_recipe(tmp_path, _pinned(_set("serving.extra_args", ["--chat-template-content-format=string", "--override-generation-config={\"temperature\": 0.6}"])))
@@ -477,12 +477,12 @@ def _message_strings(path: Path):
 def test_no_message_suggests_a_flag_that_does_not_exist():
     import re
 
-    from compose.serve_args import GENERATED_FLAGS
+    from serving.serve_args import GENERATED_FLAGS
 
     ours = {opt for command in cli_module.cli.commands.values() for param in command.params
             for opt in (*param.opts, *param.secondary_opts)} | {"--help"}
     vllms = set(GENERATED_FLAGS) | {"--api-key"}  # named where a message talks about vLLM's own command line
-    sources = [*sorted((REPO / "stackbuild").glob("*.py")), REPO / "compose" / "generate.py"]
+    sources = [*sorted((REPO / "stackbuild").glob("*.py")), *sorted((REPO / "serving").glob("*.py")), *sorted((REPO / "deploy").glob("*.py"))]
     unknown = set()
     for source in sources:
         for text in _message_strings(source):
@@ -546,7 +546,7 @@ def _report(path: Path, **fields) -> Path:
     ({"pushed_digest": "sha256:abc"}, False, "unpinned: {report}: pushed_digest 'sha256:abc' is not a sha256 digest"),
 ])
 def test_compose_takes_the_digest_from_a_matching_report_or_says_why_not(tmp_path, fields, pinned, notice):
-    from compose.generate import resolve_image
+    from serving.generate import resolve_image
     from stackbuild.recipe import load_recipe
 
     recipe = load_recipe(copy_recipe(tmp_path, _pinned()))
@@ -561,7 +561,7 @@ def test_compose_takes_the_digest_from_a_matching_report_or_says_why_not(tmp_pat
 
 
 def test_compose_without_a_report_says_why_it_is_unpinned(tmp_path):
-    from compose.generate import resolve_image
+    from serving.generate import resolve_image
     from stackbuild.recipe import load_recipe
 
     recipe = load_recipe(copy_recipe(tmp_path, _pinned()))
@@ -572,7 +572,7 @@ def test_compose_without_a_report_says_why_it_is_unpinned(tmp_path):
 
 @pytest.mark.parametrize("host_ip", [None, "0.0.0.0", "::1"])
 def test_served_port_binds_loopback_unless_the_recipe_asks(tmp_path, host_ip):
-    from compose.generate import render_compose
+    from serving.generate import render_compose
     from stackbuild.recipe import load_recipe
 
     edit = _set("serving.host_ip", host_ip) if host_ip else None
@@ -588,7 +588,7 @@ def test_bad_host_ip(tmp_path):
 
 def test_api_key_comes_from_the_env_file(tmp_path):
     """vLLM reads VLLM_API_KEY when --api-key is absent; the compose file loads the env file, never inlines it."""
-    from compose.generate import env_file_name, render_compose
+    from serving.generate import env_file_name, render_compose
     from stackbuild.recipe import load_recipe
 
     source = (REPO / ".cache" / "vllm-0.33.0" / "vllm" / "entrypoints" / "serve" / "middleware" / "register.py")

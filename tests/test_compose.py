@@ -14,10 +14,10 @@ import yaml
 
 from test_compose_support import DIGEST, NO_REPORT, REPO, SOURCE_DATE_EPOCH, recipe, require_compose_binary
 
-from compose.generate import (OWNER_FROM_ENV, ComposeOverrideError, ImagePin, render_compose,
+from serving.generate import (OWNER_FROM_ENV, ComposeOverrideError, ImagePin, render_compose,
                               resolve_image, write_compose)
-from compose.serve_args import serve_argv, speculative_config, speculative_config_json
-from compose.validate import ComposeInvalid, check_compose_file, compose_config
+from serving.serve_args import serve_argv, speculative_config, speculative_config_json
+from serving.validate import ComposeInvalid, check_compose_file, compose_config
 from stackbuild.errors import RecipeError
 from stackbuild.recipe import DEFAULT_RECIPE, load_recipe
 

@@ -20,8 +20,8 @@ import pytest
 
 from test_compose_support import NO_REPORT, SOURCE_DATE_EPOCH, recipe, require_compose_binary, unavailable
 
-from compose.generate import render_compose, resolve_image
-from compose.serve_args import serve_argv, speculative_config
+from serving.generate import render_compose, resolve_image
+from serving.serve_args import serve_argv, speculative_config
 
 pytestmark = pytest.mark.docker
 

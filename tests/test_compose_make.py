@@ -17,7 +17,7 @@ import yaml
 
 from test_compose_support import REPO, require_compose_binary
 
-from compose.serve_args import serve_argv
+from serving.serve_args import serve_argv
 from stackbuild.recipe import load_recipe
 
 

@@ -15,9 +15,9 @@ import yaml
 
 from test_compose_support import DIGEST, NO_REPORT, REPO, SOURCE_DATE_EPOCH, recipe, require_compose_binary, require_oracle
 
-from compose.generate import write_compose
-from compose.serve_args import serve_argv, speculative_config
-from compose.validate import check_serve_args, run_serve_parser_cases
+from serving.generate import write_compose
+from serving.serve_args import serve_argv, speculative_config
+from serving.validate import check_serve_args, run_serve_parser_cases
 from stackbuild.errors import ServeArgsRejected
 
 pytestmark = pytest.mark.oracle

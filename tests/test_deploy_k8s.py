@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compose.serve_args import serve_argv
+from serving.serve_args import serve_argv
 from deploy.k8s import ModelVolume, _expand, manifests
 from deploy.validate import validate
 from stackbuild.errors import ManifestInvalid

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from compose.multinode import LEADER_ADDRESS_VARIABLE
-from compose.validate import compose_binary, compose_config, run_serve_parser_cases
+from serving.multinode import LEADER_ADDRESS_VARIABLE
+from serving.validate import compose_binary, compose_config, run_serve_parser_cases
 from preflight.run import preflight
 from stackbuild.plan import gate_input
 from stackbuild.preflight_record import checked_serve

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from compose.multinode import LEADER_ADDRESS_VARIABLE, write_role_files
-from compose.validate import compose_binary, compose_config
+from serving.multinode import LEADER_ADDRESS_VARIABLE, write_role_files
+from serving.validate import compose_binary, compose_config
 from stackbuild.recipe import load_recipe
 
 pytestmark = pytest.mark.docker

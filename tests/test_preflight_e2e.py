@@ -28,8 +28,8 @@ from stack_e2e import cli, docker_login, recipe_copy, unique_repository
 from test_compose_support import require_compose_binary
 from test_preflight import DRAFTER_DIR, misfit_drafter, models_dir
 
-from compose.generate import SERVICE, ImagePin, compose_document
-from compose.serve_args import serve_argv
+from serving.generate import SERVICE, ImagePin, compose_document
+from serving.serve_args import serve_argv
 from stackbuild.errors import GeometryGateFailed, MountedConfigUnusable
 from stackbuild.plan import gate_input, host_geometry
 from stackbuild.recipe import load_recipe

@@ -1,4 +1,4 @@
-"""The compose file that serves a built image with `docker compose up`.
+"""What serves a built image: the `vllm serve` argv and the compose files (written to compose/).
 
 ``serve_args`` turns a recipe into the `vllm serve` argument list,
 ``generate`` turns a recipe (plus command-line overrides) into the compose

