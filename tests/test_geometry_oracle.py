@@ -351,3 +351,35 @@ def test_the_answer_does_not_depend_on_vllms_platform():
         window = data["drafter_config"]["sliding_window"]
         max_len = data.get("max_model_len") or data["target_config"]["max_position_embeddings"]
         assert blocks == -(-min(window - 1 + 2 * 2048, max_len) // block) + 1, kind
+
+
+def test_a_target_config_transformers_refuses_is_a_plan_error_naming_the_class():
+    """vLLM loads the target's config with transformers' class; one it refuses (a string
+    rms_norm_eps: the simulator reads no such field) is no plan, with the class and the field named."""
+    data = dict(_first_with_a_sliding_window_drafter("qwen3_next"), vllm_behaviour=BEHAVIOUR)
+    data["target_config"] = dict(data["target_config"], rms_norm_eps="x")
+    report = plan_with_vllm(GeometryInputs.from_json(data))
+    for plan in (report.with_drafter, report.without_drafter, report.target_only_same_spec):
+        assert plan.error.startswith("ValueError: Qwen3NextConfig refuses the target config: "), plan.error
+        assert "'rms_norm_eps'" in plan.error and "\n" not in plan.error
+
+
+def test_engine_core_refuses_a_key_it_does_not_have():
+    """A misspelt key would leave its default planned: the CLI exits 2 naming it, before
+    planning anything (no vLLM import needed for that)."""
+    import json
+    import subprocess
+
+    from geometry.oracle import engine_core_plan
+    from geometry.oracle.engine_core import BadEngineCoreCase
+
+    run = subprocess.run([sys.executable, "-m", "geometry.oracle", "--engine-core",
+                          json.dumps([{"tp": 2}, {"tp_size": 2}])],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert run.stdout == ""
+    assert run.stderr.splitlines()[0].startswith("usage: python -m geometry.oracle")
+    assert run.stderr.splitlines()[-1].startswith(
+        "python -m geometry.oracle: error: --engine-core case 1: unknown key 'tp_size' (keys: ")
+    with pytest.raises(BadEngineCoreCase, match=r"^unknown key 'num_specs' \(keys: "):
+        engine_core_plan({"num_specs": 3})
