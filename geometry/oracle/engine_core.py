@@ -143,6 +143,7 @@ def _vllm_config(p: dict):
     import torch
     from vllm.config import (
         CacheConfig,
+        DeviceConfig,
         ModelConfig,
         ParallelConfig,
         SchedulerConfig,
@@ -171,6 +172,8 @@ def _vllm_config(p: dict):
     else:
         cache_config.enable_prefix_caching = False
     vllm_config = VllmConfig(
+        # Named, as vllm_config.py does: the serving platform detects no device type.
+        device_config=DeviceConfig(device="cpu"),
         cache_config=cache_config,
         parallel_config=ParallelConfig(tensor_parallel_size=1),
         scheduler_config=SchedulerConfig(

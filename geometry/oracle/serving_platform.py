@@ -15,11 +15,12 @@ it questions (capability, ``is_cuda()``, ...). ``CpuPlatform`` changes the geome
 
 So the oracle does not plan under the process's platform. Inside ``serving_platform``
 the platform object everyone holds (modules bind it at import) is switched to the base
-``Platform``'s behaviour, ``UnspecifiedPlatform`` (exactly what the build's gate runs
-under), reporting the capability of the GPU family. That is vLLM's CUDA platform for
-planning: what ``CudaPlatform`` overrides on the planning path does not touch the
-geometry (``check_and_update_config``: the worker class and multimodal chunking;
-``support_hybrid_kv_cache``: vllm_config.py turns the hybrid manager on itself;
+``Platform``'s behaviour, ``UnspecifiedPlatform`` (what the build's gate runs under),
+reporting the capability of the GPU family and, as ``CudaPlatform`` does, support for
+the hybrid KV cache manager (the gate's path turns it on in vllm_config.py anyway; the
+engine-core path relies on this). That is vLLM's CUDA platform for planning: the rest
+of what ``CudaPlatform`` overrides on the planning path does not touch the geometry
+(``check_and_update_config``: the worker class and multimodal chunking;
 ``update_block_size_for_backend``: CUDA keeps the base one, which plan.py calls), and
 ``CudaPlatform`` itself cannot stand in because its ``is_cuda()`` branches import CUDA
 kernels a CPU host lacks. The backend choice does not come from the platform at all
@@ -51,6 +52,11 @@ def platform_class(family: int) -> type:
         @classmethod
         def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
             return capability
+
+        @classmethod
+        def support_hybrid_kv_cache(cls) -> bool:
+            # CudaPlatform's answer: VllmConfig then leaves the hybrid KV cache manager on.
+            return True
 
     ServingPlatform.__name__ = ServingPlatform.__qualname__ = f"ServingPlatform{family}"
     return ServingPlatform
