@@ -164,7 +164,12 @@ def check(argv: Sequence[str], checked: CheckedServe, *, locate: Callable[[str],
 
 
 def _parse(argv: Sequence[str]) -> ServeFlags:
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # parse and plan only: never the GPU
+    # vLLM's CPU platform for this process, before vLLM is first imported: parsing and planning
+    # never touch the GPU (vllm serve gets the environment the entrypoint started with), and
+    # the serve parser works on a CPU-only host (with no platform detected it cannot build its
+    # DeviceConfig defaults). The cross-check's plan does not depend on it: the oracle plans
+    # under the serving GPU's platform, as the build's gate did (geometry/oracle/serving_platform.py).
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     return parse_serve_flags(argv)
 
 
@@ -193,7 +198,6 @@ def _geometry(raw: dict, changed: str, warnings: list[str], overlay_manifest: Op
                        *(f"  - {r}" for r in verdict.reasons[1:]), *warnings)
     # The cross-check: the installed vLLM plans the same inputs; the simulator must agree
     # field by field when it models that vLLM (the image: patched; a host venv: stock).
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     try:
         from geometry.oracle import compare_reports, plan_with_vllm
 

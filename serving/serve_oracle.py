@@ -18,6 +18,8 @@ import os
 import sys
 import traceback
 
+# Parsing only: vLLM's CPU platform keeps it off any GPU and lets the parser build its
+# DeviceConfig defaults on a host where vLLM detects no platform.
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 # The oracle interpreter need not have this project installed: preflight/ comes from the
 # directory holding this package (the checkout, or the site-packages it is installed in).

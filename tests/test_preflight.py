@@ -166,6 +166,25 @@ def test_edited_flags_are_rechecked_as_the_geometry_says(tmp_path, extra, change
 
 
 @pytest.mark.oracle
+def test_a_qwen3_next_target_passes_the_cross_check(tmp_path):
+    """A Qwen3-Next (GDN + full attention) config mounted as the target, no drafter, prefix caching
+    off: the simulator and the installed vLLM agree. The pre-flight runs vLLM's CPU platform
+    (VLLM_TARGET_DEVICE=cpu, so no GPU is touched), whose config hook would make the GDN state
+    float32 on an AVX512-BF16 CPU; the build's gate plans without it. The oracle plans for the GPU."""
+    import geometry_cases as C
+
+    qwen = next(c["target_config"] for c in C.sample(300) if c["target_config"]["model_type"] == "qwen3_next")
+    models = models_dir(tmp_path / "models")
+    (models / TARGET_DIR / "config.json").write_text(json.dumps(qwen))
+    run = preflight("--", "--no-enable-prefix-caching", "--speculative-config", "null", models=models)
+    assert run.returncode == 0, run.stdout + run.stderr
+    first = run.stdout.splitlines()[0]
+    assert first.startswith("pre-flight: PASS: re-checked (argv edited, "), first
+    assert "target config sha256 " in first and "no drafter): " in first, first
+    assert first.endswith("; the installed vLLM (stock) agrees with the simulator's stock model"), first
+
+
+@pytest.mark.oracle
 def test_flag_vllm_rejects_is_exit_11_with_vllms_words(tmp_path):
     run = preflight("--", "--frobnicate", models=models_dir(tmp_path / "models"))
     assert run.returncode == ServeArgsRejected.exit_code

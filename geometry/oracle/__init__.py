@@ -1,4 +1,4 @@
-"""vLLM's own KV-cache planning, run with the imported vLLM on a CPU box (no GPU).
+"""vLLM's own KV-cache planning, run with the imported vLLM on a CPU box (no GPU), for the GPU.
 
 The oracle the gate and the tests hold the simulator to:
 
@@ -10,8 +10,9 @@ The oracle the gate and the tests hold the simulator to:
   (engine_core.py): explicit GLM-5.3 + DFlash2 parameters planned by
   ``EngineCore._initialize_kv_caches``; ``python -m geometry.oracle
   --engine-core CASES`` (__main__.py) prints one summary per case;
-* cpu_shims.py: what lets vLLM's model and kernel modules import on the CPU,
-  and the platform patches the planning runs under.
+* cpu_shims.py: what lets vLLM's model and kernel modules import on the CPU;
+* serving_platform.py: the platform every plan runs under, the serving GPU's,
+  whatever platform vLLM detects in this process (VLLM_TARGET_DEVICE included).
 
 Importing this package imports no vLLM and no torch (the gate payload is
 stdlib-importable up to here); its functions import them.

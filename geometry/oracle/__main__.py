@@ -1,5 +1,9 @@
 """``python -m geometry.oracle --engine-core CASES``: one ``OVERLAY_PLAN {json}``
-line (``engine_core_summary``) per case, planned by the imported vLLM's engine core."""
+line (``engine_core_summary``) per case, planned by the imported vLLM's engine core.
+
+Every case is checked before the first is planned: a case that is not an object of
+``ENGINE_CORE_DEFAULTS`` keys is a usage error (exit 2) naming the key, and nothing is printed.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import logging
 import os
 import sys
 
-from .engine_core import engine_core_summary
+from .engine_core import BadEngineCoreCase, engine_core_parameters, engine_core_summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,13 +22,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine-core", required=True, metavar="CASES",
                     help="a JSON object or list of objects (keys of ENGINE_CORE_DEFAULTS)")
     args = ap.parse_args(argv)
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    logging.basicConfig(level=logging.INFO)
     try:
         cases = json.loads(args.engine_core)
     except ValueError as exc:
         ap.error(f"--engine-core: not JSON: {exc}")
-    for case in cases if isinstance(cases, list) else [cases]:
+    cases = cases if isinstance(cases, list) else [cases]
+    for i, case in enumerate(cases):
+        try:
+            engine_core_parameters(case)
+        except BadEngineCoreCase as exc:
+            ap.error(f"--engine-core case {i}: {exc}")
+    # Keeps this process off any GPU (vLLM's CPU platform); the plan does not depend on
+    # it: the engine core plans under the serving GPU's platform (serving_platform.py).
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    logging.basicConfig(level=logging.INFO)
+    for case in cases:
         print("OVERLAY_PLAN " + json.dumps(engine_core_summary(case)), flush=True)
     return 0
 

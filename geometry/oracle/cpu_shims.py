@@ -1,4 +1,4 @@
-"""What lets vLLM's planning code run on a CPU box, and the patches it runs under.
+"""What lets vLLM's planning code run on a CPU box.
 
 * ``import_glm5next``: without torchvision, ``import vllm.models.glm5next`` fails in
   its multimodal half; the package's submodules are then loaded without running
@@ -9,8 +9,9 @@
 * ``model_registry_fallback``: vLLM's ``ModelRegistry`` resolves the model class
   for the mamba state shapes; if the GLM package cannot load here, vLLM's own
   state calculators answer instead (``Glm5NextStateShim``).
-* ``patched`` / ``capability``: an attribute replaced for the duration of a
-  call; the GPU's capability family reported by the platform.
+* ``patched``: an attribute replaced for the duration of a call.
+
+The platform the planning runs under is serving_platform.py's.
 """
 
 from __future__ import annotations
@@ -22,11 +23,6 @@ import os
 import sys
 import types
 from typing import Any
-
-# The capability reported for a family: vLLM's family test (and every SM12x
-# choice in the planning path) reads the major only; 12.1 is GB10 (DGX Spark).
-FAMILY_CAPABILITY = {90: (9, 0), 100: (10, 3), 120: (12, 1)}
-
 
 def import_glm5next() -> None:
     """Make ``vllm.models.glm5next``'s submodules importable, with its ``__init__``
@@ -116,19 +112,6 @@ def patched(obj: Any, name: str, value: Any):
             setattr(obj, name, old)
         else:
             delattr(obj, name)
-
-
-@contextlib.contextmanager
-def capability(family: int):
-    """The current platform reports the capability of ``family`` inside the block."""
-    from vllm.platforms import current_platform
-    from vllm.platforms.interface import DeviceCapability
-
-    cap = DeviceCapability(*FAMILY_CAPABILITY[family])
-    cls = type(current_platform)
-    with patched(cls, "get_device_capability",
-                 classmethod(lambda c, device_id=0: cap)):
-        yield
 
 
 class Glm5NextStateShim:

@@ -23,6 +23,9 @@ What is vLLM's own code here, and what stands in for it:
   stand-in executor that returns the per-rank specs and the available KV
   memory; nothing in vLLM's planning is replaced.
 
+All of it runs under the serving GPU's platform (serving_platform.py, family
+``ENGINE_CORE_FAMILY``), not the process's, as ``plan_with_vllm`` does.
+
 ``plan_with_vllm`` drives more of vLLM (model config, platform alignment,
 every layer's own ``get_kv_cache_spec``) from a gate input; this path is the
 one that covers what only the engine core does (the global block size after
@@ -41,6 +44,7 @@ from __future__ import annotations
 import sys
 
 from .layers import bare_layer
+from .serving_platform import serving_platform
 
 
 ENGINE_CORE_DEFAULTS = {
@@ -54,6 +58,7 @@ ENGINE_CORE_DEFAULTS = {
     "linear_conv_kernel_dim": 4,
     "index_head_dim": 128,
     "index_kpool": 16,
+    "index_topk": 2048,
     "max_model_len": 1048576,
     # DFlash2 drafter (BF16).
     "draft_num_layers": 5,
@@ -78,10 +83,31 @@ ENGINE_CORE_DEFAULTS = {
     "kda_prefill_backend": "triton",
 }
 
+# The GPU family planned for: GB300's. The hybrid block's indexer alignment (32-state
+# pages) and FLASH_ATTN for the drafter below are SM10x's.
+ENGINE_CORE_FAMILY = 100
+
+
+class BadEngineCoreCase(ValueError):
+    """A case that is not an object of ``ENGINE_CORE_DEFAULTS`` keys (one line naming what)."""
+
+
+def engine_core_parameters(params) -> dict:
+    """``params`` over ``ENGINE_CORE_DEFAULTS``; BadEngineCoreCase for a key the defaults
+    do not have (it would change nothing) or a case that is not an object."""
+    if not isinstance(params, dict):
+        raise BadEngineCoreCase(f"a case is an object of engine-core keys, not {type(params).__name__} "
+                                f"{params!r}")
+    for key in params:
+        if key not in ENGINE_CORE_DEFAULTS:
+            raise BadEngineCoreCase(f"unknown key {key!r} (keys: {', '.join(ENGINE_CORE_DEFAULTS)})")
+    return dict(ENGINE_CORE_DEFAULTS, **params)
+
 
 def engine_core_plan(params: dict):
     """vLLM's KV cache configuration for ``params`` (keys of
-    ``ENGINE_CORE_DEFAULTS``), planned by ``EngineCore._initialize_kv_caches``.
+    ``ENGINE_CORE_DEFAULTS``; BadEngineCoreCase for anything else), planned by
+    ``EngineCore._initialize_kv_caches``.
 
     Returns a namespace: ``vllm_config``, ``scheduler`` (the scheduler's KV
     cache config, what ``EngineCore._initialize_kv_caches`` returns, with the
@@ -93,15 +119,16 @@ def engine_core_plan(params: dict):
 
     from vllm.v1.engine.core import EngineCore
 
-    p = dict(ENGINE_CORE_DEFAULTS, **params)
-    vllm_config = _vllm_config(p)
-    block, mla_bpt, kda = _hybrid_block(p, vllm_config.cache_config)
-    specs = _layer_specs(p, vllm_config, kda)
-    executor = _StandInExecutor(specs, p["tp"], int(p["kv_memory_gib"] * (1 << 30)))
-    core = object.__new__(EngineCore)
-    core.model_executor = executor
-    core.available_gpu_memory_for_kv_cache = -1
-    scheduler = EngineCore._initialize_kv_caches(core, vllm_config)
+    p = engine_core_parameters(params)
+    with serving_platform(ENGINE_CORE_FAMILY):
+        vllm_config = _vllm_config(p)
+        block, mla_bpt, kda = _hybrid_block(p, vllm_config.cache_config)
+        specs = _layer_specs(p, vllm_config, kda)
+        executor = _StandInExecutor(specs, p["tp"], int(p["kv_memory_gib"] * (1 << 30)))
+        core = object.__new__(EngineCore)
+        core.model_executor = executor
+        core.available_gpu_memory_for_kv_cache = -1
+        scheduler = EngineCore._initialize_kv_caches(core, vllm_config)
     return SimpleNamespace(
         vllm_config=vllm_config,
         scheduler=scheduler,
@@ -116,6 +143,7 @@ def _vllm_config(p: dict):
     import torch
     from vllm.config import (
         CacheConfig,
+        DeviceConfig,
         ModelConfig,
         ParallelConfig,
         SchedulerConfig,
@@ -144,6 +172,8 @@ def _vllm_config(p: dict):
     else:
         cache_config.enable_prefix_caching = False
     vllm_config = VllmConfig(
+        # Named, as vllm_config.py does: the serving platform detects no device type.
+        device_config=DeviceConfig(device="cpu"),
         cache_config=cache_config,
         parallel_config=ParallelConfig(tensor_parallel_size=1),
         scheduler_config=SchedulerConfig(
@@ -273,7 +303,7 @@ def _layer_specs(p: dict, vllm_config, kda) -> dict:
                 kv_cache_dtype=kv_dtype,
                 head_size=p["kv_lora_rank"] + p["qk_rope_head_dim"],
                 sliding_window=None,
-                topk_buffer_width=p.get("index_topk", 2048),
+                topk_buffer_width=p["index_topk"],
                 indexer=object(),
                 non_causal_multi_token_decode=False,
                 attn_backend=FlashInferMLASparseTRTLLMBackend,

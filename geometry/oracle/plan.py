@@ -8,7 +8,9 @@ vLLM's own code runs from the config on: ``Platform.update_block_size_for_backen
 (``vllm.v1.worker.gpu.attn_utils``, which applies ``customize_attention_spec`` and
 tags draft layers), ``resolve_kv_cache_layout``, ``get_kv_cache_groups``,
 ``get_kv_cache_config_from_groups`` and the engine core's scheduler block sizes.
-The config and the layers it reads are built in vllm_config.py and layers.py.
+The config and the layers it reads are built in vllm_config.py and layers.py;
+all of it runs under the serving GPU's platform (serving_platform.py), not the
+process's.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from ..inputs import GeometryInputs
 from ..prefix_cache import PrefixCache, can_hit
 from ..report import GeometryReport, GroupRow, LayerRow, Plan
 from ..simulate import simulate
-from .cpu_shims import capability, model_registry_fallback
+from .cpu_shims import model_registry_fallback
 from .layers import register_layers
+from .serving_platform import serving_platform
 from .vllm_config import build_vllm_config
 
 
@@ -43,7 +46,7 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Plan:
     from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
 
-    with capability(inputs.capability_family):
+    with serving_platform(inputs.capability_family):
         try:
             cfg, kind = _build(inputs, with_drafter, num_spec)
         except (AssertionError, ValueError, NotImplementedError) as exc:
@@ -202,7 +205,7 @@ def blocks_per_request(inputs: GeometryInputs) -> list[tuple[str, int, int]]:
     from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
 
-    with capability(inputs.capability_family):
+    with serving_platform(inputs.capability_family):
         cfg, _ = _build(inputs, inputs.has_drafter, inputs.num_speculative_tokens)
         with model_registry_fallback():
             Platform.update_block_size_for_backend(cfg)

@@ -54,21 +54,33 @@ class ModelConfigStandIn:
         return self.hf_text_config.num_attention_heads // parallel_config.tensor_parallel_size
 
 
+def _hf_config_class(kind: str):
+    """The config class vLLM's model code for ``kind`` is written against. The layer
+    modules the oracle builds import them from transformers themselves
+    (``vllm.models.glm5next.common``, ``qwen_gdn_linear_attn``), so any transformers
+    the oracle runs with has them."""
+    if kind == "glm5next":
+        from transformers import Glm5NextTextConfig
+
+        return Glm5NextTextConfig
+    if kind == "kimi_linear":
+        from vllm.transformers_utils.configs.kimi_linear import KimiLinearConfig
+
+        return KimiLinearConfig
+    from transformers import Qwen3NextConfig
+
+    return Qwen3NextConfig
+
+
 def _hf_config(kind: str, cfg: dict):
-    tc = text_config(cfg)
-    tc = {k: v for k, v in tc.items() if not k.startswith("_")}
+    """The target's text config as vLLM loads it; ValueError naming the class if that
+    class refuses it (vLLM could not load the model either)."""
+    tc = {k: v for k, v in text_config(cfg).items() if not k.startswith("_")}
+    cls = _hf_config_class(kind)
     try:
-        import transformers
-
-        if kind == "glm5next":
-            return transformers.Glm5NextTextConfig(**tc)
-        if kind == "kimi_linear":
-            from vllm.transformers_utils.configs.kimi_linear import KimiLinearConfig
-
-            return KimiLinearConfig(**tc)
-        return transformers.Qwen3NextConfig(**tc)
-    except Exception:  # pragma: no cover - older transformers
-        return types.SimpleNamespace(**tc)
+        return cls(**tc)
+    except Exception as exc:  # noqa: BLE001 - transformers' validation errors share no base but Exception
+        raise ValueError(f"{cls.__name__} refuses the target config: {' '.join(str(exc).split())}") from exc
 
 
 def build_vllm_config(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
