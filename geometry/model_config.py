@@ -33,6 +33,10 @@ TARGET_LAYER_TYPES = {
     "qwen3_next": ("linear_attention", "full_attention"),
 }
 DRAFTER_LAYER_TYPES = ("sliding_attention", "full_attention")
+# The target's attention layer type, and the layer pattern without ``layer_types``: every
+# ``interval``-th layer is attention (Qwen3-Next: ``full_attention_interval``, default 4).
+TARGET_ATTENTION_TYPE = {"glm5next": "indexed_attention", "qwen3_next": "full_attention"}
+DEFAULT_ATTENTION_INTERVAL = 4
 
 
 class ConfigInvalid(BadInput):
@@ -148,6 +152,7 @@ def check_target(cfg: Mapping[str, Any]) -> str:
         r.integer("index_kpool", required=False)
         r.integer("index_head_dim", required=False)
         r.layer_types(n_layers, TARGET_LAYER_TYPES[kind])
+        _require_attention(r, kind, n_layers, DEFAULT_ATTENTION_INTERVAL)
     elif kind == "qwen3_next":
         heads = r.integer("num_attention_heads")
         r.integer("num_key_value_heads", required=False)
@@ -158,8 +163,9 @@ def check_target(cfg: Mapping[str, Any]) -> str:
         for key in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim"):
             r.integer(key)
         r.integer("linear_conv_kernel_dim", required=False)
-        r.integer("full_attention_interval", required=False)
+        interval = r.integer("full_attention_interval", required=False)
         r.layer_types(n_layers, TARGET_LAYER_TYPES[kind])
+        _require_attention(r, kind, n_layers, interval or DEFAULT_ATTENTION_INTERVAL)
     else:  # kimi_linear
         for key in ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim"):
             r.integer(key)
@@ -169,8 +175,22 @@ def check_target(cfg: Mapping[str, Any]) -> str:
         lac.integer("head_dim")
         lac.integer("short_conv_kernel_size", required=False)
         lac.int_list("kda_layers", minimum=1, maximum=n_layers)
-        lac.int_list("full_attn_layers", minimum=1, maximum=n_layers)
+        if not lac.int_list("full_attn_layers", minimum=1, maximum=n_layers):
+            raise lac.fail("full_attn_layers", f"is empty: {NO_ATTENTION}")
     return kind
+
+
+NO_ATTENTION = "the target needs an attention layer, whose KV page the drafter's pages must fit"
+
+
+def _require_attention(r: "_Reader", kind: str, n_layers: int, interval: int) -> None:
+    """At least one target layer is attention, listed in ``layer_types`` or by the default pattern."""
+    if r.cfg.get("layer_types") is not None:
+        if TARGET_ATTENTION_TYPE[kind] not in r.cfg["layer_types"]:
+            raise r.fail("layer_types", f"has no {TARGET_ATTENTION_TYPE[kind]} layer: {NO_ATTENTION}")
+    elif n_layers < interval:
+        key = "full_attention_interval" if "full_attention_interval" in r.cfg else "num_hidden_layers"
+        raise r.fail(key, f"with {n_layers} layers and every {interval}th one attention, none is: {NO_ATTENTION}")
 
 
 def check_drafter(cfg: Mapping[str, Any]) -> int:

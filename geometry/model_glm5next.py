@@ -7,6 +7,7 @@ from __future__ import annotations
 from . import backends as B
 from .inputs import BadInput
 from .kv_spec import DTYPE_BYTES, CacheConfig, SimulatedError, Spec, cdiv, next_power_of_2
+from .model_config import DEFAULT_ATTENTION_INTERVAL
 from .model_parts import (Layer, SpecBuilder, Target, TargetSettings, attention_builder,
                           customize_attention_spec, kda_state, mamba_builder, required)
 
@@ -31,7 +32,7 @@ def tail_ring_builder(kpool: int, head_dim: int, num_spec: int) -> SpecBuilder:
 def build_target(s: TargetSettings) -> Target:
     tc, tp, family = s.tc, s.tensor_parallel_size, s.capability_family
     layer_types = s.layer_types or tuple(
-        "linear_attention" if i % 4 != 3 else "indexed_attention" for i in range(s.num_layers))
+        "linear_attention" if (i + 1) % DEFAULT_ATTENTION_INTERVAL else "indexed_attention" for i in range(s.num_layers))
     head_size = int(required(tc, "kv_lora_rank")) + int(tc.get("qk_rope_head_dim", 0) or 0)
     has_indexer = tc.get("index_topk") is not None
     kpool = int(tc.get("index_kpool", 16))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from . import backends as B
 from .kv_spec import DTYPE_BYTES, SimulatedError, Spec
+from .model_config import DEFAULT_ATTENTION_INTERVAL
 from .model_parts import (Layer, MambaState, Target, TargetSettings, attention_builder,
                           check_flash_attn_head_size, kv_heads_per_rank, mamba_builder, required)
 
@@ -31,7 +32,7 @@ def build_target(s: TargetSettings) -> Target:
     tc, tp = s.tc, s.tensor_parallel_size
     layer_types = s.layer_types
     if not layer_types:
-        interval = int(tc.get("full_attention_interval", 4))
+        interval = int(tc.get("full_attention_interval", DEFAULT_ATTENTION_INTERVAL))
         layer_types = tuple("linear_attention" if (i + 1) % interval else "full_attention"
                             for i in range(s.num_layers))
     heads = int(required(tc, "num_attention_heads"))

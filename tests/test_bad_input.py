@@ -144,6 +144,14 @@ MODEL_CONFIGS = [
      "num_hidden_layers: required field is missing"),
     ("missing-drafter-heads", "drafter", lambda d: d.pop("num_attention_heads"),
      "num_attention_heads: required field is missing"),
+    # No target attention layer (listed, or by the every-4th-layer pattern): nothing for the drafter to fit.
+    ("target-without-attention", "target",
+     lambda d: d.__setitem__("layer_types", ["linear_attention"] * len(d["layer_types"])),
+     "layer_types: has no indexed_attention layer: the target needs an attention layer, whose KV page the "
+     "drafter's pages must fit"),
+    ("target-too-few-layers-for-attention", "target",
+     lambda d: (d.pop("layer_types"), d.__setitem__("num_hidden_layers", 3)),
+     "num_hidden_layers: with 3 layers and every 4th one attention, none is: the target needs an attention layer"),
     ("no-architecture-unknown-type", "target", lambda d: (d.pop("architectures"), d.__setitem__("model_type", "gpt2")),
      "architectures: missing, and model_type 'gpt2' is not modelled"),
 ]
