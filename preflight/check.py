@@ -109,10 +109,22 @@ def differences(checked: CheckedServe, argv: Sequence[str], inputs: dict, target
 
 
 def _read_configs(flags: ServeFlags, locate: Callable[[str], str]):
+    """Both mounted configs, each refused (ConfigUnusable) when unreadable or when it is one the
+    simulator would misread (geometry.model_config: the same checks the recipe loader and the gate run)."""
+    from geometry.model_config import ConfigInvalid, check_drafter, check_target
+
     target = read_config("target", locate(flags.model), flags.model)
     drafter = None
     if flags.drafter_path is not None:
         drafter = read_config("drafter", locate(flags.drafter_path), flags.drafter_path)
+    for mounted, check_one in ((target, check_target), (drafter, check_drafter)):
+        if mounted is None:
+            continue
+        try:
+            check_one(mounted.data)
+        except ConfigInvalid as exc:
+            raise ConfigUnusable(f"the {mounted.role} config {mounted.path}: "
+                                 + (f"{exc.key}: {exc.problem}" if exc.key else exc.problem)) from None
     return target, drafter
 
 

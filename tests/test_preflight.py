@@ -111,7 +111,8 @@ def test_exit_codes_are_the_drivers(tmp_path):
     assert outcome.EXIT_CONFIG == MountedConfigUnusable.exit_code == 16
     assert outcome.EXIT_UNCHECKED == PreflightUnchecked.exit_code == 17
     readme = " ".join((REPO / "README.md").read_text().split())
-    assert "| 16 | pre-flight: a model config.json the serve command points at is missing, unreadable or not a JSON object |" in readme
+    assert ("| 16 | pre-flight: a model config.json the serve command points at is missing, unreadable, not a JSON "
+            "object, or one the simulator would misread (the key named) |") in readme
     assert "| 17 | pre-flight: the geometry cannot be checked" in readme
 
 
@@ -182,6 +183,27 @@ def test_a_qwen3_next_target_passes_the_cross_check(tmp_path):
     assert first.startswith("pre-flight: PASS: re-checked (argv edited, "), first
     assert "target config sha256 " in first and "no drafter): " in first, first
     assert first.endswith("; the installed vLLM (stock) agrees with the simulator's stock model"), first
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("edit,named", [
+    (lambda d: d.__setitem__("layer_types", ["linear_attention"] * len(d["layer_types"])),
+     "layer_types: has no indexed_attention layer: the target needs an attention layer"),
+    (lambda d: d.__setitem__("architectures", ["LlamaForCausalLM"]),
+     "architectures: LlamaForCausalLM is not modelled by the geometry gate"),
+], ids=["no-attention-layer", "foreign-architecture"])
+def test_a_mounted_config_the_simulator_would_misread_is_exit_16_naming_file_and_key(tmp_path, edit, named):
+    """The slow path runs the recipe loader's config checks on what is mounted: one line, the file and the key."""
+    models = models_dir(tmp_path / "models")
+    config = models / TARGET_DIR / "config.json"
+    data = json.loads(config.read_text())
+    edit(data)
+    config.write_text(json.dumps(data))
+    run = preflight(models=models)
+    assert run.returncode == MountedConfigUnusable.exit_code == 16, run.stdout + run.stderr
+    error = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
+    assert len(error) == 1 and error[0].startswith(f"error: pre-flight: FAIL: the target config {config}: {named}"), error
+    assert run.stdout == ""
 
 
 @pytest.mark.oracle
