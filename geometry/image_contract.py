@@ -6,7 +6,9 @@ in-image gate and the start-time pre-flight all import this module:
 - the payload root and each file under it (``PAYLOAD_DIR``, ``payload_path``);
 - the gate's command line (``gate_argv``), run as a module with the payload on
   ``PYTHONPATH``;
-- the Dockerfile's build steps, in order, named for people (``BUILD_STEPS``);
+- the Dockerfile's build steps, in order, named for people (``BUILD_STEPS``),
+  and the exit status by which the patch step says the build runs on another
+  machine than the recipe's (``ARCHITECTURE_MISMATCH_STATUS``);
 - the gate report (``GateReport``, written by ``python3 -m geometry.gate_main``)
   and the overlay manifest (``OverlayManifest``, written by overlay/apply.py),
   each read by ``from_json``, which rejects any other shape with one
@@ -72,9 +74,8 @@ class BuildStep:
 
 BUILD_STEPS = (
     BuildStep("FROM", "base image"),
-    BuildStep("RUN", "architecture check"),
     BuildStep("COPY", "patch payload copy"),
-    BuildStep("RUN", "patch series"),
+    BuildStep("RUN", "patch series"),  # the architecture check first, then the series
     BuildStep("COPY", "gate payload copy"),
     BuildStep("RUN", "geometry gate"),
     BuildStep("ENV", "strict overlay"),
@@ -83,6 +84,13 @@ BUILD_STEPS = (
     BuildStep("LABEL", "labels"),
 )
 GATE_STEP = "geometry gate"
+PATCH_STEP = "patch series"
+
+# The patch step first compares ``uname -m`` with the recipe's machine and, if they
+# differ, prints one line and exits with this status, before anything is written;
+# the build reports it as the architecture's failure. No program of that step exits
+# with it otherwise (overlay/apply.py: 0, 1 or 2; the shell: 126, 127, 128 + signal).
+ARCHITECTURE_MISMATCH_STATUS = 86
 
 
 def step_name(number: int) -> str:
