@@ -142,8 +142,6 @@ def main(argv: list[str] | None = None) -> int:
     if record_note:
         print(record_note, file=sys.stderr)
 
-    # A record will be written after vLLM's planning: read the installation for its key meanwhile.
-    installed = record_mod.read_installed_meanwhile() if args.oracle and args.oracle_record and recorded is None else None
     if wanted is not None and recorded is None:
         try:
             import_patched(wanted)
@@ -168,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as exc:  # the installed vLLM could not plan at all
                 vreport, diffs = None, (f"oracle failed: {type(exc).__name__}: {exc}",)
             if vreport is not None and args.oracle_record:
-                key = record_mod.environment_key(raw, code_dir, installed.result())
+                key = record_mod.environment_key(raw, code_dir, record_mod.imported_distributions())
                 record_mod.write(record_mod.make_record(key, vreport, wanted or []), args.oracle_record)
         oracle_check = OracleCheck(agrees=not diffs, differences=tuple(diffs), source=source)
         if diffs:

@@ -27,10 +27,7 @@ import json
 import os
 import re
 import sys
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
-
-if TYPE_CHECKING:
-    from concurrent.futures import Future
+from typing import Any, Iterable, Mapping
 
 SCHEMA = "glm53-oracle-record/1"
 PLANS = ("with_drafter", "without_drafter", "target_only_same_spec")
@@ -168,54 +165,23 @@ def installed_versions() -> dict[str, str]:
     return versions
 
 
-@dataclasses.dataclass(frozen=True)
-class Installed:
-    """What a new record's key reads from the installation, whatever the oracle imports."""
-
-    vllm_tree: str  # tree_digest of the vLLM package
-    versions: Mapping[str, str]  # installed_versions()
-    owners: Mapping[str, list[str]]  # top-level module -> the distributions that provide it
-
-
-def read_installed() -> Installed:
-    return Installed(tree_digest(vllm_directory()), installed_versions(),
-                     importlib.metadata.packages_distributions())
-
-
-def read_installed_meanwhile() -> "Future[Installed]":
-    """:func:`read_installed` in a forked process, started before the oracle imports vLLM.
-
-    Neither depends on that import (the vLLM tree is as the overlay left it,
-    bytecode is not hashed), so with a second core the reading hides behind the
-    import instead of following it. Not a thread: walking the tree and parsing
-    the packages' metadata hold the GIL, and a thread slowed the import by as
-    much as it saved. Call it while the process has no other thread (before
-    torch is imported).
-    """
-    import multiprocessing  # here: a gate that uses a record does not need them
-    from concurrent.futures import ProcessPoolExecutor
-
-    pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
-    future = pool.submit(read_installed)
-    pool.shutdown(wait=False)  # its one process ends with this one task
-    return future
-
-
-def imported_distributions(installed: Installed, exclude: Iterable[str] = ("vllm",)) -> dict[str, str]:
+def imported_distributions(exclude: Iterable[str] = ("vllm",)) -> dict[str, str]:
     """Distributions with a top-level module in ``sys.modules`` now -> version.
 
     Called after the oracle has run: these are the packages whose code took
     part in vLLM's answer (vLLM itself is keyed by its bytes instead).
     """
     skip = {_canonical(name) for name in exclude}
+    owners = importlib.metadata.packages_distributions()
+    versions = installed_versions()
     used: dict[str, str] = {}
     for module in list(sys.modules):
         if "." in module:
             continue
-        for dist in installed.owners.get(module, ()):
+        for dist in owners.get(module, ()):
             name = _canonical(dist)
-            if name not in skip and name in installed.versions:
-                used[name] = installed.versions[name]
+            if name not in skip and name in versions:
+                used[name] = versions[name]
     return dict(sorted(used.items()))
 
 
@@ -223,14 +189,13 @@ def _python() -> str:
     return "%d.%d" % sys.version_info[:2]
 
 
-def environment_key(raw_inputs: Mapping, code_dir: str, installed: Installed) -> dict:
-    """The key of a record made now, after the oracle ran (its imports name the distributions)."""
+def environment_key(raw_inputs: Mapping, code_dir: str, distributions: Mapping[str, str]) -> dict:
     return {
         "inputs": inputs_digest(raw_inputs),
         "geometry_code": code_digest(code_dir),
         "python": _python(),
-        "vllm_tree": installed.vllm_tree,
-        "distributions": imported_distributions(installed),
+        "vllm_tree": tree_digest(vllm_directory()),
+        "distributions": dict(sorted(distributions.items())),
     }
 
 
