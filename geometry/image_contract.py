@@ -72,19 +72,19 @@ class BuildStep:
     name: str  # how progress and error messages call it
 
 
+PATCH_STEP = "patch series"  # the architecture check first, then the series
+GATE_STEP = "geometry gate"
 BUILD_STEPS = (
     BuildStep("FROM", "base image"),
     BuildStep("COPY", "patch payload copy"),
-    BuildStep("RUN", "patch series"),  # the architecture check first, then the series
+    BuildStep("RUN", PATCH_STEP),
     BuildStep("COPY", "gate payload copy"),
-    BuildStep("RUN", "geometry gate"),
+    BuildStep("RUN", GATE_STEP),
     BuildStep("ENV", "strict overlay"),
     BuildStep("COPY", "pre-flight payload copy"),
     BuildStep("ENTRYPOINT", "entrypoint"),
     BuildStep("LABEL", "labels"),
 )
-GATE_STEP = "geometry gate"
-PATCH_STEP = "patch series"
 
 # The patch step first compares ``uname -m`` with the recipe's machine and, if they
 # differ, prints one line and exits with this status, before anything is written;

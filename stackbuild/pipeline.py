@@ -20,7 +20,6 @@ tags (stackbuild/index.py).
 from __future__ import annotations
 
 import json
-import re
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
