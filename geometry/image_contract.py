@@ -6,7 +6,9 @@ in-image gate and the start-time pre-flight all import this module:
 - the payload root and each file under it (``PAYLOAD_DIR``, ``payload_path``);
 - the gate's command line (``gate_argv``), run as a module with the payload on
   ``PYTHONPATH``;
-- the Dockerfile's build steps, in order, named for people (``BUILD_STEPS``);
+- the Dockerfile's build steps, in order, named for people (``BUILD_STEPS``),
+  and the exit status by which the patch step says the build runs on another
+  machine than the recipe's (``ARCHITECTURE_MISMATCH_STATUS``);
 - the gate report (``GateReport``, written by ``python3 -m geometry.gate_main``)
   and the overlay manifest (``OverlayManifest``, written by overlay/apply.py),
   each read by ``from_json``, which rejects any other shape with one
@@ -70,19 +72,25 @@ class BuildStep:
     name: str  # how progress and error messages call it
 
 
+PATCH_STEP = "patch series"  # the architecture check first, then the series
+GATE_STEP = "geometry gate"
 BUILD_STEPS = (
     BuildStep("FROM", "base image"),
-    BuildStep("RUN", "architecture check"),
     BuildStep("COPY", "patch payload copy"),
-    BuildStep("RUN", "patch series"),
+    BuildStep("RUN", PATCH_STEP),
     BuildStep("COPY", "gate payload copy"),
-    BuildStep("RUN", "geometry gate"),
+    BuildStep("RUN", GATE_STEP),
     BuildStep("ENV", "strict overlay"),
     BuildStep("COPY", "pre-flight payload copy"),
     BuildStep("ENTRYPOINT", "entrypoint"),
     BuildStep("LABEL", "labels"),
 )
-GATE_STEP = "geometry gate"
+
+# The patch step first compares ``uname -m`` with the recipe's machine and, if they
+# differ, prints one line and exits with this status, before anything is written;
+# the build reports it as the architecture's failure. No program of that step exits
+# with it otherwise (overlay/apply.py: 0, 1 or 2; the shell: 126, 127, 128 + signal).
+ARCHITECTURE_MISMATCH_STATUS = 86
 
 
 def step_name(number: int) -> str:

@@ -147,6 +147,19 @@ def registry_retry(what: str, on_retry: Optional[EventSink] = None) -> tenacity.
     )
 
 
+def _exit_status(message: Event) -> Optional[int]:
+    """The exit status of the failed RUN step a build stream's error message reports, if any.
+
+    The classic builder sends it as ``errorDetail.code`` and in the text
+    (``... returned a non-zero code: N``).
+    """
+    detail = message.get("errorDetail")
+    if isinstance(detail, dict) and isinstance(detail.get("code"), int) and detail["code"] > 0:
+        return detail["code"]
+    found = NONZERO_RE.search(str(message.get("error") or ""))
+    return int(found.group(1)) if found else None
+
+
 def _stream_error(message: Event) -> Optional[str]:
     """The error a stream message carries, if any (they come with HTTP 200)."""
     if "error" in message or "errorDetail" in message:
@@ -165,8 +178,10 @@ class BuildOutcome:
     step_total: Optional[int] = None
     step_instruction: Optional[str] = None
     step_output: tuple[str, ...] = ()
+    exit_status: Optional[int] = None  # of the failed RUN step
 
 
+NONZERO_RE = re.compile(r"returned a non-zero code: (\d+)")
 STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)$", re.S)
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # the classic builder colours a step's stderr
 
@@ -268,7 +283,8 @@ class DockerEngine:
             if error:
                 if pending.strip():
                     output.append(ANSI_RE.sub("", pending).rstrip())
-                return BuildOutcome(None, error, step.get("n"), step.get("total"), step.get("instruction"), tuple(output))
+                return BuildOutcome(None, error, step.get("n"), step.get("total"), step.get("instruction"), tuple(output),
+                                    _exit_status(message))
             aux = message.get("aux")
             if isinstance(aux, dict) and aux.get("ID"):
                 image_id = aux["ID"]

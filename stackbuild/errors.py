@@ -73,7 +73,9 @@ class GeometryGateFailed(StackBuildError):
 
 
 class ArchitectureMismatch(StackBuildError):
-    """The built image's architecture is not the recipe's platform."""
+    """The build runs on another machine than the recipe's platform needs (the patch step's
+    check, geometry/image_contract.py ARCHITECTURE_MISMATCH_STATUS), or the built image's
+    architecture is not the recipe's platform."""
 
     exit_code = 6
 

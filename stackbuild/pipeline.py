@@ -20,13 +20,13 @@ tags (stackbuild/index.py).
 from __future__ import annotations
 
 import json
-import re
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
-from geometry.image_contract import GATE_REPORT, GATE_STEP, ContractError, payload_path, step_name
+from geometry.image_contract import (ARCHITECTURE_MISMATCH_STATUS, GATE_REPORT, GATE_STEP, PATCH_STEP, ContractError,
+                                     payload_path, step_name)
 
 from . import engine as engine_mod
 from .errors import ArchitectureMismatch, BuildStepFailed, GeometryGateFailed, PullError, PushError, StackBuildError
@@ -92,9 +92,10 @@ def platform_manifest(engine: engine_mod.DockerEngine, plan: BuildPlan, progress
     return offered[plan.recipe.platform]
 
 
-def _short_error(error: str) -> str:
-    code = re.search(r"returned a non-zero code: (\d+)", error)
-    return f"exited with code {code.group(1)}" if code else error
+def _short_error(outcome: engine_mod.BuildOutcome) -> str:
+    if outcome.exit_status is not None:
+        return f"exited with code {outcome.exit_status}"
+    return outcome.error or "failed"
 
 
 def build_image(engine: engine_mod.DockerEngine, plan: BuildPlan, progress: Progress, *, nocache: bool = False) -> str:
@@ -108,7 +109,12 @@ def build_image(engine: engine_mod.DockerEngine, plan: BuildPlan, progress: Prog
     name = step_name(outcome.step_number) if outcome.step_number else "build context"
     tail = tuple(line for line in outcome.step_output if line.strip())[-TAIL_LINES:]
     where = f"step {outcome.step_number}/{outcome.step_total}" if outcome.step_number else "before the first step"
-    detail = f"{_short_error(outcome.error or 'failed')} ({where})"
+    if name == PATCH_STEP and outcome.exit_status == ARCHITECTURE_MISMATCH_STATUS:
+        recipe = plan.recipe
+        raise ArchitectureMismatch(f"{recipe.path}: architecture check ({name}, {where}): the recipe's platform "
+                                   f"{recipe.platform} needs the machine {recipe.uname_machine}, the engine ran "
+                                   "the build on another (the step's output names it); nothing was tagged")
+    detail = f"{_short_error(outcome)} ({where})"
     if tail:
         detail += "; last output:\n" + "\n".join(f"    | {line}" for line in tail)
     if name == GATE_STEP:

@@ -40,6 +40,7 @@ def contract_values(payload_dir: str) -> dict:
         "normalise_mtimes": contract.payload_path(contract.NORMALISE_MTIMES, payload_dir),
         "gate_command": shlex.join(contract.gate_argv(payload_dir, build=True)),
         "preflight_entrypoint": contract.payload_path(contract.PREFLIGHT_ENTRYPOINT, payload_dir),
+        "architecture_mismatch_status": contract.ARCHITECTURE_MISMATCH_STATUS,
     }
 
 

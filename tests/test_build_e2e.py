@@ -62,7 +62,7 @@ def test_happy_path_build_push_and_pull_back(amd64_build, registry, synthetic_ba
     # Progress: every step as it started, named, with its output and time, as JSON lines on stderr.
     events = json_events(build.run.stderr)
     steps = [e for e in events if e["event"] == "step"]
-    assert [s["name"] for s in steps][:6] == ["base image", "architecture check", "patch payload copy", "patch series", "gate payload copy", "geometry gate"]
+    assert [s["name"] for s in steps][:5] == ["base image", "patch payload copy", "patch series", "gate payload copy", "geometry gate"]
     assert all(s["total"] == len(steps) for s in steps)
     assert sum(e["event"] == "step_done" for e in events) == len(steps)
     assert {e["phase"] for e in events if e["event"] == "phase"} >= {"pull", "build", "verify-arch", "tag", "push"}
@@ -160,11 +160,16 @@ def test_a_failed_step_tags_nothing_even_without_push(synthetic_base_amd64, tmp_
     recipe = recipe_copy(tmp_path, "glm53-flash-dflash2-gb300", base=base.image, tag=base.tag, digest=base.digest)
     repository = unique_repository(registry.address, "archfail")
     run = cli("build", "--recipe", str(recipe), "--repository", repository, "--no-push")
-    # the Dockerfile's first RUN step compares uname -m with the recipe's platform
-    assert run.returncode == 4, run.stderr
-    error = next(line for line in run.stderr.splitlines() if line.startswith("error: "))
-    assert error.startswith("error: build step failed: architecture check"), error
-    assert "the recipe's platform linux/arm64 needs aarch64" in run.stderr
+    # The patch step compares uname -m with the recipe's platform before it applies anything:
+    # the architecture's exit code, one error line naming the recipe and the platform.
+    assert run.returncode == 6, run.stderr
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0] == run.stderr.rstrip().splitlines()[-1], run.stderr
+    assert errors[0].startswith(f"error: {recipe}: architecture check (patch series, step 3/"), errors[0]
+    assert "the recipe's platform linux/arm64 needs the machine aarch64" in errors[0]
+    # The step's own line names the machine it ran on; the series never started.
+    assert "| architecture check: this build runs on x86_64, the recipe's platform linux/arm64 needs aarch64" in run.stderr
+    assert "| overlay: " not in run.stderr
     assert local_tags(repository) == []
 
 
@@ -180,7 +185,8 @@ def test_arm64_build_through_qemu(registry, synthetic_base_arm64, logged_in, tmp
     report = json.loads(report_path.read_text())
     assert (report["os"], report["architecture"], report["platform"]) == ("linux", "arm64", "linux/arm64")
     assert report["geometry_verdict"] == "pass"
-    assert "Step 2/" in run.stderr and "architecture check done" in run.stderr
+    # The patch step's architecture check let the arm64 machine (qemu) through to the series.
+    assert "Step 3/" in run.stderr and "patch series done" in run.stderr and "| architecture check:" not in run.stderr
     config = json.loads(docker("image", "inspect", f"{repository}:latest", text=True).stdout)[0]
     assert config["Architecture"] == "arm64"
     attestations_tag = "sha256-" + report["pushed_digest"].removeprefix("sha256:")

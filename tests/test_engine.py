@@ -19,6 +19,15 @@ from stackbuild.progress import Progress
 from stackbuild.report import geometry_verdict
 
 
+def test_a_failed_run_step_says_its_exit_status():
+    """The classic builder's error message carries the status twice; either is read, nothing else is a status."""
+    text = "The command '/bin/sh -c exit 86' returned a non-zero code: 86"
+    assert engine_mod._exit_status({"errorDetail": {"code": 86, "message": text}, "error": text}) == 86
+    assert engine_mod._exit_status({"error": text}) == 86
+    assert engine_mod._exit_status({"errorDetail": {"message": "COPY failed: no such file"},
+                                    "error": "COPY failed: no such file"}) is None
+
+
 def test_errors_inside_a_stream_are_found():
     assert engine_mod._stream_error({"stream": "Step 1/2 : FROM x"}) is None
     assert engine_mod._stream_error({"status": "Pushing", "id": "abc"}) is None
@@ -85,14 +94,14 @@ def test_progress_json_lines_time_each_step():
     out = io.StringIO()
     progress = Progress(json_lines=True, stream=out)
     with progress.phase("build"):
-        progress.build_event({"step": 4, "total": 10, "instruction": "RUN python3 /x/overlay/apply.py"})
+        progress.build_event({"step": 3, "total": 9, "instruction": "RUN python3 /x/overlay/apply.py"})
         progress.build_event({"output": "applied 3 patches"})
-        progress.build_event({"step": 10, "total": 10, "instruction": "LABEL a=b"})
+        progress.build_event({"step": 9, "total": 9, "instruction": "LABEL a=b"})
     events = [json.loads(line) for line in out.getvalue().splitlines()]
     kinds = [(e["event"], e.get("name") or e.get("phase")) for e in events]
     assert kinds == [("phase", "build"), ("step", "patch series"), ("output", None), ("step_done", "patch series"),
                      ("step", "labels"), ("step_done", "labels"), ("phase", "build")]
-    assert events[2]["line"] == "applied 3 patches" and events[2]["step"] == 4
+    assert events[2]["line"] == "applied 3 patches" and events[2]["step"] == 3
     assert events[-1]["status"] == "done" and "build" in progress.phase_seconds
 
 
@@ -100,9 +109,9 @@ def test_progress_for_people_shows_steps_and_times():
     out = io.StringIO()
     progress = Progress(stream=out)
     with progress.phase("build"):
-        progress.build_event({"step": 3, "total": 9, "instruction": "COPY patch-payload/ /"})
+        progress.build_event({"step": 2, "total": 9, "instruction": "COPY patch-payload/ /"})
     text = out.getvalue()
-    assert "Step 3/9 : COPY patch-payload/ /  [patch payload copy]" in text
+    assert "Step 2/9 : COPY patch-payload/ /  [patch payload copy]" in text
     assert "patch payload copy done in" in text and "<== build done in" in text
 
 

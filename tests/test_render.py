@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from geometry.image_contract import gate_argv, step_name
+from geometry.image_contract import ARCHITECTURE_MISMATCH_STATUS, gate_argv, step_name
 from recipe_copies import REPO, TEST_DIGEST, copy_recipe, pinned
 from stackbuild.plan import make_plan
 from stackbuild.recipe import load_recipe
@@ -45,10 +45,14 @@ def test_from_is_the_base_by_tag_and_digest(plan):
 def test_steps_run_in_order_and_fail_hard(plan):
     steps = instructions(render(plan))
     runs = [args for word, args in steps if word == "RUN"]
-    assert len(runs) == 3
-    arch, patch, gate = runs
-    assert "uname -m" in arch and '"aarch64"' in arch and "exit 1" in arch
-    assert "overlay/apply.py" in patch and "--series /opt/glm53-overlay/overlay/series/vllm-0.33.0" in patch
+    assert len(runs) == 2
+    patch, gate = runs
+    # The patch step checks the machine first: on another, it exits with the contract's status
+    # (which the pipeline reports as the architecture's failure) before the series is applied.
+    arch, _, series = patch.partition(" fi; ")
+    assert arch.startswith('machine="$(uname -m)";') and '"aarch64"' in arch
+    assert f"exit {ARCHITECTURE_MISMATCH_STATUS};" in arch and "apply.py" not in arch and "mktemp" not in arch
+    assert "overlay/apply.py" in series and "--series /opt/glm53-overlay/overlay/series/vllm-0.33.0" in series
     # The gate runs as a module, the payload root on its path, with the command line the contract builds.
     assert "env PYTHONPATH=/opt/glm53-overlay python3 -m geometry.gate_main --input /opt/glm53-overlay/gate-input.json" in gate
     assert shlex.join(gate_argv(build=True)) in gate and "--oracle" in gate
@@ -57,7 +61,7 @@ def test_steps_run_in_order_and_fail_hard(plan):
         assert "|| true" not in step.split("normalise-mtimes.sh")[0]
         assert "|| echo" not in step
     order = [w for w, _ in steps if w in ("FROM", "RUN", "COPY", "ENTRYPOINT", "LABEL")]
-    assert order == ["FROM", "RUN", "COPY", "RUN", "COPY", "RUN", "COPY", "ENTRYPOINT", "LABEL"]
+    assert order == ["FROM", "COPY", "RUN", "COPY", "RUN", "COPY", "ENTRYPOINT", "LABEL"]
     copies = [args for word, args in steps if word == "COPY"]
     assert copies == ["patch-payload/ /", "gate-payload/ /", "preflight-payload/ /"]
     # The pre-flight runs first at start and execs `vllm serve` itself (preflight/run.py).
@@ -67,7 +71,7 @@ def test_steps_run_in_order_and_fail_hard(plan):
 
 def test_steps_are_named_for_people(plan):
     """Progress and failures name step N of the rendered Dockerfile from the contract's step list."""
-    named = (("FROM ", "base image"), ("uname -m", "architecture check"), ("COPY patch-payload/", "patch payload copy"),
+    named = (("FROM ", "base image"), ("COPY patch-payload/", "patch payload copy"),
              ("overlay/apply.py", "patch series"), ("COPY gate-payload/", "gate payload copy"),
              ("-m geometry.gate_main", "geometry gate"), ("ENV GLM53_OVERLAY_STRICT=1", "strict overlay"),
              ("COPY preflight-payload/", "pre-flight payload copy"), ("ENTRYPOINT ", "entrypoint"), ("LABEL ", "labels"))
