@@ -47,6 +47,7 @@ from stackbuild.oracle_record import save_from_image
 from stackbuild.pipeline import build_image
 from stackbuild.plan import make_plan
 from stackbuild.progress import Progress
+from stackbuild.reference import ImageReference
 from stackbuild.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parent.parent
@@ -121,7 +122,7 @@ def arm64_cold_builds(engine, tmp: Path, runs: int) -> dict:
             per_step.setdefault(name, []).append(step_seconds)
     if image_id:
         remove_image(engine, image_id)
-    return {"base": f"{base.image}@{base.digest}", "platform": plan.recipe.platform,
+    return {"base": str(ImageReference(base.image, digest=base.digest)), "platform": plan.recipe.platform,
             "cold_no_record_s": median_of(times),
             "cold_no_record_steps_s": {name: median_of(v) for name, v in per_step.items()}}
 
@@ -153,7 +154,7 @@ def main() -> int:
     repository = f"{creds.url}/bench-{uuid.uuid4().hex[:8]}/glm53-b200"
     plan = make_plan(recipe, repository=repository)
     engine = engine_mod.connect()
-    base_ref = f"{base.image}@{base.digest}"
+    base_ref = str(ImageReference(base.image, digest=base.digest))
 
     epoch = int(os.environ["SOURCE_DATE_EPOCH"])
     seeds: dict[str, list[float]] = {"reference": [], "floor": []}
