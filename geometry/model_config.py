@@ -4,7 +4,8 @@ The simulator reads what it needs from the configs as vLLM would; this module
 refuses, with the key at fault, a config it would misread: an architecture it
 does not model, counts that are missing, zero, negative, fractional, booleans
 or absurdly large, a ``layer_types`` list whose length is not
-``num_hidden_layers``, a drafter without a positive ``dflash_config.block_size``.
+``num_hidden_layers``, a target without an attention layer, a drafter
+without a positive ``dflash_config.block_size``.
 The recipe loader and the in-image gate both call :func:`check_configs`.
 """
 
@@ -174,9 +175,13 @@ def check_target(cfg: Mapping[str, Any]) -> str:
         lac.integer("num_heads")
         lac.integer("head_dim")
         lac.integer("short_conv_kernel_size", required=False)
-        lac.int_list("kda_layers", minimum=1, maximum=n_layers)
-        if not lac.int_list("full_attn_layers", minimum=1, maximum=n_layers):
-            raise lac.fail("full_attn_layers", f"is empty: {NO_ATTENTION}")
+        kda_layers = lac.int_list("kda_layers", minimum=1, maximum=n_layers)
+        # vLLM (KimiLinearConfig.is_kda_layer) reads a layer's kind from kda_layers alone: a
+        # layer not listed there is MLA, whatever full_attn_layers says (it is only required).
+        lac.int_list("full_attn_layers", minimum=1, maximum=n_layers)
+        if set(kda_layers) >= set(range(1, n_layers + 1)):
+            raise lac.fail("kda_layers", f"lists all {n_layers} layers, so none is attention (a layer's kind "
+                                         f"is read from kda_layers alone): {NO_ATTENTION}")
     return kind
 
 

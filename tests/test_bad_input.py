@@ -19,6 +19,7 @@ import yaml
 
 from bad_input_helpers import (DEAD_DOCKER, DEFAULT_OUTPUT_DIRS, DIGEST, assert_refused, edit_json, invoke,
                                snapshot)
+from geometry_cases import kimi_linear_config
 from readme_tables import default_recipe_table
 from recipe_copies import REPO, TEST_DIGEST, copy_recipe, set_key as _set
 from stackbuild import cli as cli_module
@@ -106,6 +107,15 @@ def test_config_numbers_json_refuses(tmp_path, token, why):
 
 # --- model configs -------------------------------------------------------------------------------
 
+def _kimi_linear(edit):
+    """Replace the target with a Kimi Linear config (27 layers), then ``edit`` its linear_attn_config."""
+    def replace(d):
+        d.clear()
+        d.update(kimi_linear_config())
+        edit(d["linear_attn_config"])
+    return replace
+
+
 def _llama(d):
     d.clear()
     d.update({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 32,
@@ -152,6 +162,12 @@ MODEL_CONFIGS = [
     ("target-too-few-layers-for-attention", "target",
      lambda d: (d.pop("layer_types"), d.__setitem__("num_hidden_layers", 3)),
      "num_hidden_layers: with 3 layers and every 4th one attention, none is: the target needs an attention layer"),
+    # vLLM reads a Kimi Linear layer's kind from kda_layers alone: listing every layer there leaves no
+    # attention layer, whatever full_attn_layers says.
+    ("kimi-every-layer-kda", "target",
+     _kimi_linear(lambda lac: lac.__setitem__("kda_layers", list(range(1, 28)))),
+     "linear_attn_config.kda_layers: lists all 27 layers, so none is attention (a layer's kind is read from "
+     "kda_layers alone): the target needs an attention layer"),
     ("no-architecture-unknown-type", "target", lambda d: (d.pop("architectures"), d.__setitem__("model_type", "gpt2")),
      "architectures: missing, and model_type 'gpt2' is not modelled"),
 ]
