@@ -185,7 +185,8 @@ def check_target(cfg: Mapping[str, Any]) -> str:
     return kind
 
 
-NO_ATTENTION = "the target needs an attention layer, whose KV page the drafter's pages must fit"
+NO_ATTENTION = ("the target needs an attention layer, whose KV page the drafter's pages must fit "
+                "(a target without one is not modelled)")
 
 
 def _require_attention(r: "_Reader", kind: str, n_layers: int, interval: int) -> None:

@@ -169,9 +169,24 @@ def drafter(draw):
     return d
 
 
+@st.composite
+def target(draw):
+    """A target config, sometimes in another model dtype, nested as a multimodal config's text_config
+    or known by its model_type alone."""
+    t = draw(st.one_of(glm_target(), qwen_target(), kimi_target()))
+    if draw(st.integers(0, 4)) == 0:
+        t["dtype"] = draw(st.sampled_from(["float16", "float32", "torch.bfloat16", "float8_e4m3fn", None]))
+    how = draw(st.sampled_from(["flat"] * 6 + ["nested", "model-type-only"]))
+    if how == "nested":
+        t = {"architectures": t["architectures"], "model_type": t["model_type"], "text_config": t}
+    elif how == "model-type-only":
+        t.pop("architectures")
+    return t
+
+
 dtypes = st.sampled_from(["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16", "fp8_ds_mla"])
 gate_inputs = st.fixed_dictionaries({
-    "target_config": st.one_of(glm_target(), qwen_target(), kimi_target()),
+    "target_config": target(),
     "drafter_config": st.one_of(st.none(), drafter()),
     "tensor_parallel_size": st.sampled_from([1, 1, 2, 3, 4, 6, 8, 16, 64, 1024]),
     "kv_cache_dtype": dtypes,
@@ -186,7 +201,8 @@ gate_inputs = st.fixed_dictionaries({
                                        st.integers(0, 1 << 45)),
     "drafter_attention_backend": st.sampled_from([None, "auto", "FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"]),
     "vllm_behaviour": st.sampled_from(["stock", "overlay"]),
-})
+}).flatmap(lambda raw: st.sampled_from([n for n in (1, 1, 2, 3, 4, 8) if raw["tensor_parallel_size"] % n == 0])
+            .map(lambda nodes: dict(raw, nodes=nodes)))
 
 
 def _gate(raw: dict) -> None:
@@ -214,7 +230,7 @@ def _preflight(raw: dict) -> None:
                        max_model_len=raw["max_model_len"], enable_prefix_caching=raw["enable_prefix_caching"],
                        mamba_cache_mode=None, kv_cache_memory_bytes=None, speculative_config=spec)
     mounted = lambda role, data: None if data is None else MountedConfig(role, f"/{role}/config.json", "0" * 64, data)
-    built = {"nodes": 1, "capability_family": raw["capability_family"],
+    built = {"nodes": raw["nodes"], "capability_family": raw["capability_family"],
              "kv_cache_memory_bytes": raw["kv_cache_memory_bytes"], "vllm_behaviour": raw["vllm_behaviour"]}
     inputs = GeometryInputs.from_json(derive_inputs(flags, mounted("target", raw["target_config"]),
                                                     mounted("drafter", raw["drafter_config"]), built))
