@@ -12,7 +12,7 @@ simulator's table (geometry/backends.py), mapped to vLLM's classes here.
 from __future__ import annotations
 
 from .. import backends as B
-from ..drafter import drafter_sliding_window
+from ..drafter import drafter_sliding_windows
 from ..inputs import GeometryInputs
 from .cpu_shims import import_glm5next, import_kernel_module
 
@@ -159,8 +159,7 @@ def _drafter_layers(inputs: GeometryInputs, cfg, drafter: dict, ctx, fa_cls) -> 
     heads = drafter["num_attention_heads"]
     total_kv = drafter.get("num_key_value_heads") or heads
     hd = drafter.get("head_dim") or drafter["hidden_size"] // heads
-    for i in range(drafter["num_hidden_layers"]):
-        window = drafter_sliding_window(drafter, i)
+    for i, window in enumerate(drafter_sliding_windows(drafter)):
         name = f"drafter.model.layers.{i}.self_attn.attn"
         ctx[name] = _attention(
             fa_cls, name, max(1, total_kv // inputs.tensor_parallel_size), hd, d_kv_str,
