@@ -372,6 +372,29 @@ def test_in_image_gate_refuses_bad_configs_and_capacity(tmp_path):
 
 # --- YAML ----------------------------------------------------------------------------------------
 
+GATE_INPUTS = [
+    ("fractional-max-model-len", {"max_model_len": 2.5}, "max_model_len must be a positive integer or null, got 2.5"),
+    ("zero-max-model-len", {"max_model_len": 0}, "max_model_len must be a positive integer or null, got 0"),
+    ("negative-max-model-len", {"max_model_len": -1}, "max_model_len must be a positive integer or null, got -1"),
+    ("boolean-max-model-len", {"max_model_len": True}, "max_model_len must be a positive integer or null, got True"),
+    ("boolean-block-size", {"block_size": True}, "block_size must be a positive integer or null, got True"),
+]
+
+
+@pytest.mark.parametrize("name,changes,message", GATE_INPUTS, ids=[c[0] for c in GATE_INPUTS])
+def test_in_image_gate_refuses_bad_gate_inputs(tmp_path, name, changes, message):
+    """A gate-input.json the build did not write (edited by hand): exit 3 and one line, never a traceback."""
+    from stackbuild.plan import gate_input
+    from stackbuild.recipe import load_recipe
+
+    gate = dict(gate_input(load_recipe(copy_recipe(tmp_path, _pinned()))), **changes)
+    path = tmp_path / "gate-input.json"
+    path.write_text(json.dumps(gate))
+    proc = subprocess.run([sys.executable, str(REPO / "geometry" / "sim_glm5_drafter_hades.py"), "--input", str(path),
+                           "--behaviour", "overlay"], capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (3, f"geometry gate: bad input: {message}\n")
+
+
 def test_duplicate_yaml_key(tmp_path):
     text = (REPO / "recipes" / "glm53-flash-dflash2-gb300" / "recipe.yaml").read_text()
     text = text.replace("  max_model_len: 1048576\n", "  max_model_len: 1048576\n  max_model_len: 4096\n")
