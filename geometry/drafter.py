@@ -99,9 +99,15 @@ def build_drafter(inputs: GeometryInputs, kv_cache_dtype: str, model_dtype: str)
     d_kv = int(dc.get("num_key_value_heads", d_heads) or d_heads)
     d_hd = int(dc.get("head_dim") or int(required(dc, "hidden_size")) // d_heads)
     check_flash_attn_head_size(d_hd)
-    d_kv_local = kv_heads_per_rank(d_kv, tp, "drafter KV heads")
-    if (d_heads // tp) % d_kv_local:
-        raise SimulatedError("AssertionError", "drafter num_heads not divisible by num_kv_heads")
+    # Qwen3DFlashAttention.__init__ asserts the head splits before its Attention picks a backend.
+    try:
+        if d_heads % tp:
+            raise SimulatedError("AssertionError", "drafter num_attention_heads not divisible by TP")
+        d_kv_local = kv_heads_per_rank(d_kv, tp, "drafter KV heads")
+    except SimulatedError as exc:
+        error, d_kv_local = exc, max(1, d_kv // tp)
+    if error is None and (d_heads // tp) % d_kv_local:
+        error = SimulatedError("AssertionError", "drafter num_heads not divisible by num_kv_heads")
     windows = drafter_sliding_windows(dc)
     layers = []
     for i, window in enumerate(windows):

@@ -329,6 +329,19 @@ def test_max_model_len_above_the_pool(tmp_path):
                     f"holds 96 blocks (884,736 tokens)", commands=("geometry", "compose"))
 
 
+def test_drafter_heads_not_dividing_tp_fail_the_gate(tmp_path):
+    """vLLM's Qwen3DFlashAttention asserts num_attention_heads % tensor_parallel_size == 0 when the drafter
+    loads: 12 heads (4 KV heads, which divide them) over TP 8 cannot load, so the gate fails."""
+    def edit(data):
+        data["serving"]["tensor_parallel_size"] = 8
+        data["drafter"].pop("config_sha256", None)  # the drafter config is edited below
+    recipe = copy_recipe(tmp_path, _pinned(edit))
+    edit_json(recipe.parent / "configs" / "drafter.config.json",
+              lambda d: d.update(num_attention_heads=12, num_key_value_heads=4))
+    _run_everywhere(tmp_path, recipe, 5, "drafter num_attention_heads not divisible by TP",
+                    commands=("geometry", "compose"))
+
+
 def test_max_model_len_above_max_position_embeddings(tmp_path):
     recipe = copy_recipe(tmp_path, _pinned(_set("serving.max_model_len", 2_000_000)))
     _run_everywhere(tmp_path, recipe, 5, "max_model_len 2,000,000 is above the target's max_position_embeddings 1,048,576",

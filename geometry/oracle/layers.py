@@ -152,12 +152,20 @@ def _drafter_layers(inputs: GeometryInputs, cfg, drafter: dict, ctx, fa_cls) -> 
     # load_dflash_model: the drafter's own dtype, else the cache
     # config's as the target's layers left it
     d_kv_str = cfg.speculative_config.kv_cache_dtype or cfg.cache_config.cache_dtype
+    tp = inputs.tensor_parallel_size
+    heads = drafter["num_attention_heads"]
+    total_kv = drafter.get("num_key_value_heads") or heads
+    # Qwen3DFlashAttention.__init__ (vllm/model_executor/models/qwen3_dflash.py), before its
+    # Attention picks a backend.
+    assert heads % tp == 0
+    if total_kv >= tp:
+        assert total_kv % tp == 0
+    else:
+        assert tp % total_kv == 0
     if not _drafter_backend_takes(fa_cls, d_kv_str, inputs.capability_family):
         raise ValueError(  # CudaPlatform.get_attn_backend_cls, selected backend
             f"Selected backend {fa_cls.get_name()} is not valid for this "
             "configuration. Reason: ['kv_cache_dtype not supported']")
-    heads = drafter["num_attention_heads"]
-    total_kv = drafter.get("num_key_value_heads") or heads
     hd = drafter.get("head_dim") or drafter["hidden_size"] // heads
     for i, window in enumerate(drafter_sliding_windows(drafter)):
         name = f"drafter.model.layers.{i}.self_attn.attn"
