@@ -155,12 +155,13 @@ def check_target(cfg: Mapping[str, Any]) -> str:
         r.layer_types(n_layers, TARGET_LAYER_TYPES[kind])
         _require_attention(r, kind, n_layers, DEFAULT_ATTENTION_INTERVAL)
     elif kind == "qwen3_next":
-        heads = r.integer("num_attention_heads")
+        r.integer("num_attention_heads")
         r.integer("num_key_value_heads", required=False)
-        if r.integer("head_dim", required=False, allow_null=True) is None:
-            hidden = r.integer("hidden_size", maximum=MAX_COUNT * MAX_COUNT)
-            if hidden // heads < 1:
-                raise r.fail("hidden_size", f"{hidden} gives a head size below 1 with {heads} heads")
+        if "head_dim" not in r.cfg:
+            # Not hidden_size // num_attention_heads: transformers fills in its default.
+            raise r.fail("head_dim", "required field is missing (transformers' Qwen3NextConfig then takes 256, "
+                                     "whose FLASH_ATTN pages are not modelled)")
+        r.integer("head_dim")
         for key in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim"):
             r.integer(key)
         r.integer("linear_conv_kernel_dim", required=False)

@@ -10,6 +10,7 @@ import ast
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ import yaml
 
 from bad_input_helpers import (DEAD_DOCKER, DEFAULT_OUTPUT_DIRS, DIGEST, assert_refused, edit_json, invoke,
                                snapshot)
-from geometry_cases import kimi_linear_config
+from geometry_cases import kimi_linear_config, qwen3_next_target
 from readme_tables import default_recipe_table
 from recipe_copies import REPO, TEST_DIGEST, copy_recipe, set_key as _set
 from stackbuild import cli as cli_module
@@ -356,6 +357,22 @@ def test_enough_capacity_passes(tmp_path):
     assert result.exit_code == 0, result.stderr
     verdict = json.loads(result.stdout)["verdict"]
     assert verdict["passed"] and verdict["num_blocks_with"] == 114
+
+
+def test_qwen3_next_target_without_head_dim(tmp_path):
+    """transformers' Qwen3NextConfig reads a missing head_dim as 256, not hidden_size // num_attention_heads
+    (2048 // 16 = 128 here): the gate refuses the config rather than plan the wrong head size."""
+    def replace(d):
+        d.clear()
+        d.update(qwen3_next_target(random.Random(0)))
+        d.pop("head_dim")
+    def edit(data):
+        data["target"].pop("config_sha256", None)  # the target config is replaced below
+        data["serving"]["enable_prefix_caching"] = False  # "align" is not modelled for Qwen3-Next
+    recipe = copy_recipe(tmp_path, _pinned(edit))
+    edit_json(recipe.parent / "configs" / "target.config.json", replace)
+    _run_everywhere(tmp_path, recipe, 2, f"{recipe}: target.config: configs/target.config.json: head_dim: required "
+                    "field is missing (transformers' Qwen3NextConfig then takes 256")
 
 
 def test_in_image_gate_refuses_bad_configs_and_capacity(tmp_path):

@@ -128,6 +128,10 @@ def _qwen3_next_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int, fa_c
         layer_types = ["linear_attention" if (i + 1) % interval else "full_attention"
                        for i in range(hf.num_hidden_layers)]
     hd = mc.get_head_size()
+    if "full_attention" in layer_types:  # Qwen3NextAttention.__init__
+        assert hf.num_attention_heads % tp == 0
+        kv = hf.num_key_value_heads
+        assert kv % tp == 0 if kv >= tp else tp % kv == 0
     for i in range(hf.num_hidden_layers):
         p = f"model.layers.{i}"
         if layer_types[i] == "linear_attention":
