@@ -200,6 +200,10 @@ def _require_attention(r: "_Reader", kind: str, n_layers: int, interval: int) ->
         raise r.fail(key, f"with {n_layers} layers and every {interval}th one attention, none is: {NO_ATTENTION}")
 
 
+DRAFTER_DEFAULTS_NOT_MODELLED = ("vLLM would take the default of the drafter's transformers config class, "
+                                 "which the gate does not model")
+
+
 def check_drafter(cfg: Mapping[str, Any]) -> int:
     """Raise :class:`ConfigInvalid` for a DFlash drafter config the simulator would misread; return its block size."""
     if not isinstance(cfg, Mapping):
@@ -207,14 +211,17 @@ def check_drafter(cfg: Mapping[str, Any]) -> int:
     r = _Reader("drafter", cfg)
     n_layers = r.integer("num_hidden_layers")
     heads = r.integer("num_attention_heads")
-    # vLLM reads a missing num_key_value_heads as num_attention_heads; 0 is not "missing".
+    # vLLM reads the drafter's config through its transformers class, which fills a missing
+    # num_key_value_heads or head_dim with the class's defaults (Qwen3Config: 32 and 128), not
+    # num_attention_heads and hidden_size // num_attention_heads: refused rather than misread.
+    for key in ("num_key_value_heads", "head_dim"):
+        if key not in cfg:
+            raise r.fail(key, f"required field is missing ({DRAFTER_DEFAULTS_NOT_MODELLED})")
+    # null: transformers reads num_key_value_heads as num_attention_heads (as the simulator does).
     kv_heads = r.integer("num_key_value_heads", required=False, allow_null=True)
     if kv_heads is not None and heads % kv_heads:
         raise r.fail("num_key_value_heads", f"{kv_heads} does not divide num_attention_heads {heads}")
-    if r.integer("head_dim", required=False, allow_null=True) is None:
-        hidden = r.integer("hidden_size", maximum=MAX_COUNT * MAX_COUNT)
-        if hidden // heads < 1:
-            raise r.fail("hidden_size", f"{hidden} gives a head size below 1 with {heads} heads")
+    r.integer("head_dim")
     window = r.integer("sliding_window", required=False, allow_null=True, maximum=MAX_TOKENS)
     r.layer_types(n_layers, DRAFTER_LAYER_TYPES)
     dflash = r.mapping("dflash_config")

@@ -155,6 +155,15 @@ MODEL_CONFIGS = [
      "num_hidden_layers: required field is missing"),
     ("missing-drafter-heads", "drafter", lambda d: d.pop("num_attention_heads"),
      "num_attention_heads: required field is missing"),
+    # transformers' Qwen3Config (the drafter's model_type) fills these with 32 and 128, not
+    # num_attention_heads and hidden_size // num_attention_heads.
+    ("missing-drafter-kv-heads", "drafter", lambda d: d.pop("num_key_value_heads"),
+     "num_key_value_heads: required field is missing (vLLM would take the default of the drafter's transformers "
+     "config class, which the gate does not model)"),
+    ("missing-drafter-head-dim", "drafter", lambda d: d.pop("head_dim"),
+     "head_dim: required field is missing (vLLM would take the default"),
+    ("null-drafter-head-dim", "drafter", lambda d: d.__setitem__("head_dim", None),
+     "head_dim: expected an integer, got null"),
     # No target attention layer (listed, or by the every-4th-layer pattern): nothing for the drafter to fit.
     ("target-without-attention", "target",
      lambda d: d.__setitem__("layer_types", ["linear_attention"] * len(d["layer_types"])),
