@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import random
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -32,7 +33,7 @@ from preflight.serve_flags import ServeFlags
 
 EXAMPLES = int(os.environ.get("CONFIG_PROPERTY_EXAMPLES", "200"))
 GLM, DRAFTER = recipe_configs()
-QWEN = qwen3_next_target(__import__("random").Random(0))
+QWEN = qwen3_next_target(random.Random(0))
 KIMI = kimi_linear_config()
 
 # Counts a config may carry: tiny, odd, powers of two, not dividing, and near the checker's bound.
@@ -229,7 +230,8 @@ def _preflight(raw: dict) -> None:
                        kv_cache_dtype=raw["kv_cache_dtype"], block_size=raw["block_size"],
                        max_model_len=raw["max_model_len"], enable_prefix_caching=raw["enable_prefix_caching"],
                        mamba_cache_mode=None, kv_cache_memory_bytes=None, speculative_config=spec)
-    mounted = lambda role, data: None if data is None else MountedConfig(role, f"/{role}/config.json", "0" * 64, data)
+    def mounted(role, data):
+        return None if data is None else MountedConfig(role, f"/{role}/config.json", "0" * 64, data)
     built = {"nodes": raw["nodes"], "capability_family": raw["capability_family"],
              "kv_cache_memory_bytes": raw["kv_cache_memory_bytes"], "vllm_behaviour": raw["vllm_behaviour"]}
     inputs = GeometryInputs.from_json(derive_inputs(flags, mounted("target", raw["target_config"]),
