@@ -22,8 +22,8 @@ class Drafter:
     error: SimulatedError | None
 
 
-def drafter_sliding_window(dc: Mapping[str, Any], idx: int) -> int | None:
-    """``_resolve_layer_attention``: the sliding window of drafter layer idx."""
+def drafter_sliding_windows(dc: Mapping[str, Any]) -> list[int | None]:
+    """``_resolve_layer_attention``: the sliding window of each drafter layer (None: full attention)."""
     dflash = dc.get("dflash_config") or {}
     layer_types = dc.get("layer_types")
     use_swa = dflash.get("use_swa", False)
@@ -34,16 +34,20 @@ def drafter_sliding_window(dc: Mapping[str, Any], idx: int) -> int | None:
         if 0 < n_sl < len(layer_types):
             raise BadInput("mixed sliding/full DFlash drafters need the V2 runner "
                            "and several drafter groups; not modelled")
-    if layer_types is None or (use_swa and not any_sliding):
-        is_sliding = use_swa
-    else:
-        is_sliding = layer_types[idx] == "sliding_attention"
-    if not is_sliding:
-        return None
-    window = dflash.get("swa_window_size", dc.get("sliding_window"))
-    if window is None:
-        raise SimulatedError("ValueError", "DFlash sliding attention requires a window size")
-    return int(window)
+    windows: list[int | None] = []
+    for idx in range(int(required(dc, "num_hidden_layers"))):
+        if layer_types is None or (use_swa and not any_sliding):
+            is_sliding = use_swa
+        else:
+            is_sliding = layer_types[idx] == "sliding_attention"
+        if not is_sliding:
+            windows.append(None)
+            continue
+        window = dflash.get("swa_window_size", dc.get("sliding_window"))
+        if window is None:
+            raise SimulatedError("ValueError", "DFlash sliding attention requires a window size")
+        windows.append(int(window))
+    return windows
 
 
 def _largest_kernel_block_within(backend: B.Backend, per_token: int, budget: int,
@@ -95,10 +99,16 @@ def build_drafter(inputs: GeometryInputs, kv_cache_dtype: str, model_dtype: str)
     d_kv = int(dc.get("num_key_value_heads", d_heads) or d_heads)
     d_hd = int(dc.get("head_dim") or int(required(dc, "hidden_size")) // d_heads)
     check_flash_attn_head_size(d_hd)
-    d_kv_local = kv_heads_per_rank(d_kv, tp, "drafter KV heads")
-    if (d_heads // tp) % d_kv_local:
-        raise SimulatedError("AssertionError", "drafter num_heads not divisible by num_kv_heads")
-    windows = [drafter_sliding_window(dc, i) for i in range(int(required(dc, "num_hidden_layers")))]
+    # Qwen3DFlashAttention.__init__ asserts the head splits before its Attention picks a backend.
+    try:
+        if d_heads % tp:
+            raise SimulatedError("AssertionError", "drafter num_attention_heads not divisible by TP")
+        d_kv_local = kv_heads_per_rank(d_kv, tp, "drafter KV heads")
+    except SimulatedError as exc:
+        error, d_kv_local = exc, max(1, d_kv // tp)
+    if error is None and (d_heads // tp) % d_kv_local:
+        error = SimulatedError("AssertionError", "drafter num_heads not divisible by num_kv_heads")
+    windows = drafter_sliding_windows(dc)
     layers = []
     for i, window in enumerate(windows):
         spec = Spec("sliding" if window is not None else "full", 0,

@@ -72,10 +72,10 @@ class GeometryInputs:
             raise BadInput("num_speculative_tokens must be >= 0")
         if self.kv_cache_memory_bytes < 0:
             raise BadInput("kv_cache_memory_bytes must be >= 0")
-        if self.block_size is not None and (
-            not isinstance(self.block_size, int) or self.block_size <= 0
-        ):
-            raise BadInput("block_size must be a positive integer or null")
+        for name in ("block_size", "max_model_len"):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value <= 0):
+                raise BadInput(f"{name} must be a positive integer or null, got {value!r}")
         if self.vllm_behaviour not in BEHAVIOURS:
             raise BadInput(f"vllm_behaviour must be one of {BEHAVIOURS}")
         if not isinstance(self.kv_cache_dtype, str):

@@ -4,7 +4,8 @@ The simulator reads what it needs from the configs as vLLM would; this module
 refuses, with the key at fault, a config it would misread: an architecture it
 does not model, counts that are missing, zero, negative, fractional, booleans
 or absurdly large, a ``layer_types`` list whose length is not
-``num_hidden_layers``, a drafter without a positive ``dflash_config.block_size``.
+``num_hidden_layers``, a target without an attention layer, a drafter
+without a positive ``dflash_config.block_size``.
 The recipe loader and the in-image gate both call :func:`check_configs`.
 """
 
@@ -154,12 +155,13 @@ def check_target(cfg: Mapping[str, Any]) -> str:
         r.layer_types(n_layers, TARGET_LAYER_TYPES[kind])
         _require_attention(r, kind, n_layers, DEFAULT_ATTENTION_INTERVAL)
     elif kind == "qwen3_next":
-        heads = r.integer("num_attention_heads")
+        r.integer("num_attention_heads")
         r.integer("num_key_value_heads", required=False)
-        if r.integer("head_dim", required=False, allow_null=True) is None:
-            hidden = r.integer("hidden_size", maximum=MAX_COUNT * MAX_COUNT)
-            if hidden // heads < 1:
-                raise r.fail("hidden_size", f"{hidden} gives a head size below 1 with {heads} heads")
+        if "head_dim" not in r.cfg:
+            # Not hidden_size // num_attention_heads: transformers fills in its default.
+            raise r.fail("head_dim", "required field is missing (transformers' Qwen3NextConfig then takes 256, "
+                                     "whose FLASH_ATTN pages are not modelled)")
+        r.integer("head_dim")
         for key in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim"):
             r.integer(key)
         r.integer("linear_conv_kernel_dim", required=False)
@@ -174,13 +176,18 @@ def check_target(cfg: Mapping[str, Any]) -> str:
         lac.integer("num_heads")
         lac.integer("head_dim")
         lac.integer("short_conv_kernel_size", required=False)
-        lac.int_list("kda_layers", minimum=1, maximum=n_layers)
-        if not lac.int_list("full_attn_layers", minimum=1, maximum=n_layers):
-            raise lac.fail("full_attn_layers", f"is empty: {NO_ATTENTION}")
+        kda_layers = lac.int_list("kda_layers", minimum=1, maximum=n_layers)
+        # vLLM (KimiLinearConfig.is_kda_layer) reads a layer's kind from kda_layers alone: a
+        # layer not listed there is MLA, whatever full_attn_layers says (it is only required).
+        lac.int_list("full_attn_layers", minimum=1, maximum=n_layers)
+        if set(kda_layers) >= set(range(1, n_layers + 1)):
+            raise lac.fail("kda_layers", f"lists all {n_layers} layers, so none is attention (a layer's kind "
+                                         f"is read from kda_layers alone): {NO_ATTENTION}")
     return kind
 
 
-NO_ATTENTION = "the target needs an attention layer, whose KV page the drafter's pages must fit"
+NO_ATTENTION = ("the target needs an attention layer, whose KV page the drafter's pages must fit "
+                "(a target without one is not modelled)")
 
 
 def _require_attention(r: "_Reader", kind: str, n_layers: int, interval: int) -> None:
@@ -193,6 +200,10 @@ def _require_attention(r: "_Reader", kind: str, n_layers: int, interval: int) ->
         raise r.fail(key, f"with {n_layers} layers and every {interval}th one attention, none is: {NO_ATTENTION}")
 
 
+DRAFTER_DEFAULTS_NOT_MODELLED = ("vLLM would take the default of the drafter's transformers config class, "
+                                 "which the gate does not model")
+
+
 def check_drafter(cfg: Mapping[str, Any]) -> int:
     """Raise :class:`ConfigInvalid` for a DFlash drafter config the simulator would misread; return its block size."""
     if not isinstance(cfg, Mapping):
@@ -200,14 +211,17 @@ def check_drafter(cfg: Mapping[str, Any]) -> int:
     r = _Reader("drafter", cfg)
     n_layers = r.integer("num_hidden_layers")
     heads = r.integer("num_attention_heads")
-    # vLLM reads a missing num_key_value_heads as num_attention_heads; 0 is not "missing".
+    # vLLM reads the drafter's config through its transformers class, which fills a missing
+    # num_key_value_heads or head_dim with the class's defaults (Qwen3Config: 32 and 128), not
+    # num_attention_heads and hidden_size // num_attention_heads: refused rather than misread.
+    for key in ("num_key_value_heads", "head_dim"):
+        if key not in cfg:
+            raise r.fail(key, f"required field is missing ({DRAFTER_DEFAULTS_NOT_MODELLED})")
+    # null: transformers reads num_key_value_heads as num_attention_heads (as the simulator does).
     kv_heads = r.integer("num_key_value_heads", required=False, allow_null=True)
     if kv_heads is not None and heads % kv_heads:
         raise r.fail("num_key_value_heads", f"{kv_heads} does not divide num_attention_heads {heads}")
-    if r.integer("head_dim", required=False, allow_null=True) is None:
-        hidden = r.integer("hidden_size", maximum=MAX_COUNT * MAX_COUNT)
-        if hidden // heads < 1:
-            raise r.fail("hidden_size", f"{hidden} gives a head size below 1 with {heads} heads")
+    r.integer("head_dim")
     window = r.integer("sliding_window", required=False, allow_null=True, maximum=MAX_TOKENS)
     r.layer_types(n_layers, DRAFTER_LAYER_TYPES)
     dflash = r.mapping("dflash_config")

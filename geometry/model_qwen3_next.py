@@ -9,6 +9,9 @@ from .model_config import DEFAULT_ATTENTION_INTERVAL
 from .model_parts import (Layer, MambaState, Target, TargetSettings, attention_builder,
                           check_flash_attn_head_size, kv_heads_per_rank, mamba_builder, required)
 
+# transformers' Qwen3NextConfig default, which vLLM reads when the config has no num_key_value_heads.
+DEFAULT_KV_HEADS = 2
+
 
 def gdn_state(tc, tp: int, num_spec: int, model_dtype: str) -> MambaState:
     """MambaStateShapeCalculator.gated_delta_net_state_shape (both states in
@@ -36,9 +39,11 @@ def build_target(s: TargetSettings) -> Target:
         layer_types = tuple("linear_attention" if (i + 1) % interval else "full_attention"
                             for i in range(s.num_layers))
     heads = int(required(tc, "num_attention_heads"))
-    kvh = int(tc.get("num_key_value_heads", heads))
-    head_size = int(tc.get("head_dim") or int(required(tc, "hidden_size")) // heads)
+    kvh = int(tc.get("num_key_value_heads", DEFAULT_KV_HEADS))
+    head_size = int(required(tc, "head_dim"))
     check_flash_attn_head_size(head_size)
+    if heads % tp:  # Qwen3NextAttention.__init__
+        raise SimulatedError("AssertionError", "num_attention_heads not divisible by TP")
     kv_heads = kv_heads_per_rank(kvh, tp, "num_key_value_heads")
     state = gdn_state(tc, tp, s.num_spec, s.model_dtype)
     t_dtype = s.kv_storage_dtype

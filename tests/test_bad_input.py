@@ -10,6 +10,7 @@ import ast
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ import yaml
 
 from bad_input_helpers import (DEAD_DOCKER, DEFAULT_OUTPUT_DIRS, DIGEST, assert_refused, edit_json, invoke,
                                snapshot)
+from geometry_cases import kimi_linear_config, qwen3_next_target
 from readme_tables import default_recipe_table
 from recipe_copies import REPO, TEST_DIGEST, copy_recipe, set_key as _set
 from stackbuild import cli as cli_module
@@ -106,6 +108,15 @@ def test_config_numbers_json_refuses(tmp_path, token, why):
 
 # --- model configs -------------------------------------------------------------------------------
 
+def _kimi_linear(edit):
+    """Replace the target with a Kimi Linear config (27 layers), then ``edit`` its linear_attn_config."""
+    def replace(d):
+        d.clear()
+        d.update(kimi_linear_config())
+        edit(d["linear_attn_config"])
+    return replace
+
+
 def _llama(d):
     d.clear()
     d.update({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 32,
@@ -144,6 +155,15 @@ MODEL_CONFIGS = [
      "num_hidden_layers: required field is missing"),
     ("missing-drafter-heads", "drafter", lambda d: d.pop("num_attention_heads"),
      "num_attention_heads: required field is missing"),
+    # transformers' Qwen3Config (the drafter's model_type) fills these with 32 and 128, not
+    # num_attention_heads and hidden_size // num_attention_heads.
+    ("missing-drafter-kv-heads", "drafter", lambda d: d.pop("num_key_value_heads"),
+     "num_key_value_heads: required field is missing (vLLM would take the default of the drafter's transformers "
+     "config class, which the gate does not model)"),
+    ("missing-drafter-head-dim", "drafter", lambda d: d.pop("head_dim"),
+     "head_dim: required field is missing (vLLM would take the default"),
+    ("null-drafter-head-dim", "drafter", lambda d: d.__setitem__("head_dim", None),
+     "head_dim: expected an integer, got null"),
     # No target attention layer (listed, or by the every-4th-layer pattern): nothing for the drafter to fit.
     ("target-without-attention", "target",
      lambda d: d.__setitem__("layer_types", ["linear_attention"] * len(d["layer_types"])),
@@ -152,6 +172,12 @@ MODEL_CONFIGS = [
     ("target-too-few-layers-for-attention", "target",
      lambda d: (d.pop("layer_types"), d.__setitem__("num_hidden_layers", 3)),
      "num_hidden_layers: with 3 layers and every 4th one attention, none is: the target needs an attention layer"),
+    # vLLM reads a Kimi Linear layer's kind from kda_layers alone: listing every layer there leaves no
+    # attention layer, whatever full_attn_layers says.
+    ("kimi-every-layer-kda", "target",
+     _kimi_linear(lambda lac: lac.__setitem__("kda_layers", list(range(1, 28)))),
+     "linear_attn_config.kda_layers: lists all 27 layers, so none is attention (a layer's kind is read from "
+     "kda_layers alone): the target needs an attention layer"),
     ("no-architecture-unknown-type", "target", lambda d: (d.pop("architectures"), d.__setitem__("model_type", "gpt2")),
      "architectures: missing, and model_type 'gpt2' is not modelled"),
 ]
@@ -313,6 +339,19 @@ def test_max_model_len_above_the_pool(tmp_path):
                     f"holds 96 blocks (884,736 tokens)", commands=("geometry", "compose"))
 
 
+def test_drafter_heads_not_dividing_tp_fail_the_gate(tmp_path):
+    """vLLM's Qwen3DFlashAttention asserts num_attention_heads % tensor_parallel_size == 0 when the drafter
+    loads: 12 heads (4 KV heads, which divide them) over TP 8 cannot load, so the gate fails."""
+    def edit(data):
+        data["serving"]["tensor_parallel_size"] = 8
+        data["drafter"].pop("config_sha256", None)  # the drafter config is edited below
+    recipe = copy_recipe(tmp_path, _pinned(edit))
+    edit_json(recipe.parent / "configs" / "drafter.config.json",
+              lambda d: d.update(num_attention_heads=12, num_key_value_heads=4))
+    _run_everywhere(tmp_path, recipe, 5, "drafter num_attention_heads not divisible by TP",
+                    commands=("geometry", "compose"))
+
+
 def test_max_model_len_above_max_position_embeddings(tmp_path):
     recipe = copy_recipe(tmp_path, _pinned(_set("serving.max_model_len", 2_000_000)))
     _run_everywhere(tmp_path, recipe, 5, "max_model_len 2,000,000 is above the target's max_position_embeddings 1,048,576",
@@ -327,6 +366,22 @@ def test_enough_capacity_passes(tmp_path):
     assert result.exit_code == 0, result.stderr
     verdict = json.loads(result.stdout)["verdict"]
     assert verdict["passed"] and verdict["num_blocks_with"] == 114
+
+
+def test_qwen3_next_target_without_head_dim(tmp_path):
+    """transformers' Qwen3NextConfig reads a missing head_dim as 256, not hidden_size // num_attention_heads
+    (2048 // 16 = 128 here): the gate refuses the config rather than plan the wrong head size."""
+    def replace(d):
+        d.clear()
+        d.update(qwen3_next_target(random.Random(0)))
+        d.pop("head_dim")
+    def edit(data):
+        data["target"].pop("config_sha256", None)  # the target config is replaced below
+        data["serving"]["enable_prefix_caching"] = False  # "align" is not modelled for Qwen3-Next
+    recipe = copy_recipe(tmp_path, _pinned(edit))
+    edit_json(recipe.parent / "configs" / "target.config.json", replace)
+    _run_everywhere(tmp_path, recipe, 2, f"{recipe}: target.config: configs/target.config.json: head_dim: required "
+                    "field is missing (transformers' Qwen3NextConfig then takes 256")
 
 
 def test_in_image_gate_refuses_bad_configs_and_capacity(tmp_path):
@@ -355,6 +410,29 @@ def test_in_image_gate_refuses_bad_configs_and_capacity(tmp_path):
 
 
 # --- YAML ----------------------------------------------------------------------------------------
+
+GATE_INPUTS = [
+    ("fractional-max-model-len", {"max_model_len": 2.5}, "max_model_len must be a positive integer or null, got 2.5"),
+    ("zero-max-model-len", {"max_model_len": 0}, "max_model_len must be a positive integer or null, got 0"),
+    ("negative-max-model-len", {"max_model_len": -1}, "max_model_len must be a positive integer or null, got -1"),
+    ("boolean-max-model-len", {"max_model_len": True}, "max_model_len must be a positive integer or null, got True"),
+    ("boolean-block-size", {"block_size": True}, "block_size must be a positive integer or null, got True"),
+]
+
+
+@pytest.mark.parametrize("name,changes,message", GATE_INPUTS, ids=[c[0] for c in GATE_INPUTS])
+def test_in_image_gate_refuses_bad_gate_inputs(tmp_path, name, changes, message):
+    """A gate-input.json the build did not write (edited by hand): exit 3 and one line, never a traceback."""
+    from stackbuild.plan import gate_input
+    from stackbuild.recipe import load_recipe
+
+    gate = dict(gate_input(load_recipe(copy_recipe(tmp_path, _pinned()))), **changes)
+    path = tmp_path / "gate-input.json"
+    path.write_text(json.dumps(gate))
+    proc = subprocess.run([sys.executable, str(REPO / "geometry" / "sim_glm5_drafter_hades.py"), "--input", str(path),
+                           "--behaviour", "overlay"], capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (3, f"geometry gate: bad input: {message}\n")
+
 
 def test_duplicate_yaml_key(tmp_path):
     text = (REPO / "recipes" / "glm53-flash-dflash2-gb300" / "recipe.yaml").read_text()

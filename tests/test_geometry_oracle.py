@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import sys
 from pathlib import Path
 
@@ -256,6 +257,46 @@ def test_kimi_linear_recipe_agrees():
         assert vllm.target_only_same_spec.target_attention_page == 4096 * 576
         if BEHAVIOUR == "stock" and drafter is not None:
             assert vllm.with_drafter.error.startswith("NotImplementedError")
+
+
+def _qwen3_next(**changes) -> dict:
+    t = C.qwen3_next_target(random.Random(0))
+    t.update(changes)
+    return {k: v for k, v in t.items() if v is not None}
+
+
+def _kimi(edit) -> dict:
+    t = C.kimi_linear_config(12, 4)
+    edit(t["linear_attn_config"])
+    return t
+
+
+_, _DRAFTER = C.recipe_configs()
+# Well-typed but odd inputs property tests found (tests/test_config_properties.py) that vLLM loads and
+# plans, or refuses with its own assert: the simulator must say the same.
+ODD_INPUTS = [
+    ("qwen3-next-default-kv-heads", dict(target_config=_qwen3_next(num_key_value_heads=None))),
+    ("qwen3-next-default-kv-heads-tp2", dict(target_config=_qwen3_next(num_key_value_heads=None),
+                                             tensor_parallel_size=2)),
+    ("qwen3-next-heads-not-dividing-tp", dict(target_config=_qwen3_next(num_attention_heads=6, num_key_value_heads=2),
+                                              tensor_parallel_size=4)),
+    ("drafter-heads-not-dividing-tp", dict(drafter_config=dict(_DRAFTER, num_attention_heads=12, num_key_value_heads=4),
+                                           tensor_parallel_size=8)),
+    ("drafter-kv-heads-not-dividing-tp", dict(drafter_config=dict(_DRAFTER, num_attention_heads=40, num_key_value_heads=5),
+                                              tensor_parallel_size=4)),
+    ("kimi-empty-full-attn-layers", dict(target_config=_kimi(lambda lac: lac.__setitem__("full_attn_layers", [])))),
+    ("kimi-overlapping-layer-lists", dict(target_config=_kimi(lambda lac: lac["kda_layers"].append(4)))),
+]
+
+
+@pytest.mark.parametrize("name,changes", ODD_INPUTS, ids=[c[0] for c in ODD_INPUTS])
+def test_odd_inputs_agree_with_vllm(name, changes):
+    data = C.recipe_input(BEHAVIOUR, kv_cache_dtype="fp8", **C.prefix_caching(False), **changes)
+    if "target_config" in changes:
+        data.update(drafter_config=None, drafter_kv_cache_dtype=None, num_speculative_tokens=0,
+                    drafter_attention_backend=None)
+    _, _, diffs = _agree(data)
+    assert not diffs, "\n".join(diffs[:20])
 
 
 @pytest.mark.parametrize("prefix_caching", [True, False])

@@ -12,7 +12,7 @@ simulator's table (geometry/backends.py), mapped to vLLM's classes here.
 from __future__ import annotations
 
 from .. import backends as B
-from ..drafter import drafter_sliding_window
+from ..drafter import drafter_sliding_windows
 from ..inputs import GeometryInputs
 from .cpu_shims import import_glm5next, import_kernel_module
 
@@ -128,6 +128,10 @@ def _qwen3_next_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int, fa_c
         layer_types = ["linear_attention" if (i + 1) % interval else "full_attention"
                        for i in range(hf.num_hidden_layers)]
     hd = mc.get_head_size()
+    if "full_attention" in layer_types:  # Qwen3NextAttention.__init__
+        assert hf.num_attention_heads % tp == 0
+        kv = hf.num_key_value_heads
+        assert kv % tp == 0 if kv >= tp else tp % kv == 0
     for i in range(hf.num_hidden_layers):
         p = f"model.layers.{i}"
         if layer_types[i] == "linear_attention":
@@ -152,15 +156,22 @@ def _drafter_layers(inputs: GeometryInputs, cfg, drafter: dict, ctx, fa_cls) -> 
     # load_dflash_model: the drafter's own dtype, else the cache
     # config's as the target's layers left it
     d_kv_str = cfg.speculative_config.kv_cache_dtype or cfg.cache_config.cache_dtype
+    tp = inputs.tensor_parallel_size
+    heads = drafter["num_attention_heads"]
+    total_kv = drafter.get("num_key_value_heads") or heads
+    # Qwen3DFlashAttention.__init__ (vllm/model_executor/models/qwen3_dflash.py), before its
+    # Attention picks a backend.
+    assert heads % tp == 0
+    if total_kv >= tp:
+        assert total_kv % tp == 0
+    else:
+        assert tp % total_kv == 0
     if not _drafter_backend_takes(fa_cls, d_kv_str, inputs.capability_family):
         raise ValueError(  # CudaPlatform.get_attn_backend_cls, selected backend
             f"Selected backend {fa_cls.get_name()} is not valid for this "
             "configuration. Reason: ['kv_cache_dtype not supported']")
-    heads = drafter["num_attention_heads"]
-    total_kv = drafter.get("num_key_value_heads") or heads
     hd = drafter.get("head_dim") or drafter["hidden_size"] // heads
-    for i in range(drafter["num_hidden_layers"]):
-        window = drafter_sliding_window(drafter, i)
+    for i, window in enumerate(drafter_sliding_windows(drafter)):
         name = f"drafter.model.layers.{i}.self_attn.attn"
         ctx[name] = _attention(
             fa_cls, name, max(1, total_kv // inputs.tensor_parallel_size), hd, d_kv_str,
