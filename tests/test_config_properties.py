@@ -56,6 +56,15 @@ def _layer_pattern(kinds: tuple[str, str]):
     )
 
 
+def _perturb(draw, config: dict, key: str, values) -> None:
+    """One time in four: the key deleted (one time in six of those) or given a value drawn from ``values``."""
+    if draw(st.integers(0, 3)) == 0:
+        if draw(st.integers(0, 5)) == 0:
+            config.pop(key, None)
+        else:
+            config[key] = draw(values)
+
+
 @st.composite
 def glm_target(draw):
     t = copy.deepcopy(GLM)
@@ -74,11 +83,7 @@ def glm_target(draw):
                         ("index_kpool", st.one_of(st.sampled_from([1, 2, 3, 4, 5, 16, 64, 1000]), counts)),
                         ("index_head_dim", st.one_of(st.sampled_from([1, 64, 100, 127, 128, 129, 256]), counts)),
                         ("max_position_embeddings", st.one_of(st.none(), tokens))):
-        if draw(st.integers(0, 3)) == 0:
-            if draw(st.integers(0, 5)) == 0:
-                t.pop(key, None)
-            else:
-                t[key] = draw(values)
+        _perturb(draw, t, key, values)
     return t
 
 
@@ -99,11 +104,7 @@ def qwen_target(draw):
                         ("linear_key_head_dim", counts), ("linear_value_head_dim", counts),
                         ("linear_conv_kernel_dim", small_counts),
                         ("max_position_embeddings", st.one_of(st.none(), tokens))):
-        if draw(st.integers(0, 3)) == 0:
-            if draw(st.integers(0, 5)) == 0:
-                t.pop(key, None)
-            else:
-                t[key] = draw(values)
+        _perturb(draw, t, key, values)
     return t
 
 
@@ -155,11 +156,7 @@ def drafter(draw):
     for key, values in (("num_attention_heads", counts), ("num_key_value_heads", st.one_of(st.none(), counts)),
                         ("head_dim", st.one_of(st.none(), counts)), ("hidden_size", counts),
                         ("sliding_window", st.one_of(st.none(), st.sampled_from([1, 2, 16, 2048]), tokens))):
-        if draw(st.integers(0, 3)) == 0:
-            if draw(st.integers(0, 5)) == 0:
-                d.pop(key, None)
-            else:
-                d[key] = draw(values)
+        _perturb(draw, d, key, values)
     dflash = d["dflash_config"]
     if draw(st.integers(0, 3)) == 0:
         dflash["block_size"] = draw(st.sampled_from([2, 3, 4, 7, 8, 16, 64, 1000]))
