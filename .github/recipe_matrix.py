@@ -15,8 +15,8 @@ import json
 import sys
 from pathlib import Path
 
-from stackbuild.errors import RecipeError, StackBuildError
-from stackbuild.recipe import load_recipe
+from stackbuild.core.errors import RecipeError, StackBuildError
+from stackbuild.core.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -43,12 +43,12 @@ from geometry.image_contract import GATE_STEP
 from infra import harness  # tests/ on PYTHONPATH
 from stack_e2e import recipe_copy
 from stackbuild import engine as engine_mod
-from stackbuild.oracle_record import save_from_image
-from stackbuild.pipeline import build_image
-from stackbuild.plan import make_plan
-from stackbuild.progress import Progress
-from stackbuild.reference import ImageReference
-from stackbuild.recipe import load_recipe
+from stackbuild.image.oracle_record import save_from_image
+from stackbuild.image.pipeline import build_image
+from stackbuild.image.plan import make_plan
+from stackbuild.image.progress import Progress
+from stackbuild.core.reference import ImageReference
+from stackbuild.core.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -4,7 +4,7 @@
 What the image's entrypoint adds before it execs `vllm serve` when the argv and the
 mounted configs are the ones the build checked: a fresh ``python3`` reading the
 build's record and hashing the two config.json, laid out as in the image (payload
-directory with preflight/ and the record; models under a directory). Reported as the
+directory with geometry/preflight/ and the record; models under a directory). Reported as the
 median wall time of --runs fresh processes, next to a bare ``python3 -c pass`` on the
 same machine; target: well under a second (< 0.3 s added).
 """
@@ -21,20 +21,20 @@ import tempfile
 import time
 from pathlib import Path
 
-import preflight
+import geometry
 from geometry.image_contract import PREFLIGHT_CHECKED
-from preflight import checked as checked_mod
-from stackbuild.plan import gate_input
-from stackbuild.preflight_record import checked_serve
-from stackbuild.recipe import DEFAULT_RECIPE, load_recipe
+from geometry.preflight import checked as checked_mod
+from stackbuild.core.gate import gate_input
+from stackbuild.core.preflight_record import checked_serve
+from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 
 TARGET_ADDED_S = 0.3
 # The entrypoint's fast path with the models read from MODELS instead of /models: like
-# preflight/entrypoint.py in the image, it finds preflight/ in the payload directory (argv[1]).
+# preflight/entrypoint.py in the image, it finds geometry/ in the payload directory (argv[1]).
 FAST_PATH = """import sys
 sys.path.insert(0, sys.argv[1])
-from preflight.run import preflight
-from preflight.checked import load
+from geometry.preflight.run import preflight
+from geometry.preflight.checked import load
 c = load(sys.argv[1] + "/preflight-checked.json")
 o = preflight(c.argv, checked=c, checked_path="", overlay_manifest=None,
               locate=lambda p: p.replace("/models", sys.argv[2], 1))
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     recipe = load_recipe(DEFAULT_RECIPE)
     with tempfile.TemporaryDirectory(prefix="preflight-bench-") as tmp:
         payload, models = Path(tmp) / "payload", Path(tmp) / "models"
-        shutil.copytree(Path(preflight.__file__).parent, payload / "preflight", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(Path(geometry.__file__).parent, payload / "geometry", ignore=shutil.ignore_patterns("__pycache__"))
         checked = checked_serve(recipe, gate_input(recipe))
         checked_mod.write(checked, str(payload / PREFLIGHT_CHECKED))
         for model in (recipe.target, recipe.drafter):

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from stackbuild.progress import Progress
+from stackbuild.image.progress import Progress
 
 PAYLOAD = "/opt/reference-overlay"
 

@@ -34,7 +34,10 @@ GATE_INPUT = "gate-input.json"  # the recipe's geometry, read by the gate (gate 
 ORACLE_RECORD = "oracle-record.json"  # vLLM's recorded answer for this image (gate payload / gate step)
 GATE_REPORT = "geometry-report.json"  # written by the gate step
 PREFLIGHT_CHECKED = "preflight-checked.json"  # what the build checked, read at start (pre-flight payload)
-PREFLIGHT_ENTRYPOINT = "preflight/entrypoint.py"  # the image's ENTRYPOINT (pre-flight payload)
+# The start-time check: a subpackage of geometry/ copied after the gate step (its edits do not
+# re-run the gate) and left out of the oracle record's code digest (it does not drive vLLM's planning).
+PREFLIGHT_PACKAGE = "geometry/preflight"
+PREFLIGHT_ENTRYPOINT = f"{PREFLIGHT_PACKAGE}/entrypoint.py"  # the image's ENTRYPOINT (pre-flight payload)
 
 
 def payload_path(name: str, payload_dir: str = PAYLOAD_DIR) -> str:

@@ -29,6 +29,8 @@ import re
 import sys
 from typing import Any, Iterable, Mapping
 
+from .image_contract import PREFLIGHT_PACKAGE
+
 SCHEMA = "glm53-oracle-record/1"
 PLANS = ("with_drafter", "without_drafter", "target_only_same_spec")
 PLAN_FIELDS = ("block_size", "mamba_page_size_padded", "layout", "grouping_path",
@@ -116,12 +118,18 @@ def inputs_digest(raw_inputs: Mapping) -> str:
     return _sha256_json({k: v for k, v in raw_inputs.items() if k not in UNKEYED_INPUTS})
 
 
+# Subpackages of geometry/ that do not drive vLLM's planning (the start-time check is copied
+# into the image after the gate step, so the gate does not see it).
+NOT_PLANNING_CODE = (PREFLIGHT_PACKAGE.split("/", 1)[1],)
+
+
 def code_digest(directory: str) -> str:
-    """This package's Python files, its subpackages' included (paths and bytes):
-    the code that drove vLLM."""
+    """This package's Python files, its subpackages' included but ``NOT_PLANNING_CODE``
+    (paths and bytes): the code that drove vLLM."""
     digest = hashlib.sha256()
     for parent, subdirs, files in os.walk(directory):
-        subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
+        top = parent == directory
+        subdirs[:] = sorted(d for d in subdirs if d != "__pycache__" and not (top and d in NOT_PLANNING_CODE))
         for name in sorted(files):
             if name.endswith(".py"):
                 path = os.path.join(parent, name)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import click
 
-from stackbuild.errors import InternalError, StackBuildError
-from stackbuild.recipe import DEFAULT_RECIPE, load_recipe
+from stackbuild.core.errors import InternalError, StackBuildError
+from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 
 recipe_option = click.option(
     "--recipe", "recipe_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -47,7 +47,7 @@ platform_option = click.option(
 
 def selected_platforms(recipe, platform):
     """The recipe's platforms, or the one --platform names (a recipe error if it is not one of them)."""
-    from stackbuild.errors import RecipeError
+    from stackbuild.core.errors import RecipeError
 
     if platform is None:
         return recipe.platforms
@@ -58,7 +58,7 @@ def selected_platforms(recipe, platform):
 
 
 class Cli(click.Group):
-    """Turns every failure into one line on stderr and its exit code (stackbuild/errors.py);
+    """Turns every failure into one line on stderr and its exit code (stackbuild/core/errors.py);
     verify's findings follow its line, one per line.
 
     Usage errors (click's) exit 2; an exception nobody expected is an internal error (exit 70)
@@ -118,9 +118,9 @@ def cli() -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the Dockerfile here instead of stdout.")
 def render(recipe_path, owner, repository, allow_unpinned, output):
     """Print (or write) the Dockerfile rendered from the recipe."""
-    from stackbuild.output import check_output, write_text
-    from stackbuild.plan import make_plan
-    from stackbuild.render import render as render_dockerfile
+    from stackbuild.core.output import check_output, write_text
+    from stackbuild.image.plan import make_plan
+    from stackbuild.image.render import render as render_dockerfile
 
     plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
     text = render_dockerfile(plan)
@@ -139,8 +139,8 @@ def render(recipe_path, owner, repository, allow_unpinned, output):
 @json_option
 def lock(recipe_path, as_json):
     """Resolve the base tag to a digest (for the recipe's platform) and write the lock."""
-    from stackbuild.engine import connect
-    from stackbuild.lock import write_lock
+    from stackbuild.image.engine import connect
+    from stackbuild.core.lock import write_lock
 
     recipe = load_recipe(recipe_path)
     engine = connect()
@@ -167,9 +167,9 @@ def record(recipe_path, owner, repository, allow_unpinned, image, as_json):
     against it instead of importing vLLM, as long as the image's vLLM tree and
     packages are the ones it was recorded on.
     """
-    from stackbuild.engine import connect, engine_errors
-    from stackbuild.oracle_record import save_from_image
-    from stackbuild.plan import make_plan
+    from stackbuild.image.engine import connect, engine_errors
+    from stackbuild.image.oracle_record import save_from_image
+    from stackbuild.image.plan import make_plan
 
     plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
                      read_oracle_record=False)
@@ -191,8 +191,8 @@ def record(recipe_path, owner, repository, allow_unpinned, image, as_json):
 def geometry(recipe_path, as_json, stock):
     """Run the KV-geometry simulator and gate for a recipe on the host."""
     from geometry.table import render_text, to_json
-    from stackbuild.errors import GeometryGateFailed
-    from stackbuild.plan import recipe_geometry, summarise_reasons
+    from stackbuild.core.errors import GeometryGateFailed
+    from stackbuild.core.gate import recipe_geometry, summarise_reasons
 
     recipe = load_recipe(recipe_path)
     _gate, report, verdict = recipe_geometry(recipe, vllm_behaviour="stock" if stock else "overlay")
@@ -226,9 +226,9 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
     image `<pinned tag>-<arch>`, and with --push pushes them and puts an OCI
     image index over them under the recipe's tags.
     """
-    from stackbuild.pipeline import platform_plan
-    from stackbuild.plan import make_plan
-    from stackbuild.render import render as render_dockerfile
+    from stackbuild.image.pipeline import platform_plan
+    from stackbuild.image.plan import make_plan
+    from stackbuild.image.render import render as render_dockerfile
 
     recipe = load_recipe(recipe_path)
     plans = [make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
@@ -261,7 +261,7 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
                 + data["dockerfile"])
         emit(as_json, data, text.rstrip("\n"))
         return
-    from stackbuild.pipeline import run_build
+    from stackbuild.image.pipeline import run_build
 
     report = run_build(plans, push=push, report_path=report_path, json_progress=as_json, nocache=no_cache,
                        keep_record=keep_record, force=force)
@@ -280,8 +280,8 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
 @force_option
 def push(recipe_path, owner, repository, allow_unpinned, as_json, report_path, force):
     """Push the tags of an image built from this recipe and attach its SBOM and provenance (credentials from `docker login`)."""
-    from stackbuild.pipeline import run_push
-    from stackbuild.plan import make_plan
+    from stackbuild.image.pipeline import run_push
+    from stackbuild.image.plan import make_plan
 
     recipe = load_recipe(recipe_path)
     plans = [make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
@@ -305,8 +305,8 @@ def index(recipe_path, owner, repository, allow_unpinned, as_json, force):
     (`build --platform P --push` on a machine of that platform); `build --push`
     of all platforms does this itself.
     """
-    from stackbuild.pipeline import run_index
-    from stackbuild.plan import make_plan
+    from stackbuild.image.pipeline import run_index
+    from stackbuild.image.plan import make_plan
 
     recipe = load_recipe(recipe_path)
     plans = [make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
@@ -333,7 +333,7 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
     when the recipe spans several machines)."""
     recipe = load_recipe(recipe_path)
     if recipe.serving.nodes > 1:
-        from serving.multinode import write_role_files
+        from stackbuild.serve.multinode import write_role_files
 
         result = write_role_files(recipe, output_dir=output, owner=owner, repository=repository,
                                   models_dir=models_dir, port=port, gpus=gpus, digest=digest)
@@ -343,7 +343,7 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
         ctx = click.get_current_context()
         param = next(p for p in ctx.command.params if p.name == "output")
         output = click.Path(dir_okay=False, path_type=Path).convert(str(output), param, ctx)
-    from serving.generate import write_compose
+    from stackbuild.serve.compose import write_compose
 
     result = write_compose(recipe, output=output, owner=owner, repository=repository,
                            models_dir=models_dir, port=port, gpus=gpus, digest=digest)
@@ -366,7 +366,7 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
 def deploy(target, recipe_path, owner, repository, output_dir, models_host_path, models_pvc, ifname, namespace,
            digest, as_json):
     """Write Kubernetes manifests: a Deployment (one machine) or a LeaderWorkerSet (serving.nodes > 1), and a Service."""
-    from deploy.k8s import write_manifests
+    from stackbuild.serve.k8s import write_manifests
 
     result = write_manifests(load_recipe(recipe_path), output_dir=output_dir, owner=owner, repository=repository,
                              digest=digest, models_host_path=models_host_path, models_pvc=models_pvc,
@@ -395,7 +395,7 @@ def preflight(recipe_path, models_dir, role, leader_address, node_rank, as_json,
     and the cross-check against this interpreter's vLLM. A multi-node recipe's leader and
     worker commands are checked as the generated compose files start them.
     """
-    from stackbuild.preflight_host import check_on_host
+    from stackbuild.serve.preflight_host import check_on_host
 
     recipe = load_recipe(recipe_path)
     given = click.get_current_context().get_parameter_source
@@ -417,7 +417,7 @@ def preflight(recipe_path, models_dir, role, leader_address, node_rank, as_json,
 @json_option
 def verify(image, recipe_path, as_json):
     """Pull IMAGE@DIGEST, compare its labels with the recipe, re-run the gate inside it, check its SBOM and provenance."""
-    from stackbuild.verify import image_by_digest, verify_image
+    from stackbuild.image.verify import image_by_digest, verify_image
 
     image_by_digest(image)
     result = verify_image(image, load_recipe(recipe_path), json_progress=as_json)

@@ -25,7 +25,7 @@ import requests
 import yaml
 
 from infra import harness
-from stackbuild.engine import MANIFEST_ACCEPT
+from stackbuild.image.engine import MANIFEST_ACCEPT
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_RECIPES = Path(__file__).resolve().parent / "recipes"

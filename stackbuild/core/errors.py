@@ -1,0 +1,209 @@
+"""One exception type per failure a user must tell apart.
+
+Every error carries a one-line message that names the file, key, step or
+patch at fault, and the exit code the CLI returns for it.
+"""
+from __future__ import annotations
+
+from geometry.preflight import outcome as _preflight
+
+
+class StackBuildError(Exception):
+    """Base of every error the driver reports without a traceback."""
+
+    exit_code = 1
+    # One line on stderr; an error that lists findings (verify) keeps one finding per line.
+    lists_findings = False
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class RecipeError(StackBuildError):
+    """The recipe (or a file it names) is invalid: ``<file>: <key path>: <why>``."""
+
+    exit_code = 2
+
+    def __init__(self, path: object, key: str, problem: str):
+        self.path = str(path)
+        self.key = key
+        self.problem = problem
+        where = f"{self.path}: {key}" if key else self.path
+        super().__init__(f"{where}: {problem}")
+
+
+class LockError(StackBuildError):
+    """The base image is not pinned, or the lock file does not match the recipe."""
+
+    exit_code = 2
+
+
+class OracleRecordError(StackBuildError):
+    """recipe.oracle.json, or the record in an image, is unreadable or belongs to another recipe."""
+
+    exit_code = 2
+
+
+class EngineUnavailable(StackBuildError):
+    """No Docker daemon answers at DOCKER_HOST or the default socket."""
+
+    exit_code = 3
+
+
+class BuildStepFailed(StackBuildError):
+    """A Dockerfile step failed; carries the step and the last lines of its output."""
+
+    exit_code = 4
+
+    def __init__(self, step: str, detail: str, tail: tuple[str, ...] = ()):
+        self.step = step
+        self.detail = detail
+        self.tail = tail
+        super().__init__(f"build step failed: {step}: {detail}")
+
+
+class GeometryGateFailed(StackBuildError):
+    """The KV-geometry gate rejected the recipe (on the host, in the image, or at container start)."""
+
+    exit_code = _preflight.EXIT_GEOMETRY  # 5: the image's pre-flight exits with it too
+
+
+class ArchitectureMismatch(StackBuildError):
+    """The build runs on another machine than the recipe's platform needs (the patch step's
+    check, geometry/image_contract.py ARCHITECTURE_MISMATCH_STATUS), or the built image's
+    architecture is not the recipe's platform."""
+
+    exit_code = 6
+
+
+class RegistryAuthError(StackBuildError):
+    """The registry refused our credentials (never retried)."""
+
+    exit_code = 7
+
+
+class RegistryUnavailable(StackBuildError):
+    """The registry could not be reached after retries."""
+
+    exit_code = 8
+
+
+class PushError(StackBuildError):
+    """The registry rejected a push for a reason that retrying cannot fix."""
+
+    exit_code = 9
+
+
+class VerifyError(StackBuildError):
+    """A pushed image does not match its recipe (labels, gate); one finding per line under the first."""
+
+    exit_code = 10
+    lists_findings = True
+
+
+class ServeArgsRejected(StackBuildError):
+    """vLLM's own `vllm serve` parser rejected the generated command line (or the container's)."""
+
+    exit_code = _preflight.EXIT_SERVE_FLAGS  # 11: the image's pre-flight exits with it too
+
+
+class PullError(StackBuildError):
+    """The registry refused a pull for a reason retrying cannot fix (unknown manifest, denied)."""
+
+    exit_code = 9
+
+
+class EngineError(StackBuildError):
+    """The engine refused a request the driver did not expect to fail."""
+
+    exit_code = 3
+
+
+class OracleBroken(StackBuildError):
+    """vLLM is installed for the oracle interpreter but its serve parser cannot run."""
+
+    exit_code = 12
+
+
+class ComposeInvalid(StackBuildError):
+    """The Docker Compose binary rejected the generated file."""
+
+    exit_code = 13
+
+
+class OwnerMissing(StackBuildError):
+    """A push (or a file that names the pushed image) needs the image owner and none was given."""
+
+    exit_code = 2
+
+
+class UsageError(StackBuildError):
+    """A command was given an argument of the wrong kind (a tag where a digest is needed, ...)."""
+
+    exit_code = 2
+
+
+class ImageReferenceInvalid(UsageError):
+    """Text given as an image reference is not one in the OCI reference grammar (``repo[:tag][@digest]``)."""
+
+    def __init__(self, text: object, reason: str):
+        self.text = text
+        self.reason = reason
+        super().__init__(f"{text!r} is not an image reference ({reason})")
+
+
+class OutputError(StackBuildError):
+    """An output path (-o, --report) is unusable: missing or unwritable directory, a tracked file not ours."""
+
+    exit_code = 15
+
+
+class InternalError(StackBuildError):
+    """An exception the driver did not expect: a bug, reported as one line asking for a report."""
+
+    exit_code = 70
+
+
+class ComposeOverrideError(StackBuildError):
+    """A command-line override of `compose` (--digest, --gpus, --port, --models-dir) is unusable."""
+
+    exit_code = 2
+
+
+class PinnedTagTaken(StackBuildError):
+    """A pinned tag already names another image in the registry; pinned tags never move without --force."""
+
+    exit_code = 14
+
+
+class ManifestInvalid(StackBuildError):
+    """A generated Kubernetes manifest fails the Kubernetes schemas or the LeaderWorkerSet schema."""
+
+    exit_code = 18
+
+
+class DeployOptionError(StackBuildError):
+    """A command-line option of `deploy` (--models-pvc, --models-host-path, --ifname, ...) is unusable."""
+
+    exit_code = 2
+
+
+class MountedConfigUnusable(StackBuildError):
+    """Pre-flight: a config.json the serve argv points at is missing, unreadable or not a JSON object."""
+
+    exit_code = _preflight.EXIT_CONFIG
+
+
+class PreflightUnchecked(StackBuildError):
+    """Pre-flight: the geometry cannot be checked (not modelled, simulator vs vLLM disagree, no vLLM)."""
+
+    exit_code = _preflight.EXIT_UNCHECKED
+
+
+# The error each of the pre-flight's exit codes stands for on the host (build.py preflight).
+PREFLIGHT_ERRORS = {cls.exit_code: cls for cls in (GeometryGateFailed, ServeArgsRejected, MountedConfigUnusable,
+                                                    PreflightUnchecked)}

@@ -1,0 +1,205 @@
+"""Image name and tags of a build: ``latest`` plus a pinned tag.
+
+Tag templates may use ``{date}`` (SOURCE_DATE_EPOCH, UTC), ``{family}``,
+``{gpu}`` and ``{rev}``, the build's input set: the commit's first 12 hex
+digits when every build input is that commit's (a clean tree, the recipe in
+the repository, SOURCE_DATE_EPOCH not overridden), otherwise ``x`` and 11
+hex digits of the sha256 of the inputs themselves (:func:`inputs_digest`).
+So two builds of one commit get the same tags, and two builds that can
+differ never do. The ``{owner}`` of the repository is the registry
+namespace the user pushes to (``--owner`` or ``IMAGE_OWNER``). A
+multi-platform recipe's per-platform images are pushed under the pinned
+tags suffixed with the architecture (:meth:`ImageName.for_architecture`).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+from stackbuild.core.errors import OwnerMissing, RecipeError
+from stackbuild.core.lock import LOCK_NAME, pinned_base
+from stackbuild.core.recipe import REPO_ROOT, Recipe, check_repository
+from stackbuild.core.reference import ImageReference
+
+OWNER_RE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
+OWNER_VARIABLE = "IMAGE_OWNER"
+# The namespace of images that stay in the local engine when no owner is given; never pushed.
+LOCAL_OWNER = "local"
+MOVING_TAGS = ("latest",)
+# What the image is made of besides the recipe's own files (Dockerfile.j2 is rendered by stackbuild/).
+CODE_INPUTS = ("Dockerfile.j2", "stackbuild", "overlay", "geometry")
+SKIPPED_INPUT_PARTS = ("__pycache__", ".pytest_cache", "tests")
+
+
+@dataclass(frozen=True)
+class ImageName:
+    repository: str  # registry/namespace/name, no tag
+    tags: tuple[str, ...]
+    # True when the recipe's {owner} was filled with a stand-in (no --owner / IMAGE_OWNER).
+    owner_missing: bool = False
+
+    def require_owner(self, recipe: Recipe, action: str) -> None:
+        """Raise :class:`OwnerMissing` when ``action`` (a push) would go to a stand-in owner."""
+        if self.owner_missing:
+            raise OwnerMissing(f"{recipe.path}: image.repository: {recipe.image.repository} has no owner to {action}: "
+                               f"pass --owner or set {OWNER_VARIABLE} (the registry namespace you push to)")
+
+    @property
+    def registry(self) -> str:
+        return ImageReference(self.repository).registry
+
+    def reference(self, tag: Optional[str] = None, *, digest: Optional[str] = None) -> ImageReference:
+        """The image under ``tag``, or by ``digest``."""
+        return ImageReference(self.repository, tag, digest)
+
+    @property
+    def references(self) -> tuple[str, ...]:
+        """Every tag's ``repository:tag``, as reports and the engine take them."""
+        return tuple(str(self.reference(t)) for t in self.tags)
+
+    @property
+    def pinned_tags(self) -> tuple[str, ...]:
+        """Every tag but the moving ones: these never name another image."""
+        return tuple(t for t in self.tags if t not in MOVING_TAGS)
+
+    def for_architecture(self, architecture: str) -> "ImageName":
+        """The tags one platform's image of a multi-platform recipe is pushed under: ``<pinned>-<arch>``."""
+        return ImageName(self.repository, tuple(f"{t}-{architecture}" for t in self.pinned_tags))
+
+
+@dataclass(frozen=True)
+class SourceRevision:
+    """The source a build comes from: the commit, and whether the build inputs are exactly that commit's."""
+
+    commit: Optional[str]  # full hex, None without git
+    tree_clean: bool       # no tracked file differs from the commit
+    inputs_committed: bool # and every build input is a committed file, SOURCE_DATE_EPOCH the commit's
+
+    @property
+    def label(self) -> str:
+        """``org.opencontainers.image.revision``: the commit, ``-dirty`` when tracked files differ."""
+        if self.commit is None:
+            return "unknown"
+        return self.commit + ("" if self.tree_clean else "-dirty")
+
+
+def _git(repo: Path, *args: str) -> Optional[str]:
+    try:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _commit_time(repo: Path) -> Optional[int]:
+    out = _git(repo, "log", "-1", "--format=%ct")
+    return int(out.strip()) if out and out.strip().isdigit() else None
+
+
+def source_date_epoch(repo: Path = REPO_ROOT) -> int:
+    """SOURCE_DATE_EPOCH if set, else the time of the last commit, else 0."""
+    value = os.environ.get("SOURCE_DATE_EPOCH")
+    if value:
+        if not value.isdigit():
+            raise RecipeError("SOURCE_DATE_EPOCH", "", f"must be a number of seconds, got {value!r}")
+        return int(value)
+    return _commit_time(repo) or 0
+
+
+def input_files(recipe: Recipe, repo: Path = REPO_ROOT) -> dict[str, Path]:
+    """Every file a build of ``recipe`` reads, by a name independent of where it lies on this machine."""
+    files: dict[str, Path] = {}
+
+    def add_tree(prefix: str, root: Path) -> None:
+        if root.is_file():
+            files[prefix] = root
+            return
+        for path in sorted(root.rglob("*")):
+            relative = path.relative_to(root)
+            if path.is_file() and not any(p in SKIPPED_INPUT_PARTS for p in relative.parts) and path.suffix not in (".pyc", ".pyo"):
+                files[f"{prefix}/{relative.as_posix()}"] = path
+
+    for name in CODE_INPUTS:
+        add_tree(name, repo / name)
+    add_tree("recipe", recipe.directory)  # recipe.yaml, its oracle record, its configs
+    # The lock counts by the digest it pins (inputs_digest), not by its bytes: it records when it was resolved.
+    files.pop(f"recipe/{LOCK_NAME}", None)
+    files["target.config"] = (recipe.directory / recipe.target.config).resolve()
+    files["drafter.config"] = (recipe.directory / recipe.drafter.config).resolve()
+    return files
+
+
+def inputs_digest(files: dict[str, Path], epoch: int, revision_label: str, base_digest: Optional[str]) -> str:
+    """sha256 over the build inputs' names and bytes, the base digest, the epoch and the revision label (in the labels)."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(f"{name}\0{hashlib.sha256(files[name].read_bytes()).hexdigest()}\n".encode())
+    digest.update(f"base={base_digest or 'unpinned'}\nSOURCE_DATE_EPOCH={epoch}\nrevision={revision_label}\n".encode())
+    return digest.hexdigest()
+
+
+def source_revision(recipe: Recipe, epoch: int, repo: Path = REPO_ROOT) -> SourceRevision:
+    head = _git(repo, "rev-parse", "HEAD")
+    if not head:
+        return SourceRevision(None, False, False)
+    tracked = _git(repo, "status", "--porcelain", "--untracked-files=no")
+    tree_clean = tracked is not None and not tracked.strip()
+    inputs = list(input_files(recipe, repo).values())
+    inside = all(path.resolve().is_relative_to(repo.resolve()) for path in inputs)
+    untracked = _git(repo, "status", "--porcelain", "--untracked-files=all", "--",
+                     *(str(repo / name) for name in CODE_INPUTS), str(recipe.directory)) if inside else None
+    committed = tree_clean and inside and untracked is not None and not untracked.strip() and epoch == _commit_time(repo)
+    return SourceRevision(head.strip(), tree_clean, committed)
+
+
+def revision_tag_field(recipe: Recipe, epoch: int, source: SourceRevision, base_digest: Optional[str],
+                       repo: Path = REPO_ROOT) -> str:
+    """``{rev}``: the commit's first 12 hex digits, or ``x`` + 11 of the inputs' digest."""
+    if source.inputs_committed and source.commit:
+        return source.commit[:12]
+    return "x" + inputs_digest(input_files(recipe, repo), epoch, source.label, base_digest)[:11]
+
+
+def format_tags(recipe: Recipe, *, epoch: int, rev: str) -> tuple[str, ...]:
+    """The one formatter of the recipe's tag templates."""
+    when = datetime.fromtimestamp(epoch, tz=timezone.utc)
+    fields = {"date": when.strftime("%Y%m%d"), "family": recipe.hardware.capability_family,
+              "gpu": recipe.hardware.gpu.lower(), "rev": rev}
+    return tuple(dict.fromkeys(t.format(**fields) for t in recipe.image.tags))
+
+
+def image_name(recipe: Recipe, *, owner: str | None = None, repository: str | None = None, epoch: int | None = None,
+               source: Optional[SourceRevision] = None, base_digest: Optional[str] = None,
+               owner_fallback: str = LOCAL_OWNER) -> ImageName:
+    """Resolve the recipe's repository template and tag templates (``base_digest``: default, the recipe's or lock's).
+
+    Without an owner (``owner``, else IMAGE_OWNER) ``{owner}`` becomes ``owner_fallback`` and the
+    name says so (``owner_missing``): such an image is never pushed.
+    """
+    if repository is not None:
+        check_repository("--repository", "", repository)
+    repo = repository or recipe.image.repository
+    missing = False
+    if "{owner}" in repo:
+        owner = owner or os.environ.get(OWNER_VARIABLE)
+        if owner:
+            if not OWNER_RE.match(owner):
+                raise RecipeError(recipe.path, "image.repository", f"owner {owner!r} is not a valid registry namespace (lowercase letters, digits, . _ -)")
+            repo = repo.replace("{owner}", owner)
+            check_repository(recipe.path, "image.repository", repo)
+        else:
+            missing = True
+            repo = repo.replace("{owner}", owner_fallback)
+    epoch = source_date_epoch() if epoch is None else epoch
+    needs_rev = any("{rev}" in t for t in recipe.image.tags)
+    rev = ""
+    if needs_rev:
+        if base_digest is None:
+            base_digest = pinned_base(recipe, allow_unpinned=True).digest
+        rev = revision_tag_field(recipe, epoch, source or source_revision(recipe, epoch), base_digest)
+    return ImageName(repo, format_tags(recipe, epoch=epoch, rev=rev), missing)

@@ -1,0 +1,36 @@
+"""What the image's pre-flight compares a container start with: written by the build.
+
+The one writer of ``geometry.preflight.checked.CheckedServe`` (the pre-flight is its
+reader): the compose command the recipe generates, where it mounts the two
+checkpoints, the sha256 of the config snapshots the gate checked, the pinned
+revisions, the gate input itself, and a multi-node recipe's per-role argvs.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Mapping
+
+from stackbuild.core.serve_args import role_commands, serve_argv
+from geometry.preflight.checked import CheckedModel, CheckedRole, CheckedServe
+
+from stackbuild.core.recipe import Recipe
+
+
+def snapshot_path(recipe: Recipe, relative: str) -> Path:
+    return (recipe.directory / relative).resolve()
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def checked_serve(recipe: Recipe, gate_input: Mapping) -> CheckedServe:
+    models = {}
+    for role, model in (("target", recipe.target), ("drafter", recipe.drafter)):
+        models[role] = CheckedModel(id=model.id, path=model.path, revision=model.revision,
+                                    config_sha256=file_sha256(snapshot_path(recipe, model.config)))
+    roles = tuple(CheckedRole(role=c.role, nnodes=c.nnodes, argv=c.argv, slots=dict(c.slots))
+                  for c in role_commands(recipe))
+    return CheckedServe(recipe=recipe.name, argv=tuple(serve_argv(recipe)), target=models["target"],
+                        drafter=models["drafter"], gate_input=dict(gate_input), roles=roles)

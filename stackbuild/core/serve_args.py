@@ -1,0 +1,174 @@
+"""The `vllm serve` argument list a recipe asks for.
+
+The image's entrypoint (the pre-flight, which then execs ``vllm serve`` with the
+same argv) takes everything after ``vllm serve``: the
+target model path inside the container first, then the flags. Every value is
+its own list element, so the speculative config (compact JSON) travels as
+exactly one argument and no shell ever sees it.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping, Optional
+
+from geometry.preflight.checked import NODE_RANK_SLOT
+from stackbuild.core.errors import RecipeError
+from stackbuild.core.recipe import Recipe
+
+# Address the server binds inside the container (the port is published by compose).
+CONTAINER_HOST = "0.0.0.0"
+
+
+def speculative_config(recipe: Recipe) -> dict:
+    """The ``--speculative-config`` object: vLLM 0.33.0's SpeculativeConfig field names.
+
+    The drafter's KV dtype is SpeculativeConfig.kv_cache_dtype (unset: the
+    drafter inherits the target's --kv-cache-dtype; ``auto``: the drafter's own
+    dtype), its attention backend SpeculativeConfig.attention_backend (a
+    backend name such as FLASH_ATTN; unset: vLLM chooses).
+    """
+    serving = recipe.serving
+    config = {
+        "method": recipe.drafter.method,
+        "model": recipe.drafter.path,
+        "num_speculative_tokens": serving.num_speculative_tokens,
+    }
+    if serving.drafter_kv_cache_dtype is not None:
+        config["kv_cache_dtype"] = serving.drafter_kv_cache_dtype
+    backend = getattr(recipe.drafter, "attention_backend", None)
+    if backend is not None:
+        config["attention_backend"] = backend
+    return config
+
+
+def speculative_config_json(recipe: Recipe) -> str:
+    """Compact JSON with sorted keys: one argv element, stable across runs."""
+    return json.dumps(speculative_config(recipe), sort_keys=True, separators=(",", ":"))
+
+
+def _flag_name(arg: str) -> Optional[str]:
+    """``--max_model_len=5`` / ``--speculative-config.model`` -> the flag vLLM sees; None for values."""
+    if not arg.startswith("--"):
+        return None
+    return arg.split("=", 1)[0].split(".", 1)[0].replace("_", "-")
+
+
+# Flag -> the recipe key that sets it; extra_args may not repeat these.
+GENERATED_FLAGS = {
+    "--served-model-name": "serving.served_model_name",
+    "--tensor-parallel-size": "serving.tensor_parallel_size",
+    "--max-model-len": "serving.max_model_len",
+    "--kv-cache-dtype": "serving.kv_cache_dtype",
+    "--gpu-memory-utilization": "serving.gpu_memory_utilization",
+    "--block-size": "serving.block_size",
+    "--enable-prefix-caching": "serving.enable_prefix_caching",
+    "--no-enable-prefix-caching": "serving.enable_prefix_caching",
+    "--speculative-config": "drafter / serving.num_speculative_tokens",
+    "--tool-call-parser": "serving.tool_call_parser",
+    "--reasoning-parser": "serving.reasoning_parser",
+    "--host": "the compose generator",
+    "--port": "serving.port",
+    "--model": "target.path",
+    "--nnodes": "serving.nodes",
+    "--node-rank": "serving.nodes (one rank per node role)",
+    "--master-addr": "the leader address of the generated multi-node files",
+    "--master-port": "the generated multi-node files",
+    "--headless": "the generated multi-node worker files",
+}
+# Short spellings vLLM accepts for the flags above.
+_ALIASES = {"-tp": "--tensor-parallel-size", "-n": "--nnodes", "-r": "--node-rank"}
+
+
+def _check_extra_args(recipe: Recipe) -> None:
+    for i, arg in enumerate(recipe.serving.extra_args):
+        name = _ALIASES.get(arg.split("=", 1)[0]) or _flag_name(arg)
+        if name in GENERATED_FLAGS:
+            raise RecipeError(recipe.path, f"serving.extra_args[{i}]",
+                              f"{arg} is generated from {GENERATED_FLAGS[name]}; set it there, not in extra_args")
+
+
+def serve_argv(recipe: Recipe) -> list[str]:
+    """The argument list after ``vllm serve`` (the ``command:`` of the compose service)."""
+    _check_extra_args(recipe)
+    s = recipe.serving
+    argv: list[str] = [recipe.target.path]
+    if s.served_model_name:
+        argv += ["--served-model-name", s.served_model_name]
+    argv += [
+        "--tensor-parallel-size", str(s.tensor_parallel_size),
+        "--max-model-len", str(s.max_model_len),
+        "--kv-cache-dtype", s.kv_cache_dtype,
+        "--gpu-memory-utilization", repr(float(s.gpu_memory_utilization)),
+    ]
+    if s.block_size is not None:
+        argv += ["--block-size", str(s.block_size)]
+    if s.enable_prefix_caching is not None:
+        argv.append("--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching")
+    argv += ["--speculative-config", speculative_config_json(recipe)]
+    if s.tool_call_parser:
+        argv += ["--tool-call-parser", s.tool_call_parser]
+    if s.reasoning_parser:
+        argv += ["--reasoning-parser", s.reasoning_parser]
+    argv += ["--host", CONTAINER_HOST, "--port", str(s.port)]
+    argv += list(s.extra_args)
+    return argv
+
+
+# vLLM's torch.distributed rendezvous port on the leader (ParallelConfig.master_port's default,
+# written out so every node and every generated file says it).
+MASTER_PORT = 29501
+LEADER, WORKER = "leader", "worker"
+# Argv positions whose values are only known where a role is deployed: the address the
+# API server binds, the leader's address, a worker's node rank.
+SLOT_HOST, SLOT_MASTER_ADDR, SLOT_NODE_RANK = "host", "master_addr", NODE_RANK_SLOT
+
+
+@dataclass(frozen=True)
+class RoleCommand:
+    """One node role's `vllm serve` argv, with the deploy-time values left as named slots."""
+
+    role: str  # LEADER or WORKER
+    nnodes: int
+    argv: tuple[str, ...]  # slot positions hold "{slot name}"
+    slots: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    def fill(self, **values: str) -> list[str]:
+        """The argv with every slot given a value (a KeyError names a slot left out)."""
+        argv = list(self.argv)
+        for name, index in self.slots.items():
+            argv[index] = str(values[name])
+        return argv
+
+
+def role_commands(recipe: Recipe) -> tuple[RoleCommand, ...]:
+    """The leader's and the worker's argv for vLLM's own multi-node launch (serving.nodes > 1).
+
+    Every node runs the recipe's serve argv (the same per-rank geometry) plus
+    ``--nnodes N --node-rank R --master-addr LEADER --master-port P``; the leader is rank 0
+    and serves the API, workers (ranks 1..N-1) add ``--headless``.
+    """
+    nodes = recipe.serving.nodes
+    if nodes < 2:
+        return ()
+    base = serve_argv(recipe)
+    host_at = base.index("--host") + 1
+    out = []
+    for role in (LEADER, WORKER):
+        argv = list(base)
+        argv[host_at] = "{" + SLOT_HOST + "}"
+        slots = {SLOT_HOST: host_at}
+        argv += ["--nnodes", str(nodes), "--node-rank"]
+        if role == LEADER:
+            argv.append("0")
+        else:
+            slots[SLOT_NODE_RANK] = len(argv)
+            argv.append("{" + SLOT_NODE_RANK + "}")
+        argv.append("--master-addr")
+        slots[SLOT_MASTER_ADDR] = len(argv)
+        argv += ["{" + SLOT_MASTER_ADDR + "}", "--master-port", str(MASTER_PORT)]
+        if role == WORKER:
+            argv.append("--headless")
+        out.append(RoleCommand(role, nodes, tuple(argv), MappingProxyType(slots)))
+    return tuple(out)

@@ -1,0 +1,497 @@
+"""The Docker engine, behind one small class.
+
+Everything the driver asks of a container engine goes through
+:class:`DockerEngine`: resolve a base digest, pull, build from a context
+directory, inspect, tag, push, read a file back from an image, run a
+command in it. It speaks the engine API through docker-py (classic
+builder), connecting the standard way (``DOCKER_HOST`` or the default
+socket); a buildx backend would be a second class with the same methods.
+
+Credentials are never ours: pulls and pushes send what ``docker login``
+stored in the standard Docker config (``DOCKER_CONFIG`` or ``~/.docker``),
+which docker-py reads itself.
+
+Errors inside the JSON streams (``error`` / ``errorDetail`` with HTTP 200)
+are detected here and turned into the driver's exceptions; registry errors
+are classified as authentication refused, final (denied, unknown) or
+transient (retried with backoff by the caller's policy, see
+:func:`registry_retry`).
+"""
+from __future__ import annotations
+
+import io
+import ipaddress
+import os
+import re
+import tarfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Optional
+
+import docker
+import docker.auth
+import docker.errors
+import requests
+import tenacity
+
+from stackbuild.core.errors import (EngineError, EngineUnavailable, LockError, PullError, PushError, RegistryAuthError,
+                     RegistryUnavailable, StackBuildError)
+from stackbuild.core.reference import DOCKER_HUB, ImageReference
+
+Event = dict
+EventSink = Callable[[Event], None]
+
+# How long to wait for the daemon to answer a plain request (streams have no limit).
+CONNECT_TIMEOUT = 15
+REQUEST_TIMEOUT = int(os.environ.get("STACKBUILD_DOCKER_TIMEOUT", "600"))
+
+MANIFEST_ACCEPT = ", ".join((
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+))
+
+# What a registry error says, and what it means for a retry.
+_AUTH_PATTERNS = re.compile(
+    r"unauthorized|authentication required|no basic auth credentials|incorrect username or password"
+    r"|401 unauthorized|invalid username/password",
+    re.I,
+)
+_FINAL_PATTERNS = re.compile(
+    r"denied|forbidden|manifest unknown|name unknown|blob unknown|not found|does not exist"
+    r"|invalid reference|manifest invalid|unsupported|does not match the specified platform"
+    r"|server gave HTTP response to HTTPS client",
+    re.I,
+)
+_TRANSIENT_PATTERNS = re.compile(
+    r"connection refused|connection reset|broken pipe|no route to host|i/o timeout|timeout|timed out"
+    r"|\bEOF\b|temporary failure|try again|too many requests|toomanyrequests|\b429\b|\b50[0234]\b"
+    r"|service unavailable|bad gateway|internal server error|dial tcp|network is unreachable",
+    re.I,
+)
+
+
+@contextmanager
+def engine_errors(what: str) -> Iterator[None]:
+    """Turn the engine vanishing or refusing mid-run into one-line errors, not tracebacks."""
+    try:
+        yield
+    except StackBuildError:
+        raise
+    except requests.exceptions.ConnectionError as exc:
+        raise EngineUnavailable(f"{what}: the Docker engine stopped answering ({_one_line(exc)})") from None
+    except docker.errors.APIError as exc:
+        raise EngineError(f"{what}: the Docker engine refused: {_one_line(_api_error_text(exc))}") from None
+    except docker.errors.DockerException as exc:
+        raise EngineError(f"{what}: {_one_line(exc)}") from None
+
+
+def _one_line(value: object) -> str:
+    return re.sub(r"\s+", " ", str(value)).strip()[:400]
+
+
+class RegistryTransient(StackBuildError):
+    """A registry error worth retrying (network, 5xx, 429); becomes RegistryUnavailable."""
+
+    def __init__(self, what: str, reason: str):
+        super().__init__(f"{what}: {reason}")
+        self.reason = reason
+
+
+def classify_registry_error(what: str, message: str, registry: str = "", final: type = PushError) -> StackBuildError:
+    """Map a registry error message to the exception the caller raises (or retries).
+
+    ``final`` is the class of what cannot succeed (PushError for a push,
+    PullError for a pull, LockError for a digest look-up).
+    """
+    text = message.strip()
+    if _AUTH_PATTERNS.search(text):
+        login = f"docker login {registry}" if registry and registry != DOCKER_HUB else "docker login"
+        return RegistryAuthError(f"{what}: the registry refused the credentials from the Docker config ({text}); run `{login}`")
+    if _FINAL_PATTERNS.search(text):
+        return final(f"{what}: {text}")
+    if _TRANSIENT_PATTERNS.search(text):
+        return RegistryTransient(what, text)
+    return final(f"{what}: {text}")
+
+
+def registry_retry(what: str, on_retry: Optional[EventSink] = None) -> tenacity.Retrying:
+    """Backoff for transient registry errors; everything else is raised at once.
+
+    ``STACKBUILD_REGISTRY_ATTEMPTS`` (default 5) and ``STACKBUILD_REGISTRY_BACKOFF``
+    (first wait in seconds, default 2, doubling up to 30) tune it.
+    """
+    attempts = max(1, int(os.environ.get("STACKBUILD_REGISTRY_ATTEMPTS", "5")))
+    first = float(os.environ.get("STACKBUILD_REGISTRY_BACKOFF", "2"))
+
+    def before_sleep(state: tenacity.RetryCallState) -> None:
+        if on_retry is not None:
+            exc = state.outcome.exception() if state.outcome else None
+            on_retry({"event": "retry", "what": what, "attempt": state.attempt_number, "of": attempts,
+                      "wait_seconds": round(state.next_action.sleep if state.next_action else 0, 1),
+                      "error": str(getattr(exc, "reason", exc))})
+
+    def give_up(state: tenacity.RetryCallState):
+        exc = state.outcome.exception() if state.outcome else None
+        reason = getattr(exc, "reason", exc)
+        raise RegistryUnavailable(f"{what}: registry unavailable after {state.attempt_number} attempts: {reason}")
+
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(RegistryTransient),
+        stop=tenacity.stop_after_attempt(attempts),
+        wait=tenacity.wait_exponential(multiplier=first, min=first, max=30),
+        before_sleep=before_sleep,
+        retry_error_callback=give_up,
+        reraise=True,
+    )
+
+
+def _exit_status(message: Event) -> Optional[int]:
+    """The exit status of the failed RUN step a build stream's error message reports, if any.
+
+    The classic builder sends it as ``errorDetail.code`` and in the text
+    (``... returned a non-zero code: N``).
+    """
+    detail = message.get("errorDetail")
+    if isinstance(detail, dict) and isinstance(detail.get("code"), int) and detail["code"] > 0:
+        return detail["code"]
+    found = NONZERO_RE.search(str(message.get("error") or ""))
+    return int(found.group(1)) if found else None
+
+
+def _stream_error(message: Event) -> Optional[str]:
+    """The error a stream message carries, if any (they come with HTTP 200)."""
+    if "error" in message or "errorDetail" in message:
+        detail = message.get("errorDetail") or {}
+        text = message.get("error") or (detail.get("message") if isinstance(detail, dict) else str(detail))
+        return str(text or "unknown error").strip()
+    return None
+
+
+@dataclass
+class BuildOutcome:
+    image_id: Optional[str]
+    error: Optional[str]
+    # The step that failed (or the last one that ran), as the builder named it.
+    step_number: Optional[int] = None
+    step_total: Optional[int] = None
+    step_instruction: Optional[str] = None
+    step_output: tuple[str, ...] = ()
+    exit_status: Optional[int] = None  # of the failed RUN step
+
+
+NONZERO_RE = re.compile(r"returned a non-zero code: (\d+)")
+STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)$", re.S)
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # the classic builder colours a step's stderr
+
+
+class DockerEngine:
+    """The classic Docker engine API through docker-py."""
+
+    name = "docker"
+
+    def __init__(self, client: docker.DockerClient):
+        self.client = client
+        self.api = client.api
+
+    # ----------------------------------------------------------------- queries
+    def describe(self) -> str:
+        info = self.api.version()
+        return f"Docker engine {info.get('Version')} (API {info.get('ApiVersion')}, {info.get('Os')}/{info.get('Arch')}) at {self.api.base_url}"
+
+    def has_image(self, reference: str) -> bool:
+        return self.inspect_image(reference) is not None
+
+    def inspect_image(self, reference: str) -> Optional[dict]:
+        try:
+            return self.api.inspect_image(reference)
+        except docker.errors.ImageNotFound:
+            return None
+        except docker.errors.APIError as exc:
+            if exc.status_code == 404:
+                return None
+            raise
+
+    def registry_digest(self, reference: ImageReference, platform: str) -> tuple[str, tuple[str, ...]]:
+        """What ``reference`` points to in its registry, and the platforms it offers.
+
+        Asked through the daemon (distribution inspect), so the standard
+        credentials apply. Raises LockError when ``platform`` is not offered.
+        """
+        what = f"{reference}: distribution inspect"
+        registry = reference.registry
+
+        def ask() -> dict:
+            try:
+                return self.api.inspect_distribution(str(reference))
+            except docker.errors.APIError as exc:
+                raise classify_registry_error(what, _api_error_text(exc), registry, LockError) from None
+
+        with engine_errors(what):
+            data = registry_retry(what)(ask)
+        digest = data.get("Descriptor", {}).get("digest", "")
+        offered = []
+        for p in data.get("Platforms") or []:
+            name = f"{p.get('os')}/{p.get('architecture')}" + (f"/{p['variant']}" if p.get("variant") else "")
+            offered.append(name)
+        plain = {"/".join(o.split("/")[:2]) for o in offered}
+        if platform not in offered and platform not in plain:
+            raise LockError(f"{reference}: the registry offers {', '.join(sorted(offered)) or 'no platform'}, not {platform}")
+        return digest, tuple(sorted(set(offered)))
+
+    # ------------------------------------------------------------------- pull
+    def pull(self, reference: ImageReference, platform: str, on_event: EventSink,
+             on_retry: Optional[EventSink] = None) -> dict:
+        """Pull ``reference`` (by its digest when it has one) for ``platform``; return its inspect data."""
+        local = reference.by_digest_or_tag()
+        what = f"pull {reference}"
+        registry = reference.registry
+
+        def attempt() -> None:
+            try:
+                for message in self.api.pull(local.repository, tag=local.digest or local.tag, stream=True, decode=True,
+                                             platform=platform):
+                    error = _stream_error(message)
+                    if error:
+                        raise classify_registry_error(what, error, registry, PullError)
+                    on_event(message)
+            except docker.errors.APIError as exc:
+                raise classify_registry_error(what, _api_error_text(exc), registry, PullError) from None
+
+        registry_retry(what, on_retry)(attempt)
+        pulled = self.inspect_image(str(local))
+        if pulled is None:
+            raise PullError(f"{what}: the engine reported success but the image is not there")
+        return pulled
+
+    # ------------------------------------------------------------------ build
+    def build(self, context_dir: str, platform: str, on_event: EventSink, *, nocache: bool = False) -> BuildOutcome:
+        """Build the context with the classic builder, untagged; never raises on a failed step.
+
+        ``on_event`` gets ``{"step": n, "total": m, "instruction": ...}`` when a
+        step starts and ``{"output": line}`` for each line it prints.
+        """
+        stream = self.api.build(path=context_dir, platform=platform, decode=True, rm=True, forcerm=True,
+                                pull=False, nocache=nocache, timeout=None)
+        image_id = None
+        step: dict = {}
+        output: list[str] = []
+        pending = ""
+        for message in stream:
+            error = _stream_error(message)
+            if error:
+                if pending.strip():
+                    output.append(ANSI_RE.sub("", pending).rstrip())
+                return BuildOutcome(None, error, step.get("n"), step.get("total"), step.get("instruction"), tuple(output),
+                                    _exit_status(message))
+            aux = message.get("aux")
+            if isinstance(aux, dict) and aux.get("ID"):
+                image_id = aux["ID"]
+            text = message.get("stream")
+            if text is None:
+                if message.get("status"):  # a pull the builder does itself, should it happen
+                    on_event({"output": message["status"] + (" " + message["id"] if message.get("id") else "")})
+                continue
+            pending += text
+            *lines, pending = pending.split("\n")
+            for line in lines:
+                line = ANSI_RE.sub("", line).rstrip("\r")
+                match = STEP_RE.match(line)
+                if match:
+                    step = {"n": int(match.group(1)), "total": int(match.group(2)), "instruction": match.group(3).strip()}
+                    output = []
+                    on_event({"step": step["n"], "total": step["total"], "instruction": step["instruction"]})
+                    continue
+                if line.startswith(" ---> ") or line.startswith("Removing intermediate container"):
+                    continue  # the builder's own bookkeeping
+                if line.startswith("Successfully built "):
+                    image_id = image_id or line.split()[-1]
+                    continue
+                output.append(line)
+                del output[:-200]
+                on_event({"output": line})
+        if image_id and not image_id.startswith("sha256:"):
+            found = self.inspect_image(image_id)
+            image_id = found["Id"] if found else image_id
+        if not image_id:
+            return BuildOutcome(None, "the builder finished without an image id", step.get("n"), step.get("total"),
+                                step.get("instruction"), tuple(output))
+        return BuildOutcome(image_id, None, step.get("n"), step.get("total"), step.get("instruction"), tuple(output))
+
+    # -------------------------------------------------------------- tag, push
+    def tag(self, image_id: str, repository: str, tag: str) -> None:
+        self.api.tag(image_id, repository, tag, force=True)
+
+    def untag(self, reference: str) -> None:
+        try:
+            self.api.remove_image(reference, noprune=True)
+        except docker.errors.APIError:
+            pass
+
+    def push(self, repository: str, tag: str, on_event: EventSink, on_retry: Optional[EventSink] = None) -> Optional[str]:
+        """Push ``repository:tag``; return the manifest digest the engine reports (``aux.Digest``)."""
+        reference = ImageReference(repository, tag=tag)
+        what = f"push {reference}"
+        registry = reference.registry
+
+        def attempt() -> Optional[str]:
+            digest = None
+            try:
+                for message in self.api.push(repository, tag=tag, stream=True, decode=True):
+                    error = _stream_error(message)
+                    if error:
+                        raise classify_registry_error(what, error, registry)
+                    aux = message.get("aux")
+                    if isinstance(aux, dict) and aux.get("Digest"):
+                        digest = aux["Digest"]
+                    on_event(message)
+            except docker.errors.APIError as exc:
+                raise classify_registry_error(what, _api_error_text(exc), registry) from None
+            return digest
+
+        return registry_retry(what, on_retry)(attempt)
+
+    def manifest_digest(self, repository: str, tag: str, on_retry: Optional[EventSink] = None) -> str:
+        """``Docker-Content-Digest`` of ``repository:tag``, retried like a push."""
+        return registry_retry(f"{ImageReference(repository, tag=tag)}: manifest HEAD", on_retry)(
+            self._manifest_digest, repository, tag)
+
+    def _manifest_digest(self, repository: str, tag: str) -> str:
+        """Ask the registry itself (HEAD on the manifest) for ``Docker-Content-Digest``.
+
+        Uses the standard Docker config's credentials for that registry
+        (basic, or a bearer token from the realm the registry names).
+        """
+        reference = ImageReference(repository, tag=tag)
+        registry, name, host = reference.registry, reference.remote_name, reference.api_host
+        auth = docker.auth.load_config(credstore_env=None).resolve_authconfig(registry) or {}
+        basic = (auth.get("username") or auth.get("Username"), auth.get("password") or auth.get("Password")) if auth else None
+        if basic and not all(basic):
+            basic = None
+        what = f"{reference}: manifest HEAD"
+        session = requests.Session()
+        last_error: Optional[Exception] = None
+        for scheme in self._schemes(host):
+            url = f"{scheme}://{host}/v2/{name}/manifests/{tag}"
+            try:
+                response = session.head(url, headers={"Accept": MANIFEST_ACCEPT}, timeout=30)
+                if response.status_code == 401:
+                    response = self._authorised_head(session, url, response, basic, name)
+            except requests.exceptions.SSLError as exc:
+                last_error = exc
+                continue
+            except requests.exceptions.ConnectionError as exc:
+                last_error = exc
+                continue
+            if response.status_code == 401:
+                raise RegistryAuthError(f"{what}: the registry refused the credentials from the Docker config; run `docker login {registry}`")
+            if response.status_code == 404:
+                raise PushError(f"{what}: manifest unknown")
+            if response.status_code >= 400:
+                raise classify_registry_error(what, f"HTTP {response.status_code}")
+            digest = response.headers.get("Docker-Content-Digest")
+            if not digest:
+                raise PushError(f"{what}: the registry sent no Docker-Content-Digest")
+            return digest
+        raise RegistryTransient(what, str(last_error))
+
+    def _schemes(self, host: str) -> Iterable[str]:
+        """https first; plain http too for loopback and the engine's insecure registries."""
+        yield "https"
+        if self.plain_http(host):
+            yield "http"
+
+    def plain_http(self, host: str) -> bool:
+        """Whether the engine speaks plain http to ``host``: loopback, or one of its insecure registries."""
+        hostname = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+        insecure = hostname == "localhost"
+        try:
+            insecure = insecure or ipaddress.ip_address(hostname).is_loopback
+        except ValueError:
+            pass
+        if not insecure:
+            config = self.api.info().get("RegistryConfig") or {}
+            index = (config.get("IndexConfigs") or {}).get(host) or {}
+            insecure = index.get("Secure") is False
+        return insecure
+
+    @staticmethod
+    def _authorised_head(session: requests.Session, url: str, challenge: requests.Response, basic, name: str) -> requests.Response:
+        header = challenge.headers.get("WWW-Authenticate", "")
+        scheme, _, rest = header.partition(" ")
+        if scheme.lower() == "basic":
+            return session.head(url, headers={"Accept": MANIFEST_ACCEPT}, auth=basic, timeout=30) if basic else challenge
+        if scheme.lower() == "bearer":
+            params = dict(re.findall(r'(\w+)="([^"]*)"', rest))
+            realm = params.pop("realm", None)
+            if not realm:
+                return challenge
+            params.setdefault("scope", f"repository:{name}:pull")
+            token = session.get(realm, params=params, auth=basic, timeout=30)
+            if token.status_code != 200:
+                return challenge
+            body = token.json()
+            value = body.get("token") or body.get("access_token")
+            return session.head(url, headers={"Accept": MANIFEST_ACCEPT, "Authorization": f"Bearer {value}"}, timeout=30)
+        return challenge
+
+    # ------------------------------------------------------- look inside images
+    def read_file(self, image: str, path: str) -> Optional[bytes]:
+        """A file's bytes from an image, through a created-not-started container."""
+        container = self.api.create_container(image, command=["/nonexistent"], entrypoint=[], network_disabled=True)
+        try:
+            try:
+                chunks, _stat = self.api.get_archive(container["Id"], path)
+            except docker.errors.NotFound:
+                return None
+            archive = io.BytesIO(b"".join(chunks))
+            with tarfile.open(fileobj=archive) as tar:
+                member = next((m for m in tar.getmembers() if m.isfile()), None)
+                if member is None:
+                    return None
+                handle = tar.extractfile(member)
+                return handle.read() if handle else None
+        finally:
+            self.api.remove_container(container["Id"], force=True)
+
+    def run(self, image: str, entrypoint: list[str], args: list[str], platform: Optional[str] = None) -> tuple[int, str, str]:
+        """``docker run --rm --entrypoint ... IMAGE args``: exit code, stdout, stderr."""
+        kwargs = {"platform": platform} if platform else {}
+        container = self.api.create_container(image, command=args, entrypoint=entrypoint, network_disabled=True, **kwargs)
+        try:
+            self.api.start(container["Id"])
+            status = self.api.wait(container["Id"], timeout=None)
+            out = self.api.logs(container["Id"], stdout=True, stderr=False).decode("utf-8", "replace")
+            err = self.api.logs(container["Id"], stdout=False, stderr=True).decode("utf-8", "replace")
+            return int(status.get("StatusCode", 1)), out, err
+        finally:
+            self.api.remove_container(container["Id"], force=True)
+
+    def image_history(self, image: str) -> list[dict]:
+        return self.api.history(image)
+
+    def save(self, image: str) -> Iterator[bytes]:
+        return self.api.get_image(image)
+
+
+def _api_error_text(exc: docker.errors.APIError) -> str:
+    explanation = exc.explanation
+    if isinstance(explanation, bytes):
+        explanation = explanation.decode("utf-8", "replace")
+    return str(explanation or exc)
+
+
+def connect() -> DockerEngine:
+    """The engine at DOCKER_HOST or the default socket; EngineUnavailable if none answers."""
+    where = os.environ.get("DOCKER_HOST") or "the default socket (unix:///var/run/docker.sock)"
+    try:
+        client = docker.from_env(timeout=CONNECT_TIMEOUT)
+        client.api.ping()
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        reason = re.sub(r"\s+", " ", reason)[:300]
+        raise EngineUnavailable(f"no Docker engine answers at {where}: {reason}; start dockerd (make engine) or set DOCKER_HOST") from None
+    client.api.timeout = REQUEST_TIMEOUT
+    return DockerEngine(client)
+

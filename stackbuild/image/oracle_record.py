@@ -1,0 +1,93 @@
+"""The recipe's oracle record, ``recipe.oracle.json`` next to the recipe.
+
+The in-image gate checks the simulator against vLLM's own planning. Done for
+real, that is one cold import of vLLM and torch, most of a cold build. The
+gate writes what vLLM answered into the image (geometry/record.py: the answer
+keyed by the gate input, the geometry code, Python, the vLLM tree's bytes and
+the imported packages' versions); ``build.py record`` copies it from a built
+image to the recipe, and later builds ship it to the gate, which uses it only
+when every part of the key is that image's, and otherwise imports vLLM again.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Optional, Protocol
+
+from geometry import record as record_mod
+from geometry.image_contract import ORACLE_RECORD, payload_path
+
+from stackbuild.core.atomic import replace_file
+from stackbuild.core.errors import OracleRecordError
+from stackbuild.core.recipe import REPO_ROOT, Recipe
+
+RECORD_NAME = "recipe.oracle.json"
+GEOMETRY_DIR = REPO_ROOT / "geometry"
+
+
+@dataclass(frozen=True)
+class RecordChoice:
+    """Whether a build ships the recipe's record to the gate, and why (one line for the log)."""
+
+    path: Optional[Path]
+    note: str
+
+
+NOT_READ = RecordChoice(None, f"{RECORD_NAME} not read: nothing is built")
+
+
+def record_path(recipe: Recipe) -> Path:
+    return recipe.path.with_name(RECORD_NAME)
+
+
+def _check_belongs(record: Mapping, gate_input: Mapping, where: str) -> Optional[str]:
+    """Why ``record`` was not made for this gate input and this geometry code (None: it was)."""
+    part = record_mod.foreign_part(record, gate_input, str(GEOMETRY_DIR))
+    if part == "inputs":
+        return f"{where} is for another gate input (recipe or model configs changed since it was recorded)"
+    if part == "geometry_code":
+        return f"{where} was made by other geometry code"
+    return None
+
+
+def choose(recipe: Recipe, gate_input: Mapping) -> RecordChoice:
+    path = record_path(recipe)
+    if not path.is_file():
+        return RecordChoice(None, f"no {RECORD_NAME}: the gate imports vLLM to check the simulator "
+                                  "(`build.py record` keeps its answer for later cold builds)")
+    try:
+        record = record_mod.load(str(path))
+    except record_mod.RecordError as exc:
+        raise OracleRecordError(str(exc)) from None
+    why = _check_belongs(record, gate_input, str(path))
+    if why:
+        return RecordChoice(None, f"{why}: not used, the gate imports vLLM")
+    return RecordChoice(path, f"{path}: the gate uses vLLM's recorded answer if the image's vLLM tree "
+                              "and packages are the recorded ones, else imports vLLM")
+
+
+class ReadsImageFiles(Protocol):
+    def read_file(self, image: str, path: str) -> Optional[bytes]: ...
+
+
+def save_from_image(engine: ReadsImageFiles, image: str, recipe: Recipe, gate_input: Mapping,
+                    payload_dir: str) -> tuple[Path, dict]:
+    """Read the record the gate left in ``image``, check it and write it next to the recipe (atomically)."""
+    path = payload_path(ORACLE_RECORD, payload_dir)
+    where = f"{image}:{path}"
+    raw = engine.read_file(image, path)
+    if raw is None:
+        raise OracleRecordError(f"{where}: no oracle record in the image (built before records existed?)")
+    try:
+        record = record_mod.parse(raw, where)
+    except record_mod.RecordError as exc:
+        raise OracleRecordError(str(exc)) from None
+    why = _check_belongs(record, gate_input, where)
+    if why:
+        raise OracleRecordError(f"{why}; rebuild the image from {recipe.path} first")
+    path = record_path(recipe)
+    try:
+        replace_file(path, lambda tmp: record_mod.write(record, str(tmp)))
+    except OSError as exc:
+        raise OracleRecordError(f"{path}: cannot write the oracle record: {exc.strerror or exc}") from None
+    return path, record

@@ -1,0 +1,144 @@
+"""Render the Dockerfile and lay out the build context; no daemon involved."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+from pathlib import Path
+
+import jinja2
+
+from geometry import image_contract as contract
+from geometry.preflight import checked as checked_mod
+
+from stackbuild.core.errors import InternalError
+from stackbuild.image.plan import BuildPlan
+from stackbuild.core.preflight_record import checked_serve
+from stackbuild.core.recipe import REPO_ROOT
+
+TEMPLATE = REPO_ROOT / "Dockerfile.j2"
+NORMALISE_SCRIPT = Path(__file__).with_name("normalise-mtimes.sh")
+# Build-context directories holding what the patch step and the gate step need.
+PATCH_PAYLOAD = "patch-payload"
+GATE_PAYLOAD = "gate-payload"
+# The start-time pre-flight and the record of what the gate checked: after the gate step,
+# so editing the pre-flight does not re-run the gate.
+PREFLIGHT_PAYLOAD = "preflight-payload"
+PAYLOAD_SKIP = ("__pycache__", "tests", ".pytest_cache")
+# Maintainers' tools: never run in the image.
+PAYLOAD_SKIP_FILES = ("refresh.py",)
+
+
+def contract_values(payload_dir: str) -> dict:
+    """The in-image contract as the template reads it (``{{ contract.gate_command }}`` ...)."""
+    return {
+        "payload_dir": payload_dir,
+        "overlay_apply": contract.payload_path(contract.OVERLAY_APPLY, payload_dir),
+        "overlay_series": contract.payload_path(contract.OVERLAY_SERIES, payload_dir),
+        "overlay_manifest": contract.payload_path(contract.OVERLAY_MANIFEST, payload_dir),
+        "normalise_mtimes": contract.payload_path(contract.NORMALISE_MTIMES, payload_dir),
+        "gate_command": shlex.join(contract.gate_argv(payload_dir, build=True)),
+        "preflight_entrypoint": contract.payload_path(contract.PREFLIGHT_ENTRYPOINT, payload_dir),
+        "architecture_mismatch_status": contract.ARCHITECTURE_MISMATCH_STATUS,
+    }
+
+
+def instruction_keywords(dockerfile: str) -> list[str]:
+    """The keyword of each instruction of a Dockerfile, in order (continuations and comments skipped)."""
+    keywords, continued = [], False
+    for line in dockerfile.splitlines():
+        stripped = line.strip()
+        if not continued and stripped and not stripped.startswith("#"):
+            keywords.append(stripped.split(None, 1)[0].upper())
+        if stripped.startswith("#") and continued:
+            continue
+        continued = stripped.endswith("\\")
+    return keywords
+
+
+def render(plan: BuildPlan) -> str:
+    """The Dockerfile text for a plan; its steps are the contract's ``BUILD_STEPS``, in order."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE.parent)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    template = env.get_template(TEMPLATE.name)
+    recipe = plan.recipe
+    text = template.render(
+        recipe_name=recipe.name,
+        vllm_version=recipe.base.vllm_version,
+        series_name=recipe.overlay.series,
+        base_reference=str(plan.from_reference or plan.base.reference),
+        platform=recipe.platform,
+        uname_machine=recipe.uname_machine,
+        contract=contract_values(plan.payload_dir),
+        source_date_epoch=plan.source_date_epoch,
+        labels=dict(plan.labels),
+        patch_payload=PATCH_PAYLOAD,
+        gate_payload=GATE_PAYLOAD,
+        preflight_payload=PREFLIGHT_PAYLOAD,
+    )
+    keywords = instruction_keywords(text)
+    expected = [step.keyword for step in contract.BUILD_STEPS]
+    if keywords != expected:
+        raise InternalError(f"{TEMPLATE.name}: its instructions {' '.join(keywords)} are not the build steps "
+                          f"geometry/image_contract.py names ({' '.join(expected)})")
+    return text
+
+
+def _wanted(path: Path) -> bool:
+    if any(part in PAYLOAD_SKIP for part in path.parts):
+        return False
+    if path.name in PAYLOAD_SKIP_FILES:
+        return False
+    return not path.name.endswith((".pyc", ".pyo", ".md", ".mk"))
+
+
+def _copy_tree(name: str, destination: Path, *, leave_out: str = "") -> None:
+    """Copy the repository's ``name`` under ``destination`` (same relative paths), without ``leave_out``."""
+    for src in sorted((REPO_ROOT / name).rglob("*")):
+        relative = src.relative_to(REPO_ROOT)
+        if leave_out and relative.is_relative_to(leave_out):
+            continue
+        if src.is_file() and _wanted(relative):
+            dst = destination / src.relative_to(REPO_ROOT)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
+
+
+def write_context(plan: BuildPlan, directory: Path) -> Path:
+    """Write the Dockerfile and the two payload trees into ``directory``.
+
+    Each payload mirrors its absolute path (``<payload>/opt/glm53-overlay/...``)
+    and is copied to ``/``, so even ``/opt`` gets the epoch time from the context
+    rather than the time of the build. ``patch-payload`` holds what the patch step
+    needs, ``gate-payload`` the gate, its recipe-specific input and the recipe's
+    oracle record if it has a usable one: recipes that differ only in geometry
+    reuse the cached patch step. ``preflight-payload`` holds the entrypoint's
+    pre-flight and the record of what the gate checked.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    inside = plan.payload_dir.lstrip("/")
+    patch_root = directory / PATCH_PAYLOAD / inside
+    gate_root = directory / GATE_PAYLOAD / inside
+    patch_root.mkdir(parents=True, exist_ok=True)
+    gate_root.mkdir(parents=True, exist_ok=True)
+    _copy_tree("overlay", patch_root)
+    shutil.copyfile(NORMALISE_SCRIPT, patch_root / NORMALISE_SCRIPT.name)
+    _copy_tree("geometry", gate_root, leave_out=contract.PREFLIGHT_PACKAGE)
+    (gate_root / contract.GATE_INPUT).write_text(json.dumps(dict(plan.gate_input), indent=2, sort_keys=True) + "\n")
+    if plan.oracle_record is not None:
+        shutil.copyfile(plan.oracle_record, gate_root / contract.ORACLE_RECORD)
+    preflight_root = directory / PREFLIGHT_PAYLOAD / inside
+    _copy_tree(contract.PREFLIGHT_PACKAGE, preflight_root)
+    checked_mod.write(checked_serve(plan.recipe, plan.gate_input), str(preflight_root / contract.PREFLIGHT_CHECKED))
+    (directory / "Dockerfile").write_text(render(plan))
+    # Same bytes, same times, same modes: COPY layers depend only on the inputs.
+    for path in sorted(directory.rglob("*"), reverse=True):
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        os.utime(path, (plan.source_date_epoch, plan.source_date_epoch), follow_symlinks=False)
+    os.utime(directory, (plan.source_date_epoch, plan.source_date_epoch))
+    return directory

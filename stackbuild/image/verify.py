@@ -1,0 +1,181 @@
+"""Check a pushed image against its recipe: labels, platform, and the gate run again inside it.
+
+``build.py verify IMAGE@DIGEST --recipe R`` pulls the image by digest,
+recomputes the plan's labels (all but the fields that record when and from
+which commit it was built) and compares, fetches the SBOM and the
+provenance that refer to the digest and checks them against the image
+(stackbuild/attest.py), then runs the in-image geometry gate with ``--json``
+and reads its verdict. A digest naming an image index (a multi-platform
+recipe's) is checked entry by entry: the index must hold exactly the
+recipe's platforms, and each platform's image is checked as above against
+the recipe's view of that platform. Any difference is a :class:`VerifyError`
+listing every mismatch, prefixed with its platform for an index.
+"""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+from geometry.image_contract import PAYLOAD_DIR, ContractError, gate_argv
+
+from stackbuild.image import engine as engine_mod
+from stackbuild.image.attest import attestation_problems, gate_report_sha256, registry_client
+from stackbuild.core.errors import ImageReferenceInvalid, UsageError, VerifyError
+from stackbuild.image.index import index_platforms
+from stackbuild.image.plan import make_plan
+from stackbuild.image.progress import Progress
+from stackbuild.core.recipe import DIGEST_RE, Recipe
+from stackbuild.core.reference import ImageReference
+from stackbuild.image.registry import RegistryClient
+from stackbuild.image.report import geometry_verdict
+from stackbuild.image.sbom import read_inventory
+
+# Labels that record time or revision: they differ between two builds of one recipe.
+UNCOMPARED_LABELS = (
+    "org.opencontainers.image.created",
+    "org.opencontainers.image.revision",
+    "org.opencontainers.image.version",
+)
+
+
+def gate_command() -> tuple[list[str], list[str]]:
+    """(entrypoint, args) of ``docker run --rm --entrypoint ENTRY IMAGE ARGS``: the gate again, its report on stdout."""
+    argv = gate_argv(PAYLOAD_DIR, build=False)
+    return argv[:1], argv[1:]
+
+
+def label_mismatches(expected: dict, actual: dict) -> list[str]:
+    out = []
+    for key in sorted(expected):
+        if key in UNCOMPARED_LABELS:
+            continue
+        if key not in actual:
+            out.append(f"label {key}: missing (recipe says {expected[key]!r})")
+        elif actual[key] != expected[key]:
+            out.append(f"label {key}: image has {actual[key]!r}, recipe says {expected[key]!r}")
+    return out
+
+
+def image_by_digest(image: str) -> ImageReference:
+    """``REPOSITORY@sha256:...`` -> the image by digest (a tag beside the digest is dropped); a tag alone is a usage error."""
+    try:
+        reference = ImageReference.parse(image)
+    except ImageReferenceInvalid as exc:
+        raise UsageError(f"verify {image}: not an image reference ({exc.reason}); give the image by digest "
+                         "(REPOSITORY@sha256:...), as the build report's pushed_reference records it") from None
+    if reference.digest is None or not DIGEST_RE.match(reference.digest):
+        raise UsageError(f"verify {image}: give the image by digest (REPOSITORY@sha256:...), "
+                         "as the build report's pushed_reference records it")
+    return reference.by_digest()
+
+
+def verify_image(image: str, recipe: Recipe, *, json_progress: bool = False, engine: Optional[engine_mod.DockerEngine] = None) -> dict:
+    with engine_mod.engine_errors(f"verify {image}"):
+        return _verify(image, recipe, json_progress, engine)
+
+
+def _verify(image: str, recipe: Recipe, json_progress: bool, engine: Optional[engine_mod.DockerEngine]) -> dict:
+    reference = image_by_digest(image)
+    repository, digest = reference.repository, reference.digest
+    progress = Progress(json_lines=json_progress)
+    engine = engine or engine_mod.connect()
+    client = registry_client(engine, repository, progress)
+    top = client.manifest(digest)
+    if top is None:
+        raise VerifyError(f"{image}: the registry has no such manifest")
+    if "manifests" in top.document:
+        return _verify_index(image, reference, recipe, top.document, client, engine, progress)
+    view = recipe
+    if len(recipe.platforms) > 1:  # one platform's image of a multi-platform recipe, verified on its own
+        platform = _config_platform(client, top.document, image)
+        if platform not in recipe.platforms:
+            raise VerifyError(f"{image} does not match {recipe.path}:\n  platform: image is {platform}, "
+                              f"recipe says {', '.join(recipe.platforms)}")
+        view = recipe.for_platform(platform)
+    result = _verify_platform(repository, digest, view, client, engine, progress)
+    if result["mismatches"]:
+        raise VerifyError(f"{image} does not match {recipe.path}:\n  " + "\n  ".join(result["mismatches"]))
+    return {"image": image, **result}
+
+
+def _config_platform(client: RegistryClient, manifest: dict, image: str) -> str:
+    config_digest = (manifest.get("config") or {}).get("digest", "")
+    raw = client.blob(config_digest) if DIGEST_RE.match(config_digest) else None
+    try:
+        config = json.loads(raw) if raw else {}
+    except json.JSONDecodeError:
+        config = {}
+    if not isinstance(config, dict) or not config.get("architecture"):
+        raise VerifyError(f"{image}: the manifest names no readable image config ({config_digest or 'none'})")
+    return f"{config.get('os')}/{config.get('architecture')}"
+
+
+def _verify_index(image: str, reference: ImageReference, recipe: Recipe, index: dict, client: RegistryClient,
+                  engine: engine_mod.DockerEngine, progress: Progress) -> dict:
+    """Every platform of the recipe: its entry in the index, then the image it names, checked as one image is."""
+    repository, digest = reference.repository, reference.digest
+    entries = index_platforms(index)
+    problems = [f"index: no image for {platform}" for platform in recipe.platforms if platform not in entries]
+    problems += [f"index: {platform} is not one of the recipe's platforms ({', '.join(recipe.platforms)})"
+                 for platform in entries if platform not in recipe.platforms]
+    platforms = {}
+    for platform in recipe.platforms:
+        if platform not in entries:
+            continue
+        result = _verify_platform(repository, entries[platform], recipe.for_platform(platform), client, engine, progress)
+        platforms[platform] = result
+        problems += [f"{platform}: {problem}" for problem in result["mismatches"]]
+    if problems:
+        raise VerifyError(f"{image} does not match {recipe.path}:\n  " + "\n  ".join(problems))
+    return {"image": image, "digest": digest, "index": True, "platforms": platforms, "mismatches": [], "verdict": "pass",
+            "geometry_verdict": "pass"}
+
+
+def _verify_platform(repository: str, digest: str, recipe: Recipe, client: RegistryClient,
+                     engine: engine_mod.DockerEngine, progress: Progress) -> dict:
+    """One image (``recipe`` is the view of its platform): labels, platform, attestations, then the gate.
+
+    The gate (a cold import of vLLM, minutes under emulation) runs only on an
+    image whose labels and attestations already match.
+    """
+    plan = make_plan(recipe, read_oracle_record=False)
+    reference = ImageReference(repository, digest=digest)
+    with progress.phase("pull", f"{reference} for {recipe.platform}"):
+        inspected = engine.pull(reference, recipe.platform, lambda m: progress.layer_event("pull", m),
+                                progress.retry_event)
+    labels = (inspected.get("Config") or {}).get("Labels") or {}
+    problems = label_mismatches(dict(plan.labels), labels)
+    platform = f"{inspected.get('Os')}/{inspected.get('Architecture')}"
+    if platform != recipe.platform:
+        problems.append(f"platform: image is {platform}, recipe says {recipe.platform}")
+    with progress.phase("attestations", f"SBOM and provenance referring to {digest}"):
+        inventory = read_inventory(engine, inspected["Id"], PAYLOAD_DIR, recipe.platform)
+        report_sha, _raw = gate_report_sha256(engine, inspected["Id"], PAYLOAD_DIR)
+        problems += attestation_problems(client, digest, labels, report_sha, inventory)
+    gate: Optional[dict] = None
+    verdict: Optional[str] = None
+    if problems:
+        progress.note(f"{reference}: the geometry gate is not run again: the image already does not match")
+    else:
+        with progress.phase("geometry gate", f"inside the image ({recipe.platform})"):
+            entrypoint, args = gate_command()
+            code, out, err = engine.run(inspected["Id"], entrypoint, args, platform=recipe.platform)
+        try:
+            gate = json.loads(out)
+            verdict = geometry_verdict(gate)
+        except (json.JSONDecodeError, ContractError):
+            gate = None
+        if code != 0 or verdict != "pass":
+            tail = " | ".join([line for line in (err or out).splitlines() if line.strip()][-5:])
+            problems.append(f"geometry gate: exit code {code}, verdict {verdict or 'unreadable'}" + (f" ({tail})" if tail and verdict is None else ""))
+            verdict = verdict or "fail"
+    return {
+        "digest": digest,
+        "image_id": inspected["Id"],
+        "platform": platform,
+        "labels_compared": len([k for k in plan.labels if k not in UNCOMPARED_LABELS]),
+        "mismatches": problems,
+        "verdict": "pass" if not problems else "fail",
+        "geometry_verdict": verdict,
+        "geometry_report": gate,
+    }

@@ -1,0 +1,387 @@
+"""Recipe (+ command-line overrides) -> compose document -> YAML text -> file.
+
+``compose_document`` and ``render_compose`` are pure: no daemon, no files
+written, no subprocess. ``write_compose`` adds the checks (vLLM's serve parser,
+the Docker Compose binary) and writes the file only when both pass or are
+skipped with a notice.
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from stackbuild.core.errors import ComposeOverrideError, GeometryGateFailed, OutputError, RecipeError
+from stackbuild.core.labels import LABEL_NS
+from stackbuild.core.naming import MOVING_TAGS, OWNER_VARIABLE, image_name
+from stackbuild.core.output import check_output
+from stackbuild.core.recipe import DIGEST_RE, REPO_ROOT, Recipe
+from stackbuild.core.reference import ImageReference
+from stackbuild.core.build_report import DEFAULT_REPORT, read_report
+
+from stackbuild.core.serve_args import serve_argv
+
+COMPOSE_DIR = REPO_ROOT / "compose"
+SERVICE = "vllm"
+CACHE_MOUNT = "/root/.cache"
+# Where vLLM, torch.compile (Inductor) and Triton keep compiled kernels; all on one named volume.
+CACHE_ENV = {
+    "VLLM_CACHE_ROOT": f"{CACHE_MOUNT}/vllm",
+    "TORCHINDUCTOR_CACHE_DIR": f"{CACHE_MOUNT}/torchinductor",
+    "TRITON_CACHE_DIR": f"{CACHE_MOUNT}/triton",
+}
+# A 1M-context model loads weights, compiles and captures graphs before /health answers.
+HEALTH_START_PERIOD = "30m"
+LICENCE_NAMES = {"CC-BY-NC-ND-4.0": "CC BY-NC-ND 4.0 (non-commercial, no derivatives)"}
+GPU_ID_RE = re.compile(r"^(\d+|GPU-[0-9A-Fa-f-]+|MIG-[0-9A-Za-z/-]+)$")
+# The image owner when none is given or found in a build report: Compose reads IMAGE_OWNER
+# when the file is used, and refuses to start without it.
+OWNER_FROM_ENV = "${" + OWNER_VARIABLE + ":?set " + OWNER_VARIABLE + " to the registry namespace the image was pushed to}"
+# vLLM reads its API key from this variable when --api-key is not given (put it in the env file).
+API_KEY_VARIABLE = "VLLM_API_KEY"
+
+
+@dataclass(frozen=True)
+class ImagePin:
+    repository: str
+    tag: str
+    digest: Optional[str]
+    digest_source: str  # "--digest", the report path, or "" when unpinned
+    unpinned_because: str = ""  # why no digest was taken from the build report
+    owner_note: str = ""  # where the owner came from, when not from --owner / IMAGE_OWNER
+
+    @property
+    def reference(self) -> str:
+        """``repository:tag[@digest]``; the repository may hold Compose's ``${IMAGE_OWNER:?...}``."""
+        return str(ImageReference(self.repository, self.tag, self.digest))
+
+
+def _escape(value: str) -> str:
+    """Compose interpolates ``$``: a literal dollar is ``$$``."""
+    return value.replace("$", "$$")
+
+
+def _owner_from_report(recipe: Recipe, report: Optional[dict]) -> Optional[str]:
+    """The owner a build report of this recipe pushed to, when its repository fits the recipe's template."""
+    if not report or report.get("recipe_name") != recipe.name or not isinstance(report.get("image"), str):
+        return None
+    pattern = re.escape(recipe.image.repository).replace(re.escape("{owner}"), "([a-z0-9]+(?:[._-][a-z0-9]+)*)")
+    match = re.fullmatch(pattern, report["image"])
+    return match.group(1) if match else None
+
+
+def _unpinned_because(recipe: Recipe, report: Optional[dict], report_path: Path, repository: str) -> str:
+    """Why the build report gives no digest for this file ("" when it does)."""
+    if report is None:
+        return f"no readable build report at {report_path} (pass --digest, or build and push first)"
+    if report.get("recipe_name") not in (None, recipe.name):
+        return f"{report_path} is the report of recipe {report.get('recipe_name')!r}, not {recipe.name!r}"
+    if not report.get("pushed_digest"):
+        return f"{report_path} records no push (status {report.get('status')!r})"
+    if report.get("image") not in (None, repository):
+        return f"{report_path} pushed {report.get('image')}, not {repository}"
+    if not DIGEST_RE.match(str(report["pushed_digest"])):
+        return f"{report_path}: pushed_digest {report['pushed_digest']!r} is not a sha256 digest"
+    return ""
+
+
+def resolve_image(recipe: Recipe, *, owner: Optional[str] = None, repository: Optional[str] = None,
+                  digest: Optional[str] = None, report_path: Optional[Path] = None) -> ImagePin:
+    """The image by digest from --digest (with this tree's pinned tag) or the last build report
+    (with the tag that build pushed).
+
+    Without either, the build that made the image is unknown, and so is its pinned tag (it
+    names the commit, ``{rev}``): the file then names the recipe's moving tag (``latest``),
+    marked UNPINNED, rather than a pinned tag of a build that may not exist.
+
+    The owner is ``owner`` (--owner / IMAGE_OWNER), else the one a build report of this recipe
+    pushed to, else Compose's ``${IMAGE_OWNER:?...}`` (the file asks for it when used).
+    """
+    report_path = Path(report_path) if report_path else DEFAULT_REPORT
+    report = read_report(report_path)
+    if not isinstance(report, dict):
+        report = None
+    name = image_name(recipe, owner=owner, repository=repository, owner_fallback=OWNER_FROM_ENV)
+    owner_note = ""
+    if name.owner_missing:
+        reported = _owner_from_report(recipe, report)
+        if reported:
+            name = image_name(recipe, owner=reported, repository=repository)
+            owner_note = f"image owner {reported!r} taken from {report_path}"
+        else:
+            owner_note = (f"no image owner given (--owner, {OWNER_VARIABLE}) or found in {report_path}: "
+                          f"the compose file reads {OWNER_VARIABLE} when it is used")
+    if digest is not None:
+        if not DIGEST_RE.match(digest):
+            raise ComposeOverrideError(f"--digest: expected 'sha256:' followed by 64 lowercase hex digits, got {digest!r}")
+        pinned = next(iter(name.pinned_tags), name.tags[0])
+        return ImagePin(name.repository, pinned, digest, "--digest", owner_note=owner_note)
+    tag = next((t for t in name.tags if t in MOVING_TAGS), name.tags[0])
+    # Only a report of this recipe, pushed to this repository, pins this file.
+    why = _unpinned_because(recipe, report, report_path, name.repository)
+    if why:
+        return ImagePin(name.repository, tag, None, "", unpinned_because=why, owner_note=owner_note)
+    tags = [t for t in report.get("tags") or () if isinstance(t, str)]
+    tag = next((t for t in tags if t not in MOVING_TAGS), tag)
+    return ImagePin(name.repository, tag, str(report["pushed_digest"]), str(report_path), owner_note=owner_note)
+
+
+def model_mount_point(recipe: Recipe) -> str:
+    """The container directory holding both model paths (e.g. /models)."""
+    paths = [recipe.target.path, recipe.drafter.path]
+    for key, path in (("target.path", recipe.target.path), ("drafter.path", recipe.drafter.path)):
+        if not posixpath.isabs(path):
+            raise RecipeError(recipe.path, key, f"must be an absolute path inside the container, got {path!r}")
+    common = posixpath.commonpath([posixpath.dirname(posixpath.normpath(p)) for p in paths])
+    if common == "/":
+        raise RecipeError(recipe.path, "drafter.path",
+                          f"target and drafter must live under one models directory (got {recipe.target.path} and {recipe.drafter.path})")
+    return common
+
+
+def _gpu_reservation(recipe: Recipe, gpus: Optional[str]) -> dict:
+    device: dict[str, Any] = {"driver": "nvidia"}
+    tp = recipe.serving.tensor_parallel_size
+    if gpus:
+        ids = [g.strip() for g in gpus.split(",") if g.strip()]
+        bad = [g for g in ids if not GPU_ID_RE.match(g)]
+        if bad or not ids:
+            raise ComposeOverrideError(f"--gpus: expected comma-separated GPU indices or UUIDs, got {gpus!r}")
+        if len(set(ids)) != len(ids):
+            raise ComposeOverrideError(f"--gpus: {gpus!r} names a GPU twice")
+        if len(ids) != tp:
+            raise ComposeOverrideError(f"--gpus: {len(ids)} GPU(s) given but serving.tensor_parallel_size is {tp}")
+        device["device_ids"] = ids
+    else:
+        device["count"] = tp
+    device["capabilities"] = ["gpu"]
+    return device
+
+
+def _host_models_dir(models_dir: Optional[str], mount: str) -> str:
+    if models_dir is None:
+        return mount
+    if not models_dir.strip():
+        raise ComposeOverrideError("--models-dir: empty path")
+    return os.path.abspath(os.path.expanduser(models_dir))
+
+
+def project_name(recipe: Recipe) -> str:
+    """The compose project name: the recipe's name in the characters Compose allows."""
+    name = re.sub(r"[^a-z0-9_-]+", "-", recipe.name.lower()).strip("-_")
+    return name or "glm53"
+
+
+def env_file_name(recipe: Recipe) -> str:
+    return f"{recipe.name}.env"
+
+
+def compose_document(recipe: Recipe, *, image: ImagePin, models_dir: Optional[str] = None,
+                     port: Optional[int] = None, gpus: Optional[str] = None,
+                     gpu_reservation: bool = True) -> dict:
+    """The compose document as plain data (pure)."""
+    s = recipe.serving
+    if port is not None and not 0 < int(port) < 65536:
+        raise ComposeOverrideError(f"--port: must be a TCP port, got {port}")
+    host_port = int(port) if port is not None else s.port
+    mount = model_mount_point(recipe)
+    host_models = _host_models_dir(models_dir, mount)
+    argv = serve_argv(recipe)
+
+    environment = {**CACHE_ENV, "HF_HUB_OFFLINE": "1", **dict(s.env)}
+    cache_key = (image.digest.split(":", 1)[1][:12] if image.digest else image.tag)
+    health = ("import sys, urllib.request; "
+              f"sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:{s.port}/health', timeout=5).status == 200 else 1)")
+    service: dict[str, Any] = {
+        "image": image.reference,
+        "command": [_escape(a) for a in argv],
+        "ipc": "host",
+        "ulimits": {"memlock": -1, "stack": 67108864},
+        "volumes": [
+            {"type": "bind", "source": _escape(host_models), "target": mount, "read_only": True,
+             "bind": {"create_host_path": False}},
+            {"type": "volume", "source": "kernel-cache", "target": CACHE_MOUNT},
+        ],
+        "ports": [{"target": s.port, "published": str(host_port), "host_ip": s.host_ip, "protocol": "tcp"}],
+        "environment": {k: _escape(str(v)) for k, v in environment.items()},
+        # Secrets (HF_TOKEN, ...) go in this file next to the compose file; never inlined here.
+        "env_file": [{"path": env_file_name(recipe), "required": False}],
+        "healthcheck": {
+            "test": ["CMD", "python3", "-c", health],
+            "interval": "30s",
+            "timeout": "10s",
+            "retries": 3,
+            "start_period": HEALTH_START_PERIOD,
+        },
+        "restart": "unless-stopped",
+        "logging": {"driver": "json-file", "options": {"max-size": "100m", "max-file": "5"}},
+        "labels": {
+            f"{LABEL_NS}.recipe.name": recipe.name,
+            f"{LABEL_NS}.target.id": recipe.target.id,
+            f"{LABEL_NS}.drafter.id": recipe.drafter.id,
+            f"{LABEL_NS}.drafter.license": recipe.drafter.license,
+            f"{LABEL_NS}.drafter.weights": "mounted from the host, never baked into the image",
+            f"{LABEL_NS}.image.pinned": "digest" if image.digest else "tag-only",
+        },
+    }
+    if gpu_reservation:
+        service["deploy"] = {"resources": {"reservations": {"devices": [_gpu_reservation(recipe, gpus)]}}}
+    return {
+        "name": project_name(recipe),
+        "services": {SERVICE: service},
+        "volumes": {"kernel-cache": {"name": f"{project_name(recipe)}-kernels-{re.sub(r'[^A-Za-z0-9_.-]', '-', cache_key)}"}},
+    }
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style, lists indented under their key, no line folding."""
+
+    def increase_indent(self, flow=False, indentless=False):
+        return super().increase_indent(flow, False)
+
+
+def _header(recipe: Recipe, image: ImagePin) -> list[str]:
+    licence = LICENCE_NAMES.get(recipe.drafter.license, recipe.drafter.license)
+    try:
+        recipe_rel = recipe.path.relative_to(REPO_ROOT)
+    except ValueError:
+        recipe_rel = recipe.path
+    lines = [
+        f"# Generated by `python build.py compose --recipe {recipe_rel}`: edit the recipe, not this file.",
+        f"# Serves {recipe.target.id} with the {recipe.drafter.id} drafter ({recipe.drafter.method}) on {recipe.hardware.gpu}.",
+        "#",
+        f"# LICENCE: the drafter {recipe.drafter.id} is {licence}.",
+        "#   Its weights are mounted read-only from the host models directory, never baked into",
+        "#   the image; respect its terms (non-commercial use only).",
+        f"# Secrets such as HF_TOKEN go in ./{env_file_name(recipe)} (optional, never inlined here);",
+        f"#   {API_KEY_VARIABLE}=... there makes vLLM require that key (Authorization: Bearer) on /v1.",
+        f"# The port is published on {recipe.serving.host_ip} only (serving.host_ip in the recipe).",
+        "#",
+        "# Start: docker compose -f <this file> up -d   (needs the NVIDIA container toolkit)",
+    ]
+    if OWNER_FROM_ENV in image.repository:
+        lines.append(f"# The image owner is read from {OWNER_VARIABLE} when this file is used (none was given).")
+    if image.digest:
+        lines.append(f"# Image pinned by digest (from {image.digest_source}).")
+    else:
+        lines.append("# UNPINNED: no digest was given (--digest) or found in out/build-report.json;")
+        lines.append("#   the tag alone can move. Regenerate after `make image` to pin by digest.")
+    return lines
+
+
+def render_compose(recipe: Recipe, *, owner: Optional[str] = None, repository: Optional[str] = None,
+                   models_dir: Optional[str] = None, port: Optional[int] = None, gpus: Optional[str] = None,
+                   digest: Optional[str] = None, report_path: Optional[Path] = None,
+                   gpu_reservation: bool = True, image: Optional[ImagePin] = None) -> str:
+    """The compose file's text (pure apart from reading the build report)."""
+    image = image or resolve_image(recipe, owner=owner, repository=repository, digest=digest, report_path=report_path)
+    doc = compose_document(recipe, image=image, models_dir=models_dir, port=port, gpus=gpus,
+                           gpu_reservation=gpu_reservation)
+    body = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=2**16, allow_unicode=True)
+    out = []
+    for line in body.splitlines():
+        if line.startswith("    image: ") and not image.digest:
+            out.append("    # UNPINNED: tag only, no digest; this tag can be moved to another image.")
+        if line == "    labels:":
+            out.append(f"    # The drafter is {recipe.drafter.license} (non-commercial): mounted, never baked in.")
+        out.append(line)
+    return "\n".join(_header(recipe, image) + out) + "\n"
+
+
+def _generated_for(recipe: Recipe, text: str) -> bool:
+    """Whether ``text`` is a compose file this generator wrote for ``recipe``."""
+    return (text.startswith("# Generated by `python build.py compose")
+            and f"{LABEL_NS}.recipe.name: {recipe.name}\n" in text)
+
+
+def _check_geometry(recipe: Recipe) -> None:
+    """The host gate (page geometry and capacity): no compose file serves a recipe it fails."""
+    from stackbuild.core.gate import recipe_geometry, summarise_reasons
+
+    _gate, _report, verdict = recipe_geometry(recipe)
+    if not verdict.passed:
+        raise GeometryGateFailed(f"{recipe.path}: geometry gate failed: {summarise_reasons(verdict.reasons)}")
+
+
+def default_output(recipe: Recipe) -> Path:
+    return COMPOSE_DIR / f"{recipe.name}.compose.yaml"
+
+
+def notice(message: str) -> None:
+    """One notice line on stderr (stdout may carry --json)."""
+    print(f"notice: {message}", file=sys.stderr)
+
+
+def image_notices(image: ImagePin) -> None:
+    """Say where the owner came from, and why the image is not pinned by digest (when it is not)."""
+    for note in (image.owner_note, image.unpinned_because and f"unpinned: {image.unpinned_because}"):
+        if note:
+            notice(note)
+
+
+def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optional[str] = None,
+                  repository: Optional[str] = None, models_dir: Optional[str] = None, port: Optional[int] = None,
+                  gpus: Optional[str] = None, digest: Optional[str] = None, report_path: Optional[Path] = None,
+                  validate: bool = True, gpu_reservation: bool = True) -> dict:
+    """Render, check with vLLM's parser and Docker Compose, then write. Nothing is written on failure."""
+    from stackbuild.serve.validate import ComposeInvalid, check_compose_file, check_serve_args
+
+    image = resolve_image(recipe, owner=owner, repository=repository, digest=digest, report_path=report_path)
+    text = render_compose(recipe, models_dir=models_dir, port=port, gpus=gpus,
+                          gpu_reservation=gpu_reservation, image=image)
+    argv = serve_argv(recipe)
+    _check_geometry(recipe)
+    flag = "-o" if output else "compose"
+    output = Path(output) if output else default_output(recipe)
+    check_output(output, flag, ours=lambda old: _generated_for(recipe, old))
+    checks: dict[str, dict] = {}
+    # Checked under its final directory (relative paths resolve as they will), then moved in place.
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+    except OSError as exc:
+        raise OutputError(f"{flag} {output}: cannot write in {output.parent}: {exc.strerror or exc}") from None
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        if validate:
+            config = check_compose_file(tmp, where=str(output))
+            checks["compose_config"] = {"status": config.status, "detail": config.detail}
+            if config.status == "skipped":
+                notice(f"docker compose config check skipped: {config.detail}")
+            else:
+                # Compose's own reading of the command after interpolation; `config` prints a
+                # literal dollar re-escaped as `$$`, so it must read back as the escaped argv.
+                resolved = config.parsed["services"][SERVICE]["command"]
+                if resolved != [_escape(a) for a in argv]:
+                    raise ComposeInvalid(f"{output}: docker compose reads the command as {resolved!r}, not {argv!r}")
+            serve = check_serve_args(argv, where=str(recipe.path))
+            checks["serve_args"] = serve.as_dict()
+            if serve.status == "skipped":
+                notice(f"vLLM serve-parser check skipped: {serve.detail}")
+        os.chmod(tmp, 0o644)
+        try:
+            tmp.replace(output)
+        except OSError as exc:
+            raise OutputError(f"{flag} {output}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    image_notices(image)
+    return {
+        "path": str(output),
+        "image": image.reference,
+        "pinned": bool(image.digest),
+        "digest_source": image.digest_source or None,
+        "unpinned_because": image.unpinned_because or None,
+        "owner_note": image.owner_note or None,
+        "command": argv,
+        "checks": checks,
+    }

@@ -1,0 +1,268 @@
+"""Recipe -> Kubernetes manifests (plain data) -> YAML text -> file.
+
+One machine: a Deployment. Several (serving.nodes > 1): a LeaderWorkerSet whose group
+is the tensor-parallel group, one pod per node; the leader (LWS_WORKER_INDEX 0) runs the
+API server, workers join headless; every pod's address of the leader comes from
+LWS_LEADER_ADDRESS, its node rank from LWS_WORKER_INDEX (Kubernetes expands $(VAR) in
+args). The container's args are the serve argv only: the image's entrypoint (the
+start-time pre-flight) stays, so the pre-flight runs in every pod.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from stackbuild.serve import compose as generate
+from stackbuild.core.serve_args import CONTAINER_HOST, SLOT_HOST, SLOT_MASTER_ADDR, SLOT_NODE_RANK, role_commands, serve_argv
+from stackbuild.core.errors import DeployOptionError, OwnerMissing
+from stackbuild.core.naming import OWNER_VARIABLE
+from stackbuild.core.output import check_output, write_text
+from stackbuild.core.recipe import Recipe
+
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+LEADER_ADDRESS_ENV, WORKER_INDEX_ENV = "LWS_LEADER_ADDRESS", "LWS_WORKER_INDEX"
+GPU_RESOURCE = "nvidia.com/gpu"
+APP_LABEL = "app.kubernetes.io/name"
+DEFAULT_IFNAME = "eth0"  # a pod's own interface
+# Weights, compile and graph capture before /health answers (compose allows 30 min): 60 x 30 s.
+STARTUP_PERIOD_S, STARTUP_FAILURES = 30, 60
+SHM = "/dev/shm"
+IFNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,14}(,[A-Za-z0-9][A-Za-z0-9_.:@-]{0,14})*$")
+SERVICE_SUFFIX = "-api"
+# Names the controllers derive from ours must stay DNS labels (63): the LWS StatefulSets' revision
+# label <name>-<group>-<10-character hash> and our <name>-api.
+MAX_NAME = 48
+NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class ModelVolume:
+    """Where the models directory comes from: a node's host path or a PersistentVolumeClaim."""
+
+    host_path: Optional[str] = None
+    claim: Optional[str] = None
+
+    def volume(self) -> dict:
+        if self.claim:
+            return {"name": "models", "persistentVolumeClaim": {"claimName": self.claim, "readOnly": True}}
+        return {"name": "models", "hostPath": {"path": self.host_path, "type": "Directory"}}
+
+
+def model_volume(recipe: Recipe, host_path: Optional[str], claim: Optional[str]) -> ModelVolume:
+    if host_path and claim:
+        raise DeployOptionError("--models-host-path and --models-pvc: give one, not both")
+    if claim is not None:
+        if not NAME_RE.match(claim) or len(claim) > 253:
+            raise DeployOptionError(f"--models-pvc: {claim!r} is not a Kubernetes object name")
+        return ModelVolume(claim=claim)
+    path = host_path or generate.model_mount_point(recipe)
+    if not path.startswith("/"):
+        raise DeployOptionError(f"--models-host-path: must be an absolute path on the node, got {path!r}")
+    return ModelVolume(host_path=path)
+
+
+def object_name(recipe: Recipe) -> str:
+    """The recipe's name as a Kubernetes object name (DNS label: lowercase, digits, '-'; leaves room for
+    the suffixes the controllers and the Service add)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", recipe.name.lower()).strip("-")[:MAX_NAME]
+    return name.rstrip("-") or "glm53"
+
+
+def _k8s_escape(value: str) -> str:
+    """Kubernetes expands $(VAR) in args: a literal one is $$(VAR)."""
+    return value.replace("$(", "$$(")
+
+
+def _container(recipe: Recipe, image: str, args: list[str], *, serves_api: bool, multinode: bool,
+               ifname: str) -> dict:
+    s = recipe.serving
+    mount = generate.model_mount_point(recipe)
+    env = {**generate.CACHE_ENV, "HF_HUB_OFFLINE": "1", **dict(s.env)}
+    if multinode:
+        env.update({"NCCL_SOCKET_IFNAME": ifname, "GLOO_SOCKET_IFNAME": ifname})
+    gpus = s.tensor_parallel_size // s.nodes
+    container = {
+        "name": "vllm",
+        "image": image,
+        "args": args,  # no command: the image's entrypoint (the pre-flight) starts vLLM
+        "env": [{"name": k, "value": str(v)} for k, v in env.items()],
+        "resources": {"limits": {GPU_RESOURCE: gpus}, "requests": {GPU_RESOURCE: gpus}},
+        "volumeMounts": [
+            {"name": "models", "mountPath": mount, "readOnly": True},
+            {"name": "dshm", "mountPath": SHM},
+            {"name": "kernel-cache", "mountPath": generate.CACHE_MOUNT},
+        ],
+    }
+    if serves_api:
+        port = {"port": s.port}
+        container["ports"] = [{"name": "http", "containerPort": s.port, "protocol": "TCP"}]
+        container["startupProbe"] = {"httpGet": {"path": "/health", **port}, "periodSeconds": STARTUP_PERIOD_S,
+                                     "failureThreshold": STARTUP_FAILURES, "timeoutSeconds": 5}
+        container["readinessProbe"] = {"httpGet": {"path": "/v1/models", **port}, "periodSeconds": 10,
+                                       "timeoutSeconds": 5, "failureThreshold": 3}
+        container["livenessProbe"] = {"httpGet": {"path": "/health", **port}, "periodSeconds": 30,
+                                      "timeoutSeconds": 10, "failureThreshold": 3}
+    return container
+
+
+def _pod_spec(container: dict, volume: ModelVolume) -> dict:
+    return {
+        "containers": [container],
+        "volumes": [
+            volume.volume(),
+            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            {"name": "kernel-cache", "emptyDir": {}},
+        ],
+    }
+
+
+def manifests(recipe: Recipe, *, image: str, volume: ModelVolume, ifname: str = DEFAULT_IFNAME,
+              namespace: Optional[str] = None) -> list[dict]:
+    """The manifests as plain data (pure)."""
+    s = recipe.serving
+    name = object_name(recipe)
+    labels = {APP_LABEL: name, f"{generate.LABEL_NS}.recipe.name": recipe.name}
+    meta = {"name": name, "labels": labels, **({"namespace": namespace} if namespace else {})}
+    if s.nodes == 1:
+        args = [_k8s_escape(a) for a in serve_argv(recipe)]
+        workload = {
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+            "spec": {
+                "replicas": 1,
+                "strategy": {"type": "Recreate"},  # the GPUs are held until the old pod is gone
+                "selector": {"matchLabels": {APP_LABEL: name}},
+                "template": {"metadata": {"labels": labels},
+                             "spec": _pod_spec(_container(recipe, image, args, serves_api=True, multinode=False,
+                                                          ifname=ifname), volume)},
+            },
+        }
+        selector = {APP_LABEL: name}
+    else:
+        values = {SLOT_HOST: CONTAINER_HOST, SLOT_MASTER_ADDR: f"$({LEADER_ADDRESS_ENV})",
+                  SLOT_NODE_RANK: f"$({WORKER_INDEX_ENV})"}
+        templates = {}
+        for command in role_commands(recipe):
+            args = [_k8s_escape(a) for a in command.argv]
+            for slot, index in command.slots.items():
+                args[index] = values[slot]
+            leader = command.role == "leader"
+            templates["leaderTemplate" if leader else "workerTemplate"] = {
+                "metadata": {"labels": {**labels, f"{generate.LABEL_NS}.node.role": command.role}},
+                "spec": _pod_spec(_container(recipe, image, args, serves_api=leader, multinode=True, ifname=ifname),
+                                  volume),
+            }
+        workload = {
+            "apiVersion": LWS_API, "kind": "LeaderWorkerSet", "metadata": meta,
+            "spec": {
+                "replicas": 1,
+                "startupPolicy": "LeaderCreated",
+                "leaderWorkerTemplate": {"size": s.nodes, "restartPolicy": "RecreateGroupOnPodRestart", **templates},
+            },
+        }
+        selector = {LWS_NAME_LABEL: name, LWS_INDEX_LABEL: "0"}  # the leader pods serve the API
+    # Not the workload's own name: the LWS controller makes a headless Service of that name for the group.
+    service = {
+        "apiVersion": "v1", "kind": "Service", "metadata": {**meta, "name": f"{name}{SERVICE_SUFFIX}"},
+        "spec": {"type": "ClusterIP", "selector": selector,
+                 "ports": [{"name": "http", "port": s.port, "targetPort": "http", "protocol": "TCP"}]},
+    }
+    return [workload, service]
+
+
+def _header(recipe: Recipe, image: generate.ImagePin) -> list[str]:
+    try:
+        recipe_rel = recipe.path.relative_to(generate.REPO_ROOT)
+    except ValueError:
+        recipe_rel = recipe.path
+    s = recipe.serving
+    lines = [f"# Generated by `python build.py deploy --target k8s --recipe {recipe_rel}`: edit the recipe, not this file.",
+             f"# Serves {recipe.target.id} with the {recipe.drafter.id} drafter on {recipe.hardware.gpu}.",
+             f"# The drafter is {recipe.drafter.license}: its weights come from the models volume, never the image.",
+             "# The image's entrypoint (the start-time pre-flight, GLM53_PREFLIGHT) runs in every pod before vLLM."]
+    if s.nodes > 1:
+        lines += [f"# A LeaderWorkerSet group of {s.nodes} pods (one per node, {s.tensor_parallel_size // s.nodes} GPU(s) each)"
+                  " needs the LWS controller (leaderworkerset.x-k8s.io/v1) installed;",
+                  f"#   the leader serves the API, workers join headless via $({LEADER_ADDRESS_ENV}), rank $({WORKER_INDEX_ENV})."]
+    if not image.digest:
+        lines.append("# UNPINNED: no digest was given (--digest) or found in out/build-report.json; the tag can move.")
+    return lines
+
+
+def render(recipe: Recipe, objects: list[dict], image: generate.ImagePin) -> str:
+    docs = [yaml.dump(o, Dumper=generate._Dumper, sort_keys=False, default_flow_style=False, width=2**16,
+                      allow_unicode=True) for o in objects]
+    return "\n".join(_header(recipe, image)) + "\n---\n" + "---\n".join(docs)
+
+
+def default_output_dir() -> Path:
+    return generate.COMPOSE_DIR
+
+
+def output_path(recipe: Recipe, directory: Optional[Path]) -> Path:
+    return Path(directory or default_output_dir()) / f"{recipe.name}.k8s.yaml"
+
+
+def _generated_for(recipe: Recipe, text: str) -> bool:
+    return (text.startswith("# Generated by `python build.py deploy")
+            and f"{generate.LABEL_NS}.recipe.name: {recipe.name}\n" in text)
+
+
+def write_manifests(recipe: Recipe, *, output_dir: Optional[Path] = None, owner: Optional[str] = None,
+                    repository: Optional[str] = None, digest: Optional[str] = None,
+                    report_path: Optional[Path] = None, models_host_path: Optional[str] = None,
+                    models_pvc: Optional[str] = None, ifname: str = DEFAULT_IFNAME,
+                    namespace: Optional[str] = None) -> dict:
+    """Build, check (Kubernetes schemas, LWS schema, vLLM's serve parser), then write one file."""
+    from stackbuild.serve.validate import check_serve_args, run_serve_parser_cases
+
+    from stackbuild.serve.k8s_validate import validate
+
+    if not IFNAME_RE.match(ifname):
+        raise DeployOptionError(f"--ifname: {ifname!r} is not a network interface name (or a comma-separated list)")
+    if namespace is not None and (not NAME_RE.match(namespace) or len(namespace) > 63):
+        raise DeployOptionError(f"--namespace: {namespace!r} is not a Kubernetes namespace name")
+    if output_dir is not None and not Path(output_dir).is_dir():
+        from stackbuild.core.errors import OutputError
+        raise OutputError(f"-o {output_dir}: not an existing directory")
+    image = generate.resolve_image(recipe, owner=owner, repository=repository, digest=digest, report_path=report_path)
+    if generate.OWNER_FROM_ENV in image.repository:
+        raise OwnerMissing(f"deploy: no image owner given (--owner, {OWNER_VARIABLE}) or found in a build report; "
+                           "Kubernetes manifests name the image in full")
+    volume = model_volume(recipe, models_host_path, models_pvc)
+    objects = manifests(recipe, image=image.reference, volume=volume, ifname=ifname, namespace=namespace)
+    path = output_path(recipe, output_dir)
+    generate._check_geometry(recipe)
+    check_output(path, "-o" if output_dir else "deploy", ours=lambda old: _generated_for(recipe, old))
+    checked = validate(objects, str(path))
+    # Every pod's argv as Kubernetes expands it, through vLLM's serve parser (multi-node checks included).
+    cases = []
+    for obj in objects[:1]:
+        if obj["kind"] == "Deployment":
+            cases.append(("pod", obj["spec"]["template"]["spec"]["containers"][0]["args"], {}))
+        else:
+            templates = obj["spec"]["leaderWorkerTemplate"]
+            for key, indices in (("leaderTemplate", [0]), ("workerTemplate", range(1, recipe.serving.nodes))):
+                for index in indices:
+                    env = {LEADER_ADDRESS_ENV: "glm53-0.glm53.default", WORKER_INDEX_ENV: str(index)}
+                    args = [_expand(a, env) for a in templates[key]["spec"]["containers"][0]["args"]]
+                    cases.append((f"{key} (LWS_WORKER_INDEX {index})", args, env))
+    verdicts = run_serve_parser_cases([args for _w, args, _e in cases])
+    serve_checks = {}
+    for (where, args, _env), verdict in zip(cases, verdicts):
+        serve_checks[where] = check_serve_args(args, where=f"{recipe.path} ({where})", result=verdict).status
+    text = render(recipe, objects, image)
+    write_text(path, text, "-o" if output_dir else "deploy")
+    return {"path": str(path), "image": image.reference, "pinned": bool(image.digest),
+            "kinds": [o["kind"] for o in objects], "schemas": checked, "serve_args": serve_checks}
+
+
+def _expand(value: str, env: dict) -> str:
+    """Kubernetes' $(VAR) expansion of container args ($$ is a literal $)."""
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), value)

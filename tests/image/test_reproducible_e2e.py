@@ -1,0 +1,147 @@
+"""Two builds from clean state with the same inputs give the same overlay layers,
+with and without an oracle record among those inputs, and on a base that ships the
+caches vLLM, Triton and torch inductor write (the build leaves them as they are)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import pytest
+
+from stack_e2e import SOURCE_DATE_EPOCH, cli, recipe_copy, unique_repository
+from stackbuild import engine as engine_mod
+from stackbuild.image.pipeline import build_image
+from stackbuild.image.plan import make_plan
+from stackbuild.image.progress import Progress
+from stackbuild.core.recipe import load_recipe
+
+pytestmark = [pytest.mark.docker]
+
+
+def _overlay_layers(client, image_id: str, base_id: str) -> list[str]:
+    layers = client.images.get(image_id).attrs["RootFS"]["Layers"]
+    base_layers = client.images.get(base_id).attrs["RootFS"]["Layers"]
+    assert layers[: len(base_layers)] == base_layers
+    return layers[len(base_layers):]
+
+
+# What must differ between two builds with the classic builder: the image and parent ids
+# and the times it records, the build containers' ids, and where the engine keeps layers.
+MUST_DIFFER = ("Id", "Parent", "Created", "Container", "GraphDriver", "RepoTags", "RepoDigests", "Metadata")
+MUST_DIFFER_IN = {"ContainerConfig": ("Hostname", "Image"), "Config": ("Image",)}
+
+
+def _comparable(client, image_id: str) -> dict:
+    """The image's inspect document and history without what must differ."""
+    attrs = {k: v for k, v in client.api.inspect_image(image_id).items() if k not in MUST_DIFFER}
+    for section, keys in MUST_DIFFER_IN.items():
+        attrs[section] = {k: v for k, v in (attrs.get(section) or {}).items() if k not in keys}
+    attrs["History"] = [(h["CreatedBy"], h["Size"]) for h in client.api.history(image_id)]
+    return attrs
+
+
+def _remove(client, image_id: str) -> None:
+    # The classic builder's cache is its intermediate images: removing the result
+    # (and its untagged parents) leaves nothing to reuse.
+    client.api.remove_image(image_id, force=True, noprune=False)
+
+
+def _two_clean_builds(docker_engine, base_pinned: str, plan, check=None) -> None:
+    engine = engine_mod.connect()
+    quiet = Progress(json_lines=True, stream=open(os.devnull, "w"))
+    base_id = docker_engine.images.get(base_pinned).id
+
+    # nocache: other tests may have built the same steps; both builds must run every step.
+    first = build_image(engine, plan, quiet, nocache=True)
+    first_layers = _overlay_layers(docker_engine, first, base_id)
+    first_config = _comparable(docker_engine, first)
+    if check is not None:
+        check(first)
+    _remove(docker_engine, first)
+
+    second = build_image(engine, plan, quiet, nocache=True)
+    second_layers = _overlay_layers(docker_engine, second, base_id)
+    second_config = _comparable(docker_engine, second)
+    _remove(docker_engine, second)
+
+    # At least the payload copy, the patch step and the gate step.
+    assert len(first_layers) >= 3
+    assert first_layers == second_layers
+    assert first_config == second_config
+
+
+def test_two_clean_builds_give_identical_overlay_layers(docker_engine, synthetic_base_amd64, tmp_path, monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH)
+    base = synthetic_base_amd64
+    recipe = load_recipe(recipe_copy(tmp_path, "b200-amd64", base=base.image, tag=base.tag, digest=base.digest))
+    plan = make_plan(recipe, repository="repro.test/glm53")
+    assert plan.oracle_record is None
+    _two_clean_builds(docker_engine, base.pinned, plan)
+
+
+def test_two_clean_builds_with_an_oracle_record_give_identical_overlay_layers(amd64_build, docker_engine, synthetic_base_amd64,
+                                                                             tmp_path, monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH)
+    base = synthetic_base_amd64
+    path = recipe_copy(tmp_path, "b200-amd64", base=base.image, tag=base.tag, digest=base.digest)
+    run = cli("record", "--recipe", str(path), "--image", f"{amd64_build.repository}:{amd64_build.report['tags'][-1]}")
+    assert run.returncode == 0, run.stderr
+    plan = make_plan(load_recipe(path), repository="repro.test/glm53")
+    assert plan.oracle_record == path.with_name("recipe.oracle.json")
+    _two_clean_builds(docker_engine, base.pinned, plan)
+
+
+# Cache directories of vLLM, Triton and torch inductor as a base may ship them, each with a file.
+BASE_CACHES = ("/root/.cache/vllm", "/root/.triton/cache", "/tmp/torchinductor_root")
+CACHE_BASE_DOCKERFILE = """FROM {base}
+RUN for d in {caches}; do mkdir -p "$d" && echo shipped > "$d/from-the-base"; done
+"""
+
+
+@pytest.fixture
+def base_with_caches(docker_engine, registry, synthetic_base_amd64, tmp_path):
+    """The synthetic amd64 base plus the three cache directories, pushed to the local registry."""
+    repository = unique_repository(registry.address, "base-with-caches")
+    reference = f"{repository}:v0.33.0-amd64"
+    context = tmp_path / "base-with-caches"
+    context.mkdir()
+    (context / "Dockerfile").write_text(CACHE_BASE_DOCKERFILE.format(
+        base=synthetic_base_amd64.pinned, caches=" ".join(BASE_CACHES)))
+    env = {**registry.env, "DOCKER_BUILDKIT": "0"}
+    build = subprocess.run(["docker", "build", "-q", "-t", reference, str(context)], env=env,
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    push = subprocess.run(["docker", "push", reference], env=env, capture_output=True, text=True)
+    assert push.returncode == 0, push.stderr
+    digest = re.search(r"digest: (sha256:[0-9a-f]{64})", push.stdout).group(1)
+    return repository, digest
+
+
+def _paths(docker_engine, image: str, *roots: str) -> dict[str, str]:
+    """Every path under ``roots`` in ``image`` (one filesystem), with its type, size and mtime."""
+    out = docker_engine.containers.run(image, [*roots, "-xdev", "-printf", r"%p\t%y %s %T@\n"],
+                                       entrypoint=["find"], remove=True)
+    return dict(line.split("\t", 1) for line in out.decode().splitlines())
+
+
+def test_a_base_with_caches_keeps_them_and_builds_reproducibly(docker_engine, base_with_caches, tmp_path,
+                                                               monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH)
+    repository, digest = base_with_caches
+    base = f"{repository}@{digest}"
+    base_paths = _paths(docker_engine, base, "/")
+    base_caches = {p: v for p, v in base_paths.items() if p.startswith(BASE_CACHES)}
+    assert {p for p in base_caches if p.endswith("/from-the-base")} == {f"{c}/from-the-base" for c in BASE_CACHES}
+
+    def nothing_of_the_base_deleted(image_id: str) -> None:
+        paths = _paths(docker_engine, image_id, "/")
+        assert sorted(set(base_paths) - set(paths)) == []
+        # The caches are the base's, unchanged: the build steps wrote none of theirs there.
+        assert {p: v for p, v in paths.items() if p.startswith(BASE_CACHES)} == base_caches
+        assert not [p for p in paths if p.startswith("/tmp/.glm53-step")]
+
+    recipe = load_recipe(recipe_copy(tmp_path, "b200-amd64", base=repository, tag="v0.33.0-amd64", digest=digest))
+    plan = make_plan(recipe, repository="repro.test/glm53")
+    assert plan.oracle_record is None
+    _two_clean_builds(docker_engine, base, plan, check=nothing_of_the_base_deleted)

@@ -1,0 +1,118 @@
+"""The generated leader/worker compose files wire two containers into one torch.distributed group.
+
+vLLM's own rendezvous needs GPUs; a CPU gloo rendezvous of world size 2 stands in for it.
+Two containers of the synthetic amd64 base (CPU torch) on a user network are started
+with each generated file's command and environment as Docker Compose resolves them (the
+user's variables set: the leader's address is the leader container's name, the interface
+is the containers' eth0). Only the entrypoint is replaced: a script that takes
+--nnodes/--node-rank/--master-addr/--master-port from its argv, i.e. from the generated
+command, and joins the group. A file with a wrong address or rank must break it.
+"""
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from pathlib import Path
+
+import pytest
+
+from stackbuild.serve.multinode import LEADER_ADDRESS_VARIABLE, write_role_files
+from stackbuild.serve.validate import compose_binary, compose_config
+from stackbuild.core.recipe import load_recipe
+
+pytestmark = pytest.mark.docker
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPE = REPO / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml"
+TIMEOUT_S = 30  # the rendezvous' own timeout: a broken wiring fails within it
+
+# Reads the launch flags from its own argv (the generated command) and joins the group;
+# prints one JSON line. Any failure to rendezvous is an exception: a non-zero exit.
+RENDEZVOUS = f"""
+import argparse, datetime, json, os, sys
+import torch, torch.distributed as dist
+p = argparse.ArgumentParser()
+for f in ("--nnodes", "--node-rank", "--master-port"):
+    p.add_argument(f, type=int, required=True)
+p.add_argument("--master-addr", required=True)
+a, _rest = p.parse_known_args(sys.argv[1:])
+dist.init_process_group("gloo", init_method=f"tcp://{{a.master_addr}}:{{a.master_port}}", rank=a.node_rank,
+                        world_size=a.nnodes, timeout=datetime.timedelta(seconds={TIMEOUT_S}))
+t = torch.tensor([a.node_rank + 1])
+dist.all_reduce(t)
+print(json.dumps({{"rank": dist.get_rank(), "world_size": dist.get_world_size(), "sum": int(t.item()),
+                  "gloo_ifname": os.environ.get("GLOO_SOCKET_IFNAME")}}), flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.fixture(scope="module")
+def role_files(tmp_path_factory):
+    if compose_binary() is None:
+        pytest.skip("no Docker Compose v2 binary")
+    out = tmp_path_factory.mktemp("roles")
+    result = write_role_files(load_recipe(RECIPE), output_dir=out, owner="rendezvous", validate=False)
+    return {role: Path(path) for role, path in result["paths"].items()}
+
+
+def service(path: Path, role: str, leader_name: str) -> dict:
+    """The role's service as Docker Compose resolves it with the user's variables set."""
+    variables = {LEADER_ADDRESS_VARIABLE: leader_name, "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}
+    proc = compose_config(path, extra=["--format", "json"], variables=variables)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["services"][role]
+
+
+def rendezvous(engine, base_ref: str, files: dict) -> dict:
+    """Start both roles on a fresh user network; each role's (exit code, log)."""
+    tag = uuid.uuid4().hex[:8]
+    leader_name = f"glm53-mn-leader-{tag}"
+    names = {"leader": leader_name, "worker": f"glm53-mn-worker-{tag}"}
+    network = engine.networks.create(f"glm53-mn-net-{tag}", driver="bridge")
+    containers = {}
+    try:
+        for role in ("leader", "worker"):
+            svc = service(files[role], role, leader_name)
+            containers[role] = engine.containers.run(
+                base_ref, entrypoint=["python3", "-c", RENDEZVOUS], command=svc["command"],
+                environment=svc["environment"], name=names[role], hostname=names[role],
+                network=network.name, detach=True)
+        out = {}
+        for role, c in containers.items():
+            code = c.wait(timeout=TIMEOUT_S * 4)["StatusCode"]
+            out[role] = (code, c.logs().decode(errors="replace"))
+        return out
+    finally:
+        for c in containers.values():
+            c.remove(force=True)
+        network.remove()
+
+
+def test_generated_files_rendezvous(docker_engine, synthetic_base_amd64, role_files):
+    result = rendezvous(docker_engine, synthetic_base_amd64.reference, role_files)
+    for role, rank in (("leader", 0), ("worker", 1)):
+        code, log = result[role]
+        assert code == 0, f"{role}: {log[-2000:]}"
+        line = json.loads(log.strip().splitlines()[-1])
+        # ranks 0 and 1 of 2; all_reduce of (rank + 1) over both = 1 + 2 = 3
+        assert line == {"rank": rank, "world_size": 2, "sum": 3, "gloo_ifname": "eth0"}
+
+
+@pytest.mark.parametrize("role, pattern, replacement", [
+    # the worker looks for its leader somewhere else (an address nothing answers: TEST-NET-1)
+    ("worker", r"\$\{GLM53_LEADER_ADDRESS:\?[^}]*\}", "192.0.2.1"),
+    # the worker claims the leader's rank
+    ("worker", r"(- --node-rank\n\s+- )'1'", r"\g<1>'0'"),
+    # the leader claims the worker's rank
+    ("leader", r"(- --node-rank\n\s+- )'0'", r"\g<1>'1'"),
+], ids=["worker-address", "worker-rank", "leader-rank"])
+def test_a_wrong_address_or_rank_breaks_it(docker_engine, synthetic_base_amd64, role_files, tmp_path,
+                                           role, pattern, replacement):
+    files = dict(role_files)
+    text, count = re.subn(pattern, replacement, files[role].read_text())
+    assert count == 1, "the mutation must hit the generated file exactly once"
+    files[role] = tmp_path / files[role].name
+    files[role].write_text(text)
+    result = rendezvous(docker_engine, synthetic_base_amd64.reference, files)
+    assert any(code != 0 for code, _log in result.values()), result
