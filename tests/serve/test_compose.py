@@ -12,7 +12,7 @@ import subprocess
 import pytest
 import yaml
 
-from test_compose_support import DIGEST, NO_REPORT, REPO, SOURCE_DATE_EPOCH, recipe, require_compose_binary
+from compose_support import DIGEST, NO_REPORT, REPO, SOURCE_DATE_EPOCH, recipe, require_compose_binary
 
 from stackbuild.serve.compose import (OWNER_FROM_ENV, ComposeOverrideError, ImagePin, render_compose,
                               resolve_image, write_compose)

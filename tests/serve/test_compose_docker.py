@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from test_compose_support import NO_REPORT, SOURCE_DATE_EPOCH, recipe, require_compose_binary, unavailable
+from compose_support import NO_REPORT, SOURCE_DATE_EPOCH, recipe, require_compose_binary, unavailable
 
 from stackbuild.serve.compose import render_compose, resolve_image
 from stackbuild.core.serve_args import serve_argv, speculative_config

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_compose_support import REPO, require_compose_binary
+from compose_support import REPO, require_compose_binary
 
 from stackbuild.core.serve_args import serve_argv
 from stackbuild.core.recipe import load_recipe

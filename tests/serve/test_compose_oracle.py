@@ -13,7 +13,7 @@ import sys
 import pytest
 import yaml
 
-from test_compose_support import DIGEST, NO_REPORT, REPO, SOURCE_DATE_EPOCH, recipe, require_compose_binary, require_oracle
+from compose_support import DIGEST, NO_REPORT, REPO, SOURCE_DATE_EPOCH, recipe, require_compose_binary, require_oracle
 
 from stackbuild.serve.compose import write_compose
 from stackbuild.core.serve_args import serve_argv, speculative_config

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from stack_e2e import cli, docker_login, recipe_copy, unique_repository
-from test_compose_support import require_compose_binary
+from compose_support import require_compose_binary
 from test_preflight import DRAFTER_DIR, misfit_drafter, models_dir
 
 from stackbuild.serve.compose import SERVICE, ImagePin, compose_document
