@@ -34,7 +34,7 @@ def recipe(tmp_path: Path, edit: Optional[Callable[[dict], Any]] = None):
 
 
 def require_compose_binary() -> str:
-    from serving.validate import compose_binary
+    from stackbuild.serve.validate import compose_binary
 
     binary = compose_binary()
     if binary is None:
@@ -43,7 +43,7 @@ def require_compose_binary() -> str:
 
 
 def require_oracle() -> str:
-    from serving.validate import oracle_python
+    from stackbuild.serve.validate import oracle_python
 
     python = oracle_python()
     probe = subprocess.run([python, "-c", "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 1)"],
