@@ -26,7 +26,7 @@ import yaml
 
 from stack_e2e import cli, docker_login, recipe_copy, unique_repository
 from compose_support import require_compose_binary
-from test_preflight import DRAFTER_DIR, misfit_drafter, models_dir
+from models_support import DRAFTER_DIR, misfit_drafter, models_dir
 
 from stackbuild.serve.compose import SERVICE, ImagePin, compose_document
 from stackbuild.core.serve_args import serve_argv
