@@ -1,6 +1,8 @@
-# One command per job; each sets itself up on a fresh Debian machine.
-#   make image     build, tag and push the default recipe (PUSH=0: no push)
-#   make test      the whole test suite, with its Docker engine and registry
+# One command per job; each sets itself up.
+#   make image     build, tag and push the default recipe (PUSH=0: no push). Needs a Docker engine
+#                  that answers, Python >= 3.10 and git; creates the venv and installs nothing else.
+#   make test      the whole test suite, with its Docker engine and registry (a Debian machine:
+#                  installs the test packages, and Debian's docker.io only where no engine is)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,13 +12,17 @@ PUSH ?= 1
 BUILD_ARGS ?=
 PYTEST_ARGS ?=
 DEBIAN_PACKAGES := $(shell sed 's/\#.*//' requirements/debian-packages.txt)
+# Debian's engine package and the packages of other engines it conflicts with (installing it
+# would remove them): requirements/debian-engine.txt, first word the package, the rest those.
+ENGINE_PACKAGE := $(word 1,$(shell sed 's/\#.*//' requirements/debian-engine.txt))
+OTHER_ENGINES := $(wordlist 2,99,$(shell sed 's/\#.*//' requirements/debian-engine.txt))
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # $(call pin,NAME): NAME's `NAME==VERSION` line in requirements/vllm.txt.
 pin = $(shell grep -E '^$(1)==' requirements/vllm.txt)
 
 export IMAGE_OWNER
 
-.PHONY: owner install oracle deps engine lock record image compose geometry test bench pristine clean
+.PHONY: owner host install oracle deps lock record image compose geometry test bench pristine clean
 
 include overlay/pristine.mk
 
@@ -25,7 +31,10 @@ include overlay/pristine.mk
 CONSTRAINTS := requirements/constraints.txt requirements/oracle.txt
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null || \
+	  { echo "make: $(PYTHON) is missing or older than Python 3.10: install Python >= 3.10 or pass PYTHON=..." >&2; exit 2; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV) >/dev/null || \
+	  { echo "make: $(PYTHON) -m venv failed: install the venv module (Debian, Ubuntu: the python3-venv package)" >&2; exit 2; }
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(addprefix -c ,$(CONSTRAINTS)) -e '.[test]'
 	touch $@
@@ -40,24 +49,28 @@ $(VENV)/.oracle: $(VENV)/.installed requirements/vllm.txt requirements/oracle.tx
 install: $(VENV)/.installed
 oracle: $(VENV)/.oracle
 
-# Debian packages for the engine, the test registry, arm64 emulation and the venv (before it).
+# The test machine's Debian packages (make test, .ci/run): the test registry, arm64 emulation, the
+# synthetic bases' rootfs, the venv. Debian's Docker engine only when no engine answers and no other
+# engine package is installed: installing docker.io removes Docker CE (it conflicts with it).
 deps:
 	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if ! docker info >/dev/null 2>&1 && ! dpkg -s $(ENGINE_PACKAGE) >/dev/null 2>&1; then \
+	  other=$$(for p in $(OTHER_ENGINES); do dpkg -s $$p >/dev/null 2>&1 && echo $$p; done); \
+	  if [ -n "$$other" ]; then echo "engine: $$(echo $$other) installed, not answering: left alone (tests/infra/services.sh starts its dockerd)"; \
+	  else missing="$$missing $(ENGINE_PACKAGE)"; fi; \
+	fi; \
+	missing=$$(echo $$missing); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages: $$missing"; \
-	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-# A Docker engine: the one at DOCKER_HOST / the default socket, else start dockerd.
-engine: deps
-	$(SUDO) tests/infra/services.sh engine-up
-
-lock: install engine
+lock: install
 	$(PY) build.py lock --recipe $(RECIPE)
 
 # Copy the oracle record of the recipe's image in the engine next to the recipe (commit it like
 # the lock). `make image` keeps it already (build --keep-record) whenever the gate imported vLLM.
-record: install engine
+record: install
 	$(PY) build.py record --recipe $(RECIPE)
 
 # A push goes to ghcr.io/$(IMAGE_OWNER)/...: refuse before anything is installed or built.
@@ -66,7 +79,13 @@ owner:
 	  echo "make image: no image owner to push to: set IMAGE_OWNER=your-namespace (or PUSH=0 to build without pushing)" >&2; exit 2; fi
 	@if [ -n "$(IMAGE_OWNER)" ]; then echo "image owner: $(IMAGE_OWNER) (IMAGE_OWNER)"; fi
 
-image: owner deps install engine
+# What the main job needs of the host besides Python (checked by the venv rule) and an engine (checked
+# by build.py, which says how to get one): git, for the source revision in the tags and labels.
+host:
+	@command -v git >/dev/null || { echo "make image: git not found: install git" >&2; exit 2; }
+
+# The main job installs nothing on the host: the engine is the user's.
+image: owner host install
 	@lockfile=$$(dirname $(RECIPE))/recipe.lock.json; \
 	if [ ! -f $$lockfile ] && ! grep -q '^ *digest:' $(RECIPE); then $(PY) build.py lock --recipe $(RECIPE); fi
 	$(PY) build.py build --recipe $(RECIPE) $(if $(filter 1,$(PUSH)),--push,--no-push) \

@@ -4,8 +4,7 @@
 #   * qemu aarch64 binfmt registration (for linux/arm64 containers on x86-64),
 #   * a Distribution registry on 127.0.0.1:5000 with htpasswd (bcrypt) auth.
 #
-# usage: services.sh up|down|status|registry-stop|registry-start|engine-up|engine-down|env
-#   engine-up/-down: the Docker daemon and binfmt only (no registry), for `make image`.
+# usage: services.sh up|down|status|registry-stop|registry-start|env
 #   registry-stop/-start: the registry alone, same config, storage and password
 #   (for registry-down tests).
 #
@@ -253,10 +252,8 @@ case "${1:-}" in
   up) cmd_up ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  engine-up) mkdir -p "$STATE_DIR"; chmod 700 "$STATE_DIR"; ensure_binfmt; start_dockerd ;;
-  engine-down) stop_dockerd ;;
   registry-stop) stop_registry ;;
   registry-start) start_registry ;;
   env) echo "INFRA_STATE_DIR=$STATE_DIR"; echo "INFRA_REGISTRY=$REGISTRY_ADDR"; echo "INFRA_CREDENTIALS=$CRED_FILE" ;;
-  *) echo "usage: $0 up|down|status|registry-stop|registry-start|engine-up|engine-down|env" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|registry-stop|registry-start|env" >&2; exit 2 ;;
 esac
