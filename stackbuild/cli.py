@@ -68,11 +68,15 @@ class Cli(click.Group):
     def make_context(self, info_name, args, parent=None, **extra):
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:  # a bare `build.py`: its help, not an error
+            click.echo(exc.ctx.get_help())
+            sys.exit(0)
         except click.UsageError as exc:  # an option of build.py itself
             click.echo(f"error: {info_name}: {_one_line(exc.format_message())} (see {info_name} --help)", err=True)
             sys.exit(exc.exit_code)
 
     def invoke(self, ctx):
+        wants_json = "--json" in _before_separator(ctx.protected_args + ctx.args)
         try:
             return super().invoke(ctx)
         except StackBuildError as exc:
@@ -81,17 +85,42 @@ class Cli(click.Group):
                 click.echo("\n".join([f"error: {_one_line(head)}", *(f"  {_one_line(f)}" for f in findings)]), err=True)
             else:
                 click.echo(f"error: {_one_line(exc)}", err=True)
+            _json_failure(ctx, wants_json, exc.exit_code, str(exc).splitlines()[0] if str(exc) else "")
             ctx.exit(exc.exit_code)
         except click.UsageError as exc:
             sub = exc.ctx.command_path if exc.ctx else ctx.command_path
             click.echo(f"error: {sub}: {_one_line(exc.format_message())} (see {sub} --help)", err=True)
+            _json_failure(ctx, wants_json, exc.exit_code, f"{sub}: {exc.format_message()}")
             ctx.exit(exc.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
         except Exception as exc:  # noqa: BLE001 - the last resort: one line, never a traceback
             error = InternalError(f"internal error: {type(exc).__name__}: {_one_line(exc)[:300]}; please report it with the command line")
             click.echo(f"error: {error}", err=True)
+            _json_failure(ctx, wants_json, error.exit_code, str(error))
             ctx.exit(error.exit_code)
+
+
+def _before_separator(args) -> list[str]:
+    """The arguments before ``--`` (what follows is passed on, e.g. preflight's serve args)."""
+    args = list(args)
+    return args[:args.index("--")] if "--" in args else args
+
+
+def _json_failure(ctx, wants_json: bool, exit_code: int, error: str) -> None:
+    """With ``--json``, a failure is still one object on stdout: ``{ok, exit_code, error}``, unless
+    the command printed its own (the geometry table, the pre-flight's checks) before failing."""
+    if wants_json and not ctx.meta.get(JSON_PRINTED):
+        click.echo(json.dumps({"ok": False, "exit_code": exit_code, "error": _one_line(error)}, indent=2, sort_keys=True))
+
+
+def _print_version(ctx, _param, value) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from stackbuild.core.version import versions
+
+    click.echo(versions().text())
+    ctx.exit(0)
 
 
 def owner_notice(plan) -> None:
@@ -101,11 +130,25 @@ def owner_notice(plan) -> None:
                    "it stays in this engine (a push needs an owner)", err=True)
 
 
+JSON_PRINTED = "json_printed"  # ctx.meta: the command has printed its one JSON object
+
+
+def print_json(data: dict) -> None:
+    """A command's one JSON object on stdout (a failure after it adds no second one)."""
+    click.echo(json.dumps(data, indent=2, sort_keys=True))
+    click.get_current_context().meta[JSON_PRINTED] = True
+
+
 def emit(as_json: bool, data: dict, text: str) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True) if as_json else text)
+    if as_json:
+        print_json(data)
+    else:
+        click.echo(text)
 
 
 @click.group(cls=Cli, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="This project's version, the checkout's commit and the vLLM release the gate models.")
 def cli() -> None:
     """Build the GLM-5.3-Flash + DFlash2 vLLM image from a stack recipe."""
 
@@ -197,7 +240,7 @@ def geometry(recipe_path, as_json, stock):
     recipe = load_recipe(recipe_path)
     _gate, report, verdict = recipe_geometry(recipe, vllm_behaviour="stock" if stock else "overlay")
     if as_json:
-        click.echo(json.dumps(to_json(report, verdict), indent=2, sort_keys=True))
+        print_json(to_json(report, verdict))
     else:
         click.echo(render_text(report, verdict))
     if not verdict.passed:
@@ -404,7 +447,7 @@ def preflight(recipe_path, models_dir, role, leader_address, node_rank, as_json,
     result = check_on_host(recipe, models_dir, role=role, leader_address=leader_address, node_rank=node_rank,
                            explicit_role_options=tuple(explicit), extra_args=tuple(extra_args))
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
+        print_json(result.to_json())
     else:
         for line in result.report_lines():
             click.echo(line)

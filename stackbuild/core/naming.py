@@ -203,3 +203,10 @@ def image_name(recipe: Recipe, *, owner: str | None = None, repository: str | No
             base_digest = pinned_base(recipe, allow_unpinned=True).digest
         rev = revision_tag_field(recipe, epoch, source or source_revision(recipe, epoch), base_digest)
     return ImageName(repo, format_tags(recipe, epoch=epoch, rev=rev), missing)
+
+
+def checkout_label(repo: Path = REPO_ROOT) -> str:
+    """This checkout's commit as the revision label writes it (``-dirty``, ``unknown``)."""
+    head = _git(repo, "rev-parse", "HEAD")
+    tracked = _git(repo, "status", "--porcelain", "--untracked-files=no")
+    return SourceRevision(head.strip() if head else None, tracked is not None and not tracked.strip(), False).label

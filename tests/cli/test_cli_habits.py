@@ -1,0 +1,80 @@
+"""The habits of the tools users know: `--version`, a bare `build.py` printing its help, and
+`--json` printing one object on failure too."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from stackbuild.cli import cli
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "build.py"), *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=300)
+
+
+def test_version_names_project_commit_and_modelled_vllm():
+    done = run("--version")
+    assert done.returncode == 0, done.stderr
+    pin = re.search(r"^vllm==(\S+)$", (REPO / "requirements" / "vllm.txt").read_text(), re.M).group(1)
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    line = done.stdout.strip()
+    assert line.startswith(f"glm53-dflash2-images {version('glm53-dflash2-images')} ")
+    assert f"models vLLM {pin})" in line
+    assert (REPO / "overlay" / "series" / f"vllm-{pin}").is_dir()
+    assert head and f"commit {head}" in line
+
+
+def test_bare_build_py_prints_help():
+    done = run()
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout.startswith("Usage: build.py")
+    for name in cli.commands:
+        assert re.search(rf"^\s+{name}\s", done.stdout, re.M), name
+
+
+JSON_COMMANDS = sorted(name for name, command in cli.commands.items()
+                       if any(p.name == "as_json" for p in command.params))
+
+
+def test_the_json_commands_are_the_ones_that_read():
+    assert {"geometry", "build", "compose", "preflight", "verify", "lock"} <= set(JSON_COMMANDS)
+
+
+@pytest.mark.parametrize("name", JSON_COMMANDS)
+def test_json_prints_one_object_on_failure(name, tmp_path):
+    """A recipe that is not there: exit 2, one line on stderr, and one object on stdout."""
+    missing = str(tmp_path / "nowhere" / "recipe.yaml")
+    args = {"verify": ["127.0.0.1:5000/a/b@sha256:" + "0" * 64], "preflight": ["--models-dir", str(tmp_path)],
+            "record": ["--image", "x:1"], "deploy": ["--target", "k8s"]}.get(name, [])
+    done = run(name, *args, "--recipe", missing, "--json")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    data = json.loads(done.stdout)
+    assert data == {"ok": False, "exit_code": 2, "error": data["error"]}
+    assert "recipe file not found" in data["error"] and missing in data["error"]
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_json_usage_error_is_an_object_too():
+    done = run("geometry", "--no-such-flag", "--json")
+    assert done.returncode == 2
+    assert json.loads(done.stdout)["ok"] is False
+
+
+def test_json_failure_after_the_commands_own_object_adds_none(tmp_path):
+    """`geometry --json` prints its report, then fails the gate: still exactly one object."""
+    from recipe_copies import copy_recipe, set_key
+
+    recipe = copy_recipe(tmp_path, set_key("serving.max_model_len", 2 * 1024 * 1024))
+    done = run("geometry", "--recipe", str(recipe), "--json")
+    assert done.returncode == 5
+    data = json.loads(done.stdout)  # one document: a second object would not parse
+    assert data["verdict"]["passed"] is False
