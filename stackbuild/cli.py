@@ -57,6 +57,10 @@ def selected_platforms(recipe, platform):
     return (platform,)
 
 
+JSON_PRINTED = "json_printed"  # ctx.meta: the command has printed its one JSON object
+WANTS_JSON = "wants_json"  # ctx.meta: --json is among the command's own arguments
+
+
 class Cli(click.Group):
     """Turns every failure into one line on stderr and its exit code (stackbuild/core/errors.py);
     verify's findings follow its line, one per line.
@@ -66,8 +70,11 @@ class Cli(click.Group):
     """
 
     def make_context(self, info_name, args, parent=None, **extra):
+        wants_json = "--json" in _before_separator(args)
         try:
-            return super().make_context(info_name, args, parent=parent, **extra)
+            ctx = super().make_context(info_name, args, parent=parent, **extra)
+            ctx.meta[WANTS_JSON] = wants_json
+            return ctx
         except click.exceptions.NoArgsIsHelpError as exc:  # a bare `build.py`: its help, not an error
             click.echo(exc.ctx.get_help())
             sys.exit(0)
@@ -76,7 +83,7 @@ class Cli(click.Group):
             sys.exit(exc.exit_code)
 
     def invoke(self, ctx):
-        wants_json = "--json" in _before_separator(ctx.protected_args + ctx.args)
+        wants_json = ctx.meta.get(WANTS_JSON, False)
         try:
             return super().invoke(ctx)
         except StackBuildError as exc:
@@ -130,7 +137,6 @@ def owner_notice(plan) -> None:
                    "it stays in this engine (a push needs an owner)", err=True)
 
 
-JSON_PRINTED = "json_printed"  # ctx.meta: the command has printed its one JSON object
 
 
 def print_json(data: dict) -> None:

@@ -169,7 +169,7 @@ def format_tags(recipe: Recipe, *, epoch: int, rev: str) -> tuple[str, ...]:
     """The one formatter of the recipe's tag templates."""
     when = datetime.fromtimestamp(epoch, tz=timezone.utc)
     fields = {"date": when.strftime("%Y%m%d"), "family": recipe.hardware.capability_family,
-              "gpu": recipe.hardware.gpu.lower(), "rev": rev}
+              "gpu": recipe.hardware.gpu_tag, "rev": rev}
     return tuple(dict.fromkeys(t.format(**fields) for t in recipe.image.tags))
 
 

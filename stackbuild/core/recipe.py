@@ -25,6 +25,8 @@ import yaml
 from geometry.model_config import ConfigInvalid, check_drafter, check_target
 
 from stackbuild.core.errors import ImageReferenceInvalid, RecipeError
+from stackbuild.core.gpus import KNOWN_GPUS, known_gpu
+from stackbuild.core.gpus import tag_field as gpu_tag_field
 from stackbuild.core.labels import LABEL_NS
 from stackbuild.core.reference import ImageReference
 from stackbuild.core.schema import MAX_INTEGER, build_dataclass
@@ -75,14 +77,22 @@ class BaseImage:
 
 @dataclass(frozen=True)
 class Hardware:
+    """The GPU; a known one's capability, family and platforms come from stackbuild/core/gpus.py
+    when the recipe leaves them out (the loader fills them: after loading none is None)."""
+
     gpu: str
-    compute_capability: str
-    capability_family: int
-    platforms: tuple[str, ...]
+    compute_capability: Optional[str] = None
+    capability_family: Optional[int] = None
+    platforms: Optional[tuple[str, ...]] = None
 
     @property
     def capability_major(self) -> int:
         return int(self.compute_capability.split(".")[0])
+
+    @property
+    def gpu_tag(self) -> str:
+        """The ``{gpu}`` tag field."""
+        return gpu_tag_field(self.gpu)
 
 
 @dataclass(frozen=True)
@@ -431,7 +441,7 @@ def _check_rules(path: Path, recipe: Recipe, platform_keys: tuple[str, ...]) -> 
         raise RecipeError(path, "image.tags", "at least one tag is required")
     for i, tag in enumerate(recipe.image.tags):
         try:
-            sample = tag.format(date="20260101", family=hw.capability_family, gpu=hw.gpu.lower(), rev="0123456789ab")
+            sample = tag.format(date="20260101", family=hw.capability_family, gpu=hw.gpu_tag, rev="0123456789ab")
         except (KeyError, IndexError, ValueError, AttributeError, TypeError):
             fields = ", ".join("{" + f + "}" for f in TAG_FIELDS)
             raise RecipeError(path, f"image.tags[{i}]", f"unknown placeholder in {tag!r} (known: {fields})") from None
@@ -456,6 +466,37 @@ def _check_pins(path: Path, recipe: Recipe) -> None:
             raise RecipeError(path, f"{role}.config_sha256", f"{model.config} has sha256 {actual}, not {model.config_sha256}")
 
 
+HARDWARE_FACTS = ("compute_capability", "capability_family", "platforms")
+
+
+def _resolve_hardware(path: Path, hw: Hardware) -> Hardware:
+    """A known GPU's facts where the recipe leaves them out; what it gives must agree with them.
+    Another GPU needs all of them."""
+    if not gpu_tag_field(hw.gpu):
+        raise RecipeError(path, "hardware.gpu", f"{hw.gpu!r} has no letter or digit to name the GPU by")
+    gpu = known_gpu(hw.gpu)
+    if gpu is None:
+        missing = [k for k in HARDWARE_FACTS if getattr(hw, k) is None]
+        if missing:
+            known = ", ".join(g.name for g in KNOWN_GPUS)
+            raise RecipeError(path, "hardware.gpu", f"{hw.gpu!r} is not a GPU this tool knows ({known}): for another GPU "
+                                                    f"give all of hardware.{', hardware.'.join(HARDWARE_FACTS)} "
+                                                    f"(missing: {', '.join(missing)})")
+        return hw
+    table = {"compute_capability": gpu.compute_capability, "capability_family": gpu.capability_family}
+    for key, value in table.items():
+        given = getattr(hw, key)
+        if given is not None and given != value:
+            raise RecipeError(path, f"hardware.{key}", f"{gpu.name} has {key.replace('_', ' ')} {value}, not {given!r} "
+                                                       f"(leave the key out to take it from the GPU table)")
+    for i, plat in enumerate(hw.platforms or ()):
+        if plat not in gpu.platforms:
+            raise RecipeError(path, f"hardware.platforms[{i}]", f"{gpu.name} comes in {', '.join(gpu.platforms)} hosts, "
+                                                                f"not {plat}")
+    return replace(hw, compute_capability=table["compute_capability"], capability_family=table["capability_family"],
+                   platforms=hw.platforms or gpu.platforms)
+
+
 def load_recipe(path: str | Path) -> Recipe:
     """Load and validate a recipe file; raise :class:`RecipeError` on any fault."""
     path = Path(path)
@@ -467,6 +508,7 @@ def load_recipe(path: str | Path) -> Recipe:
         raise RecipeError(path, "platform", "give either `platform: linux/...` or `platforms: [linux/..., ...]`")
     platforms = recipe.platforms or (recipe.platform,)
     platform_keys = tuple(f"platforms[{i}]" for i in range(len(platforms))) if recipe.platforms else ("platform",)
+    recipe = replace(recipe, hardware=_resolve_hardware(path, recipe.hardware))
     target_config = _read_config(path, "target.config", recipe.target.config)
     drafter_config = _read_config(path, "drafter.config", recipe.drafter.config)
     recipe = Recipe(

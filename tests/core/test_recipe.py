@@ -65,8 +65,20 @@ BAD_RECIPES = [
      "platforms[1]: linux/amd64 cannot run on GB300 (its hosts are linux/arm64)"),
     ("platforms-listed-twice", _both(pinned, _delete("platform"), _set("platforms", ["linux/arm64", "linux/arm64"])),
      "platforms[0]: linux/arm64 is listed twice"),
-    ("capability-family-mismatch", _both(pinned, _set("hardware.capability_family", 120)),
+    ("capability-family-mismatch", _both(pinned, _set("hardware.gpu", "Future GPU"), _set("hardware.capability_family", 120)),
      "hardware.capability_family: 120 does not match compute capability 10.3 (family 100)"),
+    ("known-gpu-family-contradicted", _both(pinned, _set("hardware.capability_family", 120)),
+     "hardware.capability_family: GB300 has capability family 100, not 120 (leave the key out to take it from the GPU table)"),
+    ("known-gpu-capability-contradicted", _both(pinned, _set("hardware.compute_capability", "10.0")),
+     "hardware.compute_capability: GB300 has compute capability 10.3, not '10.0' (leave the key out to take it from the GPU table)"),
+    ("known-gpu-platform-contradicted", _both(pinned, _set("hardware.platforms", ["linux/amd64"])),
+     "hardware.platforms[0]: GB300 comes in linux/arm64 hosts, not linux/amd64"),
+    ("unknown-gpu-without-its-facts", _both(pinned, _set("hardware.gpu", "totallynewgpu"), _delete("hardware.compute_capability")),
+     "hardware.gpu: 'totallynewgpu' is not a GPU this tool knows (H100, H200, GH200, B200, GB200, B300, GB300, "
+     "RTX PRO 6000 Blackwell, RTX 5090, GB10): for another GPU give all of hardware.compute_capability, "
+     "hardware.capability_family, hardware.platforms (missing: compute_capability)"),
+    ("gpu-name-without-a-letter", _both(pinned, _set("hardware.gpu", "--")),
+     "hardware.gpu: '--' has no letter or digit to name the GPU by"),
     ("tensor-parallel-not-power-of-two", _both(pinned, _set("serving.tensor_parallel_size", 3)),
      "serving.tensor_parallel_size: must be a power of two from 1 to 1024, got 3"),
     ("nodes-not-positive", _both(pinned, _set("serving.nodes", 0)),
@@ -154,3 +166,31 @@ def test_recipe_error_type_carries_file_and_key(tmp_path):
     with pytest.raises(RecipeError) as info:
         load_recipe(path)
     assert (info.value.path, info.value.key) == (str(path), "serving.port")
+
+
+def test_known_gpu_by_name_alone_takes_the_table(tmp_path):
+    """`hardware: {gpu: gb300}`: compute capability 10.3 (vLLM's family 100, major x 10) and arm64
+    hosts, as NVIDIA's GB300 is (Grace, Blackwell Ultra); the tag field is the name in lowercase."""
+    def edit(data):
+        pinned(data)
+        data["hardware"] = {"gpu": "gb300"}
+    recipe = load_recipe(copy_recipe(tmp_path, edit))
+    assert (recipe.hardware.compute_capability, recipe.hardware.capability_family) == ("10.3", 100)
+    assert recipe.hardware.platforms == ("linux/arm64",)
+    assert recipe.hardware.gpu_tag == "gb300"
+
+
+def test_gpu_name_with_spaces_is_a_tag_field(tmp_path):
+    """An RTX PRO 6000 Blackwell (SM120, x86-64 hosts): the {gpu} field is `rtx-pro-6000-blackwell`,
+    never an invalid image.tags entry."""
+    def edit(data):
+        pinned(data)
+        data["platform"] = "linux/amd64"
+        data["hardware"] = {"gpu": "RTX PRO 6000 Blackwell"}
+        data["drafter"]["precision"] = "bf16"
+    recipe = load_recipe(copy_recipe(tmp_path, edit))
+    assert recipe.hardware.capability_family == 120
+    assert recipe.hardware.gpu_tag == "rtx-pro-6000-blackwell"
+    result = run_build(recipe.path, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "sm120-rtx-pro-6000-blackwell-" in result.stdout

@@ -1,0 +1,49 @@
+"""The GPUs a recipe may name by name alone: compute capability, vLLM's family, and the host
+platforms they come in. A GPU not listed here is accepted when the recipe gives all three
+(``hardware.compute_capability``, ``capability_family``, ``platforms``)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    name: str
+    compute_capability: str  # MAJOR.MINOR, as torch.cuda.get_device_capability() gives it
+    platforms: tuple[str, ...]  # the hosts it is sold in
+
+    @property
+    def capability_family(self) -> int:
+        """vLLM's capability family: the major version x 10 (``is_device_capability_family``)."""
+        return int(self.compute_capability.split(".")[0]) * 10
+
+
+ARM64, AMD64 = "linux/arm64", "linux/amd64"
+KNOWN_GPUS = tuple(GpuModel(*row) for row in (
+    ("H100", "9.0", (AMD64,)),
+    ("H200", "9.0", (AMD64,)),
+    ("GH200", "9.0", (ARM64,)),
+    ("B200", "10.0", (AMD64,)),
+    ("GB200", "10.0", (ARM64,)),
+    ("B300", "10.3", (AMD64,)),
+    ("GB300", "10.3", (ARM64,)),
+    ("RTX PRO 6000 Blackwell", "12.0", (AMD64,)),
+    ("RTX 5090", "12.0", (AMD64,)),
+    ("GB10", "12.1", (ARM64,)),
+))
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def known_gpu(name: str) -> Optional[GpuModel]:
+    """The table's entry for ``name`` (case, spaces and dashes ignored: ``gb300``, ``RTX-5090``)."""
+    return next((gpu for gpu in KNOWN_GPUS if _key(gpu.name) == _key(name)), None)
+
+
+def tag_field(name: str) -> str:
+    """The ``{gpu}`` tag field: lowercase, runs of other characters as one dash (``rtx-pro-6000-blackwell``)."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
