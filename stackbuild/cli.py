@@ -285,7 +285,7 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
     if platform and len(recipe.platforms) > 1:  # one platform's image of an index, under `<pinned tag>-<arch>`
         plans = [platform_plan(plans[0])]
     plan = plans[0]
-    if push and not dry_run:
+    if push:  # a dry run refuses what the real push would
         plan.image.require_owner(plan.recipe, "push to")
     owner_notice(plan)
     if dry_run:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -78,3 +79,16 @@ def test_json_failure_after_the_commands_own_object_adds_none(tmp_path):
     assert done.returncode == 5
     data = json.loads(done.stdout)  # one document: a second object would not parse
     assert data["verdict"]["passed"] is False
+
+
+def test_dry_run_push_without_owner_exits_as_the_push_would(tmp_path):
+    """`build --dry-run --push` with no owner: exit 2 naming image.repository, as the real push."""
+    from recipe_copies import copy_recipe, pinned
+
+    recipe = copy_recipe(tmp_path, pinned)
+    done = subprocess.run([sys.executable, str(REPO / "build.py"), "build", "--recipe", str(recipe), "--dry-run", "--push"],
+                          capture_output=True, text=True, cwd=REPO, timeout=300,
+                          env={k: v for k, v in os.environ.items() if k != "IMAGE_OWNER"})
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: {recipe}: image.repository: ") and "no owner to push to" in done.stderr
+    assert done.stdout == ""
