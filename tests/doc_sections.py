@@ -106,6 +106,8 @@ def default_recipe_verdict() -> str:
             return _n(plan.num_blocks) + same
         if key == "slots":
             return _n(plan.tokens_fit)
+        if key == "share":
+            return f"{round(100 * kv_token_capacity(plan) / kv_token_capacity(alone))} %"
         if key == "verdict":
             exit_code = "" if verdict.passed else f" (exit {errors.GeometryGateFailed.exit_code})"
             return _verdict_word(verdict, bold=True) + exit_code
@@ -119,6 +121,7 @@ def default_recipe_verdict() -> str:
         "bytes": "bytes per block, with / without the drafter",
         "blocks": f"blocks in {memory}",
         "slots": "KV token slots",
+        "share": "KV capacity, share of the target alone's",
         "verdict": "verdict",
     }
     intro = (f"The default recipe ({recipe.hardware.gpu}, TP{report.tensor_parallel_size}, "
