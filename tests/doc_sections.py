@@ -235,11 +235,21 @@ def exit_codes() -> str:
     return "\n".join(_table(("code", "what failed"), rows)) + "\n"
 
 
+def preflight_exit_codes() -> str:
+    """The codes the image's start-time pre-flight exits with (the driver's, for the same faults)."""
+    from geometry.preflight import outcome
+
+    rows = [(str(code), errors.EXIT_CODES[code]) for code in sorted(errors.PREFLIGHT_ERRORS)]
+    rows.append((str(outcome.EXIT_BAD_MODE), "an unknown `GLM53_PREFLIGHT` mode"))
+    return "\n".join(_table(("code", "what failed"), rows)) + "\n"
+
+
 SECTIONS: dict[str, Callable[[], str]] = {
     "default-recipe-verdict": default_recipe_verdict,
     "prefix-caching": prefix_caching,
     "recipe-verdicts": recipe_verdicts,
     "exit-codes": exit_codes,
+    "preflight-exit-codes": preflight_exit_codes,
 }
 
 
