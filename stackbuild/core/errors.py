@@ -207,3 +207,33 @@ class PreflightUnchecked(StackBuildError):
 # The error each of the pre-flight's exit codes stands for on the host (build.py preflight).
 PREFLIGHT_ERRORS = {cls.exit_code: cls for cls in (GeometryGateFailed, ServeArgsRejected, MountedConfigUnusable,
                                                     PreflightUnchecked)}
+
+
+# What each exit code means to a user, as the documentation's table shows it (generated from here).
+EXIT_CODES = {
+    2: ("the recipe, a config it names, the lock or the oracle record; or the command line: an unknown or "
+        "malformed flag, `verify` given a tag instead of a digest or text that is not an image reference, a push "
+        "without an image owner"),
+    3: "no Docker engine (or the engine refused a request)",
+    4: "a build step",
+    5: "the geometry gate (page geometry or capacity)",
+    6: ("the architecture: the build runs on another machine than the recipe's platform needs (the patch step "
+        "checks `uname -m` first), or the built image's os/architecture is not the recipe's"),
+    7: "registry authentication",
+    8: "registry unreachable",
+    9: "push or pull refused",
+    10: "`verify`: the image does not match its recipe",
+    11: "vLLM rejects the serve flags",
+    12: "vLLM's serve parser cannot run",
+    13: "Docker Compose rejects the generated file",
+    14: "a pinned tag already names another image in the registry (`--force` re-points it, logged)",
+    15: ("an output path (`-o`): its directory is missing or unwritable, it is a directory, or it is a file git "
+         "tracks that is not this command's output for this recipe"),
+    16: ("pre-flight: a model config.json the serve command points at is missing, unreadable, not a JSON object, "
+         "or one the simulator would misread (the key named)"),
+    17: ("pre-flight: the geometry cannot be checked (a setup the simulator does not model, the simulator and the "
+         "installed vLLM disagree, no vLLM to parse the flags)"),
+    18: "`deploy`: a generated Kubernetes manifest fails the Kubernetes schemas or the LeaderWorkerSet schema",
+    70: ("internal error: an exception nobody expected, reported as one line asking for a bug report (never a "
+         "traceback)"),
+}

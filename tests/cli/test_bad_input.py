@@ -21,7 +21,7 @@ import yaml
 from bad_input_helpers import (DEAD_DOCKER, DEFAULT_OUTPUT_DIRS, DIGEST, assert_refused, edit_json, invoke,
                                snapshot)
 from geometry_cases import kimi_linear_config, qwen3_next_target
-from readme_tables import default_recipe_table
+import default_recipe_figures as F
 from recipe_copies import REPO, TEST_DIGEST, copy_recipe, set_key as _set
 from stackbuild import cli as cli_module
 
@@ -310,10 +310,10 @@ def test_reference_overrides(tmp_path, args, message):
 
 # --- capacity ------------------------------------------------------------------------------------
 
-# The default recipe with the overlay, from README's table (which test_geometry.py works out
-# by hand and test_overlay_planning.py holds to vLLM's planner): one block holds 9,216 tokens
+# The default recipe with the overlay (tests/default_recipe_figures.py, which test_geometry.py works
+# out by hand and test_overlay_planning.py holds to vLLM's planner): one block holds 9,216 tokens
 # of every layer and costs 55,689,216 B.
-_OVERLAY = default_recipe_table().overlay
+_OVERLAY = F.OVERLAY
 BLOCK_TOKENS = _OVERLAY.target_block
 BLOCK_BYTES = _OVERLAY.bytes_per_block_with
 

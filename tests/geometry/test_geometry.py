@@ -3,8 +3,9 @@
 Numbers asserted here come from outside the code under test: the post's
 build-time check (MLA page 4,390,912 B, drafter block 4288 for a 4-KV-head fp8
 drafter at num_spec 0) and arithmetic on the configs' own fields.  Agreement
-with vLLM itself is tested in test_geometry_oracle.py; the README table's
-bytes per block against vLLM's planner in test_overlay_planning.py.
+with vLLM itself is tested in test_geometry_oracle.py; the default recipe's
+figures (tests/default_recipe_figures.py, from which the documents' tables are
+generated) against vLLM's planner in test_overlay_planning.py.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from geometry.image_contract import GateReport  # noqa: E402
 from geometry.inputs import BadInput, GeometryInputs  # noqa: E402
 from geometry.simulate import simulate  # noqa: E402
 from geometry.table import render_text, to_json  # noqa: E402
-from readme_tables import default_recipe_table, numbers, prefix_caching_rows  # noqa: E402
+import default_recipe_figures as F  # noqa: E402
 from stackbuild.core.gate import gate_input  # noqa: E402
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
 
@@ -83,14 +84,15 @@ def test_recipe_stock_fails_overlay_passes():
     json.dumps(to_json(overlay, vo), default=str)
 
 
-def test_readme_default_recipe_table_from_config_arithmetic():
-    """README's default-recipe table, read from README.md, against vLLM
-    0.33.0's formulas worked out here on the config snapshots' fields, and
-    against the simulator's report for the recipe's own gate input."""
-    table = default_recipe_table()
+def test_default_recipe_figures_from_config_arithmetic():
+    """The default recipe's figures (stock vLLM 0.33.0 / with the overlay) against
+    vLLM 0.33.0's formulas worked out here on the config snapshots' fields, and
+    the simulator's report for the recipe's own gate input against them: the
+    documents' tables are that report, rendered."""
+    table = F
     t, d = C.recipe_configs()
     raw = gate_input(load_recipe(DEFAULT_RECIPE))
-    # the recipe the README describes: GB300 (family 100), TP1, fp8 target KV,
+    # the recipe the figures describe: GB300 (family 100), TP1, fp8 target KV,
     # drafter KV auto (bf16 for a non-MTP drafter), num_spec 7, 150 GiB
     assert (raw["capability_family"], raw["tensor_parallel_size"], raw["kv_cache_dtype"],
             raw["drafter_kv_cache_dtype"], raw["num_speculative_tokens"],
@@ -137,26 +139,27 @@ def test_readme_default_recipe_table_from_config_arithmetic():
     assert overlay_drafter_group < mla_group
     without = stride * -(-mla_group // stride)
     assert without == 103 * stride == 55_689_216
-    assert (table.stock.bytes_per_block_with, table.stock.bytes_per_block_without) == (
+    assert (table.STOCK.bytes_per_block_with, table.STOCK.bytes_per_block_without) == (
         stride * -(-stock_drafter_group // stride), without)
-    assert (table.overlay.bytes_per_block_with, table.overlay.bytes_per_block_without) == (
+    assert (table.OVERLAY.bytes_per_block_with, table.OVERLAY.bytes_per_block_without) == (
         without, without)
 
-    assert table.drafter_bytes_per_token == drafter_per_token == 4_096
-    for column in (table.stock, table.overlay):
+    assert table.DRAFTER_BYTES_PER_TOKEN == drafter_per_token == 4_096
+    assert memory == table.MEMORY_GIB * C.GIB
+    for column in (table.STOCK, table.OVERLAY):
         assert (column.target_block, column.mla_page) == (block, page)
         assert (column.kda_real_page, column.kda_padded_page) == (kda, page)
         assert column.blocks == memory // column.bytes_per_block_with
         assert column.kv_token_slots == column.blocks * block
     # stock 0.33.0 gives the drafter the target's block; the overlay the exact fit
-    assert (table.stock.drafter_block, table.stock.drafter_page) == (block, block * drafter_per_token)
-    assert (table.overlay.drafter_block, table.overlay.drafter_page) == (exact_fit, page)
-    assert table.stock.bytes_per_block_without == table.overlay.bytes_per_block_without
-    assert table.overlay.bytes_per_block_with == table.overlay.bytes_per_block_without
-    assert table.stock.bytes_per_block_with > table.stock.bytes_per_block_without
-    assert (table.stock.passed, table.overlay.passed) == (False, True)
+    assert (table.STOCK.drafter_block, table.STOCK.drafter_page) == (block, block * drafter_per_token)
+    assert (table.OVERLAY.drafter_block, table.OVERLAY.drafter_page) == (exact_fit, page)
+    assert table.STOCK.bytes_per_block_without == table.OVERLAY.bytes_per_block_without
+    assert table.OVERLAY.bytes_per_block_with == table.OVERLAY.bytes_per_block_without
+    assert table.STOCK.bytes_per_block_with > table.STOCK.bytes_per_block_without
+    assert (table.STOCK.passed, table.OVERLAY.passed) == (False, True)
 
-    for behaviour, column in (("stock", table.stock), ("overlay", table.overlay)):
+    for behaviour, column in (("stock", table.STOCK), ("overlay", table.OVERLAY)):
         report = simulate(_inputs(gate_input(load_recipe(DEFAULT_RECIPE), vllm_behaviour=behaviour)))
         plan, alone = report.with_drafter, report.target_only_same_spec
         rows = {(r.role, r.block_size, r.real_page_bytes, r.page_bytes) for r in plan.layers
@@ -170,43 +173,32 @@ def test_readme_default_recipe_table_from_config_arithmetic():
         assert check(report).passed is column.passed
 
 
-def test_readme_prefix_caching_table_from_arithmetic():
-    """README's prefix-caching table for the default recipe against vLLM
-    0.33.0's rules worked out here, and against the simulator's plans."""
-    rows = prefix_caching_rows()
-    table = default_recipe_table()
-    block, drafter_block = table.overlay.target_block, table.overlay.drafter_block
-    max_model_len, num_spec = 1 << 20, 7
-    kda_groups = 4  # 34 KDA layers in groups of at most 9 (test above)
+def test_default_recipe_prefix_caching_from_arithmetic():
+    """The default recipe's prefix-caching figures against vLLM 0.33.0's rules
+    worked out here, and the simulator's plans against them."""
+    overlay, stock, off, on = F.OVERLAY, F.STOCK, F.PREFIX_OFF, F.PREFIX_ON
+    block, drafter_block = overlay.target_block, overlay.drafter_block
+    max_model_len, num_spec = F.MAX_MODEL_LEN, F.NUM_SPEC
+    assert (max_model_len, num_spec) == (1 << 20, 7)
+    kda_groups = F.KDA_GROUPS
+    assert kda_groups == -(-34 // 9) == 4  # 34 KDA layers in groups of at most 9 (test above)
 
-    def row(prefix):
-        (label,) = [label for label in rows if label.startswith(prefix)]
-        return rows[label]
-
-    # the plan does not change with the mode
-    off, on = row("block / blocks in 150 GiB / KV capacity")
-    assert numbers(off) == [block, table.overlay.blocks, table.overlay.kv_token_slots] and on == "same"
     # scheduler block: the lcm of the groups' blocks; with mode "none" the KDA
     # state block is max_model_len. Hash block: the gcd of the prefix-cacheable
     # groups' blocks (resolve_kv_cache_block_sizes)
-    off, on = row("scheduler block / hash block")
-    assert numbers(off) == [math.lcm(max_model_len, block)] == [9_437_184] and off.endswith("/ same")
-    assert numbers(on) == [math.lcm(block, drafter_block), math.gcd(block, drafter_block)] == [9216, 1152]
+    assert off.scheduler_block == math.lcm(max_model_len, block) == 9_437_184 and off.hash_block is None
+    assert (on.scheduler_block, on.hash_block) == (math.lcm(block, drafter_block),
+                                                   math.gcd(block, drafter_block)) == (9216, 1152)
     # hits land on the hash block: the overlay's drafter block, stock's 9,216
     # (its drafter takes the target block)
-    off, on = row("cache hits land every")
-    assert off == "no hits"
-    assert [numbers(part) for part in on.split(";")] == [[drafter_block], [table.stock.drafter_block]]
+    assert (off.hits_every_overlay, off.hits_every_stock) == (None, None)
+    assert (on.hits_every_overlay, on.hits_every_stock) == (drafter_block, stock.drafter_block)
     # KDA state blocks per request: one state (plus num_spec speculative ones),
     # "align" keeps one more, the last checkpoint
-    off, on = row("KDA state blocks a request holds")
-    assert numbers(off) == [1, num_spec, 1 + num_spec] and numbers(on) == [2, num_spec, 2 + num_spec]
-    off, on = row("blocks one 1M-token request draws")
-    (off_blocks,), (on_blocks,) = numbers(off), numbers(on)
-    assert on_blocks - off_blocks == kda_groups
-    assert row("verdict") == ("PASS; FAIL", "PASS; FAIL")
+    assert (off.kda_state_blocks_per_request, on.kda_state_blocks_per_request) == (1 + num_spec, 2 + num_spec)
+    assert on.blocks_one_1m_request_draws - off.blocks_one_1m_request_draws == kda_groups
 
-    for behaviour, hits in (("overlay", drafter_block), ("stock", table.stock.drafter_block)):
+    for behaviour, hits in (("overlay", drafter_block), ("stock", stock.drafter_block)):
         for enabled in (False, True):
             raw = gate_input(load_recipe(DEFAULT_RECIPE), vllm_behaviour=behaviour)
             report = simulate(_inputs(dict(raw, **C.prefix_caching(enabled))))
@@ -217,8 +209,13 @@ def test_readme_prefix_caching_table_from_arithmetic():
                 assert (pc.hash_block_size, pc.hit_alignment_tokens) == (hits, hits)
             if behaviour == "overlay":
                 assert len([g for g in plan.groups if g.spec_class == "MambaSpec"]) == kda_groups
-                assert pc.scheduler_block_size == (block if enabled else math.lcm(max_model_len, block))
-                assert (plan.num_blocks, plan.tokens_fit) == (table.overlay.blocks, table.overlay.kv_token_slots)
+                assert pc.scheduler_block_size == (on if enabled else off).scheduler_block
+                if enabled:
+                    assert pc.hash_block_size == on.hash_block
+                # the plan does not change with the mode
+                assert (plan.block_size, plan.num_blocks, plan.tokens_fit) == (
+                    block, overlay.blocks, overlay.kv_token_slots)
+            # the verdict: the overlay passes, stock fails, in both modes
             assert check(report).passed is (behaviour == "overlay")
 
 

@@ -58,7 +58,7 @@ def recorded(tmp_path_factory):
     raw = gate_input(load_recipe(DEFAULT_RECIPE))
     (workdir / "gate-input.json").write_text(json.dumps(raw))
     run = run_gate(workdir, "first.json")
-    # stock vLLM 0.33.0 fails the default recipe (README's table): exit 1, FAIL
+    # stock vLLM 0.33.0 fails the default recipe (tests/default_recipe_figures.py): exit 1, FAIL
     assert run.returncode == 1, run.stderr[-3000:]
     assert report(workdir, "first.json")["verdict"]["passed"] is False
     assert imported_vllm(run)

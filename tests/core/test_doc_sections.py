@@ -1,0 +1,60 @@
+"""The generated sections of README.md and docs/ are what their sources give today."""
+from __future__ import annotations
+
+import difflib
+
+import stackbuild.image.engine  # noqa: F401  (its error classes count too)
+
+import pytest
+
+import doc_sections
+from geometry.preflight import outcome
+from stackbuild.core import errors
+
+
+def test_every_generated_section_is_fresh():
+    """One test for every document: a stale table fails with its diff, and one command rewrites it."""
+    stale = doc_sections.stale()
+    diff = "".join(line for path, (old, new) in stale.items()
+                   for line in difflib.unified_diff(old.splitlines(True), new.splitlines(True),
+                                                    f"{path.name} (as is)", f"{path.name} (generated)"))
+    assert not stale, f"stale generated sections; run `{doc_sections.COMMAND}`:\n{diff}"
+
+
+def test_each_generated_section_is_in_a_document():
+    """Every table the generator knows is shown somewhere, so none is rendered for nobody."""
+    shown = {m.group("name") for path in doc_sections.DOCUMENTS
+             for m in doc_sections.BEGIN.finditer(path.read_text())}
+    assert shown == set(doc_sections.SECTIONS)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("<!-- BEGIN generated: nope -->\n<!-- END generated -->\n", "unknown generated section 'nope'"),
+    ("<!-- BEGIN generated: exit-codes -->\nno end\n", "has no '<!-- END generated -->'"),
+])
+def test_a_broken_marker_is_named(text, message):
+    with pytest.raises(ValueError, match=message):
+        doc_sections.regenerate(text, {})
+
+
+def test_a_stale_section_is_replaced_and_the_rest_kept():
+    text = "before\n<!-- BEGIN generated: exit-codes -->\n| old |\n<!-- END generated -->\nafter\n"
+    fresh = doc_sections.regenerate(text, {})
+    assert fresh.startswith("before\n<!-- BEGIN generated: exit-codes -->\n| code | what failed |\n")
+    assert fresh.endswith("<!-- END generated -->\nafter\n") and "| old |" not in fresh
+    assert doc_sections.regenerate(fresh, {}) == fresh
+
+
+def _error_classes(cls=errors.StackBuildError):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _error_classes(sub)
+
+
+def test_the_exit_code_table_has_one_row_per_code_the_driver_and_the_preflight_use():
+    # The base's code 1 is no user's: an error that keeps it (a retryable registry error) becomes another first.
+    used = {cls.exit_code for cls in _error_classes()} - {errors.StackBuildError.exit_code}
+    preflight = {outcome.EXIT_BAD_MODE, outcome.EXIT_GEOMETRY, outcome.EXIT_SERVE_FLAGS, outcome.EXIT_CONFIG,
+                 outcome.EXIT_UNCHECKED}
+    assert set(errors.EXIT_CODES) == used | preflight
+    assert all(meaning and "\n" not in meaning for meaning in errors.EXIT_CODES.values())

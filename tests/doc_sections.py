@@ -1,0 +1,302 @@
+"""The generated sections of README.md and docs/: tables written from the data they show.
+
+A section sits between ``<!-- BEGIN generated: NAME -->`` and ``<!-- END generated -->``;
+its text is what ``SECTIONS[NAME]()`` renders (the simulator and the gate on the recipes,
+the driver's exit codes), so no document carries a figure that nothing computes.
+tests/core/test_doc_sections.py holds every section to its source. After a change:
+
+    python tests/doc_sections.py          # rewrite every generated section in place
+    python tests/doc_sections.py --check  # exit 1 and a diff when one is stale
+"""
+from __future__ import annotations
+
+import difflib
+import re
+import sys
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script from tests/
+    sys.path.insert(0, str(REPO))
+
+from geometry.capacity import kv_token_capacity  # noqa: E402
+from stackbuild.core import errors  # noqa: E402
+from stackbuild.core.gate import GIB, gate_input, host_geometry  # noqa: E402
+from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
+
+BEHAVIOURS = ("stock", "overlay")
+DOCUMENTS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
+BEGIN = re.compile(r"^<!-- BEGIN generated: (?P<name>[a-z0-9-]+) -->\n", re.M)
+END = "<!-- END generated -->\n"
+COMMAND = "python tests/doc_sections.py"
+
+
+def _n(value: int) -> str:
+    return f"{value:,}"
+
+
+def _gib(memory_bytes: int) -> str:
+    gib = memory_bytes / GIB
+    return f"{gib:g} GiB"
+
+
+def _row(*cells: str) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    return [_row(*header), _row(*("---",) * len(header)), *(_row(*r) for r in rows)]
+
+
+def _geometry(gate: dict, behaviour: str):
+    return host_geometry(dict(gate, vllm_behaviour=behaviour))
+
+
+def _one(values: set, what: str):
+    (value,) = values or {None}
+    if len(values) > 1:
+        raise ValueError(f"{what}: more than one value {sorted(values)}")
+    return value
+
+
+def _verdict_word(verdict, bold: bool = False) -> str:
+    word = "PASS" if verdict.passed else "FAIL"
+    return f"**{word}**" if bold else word
+
+
+def default_recipe_verdict() -> str:
+    """The default recipe, stock vLLM 0.33.0 against the overlay: pages, blocks, capacity, verdict."""
+    recipe = load_recipe(DEFAULT_RECIPE)
+    gate = gate_input(recipe)
+    runs = {b: _geometry(gate, b) for b in BEHAVIOURS}
+    report = runs["overlay"][0]
+    columns = {}
+    for behaviour, (rep, verdict) in runs.items():
+        plan, alone = rep.with_drafter, rep.target_only_same_spec
+        kda = {(r.real_page_bytes, r.page_bytes) for r in plan.layers if r.role == "kda"}
+        drafter = {(r.block_size, r.real_page_bytes) for r in plan.layers if r.owner == "drafter"}
+        columns[behaviour] = dict(plan=plan, alone=alone, verdict=verdict, kda=_one(kda, "KDA pages"),
+                                  drafter=_one(drafter, "drafter layers"))
+    stock, overlay = columns["stock"], columns["overlay"]
+    drafter_rows = [r for r in report.with_drafter.layers if r.owner == "drafter"]
+    heads = _one({r.num_kv_heads for r in drafter_rows}, "drafter KV heads")
+    head_size = _one({r.head_size for r in drafter_rows}, "drafter head size")
+    drafter_dtype = _one({r.dtype for r in drafter_rows}, "drafter dtype")
+    per_token = overlay["verdict"].drafter_bytes_per_token
+    memory = _gib(report.kv_cache_memory_bytes)
+
+    def cell(behaviour: str, key: str) -> str:
+        c = columns[behaviour]
+        plan, alone, verdict = c["plan"], c["alone"], c["verdict"]
+        if key == "block":
+            return f"{_n(plan.block_size)} / {_n(plan.target_attention_page)} B"
+        if key == "kda":
+            real, padded = c["kda"]
+            text = f"{_n(real)} → {_n(padded)} B"
+            return "same" if behaviour == "overlay" and c["kda"] == stock["kda"] else text
+        if key == "drafter":
+            block, page = c["drafter"]
+            shown = f"**{_n(block)}**" if block != plan.block_size else _n(block)
+            return f"{shown} / {_n(page)} B"
+        if key == "bytes":
+            return f"{_n(plan.bytes_per_block)} / {_n(alone.bytes_per_block)}"
+        if key == "blocks":
+            same = " (= without the drafter)" if plan.num_blocks == alone.num_blocks else ""
+            return _n(plan.num_blocks) + same
+        if key == "slots":
+            return _n(plan.tokens_fit)
+        if key == "share":
+            return f"{round(100 * kv_token_capacity(plan) / kv_token_capacity(alone))} %"
+        if key == "verdict":
+            exit_code = "" if verdict.passed else f" (exit {errors.GeometryGateFailed.exit_code})"
+            return _verdict_word(verdict, bold=True) + exit_code
+        raise KeyError(key)
+
+    labels = {
+        "block": "target block size / MLA latent page",
+        "kda": "KDA state page (real, padded)",
+        "drafter": (f"drafter block / page ({heads} KV heads × {head_size}, {drafter_dtype}: "
+                    f"{_n(per_token)} B/token)"),
+        "bytes": "bytes per block, with / without the drafter",
+        "blocks": f"blocks in {memory}",
+        "slots": "KV token slots",
+        "share": "KV capacity, share of the target alone's",
+        "verdict": "verdict",
+    }
+    intro = (f"The default recipe ({recipe.hardware.gpu}, TP{report.tensor_parallel_size}, "
+             f"{report.target_kv_dtype} target KV, {drafter_dtype} drafter KV, `num_speculative_tokens` "
+             f"{report.num_speculative_tokens}, {memory} for the KV cache), computed from its `configs/`:")
+    rows = [(label, cell("stock", key), cell("overlay", key)) for key, label in labels.items()]
+    return "\n".join([intro, "", *_table(("", "stock vLLM 0.33.0", "with the overlay"), rows)]) + "\n"
+
+
+def _prefix_caching_runs():
+    gate = gate_input(load_recipe(DEFAULT_RECIPE))
+    return {(behaviour, on): _geometry(dict(gate, enable_prefix_caching=on,
+                                            mamba_cache_mode="align" if on else "none"), behaviour)
+            for behaviour in BEHAVIOURS for on in (False, True)}
+
+
+def prefix_caching() -> str:
+    """The default recipe with prefix caching off (mamba_cache_mode none) and on (align)."""
+    runs = _prefix_caching_runs()
+    memory = _gib(runs[("overlay", False)][0].kv_cache_memory_bytes)
+
+    def pc(behaviour, on):
+        return runs[(behaviour, on)][0].with_drafter.prefix_cache
+
+    def plan(on):
+        return runs[("overlay", on)][0].with_drafter
+
+    def capacity(on):
+        p = plan(on)
+        return f"{_n(p.block_size)} / {_n(p.num_blocks)} / {_n(kv_token_capacity(p))} tokens"
+
+    def hits(on):
+        if not on:
+            return "no hits"
+        overlay, stock = pc("overlay", True), pc("stock", True)
+        return f"**{_n(overlay.hit_alignment_tokens)} tokens**; {_n(stock.hit_alignment_tokens)} tokens"
+
+    def blocks(on):
+        p = pc("overlay", on)
+        if p.hash_block_size == p.scheduler_block_size:
+            return f"{_n(p.scheduler_block_size)} / same"
+        return f"{_n(p.scheduler_block_size)} / {_n(p.hash_block_size)}"
+
+    def extra_state(on):
+        if not on:
+            return "0"
+        p = plan(True)
+        groups = len([g for g in p.groups if g.spec_class == "MambaSpec"])
+        return f"{groups} (one per KDA group: {_n(groups * p.bytes_per_block)} B)"
+
+    def verdicts(on):
+        return f"{_verdict_word(runs[('overlay', on)][1])}; {_verdict_word(runs[('stock', on)][1])}"
+
+    off_capacity, on_capacity = capacity(False), capacity(True)
+    rows = [
+        (f"block / blocks in {memory} / KV capacity (overlay)", off_capacity,
+         "same" if on_capacity == off_capacity else on_capacity),
+        ("scheduler block / hash block (overlay)", blocks(False), blocks(True)),
+        ("cache hits land every (overlay; stock)", hits(False), hits(True)),
+        ("KDA state blocks a running request holds beyond `none` (overlay)", extra_state(False),
+         extra_state(True)),
+        ("verdict (overlay; stock)", verdicts(False), verdicts(True)),
+    ]
+    return "\n".join(_table(("", "prefix caching off (`none`)", "on (`align`, vLLM's default)"), rows)) + "\n"
+
+
+# The recipes, and the one variant the gate documents: the GB10 recipe at vLLM's own block.
+RECIPE_ROWS = (
+    ("glm53-flash-dflash2-gb300", {}),
+    ("glm53-flash-dflash2-sm100", {}),
+    ("glm53-flash-dflash2-2x-gb10", {}),
+    ("glm53-flash-dflash2-2x-gb10", {"block_size": None}),
+)
+
+
+def recipe_verdicts() -> str:
+    """Every recipe (and the GB10 one at vLLM's own block size), stock and overlay."""
+    rows = []
+    for name, changes in RECIPE_ROWS:
+        recipe = load_recipe(REPO / "recipes" / name / "recipe.yaml")
+        gate = dict(gate_input(recipe), **changes)
+        runs = {b: _geometry(gate, b) for b in BEHAVIOURS}
+        (stock, vs), (overlay, vo) = runs["stock"], runs["overlay"]
+
+        def drafter_block(rep):
+            return _n(_one({r.block_size for r in rep.with_drafter.layers if r.owner == "drafter"}, name))
+
+        label = f"`{name}`" + (" at vLLM's own block (`block_size` unset)" if "block_size" in changes
+                               else "")
+        s = recipe.serving
+        rows.append((
+            label,
+            f"{recipe.hardware.gpu}, TP{s.tensor_parallel_size} on {s.nodes} node{'s' * (s.nodes > 1)}",
+            _n(overlay.with_drafter.block_size),
+            f"{drafter_block(stock)} → {drafter_block(overlay)}",
+            f"{_n(stock.bytes_per_block)} / {_n(overlay.bytes_per_block)} / "
+            f"{_n(overlay.target_only_same_spec.bytes_per_block)}",
+            f"{_n(kv_token_capacity(stock.with_drafter))} / {_n(kv_token_capacity(overlay.with_drafter))} / "
+            f"{_n(kv_token_capacity(overlay.target_only_same_spec))}",
+            f"{_verdict_word(vs)} / {_verdict_word(vo, bold=True)}",
+        ))
+    header = ("recipe", "hardware", "target block", "drafter block (stock → overlay)",
+              "bytes per block: stock / overlay / target alone",
+              "KV capacity, tokens: stock / overlay / target alone", "verdict: stock / overlay")
+    return "\n".join(_table(header, rows)) + "\n"
+
+
+def exit_codes() -> str:
+    """The driver's exit codes (stackbuild/core/errors.py EXIT_CODES)."""
+    rows = [(str(code), meaning) for code, meaning in sorted(errors.EXIT_CODES.items())]
+    return "\n".join(_table(("code", "what failed"), rows)) + "\n"
+
+
+def preflight_exit_codes() -> str:
+    """The codes the image's start-time pre-flight exits with (the driver's, for the same faults)."""
+    from geometry.preflight import outcome
+
+    rows = [(str(code), errors.EXIT_CODES[code]) for code in sorted(errors.PREFLIGHT_ERRORS)]
+    rows.append((str(outcome.EXIT_BAD_MODE), "an unknown `GLM53_PREFLIGHT` mode"))
+    return "\n".join(_table(("code", "what failed"), rows)) + "\n"
+
+
+SECTIONS: dict[str, Callable[[], str]] = {
+    "default-recipe-verdict": default_recipe_verdict,
+    "prefix-caching": prefix_caching,
+    "recipe-verdicts": recipe_verdicts,
+    "exit-codes": exit_codes,
+    "preflight-exit-codes": preflight_exit_codes,
+}
+
+
+def regenerate(text: str, rendered: dict[str, str]) -> str:
+    """``text`` with every generated section replaced by its rendering; an unknown or unclosed one is an error."""
+    out, pos = [], 0
+    for match in BEGIN.finditer(text):
+        name = match.group("name")
+        if name not in SECTIONS:
+            raise ValueError(f"unknown generated section {name!r} (known: {', '.join(SECTIONS)})")
+        end = text.find(END, match.end())
+        if end < 0 or BEGIN.search(text, match.end(), end):
+            raise ValueError(f"generated section {name!r} has no {END.strip()!r} before the next one")
+        if name not in rendered:
+            rendered[name] = SECTIONS[name]()
+        out += [text[pos:match.end()], rendered[name]]
+        pos = end
+    return "".join(out) + text[pos:]
+
+
+def stale(documents=DOCUMENTS) -> dict[Path, tuple[str, str]]:
+    """Each document whose generated sections are not what their sources give: path -> (as is, as generated)."""
+    rendered: dict[str, str] = {}
+    out = {}
+    for path in documents:
+        text = path.read_text()
+        fresh = regenerate(text, rendered)
+        if fresh != text:
+            out[path] = (text, fresh)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    check = argv == ["--check"]
+    if argv and not check:
+        print(f"usage: {COMMAND} [--check]", file=sys.stderr)
+        return 2
+    for path, (old, new) in stale().items():
+        rel = path.relative_to(REPO)
+        if check:
+            sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
+                                                       f"{rel} (as is)", f"{rel} (generated)"))
+        else:
+            path.write_text(new)
+            print(f"rewrote the generated sections of {rel}", file=sys.stderr)
+    return 1 if check and stale() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
