@@ -2,8 +2,9 @@
 
 Tag templates may use ``{date}`` (SOURCE_DATE_EPOCH, UTC), ``{family}``,
 ``{gpu}`` and ``{rev}``, the build's input set: the commit's first 12 hex
-digits when every build input is that commit's (a clean tree, the recipe in
-the repository, SOURCE_DATE_EPOCH not overridden), otherwise ``x`` and 11
+digits when every build input is that commit's (a clean tree, every source
+of the build context tracked by git, the recipe in the repository,
+SOURCE_DATE_EPOCH not overridden), otherwise ``x`` and 11
 hex digits of the sha256 of the inputs themselves (:func:`inputs_digest`).
 So two builds of one commit get the same tags, and two builds that can
 differ never do. The ``{owner}`` of the repository is the registry
@@ -22,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
+from stackbuild.core.context_sources import context_sources
 from stackbuild.core.errors import OwnerMissing, RecipeError
 from stackbuild.core.lock import LOCK_NAME, pinned_base
 from stackbuild.core.recipe import REPO_ROOT, Recipe, check_repository
@@ -32,9 +34,6 @@ OWNER_VARIABLE = "IMAGE_OWNER"
 # The namespace of images that stay in the local engine when no owner is given; never pushed.
 LOCAL_OWNER = "local"
 MOVING_TAGS = ("latest",)
-# What the image is made of besides the recipe's own files (Dockerfile.j2 is rendered by stackbuild/).
-CODE_INPUTS = ("Dockerfile.j2", "stackbuild", "overlay", "geometry")
-SKIPPED_INPUT_PARTS = ("__pycache__", ".pytest_cache", "tests")
 
 
 @dataclass(frozen=True)
@@ -112,26 +111,27 @@ def source_date_epoch(repo: Path = REPO_ROOT) -> int:
 
 
 def input_files(recipe: Recipe, repo: Path = REPO_ROOT) -> dict[str, Path]:
-    """Every file a build of ``recipe`` reads, by a name independent of where it lies on this machine."""
-    files: dict[str, Path] = {}
+    """The files the digest hashes: the build context's sources (:func:`context_sources`) but the lock.
 
-    def add_tree(prefix: str, root: Path) -> None:
-        if root.is_file():
-            files[prefix] = root
-            return
-        for path in sorted(root.rglob("*")):
-            relative = path.relative_to(root)
-            if path.is_file() and not any(p in SKIPPED_INPUT_PARTS for p in relative.parts) and path.suffix not in (".pyc", ".pyo"):
-                files[f"{prefix}/{relative.as_posix()}"] = path
-
-    for name in CODE_INPUTS:
-        add_tree(name, repo / name)
-    add_tree("recipe", recipe.directory)  # recipe.yaml, its oracle record, its configs
-    # The lock counts by the digest it pins (inputs_digest), not by its bytes: it records when it was resolved.
+    The lock counts by the digest it pins (:func:`inputs_digest`), not by its bytes: it records when it was resolved.
+    """
+    files = context_sources(recipe, repo)
     files.pop(f"recipe/{LOCK_NAME}", None)
-    files["target.config"] = (recipe.directory / recipe.target.config).resolve()
-    files["drafter.config"] = (recipe.directory / recipe.drafter.config).resolve()
     return files
+
+
+def _all_committed(paths: list[Path], repo: Path) -> bool:
+    """Whether every one of ``paths`` lies in ``repo`` and git tracks it (untracked and ignored files do not count)."""
+    root = repo.resolve()
+    listed = _git(repo, "ls-files", "-z")
+    if listed is None:
+        return False
+    tracked = set(listed.split("\0"))
+    for path in paths:
+        resolved = path.resolve()
+        if not resolved.is_relative_to(root) or resolved.relative_to(root).as_posix() not in tracked:
+            return False
+    return True
 
 
 def inputs_digest(files: dict[str, Path], epoch: int, revision_label: str, base_digest: Optional[str]) -> str:
@@ -149,11 +149,8 @@ def source_revision(recipe: Recipe, epoch: int, repo: Path = REPO_ROOT) -> Sourc
         return SourceRevision(None, False, False)
     tracked = _git(repo, "status", "--porcelain", "--untracked-files=no")
     tree_clean = tracked is not None and not tracked.strip()
-    inputs = list(input_files(recipe, repo).values())
-    inside = all(path.resolve().is_relative_to(repo.resolve()) for path in inputs)
-    untracked = _git(repo, "status", "--porcelain", "--untracked-files=all", "--",
-                     *(str(repo / name) for name in CODE_INPUTS), str(recipe.directory)) if inside else None
-    committed = tree_clean and inside and untracked is not None and not untracked.strip() and epoch == _commit_time(repo)
+    committed = (tree_clean and epoch == _commit_time(repo)
+                 and _all_committed(list(context_sources(recipe, repo).values()), repo))
     return SourceRevision(head.strip(), tree_clean, committed)
 
 

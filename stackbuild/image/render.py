@@ -15,19 +15,11 @@ from geometry.preflight import checked as checked_mod
 from stackbuild.core.errors import InternalError
 from stackbuild.image.plan import BuildPlan
 from stackbuild.core.preflight_record import checked_serve
+from stackbuild.core.context_sources import GATE_PAYLOAD, PATCH_PAYLOAD, PREFLIGHT_PAYLOAD, payload_files
+from stackbuild.core.context_sources import TEMPLATE as TEMPLATE_NAME
 from stackbuild.core.recipe import REPO_ROOT
 
-TEMPLATE = REPO_ROOT / "Dockerfile.j2"
-NORMALISE_SCRIPT = Path(__file__).with_name("normalise-mtimes.sh")
-# Build-context directories holding what the patch step and the gate step need.
-PATCH_PAYLOAD = "patch-payload"
-GATE_PAYLOAD = "gate-payload"
-# The start-time pre-flight and the record of what the gate checked: after the gate step,
-# so editing the pre-flight does not re-run the gate.
-PREFLIGHT_PAYLOAD = "preflight-payload"
-PAYLOAD_SKIP = ("__pycache__", "tests", ".pytest_cache")
-# Maintainers' tools: never run in the image.
-PAYLOAD_SKIP_FILES = ("refresh.py",)
+TEMPLATE = REPO_ROOT / TEMPLATE_NAME
 
 
 def contract_values(payload_dir: str) -> dict:
@@ -89,28 +81,8 @@ def render(plan: BuildPlan) -> str:
     return text
 
 
-def _wanted(path: Path) -> bool:
-    if any(part in PAYLOAD_SKIP for part in path.parts):
-        return False
-    if path.name in PAYLOAD_SKIP_FILES:
-        return False
-    return not path.name.endswith((".pyc", ".pyo", ".md", ".mk"))
-
-
-def _copy_tree(name: str, destination: Path, *, leave_out: str = "") -> None:
-    """Copy the repository's ``name`` under ``destination`` (same relative paths), without ``leave_out``."""
-    for src in sorted((REPO_ROOT / name).rglob("*")):
-        relative = src.relative_to(REPO_ROOT)
-        if leave_out and relative.is_relative_to(leave_out):
-            continue
-        if src.is_file() and _wanted(relative):
-            dst = destination / src.relative_to(REPO_ROOT)
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, dst)
-
-
 def write_context(plan: BuildPlan, directory: Path) -> Path:
-    """Write the Dockerfile and the two payload trees into ``directory``.
+    """Write the Dockerfile and the three payload trees into ``directory``.
 
     Each payload mirrors its absolute path (``<payload>/opt/glm53-overlay/...``)
     and is copied to ``/``, so even ``/opt`` gets the epoch time from the context
@@ -122,18 +94,17 @@ def write_context(plan: BuildPlan, directory: Path) -> Path:
     """
     directory.mkdir(parents=True, exist_ok=True)
     inside = plan.payload_dir.lstrip("/")
-    patch_root = directory / PATCH_PAYLOAD / inside
+    for payload in (PATCH_PAYLOAD, GATE_PAYLOAD, PREFLIGHT_PAYLOAD):
+        (directory / payload / inside).mkdir(parents=True, exist_ok=True)
+    for file in payload_files(REPO_ROOT):
+        destination = directory / file.payload / inside / file.destination
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(file.source, destination)
     gate_root = directory / GATE_PAYLOAD / inside
-    patch_root.mkdir(parents=True, exist_ok=True)
-    gate_root.mkdir(parents=True, exist_ok=True)
-    _copy_tree("overlay", patch_root)
-    shutil.copyfile(NORMALISE_SCRIPT, patch_root / NORMALISE_SCRIPT.name)
-    _copy_tree("geometry", gate_root, leave_out=contract.PREFLIGHT_PACKAGE)
     (gate_root / contract.GATE_INPUT).write_text(json.dumps(dict(plan.gate_input), indent=2, sort_keys=True) + "\n")
     if plan.oracle_record is not None:
         shutil.copyfile(plan.oracle_record, gate_root / contract.ORACLE_RECORD)
     preflight_root = directory / PREFLIGHT_PAYLOAD / inside
-    _copy_tree(contract.PREFLIGHT_PACKAGE, preflight_root)
     checked_mod.write(checked_serve(plan.recipe, plan.gate_input), str(preflight_root / contract.PREFLIGHT_CHECKED))
     (directory / "Dockerfile").write_text(render(plan))
     # Same bytes, same times, same modes: COPY layers depend only on the inputs.

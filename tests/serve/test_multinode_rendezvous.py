@@ -6,12 +6,14 @@ with each generated file's command and environment as Docker Compose resolves th
 user's variables set: the leader's address is the leader container's name, the interface
 is the containers' eth0). Only the entrypoint is replaced: a script that takes
 --nnodes/--node-rank/--master-addr/--master-port from its argv, i.e. from the generated
-command, and joins the group. A file with a wrong address or rank must break it.
+command, and joins the group once both containers are up, with a short timeout the test sets.
+A file with a wrong address or rank must break it.
 """
 from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from pathlib import Path
 
@@ -25,22 +27,39 @@ pytestmark = pytest.mark.docker
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml"
-TIMEOUT_S = 30  # the rendezvous' own timeout: a broken wiring fails within it
+# The rendezvous' own timeout, set here for the script through its environment: the clock starts
+# only once both containers have imported torch (the script waits for GO_FILE, which the test creates
+# when both have said READY), so it measures the network join alone. The working wiring below joins
+# within the same timeout, so a wrong one failing within it is the wiring's doing.
+TIMEOUT_VARIABLE = "RENDEZVOUS_TIMEOUT_S"
+TIMEOUT_S = 5
+START_TIMEOUT_S = 180  # container start and `import torch`, both containers, on a busy machine
+READY = "rendezvous: ready"
+GO_FILE = "/tmp/rendezvous-go"
+JOIN_FAILED_STATUS = 3  # the script's exit status when init_process_group or all_reduce raises
 
 # Reads the launch flags from its own argv (the generated command) and joins the group;
-# prints one JSON line. Any failure to rendezvous is an exception: a non-zero exit.
+# prints one JSON line. Any failure to rendezvous is an exception: exit JOIN_FAILED_STATUS.
 RENDEZVOUS = f"""
-import argparse, datetime, json, os, sys
+import argparse, datetime, json, os, sys, time, traceback
 import torch, torch.distributed as dist
 p = argparse.ArgumentParser()
 for f in ("--nnodes", "--node-rank", "--master-port"):
     p.add_argument(f, type=int, required=True)
 p.add_argument("--master-addr", required=True)
 a, _rest = p.parse_known_args(sys.argv[1:])
-dist.init_process_group("gloo", init_method=f"tcp://{{a.master_addr}}:{{a.master_port}}", rank=a.node_rank,
-                        world_size=a.nnodes, timeout=datetime.timedelta(seconds={TIMEOUT_S}))
-t = torch.tensor([a.node_rank + 1])
-dist.all_reduce(t)
+timeout = datetime.timedelta(seconds=float(os.environ["{TIMEOUT_VARIABLE}"]))
+print("{READY}", flush=True)
+while not os.path.exists("{GO_FILE}"):
+    time.sleep(0.05)
+try:
+    dist.init_process_group("gloo", init_method=f"tcp://{{a.master_addr}}:{{a.master_port}}", rank=a.node_rank,
+                            world_size=a.nnodes, timeout=timeout)
+    t = torch.tensor([a.node_rank + 1])
+    dist.all_reduce(t)
+except Exception:
+    traceback.print_exc()
+    sys.exit({JOIN_FAILED_STATUS})
 print(json.dumps({{"rank": dist.get_rank(), "world_size": dist.get_world_size(), "sum": int(t.item()),
                   "gloo_ifname": os.environ.get("GLOO_SOCKET_IFNAME")}}), flush=True)
 dist.destroy_process_group()
@@ -64,8 +83,23 @@ def service(path: Path, role: str, leader_name: str) -> dict:
     return json.loads(proc.stdout)["services"][role]
 
 
+def wait_until_ready(containers: dict) -> None:
+    """Until every container has imported torch and says READY (a container that stops first fails the test)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    waiting = dict(containers)
+    while waiting:
+        for role, c in list(waiting.items()):
+            if READY in c.logs().decode(errors="replace"):
+                del waiting[role]
+                continue
+            c.reload()
+            assert c.status in ("created", "running"), f"{role} stopped before joining: {c.logs().decode(errors='replace')[-2000:]}"
+        assert time.monotonic() < deadline, f"not ready within {START_TIMEOUT_S} s: {sorted(waiting)}"
+        time.sleep(0.2)
+
+
 def rendezvous(engine, base_ref: str, files: dict) -> dict:
-    """Start both roles on a fresh user network; each role's (exit code, log)."""
+    """Start both roles on a fresh user network, let them join at once; each role's (exit code, log)."""
     tag = uuid.uuid4().hex[:8]
     leader_name = f"glm53-mn-leader-{tag}"
     names = {"leader": leader_name, "worker": f"glm53-mn-worker-{tag}"}
@@ -76,11 +110,14 @@ def rendezvous(engine, base_ref: str, files: dict) -> dict:
             svc = service(files[role], role, leader_name)
             containers[role] = engine.containers.run(
                 base_ref, entrypoint=["python3", "-c", RENDEZVOUS], command=svc["command"],
-                environment=svc["environment"], name=names[role], hostname=names[role],
-                network=network.name, detach=True)
+                environment={**svc["environment"], TIMEOUT_VARIABLE: str(TIMEOUT_S)}, name=names[role],
+                hostname=names[role], network=network.name, detach=True)
+        wait_until_ready(containers)
+        for c in containers.values():
+            assert c.exec_run(["touch", GO_FILE]).exit_code == 0
         out = {}
         for role, c in containers.items():
-            code = c.wait(timeout=TIMEOUT_S * 4)["StatusCode"]
+            code = c.wait(timeout=TIMEOUT_S * 6)["StatusCode"]
             out[role] = (code, c.logs().decode(errors="replace"))
         return out
     finally:
@@ -116,3 +153,5 @@ def test_a_wrong_address_or_rank_breaks_it(docker_engine, synthetic_base_amd64, 
     files[role].write_text(text)
     result = rendezvous(docker_engine, synthetic_base_amd64.reference, files)
     assert any(code != 0 for code, _log in result.values()), result
+    # It is the join that fails (no other error of the script), within the rendezvous timeout.
+    assert {code for code, _log in result.values()} <= {0, JOIN_FAILED_STATUS}, result
