@@ -195,7 +195,8 @@ def geometry(recipe_path, as_json, stock):
     from stackbuild.core.gate import recipe_geometry, summarise_reasons
 
     recipe = load_recipe(recipe_path)
-    _gate, report, verdict = recipe_geometry(recipe, vllm_behaviour="stock" if stock else "overlay")
+    run = recipe_geometry(recipe, vllm_behaviour="stock" if stock else "overlay")
+    report, verdict = run.report, run.verdict
     if as_json:
         click.echo(json.dumps(to_json(report, verdict), indent=2, sort_keys=True))
     else:

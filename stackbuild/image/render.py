@@ -129,7 +129,7 @@ def write_context(plan: BuildPlan, directory: Path) -> Path:
     _copy_tree("overlay", patch_root)
     shutil.copyfile(NORMALISE_SCRIPT, patch_root / NORMALISE_SCRIPT.name)
     _copy_tree("geometry", gate_root, leave_out=contract.PREFLIGHT_PACKAGE)
-    (gate_root / contract.GATE_INPUT).write_text(json.dumps(dict(plan.gate_input), indent=2, sort_keys=True) + "\n")
+    (gate_root / contract.GATE_INPUT).write_text(json.dumps(plan.gate_input.to_json(), indent=2, sort_keys=True) + "\n")
     if plan.oracle_record is not None:
         shutil.copyfile(plan.oracle_record, gate_root / contract.ORACLE_RECORD)
     preflight_root = directory / PREFLIGHT_PAYLOAD / inside
