@@ -16,7 +16,7 @@ The gate passes only if, for the vLLM behaviour the image has:
   5. with prefix caching on: every drafter block divides the target's block,
      and cache hits land at most one target block apart.
 ``judge`` adds whether the pool can serve one request at all
-(geometry/serving_limits.py): what every gate caller uses.
+(geometry/serving_limits.py); geometry/gate_run.py runs it for every caller.
 """
 
 from __future__ import annotations
@@ -27,22 +27,6 @@ from .capacity import full_attention_groups, kv_token_capacity
 from .inputs import GeometryInputs
 from .serving_limits import serving_limit_reasons
 from .report import GeometryReport, Plan
-
-
-class GeometryMismatch(Exception):
-    """The geometry does not fit (exit code 1)."""
-
-    def __init__(self, verdict: "Verdict"):
-        super().__init__("; ".join(verdict.reasons))
-        self.verdict = verdict
-
-
-class OracleDisagreement(Exception):
-    """The simulator and the installed vLLM disagree (exit code 2)."""
-
-    def __init__(self, differences: tuple[str, ...]):
-        super().__init__("; ".join(differences))
-        self.differences = differences
 
 
 @dataclass(frozen=True)
@@ -61,10 +45,6 @@ class Verdict:
     num_blocks_without: int | None
     kv_tokens_with: int | None = None
     kv_tokens_without: int | None = None
-
-    def raise_if_failed(self) -> None:
-        if not self.passed:
-            raise GeometryMismatch(self)
 
 
 def check(report: GeometryReport) -> Verdict:

@@ -31,11 +31,11 @@ import json
 import os
 import sys
 
-from . import gate, inputs as inputs_mod, model_config, record as record_mod, simulate as sim, table
+from . import inputs as inputs_mod, record as record_mod, table
+from .gate_run import CODE_DIR, CrossCheck, run_gate
 from .image_contract import GATE_INPUT, OVERLAY_MANIFEST, GateReport, OracleCheck, OverlayManifest, payload_path
 
 DEFAULT_MANIFEST = payload_path(OVERLAY_MANIFEST)
-CODE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def read_manifest(manifest_path: str) -> OverlayManifest | None:
@@ -100,7 +100,6 @@ def _oracle_from_record(path: str, raw: dict, code_dir: str, modules: list[str] 
 
 
 def main(argv: list[str] | None = None) -> int:
-    code_dir = CODE_DIR
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--input", required=True, help=f"{GATE_INPUT} (GeometryInputs)")
     ap.add_argument("--oracle", action="store_true",
@@ -124,18 +123,16 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.input, encoding="utf-8") as fh:
             raw = json.load(fh)
         inputs = inputs_mod.GeometryInputs.from_json(raw)
-        model_config.check_configs(inputs.target_config, inputs.drafter_config)
         note = None
         if args.behaviour == "auto":
             applied, note = overlay_applied(args.overlay_manifest)
             inputs = inputs.replace(vllm_behaviour="overlay" if applied else "stock")
         elif args.behaviour in ("stock", "overlay"):
             inputs = inputs.replace(vllm_behaviour=args.behaviour)
-        report = sim.simulate(inputs)
         wanted = patched_modules(args.overlay_manifest) if args.import_patched else None
         recorded, record_note = None, None
         if args.oracle_record:
-            recorded, record_note = _oracle_from_record(args.oracle_record, raw, code_dir, wanted)
+            recorded, record_note = _oracle_from_record(args.oracle_record, raw, CODE_DIR, wanted)
     except (OSError, ValueError, inputs_mod.BadInput) as exc:  # RecordError, ContractError are ValueErrors
         print(f"geometry gate: bad input: {exc}", file=sys.stderr)
         return 3
@@ -150,26 +147,23 @@ def main(argv: list[str] | None = None) -> int:
             return 4
         print(f"imported {len(wanted)} patched modules: {', '.join(wanted)}", file=sys.stderr)
 
-    verdict = gate.judge(report, inputs)
+    cross_check = None
+    if args.oracle:
+        cross_check = CrossCheck(recorded=recorded, record_to=None if recorded is not None else args.oracle_record,
+                                 record_key_input=raw, patched_modules_imported=tuple(wanted or ()))
+    try:
+        run = run_gate(inputs, cross_check=cross_check)
+    except (ValueError, inputs_mod.BadInput) as exc:  # a config or input the simulator does not model
+        print(f"geometry gate: bad input: {exc}", file=sys.stderr)
+        return 3
+    report, verdict = run.report, run.verdict
     code = 0 if verdict.passed else 1
     oracle_check = None
-    if args.oracle:
-        if recorded is not None:
-            diffs = record_mod.compare(record_mod.comparable(report), recorded["vllm"])
-            source = "record"
-        else:
-            from . import oracle  # imports vLLM
-            source = "imported vLLM"
-            try:
-                vreport = oracle.plan_with_vllm(inputs)
-                diffs = oracle.compare_reports(report, vreport)
-            except Exception as exc:  # the installed vLLM could not plan at all
-                vreport, diffs = None, (f"oracle failed: {type(exc).__name__}: {exc}",)
-            if vreport is not None and args.oracle_record:
-                key = record_mod.environment_key(raw, code_dir, record_mod.imported_distributions())
-                record_mod.write(record_mod.make_record(key, vreport, wanted or []), args.oracle_record)
-        oracle_check = OracleCheck(agrees=not diffs, differences=tuple(diffs), source=source)
-        if diffs:
+    if run.oracle is not None:
+        o = run.oracle
+        oracle_check = OracleCheck(agrees=o.agrees, source=o.source,
+                                   differences=o.differences if o.failure is None else (f"oracle failed: {o.failure}",))
+        if not o.agrees:
             code = 2
     simulated = table.to_json(report, verdict)
     out = GateReport(report=simulated["report"], verdict=simulated["verdict"], behaviour_source=note,

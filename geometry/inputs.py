@@ -1,8 +1,11 @@
 """Inputs of the KV-geometry simulator (stdlib only).
 
 ``GeometryInputs`` is everything that decides the KV-cache geometry vLLM 0.33.0
-builds for a hybrid target plus an optional speculative drafter. It is the
-JSON document the build gate reads (``gate-input.json``).
+builds for a hybrid target plus an optional speculative drafter: the gate's one
+input. ``build_inputs`` makes it from the values a deployment names (a recipe on
+the host, a serve argv and the mounted configs at container start); the build
+writes it as ``gate-input.json`` (``to_json``) and the image reads it back
+(``from_json``).
 """
 
 from __future__ import annotations
@@ -145,6 +148,38 @@ class GeometryInputs:
                 value = dict(value)
             out[f.name] = value
         return out
+
+
+def build_inputs(*, target_config: Mapping[str, Any], drafter_config: Mapping[str, Any] | None,
+                 tensor_parallel_size: int, nodes: int, kv_cache_dtype: str, drafter_kv_cache_dtype: str | None,
+                 num_speculative_tokens: int, capability_family: int, enable_prefix_caching: bool | None,
+                 block_size: int | None, max_model_len: int | None, drafter_attention_backend: str | None,
+                 kv_cache_memory_bytes: int, vllm_behaviour: str,
+                 mamba_cache_mode: str | None = None) -> GeometryInputs:
+    """The gate input of a deployment, from the values it names.
+
+    ``enable_prefix_caching`` and ``mamba_cache_mode`` are the serve flags as given
+    (None: not given), resolved as vLLM 0.33.0 runs them (``resolve_prefix_caching``).
+    Raises BadInput for values the simulator does not take.
+    """
+    prefix_caching, mode = resolve_prefix_caching(target_config, enable_prefix_caching, mamba_cache_mode)
+    return GeometryInputs(
+        target_config=target_config,
+        drafter_config=drafter_config,
+        tensor_parallel_size=tensor_parallel_size,
+        nodes=nodes,
+        kv_cache_dtype=kv_cache_dtype,
+        drafter_kv_cache_dtype=drafter_kv_cache_dtype,
+        num_speculative_tokens=num_speculative_tokens,
+        capability_family=capability_family,
+        mamba_cache_mode=mode,
+        enable_prefix_caching=prefix_caching,
+        block_size=block_size,
+        max_model_len=max_model_len,
+        drafter_attention_backend=drafter_attention_backend,
+        kv_cache_memory_bytes=kv_cache_memory_bytes,
+        vllm_behaviour=vllm_behaviour,
+    )
 
 
 def _mode_for(prefix_caching: bool) -> str:

@@ -244,7 +244,8 @@ def geometry(recipe_path, as_json, stock):
     from stackbuild.core.gate import recipe_geometry, summarise_reasons
 
     recipe = load_recipe(recipe_path)
-    _gate, report, verdict = recipe_geometry(recipe, vllm_behaviour="stock" if stock else "overlay")
+    run = recipe_geometry(recipe, vllm_behaviour="stock" if stock else "overlay")
+    report, verdict = run.report, run.verdict
     if as_json:
         print_json(to_json(report, verdict))
     else:

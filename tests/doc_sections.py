@@ -22,7 +22,9 @@ if str(REPO) not in sys.path:  # run as a script from tests/
 
 from geometry.capacity import kv_token_capacity  # noqa: E402
 from stackbuild.core import errors  # noqa: E402
-from stackbuild.core.gate import GIB, gate_input, host_geometry  # noqa: E402
+from geometry.gate_run import run_gate  # noqa: E402
+from geometry.inputs import GeometryInputs  # noqa: E402
+from stackbuild.core.gate import GIB, gate_input  # noqa: E402
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
 
 BEHAVIOURS = ("stock", "overlay")
@@ -50,7 +52,8 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
 
 
 def _geometry(gate: dict, behaviour: str):
-    return host_geometry(dict(gate, vllm_behaviour=behaviour))
+    run = run_gate(GeometryInputs.from_json(dict(gate, vllm_behaviour=behaviour)))
+    return run.report, run.verdict
 
 
 def _one(values: set, what: str):
@@ -68,7 +71,7 @@ def _verdict_word(verdict, bold: bool = False) -> str:
 def default_recipe_verdict() -> str:
     """The default recipe, stock vLLM 0.33.0 against the overlay: pages, blocks, capacity, verdict."""
     recipe = load_recipe(DEFAULT_RECIPE)
-    gate = gate_input(recipe)
+    gate = gate_input(recipe).to_json()
     runs = {b: _geometry(gate, b) for b in BEHAVIOURS}
     report = runs["overlay"][0]
     columns = {}
@@ -132,7 +135,7 @@ def default_recipe_verdict() -> str:
 
 
 def _prefix_caching_runs():
-    gate = gate_input(load_recipe(DEFAULT_RECIPE))
+    gate = gate_input(load_recipe(DEFAULT_RECIPE)).to_json()
     return {(behaviour, on): _geometry(dict(gate, enable_prefix_caching=on,
                                             mamba_cache_mode="align" if on else "none"), behaviour)
             for behaviour in BEHAVIOURS for on in (False, True)}
@@ -202,7 +205,7 @@ def recipe_verdicts() -> str:
     rows = []
     for name, changes in RECIPE_ROWS:
         recipe = load_recipe(REPO / "recipes" / name / "recipe.yaml")
-        gate = dict(gate_input(recipe), **changes)
+        gate = dict(gate_input(recipe).to_json(), **changes)
         runs = {b: _geometry(gate, b) for b in BEHAVIOURS}
         (stock, vs), (overlay, vo) = runs["stock"], runs["overlay"]
 

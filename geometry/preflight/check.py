@@ -48,15 +48,18 @@ def snapshot_warnings(checked: CheckedServe, target: MountedConfig, drafter: Opt
     return out
 
 
-def derive_inputs(flags: ServeFlags, target: MountedConfig, drafter: Optional[MountedConfig],
-                  built: dict) -> dict:
-    """The gate input (GeometryInputs JSON) for what this argv and these configs will run.
+# Gate-input fields no serve flag says: the build's (the GPU's capability family, the vLLM behaviour
+# the image has, the machines the TP group spans) and the memory for the KV cache unless
+# --kv-cache-memory-bytes gives it.
+FROM_THE_BUILD = ("nodes", "capability_family", "kv_cache_memory_bytes", "vllm_behaviour")
 
-    From the build: only what no serve flag says (the GPU's capability family,
-    the vLLM behaviour the image has, the machines the TP group spans) and the memory for the KV cache unless
-    --kv-cache-memory-bytes gives it.
-    """
-    from geometry.inputs import resolve_prefix_caching
+
+def derive_inputs(flags: ServeFlags, target: MountedConfig, drafter: Optional[MountedConfig], *, nodes: int,
+                  capability_family: int, kv_cache_memory_bytes: int, vllm_behaviour: str):
+    """The gate input (geometry.inputs.GeometryInputs) for what this argv and these configs will run,
+    the build's values (FROM_THE_BUILD) for what no flag says; Unchecked for what is not modelled,
+    BadInput for values the simulator does not take."""
+    from geometry.inputs import build_inputs
 
     spec = flags.speculative_config
     if spec is not None:
@@ -67,38 +70,37 @@ def derive_inputs(flags: ServeFlags, target: MountedConfig, drafter: Optional[Mo
             raise Unchecked("--speculative-config has no num_speculative_tokens: give it explicitly")
     if flags.max_model_len is not None and flags.max_model_len <= 0:
         raise Unchecked(f"--max-model-len {flags.max_model_len} (fit to memory) is not modelled: give a length")
-    enable_prefix_caching, mamba_cache_mode = resolve_prefix_caching(
-        target.data, flags.enable_prefix_caching, flags.mamba_cache_mode)
-    return {
-        "target_config": target.data,
-        "drafter_config": drafter.data if drafter is not None else None,
-        "tensor_parallel_size": flags.tensor_parallel_size,
-        "nodes": built["nodes"],
-        "kv_cache_dtype": flags.kv_cache_dtype,
-        "drafter_kv_cache_dtype": spec.get("kv_cache_dtype") if spec else None,
-        "num_speculative_tokens": spec["num_speculative_tokens"] if spec else 0,
-        "capability_family": built["capability_family"],
-        "enable_prefix_caching": enable_prefix_caching,
-        "mamba_cache_mode": mamba_cache_mode,
-        "block_size": flags.block_size,
-        "max_model_len": flags.max_model_len,
-        "drafter_attention_backend": spec.get("attention_backend") if spec else None,
-        "kv_cache_memory_bytes": (flags.kv_cache_memory_bytes if flags.kv_cache_memory_bytes is not None
-                                  else built["kv_cache_memory_bytes"]),
-        "vllm_behaviour": built["vllm_behaviour"],
-    }
+    return build_inputs(
+        target_config=target.data,
+        drafter_config=drafter.data if drafter is not None else None,
+        tensor_parallel_size=flags.tensor_parallel_size,
+        nodes=nodes,
+        kv_cache_dtype=flags.kv_cache_dtype,
+        drafter_kv_cache_dtype=spec.get("kv_cache_dtype") if spec else None,
+        num_speculative_tokens=spec["num_speculative_tokens"] if spec else 0,
+        capability_family=capability_family,
+        enable_prefix_caching=flags.enable_prefix_caching,
+        mamba_cache_mode=flags.mamba_cache_mode,
+        block_size=flags.block_size,
+        max_model_len=flags.max_model_len,
+        drafter_attention_backend=spec.get("attention_backend") if spec else None,
+        kv_cache_memory_bytes=(flags.kv_cache_memory_bytes if flags.kv_cache_memory_bytes is not None
+                               else kv_cache_memory_bytes),
+        vllm_behaviour=vllm_behaviour,
+    )
 
 
-def differences(checked: CheckedServe, argv: Sequence[str], inputs: dict, target: MountedConfig,
+def differences(checked: CheckedServe, argv: Sequence[str], inputs, target: MountedConfig,
                 drafter: Optional[MountedConfig]) -> str:
-    """What differs from the build, in one phrase."""
+    """What differs from the build (``inputs``: the GeometryInputs re-checked), in one phrase."""
     out = []
     if not checked.as_built(tuple(argv)):
         out.append("argv edited")
     built = checked.gate_input
     for name in _SHOWN:
-        if inputs.get(name) != built.get(name):
-            out.append(f"{name} {inputs.get(name)} (build: {built.get(name)})")
+        now, then = getattr(inputs, name), getattr(built, name)
+        if now != then:
+            out.append(f"{name} {now} (build: {then})")
     if target.sha256 != checked.target.config_sha256:
         out.append(f"target config sha256 {_short(target.sha256)}")
     if drafter is None:
@@ -166,11 +168,16 @@ def check(argv: Sequence[str], checked: CheckedServe, *, locate: Callable[[str],
         return refused(EXIT_SERVE_FLAGS, f"vLLM's serve parser rejects the argv: {exc}")
     except ModuleNotFoundError as exc:
         return refused(EXIT_UNCHECKED, f"vLLM's serve parser cannot be imported here ({exc}): nothing was checked")
+    from geometry.inputs import BadInput
+
     warnings = snapshot_warnings(checked, target, drafter)
+    built = {name: getattr(checked.gate_input, name) for name in FROM_THE_BUILD}
     try:
-        inputs = derive_inputs(flags, target, drafter, dict(checked.gate_input))
+        inputs = derive_inputs(flags, target, drafter, **built)
     except Unchecked as exc:
         return refused(EXIT_UNCHECKED, f"{exc}; nothing was checked", *warnings)
+    except BadInput as exc:
+        return refused(EXIT_UNCHECKED, f"re-check cannot model this: {exc}", *warnings)
     changed = differences(checked, argv, inputs, target, drafter)
     return _geometry(inputs, changed, warnings, overlay_manifest)
 
@@ -192,33 +199,34 @@ def _as_built(checked: CheckedServe, target: MountedConfig, drafter: MountedConf
             f"{checked.target.id} {_pinned(checked.target)}, {checked.drafter.id} {_pinned(checked.drafter)})",))
 
 
-def _geometry(raw: dict, changed: str, warnings: list[str], overlay_manifest: Optional[str]) -> Outcome:
-    from geometry.gate import check as gate_check
-    from geometry.inputs import BadInput, GeometryInputs
-    from geometry.simulate import simulate
+def _geometry(inputs, changed: str, warnings: list[str], overlay_manifest: Optional[str]) -> Outcome:
+    """The gate (geometry.gate_run) on the re-derived ``inputs``, then the cross-check: the installed vLLM
+    plans the same inputs and the simulator must agree field by field when it models that vLLM (the
+    image: patched; a host venv: stock). A geometry that does not fit is refused without it."""
+    from geometry.gate_run import CrossCheck, run_gate
+    from geometry.inputs import BadInput
 
+    installed, unreadable = None, None
     try:
-        inputs = GeometryInputs.from_json(raw)
-        report = simulate(inputs)
+        installed = _installed_behaviour(overlay_manifest)
+    except ValueError as exc:  # an unreadable overlay manifest: which vLLM is installed is unknown
+        unreadable = f"{type(exc).__name__}: {exc}"
+    cross_check = None if unreadable else CrossCheck(installed_behaviour=installed, only_if_passed=True)
+    try:
+        run = run_gate(inputs, cross_check=cross_check)
     except (BadInput, ValueError) as exc:
         return refused(EXIT_UNCHECKED, f"re-check ({changed}) cannot model this: {exc}", *warnings)
-    verdict = gate_check(report)
+    verdict, oracle = run.verdict, run.oracle
     if not verdict.passed:
         more = len(verdict.reasons) - 1
         return refused(EXIT_GEOMETRY, f"re-checked ({changed}): {verdict.reasons[0]}"
                        + (f" (and {more} more below)" if more else ""),
                        *(f"  - {r}" for r in verdict.reasons[1:]), *warnings)
-    # The cross-check: the installed vLLM plans the same inputs; the simulator must agree
-    # field by field when it models that vLLM (the image: patched; a host venv: stock).
-    try:
-        from geometry.oracle import compare_reports, plan_with_vllm
-
-        installed = _installed_behaviour(overlay_manifest)
-        modelled = report if installed == inputs.vllm_behaviour else simulate(inputs.replace(vllm_behaviour=installed))
-        diffs = compare_reports(modelled, plan_with_vllm(inputs))
-    except Exception as exc:  # noqa: BLE001 - the installed vLLM could not plan at all
-        return refused(EXIT_UNCHECKED, f"re-checked ({changed}): the installed vLLM could not plan it: "
-                                       f"{type(exc).__name__}: {exc}", *warnings)
+    failure = unreadable or oracle.failure
+    if failure is not None:
+        return refused(EXIT_UNCHECKED, f"re-checked ({changed}): the installed vLLM could not plan it: {failure}",
+                       *warnings)
+    diffs = oracle.differences
     if diffs:
         return refused(EXIT_UNCHECKED, f"re-checked ({changed}): the simulator and the installed vLLM disagree: "
                                        f"{diffs[0]}" + (f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""),

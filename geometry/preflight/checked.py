@@ -13,6 +13,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Optional
 
+from geometry.inputs import GeometryInputs
+
 SCHEMA = "glm53-preflight-checked/1"
 
 
@@ -68,7 +70,7 @@ class CheckedServe:
     argv: tuple[str, ...]  # after `vllm serve`: the compose command
     target: CheckedModel
     drafter: CheckedModel
-    gate_input: Mapping[str, Any]  # the GeometryInputs JSON the build's gate passed
+    gate_input: GeometryInputs  # what the build's gate checked
     roles: tuple[CheckedRole, ...] = ()  # a multi-node recipe's per-role argvs (same geometry per rank)
 
     def as_built(self, argv: tuple[str, ...]) -> bool:
@@ -82,7 +84,7 @@ class CheckedServe:
             "argv": list(self.argv),
             "target": asdict(self.target),
             "drafter": asdict(self.drafter),
-            "gate_input": json.loads(json.dumps(dict(self.gate_input))),
+            "gate_input": json.loads(json.dumps(self.gate_input.to_json())),
         }
         if self.roles:  # a single-node record stays as it was
             data["roles"] = [{"role": r.role, "nnodes": r.nnodes, "argv": list(r.argv), "slots": dict(r.slots)}
@@ -102,10 +104,10 @@ class CheckedServe:
                 argv=tuple(argv),
                 target=CheckedModel(**data["target"]),
                 drafter=CheckedModel(**data["drafter"]),
-                gate_input=dict(data["gate_input"]),
+                gate_input=GeometryInputs.from_json(data["gate_input"]),
                 roles=tuple(_role(r) for r in data.get("roles", ())),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:  # BadInput is a ValueError
             raise CheckedUnreadable(f"{where}: malformed {SCHEMA} record: {type(exc).__name__}: {exc}") from None
 
 

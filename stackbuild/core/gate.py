@@ -1,7 +1,5 @@
-"""The geometry gate of a recipe on the host: its gate input, and the simulator and gate run on it."""
+"""The geometry gate of a recipe on the host: its gate input, and the gate (geometry.gate_run) run on it."""
 from __future__ import annotations
-
-from typing import Mapping
 
 from stackbuild.core.errors import RecipeError
 from stackbuild.core.recipe import Recipe
@@ -9,64 +7,48 @@ from stackbuild.core.recipe import Recipe
 GIB = 1024**3
 
 
-def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay") -> dict:
-    """The geometry gate's inputs, as the in-image gate reads them (JSON).
+def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
+    """The recipe's geometry.inputs.GeometryInputs: what the build writes as gate-input.json.
 
     Prefix caching and mamba_cache_mode as vLLM resolves them from the flags the
     compose command passes (serving.enable_prefix_caching; unset: vLLM's default).
+    What the simulator does not take is a RecipeError.
     """
-    from geometry.inputs import BadInput, resolve_prefix_caching
+    from geometry.inputs import BadInput, build_inputs
 
     s = recipe.serving
     try:
-        prefix_caching, mamba_cache_mode = resolve_prefix_caching(recipe.target_config, s.enable_prefix_caching)
+        return build_inputs(
+            target_config=recipe.target_config,
+            drafter_config=recipe.drafter_config,
+            tensor_parallel_size=s.tensor_parallel_size,
+            nodes=s.nodes,
+            kv_cache_dtype=s.kv_cache_dtype,
+            drafter_kv_cache_dtype=s.drafter_kv_cache_dtype,
+            num_speculative_tokens=s.num_speculative_tokens,
+            capability_family=recipe.hardware.capability_family,
+            enable_prefix_caching=s.enable_prefix_caching,
+            block_size=s.block_size,
+            max_model_len=s.max_model_len,
+            drafter_attention_backend=recipe.drafter.attention_backend,
+            kv_cache_memory_bytes=int(recipe.geometry.kv_cache_memory_gib * GIB),
+            vllm_behaviour=vllm_behaviour,
+        )
     except BadInput as exc:
-        raise RecipeError(recipe.path, "target.config", str(exc)) from None
-    return {
-        "target_config": dict(recipe.target_config),
-        "drafter_config": dict(recipe.drafter_config),
-        "tensor_parallel_size": s.tensor_parallel_size,
-        "nodes": s.nodes,
-        "kv_cache_dtype": s.kv_cache_dtype,
-        "drafter_kv_cache_dtype": s.drafter_kv_cache_dtype,
-        "num_speculative_tokens": s.num_speculative_tokens,
-        "capability_family": recipe.hardware.capability_family,
-        "mamba_cache_mode": mamba_cache_mode,
-        "enable_prefix_caching": prefix_caching,
-        "block_size": s.block_size,
-        "max_model_len": s.max_model_len,
-        "drafter_attention_backend": recipe.drafter.attention_backend,
-        "kv_cache_memory_bytes": int(recipe.geometry.kv_cache_memory_gib * GIB),
-        "vllm_behaviour": vllm_behaviour,
-    }
-
-
-def host_geometry(gate: Mapping):
-    """Run the simulator and the gate on the host (the same code the image runs).
-
-    Raises geometry.inputs.BadInput for configs or inputs the simulator does not model.
-    """
-    from geometry.gate import judge
-    from geometry.inputs import GeometryInputs
-    from geometry.model_config import check_configs
-    from geometry.simulate import simulate
-
-    inputs = GeometryInputs.from_json(dict(gate))
-    check_configs(inputs.target_config, inputs.drafter_config)
-    report = simulate(inputs)
-    return report, judge(report, inputs)
+        raise RecipeError(recipe.path, "", f"the geometry gate does not model this recipe: {exc}") from None
 
 
 def recipe_geometry(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
-    """(gate input, report, verdict) of a recipe on the host; what the simulator does not model is a RecipeError."""
+    """The gate run (geometry.gate_run.GateRun: inputs, report, verdict) of a recipe on the host;
+    what the simulator does not model is a RecipeError."""
+    from geometry.gate_run import run_gate
     from geometry.inputs import BadInput
 
-    gate = gate_input(recipe, vllm_behaviour=vllm_behaviour)
+    inputs = gate_input(recipe, vllm_behaviour=vllm_behaviour)
     try:
-        report, verdict = host_geometry(gate)
+        return run_gate(inputs)
     except BadInput as exc:
         raise RecipeError(recipe.path, "", f"the geometry gate does not model this recipe: {exc}") from None
-    return gate, report, verdict
 
 
 def summarise_reasons(reasons) -> str:

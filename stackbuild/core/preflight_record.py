@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Mapping
 
 from stackbuild.core.serve_args import role_commands, serve_argv
+from geometry.inputs import GeometryInputs
 from geometry.preflight.checked import CheckedModel, CheckedRole, CheckedServe
 
 from stackbuild.core.recipe import Recipe
@@ -25,7 +25,7 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def checked_serve(recipe: Recipe, gate_input: Mapping) -> CheckedServe:
+def checked_serve(recipe: Recipe, gate_input: GeometryInputs) -> CheckedServe:
     models = {}
     for role, model in (("target", recipe.target), ("drafter", recipe.drafter)):
         models[role] = CheckedModel(id=model.id, path=model.path, revision=model.revision,
@@ -33,4 +33,4 @@ def checked_serve(recipe: Recipe, gate_input: Mapping) -> CheckedServe:
     roles = tuple(CheckedRole(role=c.role, nnodes=c.nnodes, argv=c.argv, slots=dict(c.slots))
                   for c in role_commands(recipe))
     return CheckedServe(recipe=recipe.name, argv=tuple(serve_argv(recipe)), target=models["target"],
-                        drafter=models["drafter"], gate_input=dict(gate_input), roles=roles)
+                        drafter=models["drafter"], gate_input=gate_input, roles=roles)

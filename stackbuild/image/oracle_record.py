@@ -16,6 +16,7 @@ from typing import Mapping, Optional, Protocol
 
 from geometry import record as record_mod
 from geometry.image_contract import ORACLE_RECORD, payload_path
+from geometry.inputs import GeometryInputs
 
 from stackbuild.core.atomic import replace_file
 from stackbuild.core.errors import OracleRecordError
@@ -40,9 +41,10 @@ def record_path(recipe: Recipe) -> Path:
     return recipe.path.with_name(RECORD_NAME)
 
 
-def _check_belongs(record: Mapping, gate_input: Mapping, where: str) -> Optional[str]:
-    """Why ``record`` was not made for this gate input and this geometry code (None: it was)."""
-    part = record_mod.foreign_part(record, gate_input, str(GEOMETRY_DIR))
+def _check_belongs(record: Mapping, gate_input: GeometryInputs, where: str) -> Optional[str]:
+    """Why ``record`` was not made for this gate input and this geometry code (None: it was);
+    the record's key is over the gate input's JSON, gate-input.json as the build writes it."""
+    part = record_mod.foreign_part(record, gate_input.to_json(), str(GEOMETRY_DIR))
     if part == "inputs":
         return f"{where} is for another gate input (recipe or model configs changed since it was recorded)"
     if part == "geometry_code":
@@ -50,7 +52,7 @@ def _check_belongs(record: Mapping, gate_input: Mapping, where: str) -> Optional
     return None
 
 
-def choose(recipe: Recipe, gate_input: Mapping) -> RecordChoice:
+def choose(recipe: Recipe, gate_input: GeometryInputs) -> RecordChoice:
     path = record_path(recipe)
     if not path.is_file():
         return RecordChoice(None, f"no {RECORD_NAME}: the gate imports vLLM to check the simulator "
@@ -70,7 +72,7 @@ class ReadsImageFiles(Protocol):
     def read_file(self, image: str, path: str) -> Optional[bytes]: ...
 
 
-def save_from_image(engine: ReadsImageFiles, image: str, recipe: Recipe, gate_input: Mapping,
+def save_from_image(engine: ReadsImageFiles, image: str, recipe: Recipe, gate_input: GeometryInputs,
                     payload_dir: str) -> tuple[Path, dict]:
     """Read the record the gate left in ``image``, check it and write it next to the recipe (atomically)."""
     path = payload_path(ORACLE_RECORD, payload_dir)

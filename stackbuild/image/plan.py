@@ -17,6 +17,7 @@ from typing import Mapping, Optional
 from stackbuild.core.labels import LABEL_NS
 from stackbuild.core.lock import PinnedBase, pinned_base
 from geometry.image_contract import PAYLOAD_DIR
+from geometry.inputs import GeometryInputs
 
 from stackbuild.core.naming import ImageName, image_name, source_date_epoch, source_revision
 from stackbuild.image.oracle_record import NOT_READ
@@ -35,7 +36,7 @@ class BuildPlan:
     source_date_epoch: int
     revision: str
     series_sha256: str
-    gate_input: Mapping
+    gate_input: GeometryInputs  # written as gate-input.json
     geometry_verdict: str  # "pass" or "fail"
     geometry_summary: str
     labels: Mapping[str, str]
@@ -65,8 +66,9 @@ def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | Non
     source = source_revision(recipe, epoch)
     name = image_name(recipe, owner=owner, repository=repository, epoch=epoch, source=source, base_digest=base.digest)
     series_hash = series_sha256(recipe.series_dir)
-    gate, _report, verdict = recipe_geometry(recipe)
-    record = choose_oracle_record(recipe, gate) if read_oracle_record else NOT_READ
+    run = recipe_geometry(recipe)
+    verdict = run.verdict
+    record = choose_oracle_record(recipe, run.inputs) if read_oracle_record else NOT_READ
     revision = source.label
     recipe_hash = hashlib.sha256(recipe.path.read_bytes()).hexdigest()
     created = datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -101,7 +103,7 @@ def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | Non
         source_date_epoch=epoch,
         revision=revision,
         series_sha256=series_hash,
-        gate_input=MappingProxyType(gate),
+        gate_input=run.inputs,
         geometry_verdict="pass" if verdict.passed else "fail",
         geometry_summary=summarise_reasons(verdict.reasons) if not verdict.passed else "all drafter pages fit the target's attention page",
         labels=MappingProxyType(labels),

@@ -101,7 +101,7 @@ def write_context(plan: BuildPlan, directory: Path) -> Path:
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(file.source, destination)
     gate_root = directory / GATE_PAYLOAD / inside
-    (gate_root / contract.GATE_INPUT).write_text(json.dumps(dict(plan.gate_input), indent=2, sort_keys=True) + "\n")
+    (gate_root / contract.GATE_INPUT).write_text(json.dumps(plan.gate_input.to_json(), indent=2, sort_keys=True) + "\n")
     if plan.oracle_record is not None:
         shutil.copyfile(plan.oracle_record, gate_root / contract.ORACLE_RECORD)
     preflight_root = directory / PREFLIGHT_PAYLOAD / inside

@@ -305,7 +305,7 @@ def _check_geometry(recipe: Recipe) -> None:
     """The host gate (page geometry and capacity): no compose file serves a recipe it fails."""
     from stackbuild.core.gate import recipe_geometry, summarise_reasons
 
-    _gate, _report, verdict = recipe_geometry(recipe)
+    verdict = recipe_geometry(recipe).verdict
     if not verdict.passed:
         raise GeometryGateFailed(f"{recipe.path}: geometry gate failed: {summarise_reasons(verdict.reasons)}")
 

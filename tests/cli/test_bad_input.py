@@ -389,7 +389,7 @@ def test_in_image_gate_refuses_bad_configs_and_capacity(tmp_path):
     from stackbuild.core.gate import gate_input
     from stackbuild.core.recipe import load_recipe
 
-    gate = gate_input(load_recipe(copy_recipe(tmp_path, _pinned())))
+    gate = gate_input(load_recipe(copy_recipe(tmp_path, _pinned()))).to_json()
     script = REPO / "geometry" / "sim_glm5_drafter_hades.py"
 
     def run(data):
@@ -426,7 +426,7 @@ def test_in_image_gate_refuses_bad_gate_inputs(tmp_path, name, changes, message)
     from stackbuild.core.gate import gate_input
     from stackbuild.core.recipe import load_recipe
 
-    gate = dict(gate_input(load_recipe(copy_recipe(tmp_path, _pinned()))), **changes)
+    gate = dict(gate_input(load_recipe(copy_recipe(tmp_path, _pinned()))).to_json(), **changes)
     path = tmp_path / "gate-input.json"
     path.write_text(json.dumps(gate))
     proc = subprocess.run([sys.executable, str(REPO / "geometry" / "sim_glm5_drafter_hades.py"), "--input", str(path),

@@ -6,9 +6,9 @@ changes (layer patterns permuted, all one type, other lengths; tiny, odd and hug
 that do not divide; windows, block sizes, kpool/topk; overlapping or out-of-order layer lists)
 and odd gate inputs (TP, speculative tokens, lengths, memory, block size, prefix caching, GPU
 family, KV dtypes). Each goes where the CLI and the in-image gate send it
-(model_config.check_configs -> GeometryInputs.from_json -> simulate -> gate.judge, the table and
-the report JSON) and through the pre-flight's in-process steps (check_target/check_drafter,
-derive_inputs, its _geometry without the vLLM cross-check). Allowed: a BadInput (ConfigInvalid
+(GeometryInputs.from_json -> geometry.gate_run.run_gate: model_config.check_configs, simulate,
+gate.judge; the table and the report JSON) and through the pre-flight's in-process steps
+(check_target/check_drafter, derive_inputs, run_gate without the vLLM cross-check). Allowed: a BadInput (ConfigInvalid
 included) from the checks or the simulator, or a verdict; any other exception is a bug.
 
 More examples: CONFIG_PROPERTY_EXAMPLES=5000 .venv/bin/python -m pytest -q tests/test_config_properties.py
@@ -23,9 +23,9 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from geometry import gate, model_config, table
+from geometry import model_config, table
+from geometry.gate_run import run_gate
 from geometry.inputs import BadInput, GeometryInputs
-from geometry.simulate import simulate
 from geometry_cases import kimi_linear_config, qwen3_next_target, recipe_configs
 from geometry.preflight.check import Unchecked, derive_inputs
 from geometry.preflight.configs import MountedConfig
@@ -205,12 +205,9 @@ gate_inputs = st.fixed_dictionaries({
 
 def _gate(raw: dict) -> None:
     """What the in-image gate runs (geometry/gate_main.py), the table and report JSON included."""
-    inputs = GeometryInputs.from_json(raw)
-    model_config.check_configs(inputs.target_config, inputs.drafter_config)
-    report = simulate(inputs)
-    verdict = gate.judge(report, inputs)
-    table.render_text(report, verdict)
-    json.dumps(table.to_json(report, verdict), sort_keys=True, default=str)
+    run = run_gate(GeometryInputs.from_json(raw))
+    table.render_text(run.report, run.verdict)
+    json.dumps(table.to_json(run.report, run.verdict), sort_keys=True, default=str)
 
 
 def _preflight(raw: dict) -> None:
@@ -231,9 +228,9 @@ def _preflight(raw: dict) -> None:
         return None if data is None else MountedConfig(role, f"/{role}/config.json", "0" * 64, data)
     built = {"nodes": raw["nodes"], "capability_family": raw["capability_family"],
              "kv_cache_memory_bytes": raw["kv_cache_memory_bytes"], "vllm_behaviour": raw["vllm_behaviour"]}
-    inputs = GeometryInputs.from_json(derive_inputs(flags, mounted("target", raw["target_config"]),
-                                                    mounted("drafter", raw["drafter_config"]), built))
-    gate.check(simulate(inputs))
+    inputs = derive_inputs(flags, mounted("target", raw["target_config"]), mounted("drafter", raw["drafter_config"]),
+                           **built)
+    run_gate(inputs)
 
 
 @settings(max_examples=EXAMPLES, deadline=None, database=None,

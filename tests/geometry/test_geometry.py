@@ -23,7 +23,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 import geometry_cases as C  # noqa: E402
-from geometry.gate import GeometryMismatch, check  # noqa: E402
+from geometry.gate import check  # noqa: E402
 from geometry.image_contract import GateReport  # noqa: E402
 from geometry.inputs import BadInput, GeometryInputs  # noqa: E402
 from geometry.simulate import simulate  # noqa: E402
@@ -77,8 +77,7 @@ def test_recipe_stock_fails_overlay_passes():
     assert vo.kv_tokens_with == vo.kv_tokens_without == vo.num_blocks_with * block
     assert any(r.startswith("KV capacity") for r in vs.reasons)
     assert any("would fit exactly" in r for r in vs.reasons)
-    with pytest.raises(GeometryMismatch):
-        vs.raise_if_failed()
+    assert (vs.passed, vo.passed, vo.reasons) == (False, True, ())
     text = render_text(stock, vs)
     assert "FAIL" in text and "exact-fit drafter block" in text
     json.dumps(to_json(overlay, vo), default=str)
@@ -91,7 +90,7 @@ def test_default_recipe_figures_from_config_arithmetic():
     documents' tables are that report, rendered."""
     table = F
     t, d = C.recipe_configs()
-    raw = gate_input(load_recipe(DEFAULT_RECIPE))
+    raw = gate_input(load_recipe(DEFAULT_RECIPE)).to_json()
     # the recipe the figures describe: GB300 (family 100), TP1, fp8 target KV,
     # drafter KV auto (bf16 for a non-MTP drafter), num_spec 7, 150 GiB
     assert (raw["capability_family"], raw["tensor_parallel_size"], raw["kv_cache_dtype"],
@@ -160,7 +159,7 @@ def test_default_recipe_figures_from_config_arithmetic():
     assert (table.STOCK.passed, table.OVERLAY.passed) == (False, True)
 
     for behaviour, column in (("stock", table.STOCK), ("overlay", table.OVERLAY)):
-        report = simulate(_inputs(gate_input(load_recipe(DEFAULT_RECIPE), vllm_behaviour=behaviour)))
+        report = simulate(gate_input(load_recipe(DEFAULT_RECIPE), vllm_behaviour=behaviour))
         plan, alone = report.with_drafter, report.target_only_same_spec
         rows = {(r.role, r.block_size, r.real_page_bytes, r.page_bytes) for r in plan.layers
                 if r.role in ("kda", "mla_latent", "sliding_window")}
@@ -200,7 +199,7 @@ def test_default_recipe_prefix_caching_from_arithmetic():
 
     for behaviour, hits in (("overlay", drafter_block), ("stock", stock.drafter_block)):
         for enabled in (False, True):
-            raw = gate_input(load_recipe(DEFAULT_RECIPE), vllm_behaviour=behaviour)
+            raw = gate_input(load_recipe(DEFAULT_RECIPE), vllm_behaviour=behaviour).to_json()
             report = simulate(_inputs(dict(raw, **C.prefix_caching(enabled))))
             plan = report.with_drafter
             pc = plan.prefix_cache
@@ -294,7 +293,8 @@ def test_simulator_is_stdlib_only():
     simulator = ("inputs", "backends", "kv_spec", "report", "model_parts", "model_glm5next", "model_kimi_linear",
                  "model_qwen3_next", "drafter", "model", "block_size", "grouping", "prefix_cache",
                  "capacity", "serving_limits", "simulate", "gate", "table", "image_contract")
-    for name in (*simulator, "model_config", "record", "gate_main", "sim_glm5_drafter_hades"):
+    # gate_run: relative imports of the simulator's modules and record (checked below), vLLM only in the cross-check
+    for name in (*simulator, "model_config", "record", "gate_run", "gate_main", "sim_glm5_drafter_hades"):
         tree = ast.parse((ROOT / "geometry" / f"{name}.py").read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):

@@ -99,7 +99,7 @@ def test_recipe_gate_input_agrees_with_vllm(path):
     from stackbuild.core.gate import gate_input
     from stackbuild.core.recipe import load_recipe
 
-    sim, vllm, diffs = _agree(gate_input(load_recipe(path), vllm_behaviour=BEHAVIOUR))
+    sim, vllm, diffs = _agree(gate_input(load_recipe(path), vllm_behaviour=BEHAVIOUR).to_json())
     assert not diffs, "\n".join(diffs[:20])
     assert check(vllm).passed is (BEHAVIOUR == "overlay")
 

@@ -55,7 +55,7 @@ def report(workdir: Path, record_name: str) -> dict:
 def recorded(tmp_path_factory):
     """A work directory whose ``first.json`` a real oracle run wrote, and that run."""
     workdir = tmp_path_factory.mktemp("record")
-    raw = gate_input(load_recipe(DEFAULT_RECIPE))
+    raw = gate_input(load_recipe(DEFAULT_RECIPE)).to_json()
     (workdir / "gate-input.json").write_text(json.dumps(raw))
     run = run_gate(workdir, "first.json")
     # stock vLLM 0.33.0 fails the default recipe (tests/default_recipe_figures.py): exit 1, FAIL

@@ -18,7 +18,8 @@ import pytest
 from geometry.preflight import outcome
 from geometry.preflight.checked import CheckedServe, CheckedUnreadable
 from stackbuild.core.errors import GeometryGateFailed, MountedConfigUnusable, PreflightUnchecked, ServeArgsRejected
-from stackbuild.core.gate import gate_input, host_geometry
+from geometry.gate_run import run_gate
+from stackbuild.core.gate import gate_input
 from stackbuild.core.preflight_record import checked_serve
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 
@@ -126,10 +127,7 @@ def test_misfitting_drafter_config_fails_naming_a_drafter_layer(tmp_path):
 
 def _expected_verdict(**changes) -> bool:
     """What the host gate says for the recipe's own gate input with these values changed."""
-    r = load_recipe(DEFAULT_RECIPE)
-    data = gate_input(r)
-    data.update(changes)
-    return host_geometry(data)[1].passed
+    return run_gate(gate_input(load_recipe(DEFAULT_RECIPE)).replace(**changes)).verdict.passed
 
 
 @pytest.mark.oracle
@@ -158,7 +156,10 @@ def test_a_qwen3_next_target_passes_the_cross_check(tmp_path):
     qwen = next(c["target_config"] for c in C.sample(300) if c["target_config"]["model_type"] == "qwen3_next")
     models = models_dir(tmp_path / "models")
     (models / TARGET_DIR / "config.json").write_text(json.dumps(qwen))
-    run = preflight("--", "--no-enable-prefix-caching", "--speculative-config", "null", models=models)
+    # Its own context length: the recipe's 1,048,576 is above its max_position_embeddings (a serving limit).
+    length = str(qwen["max_position_embeddings"])
+    run = preflight("--", "--no-enable-prefix-caching", "--speculative-config", "null", "--max-model-len", length,
+                    models=models)
     assert run.returncode == 0, run.stdout + run.stderr
     first = run.stdout.splitlines()[0]
     assert first.startswith("pre-flight: PASS: re-checked (argv edited, "), first
@@ -218,7 +219,7 @@ def test_prefix_caching_turned_off_is_rechecked_in_mamba_cache_mode_none(tmp_pat
 # Run in a fresh interpreter: vLLM resolves its platform once per process, and other tests in the
 # session may have imported it without VLLM_TARGET_DEVICE=cpu.
 _DERIVE = """import json, sys
-from geometry.preflight.check import derive_inputs
+from geometry.preflight.check import FROM_THE_BUILD, derive_inputs
 from geometry.preflight.configs import read_config
 from geometry.preflight.serve_flags import parse_serve_flags
 from stackbuild.core.gate import gate_input
@@ -230,7 +231,8 @@ flags = parse_serve_flags(checked_serve(r, built).argv)
 target = read_config("target", sys.argv[1] + "/" + sys.argv[2], r.target.path)
 drafter = read_config("drafter", sys.argv[1] + "/" + sys.argv[3], r.drafter.path)
 print(json.dumps({"model": flags.model, "drafter": flags.drafter_path, "prefix": flags.enable_prefix_caching,
-                  "derived": derive_inputs(flags, target, drafter, built), "built": built}))
+                  "derived": derive_inputs(flags, target, drafter, **{n: getattr(built, n) for n in FROM_THE_BUILD}).to_json(),
+                  "built": built.to_json()}))
 """
 
 

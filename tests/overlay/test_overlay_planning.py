@@ -139,7 +139,7 @@ def oracle(trees):
                 "-c",
                 ORACLE_DRIVER,
                 json.dumps([str(RECIPE_CONFIGS), GRID, MEMORY_GIB * GIB,
-                            gate_input(load_recipe(DEFAULT_RECIPE))]),
+                            gate_input(load_recipe(DEFAULT_RECIPE)).to_json()]),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -174,10 +174,10 @@ def test_prefix_caching_key_is_the_flag_vllm_reads_and_the_gate_input_resolves_i
         assert verdict["status"] == "passed", verdict
         assert verdict["parsed"]["enable_prefix_caching"] is value
         gate = gate_input(r)
-        assert (gate["enable_prefix_caching"], gate["mamba_cache_mode"]) == resolve_prefix_caching(
+        assert (gate.enable_prefix_caching, gate.mamba_cache_mode) == resolve_prefix_caching(
             r.target_config, verdict["parsed"]["enable_prefix_caching"])
     # vLLM 0.33.0 turns it on for this hybrid target when no flag says otherwise: align.
-    assert (gate_input(recipes[None])["enable_prefix_caching"], gate_input(recipes[None])["mamba_cache_mode"]) == (True, "align")
+    assert (gate_input(recipes[None]).enable_prefix_caching, gate_input(recipes[None]).mamba_cache_mode) == (True, "align")
 
 
 def test_extra_args_may_not_repeat_the_prefix_caching_flag(tmp_path):

@@ -31,7 +31,8 @@ from models_support import DRAFTER_DIR, misfit_drafter, models_dir
 from stackbuild.serve.compose import SERVICE, ImagePin, compose_document
 from stackbuild.core.serve_args import serve_argv
 from stackbuild.core.errors import GeometryGateFailed, MountedConfigUnusable
-from stackbuild.core.gate import gate_input, host_geometry
+from geometry.gate_run import run_gate
+from stackbuild.core.gate import gate_input
 from stackbuild.core.recipe import load_recipe
 
 pytestmark = pytest.mark.docker
@@ -162,11 +163,10 @@ def up(tmp: Path, image: Image, models_dir: Path, *, edit: tuple[str, ...] = (),
 
 def expected_verdict(image: Image, drafter: Optional[dict] = None, **changes) -> bool:
     """What the build's gate says for the recipe with these values changed (host simulator)."""
-    data = gate_input(load_recipe(image.recipe))
-    data.update(changes)
+    inputs = gate_input(load_recipe(image.recipe)).replace(**changes)
     if drafter is not None:
-        data["drafter_config"] = drafter
-    return host_geometry(data)[1].passed
+        inputs = inputs.replace(drafter_config=drafter)
+    return run_gate(inputs).verdict.passed
 
 
 def test_snapshot_configs_start_vllm_with_the_compose_argv(image, tmp_path):
