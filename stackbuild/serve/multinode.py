@@ -6,9 +6,11 @@ leader (rank 0) serves the API, workers add ``--headless``. The files use host
 networking (NCCL and gloo talk between the machines directly) and leave to the user,
 as variables Compose requires, what only the site knows: the leader's address, the
 network interface NCCL and gloo use, and (more than two nodes) each worker's rank.
-``documents`` is pure; ``write_role_files`` checks every role's argv with vLLM's serve
-parser (its multi-node checks included) and each file with Docker Compose, then
-writes all of them or none.
+Each file is built from the single-node file's parts (a compose.Service and a
+compose.Header per role). ``role_document`` and ``render_role`` are pure;
+``write_role_files`` checks every role's argv with vLLM's serve parser (its
+multi-node checks included) and each file with Docker Compose, then writes all of
+them or none.
 """
 from __future__ import annotations
 
@@ -53,7 +55,8 @@ def worker_rank(recipe: Recipe) -> str:
 
 
 def slot_values(recipe: Recipe) -> SlotValues:
-    """The values the files write into the role slots: Compose variables the user sets (Compose interpolates them)."""
+    """The values the files write into the role slots: serving.host_ip, and the Compose variables the user
+    sets for the leader's address and (more than two nodes) a worker's rank."""
     return SlotValues(host=recipe.serving.host_ip, master_addr=LEADER_ADDRESS, node_rank=worker_rank(recipe))
 
 
