@@ -32,8 +32,10 @@ class CheckedModel:
     config_sha256: str  # sha256 of the config.json snapshot the gate checked
 
 
-# The slot a worker's node rank is written into (the other slots take any value).
-NODE_RANK_SLOT = "node_rank"
+# The names of a role's slots (argv positions filled where the role is deployed): the address
+# the API server binds, the leader's address, a worker's node rank. Only the node rank is
+# checked (1 to nnodes - 1); the other slots take any value.
+HOST_SLOT, MASTER_ADDR_SLOT, NODE_RANK_SLOT = "host", "master_addr", "node_rank"
 
 
 @dataclass(frozen=True)

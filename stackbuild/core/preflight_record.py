@@ -30,6 +30,7 @@ def checked_serve(recipe: Recipe, gate_input: GeometryInputs) -> CheckedServe:
     for role, model in (("target", recipe.target), ("drafter", recipe.drafter)):
         models[role] = CheckedModel(id=model.id, path=model.path, revision=model.revision,
                                     config_sha256=file_sha256(snapshot_path(recipe, model.config)))
+    # Recorded as the contract type (a RoleCommand is a CheckedRole that can also fill its slots).
     roles = tuple(CheckedRole(role=c.role, nnodes=c.nnodes, argv=c.argv, slots=dict(c.slots))
                   for c in role_commands(recipe))
     return CheckedServe(recipe=recipe.name, argv=tuple(serve_argv(recipe)), target=models["target"],

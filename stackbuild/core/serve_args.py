@@ -5,15 +5,21 @@ same argv) takes everything after ``vllm serve``: the
 target model path inside the container first, then the flags. Every value is
 its own list element, so the speculative config (compact JSON) travels as
 exactly one argument and no shell ever sees it.
+
+A multi-node recipe's node roles (``role_commands``) run this argv plus vLLM's
+multi-node flags; what only the deployment knows (the bind address, the leader's
+address, a worker's rank) is a named slot, and every deploy target (the compose
+files, the Kubernetes manifests, the host pre-flight) fills it with
+``RoleCommand.filled``.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping, Optional
+from typing import Callable, Optional
 
-from geometry.preflight.checked import NODE_RANK_SLOT
+from geometry.preflight.checked import HOST_SLOT, MASTER_ADDR_SLOT, NODE_RANK_SLOT, CheckedRole
 from stackbuild.core.errors import RecipeError
 from stackbuild.core.recipe import Recipe
 
@@ -120,25 +126,45 @@ def serve_argv(recipe: Recipe) -> list[str]:
 # written out so every node and every generated file says it).
 MASTER_PORT = 29501
 LEADER, WORKER = "leader", "worker"
-# Argv positions whose values are only known where a role is deployed: the address the
-# API server binds, the leader's address, a worker's node rank.
-SLOT_HOST, SLOT_MASTER_ADDR, SLOT_NODE_RANK = "host", "master_addr", NODE_RANK_SLOT
+
+
+def ranks_per_node(recipe: Recipe) -> int:
+    """The tensor-parallel ranks (GPUs) each machine runs: serving.tensor_parallel_size / serving.nodes."""
+    return recipe.serving.tensor_parallel_size // recipe.serving.nodes
 
 
 @dataclass(frozen=True)
-class RoleCommand:
-    """One node role's `vllm serve` argv, with the deploy-time values left as named slots."""
+class SlotValues:
+    """What one deploy target writes into a role's slots, each as that target reads it
+    (a literal value, or the target's own variable syntax such as Compose's ``${VAR}``)."""
 
-    role: str  # LEADER or WORKER
-    nnodes: int
-    argv: tuple[str, ...]  # slot positions hold "{slot name}"
-    slots: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    host: str  # the address the API server binds
+    master_addr: str  # the leader's address
+    node_rank: Optional[str] = None  # a worker's node rank (the leader's is fixed: 0)
 
-    def fill(self, **values: str) -> list[str]:
-        """The argv with every slot given a value (a KeyError names a slot left out)."""
-        argv = list(self.argv)
+    def of(self, slot: str) -> str:
+        """The value of ``slot`` (a KeyError names a slot given no value)."""
+        value = {HOST_SLOT: self.host, MASTER_ADDR_SLOT: self.master_addr, NODE_RANK_SLOT: self.node_rank}[slot]
+        if value is None:
+            raise KeyError(slot)
+        return value
+
+
+def _literal(value: str) -> str:
+    return value
+
+
+@dataclass(frozen=True)
+class RoleCommand(CheckedRole):
+    """One node role's `vllm serve` argv with the deploy-time values left as named slots
+    (``argv`` holds ``{slot name}`` at each slot's position), as the image records it."""
+
+    def filled(self, values: SlotValues, literal: Callable[[str], str] = _literal) -> list[str]:
+        """The argv a deploy target writes: every slot given its value from ``values``, every fixed
+        element passed through ``literal`` (the target's quoting of a literal, e.g. Compose's ``$$``)."""
+        argv = [literal(a) for a in self.argv]
         for name, index in self.slots.items():
-            argv[index] = str(values[name])
+            argv[index] = values.of(name)
         return argv
 
 
@@ -157,17 +183,17 @@ def role_commands(recipe: Recipe) -> tuple[RoleCommand, ...]:
     out = []
     for role in (LEADER, WORKER):
         argv = list(base)
-        argv[host_at] = "{" + SLOT_HOST + "}"
-        slots = {SLOT_HOST: host_at}
+        argv[host_at] = "{" + HOST_SLOT + "}"
+        slots = {HOST_SLOT: host_at}
         argv += ["--nnodes", str(nodes), "--node-rank"]
         if role == LEADER:
             argv.append("0")
         else:
-            slots[SLOT_NODE_RANK] = len(argv)
-            argv.append("{" + SLOT_NODE_RANK + "}")
+            slots[NODE_RANK_SLOT] = len(argv)
+            argv.append("{" + NODE_RANK_SLOT + "}")
         argv.append("--master-addr")
-        slots[SLOT_MASTER_ADDR] = len(argv)
-        argv += ["{" + SLOT_MASTER_ADDR + "}", "--master-port", str(MASTER_PORT)]
+        slots[MASTER_ADDR_SLOT] = len(argv)
+        argv += ["{" + MASTER_ADDR_SLOT + "}", "--master-port", str(MASTER_PORT)]
         if role == WORKER:
             argv.append("--headless")
         out.append(RoleCommand(role, nodes, tuple(argv), MappingProxyType(slots)))

@@ -1,9 +1,12 @@
 """Recipe (+ command-line overrides) -> compose document -> YAML text -> file.
 
-``compose_document`` and ``render_compose`` are pure: no daemon, no files
-written, no subprocess. ``write_compose`` adds the checks (vLLM's serve parser,
-the Docker Compose binary) and writes the file only when both pass or are
-skipped with a notice.
+A compose file is data: the document (``service_document``: one function for the
+single-node service and for a node role's, told apart by a ``Service``) and the
+comment lines over it (``Header``). ``compose_document`` and ``render_compose`` are
+pure: no daemon, no files written, no subprocess. ``write_compose`` adds the checks
+(vLLM's serve parser, the Docker Compose binary) and writes the file only when both
+pass or are skipped with a notice. The multi-node files (multinode.py) are built from
+the same parts.
 """
 from __future__ import annotations
 
@@ -12,11 +15,10 @@ import posixpath
 import re
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
-
-import yaml
+from types import MappingProxyType
+from typing import Any, Mapping, Optional
 
 from stackbuild.core.errors import ComposeOverrideError, GeometryGateFailed, OutputError, RecipeError
 from stackbuild.core.labels import LABEL_NS
@@ -26,7 +28,8 @@ from stackbuild.core.recipe import DIGEST_RE, REPO_ROOT, Recipe
 from stackbuild.core.reference import ImageReference
 from stackbuild.core.build_report import DEFAULT_REPORT, read_report
 
-from stackbuild.core.serve_args import serve_argv
+from stackbuild.core.serve_args import ranks_per_node, serve_argv
+from stackbuild.serve.yaml_text import dump_yaml
 
 COMPOSE_DIR = REPO_ROOT / "compose"
 SERVICE = "vllm"
@@ -63,7 +66,7 @@ class ImagePin:
         return str(ImageReference(self.repository, self.tag, self.digest))
 
 
-def _escape(value: str) -> str:
+def escape(value: str) -> str:
     """Compose interpolates ``$``: a literal dollar is ``$$``."""
     return value.replace("$", "$$")
 
@@ -146,23 +149,31 @@ def model_mount_point(recipe: Recipe) -> str:
     return common
 
 
-def _gpu_reservation(recipe: Recipe, gpus: Optional[str]) -> dict:
+def parse_gpu_ids(gpus: str) -> tuple[str, ...]:
+    """``--gpus``: distinct GPU indices or UUIDs (GPU-..., MIG-...), comma-separated."""
+    ids = [g.strip() for g in gpus.split(",") if g.strip()]
+    if not ids or any(not GPU_ID_RE.match(g) for g in ids):
+        raise ComposeOverrideError(f"--gpus: expected comma-separated GPU indices or UUIDs, got {gpus!r}")
+    if len(set(ids)) != len(ids):
+        raise ComposeOverrideError(f"--gpus: {gpus!r} names a GPU twice")
+    return tuple(ids)
+
+
+def reserve_gpus(recipe: Recipe, gpus: Optional[str]) -> dict:
+    """The service's ``deploy``: the GPUs of one machine's ranks, any ``count`` of them or the ``--gpus`` ids."""
     device: dict[str, Any] = {"driver": "nvidia"}
-    tp = recipe.serving.tensor_parallel_size
+    count = ranks_per_node(recipe)
     if gpus:
-        ids = [g.strip() for g in gpus.split(",") if g.strip()]
-        bad = [g for g in ids if not GPU_ID_RE.match(g)]
-        if bad or not ids:
-            raise ComposeOverrideError(f"--gpus: expected comma-separated GPU indices or UUIDs, got {gpus!r}")
-        if len(set(ids)) != len(ids):
-            raise ComposeOverrideError(f"--gpus: {gpus!r} names a GPU twice")
-        if len(ids) != tp:
-            raise ComposeOverrideError(f"--gpus: {len(ids)} GPU(s) given but serving.tensor_parallel_size is {tp}")
-        device["device_ids"] = ids
+        ids = parse_gpu_ids(gpus)
+        if len(ids) != count:
+            why = (f"serving.tensor_parallel_size is {count}" if recipe.serving.nodes == 1 else
+                   f"each node runs {count} rank(s) (serving.tensor_parallel_size / serving.nodes)")
+            raise ComposeOverrideError(f"--gpus: {len(ids)} GPU(s) given but {why}")
+        device["device_ids"] = list(ids)
     else:
-        device["count"] = tp
+        device["count"] = count
     device["capabilities"] = ["gpu"]
-    return device
+    return {"resources": {"reservations": {"devices": [device]}}}
 
 
 def _host_models_dir(models_dir: Optional[str], mount: str) -> str:
@@ -183,77 +194,121 @@ def env_file_name(recipe: Recipe) -> str:
     return f"{recipe.name}.env"
 
 
-def compose_document(recipe: Recipe, *, image: ImagePin, models_dir: Optional[str] = None,
-                     port: Optional[int] = None, gpus: Optional[str] = None,
-                     gpu_reservation: bool = True) -> dict:
-    """The compose document as plain data (pure)."""
-    s = recipe.serving
+# Where the health check asks /health when the API server binds every address.
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Service:
+    """What one compose file runs: the single-node service, or one node role's (multinode.py)."""
+
+    name: str  # the service's key: SERVICE, or the node role
+    project: str  # the compose project name
+    command: tuple[str, ...]  # as Compose reads it: literals escaped, a slot may hold a Compose variable
+    published_port: Optional[int]  # the host port published on serving.host_ip; None: host networking
+    probe_host: Optional[str]  # the address the health check asks /health at; None: no check (no API server)
+    environment: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # Compose text, after the recipe's
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # after the recipe's
+
+
+def single_node_service(recipe: Recipe, *, port: Optional[int] = None) -> Service:
+    """The one service of a single-node recipe: the serve argv, its port published on serving.host_ip."""
     if port is not None and not 0 < int(port) < 65536:
         raise ComposeOverrideError(f"--port: must be a TCP port, got {port}")
-    host_port = int(port) if port is not None else s.port
+    return Service(name=SERVICE, project=project_name(recipe), command=tuple(escape(a) for a in serve_argv(recipe)),
+                   published_port=int(port) if port is not None else recipe.serving.port, probe_host=LOOPBACK)
+
+
+def service_document(recipe: Recipe, service: Service, *, image: ImagePin, models_dir: Optional[str] = None,
+                     gpus: Optional[str] = None, gpu_reservation: bool = True) -> dict:
+    """One compose document (one service) as plain data (pure)."""
+    s = recipe.serving
     mount = model_mount_point(recipe)
     host_models = _host_models_dir(models_dir, mount)
-    argv = serve_argv(recipe)
 
     environment = {**CACHE_ENV, "HF_HUB_OFFLINE": "1", **dict(s.env)}
     cache_key = (image.digest.split(":", 1)[1][:12] if image.digest else image.tag)
-    health = ("import sys, urllib.request; "
-              f"sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:{s.port}/health', timeout=5).status == 200 else 1)")
-    service: dict[str, Any] = {
+    spec: dict[str, Any] = {
         "image": image.reference,
-        "command": [_escape(a) for a in argv],
+        "command": list(service.command),
         "ipc": "host",
         "ulimits": {"memlock": -1, "stack": 67108864},
         "volumes": [
-            {"type": "bind", "source": _escape(host_models), "target": mount, "read_only": True,
+            {"type": "bind", "source": escape(host_models), "target": mount, "read_only": True,
              "bind": {"create_host_path": False}},
             {"type": "volume", "source": "kernel-cache", "target": CACHE_MOUNT},
         ],
-        "ports": [{"target": s.port, "published": str(host_port), "host_ip": s.host_ip, "protocol": "tcp"}],
-        "environment": {k: _escape(str(v)) for k, v in environment.items()},
-        # Secrets (HF_TOKEN, ...) go in this file next to the compose file; never inlined here.
-        "env_file": [{"path": env_file_name(recipe), "required": False}],
-        "healthcheck": {
+    }
+    if service.published_port is not None:
+        spec["ports"] = [{"target": s.port, "published": str(service.published_port), "host_ip": s.host_ip,
+                          "protocol": "tcp"}]
+    spec["environment"] = {**{k: escape(str(v)) for k, v in environment.items()}, **service.environment}
+    # Secrets (HF_TOKEN, ...) go in this file next to the compose file; never inlined here.
+    spec["env_file"] = [{"path": env_file_name(recipe), "required": False}]
+    if service.probe_host is None:
+        spec["healthcheck"] = {"disable": True}
+    else:
+        health = ("import sys, urllib.request; sys.exit(0 if urllib.request.urlopen("
+                  f"'http://{service.probe_host}:{s.port}/health', timeout=5).status == 200 else 1)")
+        spec["healthcheck"] = {
             "test": ["CMD", "python3", "-c", health],
             "interval": "30s",
             "timeout": "10s",
             "retries": 3,
             "start_period": HEALTH_START_PERIOD,
-        },
-        "restart": "unless-stopped",
-        "logging": {"driver": "json-file", "options": {"max-size": "100m", "max-file": "5"}},
-        "labels": {
-            f"{LABEL_NS}.recipe.name": recipe.name,
-            f"{LABEL_NS}.target.id": recipe.target.id,
-            f"{LABEL_NS}.drafter.id": recipe.drafter.id,
-            f"{LABEL_NS}.drafter.license": recipe.drafter.license,
-            f"{LABEL_NS}.drafter.weights": "mounted from the host, never baked into the image",
-            f"{LABEL_NS}.image.pinned": "digest" if image.digest else "tag-only",
-        },
+        }
+    spec["restart"] = "unless-stopped"
+    spec["logging"] = {"driver": "json-file", "options": {"max-size": "100m", "max-file": "5"}}
+    spec["labels"] = {
+        f"{LABEL_NS}.recipe.name": recipe.name,
+        f"{LABEL_NS}.target.id": recipe.target.id,
+        f"{LABEL_NS}.drafter.id": recipe.drafter.id,
+        f"{LABEL_NS}.drafter.license": recipe.drafter.license,
+        f"{LABEL_NS}.drafter.weights": "mounted from the host, never baked into the image",
+        f"{LABEL_NS}.image.pinned": "digest" if image.digest else "tag-only",
+        **service.labels,
     }
+    if service.published_port is None:
+        spec["network_mode"] = "host"
     if gpu_reservation:
-        service["deploy"] = {"resources": {"reservations": {"devices": [_gpu_reservation(recipe, gpus)]}}}
+        spec["deploy"] = reserve_gpus(recipe, gpus)
     return {
-        "name": project_name(recipe),
-        "services": {SERVICE: service},
+        "name": service.project,
+        "services": {service.name: spec},
         "volumes": {"kernel-cache": {"name": f"{project_name(recipe)}-kernels-{re.sub(r'[^A-Za-z0-9_.-]', '-', cache_key)}"}},
     }
 
 
-class _Dumper(yaml.SafeDumper):
-    """Block style, lists indented under their key, no line folding."""
+def compose_document(recipe: Recipe, *, image: ImagePin, models_dir: Optional[str] = None,
+                     port: Optional[int] = None, gpus: Optional[str] = None,
+                     gpu_reservation: bool = True) -> dict:
+    """The single-node compose document as plain data (pure)."""
+    return service_document(recipe, single_node_service(recipe, port=port), image=image, models_dir=models_dir,
+                            gpus=gpus, gpu_reservation=gpu_reservation)
 
-    def increase_indent(self, flow=False, indentless=False):
-        return super().increase_indent(flow, False)
+
+@dataclass(frozen=True)
+class Header:
+    """The comment lines over a compose file, part by part (each line with its ``#``)."""
+
+    about: tuple[str, ...]  # how it was generated, what it serves, the licence, the secrets
+    reach: str  # where the API server can be reached
+    start: str  # how to start it
+    role: tuple[str, ...]  # a node role's own lines (multi-node files)
+    image: tuple[str, ...]  # how the image is named: the owner, the pin
+
+    def lines(self) -> list[str]:
+        return [*self.about, self.reach, "#", self.start, *self.role, *self.image]
 
 
-def _header(recipe: Recipe, image: ImagePin) -> list[str]:
+def header(recipe: Recipe, image: ImagePin) -> Header:
+    """The single-node file's header; a node role's file replaces ``reach``, ``start`` and ``role``."""
     licence = LICENCE_NAMES.get(recipe.drafter.license, recipe.drafter.license)
     try:
         recipe_rel = recipe.path.relative_to(REPO_ROOT)
     except ValueError:
         recipe_rel = recipe.path
-    lines = [
+    about = (
         f"# Generated by `python build.py compose --recipe {recipe_rel}`: edit the recipe, not this file.",
         f"# Serves {recipe.target.id} with the {recipe.drafter.id} drafter ({recipe.drafter.method}) on {recipe.hardware.gpu}.",
         "#",
@@ -262,18 +317,41 @@ def _header(recipe: Recipe, image: ImagePin) -> list[str]:
         "#   the image; respect its terms (non-commercial use only).",
         f"# Secrets such as HF_TOKEN go in ./{env_file_name(recipe)} (optional, never inlined here);",
         f"#   {API_KEY_VARIABLE}=... there makes vLLM require that key (Authorization: Bearer) on /v1.",
-        f"# The port is published on {recipe.serving.host_ip} only (serving.host_ip in the recipe).",
-        "#",
-        "# Start: docker compose -f <this file> up -d   (needs the NVIDIA container toolkit)",
-    ]
+    )
+    pin = []
     if OWNER_FROM_ENV in image.repository:
-        lines.append(f"# The image owner is read from {OWNER_VARIABLE} when this file is used (none was given).")
+        pin.append(f"# The image owner is read from {OWNER_VARIABLE} when this file is used (none was given).")
     if image.digest:
-        lines.append(f"# Image pinned by digest (from {image.digest_source}).")
+        pin.append(f"# Image pinned by digest (from {image.digest_source}).")
     else:
-        lines.append("# UNPINNED: no digest was given (--digest) or found in out/build-report.json;")
-        lines.append("#   the tag alone can move. Regenerate after `make image` to pin by digest.")
-    return lines
+        pin.append("# UNPINNED: no digest was given (--digest) or found in out/build-report.json;")
+        pin.append("#   the tag alone can move. Regenerate after `make image` to pin by digest.")
+    return Header(
+        about=about,
+        reach=f"# The port is published on {recipe.serving.host_ip} only (serving.host_ip in the recipe).",
+        start="# Start: docker compose -f <this file> up -d   (needs the NVIDIA container toolkit)",
+        role=(),
+        image=tuple(pin),
+    )
+
+
+def compose_text(recipe: Recipe, image: ImagePin, head: Header, document: dict) -> str:
+    """A compose file's text: the header, then the document with a comment above the keys that need one."""
+    comments = {"labels": f"    # The drafter is {recipe.drafter.license} (non-commercial): mounted, never baked in."}
+    if not image.digest:
+        comments["image"] = "    # UNPINNED: tag only, no digest; this tag can be moved to another image."
+    out = []
+    in_services = False
+    for line in dump_yaml(document).splitlines():
+        if not line.startswith(" "):
+            in_services = line == "services:"
+        # The service's keys (one service per file): the lines under services: indented by four spaces.
+        elif in_services and line.startswith("    ") and not line.startswith("     "):
+            comment = comments.get(line[4:].split(":", 1)[0])
+            if comment:
+                out.append(comment)
+        out.append(line)
+    return "\n".join(head.lines() + out) + "\n"
 
 
 def render_compose(recipe: Recipe, *, owner: Optional[str] = None, repository: Optional[str] = None,
@@ -284,19 +362,11 @@ def render_compose(recipe: Recipe, *, owner: Optional[str] = None, repository: O
     image = image or resolve_image(recipe, owner=owner, repository=repository, digest=digest, report_path=report_path)
     doc = compose_document(recipe, image=image, models_dir=models_dir, port=port, gpus=gpus,
                            gpu_reservation=gpu_reservation)
-    body = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=2**16, allow_unicode=True)
-    out = []
-    for line in body.splitlines():
-        if line.startswith("    image: ") and not image.digest:
-            out.append("    # UNPINNED: tag only, no digest; this tag can be moved to another image.")
-        if line == "    labels:":
-            out.append(f"    # The drafter is {recipe.drafter.license} (non-commercial): mounted, never baked in.")
-        out.append(line)
-    return "\n".join(_header(recipe, image) + out) + "\n"
+    return compose_text(recipe, image, header(recipe, image), doc)
 
 
-def _generated_for(recipe: Recipe, text: str) -> bool:
-    """Whether ``text`` is a compose file this generator wrote for ``recipe``."""
+def generated_for(recipe: Recipe, text: str) -> bool:
+    """Whether ``text`` is a compose file this generator wrote for ``recipe`` (single-node or a node role's)."""
     return (text.startswith("# Generated by `python build.py compose")
             and f"{LABEL_NS}.recipe.name: {recipe.name}\n" in text)
 
@@ -340,7 +410,7 @@ def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optio
     _check_geometry(recipe)
     flag = "-o" if output else "compose"
     output = Path(output) if output else default_output(recipe)
-    check_output(output, flag, ours=lambda old: _generated_for(recipe, old))
+    check_output(output, flag, ours=lambda old: generated_for(recipe, old))
     checks: dict[str, dict] = {}
     # Checked under its final directory (relative paths resolve as they will), then moved in place.
     try:
@@ -360,7 +430,7 @@ def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optio
                 # Compose's own reading of the command after interpolation; `config` prints a
                 # literal dollar re-escaped as `$$`, so it must read back as the escaped argv.
                 resolved = config.parsed["services"][SERVICE]["command"]
-                if resolved != [_escape(a) for a in argv]:
+                if resolved != [escape(a) for a in argv]:
                     raise ComposeInvalid(f"{output}: docker compose reads the command as {resolved!r}, not {argv!r}")
             serve = check_serve_args(argv, where=str(recipe.path))
             checks["serve_args"] = serve.as_dict()

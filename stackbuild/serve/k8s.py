@@ -14,14 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-import yaml
-
 from stackbuild.serve import compose as generate
-from stackbuild.core.serve_args import CONTAINER_HOST, SLOT_HOST, SLOT_MASTER_ADDR, SLOT_NODE_RANK, role_commands, serve_argv
+from stackbuild.core.serve_args import CONTAINER_HOST, LEADER, SlotValues, ranks_per_node, role_commands, serve_argv
 from stackbuild.core.errors import DeployOptionError, OwnerMissing
 from stackbuild.core.naming import OWNER_VARIABLE
 from stackbuild.core.output import check_output, write_text
 from stackbuild.core.recipe import Recipe
+from stackbuild.serve.yaml_text import dump_yaml
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
@@ -86,7 +85,7 @@ def _container(recipe: Recipe, image: str, args: list[str], *, serves_api: bool,
     env = {**generate.CACHE_ENV, "HF_HUB_OFFLINE": "1", **dict(s.env)}
     if multinode:
         env.update({"NCCL_SOCKET_IFNAME": ifname, "GLOO_SOCKET_IFNAME": ifname})
-    gpus = s.tensor_parallel_size // s.nodes
+    gpus = ranks_per_node(recipe)
     container = {
         "name": "vllm",
         "image": image,
@@ -144,14 +143,13 @@ def manifests(recipe: Recipe, *, image: str, volume: ModelVolume, ifname: str = 
         }
         selector = {APP_LABEL: name}
     else:
-        values = {SLOT_HOST: CONTAINER_HOST, SLOT_MASTER_ADDR: f"$({LEADER_ADDRESS_ENV})",
-                  SLOT_NODE_RANK: f"$({WORKER_INDEX_ENV})"}
+        # Kubernetes expands the slots' $(VAR) in every pod (the LWS controller sets both variables).
+        values = SlotValues(host=CONTAINER_HOST, master_addr=f"$({LEADER_ADDRESS_ENV})",
+                            node_rank=f"$({WORKER_INDEX_ENV})")
         templates = {}
         for command in role_commands(recipe):
-            args = [_k8s_escape(a) for a in command.argv]
-            for slot, index in command.slots.items():
-                args[index] = values[slot]
-            leader = command.role == "leader"
+            args = command.filled(values, literal=_k8s_escape)
+            leader = command.role == LEADER
             templates["leaderTemplate" if leader else "workerTemplate"] = {
                 "metadata": {"labels": {**labels, f"{generate.LABEL_NS}.node.role": command.role}},
                 "spec": _pod_spec(_container(recipe, image, args, serves_api=leader, multinode=True, ifname=ifname),
@@ -186,7 +184,7 @@ def _header(recipe: Recipe, image: generate.ImagePin) -> list[str]:
              f"# The drafter is {recipe.drafter.license}: its weights come from the models volume, never the image.",
              "# The image's entrypoint (the start-time pre-flight, GLM53_PREFLIGHT) runs in every pod before vLLM."]
     if s.nodes > 1:
-        lines += [f"# A LeaderWorkerSet group of {s.nodes} pods (one per node, {s.tensor_parallel_size // s.nodes} GPU(s) each)"
+        lines += [f"# A LeaderWorkerSet group of {s.nodes} pods (one per node, {ranks_per_node(recipe)} GPU(s) each)"
                   " needs the LWS controller (leaderworkerset.x-k8s.io/v1) installed;",
                   f"#   the leader serves the API, workers join headless via $({LEADER_ADDRESS_ENV}), rank $({WORKER_INDEX_ENV})."]
     if not image.digest:
@@ -195,8 +193,7 @@ def _header(recipe: Recipe, image: generate.ImagePin) -> list[str]:
 
 
 def render(recipe: Recipe, objects: list[dict], image: generate.ImagePin) -> str:
-    docs = [yaml.dump(o, Dumper=generate._Dumper, sort_keys=False, default_flow_style=False, width=2**16,
-                      allow_unicode=True) for o in objects]
+    docs = [dump_yaml(o) for o in objects]
     return "\n".join(_header(recipe, image)) + "\n---\n" + "---\n".join(docs)
 
 

@@ -6,28 +6,27 @@ leader (rank 0) serves the API, workers add ``--headless``. The files use host
 networking (NCCL and gloo talk between the machines directly) and leave to the user,
 as variables Compose requires, what only the site knows: the leader's address, the
 network interface NCCL and gloo use, and (more than two nodes) each worker's rank.
-``documents`` is pure; ``write_role_files`` checks every role's argv with vLLM's serve
-parser (its multi-node checks included) and each file with Docker Compose, then
-writes all of them or none.
+Each file is built from the single-node file's parts (a compose.Service and a
+compose.Header per role). ``role_document`` and ``render_role`` are pure;
+``write_role_files`` checks every role's argv with vLLM's serve parser (its
+multi-node checks included) and each file with Docker Compose, then writes all of
+them or none.
 """
 from __future__ import annotations
 
-import copy
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
-
-import yaml
 
 from stackbuild.core.errors import ComposeOverrideError, OutputError
 from stackbuild.core.output import check_output
 from stackbuild.core.recipe import Recipe
 
 from stackbuild.serve import compose as generate
-from stackbuild.core.serve_args import (LEADER, MASTER_PORT, SLOT_HOST, SLOT_MASTER_ADDR, SLOT_NODE_RANK, WORKER, RoleCommand,
-                         role_commands)
+from stackbuild.core.serve_args import (LEADER, MASTER_PORT, WORKER, RoleCommand, SlotValues, ranks_per_node,
+                                        role_commands)
 
 # Variables the user sets (shell or ./.env next to the files) on every machine.
 LEADER_ADDRESS_VARIABLE = "GLM53_LEADER_ADDRESS"
@@ -55,12 +54,16 @@ def worker_rank(recipe: Recipe) -> str:
     return "1" if nodes == 2 else _required(NODE_RANK_VARIABLE, f"this worker's node rank, 1 to {nodes - 1}")
 
 
-def slot_values(recipe: Recipe, command: RoleCommand) -> dict[str, str]:
-    """The values compose writes into a role's slots (Compose interpolates the variables)."""
-    values = {SLOT_HOST: recipe.serving.host_ip, SLOT_MASTER_ADDR: LEADER_ADDRESS}
-    if SLOT_NODE_RANK in command.slots:
-        values[SLOT_NODE_RANK] = worker_rank(recipe)
-    return values
+def slot_values(recipe: Recipe) -> SlotValues:
+    """The values the files write into the role slots: serving.host_ip, and the Compose variables the user
+    sets for the leader's address and (more than two nodes) a worker's rank."""
+    return SlotValues(host=recipe.serving.host_ip, master_addr=LEADER_ADDRESS, node_rank=worker_rank(recipe))
+
+
+def resolved_slot_values(recipe: Recipe, variables: dict[str, str]) -> SlotValues:
+    """The slot values once Compose has read ``variables`` (what a container of the role receives)."""
+    return SlotValues(host=recipe.serving.host_ip, master_addr=variables[LEADER_ADDRESS_VARIABLE],
+                      node_rank="1" if recipe.serving.nodes == 2 else variables.get(NODE_RANK_VARIABLE))
 
 
 @dataclass(frozen=True)
@@ -75,58 +78,40 @@ def default_path(recipe: Recipe, role: str, directory: Optional[Path] = None) ->
     return (directory or generate.COMPOSE_DIR) / f"{recipe.name}.{role}.compose.yaml"
 
 
-def _gpu_devices(recipe: Recipe, gpus: Optional[str]) -> dict:
-    per_node = recipe.serving.tensor_parallel_size // recipe.serving.nodes
-    device: dict = {"driver": "nvidia"}
-    if gpus:
-        ids = [g.strip() for g in gpus.split(",") if g.strip()]
-        if not ids or any(not generate.GPU_ID_RE.match(g) for g in ids) or len(set(ids)) != len(ids):
-            raise ComposeOverrideError(f"--gpus: expected distinct comma-separated GPU indices or UUIDs, got {gpus!r}")
-        if len(ids) != per_node:
-            raise ComposeOverrideError(f"--gpus: {len(ids)} GPU(s) given but each node runs {per_node} rank(s) "
-                                       f"(serving.tensor_parallel_size / serving.nodes)")
-        device["device_ids"] = ids
-    else:
-        device["count"] = per_node
-    device["capabilities"] = ["gpu"]
-    return device
+def role_service(recipe: Recipe, command: RoleCommand) -> generate.Service:
+    """A node role's service: its argv (the slots as Compose variables) on host networking."""
+    s = recipe.serving
+    serves_api = command.role == LEADER
+    return generate.Service(
+        name=command.role,
+        project=f"{generate.project_name(recipe)}-{command.role}",
+        # Slot values carry Compose variables: they are not escaped; every literal is.
+        command=tuple(command.filled(slot_values(recipe), literal=generate.escape)),
+        published_port=None,  # host networking: the API server binds serving.host_ip itself (--host)
+        probe_host=(generate.LOOPBACK if s.host_ip == "0.0.0.0" else s.host_ip) if serves_api else None,  # headless: no API
+        environment=INTERFACE,
+        labels={ROLE_LABEL: command.role},
+    )
 
 
 def role_document(recipe: Recipe, command: RoleCommand, *, image: generate.ImagePin,
                   models_dir: Optional[str] = None, gpus: Optional[str] = None) -> dict:
-    """One role's compose document as plain data (pure): the single-node service on host networking."""
-    doc = copy.deepcopy(generate.compose_document(recipe, image=image, models_dir=models_dir, gpu_reservation=False))
-    service = doc["services"].pop(generate.SERVICE)
+    """One role's compose document as plain data (pure)."""
+    return generate.service_document(recipe, role_service(recipe, command), image=image, models_dir=models_dir,
+                                     gpus=gpus)
+
+
+def role_header(recipe: Recipe, command: RoleCommand, image: generate.ImagePin) -> generate.Header:
+    """The single-node header with where the API is reached, how to start the file, and the role's own lines."""
     s = recipe.serving
-    values = slot_values(recipe, command)
-    # Slot values carry Compose variables: they are not escaped; every fixed element is.
-    service["command"] = [a if i in command.slots.values() else generate._escape(a)
-                          for i, a in enumerate(command.fill(**values))]
-    service.pop("ports")  # host networking: the API server binds serving.host_ip itself (--host)
-    service["network_mode"] = "host"
-    service["environment"].update(INTERFACE)
-    service["labels"][ROLE_LABEL] = command.role
-    if command.role == LEADER:
-        probe_host = "127.0.0.1" if s.host_ip == "0.0.0.0" else s.host_ip
-        service["healthcheck"]["test"][-1] = service["healthcheck"]["test"][-1].replace(
-            f"http://127.0.0.1:{s.port}/", f"http://{probe_host}:{s.port}/")
-    else:
-        service["healthcheck"] = {"disable": True}  # headless: no API server to ask
-    service["deploy"] = {"resources": {"reservations": {"devices": [_gpu_devices(recipe, gpus)]}}}
-    doc["name"] = f"{doc['name']}-{command.role}"
-    doc["services"] = {command.role: service}
-    return doc
-
-
-def _header(recipe: Recipe, command: RoleCommand) -> list[str]:
-    nodes = recipe.serving.nodes
+    nodes = s.nodes
     lines = [
         "#",
-        f"# MULTI-NODE ({nodes} machines, {recipe.serving.tensor_parallel_size // nodes} rank(s) each): this is the "
+        f"# MULTI-NODE ({nodes} machines, {ranks_per_node(recipe)} rank(s) each): this is the "
         f"{command.role.upper()} file.",
     ]
     if command.role == LEADER:
-        lines.append(f"#   Run it on the leader machine (node rank 0, serves the API on {recipe.serving.host_ip}:{recipe.serving.port}).")
+        lines.append(f"#   Run it on the leader machine (node rank 0, serves the API on {s.host_ip}:{s.port}).")
     else:
         lines.append("#   Run it on every other machine (headless: joins the leader's tensor-parallel group, no API).")
     lines += [
@@ -137,30 +122,24 @@ def _header(recipe: Recipe, command: RoleCommand) -> list[str]:
     if command.role == WORKER and nodes > 2:
         lines.append(f"#     {NODE_RANK_VARIABLE}  this worker's node rank (1 to {nodes - 1}, each worker its own)")
     lines.append(f"#   The leader listens for the group on {LEADER_ADDRESS_VARIABLE}:{MASTER_PORT} (TCP; open it between the nodes).")
-    return lines
+    return replace(
+        generate.header(recipe, image),
+        reach=(f"# The leader's API server binds {s.host_ip}:{s.port} on the host "
+               "(serving.host_ip; host networking, nothing is published)."),
+        start=(f"# Start: docker compose -f <this file> up -d   (on the {command.role} machine; "
+               "needs the NVIDIA container toolkit)"),
+        role=tuple(lines),
+    )
 
 
 def render_role(recipe: Recipe, command: RoleCommand, *, image: generate.ImagePin,
                 models_dir: Optional[str] = None, gpus: Optional[str] = None) -> str:
     doc = role_document(recipe, command, image=image, models_dir=models_dir, gpus=gpus)
-    body = yaml.dump(doc, Dumper=generate._Dumper, sort_keys=False, default_flow_style=False, width=2**16,
-                     allow_unicode=True)
-    out = []
-    for line in body.splitlines():
-        if line.startswith("    image: ") and not image.digest:
-            out.append("    # UNPINNED: tag only, no digest; this tag can be moved to another image.")
-        out.append(line)
-    header = [f"# The leader's API server binds {recipe.serving.host_ip}:{recipe.serving.port} on the host "
-              "(serving.host_ip; host networking, nothing is published)." if line.startswith("# The port is published")
-              else line for line in generate._header(recipe, image)]
-    start = next(i for i, line in enumerate(header) if line.startswith("# Start:"))
-    header[start] = (f"# Start: docker compose -f <this file> up -d   (on the {command.role} machine; "
-                     "needs the NVIDIA container toolkit)")
-    return "\n".join(header[:start + 1] + _header(recipe, command) + header[start + 1:] + out) + "\n"
+    return generate.compose_text(recipe, image, role_header(recipe, command, image), doc)
 
 
 def _generated_for(recipe: Recipe, role: str, text: str) -> bool:
-    return generate._generated_for(recipe, text) and f"{ROLE_LABEL}: {role}\n" in text
+    return generate.generated_for(recipe, text) and f"{ROLE_LABEL}: {role}\n" in text
 
 
 def check_values(recipe: Recipe, command: RoleCommand, rank: Optional[int] = None) -> dict[str, str]:
@@ -173,10 +152,7 @@ def check_values(recipe: Recipe, command: RoleCommand, rank: Optional[int] = Non
 
 def resolved_argv(recipe: Recipe, command: RoleCommand, variables: dict[str, str]) -> list[str]:
     """The argv a container of this role receives once Compose has read ``variables``."""
-    values = {SLOT_HOST: recipe.serving.host_ip, SLOT_MASTER_ADDR: variables[LEADER_ADDRESS_VARIABLE]}
-    if SLOT_NODE_RANK in command.slots:
-        values[SLOT_NODE_RANK] = "1" if recipe.serving.nodes == 2 else variables[NODE_RANK_VARIABLE]
-    return command.fill(**values)
+    return command.filled(resolved_slot_values(recipe, variables))
 
 
 def _serve_cases(recipe: Recipe, commands) -> list[tuple[str, list[str]]]:
@@ -240,7 +216,7 @@ def write_role_files(recipe: Recipe, *, output_dir: Optional[Path] = None, owner
                     generate.notice(f"docker compose config check skipped: {config.detail}")
                     continue
                 resolved = config.parsed["services"][f.role]["command"]
-                expected = [generate._escape(a) for a in resolved_argv(recipe, f.command, variables)]
+                expected = [generate.escape(a) for a in resolved_argv(recipe, f.command, variables)]
                 if resolved != expected:
                     raise ComposeInvalid(f"{f.path}: docker compose reads the command as {resolved!r}, not {expected!r}")
         for f, tmp in zip(files, tmps):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from stackbuild.serve.compose import model_mount_point
-from stackbuild.core.serve_args import LEADER, SLOT_HOST, SLOT_MASTER_ADDR, SLOT_NODE_RANK, WORKER, role_commands
+from stackbuild.core.serve_args import LEADER, SlotValues, role_commands
 
 from stackbuild.core.errors import PREFLIGHT_ERRORS, UsageError
 from stackbuild.core.gate import gate_input
@@ -79,15 +79,9 @@ def _commands(recipe: Recipe, checked, role: Optional[str], leader_address: str,
         return [(SINGLE_NODE, list(checked.argv))]
     if role == LEADER and "--node-rank" in explicit_role_options:
         raise UsageError("--node-rank: the leader is node rank 0; give --role worker to check a worker's rank")
-    out = []
-    for command in commands:
-        if role is not None and command.role != role:
-            continue
-        values = {SLOT_HOST: recipe.serving.host_ip, SLOT_MASTER_ADDR: leader_address}
-        if SLOT_NODE_RANK in command.slots:
-            values[SLOT_NODE_RANK] = str(node_rank)
-        out.append((command.role, command.fill(**values)))
-    return out
+    # As the generated compose files start them: the API server binds serving.host_ip.
+    values = SlotValues(host=recipe.serving.host_ip, master_addr=leader_address, node_rank=str(node_rank))
+    return [(command.role, command.filled(values)) for command in commands if role is None or command.role == role]
 
 
 def check_on_host(recipe: Recipe, models_dir: Path, *, role: Optional[str] = None, leader_address: str = "127.0.0.1",
