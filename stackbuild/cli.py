@@ -240,18 +240,15 @@ def record(recipe_path, owner, repository, allow_unpinned, image, as_json):
 def geometry(recipe_path, as_json, stock):
     """Run the KV-geometry simulator and gate for a recipe on the host."""
     from geometry.table import render_text, to_json
-    from stackbuild.core.errors import GeometryGateFailed
-    from stackbuild.core.gate import recipe_geometry, summarise_reasons
+    from stackbuild.core.gate import recipe_geometry, refuse_failed
 
     recipe = load_recipe(recipe_path)
     run = recipe_geometry(recipe, vllm_behaviour="stock" if stock else "overlay")
-    report, verdict = run.report, run.verdict
     if as_json:
-        print_json(to_json(report, verdict))
+        print_json(to_json(run.report, run.verdict))
     else:
-        click.echo(render_text(report, verdict))
-    if not verdict.passed:
-        raise GeometryGateFailed(f"{recipe.path}: geometry gate failed: {summarise_reasons(verdict.reasons)}")
+        click.echo(render_text(run.report, run.verdict))
+    refuse_failed(recipe, run)
 
 
 @cli.command()

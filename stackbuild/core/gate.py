@@ -1,7 +1,7 @@
 """The geometry gate of a recipe on the host: its gate input, and the gate (geometry.gate_run) run on it."""
 from __future__ import annotations
 
-from stackbuild.core.errors import RecipeError
+from stackbuild.core.errors import GeometryGateFailed, RecipeError
 from stackbuild.core.recipe import Recipe
 
 GIB = 1024**3
@@ -57,3 +57,17 @@ def summarise_reasons(reasons) -> str:
         return "no reason given"
     more = len(reasons) - 1
     return reasons[0] + (f" (and {more} more; `build.py geometry` shows all)" if more else "")
+
+
+def refuse_failed(recipe: Recipe, run) -> None:
+    """GeometryGateFailed (exit 5) with the first reason when the gate run failed."""
+    if not run.verdict.passed:
+        raise GeometryGateFailed(f"{recipe.path}: geometry gate failed: {summarise_reasons(run.verdict.reasons)}")
+
+
+def require_passing(recipe: Recipe):
+    """The recipe's gate run, which must pass: nothing serves or is generated for a recipe it fails."""
+    run = recipe_geometry(recipe)
+    refuse_failed(recipe, run)
+    return run
+

@@ -20,13 +20,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Optional
 
-from stackbuild.core.errors import ComposeOverrideError, GeometryGateFailed, OutputError, RecipeError
+from stackbuild.core.errors import ComposeOverrideError, OutputError, RecipeError
 from stackbuild.core.labels import LABEL_NS
 from stackbuild.core.naming import MOVING_TAGS, OWNER_VARIABLE, image_name
 from stackbuild.core.output import check_output
 from stackbuild.core.recipe import DIGEST_RE, REPO_ROOT, Recipe
 from stackbuild.core.reference import ImageReference
 from stackbuild.core.build_report import DEFAULT_REPORT, read_report
+from stackbuild.core.gate import require_passing
 
 from stackbuild.core.serve_args import ranks_per_node, serve_argv
 from stackbuild.serve.yaml_text import dump_yaml
@@ -371,15 +372,6 @@ def generated_for(recipe: Recipe, text: str) -> bool:
             and f"{LABEL_NS}.recipe.name: {recipe.name}\n" in text)
 
 
-def _check_geometry(recipe: Recipe) -> None:
-    """The host gate (page geometry and capacity): no compose file serves a recipe it fails."""
-    from stackbuild.core.gate import recipe_geometry, summarise_reasons
-
-    verdict = recipe_geometry(recipe).verdict
-    if not verdict.passed:
-        raise GeometryGateFailed(f"{recipe.path}: geometry gate failed: {summarise_reasons(verdict.reasons)}")
-
-
 def default_output(recipe: Recipe) -> Path:
     return COMPOSE_DIR / f"{recipe.name}.compose.yaml"
 
@@ -407,7 +399,7 @@ def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optio
     text = render_compose(recipe, models_dir=models_dir, port=port, gpus=gpus,
                           gpu_reservation=gpu_reservation, image=image)
     argv = serve_argv(recipe)
-    _check_geometry(recipe)
+    require_passing(recipe)
     flag = "-o" if output else "compose"
     output = Path(output) if output else default_output(recipe)
     check_output(output, flag, ours=lambda old: generated_for(recipe, old))

@@ -19,6 +19,7 @@ from stackbuild.core.serve_args import CONTAINER_HOST, LEADER, SlotValues, ranks
 from stackbuild.core.errors import DeployOptionError, OwnerMissing
 from stackbuild.core.naming import OWNER_VARIABLE
 from stackbuild.core.output import check_output, write_text
+from stackbuild.core.gate import require_passing
 from stackbuild.core.recipe import Recipe
 from stackbuild.serve.yaml_text import dump_yaml
 
@@ -234,7 +235,7 @@ def write_manifests(recipe: Recipe, *, output_dir: Optional[Path] = None, owner:
     volume = model_volume(recipe, models_host_path, models_pvc)
     objects = manifests(recipe, image=image.reference, volume=volume, ifname=ifname, namespace=namespace)
     path = output_path(recipe, output_dir)
-    generate._check_geometry(recipe)
+    require_passing(recipe)
     check_output(path, "-o" if output_dir else "deploy", ours=lambda old: _generated_for(recipe, old))
     checked = validate(objects, str(path))
     # Every pod's argv as Kubernetes expands it, through vLLM's serve parser (multi-node checks included).

@@ -22,6 +22,7 @@ from typing import Optional
 
 from stackbuild.core.errors import ComposeOverrideError, OutputError
 from stackbuild.core.output import check_output
+from stackbuild.core.gate import require_passing
 from stackbuild.core.recipe import Recipe
 
 from stackbuild.serve import compose as generate
@@ -184,7 +185,7 @@ def write_role_files(recipe: Recipe, *, output_dir: Optional[Path] = None, owner
     commands = role_commands(recipe)
     files = [RoleFile(c.role, default_path(recipe, c.role, Path(output_dir) if output_dir else None),
                       render_role(recipe, c, image=image, models_dir=models_dir, gpus=gpus), c) for c in commands]
-    generate._check_geometry(recipe)
+    require_passing(recipe)
     for f in files:
         check_output(f.path, flag, ours=lambda old, role=f.role: _generated_for(recipe, role, old))
     checks: dict[str, dict] = {}
