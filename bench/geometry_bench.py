@@ -24,7 +24,8 @@ from pathlib import Path
 
 import geometry_cases as C
 from geometry.gate import check
-from geometry.inputs import BadInput, GeometryInputs
+from geometry.errors import BadInput
+from geometry.inputs import GeometryInputs
 from geometry.simulate import simulate
 
 CHECK_TARGET_S = 0.020

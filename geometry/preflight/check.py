@@ -194,7 +194,8 @@ def _as_built(checked: CheckedServe, target: MountedConfig, drafter: MountedConf
 
 def _geometry(raw: dict, changed: str, warnings: list[str], overlay_manifest: Optional[str]) -> Outcome:
     from geometry.gate import check as gate_check
-    from geometry.inputs import BadInput, GeometryInputs
+    from geometry.errors import BadInput
+    from geometry.inputs import GeometryInputs
     from geometry.simulate import simulate
 
     try:

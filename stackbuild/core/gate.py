@@ -15,7 +15,8 @@ def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay") -> dict:
     Prefix caching and mamba_cache_mode as vLLM resolves them from the flags the
     compose command passes (serving.enable_prefix_caching; unset: vLLM's default).
     """
-    from geometry.inputs import BadInput, resolve_prefix_caching
+    from geometry.errors import BadInput
+    from geometry.inputs import resolve_prefix_caching
 
     s = recipe.serving
     try:
@@ -59,7 +60,7 @@ def host_geometry(gate: Mapping):
 
 def recipe_geometry(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
     """(gate input, report, verdict) of a recipe on the host; what the simulator does not model is a RecipeError."""
-    from geometry.inputs import BadInput
+    from geometry.errors import BadInput
 
     gate = gate_input(recipe, vllm_behaviour=vllm_behaviour)
     try:

@@ -24,7 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from geometry import gate, model_config, table
-from geometry.inputs import BadInput, GeometryInputs
+from geometry.errors import BadInput
+from geometry.inputs import GeometryInputs
 from geometry.simulate import simulate
 from geometry_cases import kimi_linear_config, qwen3_next_target, recipe_configs
 from geometry.preflight.check import Unchecked, derive_inputs
