@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 import geometry_cases as C
-from geometry.gate import check
 from geometry.errors import BadInput
+from geometry.gate import check
 from geometry.inputs import GeometryInputs
 from geometry.simulate import simulate
 

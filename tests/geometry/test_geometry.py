@@ -23,9 +23,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 import geometry_cases as C  # noqa: E402
+from geometry.errors import BadInput  # noqa: E402
 from geometry.gate import GeometryMismatch, check  # noqa: E402
 from geometry.image_contract import GateReport  # noqa: E402
-from geometry.errors import BadInput  # noqa: E402
 from geometry.inputs import GeometryInputs  # noqa: E402
 from geometry.simulate import simulate  # noqa: E402
 from geometry.table import render_text, to_json  # noqa: E402

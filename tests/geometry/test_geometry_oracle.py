@@ -34,8 +34,8 @@ except ImportError as exc:
     pytest.skip(f"vLLM's own planning code is not importable ({exc}): run `make oracle`", allow_module_level=True)
 
 import geometry_cases as C  # noqa: E402
-from geometry.gate import check  # noqa: E402
 from geometry.errors import BadInput  # noqa: E402
+from geometry.gate import check  # noqa: E402
 from geometry.inputs import GeometryInputs  # noqa: E402
 from geometry.oracle import compare_reports, plan_with_vllm  # noqa: E402
 from geometry.simulate import simulate  # noqa: E402
