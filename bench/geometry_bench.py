@@ -23,8 +23,9 @@ import time
 from pathlib import Path
 
 import geometry_cases as C
+from geometry.errors import BadInput
 from geometry.gate import check
-from geometry.inputs import BadInput, GeometryInputs
+from geometry.inputs import GeometryInputs
 from geometry.simulate import simulate
 
 CHECK_TARGET_S = 0.020

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from . import backends as B
-from .inputs import BadInput, GeometryInputs
+from .errors import BadInput
+from .inputs import GeometryInputs
 from .kv_spec import DTYPE_BYTES, CacheConfig, SimulatedError, Spec
 from .model_parts import (Layer, SpecBuilder, check_flash_attn_head_size, customize_attention_spec,
                           kv_dtype_name, kv_heads_per_rank, required)

@@ -32,6 +32,7 @@ import os
 import sys
 
 from . import inputs as inputs_mod, record as record_mod, table
+from .errors import BadInput
 from .gate_run import CODE_DIR, CrossCheck, run_gate
 from .image_contract import GATE_INPUT, OVERLAY_MANIFEST, GateReport, OracleCheck, OverlayManifest, payload_path
 
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         recorded, record_note = None, None
         if args.oracle_record:
             recorded, record_note = _oracle_from_record(args.oracle_record, raw, CODE_DIR, wanted)
-    except (OSError, ValueError, inputs_mod.BadInput) as exc:  # RecordError, ContractError are ValueErrors
+    except (OSError, ValueError, BadInput) as exc:  # RecordError, ContractError are ValueErrors
         print(f"geometry gate: bad input: {exc}", file=sys.stderr)
         return 3
     if record_note:
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                                  record_key_input=raw, patched_modules_imported=tuple(wanted or ()))
     try:
         run = run_gate(inputs, cross_check=cross_check)
-    except (ValueError, inputs_mod.BadInput) as exc:  # a config or input the simulator does not model
+    except (ValueError, BadInput) as exc:  # a config or input the simulator does not model
         print(f"geometry gate: bad input: {exc}", file=sys.stderr)
         return 3
     report, verdict = run.report, run.verdict

@@ -14,16 +14,14 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
+from .errors import BadInput
+from .model_config import target_kind
+
 # vLLM 0.33.0 CacheConfig.mamba_cache_mode default ("none": no prefix caching
 # of mamba state).  "align" is the other value vLLM accepts.
 DEFAULT_MAMBA_CACHE_MODE = "none"
 MAMBA_CACHE_MODES = ("none", "align")
 BEHAVIOURS = ("stock", "overlay")
-
-
-class BadInput(ValueError):
-    """The inputs are malformed or ask for something the simulator does not
-    model (exit code 3 of the CLI)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,10 +208,8 @@ def resolve_prefix_caching(
     if mamba_cache_mode is not None and mamba_cache_mode not in MAMBA_CACHE_MODES:
         raise BadInput(f"--mamba-cache-mode must be one of {MAMBA_CACHE_MODES}, "
                        f"got {mamba_cache_mode!r}")
-    from .model import model_kind
-
     if not isinstance(target_config, Mapping):
         raise BadInput("target_config must be a JSON object")
-    model_kind(target_config)  # a modelled (generative hybrid) target, else BadInput
+    target_kind(target_config)  # a modelled (generative hybrid) target, else ConfigInvalid
     enabled = True if enable_prefix_caching is None else enable_prefix_caching
     return enabled, _mode_for(enabled)

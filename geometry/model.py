@@ -11,29 +11,17 @@ from typing import Any, Mapping
 from . import backends as B
 from . import model_glm5next, model_kimi_linear, model_qwen3_next
 from .drafter import build_drafter
-from .inputs import BadInput, GeometryInputs
+from .errors import BadInput
+from .inputs import GeometryInputs
 from .kv_spec import DTYPE_BYTES, SUPPORTED_KV_DTYPES, SimulatedError
-from .model_parts import Layer, TargetSettings, kv_dtype_name, required, text_config
+from .model_config import target_kind, text_config
+from .model_parts import Layer, TargetSettings, kv_dtype_name, required
 
 TARGET_BUILDERS = {
     "glm5next": model_glm5next.build_target,
     "kimi_linear": model_kimi_linear.build_target,
     "qwen3_next": model_qwen3_next.build_target,
 }
-
-
-def model_kind(cfg: Mapping[str, Any]) -> str:
-    archs = list(cfg.get("architectures") or [])
-    mt = str(text_config(cfg).get("model_type", cfg.get("model_type", "")))
-    if any(a.startswith("Glm5Next") for a in archs) or mt.startswith("glm5_next"):
-        return "glm5next"
-    if "Qwen3NextForCausalLM" in archs or mt == "qwen3_next":
-        return "qwen3_next"
-    if "KimiLinearForCausalLM" in archs or mt == "kimi_linear":
-        return "kimi_linear"
-    raise BadInput(f"target architecture {archs or mt!r} is not modelled "
-                   "(modelled: Glm5NextForCausalLM, Qwen3NextForCausalLM, "
-                   "KimiLinearForCausalLM)")
 
 
 def resolve_model_dtype(cfg: Mapping[str, Any]) -> str:
@@ -134,7 +122,7 @@ class Model:
 
 
 def build_model(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Model:
-    kind = model_kind(inputs.target_config)
+    kind = target_kind(inputs.target_config)
     tc = text_config(inputs.target_config)
     model_dtype = resolve_model_dtype(inputs.target_config)
     kv_target, kv_drafter = resolve_kv_dtypes(inputs, kind)

@@ -1,4 +1,8 @@
-"""Checks of the target and drafter ``config.json`` before the simulator reads them (stdlib only).
+"""What the target and drafter ``config.json`` are to the simulator, and their checks before it reads them
+(stdlib only).
+
+:func:`target_kind` is the one classification of a target (which model builder plans it, or
+:class:`ConfigInvalid`); :func:`text_config` is the part of a config that describes the text model.
 
 The simulator reads what it needs from the configs as vLLM would; this module
 refuses, with the key at fault, a config it would misread: an architecture it
@@ -13,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .inputs import BadInput
+from .errors import BadInput
 
 # Larger than any real layer count, head count or head size by orders of magnitude,
 # small enough that the simulator's per-layer work stays bounded.
@@ -21,7 +25,7 @@ MAX_COUNT = 1 << 16
 # Token counts (context lengths, windows): 2**40 tokens is far beyond any model.
 MAX_TOKENS = 1 << 40
 
-# architectures[0] -> the simulator's model kind (see simulate.model_kind).
+# architectures[0] -> the simulator's model kind (see target_kind).
 MODELLED_TARGETS = {
     "Glm5NextForCausalLM": "glm5next",
     "Qwen3NextForCausalLM": "qwen3_next",
@@ -113,8 +117,19 @@ class _Reader:
         return _Reader(self.which, value, f"{self.prefix}{key}.")
 
 
+def text_config(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The text model's config: a multimodal-shaped config's ``text_config`` object, else the config itself."""
+    tc = cfg.get("text_config")
+    return tc if isinstance(tc, Mapping) else cfg
+
+
 def target_kind(cfg: Mapping[str, Any]) -> str:
-    """The modelled kind of a target config, or :class:`ConfigInvalid` naming its architecture."""
+    """The modelled kind of a target config, or :class:`ConfigInvalid` naming its architecture.
+
+    As vLLM picks the model class: by ``architectures`` (vLLM takes the first listed one its
+    registry has; this takes the first, exactly, and refuses a list whose first is not modelled),
+    and, without ``architectures``, by the text config's ``model_type``.
+    """
     modelled = ", ".join(MODELLED_TARGETS)
     archs = cfg.get("architectures")
     if archs is not None:
@@ -124,8 +139,7 @@ def target_kind(cfg: Mapping[str, Any]) -> str:
         if kind is None:
             raise ConfigInvalid("target", "architectures", f"{archs[0]} is not modelled by the geometry gate (modelled: {modelled})")
         return kind
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), Mapping) else cfg
-    model_type = text.get("model_type", cfg.get("model_type"))
+    model_type = text_config(cfg).get("model_type", cfg.get("model_type"))
     kind = MODELLED_TARGET_TYPES.get(model_type) if isinstance(model_type, str) else None
     if kind is None:
         raise ConfigInvalid("target", "architectures",
@@ -138,8 +152,8 @@ def check_target(cfg: Mapping[str, Any]) -> str:
     if not isinstance(cfg, Mapping):
         raise ConfigInvalid("target", "", "must be a JSON object")
     kind = target_kind(cfg)
-    text = cfg.get("text_config")
-    r = _Reader("target", text, "text_config.") if isinstance(text, Mapping) else _Reader("target", cfg)
+    text = text_config(cfg)
+    r = _Reader("target", text, "" if text is cfg else "text_config.")
     n_layers = r.integer("num_hidden_layers")
     r.integer("max_position_embeddings", required=False, allow_null=True, maximum=MAX_TOKENS)
     if kind == "glm5next":

@@ -5,7 +5,7 @@ a kpool tail ring and a sparse MLA latent (stdlib only)."""
 from __future__ import annotations
 
 from . import backends as B
-from .inputs import BadInput
+from .errors import BadInput
 from .kv_spec import DTYPE_BYTES, CacheConfig, SimulatedError, Spec, cdiv, next_power_of_2
 from .model_config import DEFAULT_ATTENTION_INTERVAL
 from .model_parts import (Layer, SpecBuilder, Target, TargetSettings, attention_builder,

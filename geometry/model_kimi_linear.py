@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from . import backends as B
-from .inputs import BadInput
+from .errors import BadInput
 from .kv_spec import DTYPE_BYTES, SimulatedError, Spec
 from .model_parts import Layer, Target, TargetSettings, attention_builder, kda_state, mamba_builder, required
 

@@ -9,18 +9,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from . import backends as B
-from .inputs import BadInput
+from .errors import BadInput
 from .kv_spec import DTYPE_BYTES, CacheConfig, SimulatedError, Spec
 
 SpecBuilder = Callable[[CacheConfig], Spec]
 
 _TORCH_STORAGE = {"fp8": "uint8", "fp8_e4m3": "uint8", "fp8_e5m2": "uint8", "half": "float16",
                   "fp8_ds_mla": "uint8"}
-
-
-def text_config(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
-    tc = cfg.get("text_config")
-    return tc if isinstance(tc, Mapping) else cfg
 
 
 def required(cfg: Mapping[str, Any], key: str) -> Any:

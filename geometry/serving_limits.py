@@ -13,12 +13,12 @@ from typing import Any, Mapping
 
 from .capacity import kv_token_capacity
 from .inputs import GeometryInputs
+from .model_config import text_config
 from .report import GeometryReport
 
 
 def _max_position_embeddings(target_config: Mapping[str, Any]) -> int | None:
-    text = target_config.get("text_config")
-    value = (text if isinstance(text, Mapping) else target_config).get("max_position_embeddings")
+    value = text_config(target_config).get("max_position_embeddings")
     return value if type(value) is int and value > 0 else None
 
 

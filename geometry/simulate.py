@@ -49,12 +49,13 @@ from .block_size import update_block_size
 from .grouping import bytes_per_block, group_kv_cache, resolve_layout, validate_layout
 from .inputs import GeometryInputs
 from .kv_spec import SimulatedError, Spec
-from .model import Model, build_model, model_kind
+from .model import Model, build_model
+from .model_config import target_kind
 from .prefix_cache import CacheGroup, PrefixCacheError
 from .prefix_cache import resolve as resolve_prefix_cache
 from .report import GeometryReport, GroupRow, LayerRow, Plan
 
-__all__ = ["simulate", "GeometryReport", "Plan", "LayerRow", "GroupRow", "SimulatedError", "model_kind"]
+__all__ = ["simulate", "GeometryReport", "Plan", "LayerRow", "GroupRow", "SimulatedError"]
 
 
 def _apply_overlay(model: Model, specs: dict[str, Spec], notes: list[str]) -> dict[str, Spec]:
@@ -169,7 +170,7 @@ def simulate(inputs: GeometryInputs) -> GeometryReport:
     model, with_d = _plan(inputs, inputs.has_drafter, inputs.num_speculative_tokens, notes)
     if model is None:  # the model itself cannot be built (vLLM raises at load)
         return GeometryReport(
-            behaviour=inputs.vllm_behaviour, model_kind=model_kind(inputs.target_config),
+            behaviour=inputs.vllm_behaviour, model_kind=target_kind(inputs.target_config),
             capability_family=inputs.capability_family,
             tensor_parallel_size=inputs.tensor_parallel_size,
             num_speculative_tokens=inputs.num_speculative_tokens,

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import click
 
+from geometry.errors import one_line
 from stackbuild.core.errors import InternalError, StackBuildError
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 
@@ -34,10 +35,6 @@ repository_option = click.option("--repository", help="Push to this repository i
 force_option = click.option("--force", is_flag=True,
                             help="Re-point a pinned tag the registry already has for another image (logged); without it that push is refused.")
 unpinned_option = click.option("--allow-unpinned", is_flag=True, help="Build FROM the base tag when no digest is pinned (not reproducible).")
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
 
 
 platform_option = click.option(
@@ -79,7 +76,7 @@ class Cli(click.Group):
             click.echo(exc.ctx.get_help())
             sys.exit(0)
         except click.UsageError as exc:  # an option of build.py itself
-            click.echo(f"error: {info_name}: {_one_line(exc.format_message())} (see {info_name} --help)", err=True)
+            click.echo(f"error: {info_name}: {one_line(exc.format_message())} (see {info_name} --help)", err=True)
             sys.exit(exc.exit_code)
 
     def invoke(self, ctx):
@@ -89,20 +86,20 @@ class Cli(click.Group):
         except StackBuildError as exc:
             if exc.lists_findings:
                 head, *findings = str(exc).splitlines() or [""]
-                click.echo("\n".join([f"error: {_one_line(head)}", *(f"  {_one_line(f)}" for f in findings)]), err=True)
+                click.echo("\n".join([f"error: {one_line(head)}", *(f"  {one_line(f)}" for f in findings)]), err=True)
             else:
-                click.echo(f"error: {_one_line(exc)}", err=True)
+                click.echo(f"error: {one_line(exc)}", err=True)
             _json_failure(ctx, wants_json, exc.exit_code, str(exc).splitlines()[0] if str(exc) else "")
             ctx.exit(exc.exit_code)
         except click.UsageError as exc:
             sub = exc.ctx.command_path if exc.ctx else ctx.command_path
-            click.echo(f"error: {sub}: {_one_line(exc.format_message())} (see {sub} --help)", err=True)
+            click.echo(f"error: {sub}: {one_line(exc.format_message())} (see {sub} --help)", err=True)
             _json_failure(ctx, wants_json, exc.exit_code, f"{sub}: {exc.format_message()}")
             ctx.exit(exc.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
         except Exception as exc:  # noqa: BLE001 - the last resort: one line, never a traceback
-            error = InternalError(f"internal error: {type(exc).__name__}: {_one_line(exc)[:300]}; please report it with the command line")
+            error = InternalError(f"internal error: {type(exc).__name__}: {one_line(exc)[:300]}; please report it with the command line")
             click.echo(f"error: {error}", err=True)
             _json_failure(ctx, wants_json, error.exit_code, str(error))
             ctx.exit(error.exit_code)
@@ -118,7 +115,7 @@ def _json_failure(ctx, wants_json: bool, exit_code: int, error: str) -> None:
     """With ``--json``, a failure is still one object on stdout: ``{ok, exit_code, error}``, unless
     the command printed its own (the geometry table, the pre-flight's checks) before failing."""
     if wants_json and not ctx.meta.get(JSON_PRINTED):
-        click.echo(json.dumps({"ok": False, "exit_code": exit_code, "error": _one_line(error)}, indent=2, sort_keys=True))
+        click.echo(json.dumps({"ok": False, "exit_code": exit_code, "error": one_line(error)}, indent=2, sort_keys=True))
 
 
 def _print_version(ctx, _param, value) -> None:

@@ -14,8 +14,8 @@ import types
 
 from ..block_size import DEFAULT_BLOCK_SIZE
 from ..inputs import GeometryInputs
-from ..model import model_kind, resolve_model_dtype
-from ..model_parts import text_config
+from ..model import resolve_model_dtype
+from ..model_config import target_kind, text_config
 from .cpu_shims import patched
 
 
@@ -90,7 +90,7 @@ def build_vllm_config(inputs: GeometryInputs, with_drafter: bool, num_spec: int)
     import torch
     from vllm.config import DeviceConfig, VllmConfig
 
-    kind = model_kind(inputs.target_config)
+    kind = target_kind(inputs.target_config)
     tc = text_config(inputs.target_config)
     tp = inputs.tensor_parallel_size
     hf = _hf_config(kind, dict(inputs.target_config))

@@ -168,7 +168,7 @@ def check(argv: Sequence[str], checked: CheckedServe, *, locate: Callable[[str],
         return refused(EXIT_SERVE_FLAGS, f"vLLM's serve parser rejects the argv: {exc}")
     except ModuleNotFoundError as exc:
         return refused(EXIT_UNCHECKED, f"vLLM's serve parser cannot be imported here ({exc}): nothing was checked")
-    from geometry.inputs import BadInput
+    from geometry.errors import BadInput
 
     warnings = snapshot_warnings(checked, target, drafter)
     built = {name: getattr(checked.gate_input, name) for name in FROM_THE_BUILD}
@@ -204,7 +204,7 @@ def _geometry(inputs, changed: str, warnings: list[str], overlay_manifest: Optio
     plans the same inputs and the simulator must agree field by field when it models that vLLM (the
     image: patched; a host venv: stock). A geometry that does not fit is refused without it."""
     from geometry.gate_run import CrossCheck, run_gate
-    from geometry.inputs import BadInput
+    from geometry.errors import BadInput
 
     installed, unreadable = None, None
     try:

@@ -15,6 +15,7 @@ import io
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
+from ..errors import one_line
 
 
 @dataclass(frozen=True)
@@ -41,16 +42,12 @@ class ServeFlagsRejected(Exception):
     """vLLM's serve parser refuses the argv (its own message, one line)."""
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 def _argparse_error(stderr: str) -> str:
     lines = stderr.strip().splitlines()
     for i, line in enumerate(lines):
         if ": error: " in line:
-            return _one_line(" ".join([line.split(": error: ", 1)[1], *lines[i + 1:]]))
-    return _one_line(stderr) or "the parser exited without a message"
+            return one_line(" ".join([line.split(": error: ", 1)[1], *lines[i + 1:]]))
+    return one_line(stderr) or "the parser exited without a message"
 
 
 def parse_serve_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -73,7 +70,7 @@ def parse_serve_args(argv: Sequence[str]) -> argparse.Namespace:
         check_multinode(args)
     except (TypeError, ValueError, KeyError) as exc:
         message = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
-        raise ServeFlagsRejected(_one_line(message)) from None
+        raise ServeFlagsRejected(one_line(message)) from None
     return args
 
 

@@ -14,7 +14,8 @@ def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
     compose command passes (serving.enable_prefix_caching; unset: vLLM's default).
     What the simulator does not take is a RecipeError.
     """
-    from geometry.inputs import BadInput, build_inputs
+    from geometry.errors import BadInput
+    from geometry.inputs import build_inputs
 
     s = recipe.serving
     try:
@@ -42,7 +43,7 @@ def recipe_geometry(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
     """The gate run (geometry.gate_run.GateRun: inputs, report, verdict) of a recipe on the host;
     what the simulator does not model is a RecipeError."""
     from geometry.gate_run import run_gate
-    from geometry.inputs import BadInput
+    from geometry.errors import BadInput
 
     inputs = gate_input(recipe, vllm_behaviour=vllm_behaviour)
     try:

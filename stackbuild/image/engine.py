@@ -34,6 +34,7 @@ import docker.errors
 import requests
 import tenacity
 
+from geometry.errors import one_line
 from stackbuild.core.errors import (EngineError, EngineUnavailable, LockError, PullError, PushError, RegistryAuthError,
                      RegistryUnavailable, StackBuildError)
 from stackbuild.core.reference import DOCKER_HUB, ImageReference
@@ -80,15 +81,11 @@ def engine_errors(what: str) -> Iterator[None]:
     except StackBuildError:
         raise
     except requests.exceptions.ConnectionError as exc:
-        raise EngineUnavailable(f"{what}: the Docker engine stopped answering ({_one_line(exc)})") from None
+        raise EngineUnavailable(f"{what}: the Docker engine stopped answering ({one_line(exc)[:400]})") from None
     except docker.errors.APIError as exc:
-        raise EngineError(f"{what}: the Docker engine refused: {_one_line(_api_error_text(exc))}") from None
+        raise EngineError(f"{what}: the Docker engine refused: {one_line(_api_error_text(exc))[:400]}") from None
     except docker.errors.DockerException as exc:
-        raise EngineError(f"{what}: {_one_line(exc)}") from None
-
-
-def _one_line(value: object) -> str:
-    return re.sub(r"\s+", " ", str(value)).strip()[:400]
+        raise EngineError(f"{what}: {one_line(exc)[:400]}") from None
 
 
 class RegistryTransient(StackBuildError):

@@ -24,6 +24,7 @@ import oras.container
 import oras.provider
 import requests
 
+from geometry.errors import one_line
 from stackbuild.image.engine import MANIFEST_ACCEPT, EventSink, RegistryTransient, classify_registry_error, registry_retry
 from stackbuild.core.errors import PushError, RegistryAuthError
 from stackbuild.core.reference import ImageReference
@@ -75,7 +76,7 @@ def _connection_problem(exc: requests.exceptions.RequestException) -> str:
     found = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", str(exc))
     if found:
         return found.group(1).strip().lower()
-    return re.sub(r"\s+", " ", str(exc)).strip()[:300] or type(exc).__name__
+    return one_line(exc)[:300] or type(exc).__name__
 
 
 class RegistryClient:

@@ -25,6 +25,7 @@ os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 # directory holding the stackbuild package (the checkout, or the site-packages it is installed in).
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from geometry.errors import one_line  # noqa: E402
 from geometry.preflight.serve_flags import ServeFlagsRejected, parse_serve_args  # noqa: E402
 
 PARSED_FIELDS = (
@@ -32,10 +33,6 @@ PARSED_FIELDS = (
     "gpu_memory_utilization", "block_size", "enable_prefix_caching", "speculative_config", "tool_call_parser",
     "reasoning_parser", "enable_auto_tool_choice", "host", "port",
 )
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def parse(argv: list) -> dict:
@@ -67,7 +64,7 @@ def parse(argv: list) -> dict:
         common_cli_args.validate_api_server_args(_ApiArgs(args, reasoning))
     except (TypeError, ValueError, KeyError) as exc:
         message = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
-        return {"status": "rejected", "vllm_version": version, "error": _one_line(message)}
+        return {"status": "rejected", "vllm_version": version, "error": one_line(message)}
 
     spec = args.speculative_config
     if spec is not None:
@@ -99,7 +96,7 @@ def parse(argv: list) -> dict:
         except Exception as exc:  # noqa: BLE001 - pydantic's ValidationError or vLLM's own
             errors = getattr(exc, "errors", None)
             message = errors()[0]["msg"] if callable(errors) and errors() else str(exc)
-            return {"status": "rejected", "vllm_version": version, "error": f"{flag}: {_one_line(message)}"}
+            return {"status": "rejected", "vllm_version": version, "error": f"{flag}: {one_line(message)}"}
 
     parsed = {name: getattr(args, name, None) for name in PARSED_FIELDS}
     return {"status": "passed", "vllm_version": version, "parsed": parsed}
@@ -128,7 +125,7 @@ def main() -> int:
         results = [parse(argv) for argv in cases]
         result = {"cases": results} if isinstance(request, dict) else results[0]
     except Exception:  # noqa: BLE001 - reported to the caller, never swallowed
-        result = {"status": "broken", "reason": _one_line(traceback.format_exc().strip().splitlines()[-1])}
+        result = {"status": "broken", "reason": one_line(traceback.format_exc().strip().splitlines()[-1])}
     with open(out_path, "w", encoding="utf-8") as fh:
         json.dump(result, fh, default=str, sort_keys=True)
     return 0

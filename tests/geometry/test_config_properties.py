@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 
 from geometry import model_config, table
 from geometry.gate_run import run_gate
-from geometry.inputs import BadInput, GeometryInputs
+from geometry.errors import BadInput
+from geometry.inputs import GeometryInputs
 from geometry_cases import kimi_linear_config, qwen3_next_target, recipe_configs
 from geometry.preflight.check import Unchecked, derive_inputs
 from geometry.preflight.configs import MountedConfig

@@ -14,6 +14,7 @@ import ast
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -23,9 +24,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 import geometry_cases as C  # noqa: E402
+from geometry.errors import BadInput  # noqa: E402
 from geometry.gate import check  # noqa: E402
 from geometry.image_contract import GateReport  # noqa: E402
-from geometry.inputs import BadInput, GeometryInputs  # noqa: E402
+from geometry.inputs import GeometryInputs  # noqa: E402
 from geometry.simulate import simulate  # noqa: E402
 from geometry.table import render_text, to_json  # noqa: E402
 import default_recipe_figures as F  # noqa: E402
@@ -504,3 +506,23 @@ def test_nodes_do_not_change_the_per_rank_geometry():
                                           drafter_kv_cache_dtype="auto", nodes=2)))
     assert (two.nodes, two.ranks_per_node) == (2, 2)
     assert two.with_drafter == one.with_drafter
+
+
+def test_the_simulator_classifies_the_target_as_the_gate_does():
+    """One classifier (model_config.target_kind) for the gate's config check, the prefix-caching
+    resolution and the simulator: a target whose first architecture vLLM runs as another model
+    (LlamaForCausalLM before Qwen3NextForCausalLM) is refused by each, naming the key."""
+    from geometry.inputs import resolve_prefix_caching
+    from geometry.model_config import ConfigInvalid, check_target
+
+    target = dict(C.qwen3_next_target(random.Random(0)),
+                  architectures=["LlamaForCausalLM", "Qwen3NextForCausalLM"])
+    data = C.recipe_input("stock", target_config=target, drafter_config=None, drafter_kv_cache_dtype=None,
+                          num_speculative_tokens=0, drafter_attention_backend=None, **C.prefix_caching(False))
+    message = "target config: architectures: LlamaForCausalLM is not modelled"
+    for refuse in (lambda: check_target(target), lambda: resolve_prefix_caching(target, None),
+                   lambda: simulate(_inputs(data))):
+        with pytest.raises(ConfigInvalid, match=message):
+            refuse()
+    assert simulate(_inputs(dict(data, target_config=dict(target, architectures=["Qwen3NextForCausalLM"])))
+                    ).model_kind == "qwen3_next"

@@ -34,8 +34,9 @@ except ImportError as exc:
     pytest.skip(f"vLLM's own planning code is not importable ({exc}): run `make oracle`", allow_module_level=True)
 
 import geometry_cases as C  # noqa: E402
+from geometry.errors import BadInput  # noqa: E402
 from geometry.gate import check  # noqa: E402
-from geometry.inputs import BadInput, GeometryInputs  # noqa: E402
+from geometry.inputs import GeometryInputs  # noqa: E402
 from geometry.oracle import compare_reports, plan_with_vllm  # noqa: E402
 from geometry.simulate import simulate  # noqa: E402
 
@@ -424,3 +425,38 @@ def test_engine_core_refuses_a_key_it_does_not_have():
         "python -m geometry.oracle: error: --engine-core case 1: unknown key 'tp_size' (keys: ")
     with pytest.raises(BadEngineCoreCase, match=r"^unknown key 'num_specs' \(keys: "):
         engine_core_plan({"num_specs": 3})
+
+
+# Architecture lists on which the two target classifiers the simulator once had disagreed
+# (model_kind took any listed name starting "Glm5Next" or naming a modelled class, target_kind the
+# first, exactly), plus the plain ones. vLLM decides: it tries the listed architectures in order
+# and runs the first its registry has (ModelRegistry.inspect_model_cls).
+ARCHITECTURE_LISTS = [
+    ["Glm5NextForCausalLM"], ["Qwen3NextForCausalLM"], ["KimiLinearForCausalLM"],
+    ["LlamaForCausalLM", "Qwen3NextForCausalLM"],  # vLLM runs Llama; model_kind said qwen3_next
+    ["Glm5NextMTPModel"],  # vLLM's GLM MTP drafter, no target; model_kind said glm5next
+    ["Glm5NextForConditionalGeneration"],  # the multimodal model; model_kind said glm5next
+    ["NotARegisteredModel", "Qwen3NextForCausalLM"],  # vLLM runs Qwen3-Next: refused, not misread
+]
+
+
+@pytest.mark.parametrize("architectures", ARCHITECTURE_LISTS, ids=["+".join(a) for a in ARCHITECTURE_LISTS])
+def test_the_target_kind_is_the_model_vllm_runs_or_a_refusal(architectures):
+    """target_kind never names a kind other than that of the model vLLM runs; a config listing
+    exactly one modelled architecture is that kind. What vLLM would run but the gate cannot tell
+    from the config alone (a first architecture it does not know) is refused, never guessed."""
+    from geometry.model_config import MODELLED_TARGETS, ConfigInvalid, target_kind
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    supported = ModelRegistry.get_supported_archs()
+    runs = next((a for a in architectures if a in supported), None)
+    assert runs is not None, architectures
+    config = {"architectures": architectures, "model_type": "qwen3_next"}
+    try:
+        kind = target_kind(config)
+    except ConfigInvalid as exc:
+        assert exc.key == "architectures"
+        assert architectures[0] not in MODELLED_TARGETS
+        return
+    assert kind == MODELLED_TARGETS[runs]
+    assert runs == architectures[0]

@@ -30,7 +30,8 @@ except ImportError as exc:
     pytest.skip(f"vLLM is not importable ({exc}): run `make oracle`", allow_module_level=True)
 
 import geometry_cases as C  # noqa: E402
-from geometry.inputs import BadInput, GeometryInputs, resolve_prefix_caching  # noqa: E402
+from geometry.errors import BadInput  # noqa: E402
+from geometry.inputs import GeometryInputs, resolve_prefix_caching  # noqa: E402
 
 PREFIX_FLAGS = {None: [], True: ["--enable-prefix-caching"],
                 False: ["--no-enable-prefix-caching"]}
