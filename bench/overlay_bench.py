@@ -42,7 +42,7 @@ import reference_overlay
 from geometry.image_contract import GATE_STEP
 from infra import harness  # tests/ on PYTHONPATH
 from stack_e2e import recipe_copy
-from stackbuild import engine as engine_mod
+from stackbuild.image import engine as engine_mod
 from stackbuild.image.oracle_record import save_from_image
 from stackbuild.image.pipeline import build_image
 from stackbuild.image.plan import make_plan

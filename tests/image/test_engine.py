@@ -11,7 +11,7 @@ import time
 import pytest
 
 from recipe_copies import REPO
-from stackbuild import engine as engine_mod
+from stackbuild.image import engine as engine_mod
 from stackbuild.image.engine import RegistryTransient, classify_registry_error, registry_retry
 from stackbuild.core.errors import EngineUnavailable, PushError, RegistryAuthError, RegistryUnavailable
 from geometry.image_contract import ContractError

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from stack_e2e import SOURCE_DATE_EPOCH, cli, recipe_copy, unique_repository
-from stackbuild import engine as engine_mod
+from stackbuild.image import engine as engine_mod
 from stackbuild.image.pipeline import build_image
 from stackbuild.image.plan import make_plan
 from stackbuild.image.progress import Progress
