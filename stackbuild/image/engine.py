@@ -27,6 +27,7 @@ import os
 import re
 import tarfile
 from contextlib import contextmanager
+from types import MappingProxyType
 from typing import Iterable, Iterator, Optional
 
 import docker
@@ -187,7 +188,7 @@ class DockerEngine:
 
     def inspect_image(self, reference: str) -> Optional[ImageInfo]:
         try:
-            return ImageInfo.from_inspect(self.api.inspect_image(reference))
+            return _image_info(self.api.inspect_image(reference))
         except docker.errors.ImageNotFound:
             return None
         except docker.errors.APIError as exc:
@@ -443,6 +444,13 @@ class DockerEngine:
             return int(status.get("StatusCode", 1)), out, err
         finally:
             self.api.remove_container(container["Id"], force=True)
+
+
+def _image_info(inspected: dict) -> ImageInfo:
+    """The engine API's image inspect document (``GET /images/{name}/json``) as an :class:`ImageInfo`."""
+    labels = (inspected.get("Config") or {}).get("Labels") or {}
+    return ImageInfo(id=inspected["Id"], os=inspected.get("Os") or "", architecture=inspected.get("Architecture") or "",
+                     labels=MappingProxyType(dict(labels)))
 
 
 def _api_error_text(exc: docker.errors.APIError) -> str:

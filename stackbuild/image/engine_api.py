@@ -10,8 +10,7 @@ none of the callers would change.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Any, Callable, Mapping, Optional, Protocol
+from typing import Callable, Mapping, Optional, Protocol
 
 from stackbuild.core.reference import ImageReference
 
@@ -21,7 +20,7 @@ EventSink = Callable[[Event], None]
 
 @dataclass(frozen=True)
 class ImageInfo:
-    """An image in the engine, as its inspect data describes it."""
+    """An image, as the engine (its inspect data) or a registry (its config blob) describes it."""
 
     id: str                   # the image id: its config's digest, what a registry manifest names as ``config``
     os: str
@@ -31,13 +30,6 @@ class ImageInfo:
     @property
     def platform(self) -> str:
         return f"{self.os}/{self.architecture}"
-
-    @classmethod
-    def from_inspect(cls, data: Mapping[str, Any]) -> "ImageInfo":
-        """From the engine API's image inspect document (``GET /images/{name}/json``)."""
-        labels = (data.get("Config") or {}).get("Labels") or {}
-        return cls(id=data["Id"], os=data.get("Os") or "", architecture=data.get("Architecture") or "",
-                   labels=MappingProxyType(dict(labels)))
 
 
 @dataclass(frozen=True)

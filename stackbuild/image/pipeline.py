@@ -353,8 +353,8 @@ def _index(plans: Sequence[BuildPlan], progress: Progress, force: bool) -> dict:
             if remote is None:
                 raise PushError(f"{name.reference(tag)}: not in the registry; push the {plan.recipe.platform} image "
                                 f"first (build --platform {plan.recipe.platform} --push)")
-            config = client.blob(remote.image_digest) or b"{}"
-            labels = (json.loads(config).get("config") or {}).get("Labels") or {}
+            config = client.image_config(remote.image_digest) if remote.image_digest else None
+            labels = config.labels if config is not None else {}
             if labels.get(RECIPE_SHA256) != plan.labels[RECIPE_SHA256]:
                 raise PushError(f"{name.reference(tag)}: the image was built from another recipe "
                                 f"({RECIPE_SHA256}={labels.get(RECIPE_SHA256)!r})")

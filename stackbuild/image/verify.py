@@ -98,14 +98,10 @@ def _verify(image: str, recipe: Recipe, json_progress: bool, engine: Optional[Co
 
 def _config_platform(client: RegistryClient, manifest: dict, image: str) -> str:
     config_digest = (manifest.get("config") or {}).get("digest", "")
-    raw = client.blob(config_digest) if DIGEST_RE.match(config_digest) else None
-    try:
-        config = json.loads(raw) if raw else {}
-    except json.JSONDecodeError:
-        config = {}
-    if not isinstance(config, dict) or not config.get("architecture"):
+    config = client.image_config(config_digest) if DIGEST_RE.match(config_digest) else None
+    if config is None or not config.architecture:
         raise VerifyError(f"{image}: the manifest names no readable image config ({config_digest or 'none'})")
-    return f"{config.get('os')}/{config.get('architecture')}"
+    return config.platform
 
 
 def _verify_index(image: str, reference: ImageReference, recipe: Recipe, index: dict, client: RegistryClient,
