@@ -27,7 +27,7 @@ from geometry.model_config import ConfigInvalid, check_drafter, check_target
 from stackbuild.core.errors import ImageReferenceInvalid, RecipeError
 from stackbuild.core.gpus import KNOWN_GPUS, known_gpu
 from stackbuild.core.gpus import tag_field as gpu_tag_field
-from stackbuild.core.labels import LABEL_NS
+from stackbuild.core.labels import RESERVED_PREFIXES
 from stackbuild.core.reference import ImageReference
 from stackbuild.core.schema import MAX_INTEGER, build_dataclass
 
@@ -448,7 +448,7 @@ def _check_rules(path: Path, recipe: Recipe, platform_keys: tuple[str, ...]) -> 
         if not TAG_RE.match(sample):
             raise RecipeError(path, f"image.tags[{i}]", f"not a valid image tag: {tag!r}")
     for key in recipe.image.labels:
-        if key.startswith("org.opencontainers.") or key.startswith(f"{LABEL_NS}."):
+        if key.startswith(RESERVED_PREFIXES):
             raise RecipeError(path, f"image.labels.{key}", "this label is set by the build; choose another name")
 
 

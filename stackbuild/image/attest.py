@@ -19,9 +19,9 @@ from typing import Optional
 from geometry.image_contract import GATE_REPORT, ContractError, payload_path
 
 from stackbuild.image.attach import NotAttached, attach, fetch_document
-from stackbuild.image.engine import DockerEngine
+from stackbuild.image.engine_api import ContainerEngine
 from stackbuild.core.errors import BuildStepFailed, VerifyError
-from stackbuild.core.labels import LABEL_NS
+from stackbuild.core.labels import OCI_BASE_DIGEST, OCI_CREATED, OCI_REVISION, OVERLAY_SERIES_SHA256, RECIPE_SHA256
 from stackbuild.image.plan import BuildPlan
 from stackbuild.image.progress import Progress
 from stackbuild.image.provenance import PREDICATE_TYPE, PROVENANCE_MEDIA_TYPE, STATEMENT_TYPE, builder, make_statement
@@ -31,12 +31,12 @@ from stackbuild.image.report import geometry_verdict
 from stackbuild.image.sbom import SBOM_MEDIA_TYPE, Inventory, make_sbom, overlay_files_of, read_inventory
 
 
-def registry_client(engine: DockerEngine, repository: str, progress: Optional[Progress] = None) -> RegistryClient:
+def registry_client(engine: ContainerEngine, repository: str, progress: Optional[Progress] = None) -> RegistryClient:
     return RegistryClient(repository, plain_http=engine.plain_http(ImageReference(repository).registry),
                           on_retry=progress.retry_event if progress else None)
 
 
-def gate_report_sha256(engine: DockerEngine, image: str, payload_dir: str) -> tuple[str, bytes]:
+def gate_report_sha256(engine: ContainerEngine, image: str, payload_dir: str) -> tuple[str, bytes]:
     path = payload_path(GATE_REPORT, payload_dir)
     raw = engine.read_file(image, path)
     if raw is None:
@@ -44,7 +44,7 @@ def gate_report_sha256(engine: DockerEngine, image: str, payload_dir: str) -> tu
     return hashlib.sha256(raw).hexdigest(), raw
 
 
-def attest_image(engine: DockerEngine, plan: BuildPlan, image_id: str, image_digest: str, progress: Progress) -> dict:
+def attest_image(engine: ContainerEngine, plan: BuildPlan, image_id: str, image_digest: str, progress: Progress) -> dict:
     """Push the SBOM and the provenance of ``repository@image_digest``; return where they are."""
     client = registry_client(engine, plan.image.repository, progress)
     subject = client.manifest(image_digest)
@@ -61,7 +61,7 @@ def attest_image(engine: DockerEngine, plan: BuildPlan, image_id: str, image_dig
     statement = make_statement(plan, image_digest=image_digest, gate_verdict=verdict, gate_report_sha256=report_sha,
                                gate_report_path=payload_path(GATE_REPORT, plan.payload_dir),
                                builder_info=builder(engine.describe()), finished_on=finished)
-    annotations = {"org.opencontainers.image.created": finished}
+    annotations = {OCI_CREATED: finished}
     sbom = attach(client, subject.descriptor, SBOM_MEDIA_TYPE, make_sbom(inventory, plan.image.repository, image_digest),
                   annotations)
     provenance = attach(client, subject.descriptor, PROVENANCE_MEDIA_TYPE,
@@ -114,14 +114,14 @@ def _provenance_problems(statement: dict, hex_digest: str, labels: dict, report_
     internal = definition.get("internalParameters") or {}
     dependencies = definition.get("resolvedDependencies") or []
     expected = {
-        "recipe sha256": (((external.get("recipe") or {}).get("sha256")), labels.get(f"{LABEL_NS}.recipe.sha256")),
-        "series sha256": (((external.get("overlay") or {}).get("series_sha256")), labels.get(f"{LABEL_NS}.overlay.series.sha256")),
+        "recipe sha256": (((external.get("recipe") or {}).get("sha256")), labels.get(RECIPE_SHA256)),
+        "series sha256": (((external.get("overlay") or {}).get("series_sha256")), labels.get(OVERLAY_SERIES_SHA256)),
         "base digest": (next((("sha256:" + d["digest"]["sha256"]) for d in dependencies
                               if str(d.get("uri", "")).startswith("docker://") and (d.get("digest") or {}).get("sha256")), None),
-                        labels.get("org.opencontainers.image.base.digest")),
+                        labels.get(OCI_BASE_DIGEST)),
         "source revision": (next(((d.get("digest") or {}).get("gitCommit") for d in dependencies
                                   if str(d.get("uri", "")).startswith("git+")), None),
-                            labels.get("org.opencontainers.image.revision")),
+                            labels.get(OCI_REVISION)),
         "gate verdict": (((internal.get("gate") or {}).get("verdict")), "pass"),
         "gate report sha256": ((((internal.get("gate") or {}).get("report") or {}).get("digest") or {}).get("sha256"), report_sha),
     }

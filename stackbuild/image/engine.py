@@ -1,11 +1,13 @@
-"""The Docker engine, behind one small class.
+"""The Docker engine: :class:`DockerEngine`, the implementation of :class:`ContainerEngine`.
 
-Everything the driver asks of a container engine goes through
-:class:`DockerEngine`: resolve a base digest, pull, build from a context
-directory, inspect, tag, push, read a file back from an image, run a
-command in it. It speaks the engine API through docker-py (classic
-builder), connecting the standard way (``DOCKER_HOST`` or the default
-socket); a buildx backend would be a second class with the same methods.
+Everything the driver asks of a container engine is a method of the
+interface in :mod:`stackbuild.image.engine_api`: resolve a base digest,
+pull, build from a context directory, inspect, tag, push, read a file back
+from an image, run a command in it. :class:`DockerEngine` speaks the engine
+API through docker-py (classic builder), connecting the standard way
+(``DOCKER_HOST`` or the default socket), and turns the API's inspect data
+into :class:`ImageInfo` values. Another backend would be another class
+implementing the same interface.
 
 Credentials are never ours: pulls and pushes send what ``docker login``
 stored in the standard Docker config (``DOCKER_CONFIG`` or ``~/.docker``),
@@ -25,8 +27,8 @@ import os
 import re
 import tarfile
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Optional
+from types import MappingProxyType
+from typing import Iterable, Iterator, Optional
 
 import docker
 import docker.auth
@@ -38,9 +40,7 @@ from geometry.errors import one_line
 from stackbuild.core.errors import (EngineError, EngineUnavailable, LockError, PullError, PushError, RegistryAuthError,
                      RegistryUnavailable, StackBuildError)
 from stackbuild.core.reference import DOCKER_HUB, ImageReference
-
-Event = dict
-EventSink = Callable[[Event], None]
+from stackbuild.image.engine_api import BuildOutcome, Event, EventSink, ImageInfo
 
 # How long to wait for the daemon to answer a plain request (streams have no limit).
 CONNECT_TIMEOUT = 15
@@ -166,27 +166,13 @@ def _stream_error(message: Event) -> Optional[str]:
     return None
 
 
-@dataclass
-class BuildOutcome:
-    image_id: Optional[str]
-    error: Optional[str]
-    # The step that failed (or the last one that ran), as the builder named it.
-    step_number: Optional[int] = None
-    step_total: Optional[int] = None
-    step_instruction: Optional[str] = None
-    step_output: tuple[str, ...] = ()
-    exit_status: Optional[int] = None  # of the failed RUN step
-
-
 NONZERO_RE = re.compile(r"returned a non-zero code: (\d+)")
 STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)$", re.S)
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # the classic builder colours a step's stderr
 
 
 class DockerEngine:
-    """The classic Docker engine API through docker-py."""
-
-    name = "docker"
+    """The classic Docker engine API through docker-py; implements :class:`ContainerEngine`."""
 
     def __init__(self, client: docker.DockerClient):
         self.client = client
@@ -197,12 +183,9 @@ class DockerEngine:
         info = self.api.version()
         return f"Docker engine {info.get('Version')} (API {info.get('ApiVersion')}, {info.get('Os')}/{info.get('Arch')}) at {self.api.base_url}"
 
-    def has_image(self, reference: str) -> bool:
-        return self.inspect_image(reference) is not None
-
-    def inspect_image(self, reference: str) -> Optional[dict]:
+    def inspect_image(self, reference: str) -> Optional[ImageInfo]:
         try:
-            return self.api.inspect_image(reference)
+            return _image_info(self.api.inspect_image(reference))
         except docker.errors.ImageNotFound:
             return None
         except docker.errors.APIError as exc:
@@ -239,8 +222,8 @@ class DockerEngine:
 
     # ------------------------------------------------------------------- pull
     def pull(self, reference: ImageReference, platform: str, on_event: EventSink,
-             on_retry: Optional[EventSink] = None) -> dict:
-        """Pull ``reference`` (by its digest when it has one) for ``platform``; return its inspect data."""
+             on_retry: Optional[EventSink] = None) -> ImageInfo:
+        """Pull ``reference`` (by its digest when it has one) for ``platform``; return the image pulled."""
         local = reference.by_digest_or_tag()
         what = f"pull {reference}"
         registry = reference.registry
@@ -310,7 +293,7 @@ class DockerEngine:
                 on_event({"output": line})
         if image_id and not image_id.startswith("sha256:"):
             found = self.inspect_image(image_id)
-            image_id = found["Id"] if found else image_id
+            image_id = found.id if found else image_id
         if not image_id:
             return BuildOutcome(None, "the builder finished without an image id", step.get("n"), step.get("total"),
                                 step.get("instruction"), tuple(output))
@@ -319,12 +302,6 @@ class DockerEngine:
     # -------------------------------------------------------------- tag, push
     def tag(self, image_id: str, repository: str, tag: str) -> None:
         self.api.tag(image_id, repository, tag, force=True)
-
-    def untag(self, reference: str) -> None:
-        try:
-            self.api.remove_image(reference, noprune=True)
-        except docker.errors.APIError:
-            pass
 
     def push(self, repository: str, tag: str, on_event: EventSink, on_retry: Optional[EventSink] = None) -> Optional[str]:
         """Push ``repository:tag``; return the manifest digest the engine reports (``aux.Digest``)."""
@@ -465,11 +442,12 @@ class DockerEngine:
         finally:
             self.api.remove_container(container["Id"], force=True)
 
-    def image_history(self, image: str) -> list[dict]:
-        return self.api.history(image)
 
-    def save(self, image: str) -> Iterator[bytes]:
-        return self.api.get_image(image)
+def _image_info(inspected: dict) -> ImageInfo:
+    """The engine API's image inspect document (``GET /images/{name}/json``) as an :class:`ImageInfo`."""
+    labels = (inspected.get("Config") or {}).get("Labels") or {}
+    return ImageInfo(id=inspected["Id"], os=inspected.get("Os") or "", architecture=inspected.get("Architecture") or "",
+                     labels=MappingProxyType(dict(labels)))
 
 
 def _api_error_text(exc: docker.errors.APIError) -> str:
@@ -488,7 +466,7 @@ def connect() -> DockerEngine:
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         reason = re.sub(r"\s+", " ", reason)[:300]
-        raise EngineUnavailable(f"no Docker engine answers at {where}: {reason}; start dockerd (make engine) or set DOCKER_HOST") from None
+        raise EngineUnavailable(f"no Docker engine answers at {where}: {reason}; start the Docker engine (e.g. `sudo systemctl start docker`; none installed: https://docs.docker.com/engine/install/) or set DOCKER_HOST") from None
     client.api.timeout = REQUEST_TIMEOUT
     return DockerEngine(client)
 

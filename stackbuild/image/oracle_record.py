@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Protocol
+from typing import Mapping, Optional
 
 from geometry import record as record_mod
 from geometry.image_contract import ORACLE_RECORD, payload_path
@@ -21,6 +21,7 @@ from geometry.inputs import GeometryInputs
 from stackbuild.core.atomic import replace_file
 from stackbuild.core.errors import OracleRecordError
 from stackbuild.core.recipe import REPO_ROOT, Recipe
+from stackbuild.image.engine_api import ContainerEngine
 
 RECORD_NAME = "recipe.oracle.json"
 GEOMETRY_DIR = REPO_ROOT / "geometry"
@@ -68,11 +69,7 @@ def choose(recipe: Recipe, gate_input: GeometryInputs) -> RecordChoice:
                               "and packages are the recorded ones, else imports vLLM")
 
 
-class ReadsImageFiles(Protocol):
-    def read_file(self, image: str, path: str) -> Optional[bytes]: ...
-
-
-def save_from_image(engine: ReadsImageFiles, image: str, recipe: Recipe, gate_input: GeometryInputs,
+def save_from_image(engine: ContainerEngine, image: str, recipe: Recipe, gate_input: GeometryInputs,
                     payload_dir: str) -> tuple[Path, dict]:
     """Read the record the gate left in ``image``, check it and write it next to the recipe (atomically)."""
     path = payload_path(ORACLE_RECORD, payload_dir)

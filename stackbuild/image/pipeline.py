@@ -1,4 +1,12 @@
-"""Build, check, tag and push one plan, in that order; nothing is tagged if anything fails.
+"""Build, check, tag and push a recipe's images, in that order; nothing is tagged if anything fails.
+
+One path for N platforms (a single-platform recipe is N = 1): each
+platform's plan is pulled, built, checked and gated in turn (arm64 through
+qemu on an x86-64 host) before anything is tagged, then every image is
+tagged and, with ``--push``, pushed and attested. One platform's image takes
+the recipe's tags; several platforms' images each take ``<pinned
+tag>-<arch>`` and an OCI image index over them takes the recipe's tags
+(stackbuild/image/index.py).
 
 Phases (each timed in the report): ``pull`` the pinned base if the engine
 lacks it, ``build`` untagged from a temporary context, ``verify-arch`` (the
@@ -7,45 +15,40 @@ image config's os/architecture against the recipe's platform),
 ``--keep-record`` ``keep-record`` (the image's oracle record written next to
 the recipe), with ``--push`` ``check-tags`` (no pinned tag in the registry
 names another image, unless ``--force``), ``tag`` (``latest`` and the pinned
-tag), ``push`` and ``attest`` (SBOM and provenance pushed as artifacts
-referring to the pushed digest).
-
-A multi-platform recipe (several ``platforms``) is one plan per platform:
-each is pulled, built, checked and gated in turn (arm64 through qemu on an
-x86-64 host) before anything is tagged; then every platform's image is
-tagged and pushed under its own ``<pinned tag>-<arch>``, attested by its
-digest, and ``index`` puts the OCI image index over them under the recipe's
-tags (stackbuild/index.py).
+tag), ``push``, ``attest`` (SBOM and provenance pushed as artifacts
+referring to each pushed digest) and, for several platforms, ``index``.
 """
 from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional, Sequence
 
 from geometry.image_contract import (ARCHITECTURE_MISMATCH_STATUS, GATE_REPORT, GATE_STEP, PATCH_STEP, ContractError,
                                      payload_path, step_name)
 
-from stackbuild.image import engine as engine_mod
+from stackbuild.core.build_report import read_report
 from stackbuild.core.errors import ArchitectureMismatch, BuildStepFailed, GeometryGateFailed, PullError, PushError, StackBuildError
+from stackbuild.core.labels import RECIPE_SHA256
+from stackbuild.core.naming import ImageName
+from stackbuild.core.reference import ImageReference
+from stackbuild.image import engine as engine_mod
 from stackbuild.image.attest import attest_image, registry_client
+from stackbuild.image.engine_api import BuildOutcome, ContainerEngine, ImageInfo
 from stackbuild.image.index import check_index_tags, index_platforms, push_index
-from stackbuild.core.labels import LABEL_NS
 from stackbuild.image.oracle_record import record_path, save_from_image
 from stackbuild.image.plan import BuildPlan
 from stackbuild.image.progress import Progress
 from stackbuild.image.publish import check_pinned_tags, local_image_of, push_tags, tag_image
-from stackbuild.core.reference import ImageReference
 from stackbuild.image.render import write_context
-from stackbuild.image.report import build_report, geometry_verdict, oracle_source, write_report
-from stackbuild.core.build_report import read_report
+from stackbuild.image.report import PlatformImage, build_report, geometry_verdict, oracle_source, write_report
 
 TAIL_LINES = 15
 
 
-def ensure_base(engine: engine_mod.DockerEngine, plan: BuildPlan, progress: Progress) -> Optional[ImageReference]:
+def ensure_base(engine: ContainerEngine, plan: BuildPlan, progress: Progress) -> Optional[ImageReference]:
     """Make sure the engine has the base for the plan's platform; return what FROM must name if not the pin.
 
     The engine keeps one image per digest reference: a base pinned by an
@@ -56,7 +59,7 @@ def ensure_base(engine: engine_mod.DockerEngine, plan: BuildPlan, progress: Prog
     """
     reference = plan.base.reference.by_digest_or_tag()  # how the engine knows the base locally
     found = engine.inspect_image(str(reference))
-    if found is not None and found.get("Architecture") == plan.recipe.architecture:
+    if found is not None and found.architecture == plan.recipe.architecture:
         progress.note(f"base {reference} is already in the engine")
         return None
     if found is None:
@@ -66,15 +69,15 @@ def ensure_base(engine: engine_mod.DockerEngine, plan: BuildPlan, progress: Prog
     if child is None:  # one image, of another platform: the build's architecture check says so
         return None
     by_platform = ImageReference(plan.base.image, digest=child)
-    progress.note(f"base {reference} in the engine is {found.get('Architecture')}: building FROM its "
+    progress.note(f"base {reference} in the engine is {found.architecture}: building FROM its "
                   f"{plan.recipe.platform} manifest {child}")
     local = engine.inspect_image(str(by_platform))
-    if local is None or local.get("Architecture") != plan.recipe.architecture:
+    if local is None or local.architecture != plan.recipe.architecture:
         engine.pull(by_platform, plan.recipe.platform, lambda m: progress.layer_event("pull", m), progress.retry_event)
     return by_platform
 
 
-def platform_manifest(engine: engine_mod.DockerEngine, plan: BuildPlan, progress: Progress) -> Optional[str]:
+def platform_manifest(engine: ContainerEngine, plan: BuildPlan, progress: Progress) -> Optional[str]:
     """The digest of the pinned base index's manifest for the plan's platform; None if the pin is one image."""
     base = plan.base
     try:
@@ -93,13 +96,13 @@ def platform_manifest(engine: engine_mod.DockerEngine, plan: BuildPlan, progress
     return offered[plan.recipe.platform]
 
 
-def _short_error(outcome: engine_mod.BuildOutcome) -> str:
+def _short_error(outcome: BuildOutcome) -> str:
     if outcome.exit_status is not None:
         return f"exited with code {outcome.exit_status}"
     return outcome.error or "failed"
 
 
-def build_image(engine: engine_mod.DockerEngine, plan: BuildPlan, progress: Progress, *, nocache: bool = False) -> str:
+def build_image(engine: ContainerEngine, plan: BuildPlan, progress: Progress, *, nocache: bool = False) -> str:
     """Build the plan's context untagged; return the image id or raise naming the failed step."""
     with tempfile.TemporaryDirectory(prefix="stackbuild-context-") as tmp:
         context = write_context(plan, Path(tmp) / "context")
@@ -123,16 +126,13 @@ def build_image(engine: engine_mod.DockerEngine, plan: BuildPlan, progress: Prog
     raise BuildStepFailed(name, detail, tail)
 
 
-def check_architecture(image: dict, plan: BuildPlan) -> None:
-    wanted = ("linux", plan.recipe.architecture)
-    got = (image.get("Os"), image.get("Architecture"))
-    if got != wanted:
-        raise ArchitectureMismatch(
-            f"{image['Id'][:19]}: the image is {got[0]}/{got[1]}, the recipe's platform is {plan.recipe.platform}; nothing was tagged"
-        )
+def check_architecture(image: ImageInfo, plan: BuildPlan) -> None:
+    if (image.os, image.architecture) != ("linux", plan.recipe.architecture):
+        raise ArchitectureMismatch(f"{image.id[:19]}: the image is {image.platform}, the recipe's platform is "
+                                   f"{plan.recipe.platform}; nothing was tagged")
 
 
-def read_geometry_report(engine: engine_mod.DockerEngine, image_id: str, plan: BuildPlan) -> dict:
+def read_geometry_report(engine: ContainerEngine, image_id: str, plan: BuildPlan) -> dict:
     path = payload_path(GATE_REPORT, plan.payload_dir)
     raw = engine.read_file(image_id, path)
     if raw is None:
@@ -149,23 +149,42 @@ def read_geometry_report(engine: engine_mod.DockerEngine, image_id: str, plan: B
     return report
 
 
+def index_name(plans: Sequence[BuildPlan]) -> Optional[ImageName]:
+    """The name the index goes under (the recipe's tags) for several platforms; None for one, whose image takes them."""
+    return plans[0].image if len(plans) > 1 else None
+
+
+def platform_plan(plan: BuildPlan) -> BuildPlan:
+    """The plan as one platform's image of an index: tagged ``<pinned tag>-<arch>``."""
+    return replace(plan, image=plan.image.for_architecture(plan.recipe.architecture))
+
+
+def tagged_plan(plan: BuildPlan, index: Optional[ImageName]) -> BuildPlan:
+    """The plan named as its image is tagged: the recipe's tags alone, ``<pinned tag>-<arch>`` under an index."""
+    return plan if index is None else platform_plan(plan)
+
+
 def run_build(plans: Sequence[BuildPlan], *, push: bool = False, report_path: Optional[Path] = None,
               json_progress: bool = False, nocache: bool = False, keep_record: bool = False, force: bool = False) -> dict:
-    """Build the recipe's plans: one (a single image) or one per platform (an index)."""
+    """Build each platform's image and check it, then tag (and push) them all: one image, or an index over several."""
     progress = Progress(json_lines=json_progress)
     try:
         with engine_mod.engine_errors(f"build {plans[0].recipe.name}"):
-            if len(plans) == 1:
-                return _build(plans[0], progress, push=push, report_path=report_path, nocache=nocache,
-                              keep_record=keep_record, force=force)
-            return _build_platforms(plans, progress, push=push, report_path=report_path, nocache=nocache,
-                                    keep_record=keep_record, force=force)
+            engine = engine_mod.connect()
+            progress.note(engine.describe())
+            index = index_name(plans)
+            if index is not None:
+                progress.note(f"{plans[0].recipe.name}: {len(plans)} platforms ({', '.join(p.recipe.platform for p in plans)}), "
+                              "each built and gated before anything is tagged")
+            built = [build_checked(engine, plan, progress, nocache=nocache, keep_record=keep_record) for plan in plans]
+            built = [replace(b, plan=tagged_plan(b.plan, index)) for b in built]
+            return publish(engine, built, index, progress, push=push, report_path=report_path, force=force)
     except StackBuildError as exc:
         progress.failure(exc)
         raise
 
 
-def keep_oracle_record(engine: engine_mod.DockerEngine, image_id: str, plan: BuildPlan, geometry: dict) -> Optional[Path]:
+def keep_oracle_record(engine: ContainerEngine, image_id: str, plan: BuildPlan, geometry: dict) -> Optional[Path]:
     """Write the image's oracle record next to the recipe unless the gate used the recipe's own.
 
     A gate that imported vLLM wrote a fresh record (the recipe had none, or its
@@ -177,19 +196,8 @@ def keep_oracle_record(engine: engine_mod.DockerEngine, image_id: str, plan: Bui
     return path
 
 
-@dataclass(frozen=True)
-class Built:
-    """One platform's image, built and checked, not yet tagged."""
-
-    plan: BuildPlan
-    image_id: str
-    image: dict            # the engine's inspect data
-    geometry: dict         # the in-image gate's report
-    kept: Optional[Path]   # the oracle record written, with --keep-record
-
-
-def build_checked(engine: engine_mod.DockerEngine, plan: BuildPlan, progress: Progress, *, nocache: bool,
-                  keep_record: bool) -> Built:
+def build_checked(engine: ContainerEngine, plan: BuildPlan, progress: Progress, *, nocache: bool,
+                  keep_record: bool) -> PlatformImage:
     """Pull the base, build, check the architecture and the gate's report; tag nothing."""
     if plan.geometry_verdict != "pass":
         progress.note(f"the host-side gate says the drafter does not fit ({plan.geometry_summary}); "
@@ -212,170 +220,108 @@ def build_checked(engine: engine_mod.DockerEngine, plan: BuildPlan, progress: Pr
             kept = keep_oracle_record(engine, image_id, plan, geometry)
         progress.note(f"wrote {kept} (the image's oracle record)" if kept
                       else f"left {plan.oracle_record} as it is: the gate checked against it")
-    return Built(plan, image_id, image, geometry, kept)
+    return PlatformImage(plan, image, geometry, kept)
 
 
-def _build(plan: BuildPlan, progress: Progress, *, push: bool, report_path: Optional[Path], nocache: bool,
-           keep_record: bool, force: bool) -> dict:
-    engine = engine_mod.connect()
-    progress.note(engine.describe())
-    built = build_checked(engine, plan, progress, nocache=nocache, keep_record=keep_record)
-    image_id, image, geometry, kept = built.image_id, built.image, built.geometry, built.kept
+def check_tags(engine: ContainerEngine, built: Sequence[PlatformImage], index: Optional[ImageName], progress: Progress, *,
+               force: bool) -> None:
+    """Refuse (PinnedTagTaken) before anything is tagged: a pinned tag of any image, or of the index, naming another."""
+    with progress.phase("check-tags", built[0].plan.image.repository):
+        for b in built:
+            check_pinned_tags(engine, b.plan.image, b.image.id, b.platform, progress, force=force)
+        if index is not None:
+            check_index_tags(registry_client(engine, index.repository, progress), index,
+                             {b.platform: b.image.id for b in built}, progress, force=force)
+
+
+def push_attested(engine: ContainerEngine, built: Sequence[PlatformImage], index: Optional[ImageName],
+                  progress: Progress) -> tuple[list[PlatformImage], Optional[str]]:
+    """Push each image's tags and attest it by its digest, then put the index (if any); the images pushed, the index's digest."""
+    repository = built[0].plan.image.repository
+    with progress.phase("push", repository):
+        built = [replace(b, pushed_digest=push_tags(engine, b.plan.image, progress)) for b in built]
+    with progress.phase("attest", ", ".join(str(b.plan.image.reference(digest=b.pushed_digest)) for b in built)):
+        built = [replace(b, attestations=attest_image(engine, b.plan, b.image.id, b.pushed_digest, progress))
+                 for b in built]
+    if index is None:
+        return built, None
+    with progress.phase("index", ", ".join(index.references)):
+        digest = push_index(registry_client(engine, repository, progress), index,
+                            {b.platform: b.pushed_digest for b in built}, progress)
+    return built, digest
+
+
+def publish(engine: ContainerEngine, built: Sequence[PlatformImage], index: Optional[ImageName], progress: Progress, *,
+            push: bool, report_path: Optional[Path], force: bool) -> dict:
+    """Tag every image (checking the pinned tags first, with ``push``); write the report; push, attest, index, report again.
+
+    The report is written before the push too: should the push fail,
+    ``build.py push`` completes it.
+    """
     if push:
-        with progress.phase("check-tags", plan.image.repository):
-            check_pinned_tags(engine, plan.image, image_id, plan.recipe.platform, progress, force=force)
-    with progress.phase("tag", ", ".join(plan.image.references)):
-        tag_image(engine, image_id, plan.image)
+        check_tags(engine, built, index, progress, force=force)
+    with progress.phase("tag", ", ".join(ref for b in built for ref in b.plan.image.references)):
+        for b in built:
+            tag_image(engine, b.image.id, b.plan.image)
     description = engine.describe()
 
-    def report(digest: Optional[str]) -> dict:
-        data = build_report(plan, image_id=image_id, image_config=image, geometry_report=geometry,
-                            phases=progress.phase_seconds, pushed_digest=digest, engine=description, kept_record=kept)
+    def report(images: Sequence[PlatformImage], index_digest: Optional[str] = None) -> dict:
+        data = build_report(images, phases=progress.phase_seconds, engine=description, index=index,
+                            index_digest=index_digest)
         written = write_report(data, report_path)
         progress.note(f"wrote {written} ({data['status']})", report=str(written))
         return data
 
-    # Written before the push too: should the push fail, `build.py push` completes this report.
-    built = report(None)
-    if not push:
-        return built
-    with progress.phase("push", plan.image.repository):
-        digest = push_tags(engine, plan.image, progress)
-    with progress.phase("attest", str(plan.image.reference(digest=digest))):
-        attestations = attest_image(engine, plan, image_id, digest, progress)
-    pushed = report(digest)
-    pushed["attestations"] = attestations
-    write_report(pushed, report_path)
-    return pushed
-
-
-def platform_plan(plan: BuildPlan) -> BuildPlan:
-    """The plan as one platform's image of an index: tagged ``<pinned tag>-<arch>``."""
-    return replace(plan, image=plan.image.for_architecture(plan.recipe.architecture))
-
-
-def _build_platforms(plans: Sequence[BuildPlan], progress: Progress, *, push: bool, report_path: Optional[Path],
-                     nocache: bool, keep_record: bool, force: bool) -> dict:
-    engine = engine_mod.connect()
-    progress.note(engine.describe())
-    progress.note(f"{plans[0].recipe.name}: {len(plans)} platforms ({', '.join(p.recipe.platform for p in plans)}), "
-                  "each built and gated before anything is tagged")
-    built = [build_checked(engine, plan, progress, nocache=nocache, keep_record=keep_record) for plan in plans]
-    return _publish_platforms(engine, built, progress, push=push, report_path=report_path, force=force)
-
-
-def _publish_platforms(engine: engine_mod.DockerEngine, built: Sequence[Built], progress: Progress, *, push: bool,
-                       report_path: Optional[Path], force: bool) -> dict:
-    """Tag each platform's image; with ``push``, push and attest each, then the index under the recipe's tags."""
-    name = built[0].plan.image
-    image_ids = {b.plan.recipe.platform: b.image_id for b in built}
-    description = engine.describe()
-    if push:
-        with progress.phase("check-tags", name.repository):
-            for b in built:
-                check_pinned_tags(engine, platform_plan(b.plan).image, b.image_id, b.plan.recipe.platform, progress, force=force)
-            check_index_tags(registry_client(engine, name.repository, progress), name, image_ids, progress, force=force)
-    with progress.phase("tag", ", ".join(ref for b in built for ref in platform_plan(b.plan).image.references)):
-        for b in built:
-            tag_image(engine, b.image_id, platform_plan(b.plan).image)
-
-    def report(digests: dict, index_digest: Optional[str], attestations: dict) -> dict:
-        images = {}
-        for b in built:
-            platform = b.plan.recipe.platform
-            images[platform] = build_report(platform_plan(b.plan), image_id=b.image_id, image_config=b.image,
-                                            geometry_report=b.geometry, phases={}, pushed_digest=digests.get(platform),
-                                            engine=description, kept_record=b.kept)
-            if platform in attestations:
-                images[platform]["attestations"] = attestations[platform]
-        first = built[0].plan
-        data = {
-            "schema": images[first.recipe.platform]["schema"],
-            "status": "pushed" if index_digest else "built",
-            "recipe": str(first.recipe.path),
-            "recipe_name": first.recipe.name,
-            "platforms": list(image_ids),
-            "image": name.repository,
-            "registry": name.registry,
-            "tags": list(name.tags),
-            "references": list(name.references),
-            "pushed_digest": index_digest,
-            "pushed_reference": str(name.reference(digest=index_digest)) if index_digest else None,
-            "images": images,
-            "geometry_verdict": "pass" if all(i["geometry_verdict"] == "pass" for i in images.values()) else "fail",
-            "phase_seconds": dict(progress.phase_seconds),
-            "engine": description,
-        }
-        written = write_report(data, report_path)
-        progress.note(f"wrote {written} ({data['status']})", report=str(written))
-        return data
-
-    built_report = report({}, None, {})
+    built_report = report(built)
     if not push:
         return built_report
-    digests, attestations = {}, {}
-    with progress.phase("push", name.repository):
-        for b in built:
-            digests[b.plan.recipe.platform] = push_tags(engine, platform_plan(b.plan).image, progress)
-    with progress.phase("attest", ", ".join(str(name.reference(digest=d)) for d in digests.values())):
-        for b in built:
-            attestations[b.plan.recipe.platform] = attest_image(engine, b.plan, b.image_id, digests[b.plan.recipe.platform], progress)
-    with progress.phase("index", ", ".join(name.references)):
-        index_digest = push_index(registry_client(engine, name.repository, progress), name, digests, progress)
-    return report(digests, index_digest, attestations)
+    pushed, index_digest = push_attested(engine, built, index, progress)
+    return report(pushed, index_digest)
 
 
 def run_push(plans: Sequence[BuildPlan], *, json_progress: bool = False, report_path: Optional[Path] = None,
              force: bool = False) -> dict:
-    """Push the local image(s) the plans' tags name; update the build report if it describes that image."""
+    """Push the local image(s) the plans' tags name, attested; several platforms get their index too.
+
+    One platform's push completes the build report if it describes that
+    image; several platforms' push writes the index's report.
+    """
     progress = Progress(json_lines=json_progress)
     try:
         with engine_mod.engine_errors(f"push {plans[0].image.repository}"):
-            if len(plans) == 1:
-                return _push(plans[0], progress, report_path, force)
-            return _push_platforms(plans, progress, report_path, force)
+            engine = engine_mod.connect()
+            index = index_name(plans)
+            built = [local_built(engine, tagged_plan(plan, index)) for plan in plans]
+            if index is not None:
+                return publish(engine, built, index, progress, push=True, report_path=report_path, force=force)
+            check_tags(engine, built, None, progress, force=force)
+            (pushed,), _ = push_attested(engine, built, None, progress)
+            return _complete_report(pushed, progress, report_path)
     except StackBuildError as exc:
         progress.failure(exc)
         raise
 
 
-def _local_image_of_recipe(engine: engine_mod.DockerEngine, plan: BuildPlan) -> dict:
-    """The local image the plan's tags name, refused if another recipe built it."""
+def local_built(engine: ContainerEngine, plan: BuildPlan) -> PlatformImage:
+    """The local image the plan's tags name, with the gate's report read from it; refused if another recipe built it."""
     image = local_image_of(engine, plan.image)
-    recipe_label = f"{LABEL_NS}.recipe.sha256"
-    labels = (image.get("Config") or {}).get("Labels") or {}
-    if labels.get(recipe_label) != plan.labels[recipe_label]:
+    if image.labels.get(RECIPE_SHA256) != plan.labels[RECIPE_SHA256]:
         raise PushError(f"{plan.image.references[0]}: the local image was built from another recipe "
-                        f"({recipe_label}={labels.get(recipe_label)!r}); rebuild it first")
-    return image
+                        f"({RECIPE_SHA256}={image.labels.get(RECIPE_SHA256)!r}); rebuild it first")
+    raw = engine.read_file(image.id, payload_path(GATE_REPORT, plan.payload_dir))
+    return PlatformImage(plan, image, json.loads(raw) if raw else {})
 
 
-def _push_platforms(plans: Sequence[BuildPlan], progress: Progress, report_path: Optional[Path], force: bool) -> dict:
-    engine = engine_mod.connect()
-    built = []
-    for plan in plans:
-        image = _local_image_of_recipe(engine, platform_plan(plan))
-        report = engine.read_file(image["Id"], payload_path(GATE_REPORT, plan.payload_dir))
-        built.append(Built(plan, image["Id"], image, json.loads(report) if report else {}, None))
-    return _publish_platforms(engine, built, progress, push=True, report_path=report_path, force=force)
-
-
-def _push(plan: BuildPlan, progress: Progress, report_path: Optional[Path], force: bool) -> dict:
-    engine = engine_mod.connect()
-    image = _local_image_of_recipe(engine, plan)
-    with progress.phase("check-tags", plan.image.repository):
-        check_pinned_tags(engine, plan.image, image["Id"], plan.recipe.platform, progress, force=force)
-    with progress.phase("push", plan.image.repository):
-        digest = push_tags(engine, plan.image, progress)
-    with progress.phase("attest", str(plan.image.reference(digest=digest))):
-        attestations = attest_image(engine, plan, image["Id"], digest, progress)
-    result = {"image": plan.image.repository, "tags": list(plan.image.tags), "image_id": image["Id"],
+def _complete_report(pushed: PlatformImage, progress: Progress, report_path: Optional[Path]) -> dict:
+    """What one image's push did; the build report updated with it when it describes that image."""
+    plan, digest = pushed.plan, pushed.pushed_digest
+    result = {"image": plan.image.repository, "tags": list(plan.image.tags), "image_id": pushed.image.id,
               "pushed_digest": digest, "pushed_reference": str(plan.image.reference(digest=digest)),
-              "attestations": attestations, "phase_seconds": dict(progress.phase_seconds)}
+              "attestations": pushed.attestations, "phase_seconds": dict(progress.phase_seconds)}
     report = read_report(report_path)
-    if report and report.get("image_id") == image["Id"]:
+    if report and report.get("image_id") == pushed.image.id:
         report.update(status="pushed", pushed_digest=digest, pushed_reference=result["pushed_reference"],
-                      attestations=attestations)
+                      attestations=pushed.attestations)
         report.setdefault("phase_seconds", {})["push"] = progress.phase_seconds["push"]
         result["report"] = str(write_report(report, report_path))
     return result
@@ -400,19 +346,18 @@ def _index(plans: Sequence[BuildPlan], progress: Progress, force: bool) -> dict:
     name = plans[0].image
     client = registry_client(engine, name.repository, progress)
     digests, image_ids = {}, {}
-    recipe_label = f"{LABEL_NS}.recipe.sha256"
     with progress.phase("check-tags", name.repository):
         for plan in plans:
-            tag = platform_plan(plan).image.tags[0]
+            tag = tagged_plan(plan, name).image.tags[0]
             remote = client.image(tag, plan.recipe.platform)
             if remote is None:
                 raise PushError(f"{name.reference(tag)}: not in the registry; push the {plan.recipe.platform} image "
                                 f"first (build --platform {plan.recipe.platform} --push)")
-            config = client.blob(remote.image_digest) or b"{}"
-            labels = (json.loads(config).get("config") or {}).get("Labels") or {}
-            if labels.get(recipe_label) != plan.labels[recipe_label]:
+            config = client.image_config(remote.image_digest) if remote.image_digest else None
+            labels = config.labels if config is not None else {}
+            if labels.get(RECIPE_SHA256) != plan.labels[RECIPE_SHA256]:
                 raise PushError(f"{name.reference(tag)}: the image was built from another recipe "
-                                f"({recipe_label}={labels.get(recipe_label)!r})")
+                                f"({RECIPE_SHA256}={labels.get(RECIPE_SHA256)!r})")
             digests[plan.recipe.platform], image_ids[plan.recipe.platform] = remote.manifest_digest, remote.image_digest
         check_index_tags(client, name, image_ids, progress, force=force)
     with progress.phase("index", ", ".join(name.references)):

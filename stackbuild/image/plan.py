@@ -14,7 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping, Optional
 
-from stackbuild.core.labels import LABEL_NS
+from stackbuild.core import labels as label
 from stackbuild.core.lock import PinnedBase, pinned_base
 from geometry.image_contract import PAYLOAD_DIR
 from geometry.inputs import GeometryInputs
@@ -75,26 +75,26 @@ def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | Non
     pinned = next(iter(name.pinned_tags), name.tags[0])
     labels = {
         **dict(recipe.image.labels),
-        "org.opencontainers.image.title": recipe.name,
-        "org.opencontainers.image.description": recipe.image.description or recipe.description,
-        "org.opencontainers.image.source": recipe.image.source,
-        "org.opencontainers.image.revision": revision,
-        "org.opencontainers.image.version": pinned,
-        "org.opencontainers.image.created": created,
-        "org.opencontainers.image.base.name": str(base.reference.by_tag()),
-        "org.opencontainers.image.base.digest": base.digest or "",
-        f"{LABEL_NS}.recipe.name": recipe.name,
-        f"{LABEL_NS}.recipe.sha256": recipe_hash,
-        f"{LABEL_NS}.platform": recipe.platform,
-        f"{LABEL_NS}.hardware.gpu": recipe.hardware.gpu,
-        f"{LABEL_NS}.hardware.capability-family": str(recipe.hardware.capability_family),
-        f"{LABEL_NS}.vllm.version": recipe.base.vllm_version,
-        f"{LABEL_NS}.overlay.series": recipe.overlay.series,
-        f"{LABEL_NS}.overlay.series.sha256": series_hash,
-        f"{LABEL_NS}.geometry.verdict": "pass" if verdict.passed else "fail",
-        f"{LABEL_NS}.drafter.id": recipe.drafter.id,
-        f"{LABEL_NS}.drafter.license": recipe.drafter.license,
-        f"{LABEL_NS}.target.id": recipe.target.id,
+        label.OCI_TITLE: recipe.name,
+        label.OCI_DESCRIPTION: recipe.image.description or recipe.description,
+        label.OCI_SOURCE: recipe.image.source,
+        label.OCI_REVISION: revision,
+        label.OCI_VERSION: pinned,
+        label.OCI_CREATED: created,
+        label.OCI_BASE_NAME: str(base.reference.by_tag()),
+        label.OCI_BASE_DIGEST: base.digest or "",
+        label.RECIPE_NAME: recipe.name,
+        label.RECIPE_SHA256: recipe_hash,
+        label.PLATFORM: recipe.platform,
+        label.HARDWARE_GPU: recipe.hardware.gpu,
+        label.HARDWARE_CAPABILITY_FAMILY: str(recipe.hardware.capability_family),
+        label.VLLM_VERSION: recipe.base.vllm_version,
+        label.OVERLAY_SERIES: recipe.overlay.series,
+        label.OVERLAY_SERIES_SHA256: series_hash,
+        label.GEOMETRY_VERDICT: "pass" if verdict.passed else "fail",
+        label.DRAFTER_ID: recipe.drafter.id,
+        label.DRAFTER_LICENSE: recipe.drafter.license,
+        label.TARGET_ID: recipe.target.id,
     }
     return BuildPlan(
         recipe=recipe,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Mapping, Optional
 
-from stackbuild.core.labels import LABEL_NS
+from stackbuild.core.labels import RECIPE_SHA256
 from stackbuild.image.plan import BuildPlan
 
 PROVENANCE_MEDIA_TYPE = "application/vnd.in-toto+json"
@@ -47,7 +47,7 @@ def make_statement(plan: BuildPlan, *, image_digest: str, gate_verdict: str, gat
                 "buildType": BUILD_TYPE,
                 "externalParameters": {
                     "recipe": {"name": plan.recipe.name, "path": str(plan.recipe.path),
-                               "sha256": plan.labels[f"{LABEL_NS}.recipe.sha256"]},
+                               "sha256": plan.labels[RECIPE_SHA256]},
                     "platform": plan.recipe.platform,
                     "overlay": {"series": plan.recipe.overlay.series, "series_sha256": plan.series_sha256},
                 },

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from stackbuild.image.engine import DockerEngine
+from stackbuild.image.engine_api import ContainerEngine, ImageInfo
 from stackbuild.core.errors import PinnedTagTaken, PushError
 from stackbuild.core.naming import ImageName
 from stackbuild.image.progress import Progress
@@ -24,7 +24,7 @@ from stackbuild.image.registry import RegistryClient
 
 
 
-def check_pinned_tags(engine: DockerEngine, name: ImageName, image_id: str, platform: str, progress: Progress, *,
+def check_pinned_tags(engine: ContainerEngine, name: ImageName, image_id: str, platform: str, progress: Progress, *,
                       force: bool = False) -> None:
     """Refuse (PinnedTagTaken) to re-point a pinned tag the registry already has for another image."""
     reader = RegistryClient(name.repository, plain_http=engine.plain_http(name.registry), on_retry=progress.retry_event)
@@ -40,13 +40,13 @@ def check_pinned_tags(engine: DockerEngine, name: ImageName, image_id: str, plat
                       forced_tag=str(name.reference(tag)), previous_digest=remote.manifest_digest)
 
 
-def tag_image(engine: DockerEngine, image_id: str, name: ImageName) -> list[str]:
+def tag_image(engine: ContainerEngine, image_id: str, name: ImageName) -> list[str]:
     for tag in name.tags:
         engine.tag(image_id, name.repository, tag)
     return list(name.references)
 
 
-def local_image_of(engine: DockerEngine, name: ImageName) -> dict:
+def local_image_of(engine: ContainerEngine, name: ImageName) -> ImageInfo:
     """The one local image every tag of ``name`` points to; PushError if missing or split."""
     ids = {}
     for reference in name.references:
@@ -54,14 +54,14 @@ def local_image_of(engine: DockerEngine, name: ImageName) -> dict:
         if found is None:
             raise PushError(f"{reference}: no such image in the local engine; build it first (build.py build)")
         ids[reference] = found
-    distinct = {found["Id"] for found in ids.values()}
+    distinct = {found.id for found in ids.values()}
     if len(distinct) != 1:
-        listing = ", ".join(f"{ref} -> {found['Id'][:19]}" for ref, found in ids.items())
+        listing = ", ".join(f"{ref} -> {found.id[:19]}" for ref, found in ids.items())
         raise PushError(f"{name.repository}: the tags point to different images ({listing}); rebuild before pushing")
     return next(iter(ids.values()))
 
 
-def push_tags(engine: DockerEngine, name: ImageName, progress: Progress) -> str:
+def push_tags(engine: ContainerEngine, name: ImageName, progress: Progress) -> str:
     """Push every tag of ``name``; return the manifest digest they share."""
     digests: dict[str, Optional[str]] = {}
     for tag in name.tags:

@@ -16,6 +16,7 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Optional
 
 import docker.utils.config
@@ -25,7 +26,8 @@ import oras.provider
 import requests
 
 from geometry.errors import one_line
-from stackbuild.image.engine import MANIFEST_ACCEPT, EventSink, RegistryTransient, classify_registry_error, registry_retry
+from stackbuild.image.engine import MANIFEST_ACCEPT, RegistryTransient, classify_registry_error, registry_retry
+from stackbuild.image.engine_api import EventSink, ImageInfo
 from stackbuild.core.errors import PushError, RegistryAuthError
 from stackbuild.core.reference import ImageReference
 
@@ -51,6 +53,13 @@ class Manifest:
     @property
     def descriptor(self) -> dict:
         return {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
+
+
+def image_info_of_config(digest: str, config: dict) -> ImageInfo:
+    """An OCI image config document (``os``, ``architecture``, ``config.Labels``) as an :class:`ImageInfo`."""
+    labels = (config.get("config") or {}).get("Labels") or {}
+    return ImageInfo(id=digest, os=str(config.get("os") or ""), architecture=str(config.get("architecture") or ""),
+                     labels=MappingProxyType(dict(labels)))
 
 
 class _OrasRegistry(oras.provider.Registry):
@@ -163,6 +172,17 @@ class RegistryClient:
         if got != digest:
             raise PushError(f"{what}: the registry sent a blob whose sha256 is {got}")
         return response.content
+
+    def image_config(self, digest: str) -> Optional[ImageInfo]:
+        """The image config blob ``digest`` names (its id is that digest); None if absent or not a JSON object."""
+        raw = self.blob(digest)
+        try:
+            config = json.loads(raw) if raw else None
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(config, dict):
+            return None
+        return image_info_of_config(digest, config)
 
     def push_blob(self, data: bytes, media_type: str) -> dict:
         """Upload ``data`` (oras: skipped when the registry has it); return its OCI descriptor."""

@@ -7,16 +7,18 @@ credentials: the driver never sees any.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from geometry.image_contract import GateReport
 
 from stackbuild.core.atomic import replace_text
-from stackbuild.image.plan import BuildPlan
 from stackbuild.core.build_report import DEFAULT_REPORT, REPORT_SCHEMA
-
+from stackbuild.core.naming import ImageName
+from stackbuild.image.engine_api import ImageInfo
+from stackbuild.image.plan import BuildPlan
 
 
 def oracle_source(report: Optional[Mapping[str, Any]]) -> Optional[str]:
@@ -32,19 +34,58 @@ def geometry_verdict(report: Mapping[str, Any]) -> str:
     return GateReport.from_json(report).verdict_word
 
 
-def build_report(
-    plan: BuildPlan,
-    *,
-    image_id: str,
-    image_config: Mapping[str, Any],
-    geometry_report: Optional[Mapping[str, Any]],
-    phases: Mapping[str, float],
-    pushed_digest: Optional[str] = None,
-    engine: str = "",
-    kept_record: Optional[Path] = None,
-) -> dict:
-    verdict = geometry_verdict(geometry_report) if geometry_report else None
+@dataclass(frozen=True)
+class PlatformImage:
+    """One platform's image of a build: built and checked, then (with a push) pushed and attested."""
+
+    plan: BuildPlan                  # the platform's plan, named as its image is tagged
+    image: ImageInfo
+    geometry: Optional[Mapping[str, Any]]  # the in-image gate's report
+    kept: Optional[Path] = None      # the oracle record written, with --keep-record
+    pushed_digest: Optional[str] = None
+    attestations: Optional[Mapping[str, Any]] = None
+
+    @property
+    def platform(self) -> str:
+        return self.plan.recipe.platform
+
+
+def build_report(images: Sequence[PlatformImage], *, phases: Mapping[str, float], engine: str = "",
+                 index: Optional[ImageName] = None, index_digest: Optional[str] = None) -> dict:
+    """The report of a build: its one image's, or (``index``, several platforms) the index's with each image's inside.
+
+    The index's report names the recipe's tags and the index's digest, and
+    holds each platform's image report under ``images``; the phase times are
+    the whole build's, at the top.
+    """
+    if index is None:
+        (image,) = images
+        return _image_report(image, phases, engine)
+    sections = {image.platform: _image_report(image, {}, engine) for image in images}
+    recipe = images[0].plan.recipe
     return {
+        "schema": REPORT_SCHEMA,
+        "status": "pushed" if index_digest else "built",
+        "recipe": str(recipe.path),
+        "recipe_name": recipe.name,
+        "platforms": list(sections),
+        "image": index.repository,
+        "registry": index.registry,
+        "tags": list(index.tags),
+        "references": list(index.references),
+        "pushed_digest": index_digest,
+        "pushed_reference": str(index.reference(digest=index_digest)) if index_digest else None,
+        "images": sections,
+        "geometry_verdict": "pass" if all(s["geometry_verdict"] == "pass" for s in sections.values()) else "fail",
+        "phase_seconds": dict(phases),
+        "engine": engine,
+    }
+
+
+def _image_report(built: PlatformImage, phases: Mapping[str, float], engine: str) -> dict:
+    plan, geometry_report, pushed_digest = built.plan, built.geometry, built.pushed_digest
+    verdict = geometry_verdict(geometry_report) if geometry_report else None
+    report = {
         "schema": REPORT_SCHEMA,
         "status": "pushed" if pushed_digest else "built",
         "recipe": str(plan.recipe.path),
@@ -54,9 +95,9 @@ def build_report(
         "registry": plan.image.registry,
         "tags": list(plan.image.tags),
         "references": list(plan.image.references),
-        "image_id": image_id,
-        "architecture": image_config.get("Architecture"),
-        "os": image_config.get("Os"),
+        "image_id": built.image.id,
+        "architecture": built.image.architecture,
+        "os": built.image.os,
         "pushed_digest": pushed_digest,
         "pushed_reference": str(plan.image.reference(digest=pushed_digest)) if pushed_digest else None,
         "base": {
@@ -75,7 +116,7 @@ def build_report(
         "oracle_record": {
             "shipped": str(plan.oracle_record) if plan.oracle_record else None,
             "gate_checked_against": oracle_source(geometry_report),
-            "kept": str(kept_record) if kept_record else None,
+            "kept": str(built.kept) if built.kept else None,
         },
         "labels": dict(plan.labels),
         "revision": plan.revision,
@@ -84,6 +125,9 @@ def build_report(
         "engine": engine,
         "finished_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
+    if built.attestations is not None:
+        report["attestations"] = dict(built.attestations)
+    return report
 
 
 def write_report(report: Mapping[str, Any], path: Optional[Path] = None) -> Path:

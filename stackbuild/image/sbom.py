@@ -19,7 +19,7 @@ from packageurl import PackageURL
 
 from geometry.image_contract import OVERLAY_MANIFEST, payload_path
 
-from stackbuild.image.engine import DockerEngine
+from stackbuild.image.engine_api import ContainerEngine
 from stackbuild.core.errors import BuildStepFailed
 
 SBOM_MEDIA_TYPE = "application/vnd.cyclonedx+json"
@@ -55,7 +55,7 @@ class Inventory:
     overlay_files: tuple[tuple[str, str], ...]  # (path in the image, sha256)
 
 
-def read_inventory(engine: DockerEngine, image: str, payload_dir: str, platform: str) -> Inventory:
+def read_inventory(engine: ContainerEngine, image: str, payload_dir: str, platform: str) -> Inventory:
     """Ask the image's python3 for its distributions and the overlay's changed files."""
     code, out, err = engine.run(image, ["env"], [f"PYTHONPATH={payload_dir}", "python3", "-c", INVENTORY_SCRIPT,
                                                  payload_path(OVERLAY_MANIFEST, payload_dir)], platform=platform)

@@ -19,8 +19,10 @@ from typing import Optional
 from geometry.image_contract import PAYLOAD_DIR, ContractError, gate_argv
 
 from stackbuild.image import engine as engine_mod
+from stackbuild.image.engine_api import ContainerEngine
 from stackbuild.image.attest import attestation_problems, gate_report_sha256, registry_client
 from stackbuild.core.errors import ImageReferenceInvalid, UsageError, VerifyError
+from stackbuild.core.labels import OCI_CREATED, OCI_REVISION, OCI_VERSION
 from stackbuild.image.index import index_platforms
 from stackbuild.image.plan import make_plan
 from stackbuild.image.progress import Progress
@@ -31,11 +33,7 @@ from stackbuild.image.report import geometry_verdict
 from stackbuild.image.sbom import read_inventory
 
 # Labels that record time or revision: they differ between two builds of one recipe.
-UNCOMPARED_LABELS = (
-    "org.opencontainers.image.created",
-    "org.opencontainers.image.revision",
-    "org.opencontainers.image.version",
-)
+UNCOMPARED_LABELS = (OCI_CREATED, OCI_REVISION, OCI_VERSION)
 
 
 def gate_command() -> tuple[list[str], list[str]]:
@@ -69,12 +67,12 @@ def image_by_digest(image: str) -> ImageReference:
     return reference.by_digest()
 
 
-def verify_image(image: str, recipe: Recipe, *, json_progress: bool = False, engine: Optional[engine_mod.DockerEngine] = None) -> dict:
+def verify_image(image: str, recipe: Recipe, *, json_progress: bool = False, engine: Optional[ContainerEngine] = None) -> dict:
     with engine_mod.engine_errors(f"verify {image}"):
         return _verify(image, recipe, json_progress, engine)
 
 
-def _verify(image: str, recipe: Recipe, json_progress: bool, engine: Optional[engine_mod.DockerEngine]) -> dict:
+def _verify(image: str, recipe: Recipe, json_progress: bool, engine: Optional[ContainerEngine]) -> dict:
     reference = image_by_digest(image)
     repository, digest = reference.repository, reference.digest
     progress = Progress(json_lines=json_progress)
@@ -100,18 +98,14 @@ def _verify(image: str, recipe: Recipe, json_progress: bool, engine: Optional[en
 
 def _config_platform(client: RegistryClient, manifest: dict, image: str) -> str:
     config_digest = (manifest.get("config") or {}).get("digest", "")
-    raw = client.blob(config_digest) if DIGEST_RE.match(config_digest) else None
-    try:
-        config = json.loads(raw) if raw else {}
-    except json.JSONDecodeError:
-        config = {}
-    if not isinstance(config, dict) or not config.get("architecture"):
+    config = client.image_config(config_digest) if DIGEST_RE.match(config_digest) else None
+    if config is None or not config.architecture:
         raise VerifyError(f"{image}: the manifest names no readable image config ({config_digest or 'none'})")
-    return f"{config.get('os')}/{config.get('architecture')}"
+    return config.platform
 
 
 def _verify_index(image: str, reference: ImageReference, recipe: Recipe, index: dict, client: RegistryClient,
-                  engine: engine_mod.DockerEngine, progress: Progress) -> dict:
+                  engine: ContainerEngine, progress: Progress) -> dict:
     """Every platform of the recipe: its entry in the index, then the image it names, checked as one image is."""
     repository, digest = reference.repository, reference.digest
     entries = index_platforms(index)
@@ -132,7 +126,7 @@ def _verify_index(image: str, reference: ImageReference, recipe: Recipe, index: 
 
 
 def _verify_platform(repository: str, digest: str, recipe: Recipe, client: RegistryClient,
-                     engine: engine_mod.DockerEngine, progress: Progress) -> dict:
+                     engine: ContainerEngine, progress: Progress) -> dict:
     """One image (``recipe`` is the view of its platform): labels, platform, attestations, then the gate.
 
     The gate (a cold import of vLLM, minutes under emulation) runs only on an
@@ -143,14 +137,14 @@ def _verify_platform(repository: str, digest: str, recipe: Recipe, client: Regis
     with progress.phase("pull", f"{reference} for {recipe.platform}"):
         inspected = engine.pull(reference, recipe.platform, lambda m: progress.layer_event("pull", m),
                                 progress.retry_event)
-    labels = (inspected.get("Config") or {}).get("Labels") or {}
+    labels = dict(inspected.labels)
     problems = label_mismatches(dict(plan.labels), labels)
-    platform = f"{inspected.get('Os')}/{inspected.get('Architecture')}"
+    platform = inspected.platform
     if platform != recipe.platform:
         problems.append(f"platform: image is {platform}, recipe says {recipe.platform}")
     with progress.phase("attestations", f"SBOM and provenance referring to {digest}"):
-        inventory = read_inventory(engine, inspected["Id"], PAYLOAD_DIR, recipe.platform)
-        report_sha, _raw = gate_report_sha256(engine, inspected["Id"], PAYLOAD_DIR)
+        inventory = read_inventory(engine, inspected.id, PAYLOAD_DIR, recipe.platform)
+        report_sha, _raw = gate_report_sha256(engine, inspected.id, PAYLOAD_DIR)
         problems += attestation_problems(client, digest, labels, report_sha, inventory)
     gate: Optional[dict] = None
     verdict: Optional[str] = None
@@ -159,7 +153,7 @@ def _verify_platform(repository: str, digest: str, recipe: Recipe, client: Regis
     else:
         with progress.phase("geometry gate", f"inside the image ({recipe.platform})"):
             entrypoint, args = gate_command()
-            code, out, err = engine.run(inspected["Id"], entrypoint, args, platform=recipe.platform)
+            code, out, err = engine.run(inspected.id, entrypoint, args, platform=recipe.platform)
         try:
             gate = json.loads(out)
             verdict = geometry_verdict(gate)
@@ -171,7 +165,7 @@ def _verify_platform(repository: str, digest: str, recipe: Recipe, client: Regis
             verdict = verdict or "fail"
     return {
         "digest": digest,
-        "image_id": inspected["Id"],
+        "image_id": inspected.id,
         "platform": platform,
         "labels_compared": len([k for k in plan.labels if k not in UNCOMPARED_LABELS]),
         "mismatches": problems,

@@ -25,6 +25,7 @@ from stackbuild.core.output import check_output
 from stackbuild.core.gate import require_passing
 from stackbuild.core.recipe import Recipe
 
+from stackbuild.core.labels import NODE_ROLE
 from stackbuild.serve import compose as generate
 from stackbuild.core.serve_args import (LEADER, MASTER_PORT, WORKER, RoleCommand, SlotValues, ranks_per_node,
                                         role_commands)
@@ -36,7 +37,6 @@ NODE_RANK_VARIABLE = "GLM53_NODE_RANK"
 INTERFACE_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 # What the checks put in the variables (an address from TEST-NET-1, RFC 5737; an interface name).
 CHECK_VALUES = {LEADER_ADDRESS_VARIABLE: "192.0.2.1", "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}
-ROLE_LABEL = f"{generate.LABEL_NS}.node.role"
 
 
 def _required(name: str, why: str) -> str:
@@ -91,7 +91,7 @@ def role_service(recipe: Recipe, command: RoleCommand) -> generate.Service:
         published_port=None,  # host networking: the API server binds serving.host_ip itself (--host)
         probe_host=(generate.LOOPBACK if s.host_ip == "0.0.0.0" else s.host_ip) if serves_api else None,  # headless: no API
         environment=INTERFACE,
-        labels={ROLE_LABEL: command.role},
+        labels={NODE_ROLE: command.role},
     )
 
 
@@ -140,7 +140,7 @@ def render_role(recipe: Recipe, command: RoleCommand, *, image: generate.ImagePi
 
 
 def _generated_for(recipe: Recipe, role: str, text: str) -> bool:
-    return generate.generated_for(recipe, text) and f"{ROLE_LABEL}: {role}\n" in text
+    return generate.generated_for(recipe, text) and f"{NODE_ROLE}: {role}\n" in text
 
 
 def check_values(recipe: Recipe, command: RoleCommand, rank: Optional[int] = None) -> dict[str, str]:

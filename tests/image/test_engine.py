@@ -140,7 +140,10 @@ def test_build_with_no_daemon_is_exit_3_and_tags_nothing(tmp_path):
     run = cli("build", "--recipe", str(recipe), "--push", "--owner", "e2e", "--json",
               env={"DOCKER_HOST": f"unix://{tmp_path}/dead.sock"})
     assert run.returncode == 3, run.stderr
-    assert run.stdout == "" and "Traceback" not in run.stderr
+    # --json: the failure is the one object on stdout (nothing else is printed there)
+    failure = json.loads(run.stdout)
+    assert failure["ok"] is False and failure["exit_code"] == 3 and "no Docker engine answers" in failure["error"]
+    assert "Traceback" not in run.stderr
     lines = run.stderr.splitlines()
     assert lines[-1].startswith("error: no Docker engine answers at unix://")
     assert json.loads(lines[-2])["event"] == "error" and json.loads(lines[-2])["exit_code"] == 3

@@ -1,0 +1,83 @@
+"""What the build asks of a container engine: :class:`ContainerEngine`, and the values that cross it.
+
+The pipeline, publish, verify, attest, the SBOM inventory and the oracle
+record take a :class:`ContainerEngine` and nothing else of the engine.
+:class:`stackbuild.image.engine.DockerEngine` (docker-py, the classic
+builder) is the one implementation; another backend (BuildKit through
+buildx, say) would implement these methods and return these values, and
+none of the callers would change.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Optional, Protocol
+
+from stackbuild.core.reference import ImageReference
+
+Event = dict
+EventSink = Callable[[Event], None]
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """An image, as the engine (its inspect data) or a registry (its config blob) describes it."""
+
+    id: str                   # the image id: its config's digest, what a registry manifest names as ``config``
+    os: str
+    architecture: str
+    labels: Mapping[str, str]
+
+    @property
+    def platform(self) -> str:
+        return f"{self.os}/{self.architecture}"
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    """A build's result: the image id, or the error and the step that failed (or the last one that ran)."""
+
+    image_id: Optional[str]
+    error: Optional[str]
+    step_number: Optional[int] = None
+    step_total: Optional[int] = None
+    step_instruction: Optional[str] = None
+    step_output: tuple[str, ...] = ()
+    exit_status: Optional[int] = None  # of the failed RUN step
+
+
+class ContainerEngine(Protocol):
+    """The engine operations the build uses, each named for what it does, not how an engine does it."""
+
+    def describe(self) -> str:
+        """One line naming the engine and where it is (for logs, the report and the provenance's builder)."""
+
+    def inspect_image(self, reference: str) -> Optional[ImageInfo]:
+        """The local image ``reference`` (a tag, a digest reference or an id) names; None if there is none."""
+
+    def registry_digest(self, reference: ImageReference, platform: str) -> tuple[str, tuple[str, ...]]:
+        """What ``reference`` points to in its registry, and the platforms it offers; LockError without ``platform``."""
+
+    def pull(self, reference: ImageReference, platform: str, on_event: EventSink,
+             on_retry: Optional[EventSink] = None) -> ImageInfo:
+        """Pull ``reference`` (by its digest when it has one) for ``platform``."""
+
+    def build(self, context_dir: str, platform: str, on_event: EventSink, *, nocache: bool = False) -> BuildOutcome:
+        """Build the context directory untagged for ``platform``; a failed step is an outcome, not an exception."""
+
+    def tag(self, image_id: str, repository: str, tag: str) -> None:
+        """Point ``repository:tag`` at the image, moving it if it named another."""
+
+    def push(self, repository: str, tag: str, on_event: EventSink, on_retry: Optional[EventSink] = None) -> Optional[str]:
+        """Push ``repository:tag``; the manifest digest, when the engine reports it."""
+
+    def manifest_digest(self, repository: str, tag: str, on_retry: Optional[EventSink] = None) -> str:
+        """The manifest digest the registry holds under ``repository:tag``."""
+
+    def plain_http(self, host: str) -> bool:
+        """Whether the registry at ``host`` is spoken to over plain http."""
+
+    def read_file(self, image: str, path: str) -> Optional[bytes]:
+        """A file's bytes from an image, without running it; None if the image has no such file."""
+
+    def run(self, image: str, entrypoint: list[str], args: list[str], platform: Optional[str] = None) -> tuple[int, str, str]:
+        """Run the image once with this entrypoint and arguments, no network: exit code, stdout, stderr."""
