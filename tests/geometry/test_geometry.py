@@ -319,7 +319,7 @@ def _run_cli(tmp_path, data, *args):
 
 
 def _manifest(patches=(), files=()):
-    """An overlay manifest of the shape overlay/apply.py writes (image_contract.OverlayManifest)."""
+    """An overlay manifest of the shape overlay/apply.py writes (overlay.manifest.OverlayManifest)."""
     return {"schema": "glm53-overlay-manifest/1", "package": "vllm", "version": "0.33.0",
             "package_dir": "/usr/lib/python3/site-packages/vllm", "series": "/opt/glm53-overlay/overlay/series/x",
             "series_sha256": "0" * 64, "patches": list(patches), "files": list(files), "bytecode": [],
