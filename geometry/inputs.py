@@ -50,6 +50,9 @@ class GeometryInputs:
     # ranks each).  The geometry is per rank and does not depend on it; the
     # report shows the per-node picture from it.
     nodes: int = 1
+    # --max-num-seqs as the serve command passes it (None: vLLM's default);
+    # checked against the requests the pool holds (geometry/concurrency.py).
+    max_num_seqs: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.target_config, Mapping):
@@ -72,7 +75,7 @@ class GeometryInputs:
             raise BadInput("num_speculative_tokens must be >= 0")
         if self.kv_cache_memory_bytes < 0:
             raise BadInput("kv_cache_memory_bytes must be >= 0")
-        for name in ("block_size", "max_model_len"):
+        for name in ("block_size", "max_model_len", "max_num_seqs"):
             value = getattr(self, name)
             if value is not None and (type(value) is not int or value <= 0):
                 raise BadInput(f"{name} must be a positive integer or null, got {value!r}")

@@ -233,22 +233,46 @@ def record(recipe_path, owner, repository, allow_unpinned, image, as_json):
          f"{len(key['distributions'])} packages\nwrote {path}")
 
 
+def _contexts(_ctx, _param, value):
+    """``--context 8192,32K,1M`` -> token counts (K = 1,024 tokens, M = 1,048,576)."""
+    if value is None:
+        return None
+    out = []
+    for item in value.split(","):
+        text = item.strip().upper()
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+        digits = text[:-1] if scale != 1 else text
+        if not digits.isdigit() or int(digits) < 1:
+            raise click.BadParameter(f"{item.strip()!r} is not a positive token count (e.g. 8192, 32K, 1M)")
+        out.append(int(digits) * scale)
+    return out
+
+
 @cli.command()
 @recipe_option
 @json_option
 @click.option("--stock", is_flag=True, help="Model stock vLLM 0.33.0 (no overlay) instead of the patched tree.")
-def geometry(recipe_path, as_json, stock):
+@click.option("--context", "contexts", callback=_contexts, default=None, metavar="N[,N...]",
+              help="Request lengths for 'requests at once' (e.g. 8192,32K,1M); default 32K, 128K, 1M up to "
+                   "max_model_len, and max_model_len.")
+def geometry(recipe_path, as_json, stock, contexts):
     """Run the KV-geometry simulator and gate for a recipe on the host."""
+    from geometry.concurrency import ContextTooLong, concurrency
+    from geometry.inputs import GeometryInputs
     from geometry.table import render_text, to_json
     from stackbuild.core.errors import GeometryGateFailed
     from stackbuild.core.gate import recipe_geometry, summarise_reasons
 
     recipe = load_recipe(recipe_path)
-    _gate, report, verdict = recipe_geometry(recipe, vllm_behaviour="stock" if stock else "overlay")
+    gate, report, verdict = recipe_geometry(recipe, vllm_behaviour="stock" if stock else "overlay")
+    try:
+        at_once = concurrency(report, GeometryInputs.from_json(gate), contexts)
+    except ContextTooLong as exc:
+        raise click.BadParameter(str(exc), param_hint="--context") from None
     if as_json:
-        print_json(to_json(report, verdict))
+        print_json(to_json(report, verdict, at_once))
     else:
-        click.echo(render_text(report, verdict))
+        click.echo(render_text(report, verdict, at_once))
     if not verdict.passed:
         raise GeometryGateFailed(f"{recipe.path}: geometry gate failed: {summarise_reasons(verdict.reasons)}")
 
