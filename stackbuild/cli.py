@@ -6,6 +6,7 @@ Run as ``python build.py COMMAND`` from the checkout::
     python build.py lock     --recipe R            # pin the base digest
     python build.py record   --recipe R            # keep the built image's oracle answer
     python build.py geometry --recipe R [--json]   # the KV-geometry gate on the host
+    python build.py fit --recipe R [--json]        # settings that pass the gate, best first
     python build.py build    --recipe R [--dry-run] [--push [--force]] [--platform P]
     python build.py push     --recipe R [--force]
     python build.py index    --recipe R [--force]          # multi-platform: the index over pushed images
@@ -275,6 +276,37 @@ def geometry(recipe_path, as_json, stock, contexts):
         click.echo(render_text(report, verdict, at_once))
     if not verdict.passed:
         raise GeometryGateFailed(f"{recipe.path}: geometry gate failed: {summarise_reasons(verdict.reasons)}")
+
+
+@cli.command()
+@recipe_option
+@json_option
+@click.option("--stock", is_flag=True, help="Model stock vLLM 0.33.0 (no overlay) instead of the patched tree.")
+def fit(recipe_path, as_json, stock):
+    """Search block size, drafter KV dtype, prefix caching and num_speculative_tokens for settings that
+    pass the geometry gate; print the best few and the recipe lines to change.
+
+    Exit 0 when the recipe passes (its settings, or the better ones printed), 5 when it fails but a
+    printed setting passes, 19 when no setting passes."""
+    from geometry.fit import render_text, search, to_json
+    from geometry.inputs import BadInput, GeometryInputs
+    from stackbuild.core.errors import FitNothingPasses, GeometryGateFailed, RecipeError
+    from stackbuild.core.gate import gate_input
+
+    recipe = load_recipe(recipe_path)
+    try:
+        result = search(GeometryInputs.from_json(gate_input(recipe, vllm_behaviour="stock" if stock else "overlay")))
+    except BadInput as exc:
+        raise RecipeError(recipe.path, "", f"the geometry gate does not model this recipe: {exc}") from None
+    if as_json:
+        print_json(to_json(result))
+    else:
+        click.echo(render_text(result))
+    if result.why_none:
+        raise FitNothingPasses(f"{recipe.path}: {result.why_none}")
+    if not result.recipe.passed:
+        best = ", ".join(f"{k}: {v}" for k, _, v in result.ranked[0].changes)
+        raise GeometryGateFailed(f"{recipe.path}: geometry gate failed; passes with {best}")
 
 
 @cli.command()
