@@ -110,3 +110,23 @@ def test_geometry_json_carries_concurrency_and_the_context_flag():
                          cwd=C.ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stdout == ""
     assert "'12x' is not a positive token count" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_serving_max_num_seqs_reaches_the_serve_argv_and_the_gate(tmp_path):
+    from recipe_copies import copy_recipe
+    from stackbuild.core.errors import RecipeError
+    from stackbuild.core.serve_args import serve_argv
+
+    path = copy_recipe(tmp_path, lambda data: data["serving"].update(max_num_seqs=3000))
+    recipe = load_recipe(path)
+    argv = serve_argv(recipe)
+    assert argv[argv.index("--max-num-seqs") + 1] == "3000"
+    assert gate_input(recipe)["max_num_seqs"] == 3000
+    run = subprocess.run([sys.executable, "build.py", "geometry", "--recipe", str(path)],
+                         cwd=C.ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 5
+    assert "max_num_seqs 3,000 exceeds the 2,892 blocks of the KV pool" in run.stderr
+    twice = copy_recipe(tmp_path / "b", lambda data: data["serving"].update(
+        extra_args=["--max-num-seqs", "8"]))
+    with pytest.raises(RecipeError, match=r"--max-num-seqs is generated from serving.max_num_seqs"):
+        serve_argv(load_recipe(twice))
