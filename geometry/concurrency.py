@@ -40,7 +40,7 @@ from typing import Iterable, Sequence
 from .capacity import FULL_ATTENTION_CLASSES, kv_token_capacity
 from .inputs import GeometryInputs
 from .kv_spec import cdiv
-from .model_parts import text_config
+from .model_config import text_config
 from .report import GeometryReport, Plan, RequestBlocks
 
 MAX_NUM_BATCHED_TOKENS = 2048  # SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS
