@@ -14,27 +14,8 @@ null block included; ``vllm_max_concurrency`` is what vLLM itself logs.
 from __future__ import annotations
 
 from ..inputs import GeometryInputs
-from .plan import _build, _resolve_layout
-from .cpu_shims import model_registry_fallback
+from .plan import scheduler_kv_cache_config
 from .serving_platform import serving_platform
-
-
-def _kv_cache_config(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
-    from vllm.config import set_current_vllm_config
-    from vllm.platforms.interface import Platform
-    from vllm.v1.core import kv_cache_planning as P
-    from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config
-    from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
-
-    cfg, _ = _build(inputs, with_drafter, num_spec)
-    with model_registry_fallback():
-        Platform.update_block_size_for_backend(cfg)
-    with set_current_vllm_config(cfg):
-        specs = get_kv_cache_spec(cfg)
-        _resolve_layout(cfg, specs)
-        groups = P.get_kv_cache_groups(cfg, dict(specs))
-        kvc = P.get_kv_cache_config_from_groups(cfg, groups, inputs.kv_cache_memory_bytes)
-    return cfg, generate_scheduler_kv_cache_config([kvc])
 
 
 def _count(cfg, kvc, tokens: int) -> dict:
@@ -77,6 +58,6 @@ def requests_until_refused(inputs: GeometryInputs, contexts: list[int]) -> dict:
         plans["without_drafter"] = (False, 0)
     with serving_platform(inputs.capability_family):
         for label, (with_drafter, num_spec) in plans.items():
-            cfg, kvc = _kv_cache_config(inputs, with_drafter, num_spec)
+            cfg, kvc = scheduler_kv_cache_config(inputs, with_drafter, num_spec)
             out[label] = [_count(cfg, kvc, n) for n in contexts]
     return out
