@@ -13,6 +13,7 @@ Run as ``python build.py COMMAND`` from the checkout::
     python build.py compose  --recipe R [-o FILE]
     python build.py preflight --recipe R --models-dir DIR [--role leader|worker] [-- serve args]   # the image's start-time check, here
     python build.py verify   IMAGE@DIGEST --recipe R
+    python build.py qualify  --url URL [--recipe R] [--baseline-url URL] [--json] [--out DIR]   # measure a running server
 """
 from __future__ import annotations
 
@@ -522,6 +523,48 @@ def verify(image, recipe_path, as_json):
     result = verify_image(image, load_recipe(recipe_path), json_progress=as_json)
     emit(as_json, result, f"{image}: {result['verdict']}")
 
+
+@cli.command()
+@click.option("--url", required=True, help="The running vLLM OpenAI server (e.g. http://127.0.0.1:8000).")
+@click.option("--recipe", "recipe_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The recipe the server runs: its served model name, its gate's prefix-cache alignment and its "
+                   "qualify.min_* expectations (default: none; what the server reports).")
+@click.option("--model", help="Model name to request (default: the recipe's served_model_name, or the one the server lists).")
+@click.option("--api-key-env", metavar="VAR", help="Environment variable holding the server's API key (never on the command line).")
+@click.option("--baseline-url", help="The same model served without speculation, for the speed-up.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Existing directory for qualify.json and the figure qualify.png.")
+@click.option("--max-tokens", type=click.IntRange(1, 1 << 16), default=256, show_default=True, help="Output tokens per request.")
+@click.option("--runs", type=click.IntRange(1, 1000), default=3, show_default=True, help="Measured runs per prompt.")
+@click.option("--warmup", type=click.IntRange(0, 100), default=1, show_default=True, help="Warm-up runs per prompt.")
+@click.option("--ready-timeout", type=click.FloatRange(0, 86400), default=300, show_default=True,
+              help="Seconds to wait for the first streamed token of a generation.")
+@click.option("--prefix-blocks", type=click.IntRange(1, 1024), default=2, show_default=True,
+              help="k: the prefix-cache probe's shared prefix is k x the hit alignment.")
+@click.option("--allow-degenerate", is_flag=True, help="Report output that repeats one short cycle of tokens as a warning, not a "
+                                                      "failure (dummy weights do that).")
+@json_option
+def qualify(url, recipe_path, model, api_key_env, baseline_url, out_dir, max_tokens, runs, warmup, ready_timeout,
+            prefix_blocks, allow_degenerate, as_json):
+    """Measure a running deployment as the published numbers were measured: readiness, decode
+    throughput, speculative decoding and prefix caching from /metrics, output sanity.
+
+    Exit 0 when everything holds, 24 when the deployment misbehaves, 25 when a figure is below
+    the recipe's qualify.min_* expectations (20-23: the server cannot be measured)."""
+    from stackbuild.serve.qualify.cli_support import run_qualify
+
+    result, text, written = run_qualify(
+        url=url, recipe_path=recipe_path, model=model, api_key_env=api_key_env, baseline_url=baseline_url,
+        out_dir=out_dir, max_tokens=max_tokens, runs=runs, warmup=warmup, ready_timeout=ready_timeout,
+        prefix_blocks=prefix_blocks, allow_degenerate=allow_degenerate)
+    click.echo(text, err=True)
+    for path in written:
+        click.echo(f"wrote {path}", err=True)
+    if as_json:
+        print_json(result.to_json())
+    from stackbuild.serve.qualify.run import raise_if_failed
+
+    raise_if_failed(result)
 
 
 def main() -> None:

@@ -169,6 +169,47 @@ class OutputError(StackBuildError):
     exit_code = 15
 
 
+class ServerUnreachable(StackBuildError):
+    """`qualify`: nothing answers at --url (or --baseline-url), or no generation streamed a token within
+    the readiness timeout."""
+
+    exit_code = 20
+
+
+class NotVllmServer(StackBuildError):
+    """`qualify`: the server answers but is not a vLLM OpenAI server (no /v1/models, or no vllm: counters
+    in /metrics)."""
+
+    exit_code = 21
+
+
+class ServerAuthRefused(StackBuildError):
+    """`qualify`: the server refused the API key (HTTP 401/403; none given, or the wrong one)."""
+
+    exit_code = 22
+
+
+class ModelNotServed(StackBuildError):
+    """`qualify`: --model (or the recipe's served_model_name) is not a model the server lists."""
+
+    exit_code = 23
+
+
+class QualifyFailed(StackBuildError):
+    """`qualify`: the deployment misbehaves: speculation configured but no drafts or near-zero acceptance,
+    prefix caching hitting less than predicted, empty, non-UTF-8 or degenerate output; one finding per line."""
+
+    exit_code = 24
+    lists_findings = True
+
+
+class BelowExpectation(StackBuildError):
+    """`qualify`: a measured figure is below the recipe's qualify.min_* expectation; one finding per line."""
+
+    exit_code = 25
+    lists_findings = True
+
+
 class InternalError(StackBuildError):
     """An exception the driver did not expect: a bug, reported as one line asking for a report."""
 
@@ -244,6 +285,14 @@ EXIT_CODES = {
     19: ("`fit`: no setting it searches (block size, drafter KV dtype, prefix caching, num_speculative_tokens) "
          "passes the geometry gate; the one line says why (a recipe that fails but can be fixed exits 5 with "
          "the lines to change)"),
+    20: ("`qualify`: nothing answers at the URL, or no generation streamed its first token within the readiness "
+         "timeout"),
+    21: "`qualify`: the server is not a vLLM OpenAI server (no `/v1/models`, or no `vllm:` counters in `/metrics`)",
+    22: "`qualify`: the server refused the API key (HTTP 401/403): none given, or the wrong one (`--api-key-env`)",
+    23: "`qualify`: the model name (`--model`, or the recipe's `served_model_name`) is not one the server serves",
+    24: ("`qualify`: the deployment misbehaves: speculation configured but no drafts or acceptance near zero, prefix "
+         "caching hitting less than predicted, empty, non-UTF-8 or degenerate output (each finding with its numbers)"),
+    25: "`qualify`: a measured figure is below the recipe's `qualify.min_decode_tokens_per_s` / `qualify.min_acceptance`",
     70: ("internal error: an exception nobody expected, reported as one line asking for a bug report (never a "
          "traceback)"),
 }

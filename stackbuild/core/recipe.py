@@ -154,6 +154,16 @@ class Geometry:
 
 
 @dataclass(frozen=True)
+class QualifyExpectations:
+    """What `build.py qualify` must measure on this recipe's deployment; below it qualify exits 25."""
+
+    # output tokens per second over the prompt set (temperature 0, stream false, thinking off)
+    min_decode_tokens_per_s: Optional[float] = None
+    # accepted / draft tokens over the runs (0 to 1)
+    min_acceptance: Optional[float] = None
+
+
+@dataclass(frozen=True)
 class Overlay:
     series: str
 
@@ -179,6 +189,7 @@ class Recipe:
     overlay: Overlay
     image: ImageSpec
     description: str = ""
+    qualify: QualifyExpectations = field(default_factory=QualifyExpectations)
     # `platform: P` for one, `platforms: [P, Q]` for several; loaded, `platform` is the one this
     # view builds (the first listed) and `platforms` all of them (see for_platform).
     platform: str = ""
@@ -437,6 +448,11 @@ def _check_rules(path: Path, recipe: Recipe, platform_keys: tuple[str, ...]) -> 
     block = recipe.drafter_block_size
     if serving.num_speculative_tokens != block - 1:
         raise RecipeError(path, "serving.num_speculative_tokens", f"must be {block - 1} (the drafter's block size {block} minus the target's own token), got {serving.num_speculative_tokens}")
+    q = recipe.qualify
+    if q.min_decode_tokens_per_s is not None and not 0 < q.min_decode_tokens_per_s < 1e7:
+        raise RecipeError(path, "qualify.min_decode_tokens_per_s", f"must be a positive rate, got {q.min_decode_tokens_per_s}")
+    if q.min_acceptance is not None and not 0 <= q.min_acceptance <= 1:
+        raise RecipeError(path, "qualify.min_acceptance", f"must be a fraction from 0 to 1, got {q.min_acceptance}")
     if not SERIES_RE.match(recipe.overlay.series):
         raise RecipeError(path, "overlay.series", f"must be the name of a directory in {OVERLAY_SERIES_DIR.relative_to(REPO_ROOT)}/ (no path), got {recipe.overlay.series!r}")
     if not recipe.series_dir.is_dir():

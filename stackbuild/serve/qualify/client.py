@@ -1,0 +1,239 @@
+"""The HTTP side of `qualify`: one vLLM OpenAI server, its API key, and the errors a user must tell apart."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import requests
+
+from stackbuild.core.errors import ModelNotServed, NotVllmServer, ServerAuthRefused, ServerUnreachable
+
+# Seconds one request may take before the server counts as not answering (a generation's own budget).
+REQUEST_TIMEOUT_S = 300
+CONNECT_TIMEOUT_S = 5
+
+
+class Retryable(Exception):
+    """The server is not ready yet (nothing listens, 5xx, connection reset): retried until the readiness timeout."""
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One non-streamed generation: its text, the tokens the server counted and the wall time."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """One streamed generation: the time to its first token, its text, the wall time."""
+
+    ttft_s: float
+    text: str
+    seconds: float
+
+
+class Server:
+    """A vLLM OpenAI server at ``url``; ``api_key`` is sent as a bearer token (never logged)."""
+
+    def __init__(self, url: str, api_key: Optional[str] = None, *, role: str = "--url"):
+        self.url = url.rstrip("/")
+        self.role = role
+        self._session = requests.Session()
+        if api_key:
+            self._session.headers["Authorization"] = f"Bearer {api_key}"
+
+    # ------------------------------------------------------------------ transport
+    def _request(self, method: str, path: str, *, retry: bool = False, **kw) -> requests.Response:
+        where = f"{self.role} {self.url}{path}"
+        try:
+            response = self._session.request(method, self.url + path,
+                                              timeout=(CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S), **kw)
+        except requests.exceptions.ConnectionError as exc:
+            if retry:
+                raise Retryable(f"{where}: nothing answers ({_reason(exc)})") from None
+            raise ServerUnreachable(f"{where}: nothing answers ({_reason(exc)})") from None
+        except requests.exceptions.Timeout:
+            if retry:
+                raise Retryable(f"{where}: no answer within {REQUEST_TIMEOUT_S} s") from None
+            raise ServerUnreachable(f"{where}: no answer within {REQUEST_TIMEOUT_S} s") from None
+        except requests.exceptions.RequestException as exc:  # an unusable URL (no scheme, bad host)
+            raise ServerUnreachable(f"{where}: {type(exc).__name__}: {_reason(exc)}") from None
+        if response.status_code in (401, 403):
+            raise ServerAuthRefused(f"{where}: HTTP {response.status_code}: the server refused the API key "
+                                    "(give it with --api-key-env VAR)")
+        if retry and response.status_code >= 500:
+            raise Retryable(f"{where}: HTTP {response.status_code}")
+        return response
+
+    def _json(self, response: requests.Response, path: str) -> dict:
+        try:
+            data = response.json()
+        except ValueError:
+            raise NotVllmServer(f"{self.role} {self.url}{path}: HTTP {response.status_code}, not JSON: "
+                                "not a vLLM OpenAI server") from None
+        if not isinstance(data, dict):
+            raise NotVllmServer(f"{self.role} {self.url}{path}: not a JSON object: not a vLLM OpenAI server")
+        return data
+
+    # ------------------------------------------------------------------ endpoints
+    def models(self, *, retry: bool = False) -> tuple[str, ...]:
+        """The names /v1/models lists."""
+        response = self._request("GET", "/v1/models", retry=retry)
+        if response.status_code != 200:
+            raise NotVllmServer(f"{self.role} {self.url}/v1/models: HTTP {response.status_code}: "
+                                "not a vLLM OpenAI server")
+        data = self._json(response, "/v1/models").get("data")
+        if not isinstance(data, list) or not all(isinstance(m, dict) and "id" in m for m in data):
+            raise NotVllmServer(f"{self.role} {self.url}/v1/models: no model list: not a vLLM OpenAI server")
+        return tuple(str(m["id"]) for m in data)
+
+    def pick_model(self, wanted: Optional[str], *, retry: bool = False) -> str:
+        served = self.models(retry=retry)
+        if wanted is None:
+            if len(served) != 1:
+                raise ModelNotServed(f"{self.role} {self.url} serves {', '.join(served) or 'no model'}: "
+                                     "name one with --model")
+            return served[0]
+        if wanted not in served:
+            raise ModelNotServed(f"{self.role} {self.url} does not serve model {wanted!r} "
+                                 f"(it serves {', '.join(served) or 'none'}): --model")
+        return wanted
+
+    def metrics_text(self) -> str:
+        response = self._request("GET", "/metrics")
+        if response.status_code != 200:
+            raise NotVllmServer(f"{self.role} {self.url}/metrics: HTTP {response.status_code}: "
+                                "not a vLLM server (qualify reads its counters)")
+        return response.text
+
+    def version(self) -> Optional[str]:
+        """vLLM's /version, or None when the server has none."""
+        response = self._request("GET", "/version")
+        if response.status_code != 200:
+            return None
+        try:
+            return str(response.json().get("version"))
+        except (ValueError, AttributeError):
+            return None
+
+    def tokenize(self, model: str, text: str) -> list[int]:
+        response = self._request("POST", "/tokenize", json={"model": model, "prompt": text,
+                                                            "add_special_tokens": False})
+        if response.status_code != 200:
+            raise NotVllmServer(f"{self.role} {self.url}/tokenize: HTTP {response.status_code}: not a vLLM server")
+        return list(self._json(response, "/tokenize")["tokens"])
+
+    def chat(self, model: str, prompt: str, max_tokens: int) -> Completion:
+        """A non-streamed chat generation at temperature 0, thinking off where the template has the switch."""
+        body = _chat_body(model, prompt, max_tokens, stream=False)
+        start = time.perf_counter()
+        response = self._request("POST", "/v1/chat/completions", json=body)
+        seconds = time.perf_counter() - start
+        data = self._generation(response, "/v1/chat/completions", model)
+        usage = data.get("usage") or {}
+        return Completion(text=data["choices"][0]["message"].get("content") or "",
+                          prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                          completion_tokens=int(usage.get("completion_tokens", 0)), seconds=seconds)
+
+    def complete_ids(self, model: str, prompt_ids: list[int], max_tokens: int) -> Completion:
+        """A non-streamed completion of a prompt given as token ids (the prefix-cache probe)."""
+        body = {"model": model, "prompt": prompt_ids, "max_tokens": max_tokens, "temperature": 0, "stream": False}
+        start = time.perf_counter()
+        response = self._request("POST", "/v1/completions", json=body)
+        seconds = time.perf_counter() - start
+        data = self._generation(response, "/v1/completions", model)
+        usage = data.get("usage") or {}
+        return Completion(text=data["choices"][0].get("text") or "", prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                          completion_tokens=int(usage.get("completion_tokens", 0)), seconds=seconds)
+
+    def stream_chat(self, model: str, prompt: str, max_tokens: int, *, retry: bool = False) -> Streamed:
+        """A streamed chat generation; the time to the first chunk that carries text."""
+        body = _chat_body(model, prompt, max_tokens, stream=True)
+        start = time.perf_counter()
+        response = self._request("POST", "/v1/chat/completions", json=body, stream=True, retry=retry)
+        with response:
+            if response.status_code != 200:
+                self._generation(response, "/v1/chat/completions", model, retry=retry)
+            ttft, parts = None, []
+            try:
+                for delta in _sse_deltas(response):
+                    if delta and ttft is None:
+                        ttft = time.perf_counter() - start
+                    parts.append(delta)
+            except requests.exceptions.RequestException as exc:
+                if retry:
+                    raise Retryable(f"{self.role} {self.url}: the stream broke ({_reason(exc)})") from None
+                raise ServerUnreachable(f"{self.role} {self.url}: the stream broke ({_reason(exc)})") from None
+        seconds = time.perf_counter() - start
+        if ttft is None:
+            if retry:
+                raise Retryable(f"{self.role} {self.url}: a streamed generation ended without a token")
+            ttft = seconds
+        return Streamed(ttft_s=ttft, text="".join(parts), seconds=seconds)
+
+    def _generation(self, response: requests.Response, path: str, model: str, *, retry: bool = False) -> dict:
+        if response.status_code == 404 and "model" in response.text.lower():
+            raise ModelNotServed(f"{self.role} {self.url}{path}: the server does not serve model {model!r}: --model")
+        if response.status_code != 200:
+            if retry:
+                raise Retryable(f"{self.role} {self.url}{path}: HTTP {response.status_code}")
+            raise NotVllmServer(f"{self.role} {self.url}{path}: HTTP {response.status_code}: "
+                                f"{response.text[:200].strip()}")
+        data = self._json(response, path)
+        if not data.get("choices"):
+            raise NotVllmServer(f"{self.role} {self.url}{path}: no choices in the answer: not a vLLM OpenAI server")
+        return data
+
+
+def _chat_body(model: str, prompt: str, max_tokens: int, *, stream: bool) -> dict:
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+            "temperature": 0, "stream": stream,
+            # thinking off: GLM's (and Qwen3's) chat templates read this switch; others ignore it
+            "chat_template_kwargs": {"enable_thinking": False}}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def _sse_deltas(response: requests.Response) -> Iterator[str]:
+    """The text of each server-sent chunk of a streamed chat generation."""
+    for line in response.iter_lines():
+        if not line or not line.startswith(b"data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            return
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            continue
+        for choice in chunk.get("choices") or ():
+            yield (choice.get("delta") or {}).get("content") or ""
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc)
+    for marker in ("Connection refused", "Name or service not known", "Connection reset", "timed out",
+                   "No route to host", "Temporary failure in name resolution"):
+        if marker in text:
+            return marker.lower()
+    return text.splitlines()[0][:160] if text else type(exc).__name__
+
+
+def wait_until(deadline: float, attempt, *, interval_s: float = 2.0):
+    """``attempt()`` until it returns without Retryable, or ServerUnreachable at ``deadline`` naming the last reason."""
+    last = "no attempt"
+    while True:
+        try:
+            return attempt()
+        except Retryable as exc:
+            last = str(exc)
+        if time.monotonic() + interval_s > deadline:
+            raise ServerUnreachable(f"{last} (still, after the readiness timeout: --ready-timeout)")
+        time.sleep(interval_s)

@@ -1,0 +1,118 @@
+"""The whole qualification of one deployment (and its baseline), and its verdict."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from stackbuild.core.errors import BelowExpectation, QualifyFailed
+from stackbuild.serve.qualify import measure
+from stackbuild.serve.qualify.client import Server
+from stackbuild.serve.qualify.result import SCHEMA, Expectation, PrefixCacheProbe, Qualification, SpecDecode
+from stackbuild.serve.qualify.sanity import OutputCheck
+
+# Acceptance below this is "speculation on but doing nothing" (peer images' silent 0 %).
+NEAR_ZERO_ACCEPTANCE = 0.05
+
+
+@dataclass(frozen=True)
+class Target:
+    """What qualify is told about the deployment: the recipe's facts, when a recipe is given."""
+
+    recipe: Optional[str] = None
+    model: Optional[str] = None
+    speculation: Optional[bool] = None  # None: what the server's /metrics say
+    prefix_caching: Optional[bool] = None  # None: on when the server reports a block size
+    hit_alignment_tokens: Optional[int] = None  # the recipe gate's prediction
+    min_decode_tokens_per_s: Optional[float] = None
+    min_acceptance: Optional[float] = None
+    allow_degenerate: bool = False
+
+
+def qualify(server: Server, target: Target, settings: measure.Settings,
+            baseline: Optional[Server] = None) -> Qualification:
+    model = server.pick_model(target.model, retry=False)
+    measure.snapshot(server)  # a server without vLLM's counters is refused before any generation
+    readiness = measure.ready(server, model, settings)
+    outputs: list[OutputCheck] = []
+    measure.warm_up(server, model, settings)
+    before = measure.snapshot(server)
+    configured = before.speculation_configured if target.speculation is None else target.speculation
+    served = measure.throughput(server, model, settings, readiness, configured, outputs)
+    after = measure.snapshot(server)
+    spec = measure.spec_decode(before, after, configured)
+    if target.hit_alignment_tokens:
+        alignment, source = target.hit_alignment_tokens, "recipe gate (prefix_cache.hit_alignment_tokens)"
+    elif after.block_size:
+        alignment, source = after.block_size, "server (vllm:cache_config_info block_size)"
+    else:
+        alignment, source = None, "unknown: no recipe, and the server reports no block_size"
+    enabled = target.prefix_caching if target.prefix_caching is not None else alignment is not None
+    prefix = measure.prefix_probe(server, model, settings, alignment, source, enabled)
+    base = None
+    if baseline is not None:
+        base_model = baseline.pick_model(target.model or model)
+        base_ready = measure.ready(baseline, base_model, settings)
+        measure.warm_up(baseline, base_model, settings)
+        base = measure.throughput(baseline, base_model, settings, base_ready,
+                                  measure.snapshot(baseline).speculation_configured, outputs)
+    speedup = round(served.tokens_per_s / base.tokens_per_s, 3) if base and base.tokens_per_s else None
+    failures, warnings = _findings(spec, prefix, outputs, target.allow_degenerate)
+    expectations = _expectations(target, served.tokens_per_s, spec.acceptance_rate)
+    return Qualification(schema=SCHEMA, url=server.url, model=model, recipe=target.recipe,
+                         vllm_version=server.version(), served=served, baseline=base, speedup=speedup,
+                         spec_decode=spec, prefix_cache=prefix, outputs=tuple(outputs),
+                         expectations=expectations, failures=tuple(failures), warnings=tuple(warnings))
+
+
+def _findings(spec: SpecDecode, prefix: PrefixCacheProbe, outputs: list[OutputCheck],
+              allow_degenerate: bool) -> tuple[list[str], list[str]]:
+    failures, warnings = [], []
+    if spec.configured and spec.drafts == 0:
+        failures.append(f"speculative decoding is configured but made no drafts over the runs "
+                        f"(drafts +0, draft tokens +{spec.draft_tokens}, accepted +{spec.accepted})")
+    elif spec.configured and (spec.acceptance_rate or 0.0) < NEAR_ZERO_ACCEPTANCE:
+        failures.append(f"speculative decoding accepts almost nothing: {spec.accepted} of {spec.draft_tokens} "
+                        f"draft tokens ({(spec.acceptance_rate or 0.0):.1%} < {NEAR_ZERO_ACCEPTANCE:.0%}) over "
+                        f"{spec.drafts} drafts")
+    if spec.configured and spec.drafts and not spec.per_position_sums_to_accepted:
+        warnings.append(f"accepted per position {list(spec.accepted_per_position)} does not sum to "
+                        f"accepted {spec.accepted}")
+    if prefix.enabled and prefix.shared_prefix_tokens:
+        if prefix.second_hit_tokens < prefix.predicted_hit_tokens:
+            failures.append(f"prefix caching: a prompt sharing {prefix.shared_prefix_tokens} tokens with the one "
+                            f"before hit {prefix.second_hit_tokens} tokens, predicted {prefix.predicted_hit_tokens} "
+                            f"(hits every {prefix.hit_alignment_tokens} tokens, from the {prefix.alignment_source})")
+    elif not prefix.enabled:
+        warnings.append(f"prefix caching not probed: {prefix.alignment_source if prefix.hit_alignment_tokens is None else 'off in the recipe'}")
+    for out in outputs:
+        if out.empty:
+            failures.append(f"output ({out.prompt_class} prompt) is empty")
+        if out.invalid_utf8:
+            failures.append(f"output ({out.prompt_class} prompt) is not valid UTF-8: {out.sample!r}")
+        if out.degenerate:
+            line = f"output ({out.prompt_class} prompt) repeats one short cycle of tokens: {out.sample!r}"
+            (warnings if allow_degenerate else failures).append(line + (" (allowed: --allow-degenerate)"
+                                                                        if allow_degenerate else ""))
+    return failures, warnings
+
+
+def _expectations(target: Target, tokens_per_s: float, acceptance: Optional[float]) -> tuple[Expectation, ...]:
+    out = []
+    if target.min_decode_tokens_per_s is not None:
+        out.append(Expectation("qualify.min_decode_tokens_per_s", target.min_decode_tokens_per_s, tokens_per_s,
+                               tokens_per_s >= target.min_decode_tokens_per_s))
+    if target.min_acceptance is not None:
+        out.append(Expectation("qualify.min_acceptance", target.min_acceptance, acceptance,
+                               acceptance is not None and acceptance >= target.min_acceptance))
+    return tuple(out)
+
+
+def raise_if_failed(result: Qualification) -> None:
+    """QualifyFailed (exit 24) for a misbehaving deployment; BelowExpectation (exit 25) for figures below the recipe's."""
+    if result.failures:
+        raise QualifyFailed("\n".join([f"qualify {result.url}: {len(result.failures)} finding(s)", *result.failures]))
+    missed = [e for e in result.expectations if not e.met]
+    if missed:
+        raise BelowExpectation("\n".join(
+            [f"qualify {result.url}: below the recipe's expectations ({result.recipe})",
+             *(f"{e.key}: measured {e.measured}, expected at least {e.minimum}" for e in missed)]))
