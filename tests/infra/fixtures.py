@@ -135,3 +135,19 @@ def synthetic_base_arm64(docker_engine, registry):
 @pytest.fixture(scope="session")
 def wrong_vllm_base(docker_engine, registry):
     return _checked_base("wrong-version", docker_engine)
+
+
+CPU_SERVING_BASE = "glm53-test/vllm-cpu-serve:0.32.0"  # tests/infra/build_serving_base.sh's IMAGE
+
+
+@pytest.fixture(scope="session")
+def cpu_serving_base(docker_engine) -> str:
+    """The CPU serving base (vllm-cpu 0.32.0) in the local engine, built by build_serving_base.sh."""
+    try:
+        labels = docker_engine.images.get(CPU_SERVING_BASE).labels or {}
+    except Exception as exc:  # noqa: BLE001
+        unavailable(f"CPU serving base {CPU_SERVING_BASE} not in the local engine ({exc}): "
+                    "run tests/infra/build_serving_base.sh")
+    if "org.glm53.test.input-hash" not in labels:
+        unavailable(f"{CPU_SERVING_BASE} was not built by tests/infra/build_serving_base.sh (no input-hash label)")
+    return CPU_SERVING_BASE
