@@ -17,7 +17,8 @@ import pytest
 
 from geometry.preflight import outcome
 from geometry.preflight.checked import CheckedServe, CheckedUnreadable
-from stackbuild.core.errors import GeometryGateFailed, MountedConfigUnusable, PreflightUnchecked, ServeArgsRejected
+from stackbuild.core.errors import (GeometryGateFailed, MountedCheckpointMismatch, MountedConfigUnusable,
+                                    PreflightUnchecked, ServeArgsRejected)
 from geometry.gate_run import run_gate
 from stackbuild.core.gate import gate_input
 from stackbuild.core.preflight_record import checked_serve
@@ -94,7 +95,12 @@ def test_exit_codes_are_the_drivers(tmp_path):
     # the documents' exit-code table is generated from errors.EXIT_CODES (tests/doc_sections.py)
     table = doc_sections.exit_codes()
     assert ("| 16 | pre-flight: a model config.json the serve command points at is missing, unreadable, not a JSON "
-            "object, or one the simulator would misread (the key named) |") in table
+            "object, or one the simulator would misread (the key named); or a checkpoint file is: a shard missing, "
+            "truncated or with a header that does not parse, a tensor the index names absent, no tokenizer or chat "
+            "template for a served parser (the file named) |") in table
+    assert outcome.EXIT_MISMATCH == MountedCheckpointMismatch.exit_code == 19
+    assert "| 19 | pre-flight: the mounted checkpoints are not the recipe's" in table
+    assert "| 19 |" in doc_sections.preflight_exit_codes()
     assert "| 17 | pre-flight: the geometry cannot be checked" in table
 
 
