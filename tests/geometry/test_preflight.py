@@ -236,7 +236,8 @@ built = gate_input(r)
 flags = parse_serve_flags(checked_serve(r, built).argv)
 target = read_config("target", sys.argv[1] + "/" + sys.argv[2], r.target.path)
 drafter = read_config("drafter", sys.argv[1] + "/" + sys.argv[3], r.drafter.path)
-print(json.dumps({"model": flags.model, "drafter": flags.drafter_path, "prefix": flags.enable_prefix_caching,
+print(json.dumps({"flags": flags.to_json(), "recorded": checked_serve(r, built).flags.to_json(),
+                  "model": flags.model, "drafter": flags.drafter_path, "prefix": flags.enable_prefix_caching,
                   "derived": derive_inputs(flags, target, drafter, **{n: getattr(built, n) for n in FROM_THE_BUILD}).to_json(),
                   "built": built.to_json()}))
 """
@@ -256,6 +257,8 @@ def test_the_recipes_argv_means_to_vllm_what_the_build_gated(tmp_path):
     assert (result["model"], result["drafter"]) == (r.target.path, r.drafter.path)
     assert result["prefix"] is True  # --enable-prefix-caching, from serving.enable_prefix_caching
     assert result["derived"] == result["built"]
+    # The fast path reads the served flags from the record: they are what vLLM's parser reads from the argv.
+    assert result["flags"] == result["recorded"]
 
 
 # --- the recipe's pins ---------------------------------------------------------------

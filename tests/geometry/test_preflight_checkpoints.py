@@ -463,3 +463,38 @@ def test_build_py_preflight_refuses_another_revision_exit_19(tmp_path):
     assert run_.returncode == 19, run_.stderr
     assert run_.stderr.startswith(f"error: pre-flight: FAIL: the drafter {models.resolve()}/{DRAFTER_DIR} is snapshot "
                                   "222222222222")
+
+
+# --- the slow path (vLLM's serve parser on an edited argv): the same checks ---------------------------
+
+def _host(tmp_path: Path, models: Path, *extra: str, path: str | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if path is not None:
+        env["PATH"] = path
+    return subprocess.run([sys.executable, str(REPO / "build.py"), "preflight", "--models-dir", str(models), "--",
+                           *extra], capture_output=True, text=True, cwd=REPO, timeout=900, env=env)
+
+
+@pytest.mark.oracle
+def test_gpu_memory_utilization_too_small_for_one_request_is_refused_before_vllm_starts(tmp_path, monkeypatch):
+    fake_nvidia_smi(tmp_path, monkeypatch, "echo 288000")
+    run_ = _host(tmp_path, models_dir(tmp_path / "models"), "--gpu-memory-utilization", "0.02")
+    assert run_.returncode == 5, run_.stdout + run_.stderr
+    error = [line for line in run_.stderr.splitlines() if line.startswith("error: ")]
+    assert len(error) == 1
+    assert error[0].startswith("error: pre-flight: FAIL: re-checked (argv edited, kv_cache_memory_bytes ")
+    assert "one request of max_model_len 1,048,576 tokens needs at least 114 blocks" in error[0]
+
+
+@pytest.mark.oracle
+def test_a_drafter_whose_target_layers_the_target_lacks_is_refused_exit_19(tmp_path):
+    drafter = json.loads((REPO / "recipes" / "glm53-flash-dflash2-gb300" / "configs" / "drafter.config.json")
+                         .read_text())
+    drafter["dflash_config"]["target_layer_ids"][-1] = 45
+    models = models_dir(tmp_path / "models", drafter=drafter)
+    run_ = _host(tmp_path, models)
+    assert run_.returncode == 19, run_.stdout + run_.stderr
+    assert run_.stderr.splitlines()[-1] == (
+        f"error: pre-flight: FAIL: {models.resolve()}/{DRAFTER_DIR}/config.json: dflash_config.target_layer_ids: "
+        f"layer 45 is not one of the target's 45 layers (0-44, num_hidden_layers of "
+        f"{models.resolve()}/{TARGET_DIR}/config.json)")
