@@ -3,7 +3,7 @@
 
 What the image's entrypoint adds before it execs `vllm serve` when the argv and the
 mounted configs are the ones the build checked: a fresh ``python3`` reading the
-build's record and hashing the two config.json, laid out as in the image (payload
+build's record, hashing the two config.json and reading the (synthetic) checkpoints' headers, laid out as in the image (payload
 directory with geometry/preflight/ and the record; models under a directory). Reported as the
 median wall time of --runs fresh processes, next to a bare ``python3 -c pass`` on the
 same machine; target: well under a second (< 0.3 s added).
@@ -27,6 +27,9 @@ from geometry.preflight import checked as checked_mod
 from stackbuild.core.gate import gate_input
 from stackbuild.core.preflight_record import checked_serve
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from models_support import drafter_files, target_files  # noqa: E402  (the tests' synthetic checkpoint)
 
 TARGET_ADDED_S = 0.3
 # The entrypoint's fast path with the models read from MODELS instead of /models: like
@@ -63,10 +66,12 @@ def main(argv=None) -> int:
         shutil.copytree(Path(geometry.__file__).parent, payload / "geometry", ignore=shutil.ignore_patterns("__pycache__"))
         checked = checked_serve(recipe, gate_input(recipe))
         checked_mod.write(checked, str(payload / PREFLIGHT_CHECKED))
-        for model in (recipe.target, recipe.drafter):
+        for model, files in ((recipe.target, target_files()), (recipe.drafter, drafter_files())):
             directory = models / model.path.removeprefix("/models/")
             directory.mkdir(parents=True)
             shutil.copyfile(recipe.directory / model.config, directory / "config.json")
+            for name, data in files.items():  # a whole (tiny) checkpoint: its headers are read
+                (directory / name).write_bytes(data)
         python = sys.executable
         bare = _median_run([python, "-c", "pass"], args.runs)
         fast = _median_run([python, "-c", FAST_PATH, str(payload), str(models)], args.runs)

@@ -12,6 +12,7 @@ Run as ``python build.py COMMAND`` from the checkout::
     python build.py index    --recipe R [--force]          # multi-platform: the index over pushed images
     python build.py compose  --recipe R [-o FILE]
     python build.py preflight --recipe R --models-dir DIR [--role leader|worker] [-- serve args]   # the image's start-time check, here
+    python build.py pin --recipe R --models-dir DIR     # write the mounted snapshots' commits and config sha256s into R
     python build.py verify   IMAGE@DIGEST --recipe R
     python build.py qualify  --url URL [--recipe R] [--baseline-url URL] [--json] [--out DIR]   # measure a running server
 """
@@ -509,6 +510,21 @@ def preflight(recipe_path, models_dir, role, leader_address, node_rank, as_json,
         for line in result.report_lines():
             click.echo(line)
     result.raise_if_failed()
+
+
+@cli.command()
+@recipe_option
+@click.option("--models-dir", required=True, type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="Host directory holding the checkpoints, laid out as `compose --models-dir` mounts it.")
+@json_option
+def pin(recipe_path, models_dir, as_json):
+    """Write the snapshot commits and config sha256s of the checkpoints under --models-dir into the recipe
+    (target/drafter revision and config_sha256), editing only those lines."""
+    from stackbuild.serve.pin import pin as pin_recipe
+
+    result = pin_recipe(recipe_path, models_dir)
+    text = "; ".join(f"{p['role']}.revision {p['revision']}" for p in result["pins"])
+    emit(as_json, result, f"{'pinned' if result['changed'] else 'already pinned'} in {result['recipe']}: {text}")
 
 
 @cli.command()

@@ -1,10 +1,16 @@
 """The pre-flight check itself: argv + mounted configs -> an Outcome.
 
 Fast path (stdlib only): the argv is the one the build checked and both
-mounted configs have the sha256 of the recipe's snapshots -> pass at once.
-Otherwise every geometry input is derived from the argv (vLLM's own serve
-parser) and the mounted configs, and the simulator, the gate and the
-cross-check against the installed vLLM run on them, as the build's gate did.
+mounted configs have the sha256 of the recipe's snapshots -> the served flags
+are the record's. Otherwise vLLM's own serve parser reads them from the argv.
+Either way the mounted checkpoints are then checked from their files, never
+loading a weight (mounted.py: identity, completeness, quantization and
+precision, drafter wiring, tokenizer), and the KV budget is the one this start
+gets (memory.py: the flags, the GPU). The fast path then passes at once when
+that budget is the recipe's, or re-judges the build's geometry with it (the
+simulator and the gate, no vLLM). The slow path derives every geometry input
+from the flags and the mounted configs and runs the simulator, the gate and
+the cross-check against the installed vLLM on them, as the build's gate did.
 """
 
 from __future__ import annotations
@@ -13,8 +19,12 @@ import os
 from typing import Callable, Optional, Sequence
 
 from .checked import CheckedServe
+from .checkpoint import CheckpointUnusable
 from .configs import ConfigUnusable, MountedConfig, read_config
-from .outcome import EXIT_CONFIG, EXIT_GEOMETRY, EXIT_SERVE_FLAGS, EXIT_UNCHECKED, PASSED, PREFIX, Outcome, refused
+from .memory import Budget, kv_budget
+from .mounted import CheckpointMismatch, Mounted, check_mounted
+from .outcome import (EXIT_CONFIG, EXIT_GEOMETRY, EXIT_MISMATCH, EXIT_SERVE_FLAGS, EXIT_UNCHECKED, PASSED, PREFIX,
+                      Outcome, refused)
 from .serve_flags import ServeFlags, ServeFlagsRejected, parse_serve_flags
 
 # The speculative method the simulator models (DFlash / DFlash2 drafters).
@@ -153,26 +163,43 @@ def check(argv: Sequence[str], checked: CheckedServe, *, locate: Callable[[str],
     if _asks_for_help(argv):
         return Outcome(PASSED, (f"{PREFIX} nothing to check: vLLM is asked for its help, it serves nothing",))
     same_argv = checked.as_built(argv)
+    fast = False
     try:
         if same_argv:  # the build's argv names the recipe's model paths
             target = read_config("target", locate(checked.target.path), checked.target.path)
             drafter = read_config("drafter", locate(checked.drafter.path), checked.drafter.path)
-            if target.sha256 == checked.target.config_sha256 and drafter.sha256 == checked.drafter.config_sha256:
-                return _as_built(checked, target, drafter)
-        progress(f"{PREFIX} {'the configs differ' if same_argv else 'the argv differs'} from the build's: "
-                 "re-checking with vLLM's serve parser, the simulator and vLLM's planner (seconds)")
-        flags = _parse(argv)
-        target, drafter = _read_configs(flags, locate)
-    except ConfigUnusable as exc:
+            fast = target.sha256 == checked.target.config_sha256 and drafter.sha256 == checked.drafter.config_sha256
+        if fast:
+            flags = checked.flags
+        else:
+            progress(f"{PREFIX} {'the configs differ' if same_argv else 'the argv differs'} from the build's: "
+                     "re-checking with vLLM's serve parser, the simulator and vLLM's planner (seconds)")
+            flags = _parse(argv)
+            target, drafter = _read_configs(flags, locate)
+        mounted = check_mounted(checked, flags, target, drafter, locate)
+    except (ConfigUnusable, CheckpointUnusable) as exc:
         return refused(EXIT_CONFIG, str(exc))
+    except CheckpointMismatch as exc:
+        return refused(EXIT_MISMATCH, str(exc))
     except ServeFlagsRejected as exc:
         return refused(EXIT_SERVE_FLAGS, f"vLLM's serve parser rejects the argv: {exc}")
     except ModuleNotFoundError as exc:
         return refused(EXIT_UNCHECKED, f"vLLM's serve parser cannot be imported here ({exc}): nothing was checked")
     from geometry.errors import BadInput
 
-    warnings = snapshot_warnings(checked, target, drafter)
+    warnings = [*mounted.notices, *snapshot_warnings(checked, target, drafter)]
+    budget = kv_budget(kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
+                       gpu_memory_utilization=flags.gpu_memory_utilization,
+                       tensor_parallel_size=flags.tensor_parallel_size, weights_bytes=mounted.tensor_bytes,
+                       recipe_bytes=checked.gate_input.kv_cache_memory_bytes)
+    if budget.kv_cache_memory_bytes <= 0:
+        return refused(EXIT_GEOMETRY, f"no memory is left for the KV cache: {budget.source}", *warnings)
+    if fast:
+        if budget.from_recipe:
+            return _as_built(checked, target, drafter, mounted, budget, warnings)
+        return _rejudged(checked, target, drafter, mounted, budget, warnings)
     built = {name: getattr(checked.gate_input, name) for name in FROM_THE_BUILD}
+    built["kv_cache_memory_bytes"] = budget.kv_cache_memory_bytes
     try:
         inputs = derive_inputs(flags, target, drafter, **built)
     except Unchecked as exc:
@@ -180,7 +207,7 @@ def check(argv: Sequence[str], checked: CheckedServe, *, locate: Callable[[str],
     except BadInput as exc:
         return refused(EXIT_UNCHECKED, f"re-check cannot model this: {exc}", *warnings)
     changed = differences(checked, argv, inputs, target, drafter)
-    return _geometry(inputs, changed, warnings, overlay_manifest)
+    return _geometry(inputs, changed, warnings, overlay_manifest, f"{mounted.summary()}; KV budget: {budget.source}")
 
 
 def _parse(argv: Sequence[str]) -> ServeFlags:
@@ -193,14 +220,40 @@ def _parse(argv: Sequence[str]) -> ServeFlags:
     return parse_serve_flags(argv)
 
 
-def _as_built(checked: CheckedServe, target: MountedConfig, drafter: MountedConfig) -> Outcome:
-    return Outcome(PASSED, (
-            f"{PREFIX} PASS: the geometry the build checked (argv as built, target and drafter config.json "
+def _as_built_phrase(checked: CheckedServe, target: MountedConfig, drafter: MountedConfig) -> str:
+    return (f"the geometry the build checked (argv as built, target and drafter config.json "
             f"are the recipe's snapshots {_short(target.sha256)} / {_short(drafter.sha256)}; "
-            f"{checked.target.id} {_pinned(checked.target)}, {checked.drafter.id} {_pinned(checked.drafter)})",))
+            f"{checked.target.id} {_pinned(checked.target)}, {checked.drafter.id} {_pinned(checked.drafter)})")
 
 
-def _geometry(inputs, changed: str, warnings: list[str], overlay_manifest: Optional[str]) -> Outcome:
+def _as_built(checked: CheckedServe, target: MountedConfig, drafter: MountedConfig, mounted: Mounted,
+              budget: Budget, warnings: list[str]) -> Outcome:
+    return Outcome(PASSED, (f"{PREFIX} PASS: {_as_built_phrase(checked, target, drafter)}; {mounted.summary()}; "
+                            f"KV budget: {budget.source}", *warnings))
+
+
+def _fit(verdict) -> str:
+    return (f"{verdict.num_blocks_with:,} blocks of {verdict.bytes_per_block_with:,} B"
+            if verdict.num_blocks_with is not None else "no KV blocks")
+
+
+def _rejudged(checked: CheckedServe, target: MountedConfig, drafter: MountedConfig, mounted: Mounted,
+              budget: Budget, warnings: list[str]) -> Outcome:
+    """The build's geometry with the KV budget this start has: the simulator and the gate's serving
+    limits (stdlib; the build's cross-check stands, the pages do not depend on the budget)."""
+    from geometry.gate_run import run_gate
+
+    verdict = run_gate(checked.gate_input.replace(kv_cache_memory_bytes=budget.kv_cache_memory_bytes)).verdict
+    if not verdict.passed:
+        more = len(verdict.reasons) - 1
+        return refused(EXIT_GEOMETRY, f"with the KV budget at start ({budget.source}): {verdict.reasons[0]}"
+                       + (f" (and {more} more below)" if more else ""),
+                       *(f"  - {r}" for r in verdict.reasons[1:]), *warnings)
+    return Outcome(PASSED, (f"{PREFIX} PASS: {_as_built_phrase(checked, target, drafter)}; {mounted.summary()}; "
+                            f"{_fit(verdict)} with the KV budget at start: {budget.source}", *warnings))
+
+
+def _geometry(inputs, changed: str, warnings: list[str], overlay_manifest: Optional[str], mounted: str) -> Outcome:
     """The gate (geometry.gate_run) on the re-derived ``inputs``, then the cross-check: the installed vLLM
     plans the same inputs and the simulator must agree field by field when it models that vLLM (the
     image: patched; a host venv: stock). A geometry that does not fit is refused without it."""
@@ -232,9 +285,9 @@ def _geometry(inputs, changed: str, warnings: list[str], overlay_manifest: Optio
         return refused(EXIT_UNCHECKED, f"re-checked ({changed}): the simulator and the installed vLLM disagree: "
                                        f"{diffs[0]}" + (f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""),
                        *warnings)
-    fit = (f"{verdict.num_blocks_with:,} blocks of {verdict.bytes_per_block_with:,} B"
-           if verdict.num_blocks_with is not None else "no KV blocks")
+    fit = _fit(verdict)
     agrees = ("the installed vLLM agrees" if installed == inputs.vllm_behaviour
               else f"the installed vLLM ({installed}) agrees with the simulator's {installed} model")
-    return Outcome(PASSED, (f"{PREFIX} PASS: re-checked ({changed}): every drafter page fits, {fit}; {agrees}",
+    return Outcome(PASSED, (f"{PREFIX} PASS: re-checked ({changed}): every drafter page fits, {fit}; {mounted}; "
+                            f"{agrees}",
                             *warnings))

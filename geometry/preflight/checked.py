@@ -15,6 +15,8 @@ from typing import Any, Mapping, Optional
 
 from geometry.inputs import GeometryInputs
 
+from .serve_flags import ServeFlags
+
 SCHEMA = "glm53-preflight-checked/1"
 
 
@@ -30,6 +32,10 @@ class CheckedModel:
     path: str  # the directory the argv names, inside the container
     revision: Optional[str]  # the checkpoint commit the recipe pins (None: not pinned)
     config_sha256: str  # sha256 of the config.json snapshot the gate checked
+    # What the recipe says the weights are: the target's quantization (vLLM's name, "none":
+    # unquantized; None: not stated), the drafter's precision ("bf16", "mxfp8").
+    quantization: Optional[str] = None
+    precision: Optional[str] = None
 
 
 # The names of a role's slots (argv positions filled where the role is deployed): the address
@@ -73,6 +79,7 @@ class CheckedServe:
     target: CheckedModel
     drafter: CheckedModel
     gate_input: GeometryInputs  # what the build's gate checked
+    flags: ServeFlags  # what ``argv`` means to vLLM's serve parser (the fast path reads it instead of parsing)
     roles: tuple[CheckedRole, ...] = ()  # a multi-node recipe's per-role argvs (same geometry per rank)
 
     def as_built(self, argv: tuple[str, ...]) -> bool:
@@ -87,6 +94,7 @@ class CheckedServe:
             "target": asdict(self.target),
             "drafter": asdict(self.drafter),
             "gate_input": json.loads(json.dumps(self.gate_input.to_json())),
+            "flags": self.flags.to_json(),
         }
         if self.roles:  # a single-node record stays as it was
             data["roles"] = [{"role": r.role, "nnodes": r.nnodes, "argv": list(r.argv), "slots": dict(r.slots)}
@@ -107,6 +115,7 @@ class CheckedServe:
                 target=CheckedModel(**data["target"]),
                 drafter=CheckedModel(**data["drafter"]),
                 gate_input=GeometryInputs.from_json(data["gate_input"]),
+                flags=ServeFlags.from_json(data["flags"]),
                 roles=tuple(_role(r) for r in data.get("roles", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:  # BadInput is a ValueError

@@ -2,8 +2,12 @@
 
 The codes are the build driver's for the same faults (stackbuild/errors.py
 reads them from here): 5 the geometry gate refuses, 11 vLLM's serve parser
-refuses the argv; and the pre-flight's own: 16 a config.json the argv points
-at is missing, unreadable or not JSON, 17 the geometry cannot be checked (a
+refuses the argv; and the pre-flight's own: 16 a config.json or checkpoint file
+the argv points at is missing, unreadable or corrupt (a shard missing or
+truncated, a safetensors header that does not parse, no tokenizer or chat
+template for a served parser), 26 the checkpoints are whole but not what the
+recipe and the argv say (revision, quantization, drafter precision, drafter
+wiring), 17 the geometry cannot be checked (a
 setup the simulator does not model, the simulator and the installed vLLM
 disagree, vLLM missing, the image's record of the build unreadable), 2 an
 unknown GLM53_PREFLIGHT mode.
@@ -19,6 +23,7 @@ EXIT_GEOMETRY = 5
 EXIT_SERVE_FLAGS = 11
 EXIT_CONFIG = 16
 EXIT_UNCHECKED = 17
+EXIT_MISMATCH = 26
 
 PREFIX = "pre-flight:"
 

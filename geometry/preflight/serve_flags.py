@@ -31,12 +31,35 @@ class ServeFlags:
     mamba_cache_mode: Optional[str]
     kv_cache_memory_bytes: Optional[int]
     speculative_config: Optional[Mapping[str, Any]]
+    # What the start-time checks beyond the geometry read: the memory share, the tokenizer
+    # the parsers need (None: the model's own directory), an explicit chat template.
+    gpu_memory_utilization: float
     max_num_seqs: Optional[int] = None
+    tool_call_parser: Optional[str] = None
+    reasoning_parser: Optional[str] = None
+    tokenizer: Optional[str] = None
+    chat_template: Optional[str] = None
 
     @property
     def drafter_path(self) -> Optional[str]:
         spec = self.speculative_config
         return None if spec is None else spec.get("model")
+
+    @property
+    def num_speculative_tokens(self) -> Optional[int]:
+        spec = self.speculative_config
+        return None if spec is None else spec.get("num_speculative_tokens")
+
+    def to_json(self) -> dict:
+        return {name: (dict(value) if isinstance(value, Mapping) else value)
+                for name, value in ((f, getattr(self, f)) for f in self.__dataclass_fields__)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "ServeFlags":
+        """The inverse of to_json (a TypeError names a missing or unknown field)."""
+        if not isinstance(data, Mapping):
+            raise TypeError("flags must be an object")
+        return cls(**data)
 
 
 class ServeFlagsRejected(Exception):
@@ -131,4 +154,9 @@ def parse_serve_flags(argv: Sequence[str]) -> ServeFlags:
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         speculative_config=dict(spec) if spec is not None else None,
         max_num_seqs=args.max_num_seqs,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        tool_call_parser=args.tool_call_parser,
+        reasoning_parser=args.reasoning_parser,
+        tokenizer=args.tokenizer,
+        chat_template=args.chat_template,
     )

@@ -246,6 +246,13 @@ class MountedConfigUnusable(StackBuildError):
     exit_code = _preflight.EXIT_CONFIG
 
 
+class MountedCheckpointMismatch(StackBuildError):
+    """Pre-flight: the mounted checkpoints are whole but not the recipe's (revision, quantization, precision)
+    or do not fit each other or the argv (drafter wiring)."""
+
+    exit_code = _preflight.EXIT_MISMATCH
+
+
 class PreflightUnchecked(StackBuildError):
     """Pre-flight: the geometry cannot be checked (not modelled, simulator vs vLLM disagree, no vLLM)."""
 
@@ -254,7 +261,7 @@ class PreflightUnchecked(StackBuildError):
 
 # The error each of the pre-flight's exit codes stands for on the host (build.py preflight).
 PREFLIGHT_ERRORS = {cls.exit_code: cls for cls in (GeometryGateFailed, ServeArgsRejected, MountedConfigUnusable,
-                                                    PreflightUnchecked)}
+                                                    PreflightUnchecked, MountedCheckpointMismatch)}
 
 
 # What each exit code means to a user, as the documentation's table shows it (generated from here).
@@ -278,7 +285,9 @@ EXIT_CODES = {
     15: ("an output path (`-o`): its directory is missing or unwritable, it is a directory, or it is a file git "
          "tracks that is not this command's output for this recipe"),
     16: ("pre-flight: a model config.json the serve command points at is missing, unreadable, not a JSON object, "
-         "or one the simulator would misread (the key named)"),
+         "or one the simulator would misread (the key named); or a checkpoint file is: a shard missing, truncated "
+         "or with a header that does not parse, a tensor the index names absent, no tokenizer or chat template "
+         "for a served parser (the file named)"),
     17: ("pre-flight: the geometry cannot be checked (a setup the simulator does not model, the simulator and the "
          "installed vLLM disagree, no vLLM to parse the flags)"),
     18: "`deploy`: a generated Kubernetes manifest fails the Kubernetes schemas or the LeaderWorkerSet schema",
@@ -293,6 +302,10 @@ EXIT_CODES = {
     24: ("`qualify`: the deployment misbehaves: speculation configured but no drafts or acceptance near zero, prefix "
          "caching hitting less than predicted, empty, non-UTF-8 or degenerate output (each finding with its numbers)"),
     25: "`qualify`: a measured figure is below the recipe's `qualify.min_decode_tokens_per_s` / `qualify.min_acceptance`",
+    26: ("pre-flight: the mounted checkpoints are not the recipe's or do not fit each other: a snapshot commit "
+         "other than the pinned revision, another quantization than target.quantization, drafter tensors not of "
+         "drafter.precision, drafter target layers or hidden size the target lacks, num_speculative_tokens not "
+         "the drafter block minus one"),
     70: ("internal error: an exception nobody expected, reported as one line asking for a bug report (never a "
          "traceback)"),
 }

@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from stackbuild.core.serve_args import role_commands, serve_argv
+from stackbuild.core.serve_args import role_commands, serve_argv, speculative_config
 from geometry.inputs import GeometryInputs
 from geometry.preflight.checked import CheckedModel, CheckedRole, CheckedServe
+from geometry.preflight.serve_flags import ServeFlags
 
 from stackbuild.core.recipe import Recipe
 
@@ -25,13 +26,28 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def served_flags(recipe: Recipe) -> ServeFlags:
+    """What the recipe's serve argv means to vLLM's serve parser (the same values
+    preflight/serve_flags.py reads from it: tests/geometry/test_preflight.py holds them equal)."""
+    s = recipe.serving
+    return ServeFlags(model=recipe.target.path, tensor_parallel_size=s.tensor_parallel_size,
+                      kv_cache_dtype=s.kv_cache_dtype, block_size=s.block_size, max_model_len=s.max_model_len,
+                      enable_prefix_caching=s.enable_prefix_caching, mamba_cache_mode=None,
+                      kv_cache_memory_bytes=None, speculative_config=speculative_config(recipe),
+                      gpu_memory_utilization=float(s.gpu_memory_utilization), tool_call_parser=s.tool_call_parser,
+                      reasoning_parser=s.reasoning_parser)
+
+
 def checked_serve(recipe: Recipe, gate_input: GeometryInputs) -> CheckedServe:
     models = {}
     for role, model in (("target", recipe.target), ("drafter", recipe.drafter)):
         models[role] = CheckedModel(id=model.id, path=model.path, revision=model.revision,
-                                    config_sha256=file_sha256(snapshot_path(recipe, model.config)))
+                                    config_sha256=file_sha256(snapshot_path(recipe, model.config)),
+                                    quantization=getattr(model, "quantization", None),
+                                    precision=getattr(model, "precision", None))
     # Recorded as the contract type (a RoleCommand is a CheckedRole that can also fill its slots).
     roles = tuple(CheckedRole(role=c.role, nnodes=c.nnodes, argv=c.argv, slots=dict(c.slots))
                   for c in role_commands(recipe))
     return CheckedServe(recipe=recipe.name, argv=tuple(serve_argv(recipe)), target=models["target"],
-                        drafter=models["drafter"], gate_input=gate_input, roles=roles)
+                        drafter=models["drafter"], gate_input=gate_input, flags=served_flags(recipe),
+                        roles=roles)

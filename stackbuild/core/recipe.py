@@ -104,6 +104,10 @@ class Model:
     revision: Optional[str] = None
     # sha256 of the config snapshot, so it cannot change without the recipe saying so.
     config_sha256: Optional[str] = None
+    # The weights' quantization as vLLM names it (modelopt_fp4: ModelOpt NVFP4; none: unquantized);
+    # the start-time check compares it with the checkpoint's hf_quant_config.json / quantization_config.
+    # None: not stated, not checked.
+    quantization: Optional[Literal["modelopt_fp4", "modelopt", "none"]] = None
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from stackbuild.serve.compose import model_mount_point
 from stackbuild.core.serve_args import LEADER, SlotValues, role_commands
@@ -84,6 +84,20 @@ def _commands(recipe: Recipe, checked, role: Optional[str], leader_address: str,
     return [(command.role, command.filled(values)) for command in commands if role is None or command.role == role]
 
 
+def host_locator(recipe: Recipe, models_dir: Path) -> Callable[[str], str]:
+    """A container path -> where it is on the host: under ``models_dir`` where `compose --models-dir`
+    mounts it (the recipe's models directory), elsewhere the path itself."""
+    mount = model_mount_point(recipe)
+    host_dir = str(Path(models_dir).resolve())
+
+    def locate(path: str) -> str:
+        if path == mount or path.startswith(mount.rstrip("/") + "/"):
+            return host_dir + path[len(mount):]
+        return path
+
+    return locate
+
+
 def check_on_host(recipe: Recipe, models_dir: Path, *, role: Optional[str] = None, leader_address: str = "127.0.0.1",
                   node_rank: int = 1, explicit_role_options: tuple[str, ...] = (),
                   extra_args: tuple[str, ...] = ()) -> HostPreflight:
@@ -93,15 +107,7 @@ def check_on_host(recipe: Recipe, models_dir: Path, *, role: Optional[str] = Non
     """
     from geometry.preflight.run import preflight as run_preflight
 
-    mount = model_mount_point(recipe)
-    host_dir = str(Path(models_dir).resolve())
-
-    def locate(path: str) -> str:
-        # Where `compose --models-dir` mounts the host directory, read it from there.
-        if path == mount or path.startswith(mount.rstrip("/") + "/"):
-            return host_dir + path[len(mount):]
-        return path
-
+    locate = host_locator(recipe, models_dir)
     checked = checked_serve(recipe, gate_input(recipe))
     results = []
     for name, argv in _commands(recipe, checked, role, leader_address, node_rank, explicit_role_options):

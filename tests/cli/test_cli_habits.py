@@ -55,7 +55,8 @@ def test_json_prints_one_object_on_failure(name, tmp_path):
     """A recipe that is not there: exit 2, one line on stderr, and one object on stdout."""
     missing = str(tmp_path / "nowhere" / "recipe.yaml")
     args = {"verify": ["127.0.0.1:5000/a/b@sha256:" + "0" * 64], "preflight": ["--models-dir", str(tmp_path)],
-            "record": ["--image", "x:1"], "deploy": ["--target", "k8s"], "qualify": ["--url", "http://127.0.0.1:1"]}.get(name, [])
+            "pin": ["--models-dir", str(tmp_path)], "record": ["--image", "x:1"], "deploy": ["--target", "k8s"],
+            "qualify": ["--url", "http://127.0.0.1:1"]}.get(name, [])
     done = run(name, *args, "--recipe", missing, "--json")
     assert done.returncode == 2, (done.stdout, done.stderr)
     data = json.loads(done.stdout)

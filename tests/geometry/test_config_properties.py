@@ -224,7 +224,8 @@ def _preflight(raw: dict) -> None:
     flags = ServeFlags(model="/target", tensor_parallel_size=raw["tensor_parallel_size"],
                        kv_cache_dtype=raw["kv_cache_dtype"], block_size=raw["block_size"],
                        max_model_len=raw["max_model_len"], enable_prefix_caching=raw["enable_prefix_caching"],
-                       mamba_cache_mode=None, kv_cache_memory_bytes=None, speculative_config=spec)
+                       mamba_cache_mode=None, kv_cache_memory_bytes=None, speculative_config=spec,
+                       gpu_memory_utilization=0.9)
     def mounted(role, data):
         return None if data is None else MountedConfig(role, f"/{role}/config.json", "0" * 64, data)
     built = {"nodes": raw["nodes"], "capability_family": raw["capability_family"],

@@ -16,7 +16,8 @@ import pytest
 
 from geometry.preflight import outcome
 from geometry.preflight.checked import CheckedServe, CheckedUnreadable
-from stackbuild.core.errors import GeometryGateFailed, MountedConfigUnusable, PreflightUnchecked, ServeArgsRejected
+from stackbuild.core.errors import (GeometryGateFailed, MountedCheckpointMismatch, MountedConfigUnusable,
+                                    PreflightUnchecked, ServeArgsRejected)
 from geometry.gate_run import run_gate
 from stackbuild.core.gate import gate_input
 from stackbuild.core.preflight_record import checked_serve
@@ -93,7 +94,12 @@ def test_exit_codes_are_the_drivers(tmp_path):
     # the documents' exit-code table is generated from errors.EXIT_CODES (tests/doc_sections.py)
     table = doc_sections.exit_codes()
     assert ("| 16 | pre-flight: a model config.json the serve command points at is missing, unreadable, not a JSON "
-            "object, or one the simulator would misread (the key named) |") in table
+            "object, or one the simulator would misread (the key named); or a checkpoint file is: a shard missing, "
+            "truncated or with a header that does not parse, a tensor the index names absent, no tokenizer or chat "
+            "template for a served parser (the file named) |") in table
+    assert outcome.EXIT_MISMATCH == MountedCheckpointMismatch.exit_code == 26
+    assert "| 19 | pre-flight: the mounted checkpoints are not the recipe's" in table
+    assert "| 19 |" in doc_sections.preflight_exit_codes()
     assert "| 17 | pre-flight: the geometry cannot be checked" in table
 
 
@@ -229,7 +235,8 @@ built = gate_input(r)
 flags = parse_serve_flags(checked_serve(r, built).argv)
 target = read_config("target", sys.argv[1] + "/" + sys.argv[2], r.target.path)
 drafter = read_config("drafter", sys.argv[1] + "/" + sys.argv[3], r.drafter.path)
-print(json.dumps({"model": flags.model, "drafter": flags.drafter_path, "prefix": flags.enable_prefix_caching,
+print(json.dumps({"flags": flags.to_json(), "recorded": checked_serve(r, built).flags.to_json(),
+                  "model": flags.model, "drafter": flags.drafter_path, "prefix": flags.enable_prefix_caching,
                   "derived": derive_inputs(flags, target, drafter, **{n: getattr(built, n) for n in FROM_THE_BUILD}).to_json(),
                   "built": built.to_json()}))
 """
@@ -249,6 +256,8 @@ def test_the_recipes_argv_means_to_vllm_what_the_build_gated(tmp_path):
     assert (result["model"], result["drafter"]) == (r.target.path, r.drafter.path)
     assert result["prefix"] is True  # --enable-prefix-caching, from serving.enable_prefix_caching
     assert result["derived"] == result["built"]
+    # The fast path reads the served flags from the record: they are what vLLM's parser reads from the argv.
+    assert result["flags"] == result["recorded"]
 
 
 # --- the recipe's pins ---------------------------------------------------------------

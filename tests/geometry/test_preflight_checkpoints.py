@@ -1,0 +1,500 @@
+"""The start-time check of the mounted checkpoints (geometry/preflight/mounted.py, checkpoint.py,
+safetensors_header.py, memory.py), in process on synthetic checkpoints written with the stdlib.
+
+Every case runs the check the image's entrypoint runs (geometry.preflight.check.check) on the
+default recipe's record: the argv as built, so the fast path (no vLLM) unless a case says so.
+``nvidia-smi`` is a script of the test's own first on PATH (by default one that finds no GPU).
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from geometry.preflight import outcome
+from geometry.preflight.check import check
+from geometry.preflight.checkpoint import scan, snapshot_of
+from geometry.preflight.configs import read_config
+from geometry.preflight.memory import ACTIVATION_RESERVE_BYTES, GIB, MIB, kv_budget, gpu_memory
+from geometry.preflight.mounted import CheckpointMismatch, check_wiring
+from geometry.preflight.safetensors_header import ShardUnusable, read_header
+from stackbuild.core.gate import gate_input
+from stackbuild.core.preflight_record import checked_serve
+from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
+
+from models_support import (COMMIT, DRAFTER_DIR, TARGET_DIR, cache_models_dir, drafter_files, models_dir,
+                            safetensors_bytes)
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPE = load_recipe(DEFAULT_RECIPE)
+CHECKED = checked_serve(RECIPE, gate_input(RECIPE))
+SHARD1 = "model-00001-of-00002.safetensors"
+
+
+@pytest.fixture(autouse=True)
+def no_gpu(tmp_path, monkeypatch):
+    """A fake nvidia-smi first on PATH: by default it finds no GPU (as on this host)."""
+    return fake_nvidia_smi(tmp_path, monkeypatch, "echo 'NVIDIA-SMI has failed: no devices' >&2; exit 9")
+
+
+def fake_nvidia_smi(tmp_path: Path, monkeypatch, body: str) -> Path:
+    bin_dir = tmp_path / "fake-bin"
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / "nvidia-smi"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return script
+
+
+def run(models: Path, checked=CHECKED, argv=None) -> outcome.Outcome:
+    return check(argv or checked.argv, checked, locate=lambda p: p.replace("/models", str(models), 1),
+                 overlay_manifest=None)
+
+
+def refused_with(result: outcome.Outcome, code: int) -> str:
+    assert result.code == code, result.lines
+    assert result.lines[0].startswith("pre-flight: FAIL: "), result.lines
+    assert "\n" not in result.lines[0] and "Traceback" not in "".join(result.lines)
+    return result.lines[0][len("pre-flight: FAIL: "):]
+
+
+def pinned(**revisions) -> object:
+    return replace(CHECKED, **{role: replace(getattr(CHECKED, role), revision=rev) for role, rev in revisions.items()})
+
+
+# --- the synthetic checkpoints pass -----------------------------------------------------------
+
+def test_plain_directories_pass_on_the_fast_path_and_say_they_have_no_commit(tmp_path):
+    result = run(models_dir(tmp_path / "models"))
+    assert result.passed, result.lines
+    assert len(result.lines) == 1
+    line = result.lines[0]
+    assert line.startswith("pre-flight: PASS: the geometry the build checked (argv as built")
+    assert ("weights headers complete (target 2 shards, a plain directory: no commit; drafter 1 shard, "
+            "a plain directory: no commit)") in line
+    assert line.endswith("KV budget: the recipe's geometry.kv_cache_memory_gib 150.0 GiB "
+                         "(nvidia-smi exited 9 (NVIDIA-SMI has failed: no devices))")
+
+
+def test_a_cache_snapshot_unpinned_gets_one_notice_per_model_with_the_commit(tmp_path):
+    result = run(cache_models_dir(tmp_path / "models"))
+    assert result.passed, result.lines
+    assert "target 2 shards, snapshot 111111111111; drafter 1 shard, snapshot 222222222222" in result.lines[0]
+    assert result.lines[1:] == (
+        f"pre-flight: notice: the target is snapshot 111111111111 of local-inference-lab/GLM-5.3-Flash-NVFP4, "
+        f"refs/main, the recipe pins no target.revision: `build.py pin --recipe R --models-dir DIR` writes "
+        f"{COMMIT['target']}",
+        f"pre-flight: notice: the drafter is snapshot 222222222222 of incoai/GLM-5.3-Flash-DFlash2, refs/main, "
+        f"the recipe pins no drafter.revision: `build.py pin --recipe R --models-dir DIR` writes {COMMIT['drafter']}")
+
+
+def test_the_pinned_commits_pass_without_a_notice(tmp_path):
+    result = run(cache_models_dir(tmp_path / "models"), pinned(target=COMMIT["target"], drafter=COMMIT["drafter"]))
+    assert result.passed and len(result.lines) == 1, result.lines
+    assert "revision 111111111111" in result.lines[0] and "revision 222222222222" in result.lines[0]
+
+
+def test_another_revision_than_the_pinned_one_is_refused_exit_19(tmp_path):
+    models = cache_models_dir(tmp_path / "models")
+    message = refused_with(run(models, pinned(drafter="3" * 40)), 26)
+    snapshot = (models / "hub" / "models--incoai--GLM-5.3-Flash-DFlash2" / "snapshots" / COMMIT["drafter"]).resolve()
+    assert message == (f"the drafter {models}/{DRAFTER_DIR} is snapshot 222222222222 of incoai/GLM-5.3-Flash-DFlash2, "
+                       f"refs/main, not the recipe's drafter.revision {'3' * 40}")
+    assert snapshot_of(str(models / DRAFTER_DIR)).directory == str(snapshot)
+
+
+def test_a_pinned_recipe_on_a_plain_directory_says_it_cannot_compare(tmp_path):
+    result = run(models_dir(tmp_path / "models"), pinned(target=COMMIT["target"]))
+    assert result.passed
+    assert result.lines[1:] == (f"pre-flight: notice: {tmp_path / 'models' / TARGET_DIR} is a plain directory (no Hub "
+                                "commit in its path): the pinned target.revision 111111111111 cannot be compared",)
+
+
+def test_a_snapshot_of_another_repository_is_named(tmp_path):
+    models = tmp_path / "models"
+    cache_models_dir(models)
+    hub = models / "hub"
+    (hub / "models--incoai--GLM-5.3-Flash-DFlash2").rename(hub / "models--someone--Other")
+    (models / DRAFTER_DIR).unlink()
+    (models / DRAFTER_DIR).symlink_to(Path("hub", "models--someone--Other", "snapshots", COMMIT["drafter"]))
+    result = run(models)
+    assert result.passed
+    assert any("is a snapshot of someone/Other, not of the recipe's incoai/GLM-5.3-Flash-DFlash2" in line
+               for line in result.lines), result.lines
+
+
+# --- completeness -------------------------------------------------------------------------------
+
+def _shard(models: Path) -> Path:
+    return models / TARGET_DIR / SHARD1
+
+
+@pytest.mark.parametrize("case", ["missing", "truncated", "longer", "directory", "not-json", "header-too-long",
+                                  "header-array", "bad-offsets", "tensor-absent", "outside", "absolute",
+                                  "symlink-loop", "dangling", "short", "index-not-json", "no-weights"])
+def test_a_broken_target_checkpoint_is_one_line_exit_16_naming_the_file(tmp_path, case):
+    models = models_dir(tmp_path / "models")
+    target = models / TARGET_DIR
+    shard = _shard(models)
+    index = target / "model.safetensors.index.json"
+    data = shard.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    expected = {
+        "missing": f"{shard} is missing (model.safetensors.index.json places 3 tensors there): is the download "
+                   "complete?",
+        "truncated": f"{shard} is {len(data) - 1:,} bytes, the header says {len(data):,} (8 + {length:,} header + "
+                     f"{len(data) - 8 - length:,} data): truncated",
+        "longer": f"{shard} is {len(data) + 4:,} bytes, the header says {len(data):,}",
+        "directory": f"{shard} is a directory, not a safetensors file",
+        "not-json": f"{shard}: the header is not JSON (line 1: Expecting value)",
+        "header-too-long": f"{shard}: the header length 4,096 is longer than the file ({len(data):,} bytes)",
+        "header-array": f"{shard}: the header is JSON but not an object",
+        "bad-offsets": f"{shard}: header entry 'model.layers.0.mlp.weight' has data_offsets [10, 2]",
+        "tensor-absent": f"{shard}: has no tensor 'model.layers.0.extra', which model.safetensors.index.json places "
+                         "there",
+        "outside": f"{index}: weight_map names the shard '../{DRAFTER_DIR}/model.safetensors', which is outside "
+                   "the checkpoint directory",
+        "absolute": f"{index}: weight_map names the shard '/etc/passwd', which is outside the checkpoint directory",
+        "symlink-loop": f"{shard} cannot be opened: Too many levels of symbolic links",
+        "dangling": f"{shard} does not exist (a dangling symlink)",
+        "short": f"{shard} is 3 bytes: truncated (no 8-byte header length)",
+        "index-not-json": f"{index} is not JSON (line 1: Expecting value)",
+        "no-weights": f"the target checkpoint {target} has neither model.safetensors.index.json nor "
+                      "model.safetensors: no safetensors weights (is the download complete?)",
+    }[case]
+    weight_map = json.loads(index.read_text())
+    if case == "missing":
+        shard.unlink()
+    elif case == "truncated":
+        shard.write_bytes(data[:-1])
+    elif case == "longer":
+        shard.write_bytes(data + b"\0" * 4)
+    elif case == "directory":
+        shard.unlink()
+        shard.mkdir()
+    elif case == "not-json":
+        shard.write_bytes(data[:8] + b"x" * length + data[8 + length:])
+    elif case == "header-too-long":
+        shard.write_bytes(struct.pack("<Q", 4096) + data[8:])
+    elif case == "header-array":
+        raw = b"[]" + b" " * (length - 2)
+        shard.write_bytes(data[:8] + raw + data[8 + length:])
+    elif case == "bad-offsets":
+        header = json.loads(data[8:8 + length])
+        header["model.layers.0.mlp.weight"]["data_offsets"] = [10, 2]
+        raw = json.dumps(header).encode()
+        shard.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + length:])
+    elif case == "tensor-absent":
+        weight_map["weight_map"]["model.layers.0.extra"] = SHARD1
+        index.write_text(json.dumps(weight_map))
+    elif case in ("outside", "absolute"):
+        name = f"../{DRAFTER_DIR}/model.safetensors" if case == "outside" else "/etc/passwd"
+        weight_map["weight_map"]["model.layers.0.mlp.weight"] = name
+        index.write_text(json.dumps(weight_map))
+    elif case == "symlink-loop":
+        shard.unlink()
+        (target / "loop-b").symlink_to(shard)
+        shard.symlink_to(target / "loop-b")
+    elif case == "dangling":
+        shard.unlink()
+        shard.symlink_to(target / "blobs-gone")
+    elif case == "short":
+        shard.write_bytes(b"abc")
+    elif case == "index-not-json":
+        index.write_text("not json")
+    elif case == "no-weights":
+        index.unlink()
+    message = refused_with(run(models), outcome.EXIT_CONFIG)
+    assert message.startswith(expected), message
+
+
+def test_a_truncated_single_file_drafter_is_refused_with_its_name(tmp_path):
+    models = models_dir(tmp_path / "models")
+    single = models / DRAFTER_DIR / "model.safetensors"
+    single.write_bytes(single.read_bytes()[:-10])
+    assert refused_with(run(models), 16).startswith(f"{single} is ")
+
+
+def test_a_cache_snapshot_whose_blob_is_truncated_is_named_by_its_snapshot_path(tmp_path):
+    models = cache_models_dir(tmp_path / "models")
+    shard = models / TARGET_DIR / SHARD1
+    blob = shard.resolve()
+    blob.write_bytes(blob.read_bytes()[:-3])
+    assert refused_with(run(models), 16).startswith(f"{shard} is ")
+
+
+def test_a_fifo_is_not_opened(tmp_path):
+    models = models_dir(tmp_path / "models")
+    shard = _shard(models)
+    shard.unlink()
+    os.mkfifo(shard)
+    assert refused_with(run(models), 16) == f"{shard} is not a regular file"
+
+
+# --- quantization and precision ---------------------------------------------------------------
+
+def test_another_quantization_than_the_recipes_is_exit_19(tmp_path):
+    models = models_dir(tmp_path / "models")
+    quant = models / TARGET_DIR / "hf_quant_config.json"
+    data = json.loads(quant.read_text())
+    data["quantization"]["quant_algo"] = "FP8"
+    quant.write_text(json.dumps(data))
+    assert refused_with(run(models), 26) == (f"{quant} quantization.quant_algo FP8: the target is modelopt, the "
+                                             "recipe's target.quantization is modelopt_fp4")
+
+
+def test_an_unquantized_target_is_not_the_nvfp4_one(tmp_path):
+    models = models_dir(tmp_path / "models")
+    (models / TARGET_DIR / "hf_quant_config.json").unlink()
+    assert refused_with(run(models), 26) == (
+        f"{models / TARGET_DIR} has no hf_quant_config.json and config.json no quantization_config: the target is "
+        "none, the recipe's target.quantization is modelopt_fp4")
+
+
+def test_a_recipe_that_states_no_quantization_does_not_check_it(tmp_path):
+    models = models_dir(tmp_path / "models")
+    (models / TARGET_DIR / "hf_quant_config.json").unlink()
+    assert run(models, replace(CHECKED, target=replace(CHECKED.target, quantization=None))).passed
+
+
+def test_quantization_config_and_hf_quant_config_must_agree(tmp_path):
+    from geometry.preflight.mounted import target_quantization
+
+    models = models_dir(tmp_path / "models")
+    config = read_config("target", str(models / TARGET_DIR), "/models/x")
+    data = dict(config.data, quantization_config={"quant_method": "modelopt", "quant_algo": "NVFP4"})
+    assert target_quantization(str(models / TARGET_DIR), replace(config, data=data))[0] == "modelopt_fp4"
+    data["quantization_config"] = {"quant_method": "fp8"}
+    with pytest.raises(CheckpointMismatch, match=r"the target's quantization files disagree: .*hf_quant_config.json "
+                                                 r"quantization.quant_algo NVFP4 is modelopt_fp4, .* is fp8$"):
+        target_quantization(str(models / TARGET_DIR), replace(config, data=data))
+
+
+def test_a_drafter_with_fp8_tensors_is_not_the_bf16_drafter(tmp_path):
+    models = models_dir(tmp_path / "models")
+    (models / DRAFTER_DIR / "model.safetensors").write_bytes(safetensors_bytes(
+        {"model.layers.0.self_attn.q_proj.weight": ("F8_E4M3", [8, 8]), "model.norm.weight": ("BF16", [8])}))
+    assert refused_with(run(models), 26) == (
+        f"the drafter {models / DRAFTER_DIR} holds F8_E4M3 tensors (e.g. model.layers.0.self_attn.q_proj.weight), "
+        "not the BF16 of drafter.precision bf16")
+
+
+def test_an_mxfp8_drafter_needs_fp8_weights_and_e8m0_scales(tmp_path):
+    models = models_dir(tmp_path / "models")
+    mxfp8 = replace(CHECKED, drafter=replace(CHECKED.drafter, precision="mxfp8"))
+    assert refused_with(run(models, mxfp8), 26).startswith(
+        f"the drafter {models / DRAFTER_DIR} has no F8_E4M3 tensor: not the MXFP8 of drafter.precision mxfp8")
+    (models / DRAFTER_DIR / "model.safetensors").write_bytes(safetensors_bytes(
+        {"model.layers.0.self_attn.q_proj.weight": ("F8_E4M3", [8, 32]),
+         "model.layers.0.self_attn.q_proj.weight_scale": ("U8", [8, 1]), "model.norm.weight": ("BF16", [8])}))
+    assert run(models, mxfp8).passed
+
+
+# --- drafter wiring ----------------------------------------------------------------------------
+
+def _configs(tmp_path: Path, **drafter_changes):
+    models = models_dir(tmp_path / "models")
+    target = read_config("target", str(models / TARGET_DIR), "/models/t")
+    drafter = read_config("drafter", str(models / DRAFTER_DIR), "/models/d")
+    data = dict(drafter.data)
+    for key, value in drafter_changes.items():
+        if key == "target_layer_ids":
+            data["dflash_config"] = dict(data["dflash_config"], target_layer_ids=value)
+        else:
+            data[key] = value
+    return target, replace(drafter, data=data)
+
+
+def test_the_snapshot_drafter_is_wired_to_the_snapshot_target(tmp_path):
+    check_wiring(*_configs(tmp_path), CHECKED.flags)
+
+
+@pytest.mark.parametrize("changes,flags,message", [
+    ({"target_layer_ids": [5, 14, 24, 33, 45]}, {},
+     "dflash_config.target_layer_ids: layer 45 is not one of the target's 45 layers (0-44, num_hidden_layers of "),
+    ({"target_layer_ids": [-1]}, {}, "dflash_config.target_layer_ids: layer -1 is not one of the target's 45 layers"),
+    ({"target_hidden_size": 6144}, {}, "target_hidden_size 6144 is not the target's hidden_size 4096"),
+    ({}, {"num_speculative_tokens": 5},
+     "--speculative-config num_speculative_tokens 5: the drafter's dflash_config.block_size 8 ("),
+], ids=["layer-past-the-end", "negative-layer", "hidden-size", "speculative-tokens"])
+def test_a_drafter_wired_to_what_the_target_lacks_is_refused(tmp_path, changes, flags, message):
+    served = CHECKED.flags
+    if flags:
+        served = replace(served, speculative_config=dict(served.speculative_config, **flags))
+    with pytest.raises(CheckpointMismatch) as info:
+        check_wiring(*_configs(tmp_path, **changes), served)
+    assert message in str(info.value)
+
+
+# --- tokenizer and chat template ---------------------------------------------------------------
+
+def test_a_served_parser_needs_the_tokenizer(tmp_path):
+    models = models_dir(tmp_path / "models")
+    (models / TARGET_DIR / "tokenizer.json").unlink()
+    assert refused_with(run(models), 16) == (
+        f"{models / TARGET_DIR} has no tokenizer (tokenizer.json, tokenizer.model, tiktoken.model, vocab.json), "
+        "which --tool-call-parser glm47 and --reasoning-parser glm45 needs")
+
+
+def test_a_served_parser_needs_a_chat_template(tmp_path):
+    models = models_dir(tmp_path / "models")
+    config = models / TARGET_DIR / "tokenizer_config.json"
+    config.write_text("{}")
+    assert refused_with(run(models), 16).startswith(f"{models / TARGET_DIR} has no chat template (")
+    (models / TARGET_DIR / "chat_template.jinja").write_text("{{ messages }}")
+    assert run(models).passed
+    config.write_text("{not json")
+    (models / TARGET_DIR / "chat_template.jinja").unlink()
+    assert refused_with(run(models), 16).startswith(f"{config} is not JSON")
+
+
+def test_no_parser_served_needs_no_tokenizer(tmp_path):
+    models = models_dir(tmp_path / "models")
+    (models / TARGET_DIR / "tokenizer.json").unlink()
+    served = replace(CHECKED.flags, tool_call_parser=None, reasoning_parser=None)
+    assert run(models, replace(CHECKED, flags=served)).passed
+
+
+# --- memory as served ----------------------------------------------------------------------------
+
+def test_the_visible_gpu_sets_the_kv_budget(tmp_path, monkeypatch):
+    fake_nvidia_smi(tmp_path, monkeypatch, "echo 288000")
+    result = run(models_dir(tmp_path / "models"))
+    assert result.passed, result.lines
+    line = result.lines[0]
+    assert "with the KV budget at start: --gpu-memory-utilization 0.9 x 288,000 MiB (nvidia-smi) = 253.1 GiB, minus " \
+           "weights 0.0 GiB per rank (safetensors headers / TP 1) minus an activation reserve of 4.0 GiB (an " \
+           "estimate) = 249.1 GiB" in line, line
+    assert line.startswith("pre-flight: PASS: the geometry the build checked (argv as built")
+
+
+@pytest.mark.parametrize("mib,expected", [
+    (8000, "with the KV budget at start (--gpu-memory-utilization 0.9 x 8,000 MiB (nvidia-smi) = 7.0 GiB, minus "
+           "weights 0.0 GiB per rank (safetensors headers / TP 1) minus an activation reserve of 4.0 GiB (an "
+           "estimate) = 3.0 GiB): one request of max_model_len 1,048,576 tokens needs at least 114 blocks"),
+    (4000, "no memory is left for the KV cache: --gpu-memory-utilization 0.9 x 4,000 MiB (nvidia-smi) = 3.5 GiB"),
+], ids=["too-small-for-one-request", "nothing-left"])
+def test_a_gpu_too_small_for_one_request_is_refused_exit_5(tmp_path, monkeypatch, mib, expected):
+    fake_nvidia_smi(tmp_path, monkeypatch, f"echo {mib}")
+    assert refused_with(run(models_dir(tmp_path / "models")), 5).startswith(expected)
+
+
+def test_several_gpus_the_smallest_decides_and_junk_falls_back_to_the_recipe(tmp_path, monkeypatch):
+    fake_nvidia_smi(tmp_path, monkeypatch, "echo 288000; echo 97871")
+    assert gpu_memory().total_bytes == 97871 * MIB
+    fake_nvidia_smi(tmp_path, monkeypatch, "echo '[N/A]'")
+    assert gpu_memory().why_not == "nvidia-smi printed '[N/A]', not a memory size in MiB"
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert gpu_memory().why_not == "no nvidia-smi on PATH"
+
+
+def test_kv_cache_memory_bytes_wins_and_weights_divide_by_tp():
+    from geometry.preflight.memory import GpuMemory
+
+    given = kv_budget(kv_cache_memory_bytes=5 * GIB, gpu_memory_utilization=0.9, tensor_parallel_size=1,
+                      weights_bytes=0, recipe_bytes=1, gpu=GpuMemory(100 * GIB))
+    assert (given.kv_cache_memory_bytes, given.source) == (5 * GIB, "--kv-cache-memory-bytes 5,368,709,120")
+    tp2 = kv_budget(kv_cache_memory_bytes=None, gpu_memory_utilization=0.5, tensor_parallel_size=2,
+                    weights_bytes=20 * GIB, recipe_bytes=1, gpu=GpuMemory(100 * GIB))
+    assert tp2.kv_cache_memory_bytes == 50 * GIB - 10 * GIB - ACTIVATION_RESERVE_BYTES
+    none = kv_budget(kv_cache_memory_bytes=None, gpu_memory_utilization=0.5, tensor_parallel_size=2,
+                     weights_bytes=20 * GIB, recipe_bytes=7, gpu=GpuMemory(None, "no nvidia-smi on PATH"))
+    assert (none.kv_cache_memory_bytes, none.from_recipe) == (7, True)
+
+
+def test_weights_per_rank_come_from_the_headers(tmp_path):
+    models = models_dir(tmp_path / "models")
+    target = scan("target", str(models / TARGET_DIR))
+    # 2 shards x (U8 16x8 + F8 16x1 + BF16 16) bytes
+    assert target.tensor_bytes == 2 * (128 + 16 + 32)
+    assert scan("drafter", str(models / DRAFTER_DIR)).tensor_bytes == sum(
+        read_header(str(models / DRAFTER_DIR / n), n).tensor_bytes for n in drafter_files())
+
+
+# --- any corruption of a header is one line ------------------------------------------------------
+
+def test_corrupted_headers_never_raise_anything_but_one_line(tmp_path):
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    good = safetensors_bytes({"a": ("BF16", [4, 4]), "b": ("F32", [3])})
+    path = tmp_path / "shard.safetensors"
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.integers(0, len(good) - 1), st.binary(min_size=0, max_size=16), st.integers(0, len(good)))
+    def corrupted(at, junk, cut):
+        data = (good[:at] + junk + good[at + len(junk):])[:max(cut, 0) or None]
+        path.write_bytes(data)
+        try:
+            header = read_header(str(path), "shard")
+        except ShardUnusable as exc:
+            assert "\n" not in str(exc) and str(exc).startswith("shard")
+        else:
+            assert header.size == len(data)
+
+    corrupted()
+
+
+# --- the host command, the same code ----------------------------------------------------------------
+
+def test_build_py_preflight_refuses_a_missing_shard_with_its_name(tmp_path):
+    models = models_dir(tmp_path / "models")
+    _shard(models).unlink()
+    run_ = subprocess.run([sys.executable, str(REPO / "build.py"), "preflight", "--models-dir", str(models)],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert run_.returncode == 16, run_.stderr
+    assert run_.stderr == (f"error: pre-flight: FAIL: {_shard(models)} is missing (model.safetensors.index.json "
+                           "places 3 tensors there): is the download complete?\n")
+
+
+def test_build_py_preflight_refuses_another_revision_exit_19(tmp_path):
+    from recipe_copies import copy_recipe
+
+    recipe = copy_recipe(tmp_path, lambda d: d["drafter"].__setitem__("revision", "3" * 40))
+    models = cache_models_dir(tmp_path / "models")
+    run_ = subprocess.run([sys.executable, str(REPO / "build.py"), "preflight", "--recipe", str(recipe),
+                           "--models-dir", str(models)], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert run_.returncode == 26, run_.stderr
+    assert run_.stderr.startswith(f"error: pre-flight: FAIL: the drafter {models.resolve()}/{DRAFTER_DIR} is snapshot "
+                                  "222222222222")
+
+
+# --- the slow path (vLLM's serve parser on an edited argv): the same checks ---------------------------
+
+def _host(tmp_path: Path, models: Path, *extra: str, path: str | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if path is not None:
+        env["PATH"] = path
+    return subprocess.run([sys.executable, str(REPO / "build.py"), "preflight", "--models-dir", str(models), "--",
+                           *extra], capture_output=True, text=True, cwd=REPO, timeout=900, env=env)
+
+
+@pytest.mark.oracle
+def test_gpu_memory_utilization_too_small_for_one_request_is_refused_before_vllm_starts(tmp_path, monkeypatch):
+    fake_nvidia_smi(tmp_path, monkeypatch, "echo 288000")
+    run_ = _host(tmp_path, models_dir(tmp_path / "models"), "--gpu-memory-utilization", "0.02")
+    assert run_.returncode == 5, run_.stdout + run_.stderr
+    error = [line for line in run_.stderr.splitlines() if line.startswith("error: ")]
+    assert len(error) == 1
+    assert error[0].startswith("error: pre-flight: FAIL: re-checked (argv edited, kv_cache_memory_bytes ")
+    assert "one request of max_model_len 1,048,576 tokens needs at least 114 blocks" in error[0]
+
+
+@pytest.mark.oracle
+def test_a_drafter_whose_target_layers_the_target_lacks_is_refused_exit_19(tmp_path):
+    drafter = json.loads((REPO / "recipes" / "glm53-flash-dflash2-gb300" / "configs" / "drafter.config.json")
+                         .read_text())
+    drafter["dflash_config"]["target_layer_ids"][-1] = 45
+    models = models_dir(tmp_path / "models", drafter=drafter)
+    run_ = _host(tmp_path, models)
+    assert run_.returncode == 26, run_.stdout + run_.stderr
+    assert run_.stderr.splitlines()[-1] == (
+        f"error: pre-flight: FAIL: {models.resolve()}/{DRAFTER_DIR}/config.json: dflash_config.target_layer_ids: "
+        f"layer 45 is not one of the target's 45 layers (0-44, num_hidden_layers of "
+        f"{models.resolve()}/{TARGET_DIR}/config.json)")
