@@ -98,7 +98,7 @@ def test_exit_codes_are_the_drivers(tmp_path):
             "truncated or with a header that does not parse, a tensor the index names absent, no tokenizer or chat "
             "template for a served parser (the file named) |") in table
     assert outcome.EXIT_MISMATCH == MountedCheckpointMismatch.exit_code == 26
-    assert "| 19 | pre-flight: the mounted checkpoints are not the recipe's" in table
+    assert "| 26 | pre-flight: the mounted checkpoints are not the recipe's" in table
     assert "| 19 |" in doc_sections.preflight_exit_codes()
     assert "| 17 | pre-flight: the geometry cannot be checked" in table
 
