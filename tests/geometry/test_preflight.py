@@ -99,7 +99,7 @@ def test_exit_codes_are_the_drivers(tmp_path):
             "template for a served parser (the file named) |") in table
     assert outcome.EXIT_MISMATCH == MountedCheckpointMismatch.exit_code == 26
     assert "| 26 | pre-flight: the mounted checkpoints are not the recipe's" in table
-    assert "| 19 |" in doc_sections.preflight_exit_codes()
+    assert "| 26 |" in doc_sections.preflight_exit_codes()
     assert "| 17 | pre-flight: the geometry cannot be checked" in table
 
 
