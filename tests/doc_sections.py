@@ -247,8 +247,32 @@ def preflight_exit_codes() -> str:
     return "\n".join(_table(("code", "what failed"), rows)) + "\n"
 
 
+def default_recipe_requests() -> str:
+    """The default recipe with the overlay: requests of a length that fit at once, per plan."""
+    from geometry.concurrency import concurrency
+
+    run = run_gate(gate_input(load_recipe(DEFAULT_RECIPE)))
+    at_once = concurrency(run.report, run.inputs)
+    labels = {"with_drafter": "with the drafter", "target_only_same_spec": "target alone, same spec",
+              "without_drafter": "target alone, no speculation"}
+    rows = []
+    for i, tokens in enumerate(at_once.contexts):
+        cells = []
+        for label in labels:
+            fit = at_once.fits[label][i]
+            cells.append(f"{_n(fit.requests)} ({_n(fit.blocks_per_request)} blocks each)")
+        rows.append((f"{_n(tokens)} tokens", *cells))
+    head = at_once.headroom
+    intro = ("Requests of a length that fit in the default recipe's pool at once (with the overlay), "
+             "counted as vLLM 0.33.0's KV-cache manager allocates blocks per request:")
+    tail = (f"Attention KV is {_n(head.attention_bytes_per_token)} B per token; the pool holds "
+            f"{_n(head.capacity_tokens)} token slots, {head.share:.2%} of KV memory / bytes per token.")
+    return "\n".join([intro, "", *_table(("", *labels.values()), rows), "", tail]) + "\n"
+
+
 SECTIONS: dict[str, Callable[[], str]] = {
     "default-recipe-verdict": default_recipe_verdict,
+    "default-recipe-requests": default_recipe_requests,
     "prefix-caching": prefix_caching,
     "recipe-verdicts": recipe_verdicts,
     "exit-codes": exit_codes,
