@@ -3,13 +3,14 @@ dummy-weight model): healthy with an API key set, 401 for a request without the 
 unhealthy once the engine process is dead.
 
 The compose service is the generator's own (compose_document of the default recipe, no GPU
-reservation) with the CPU serving image as its image, the tiny model under the recipe's
-models mount, and the tiny model's serve argv as its command (the recipe's GLM argv needs a
-GPU). The API key reaches vLLM through the service's env file, the wiring the generated file
-uses. The ulimits go (this engine may not raise the memlock limit). The check's command is the generated one; only its interval and retries are shortened
-so the test takes minutes, not half an hour, and a dead engine's few seconds are seen; the
-container is not restarted (restart: no) so the status it ends with can be read. One container
-at a time.
+reservation) with the CPU serving base (tests/infra/build_serving_base.sh) as its image, the
+tiny model under the recipe's models mount, and the CPU test deployment's argv as its command
+(tests/recipes/cpu-tiny/serve-args.json; the recipe's GLM argv needs a GPU). The API key reaches
+vLLM through the service's env file, the wiring the generated file uses. The ulimits go (this
+engine may not raise the memlock limit). The check's command is the generated one; only its
+interval and retries are shortened so the test takes minutes, not half an hour, and a dead
+engine's few seconds are seen; the container is not restarted (restart: no) so the status it
+ends with can be read. One container at a time.
 """
 from __future__ import annotations
 
