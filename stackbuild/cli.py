@@ -462,16 +462,21 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
 @click.option("--models-pvc", help="PersistentVolumeClaim holding the model snapshots instead of a host path.")
 @click.option("--ifname", default="eth0", show_default=True, help="NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME in multi-node pods.")
 @click.option("--namespace", help="metadata.namespace of every object (default: none, kubectl's current).")
+@click.option("--api-key-secret", help="Secret whose key 'api-key' becomes the API server's VLLM_API_KEY "
+              "(optional: no Secret, no key; default: <recipe name>-api-key).")
+@click.option("--image-pull-secret", "image_pull_secrets", multiple=True,
+              help="imagePullSecrets entry (repeatable) for a private registry, e.g. a GHCR package (default: none).")
 @click.option("--digest", help="Image digest to pin (default: from the last build report).")
 @json_option
 def deploy(target, recipe_path, owner, repository, output_dir, models_host_path, models_pvc, ifname, namespace,
-           digest, as_json):
+           api_key_secret, image_pull_secrets, digest, as_json):
     """Write Kubernetes manifests: a Deployment (one machine) or a LeaderWorkerSet (serving.nodes > 1), and a Service."""
     from stackbuild.serve.k8s import write_manifests
 
     result = write_manifests(load_recipe(recipe_path), output_dir=output_dir, owner=owner, repository=repository,
                              digest=digest, models_host_path=models_host_path, models_pvc=models_pvc,
-                             ifname=ifname, namespace=namespace)
+                             ifname=ifname, namespace=namespace, api_key_secret=api_key_secret,
+                             image_pull_secrets=image_pull_secrets)
     emit(as_json, result, f"wrote {result['path']} ({', '.join(result['kinds'])})")
 
 

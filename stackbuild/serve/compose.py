@@ -30,6 +30,7 @@ from stackbuild.core.build_report import DEFAULT_REPORT, read_report
 from stackbuild.core.gate import require_passing
 
 from stackbuild.core.serve_args import ranks_per_node, serve_argv
+from stackbuild.serve.health import API_KEY_VARIABLE, readiness_command
 from stackbuild.serve.yaml_text import dump_yaml
 
 COMPOSE_DIR = REPO_ROOT / "compose"
@@ -48,8 +49,6 @@ GPU_ID_RE = re.compile(r"^(\d+|GPU-[0-9A-Fa-f-]+|MIG-[0-9A-Za-z/-]+)$")
 # The image owner when none is given or found in a build report: Compose reads IMAGE_OWNER
 # when the file is used, and refuses to start without it.
 OWNER_FROM_ENV = "${" + OWNER_VARIABLE + ":?set " + OWNER_VARIABLE + " to the registry namespace the image was pushed to}"
-# vLLM reads its API key from this variable when --api-key is not given (put it in the env file).
-API_KEY_VARIABLE = "VLLM_API_KEY"
 
 
 @dataclass(frozen=True)
@@ -244,15 +243,16 @@ def service_document(recipe: Recipe, service: Service, *, image: ImagePin, model
         spec["ports"] = [{"target": s.port, "published": str(service.published_port), "host_ip": s.host_ip,
                           "protocol": "tcp"}]
     spec["environment"] = {**{k: escape(str(v)) for k, v in environment.items()}, **service.environment}
-    # Secrets (HF_TOKEN, ...) go in this file next to the compose file; never inlined here.
+    # Secrets (HF_TOKEN, VLLM_API_KEY, ...) go in this file next to the compose file; never inlined here,
+    # never in the command. Optional (`required: false`, Compose >= 2.24).
     spec["env_file"] = [{"path": env_file_name(recipe), "required": False}]
     if service.probe_host is None:
         spec["healthcheck"] = {"disable": True}
     else:
-        health = ("import sys, urllib.request; sys.exit(0 if urllib.request.urlopen("
-                  f"'http://{service.probe_host}:{s.port}/health', timeout=5).status == 200 else 1)")
+        # /health (the engine) then /v1/models with the env file's VLLM_API_KEY, read inside the
+        # container when the check runs (health.py says why not a generation).
         spec["healthcheck"] = {
-            "test": ["CMD", "python3", "-c", health],
+            "test": ["CMD", *(escape(a) for a in readiness_command(service.probe_host, s.port))],
             "interval": "30s",
             "timeout": "10s",
             "retries": 3,

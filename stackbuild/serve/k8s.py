@@ -22,6 +22,7 @@ from stackbuild.core.naming import OWNER_VARIABLE
 from stackbuild.core.output import check_output, write_text
 from stackbuild.core.gate import require_passing
 from stackbuild.core.recipe import Recipe
+from stackbuild.serve.health import API_KEY_VARIABLE, HEALTH_PATH, readiness_command
 from stackbuild.serve.yaml_text import dump_yaml
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -40,6 +41,12 @@ SERVICE_SUFFIX = "-api"
 # label <name>-<group>-<10-character hash> and our <name>-api.
 MAX_NAME = 48
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# A Secret's name (a DNS subdomain).
+SECRET_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# The key of the API-key Secret that holds the key (kubectl create secret generic NAME --from-literal=api-key=...).
+API_KEY_SECRET_KEY = "api-key"
+API_KEY_SECRET_SUFFIX = "-api-key"
+ARCH_LABEL = "kubernetes.io/arch"
 
 
 @dataclass(frozen=True)
@@ -75,13 +82,40 @@ def object_name(recipe: Recipe) -> str:
     return name.rstrip("-") or "glm53"
 
 
+def default_api_key_secret(recipe: Recipe) -> str:
+    """The Secret the API server's key is read from when --api-key-secret is not given."""
+    return object_name(recipe) + API_KEY_SECRET_SUFFIX
+
+
+def check_secret_name(name: str, flag: str) -> str:
+    if not SECRET_NAME_RE.match(name) or len(name) > 253:
+        raise DeployOptionError(f"{flag}: {name!r} is not a Kubernetes Secret name")
+    return name
+
+
+def architectures(recipe: Recipe) -> tuple[str, ...]:
+    """The node architectures (kubernetes.io/arch values) the recipe's image is built for."""
+    return tuple(p.split("/", 1)[1] for p in (recipe.platforms or (recipe.platform,)))
+
+
+def node_placement(recipe: Recipe) -> dict:
+    """Pod-spec keys that keep the pod off nodes of an architecture the image has no build for:
+    a nodeSelector for one platform, a required node affinity (In) for several."""
+    arches = architectures(recipe)
+    if len(arches) == 1:
+        return {"nodeSelector": {ARCH_LABEL: arches[0]}}
+    term = {"matchExpressions": [{"key": ARCH_LABEL, "operator": "In", "values": list(arches)}]}
+    return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [term]}}}}
+
+
 def _k8s_escape(value: str) -> str:
     """Kubernetes expands $(VAR) in args: a literal one is $$(VAR)."""
     return value.replace("$(", "$$(")
 
 
 def _container(recipe: Recipe, image: str, args: list[str], *, serves_api: bool, multinode: bool,
-               ifname: str) -> dict:
+               ifname: str, api_key_secret: str) -> dict:
     s = recipe.serving
     mount = generate.model_mount_point(recipe)
     env = {**generate.CACHE_ENV, "HF_HUB_OFFLINE": "1", **dict(s.env)}
@@ -101,19 +135,26 @@ def _container(recipe: Recipe, image: str, args: list[str], *, serves_api: bool,
         ],
     }
     if serves_api:
+        # vLLM reads VLLM_API_KEY: from the Secret when it exists (optional: no Secret, no key), never in args.
+        container["env"].append({"name": API_KEY_VARIABLE, "valueFrom": {"secretKeyRef": {
+            "name": api_key_secret, "key": API_KEY_SECRET_KEY, "optional": True}}})
         port = {"port": s.port}
         container["ports"] = [{"name": "http", "containerPort": s.port, "protocol": "TCP"}]
-        container["startupProbe"] = {"httpGet": {"path": "/health", **port}, "periodSeconds": STARTUP_PERIOD_S,
+        # Startup and liveness: /health, the engine's own health (no key needed). Readiness: /health, then
+        # /v1/models with the key from the container's environment (health.py says why not a generation).
+        container["startupProbe"] = {"httpGet": {"path": HEALTH_PATH, **port}, "periodSeconds": STARTUP_PERIOD_S,
                                      "failureThreshold": STARTUP_FAILURES, "timeoutSeconds": 5}
-        container["readinessProbe"] = {"httpGet": {"path": "/v1/models", **port}, "periodSeconds": 10,
-                                       "timeoutSeconds": 5, "failureThreshold": 3}
-        container["livenessProbe"] = {"httpGet": {"path": "/health", **port}, "periodSeconds": 30,
+        container["readinessProbe"] = {"exec": {"command": readiness_command(generate.LOOPBACK, s.port)},
+                                       "periodSeconds": 10, "timeoutSeconds": 10, "failureThreshold": 3}
+        container["livenessProbe"] = {"httpGet": {"path": HEALTH_PATH, **port}, "periodSeconds": 30,
                                       "timeoutSeconds": 10, "failureThreshold": 3}
     return container
 
 
-def _pod_spec(container: dict, volume: ModelVolume) -> dict:
+def _pod_spec(recipe: Recipe, container: dict, volume: ModelVolume, pull_secrets: tuple[str, ...]) -> dict:
     return {
+        **node_placement(recipe),
+        **({"imagePullSecrets": [{"name": n} for n in pull_secrets]} if pull_secrets else {}),
         "containers": [container],
         "volumes": [
             volume.volume(),
@@ -124,9 +165,12 @@ def _pod_spec(container: dict, volume: ModelVolume) -> dict:
 
 
 def manifests(recipe: Recipe, *, image: str, volume: ModelVolume, ifname: str = DEFAULT_IFNAME,
-              namespace: Optional[str] = None) -> list[dict]:
+              namespace: Optional[str] = None, api_key_secret: Optional[str] = None,
+              image_pull_secrets: tuple[str, ...] = ()) -> list[dict]:
     """The manifests as plain data (pure)."""
     s = recipe.serving
+    api_key_secret = api_key_secret or default_api_key_secret(recipe)
+    pull = tuple(image_pull_secrets)
     name = object_name(recipe)
     labels = {APP_LABEL: name, RECIPE_NAME: recipe.name}
     meta = {"name": name, "labels": labels, **({"namespace": namespace} if namespace else {})}
@@ -139,8 +183,9 @@ def manifests(recipe: Recipe, *, image: str, volume: ModelVolume, ifname: str = 
                 "strategy": {"type": "Recreate"},  # the GPUs are held until the old pod is gone
                 "selector": {"matchLabels": {APP_LABEL: name}},
                 "template": {"metadata": {"labels": labels},
-                             "spec": _pod_spec(_container(recipe, image, args, serves_api=True, multinode=False,
-                                                          ifname=ifname), volume)},
+                             "spec": _pod_spec(recipe, _container(recipe, image, args, serves_api=True,
+                                                                  multinode=False, ifname=ifname,
+                                                                  api_key_secret=api_key_secret), volume, pull)},
             },
         }
         selector = {APP_LABEL: name}
@@ -154,8 +199,8 @@ def manifests(recipe: Recipe, *, image: str, volume: ModelVolume, ifname: str = 
             leader = command.role == LEADER
             templates["leaderTemplate" if leader else "workerTemplate"] = {
                 "metadata": {"labels": {**labels, NODE_ROLE: command.role}},
-                "spec": _pod_spec(_container(recipe, image, args, serves_api=leader, multinode=True, ifname=ifname),
-                                  volume),
+                "spec": _pod_spec(recipe, _container(recipe, image, args, serves_api=leader, multinode=True,
+                                                     ifname=ifname, api_key_secret=api_key_secret), volume, pull),
             }
         workload = {
             "apiVersion": LWS_API, "kind": "LeaderWorkerSet", "metadata": meta,
@@ -216,7 +261,8 @@ def write_manifests(recipe: Recipe, *, output_dir: Optional[Path] = None, owner:
                     repository: Optional[str] = None, digest: Optional[str] = None,
                     report_path: Optional[Path] = None, models_host_path: Optional[str] = None,
                     models_pvc: Optional[str] = None, ifname: str = DEFAULT_IFNAME,
-                    namespace: Optional[str] = None) -> dict:
+                    namespace: Optional[str] = None, api_key_secret: Optional[str] = None,
+                    image_pull_secrets: tuple[str, ...] = ()) -> dict:
     """Build, check (Kubernetes schemas, LWS schema, vLLM's serve parser), then write one file."""
     from stackbuild.serve.validate import check_serve_args, run_serve_parser_cases
 
@@ -226,6 +272,10 @@ def write_manifests(recipe: Recipe, *, output_dir: Optional[Path] = None, owner:
         raise DeployOptionError(f"--ifname: {ifname!r} is not a network interface name (or a comma-separated list)")
     if namespace is not None and (not NAME_RE.match(namespace) or len(namespace) > 63):
         raise DeployOptionError(f"--namespace: {namespace!r} is not a Kubernetes namespace name")
+    if api_key_secret is not None:
+        check_secret_name(api_key_secret, "--api-key-secret")
+    for name in image_pull_secrets:
+        check_secret_name(name, "--image-pull-secret")
     if output_dir is not None and not Path(output_dir).is_dir():
         from stackbuild.core.errors import OutputError
         raise OutputError(f"-o {output_dir}: not an existing directory")
@@ -234,7 +284,8 @@ def write_manifests(recipe: Recipe, *, output_dir: Optional[Path] = None, owner:
         raise OwnerMissing(f"deploy: no image owner given (--owner, {OWNER_VARIABLE}) or found in a build report; "
                            "Kubernetes manifests name the image in full")
     volume = model_volume(recipe, models_host_path, models_pvc)
-    objects = manifests(recipe, image=image.reference, volume=volume, ifname=ifname, namespace=namespace)
+    objects = manifests(recipe, image=image.reference, volume=volume, ifname=ifname, namespace=namespace,
+                        api_key_secret=api_key_secret, image_pull_secrets=tuple(image_pull_secrets))
     path = output_path(recipe, output_dir)
     require_passing(recipe)
     check_output(path, "-o" if output_dir else "deploy", ours=lambda old: _generated_for(recipe, old))

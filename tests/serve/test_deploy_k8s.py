@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from stackbuild.core.serve_args import serve_argv
-from stackbuild.serve.k8s import ModelVolume, _expand, manifests
+from stackbuild.serve.health import readiness_command
+from stackbuild.serve.k8s import ModelVolume, _expand, manifests, render
 from stackbuild.serve.k8s_validate import validate
 from stackbuild.core.errors import ManifestInvalid
 from stackbuild.core.gate import gate_input
@@ -27,6 +28,7 @@ from stackbuild.core.recipe import load_recipe
 REPO = Path(__file__).resolve().parents[2]
 MULTI = REPO / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml"
 SINGLE = REPO / "recipes" / "glm53-flash-dflash2-gb300" / "recipe.yaml"
+TWO_PLATFORMS = REPO / "recipes" / "glm53-flash-dflash2-sm100" / "recipe.yaml"
 IMAGE = "ghcr.io/someone/x:tag"
 
 
@@ -55,12 +57,17 @@ def test_leaderworkerset_for_two_nodes():
         assert c["resources"]["limits"]["nvidia.com/gpu"] == 1  # TP 2 / 2 nodes
         assert flag(c["args"], "--master-addr") == "$(LWS_LEADER_ADDRESS)"
         assert (flag(c["args"], "--nnodes"), flag(c["args"], "--master-port")) == ("2", "29501")
-        env = {e["name"]: e["value"] for e in c["env"]}
+        env = {e["name"]: e.get("value") for e in c["env"]}
         assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "eth0"
     assert flag(leader["args"], "--node-rank") == "0" and "--headless" not in leader["args"]
     assert flag(worker["args"], "--node-rank") == "$(LWS_WORKER_INDEX)" and "--headless" in worker["args"]
-    assert leader["readinessProbe"]["httpGet"]["path"] == "/v1/models"
+    # readiness: /health (the engine), then /v1/models with the key from the pod's environment
+    assert leader["readinessProbe"]["exec"]["command"] == readiness_command("127.0.0.1", 8000)
     assert leader["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert leader["startupProbe"]["httpGet"]["path"] == "/health"
+    assert _api_key_env(leader) == {"secretKeyRef": {"name": "glm53-flash-dflash2-2x-gb10-api-key", "key": "api-key",
+                                                     "optional": True}}
+    assert _api_key_env(worker) is None  # headless: no API, no key
     startup = leader["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 30 * 60  # weights load for minutes
     assert not any(k.endswith("Probe") for k in worker)  # headless: no HTTP server
@@ -82,6 +89,60 @@ def test_deployment_for_one_machine():
     assert c["resources"]["limits"]["nvidia.com/gpu"] == recipe.serving.tensor_parallel_size
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
     assert validate([deployment, service], "test")
+
+
+def _api_key_env(container):
+    entries = [e for e in container["env"] if e["name"] == "VLLM_API_KEY"]
+    assert len(entries) <= 1 and all("value" not in e for e in entries)  # from a Secret, never a literal
+    return entries[0]["valueFrom"] if entries else None
+
+
+def _pod_specs(workload):
+    if workload["kind"] == "Deployment":
+        return [workload["spec"]["template"]["spec"]]
+    group = workload["spec"]["leaderWorkerTemplate"]
+    return [group["leaderTemplate"]["spec"], group["workerTemplate"]["spec"]]
+
+
+@pytest.mark.parametrize("recipe_path", [SINGLE, MULTI], ids=["deployment", "leaderworkerset"])
+def test_api_key_secret_pull_secrets_and_architecture(recipe_path):
+    default = objects(recipe_path)
+    for spec in _pod_specs(default[0]):
+        assert "imagePullSecrets" not in spec  # default: none (a public image, or the node's own credentials)
+        assert spec["nodeSelector"] == {"kubernetes.io/arch": "arm64"}  # the recipe's one platform
+        assert "affinity" not in spec
+    workload, service = objects(recipe_path, api_key_secret="vllm-key", image_pull_secrets=("ghcr-pull", "other"))
+    specs = _pod_specs(workload)
+    for spec in specs:
+        assert spec["imagePullSecrets"] == [{"name": "ghcr-pull"}, {"name": "other"}]
+    assert _api_key_env(specs[0]["containers"][0])["secretKeyRef"] == {"name": "vllm-key", "key": "api-key",
+                                                                       "optional": True}
+    assert validate([workload, service], "test")
+
+
+def test_two_platforms_schedule_on_either_architecture():
+    deployment, service = objects(TWO_PLATFORMS)
+    spec = deployment["spec"]["template"]["spec"]
+    assert "nodeSelector" not in spec
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In",
+                                            "values": ["amd64", "arm64"]}]}]
+    assert validate([deployment, service], "test")
+
+
+@pytest.mark.parametrize("recipe_path", [SINGLE, MULTI, TWO_PLATFORMS], ids=["deployment", "leaderworkerset", "two-platforms"])
+def test_rendered_manifests_have_no_anchors_or_aliases(recipe_path):
+    """The objects share dicts (the labels in metadata and the pod template, the probes' port): each is
+    written out where it is used, never as an anchor (&) and an alias (*)."""
+    from stackbuild.serve.compose import ImagePin
+
+    recipe = load_recipe(recipe_path)
+    objs = objects(recipe_path, image_pull_secrets=("ghcr-pull",))
+    text = render(recipe, objs, ImagePin("ghcr.io/someone/x", "tag", None, ""))
+    events = list(yaml.parse(text))
+    assert not [e for e in events if isinstance(e, yaml.AliasEvent)]
+    assert not [e for e in events if getattr(e, "anchor", None)]
+    assert [d for d in yaml.safe_load_all(text) if d] == objs
 
 
 def _lws_edit(obj, key, value):
@@ -141,3 +202,19 @@ def test_cli_writes_and_refuses(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "IMAGE_OWNER"}
     no_owner = build("deploy", "--target", "k8s", "--recipe", str(MULTI), "-o", str(tmp_path), env=env)
     assert no_owner.returncode == 2 and "no image owner" in no_owner.stderr
+    for option in ("--api-key-secret", "--image-pull-secret"):
+        bad = build("deploy", "--target", "k8s", "--recipe", str(MULTI), "-o", str(tmp_path), "--owner", "someone",
+                    option, "Not_A_Name")
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and f"{option}: 'Not_A_Name'" in bad.stderr
+
+
+def test_cli_wires_the_api_key_secret_and_pull_secret(tmp_path):
+    run = build("deploy", "--target", "k8s", "--recipe", str(SINGLE), "-o", str(tmp_path), "--owner", "someone",
+                "--api-key-secret", "glm-key", "--image-pull-secret", "ghcr-pull", "--json")
+    assert run.returncode == 0, run.stderr
+    text = Path(json.loads(run.stdout)["path"]).read_text()
+    deployment = [d for d in yaml.safe_load_all(text) if d][0]
+    spec = deployment["spec"]["template"]["spec"]
+    assert spec["imagePullSecrets"] == [{"name": "ghcr-pull"}]
+    assert _api_key_env(spec["containers"][0])["secretKeyRef"]["name"] == "glm-key"
+    assert "&" not in text.replace("&&", "") and "*id" not in text
