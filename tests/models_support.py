@@ -71,6 +71,11 @@ def _write(directory: Path, files: dict[str, bytes]) -> None:
         (directory / name).write_bytes(data)
 
 
+def add_weights(directory: Path, role: str) -> None:
+    """The synthetic safetensors (and tokenizer) of a ``target`` or ``drafter`` checkpoint next to its config."""
+    _write(Path(directory), target_files() if role == "target" else drafter_files())
+
+
 def models_dir(root: Path, drafter: dict | None = None) -> Path:
     """``root`` laid out as `compose --models-dir` mounts it at /models: one plain directory per checkpoint,
     each a whole synthetic checkpoint (configs, safetensors shards, tokenizer)."""
@@ -81,8 +86,8 @@ def models_dir(root: Path, drafter: dict | None = None) -> Path:
         shutil.copyfile(CONFIGS / "drafter.config.json", root / DRAFTER_DIR / "config.json")
     else:
         (root / DRAFTER_DIR / "config.json").write_text(json.dumps(drafter))
-    _write(root / TARGET_DIR, target_files())
-    _write(root / DRAFTER_DIR, drafter_files())
+    add_weights(root / TARGET_DIR, "target")
+    add_weights(root / DRAFTER_DIR, "drafter")
     return root
 
 

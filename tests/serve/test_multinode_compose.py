@@ -18,6 +18,7 @@ import pytest
 from stackbuild.serve.multinode import LEADER_ADDRESS_VARIABLE
 from stackbuild.serve.validate import compose_binary, compose_config, run_serve_parser_cases
 from geometry.preflight.run import preflight
+from models_support import add_weights
 from stackbuild.core.gate import gate_input
 from stackbuild.core.preflight_record import checked_serve
 from stackbuild.core.recipe import load_recipe
@@ -109,6 +110,7 @@ def test_preflight_fast_path_knows_each_roles_argv(tmp_path):
     for model, name in ((recipe.target.path, "target"), (recipe.drafter.path, "drafter")):
         (tmp_path / Path(model).name).mkdir()
         shutil.copyfile(configs / f"{name}.config.json", tmp_path / Path(model).name / "config.json")
+        add_weights(tmp_path / Path(model).name, name)
     locate = lambda path: str(tmp_path / Path(path).name)  # noqa: E731
     leader, worker = checked.roles
     assert (leader.role, worker.role) == ("leader", "worker")
@@ -158,6 +160,8 @@ from geometry.preflight.run import preflight
 from stackbuild.core.gate import gate_input
 from stackbuild.core.preflight_record import checked_serve
 from stackbuild.core.recipe import load_recipe
+sys.path.insert(0, sys.argv[2])
+from models_support import add_weights
 r = load_recipe(sys.argv[1])
 checked = checked_serve(r, gate_input(r))
 root = tempfile.mkdtemp()
@@ -165,6 +169,7 @@ for model, name in ((r.target.path, "target"), (r.drafter.path, "drafter")):
     os.makedirs(os.path.join(root, os.path.basename(model)))
     shutil.copyfile(os.path.join(os.path.dirname(sys.argv[1]), "configs", name + ".config.json"),
                     os.path.join(root, os.path.basename(model), "config.json"))
+    add_weights(os.path.join(root, os.path.basename(model)), name)
 worker = next(c for c in checked.roles if c.role == "worker")
 values = {"host": "0.0.0.0", "master_addr": "10.1.2.3", "node_rank": "1"}
 argv = [values[a[1:-1]] if i in worker.slots.values() else a for i, a in enumerate(worker.argv)]
@@ -183,7 +188,7 @@ print(json.dumps(out))
 def test_preflight_slow_path_on_a_worker_argv():
     """Off the fast path a worker's argv (--headless, --nnodes ...) is re-checked: a flag that leaves the
     geometry alone passes, a rank vLLM refuses is exit 11 with vLLM's words."""
-    run = subprocess.run([sys.executable, "-c", _SLOW_PATH, str(RECIPE)], capture_output=True,
+    run = subprocess.run([sys.executable, "-c", _SLOW_PATH, str(RECIPE), str(Path(__file__).resolve().parents[1])], capture_output=True,
                          text=True, timeout=900, env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
@@ -200,6 +205,7 @@ def snapshot_models(root: Path, recipe_path: Path) -> Path:
     for model, name in ((recipe.target.path, "target"), (recipe.drafter.path, "drafter")):
         (root / Path(model).name).mkdir(parents=True)
         shutil.copyfile(recipe_path.parent / "configs" / f"{name}.config.json", root / Path(model).name / "config.json")
+        add_weights(root / Path(model).name, name)
     return root
 
 
