@@ -184,14 +184,15 @@ def render(recipe_path, owner, repository, allow_unpinned, output):
 @recipe_option
 @json_option
 def lock(recipe_path, as_json):
-    """Resolve the base tag to a digest (for the recipe's platform) and write the lock."""
+    """Resolve the base tag to a digest (offering every platform of the recipe) and write the lock."""
+    from stackbuild.core.lock import LOCK_DEADLINE_SECONDS, write_lock
     from stackbuild.image.engine import connect
-    from stackbuild.core.lock import write_lock
+    from stackbuild.image.progress import Progress
 
     recipe = load_recipe(recipe_path)
     engine = connect()
-    for platform in recipe.platforms:  # the tag's digest, checked to offer every platform
-        digest, platforms = engine.registry_digest(recipe.base.reference, platform)
+    digest, platforms = engine.registry_digest(recipe.base.reference, recipe.platforms, deadline=LOCK_DEADLINE_SECONDS,
+                                               on_retry=Progress(json_lines=as_json).retry_event)
     path = write_lock(recipe, digest, platforms)
     listed = ", ".join(recipe.platforms)
     emit(as_json, {"lock": str(path), "base": str(recipe.base.reference), "digest": digest, "platform": recipe.platform,
