@@ -16,7 +16,8 @@ The gate passes only if, for the vLLM behaviour the image has:
   5. with prefix caching on: every drafter block divides the target's block,
      and cache hits land at most one target block apart.
 ``judge`` adds whether the pool can serve one request at all
-(geometry/serving_limits.py); geometry/gate_run.py runs it for every caller.
+(geometry/serving_limits.py) and whether vLLM starts with ``max_num_seqs``
+(geometry/concurrency.py); geometry/gate_run.py runs it for every caller.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .capacity import full_attention_groups, kv_token_capacity
+from .concurrency import max_num_seqs_refusals
 from .inputs import GeometryInputs
 from .serving_limits import serving_limit_reasons
 from .report import GeometryReport, Plan
@@ -150,7 +152,7 @@ def _prefix_cache_reasons(w: Plan) -> list[str]:
 def judge(report: GeometryReport, inputs: GeometryInputs) -> Verdict:
     """The gate's verdict: the checks of ``check`` plus the serving limits."""
     verdict = check(report)
-    extra = serving_limit_reasons(report, inputs)
+    extra = serving_limit_reasons(report, inputs) + max_num_seqs_refusals(report, inputs.max_num_seqs)
     if not extra:
         return verdict
     return replace(verdict, passed=False, reasons=verdict.reasons + extra)

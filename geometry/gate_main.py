@@ -16,7 +16,7 @@ Stdlib only, plus the image's own vLLM for ``--oracle``.
 
 Behaviour: ``auto`` (default) reads the overlay manifest (default
 /opt/glm53-overlay/manifest.json, written by overlay/apply.py --manifest,
-read as image_contract.OverlayManifest); the series counts as applied when the
+read as overlay.manifest.OverlayManifest); the series counts as applied when the
 manifest lists the draft-block-fit patch; see OVERLAY_CONTRACT.md. No manifest
 -> ``stock``. ``stock``/``overlay`` force the mode; ``input`` uses the
 ``vllm_behaviour`` field of the gate input.
@@ -31,10 +31,12 @@ import json
 import os
 import sys
 
+from overlay.manifest import OverlayManifest
+
 from . import inputs as inputs_mod, record as record_mod, table
 from .errors import BadInput
 from .gate_run import CODE_DIR, CrossCheck, run_gate
-from .image_contract import GATE_INPUT, OVERLAY_MANIFEST, GateReport, OracleCheck, OverlayManifest, payload_path
+from .image_contract import GATE_INPUT, OVERLAY_MANIFEST, GateReport, OracleCheck, payload_path
 
 DEFAULT_MANIFEST = payload_path(OVERLAY_MANIFEST)
 
@@ -134,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         recorded, record_note = None, None
         if args.oracle_record:
             recorded, record_note = _oracle_from_record(args.oracle_record, raw, CODE_DIR, wanted)
-    except (OSError, ValueError, BadInput) as exc:  # RecordError, ContractError are ValueErrors
+    except (OSError, ValueError, BadInput) as exc:  # RecordError, ContractError, ManifestError are ValueErrors
         print(f"geometry gate: bad input: {exc}", file=sys.stderr)
         return 3
     if record_note:

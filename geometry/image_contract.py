@@ -9,10 +9,11 @@ in-image gate and the start-time pre-flight all import this module:
 - the Dockerfile's build steps, in order, named for people (``BUILD_STEPS``),
   and the exit status by which the patch step says the build runs on another
   machine than the recipe's (``ARCHITECTURE_MISMATCH_STATUS``);
-- the gate report (``GateReport``, written by ``python3 -m geometry.gate_main``)
-  and the overlay manifest (``OverlayManifest``, written by overlay/apply.py),
-  each read by ``from_json``, which rejects any other shape with one
-  ``ContractError`` naming the file and the key at fault.
+- the gate report (``GateReport``, written by ``python3 -m geometry.gate_main``),
+  read by ``from_json``, which rejects any other shape with one
+  ``ContractError`` naming the file and the key at fault. The overlay manifest
+  (``OverlayManifest``) is written by the patch step, before geometry/ is in the
+  image: it is defined in overlay/manifest.py, next to its writer.
 
 It ships in the image with the rest of geometry/ (the gate payload).
 """
@@ -196,96 +197,3 @@ class GateReport:
             raise ContractError(f"{where}: behaviour_source: unexpected {type(source).__name__}")
         oracle = OracleCheck.from_json(data["oracle"], f"{where}: oracle") if "oracle" in data else None
         return cls(dict(_object(data["report"], f"{where}: report")), dict(verdict), source, oracle)
-
-
-MANIFEST_SCHEMA = "glm53-overlay-manifest/1"
-# The patch that makes vLLM fit the drafter's block to the target's page: the
-# series counts as applied (the installed vLLM behaves as "overlay") when it is listed.
-DRAFT_BLOCK_FIT_PATCH = "fit-draft-block-size"
-
-
-@dataclass(frozen=True)
-class ManifestPatch:
-    name: str
-    sha256: str
-
-
-@dataclass(frozen=True)
-class ManifestFile:
-    file: str  # relative to site-packages, e.g. vllm/v1/core/kv_cache_utils.py
-    sha256_before: str
-    sha256_after: str
-    patches: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class OverlayManifest:
-    """What the patch step applied, written by overlay/apply.py --manifest."""
-
-    schema: str
-    package: str
-    version: str
-    package_dir: str
-    series: str
-    series_sha256: str
-    patches: tuple[ManifestPatch, ...]
-    files: tuple[ManifestFile, ...]
-    bytecode: tuple[str, ...]
-    stale_bytecode: Mapping[str, tuple[Any, ...]]  # "kept" (file, why) and "removed" (files)
-    python: str
-
-    @property
-    def draft_block_fit_applied(self) -> bool:
-        return any(DRAFT_BLOCK_FIT_PATCH in p.name for p in self.patches)
-
-    def patched_modules(self) -> list[str]:
-        """The module names of the Python files the series patched."""
-        modules = []
-        for entry in self.files:
-            if not entry.file.endswith(".py"):
-                continue
-            parts = entry.file[: -len(".py")].split("/")
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            modules.append(".".join(parts))
-        return modules
-
-    def to_json(self) -> dict:
-        return {
-            "schema": self.schema, "package": self.package, "version": self.version,
-            "package_dir": self.package_dir, "series": self.series, "series_sha256": self.series_sha256,
-            "patches": [{"name": p.name, "sha256": p.sha256} for p in self.patches],
-            "files": [{"file": f.file, "sha256_before": f.sha256_before, "sha256_after": f.sha256_after,
-                       "patches": list(f.patches)} for f in self.files],
-            "bytecode": list(self.bytecode),
-            "stale_bytecode": {key: list(value) for key, value in self.stale_bytecode.items()},
-            "python": self.python,
-        }
-
-    @classmethod
-    def from_json(cls, data: Any, where: str = OVERLAY_MANIFEST) -> "OverlayManifest":
-        data = _object(data, where)
-        _keys(data, cls, where)
-        if data["schema"] != MANIFEST_SCHEMA:
-            raise ContractError(f"{where}: schema: {data['schema']!r}, expected {MANIFEST_SCHEMA!r}")
-        strings = {key: _typed(data, key, str, where)
-                   for key in ("schema", "package", "version", "package_dir", "series", "series_sha256", "python")}
-        patches = []
-        for i, raw in enumerate(_typed(data, "patches", list, where)):
-            at = f"{where}: patches[{i}]"
-            raw = _object(raw, at)
-            _keys(raw, ManifestPatch, at)
-            patches.append(ManifestPatch(_typed(raw, "name", str, at), _typed(raw, "sha256", str, at)))
-        files = []
-        for i, raw in enumerate(_typed(data, "files", list, where)):
-            at = f"{where}: files[{i}]"
-            raw = _object(raw, at)
-            _keys(raw, ManifestFile, at)
-            files.append(ManifestFile(_typed(raw, "file", str, at), _typed(raw, "sha256_before", str, at),
-                                      _typed(raw, "sha256_after", str, at), _strings(raw, "patches", at)))
-        stale = _object(data["stale_bytecode"], f"{where}: stale_bytecode")
-        if sorted(stale) != ["kept", "removed"]:
-            raise ContractError(f"{where}: stale_bytecode: expected the keys kept and removed, got {sorted(stale)}")
-        return cls(patches=tuple(patches), files=tuple(files), bytecode=_strings(data, "bytecode", where),
-                   stale_bytecode={key: tuple(_typed(stale, key, list, f"{where}: stale_bytecode")) for key in stale},
-                   **strings)

@@ -25,6 +25,26 @@ class LayerRow:
 
 
 @dataclass(frozen=True)
+class RequestBlocks:
+    """How many blocks one request draws from the pool for a group, as the
+    group's spec counts them (``max_memory_usage_bytes`` / page, vLLM 0.33.0):
+
+    * ``per_token``: ``ceil(tokens / block_size)`` (full attention, MLA);
+    * ``window``: ``ceil(min(window - 1 + tokens in flight, tokens) /
+      block_size) + 1`` (sliding window: the window, the tokens scheduled but
+      not yet freed, and one block for a window that starts mid-block);
+    * ``fixed``: ``fixed`` blocks whatever the length (mamba state: 1 +
+      speculative blocks, in "align" 2 + speculative + prefill-checkpoint
+      blocks; the kpool tail ring: 1).
+    """
+
+    rule: str  # per_token | window | fixed
+    block_size: int
+    fixed: int = 0
+    window: int | None = None
+
+
+@dataclass(frozen=True)
 class GroupRow:
     index: int
     spec_class: str
@@ -33,6 +53,7 @@ class GroupRow:
     block_size: int
     bytes: int  # sum of the group's layer pages (one block of this group)
     is_draft: bool
+    per_request: RequestBlocks | None = None  # None: not known (the oracle's rows)
 
 
 @dataclass(frozen=True)
@@ -72,6 +93,7 @@ class GeometryReport:
     kv_cache_memory_bytes: int  # per rank
     notes: tuple[str, ...] = ()
     nodes: int = 1  # machines the TP group spans
+    requested_block_size: int | None = None  # serving.block_size as given (None: vLLM picks)
 
     @property
     def ranks_per_node(self) -> int:

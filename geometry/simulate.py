@@ -53,7 +53,7 @@ from .model import Model, build_model
 from .model_config import target_kind
 from .prefix_cache import CacheGroup, PrefixCacheError
 from .prefix_cache import resolve as resolve_prefix_cache
-from .report import GeometryReport, GroupRow, LayerRow, Plan
+from .report import GeometryReport, GroupRow, LayerRow, Plan, RequestBlocks
 
 __all__ = ["simulate", "GeometryReport", "Plan", "LayerRow", "GroupRow", "SimulatedError"]
 
@@ -114,7 +114,8 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list
              for _, gs in groups],
             inputs.enable_prefix_caching, inputs.mamba_cache_mode, model.max_model_len)
         return model, Plan(cache.block_size, cache.mamba_page_size_padded, layout, path, rows,
-                           _group_rows(model, path, groups), bpb, num_blocks,
+                           _group_rows(model, path, groups, _state_blocks(model, inputs, num_spec)),
+                           bpb, num_blocks,
                            num_blocks * t_block, _target_attention_page(model, final_specs),
                            prefix_cache=prefix)
     except PrefixCacheError as exc:
@@ -126,13 +127,33 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list
                            None, None, rows, (), None, None, None, None, error=str(exc))
 
 
-def _group_rows(model: Model, path: str, groups) -> tuple[GroupRow, ...]:
+def _state_blocks(model: Model, inputs: GeometryInputs, num_spec: int) -> int:
+    """Blocks a request holds in each mamba group (``MambaSpec.max_memory_usage_bytes``):
+    1 + one per speculative token; in "align" mode 2 (the state is copied
+    from the previous block into the next) + speculative + prefill-checkpoint
+    blocks (one when the layers export a prefill checkpoint alignment)."""
+    if inputs.mamba_cache_mode != "align":
+        return 1 + num_spec
+    return 2 + num_spec + int(model.prefill_checkpoint_alignment() is not None)
+
+
+def _per_request(spec: Spec, state_blocks: int) -> RequestBlocks:
+    if spec.kind in ("full", "mla"):
+        return RequestBlocks("per_token", spec.block_size)
+    if spec.kind == "sliding":
+        return RequestBlocks("window", spec.block_size, window=spec.sliding_window)
+    if spec.kind == "circular":  # CircularBufferSpec: one ring block for the request's life
+        return RequestBlocks("fixed", spec.block_size, fixed=1)
+    return RequestBlocks("fixed", spec.block_size, fixed=state_blocks)
+
+
+def _group_rows(model: Model, path: str, groups, state_blocks: int) -> tuple[GroupRow, ...]:
     roles = {l.name: l.role for l in model.layers}
     return tuple(
         GroupRow(i, gs[0].vllm_class,
                  tuple(sorted({roles[n] for n in names})), tuple(names),
                  gs[0].block_size, sum(s.page_size_bytes for s in gs),
-                 _group_is_draft(path, gs))
+                 _group_is_draft(path, gs), _per_request(gs[0], state_blocks))
         for i, (names, gs) in enumerate(groups))
 
 
@@ -178,7 +199,7 @@ def simulate(inputs: GeometryInputs) -> GeometryReport:
             backends=(), kernel_block_alignment=None, drafter_backend=None,
             drafter_kernel_block=None, with_drafter=with_d, without_drafter=with_d,
             target_only_same_spec=with_d, kv_cache_memory_bytes=inputs.kv_cache_memory_bytes,
-            notes=tuple(notes), nodes=inputs.nodes)
+            notes=tuple(notes), nodes=inputs.nodes, requested_block_size=inputs.block_size)
     if inputs.has_drafter:
         n = inputs.num_speculative_tokens
         target = model.target_only()
@@ -210,4 +231,5 @@ def simulate(inputs: GeometryInputs) -> GeometryReport:
         kv_cache_memory_bytes=inputs.kv_cache_memory_bytes,
         notes=tuple(notes),
         nodes=inputs.nodes,
+        requested_block_size=inputs.block_size,
     )

@@ -6,6 +6,7 @@ from dataclasses import asdict
 from typing import Any
 
 from .capacity import kv_token_capacity
+from .concurrency import Concurrency
 from .gate import Verdict
 from .prefix_cache import PrefixCache
 from .report import GeometryReport, Plan
@@ -30,10 +31,26 @@ def prefix_cache_line(pc: PrefixCache | None) -> str:
             f"{pc.hash_block_size:,}, scheduler block {pc.scheduler_block_size:,}); {reach}")
 
 
-def _plan_lines(title: str, plan: Plan, with_layers: bool) -> list[str]:
+def alignment_phrase(requested: int | None, plan: Plan) -> str | None:
+    """``4096 -> 12,288 (vLLM's hybrid alignment: ...)`` when vLLM changed the
+    block size the recipe gives (None when it kept it or none was given)."""
+    if requested is None or plan.block_size is None or plan.block_size == requested:
+        return None
+    state = next((r.real_page_bytes for r in plan.layers if r.spec_class == "MambaSpec"), None)
+    why = ("vLLM's hybrid alignment: one block's target attention page must hold the "
+           + (f"{state:,} B " if state else "") + "mamba state page"
+           + (f", so the block grows in steps of {requested:,}" if plan.block_size % requested == 0 else "")
+           + ")")
+    return f"{requested} -> {plan.block_size:,} ({why}"
+
+
+def _plan_lines(title: str, plan: Plan, with_layers: bool, requested: int | None = None) -> list[str]:
     out = [f"== {title}"]
     if plan.error:
         out.append(f"   vLLM raises: {plan.error}")
+    aligned = alignment_phrase(requested, plan)
+    if aligned:
+        out.append(f"   block_size {aligned}")
     out.append(f"   block_size {_fmt(plan.block_size)}  mamba page padded to "
                f"{_fmt(plan.mamba_page_size_padded)} B  layout {plan.layout}  "
                f"grouping {plan.grouping_path}")
@@ -76,7 +93,49 @@ def _nodes_line(report: GeometryReport) -> str:
             "all; the plans below are per rank, their token capacity the deployment's")
 
 
-def render_text(report: GeometryReport, verdict: Verdict | None = None) -> str:
+def _requests_cell(fit) -> str:
+    if fit.requests is None:
+        return "-"
+    return f"{fit.requests:,} ({fit.blocks_per_request:,} blocks, {fit.attention_blocks:,} of them attention)"
+
+
+def concurrency_lines(c: Concurrency) -> list[str]:
+    """Requests at once per length, how close the capacity comes to the KV
+    memory, and what max_num_seqs meets."""
+    out = [f"== requests at once (a request of N tokens holds blocks in every group; the pool keeps "
+           f"1 null block; sliding windows count {c.in_flight_tokens:,} tokens in flight)",
+           f"   {'tokens':>11}  {'with the drafter':38}  {'target alone, same spec':38}  "
+           f"target alone, no speculation"]
+    for i, n in enumerate(c.contexts):
+        cells = [_requests_cell(c.fits[label][i]) for label in
+                 ("with_drafter", "target_only_same_spec", "without_drafter")]
+        mark = "  (max_model_len)" if n == c.max_model_len else ""
+        out.append(f"   {n:>11,}  {cells[0]:38}  {cells[1]:38}  {cells[2]}{mark}")
+    h = c.headroom
+    if h is not None:
+        parts = " + ".join(f"{n} {role} x {b}" for role, n, b in h.layers)
+        out.append(f"   attention KV {h.attention_bytes_per_token:,} B/token (the layers that keep every "
+                   f"token: {parts}); KV memory / bytes per token = {h.ideal_tokens:,} tokens; "
+                   f"capacity {h.capacity_tokens:,} = {100 * h.share:.2f} %")
+        total = h.kv_memory_bytes
+        out.append(f"   the rest: {100 * h.block_padding_bytes / total:.2f} % in the blocks beyond the "
+                   f"kept tokens' KV (a block is as wide as the widest group, rounded up to the "
+                   f"stride alignment), {100 * h.below_one_block_bytes / total:.2f} % below one block; "
+                   f"the state, ring and window blocks a request holds besides are in the table above")
+    if c.max_num_seqs is None:
+        out.append("   max_num_seqs: vLLM's default (not checked)")
+    else:
+        out.append(f"   max_num_seqs {c.max_num_seqs:,}"
+                   + ("" if c.refusals or c.warnings else ": fits at every listed length"))
+    for r in c.refusals:
+        out.append(f"   REFUSED: {r}")
+    for w in c.warnings:
+        out.append(f"   warning: {w}")
+    return out
+
+
+def render_text(report: GeometryReport, verdict: Verdict | None = None,
+                concurrency: Concurrency | None = None) -> str:
     lines = [
         f"KV geometry: {report.model_kind}, vLLM behaviour {report.behaviour}, "
         f"GPU family {report.capability_family}, TP {report.tensor_parallel_size}, "
@@ -89,12 +148,14 @@ def render_text(report: GeometryReport, verdict: Verdict | None = None) -> str:
         f"({report.kv_cache_memory_bytes / GIB:.2f} GiB) per rank",
         _nodes_line(report),
     ]
-    lines += _plan_lines("with the drafter", report.with_drafter, True)
+    lines += _plan_lines("with the drafter", report.with_drafter, True, report.requested_block_size)
     lines += _plan_lines("target alone, same num_speculative_tokens",
                          report.target_only_same_spec, False)
     lines += _plan_lines("target alone, no speculation", report.without_drafter, False)
     for n in report.notes:
         lines.append(f"note: {n}")
+    if concurrency is not None:
+        lines += concurrency_lines(concurrency)
     if verdict is not None:
         lines.append(f"VERDICT ({verdict.behaviour}): {'PASS' if verdict.passed else 'FAIL'}")
         for r in verdict.reasons:
@@ -108,9 +169,12 @@ def render_text(report: GeometryReport, verdict: Verdict | None = None) -> str:
     return "\n".join(lines)
 
 
-def to_json(report: GeometryReport, verdict: Verdict | None = None) -> dict[str, Any]:
+def to_json(report: GeometryReport, verdict: Verdict | None = None,
+            concurrency: Concurrency | None = None) -> dict[str, Any]:
     data: dict[str, Any] = {"report": {**asdict(report),
                                        "ranks_per_node": report.ranks_per_node}}
+    if concurrency is not None:
+        data["concurrency"] = asdict(concurrency)
     if verdict is not None:
         data["verdict"] = asdict(verdict)
     return data

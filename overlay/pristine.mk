@@ -57,7 +57,7 @@ overlay-lock-check: $(OVERLAY_STAMP)
 	$(OVERLAY_PYTHON) -m overlay.refresh --pristine $(OVERLAY_PRISTINE) --check
 
 overlay-test: $(OVERLAY_STAMP)
-	VLLM_PRISTINE_DIR=$(abspath $(OVERLAY_PRISTINE)) $(OVERLAY_PYTHON) -m pytest -q tests/test_overlay*.py
+	VLLM_PRISTINE_DIR=$(abspath $(OVERLAY_PRISTINE)) $(OVERLAY_PYTHON) -m pytest -q tests/overlay
 
 vllm-tests: $(OVERLAY_TESTS_STAMP)
 

@@ -9,7 +9,7 @@ DIR holds ``vllm/`` and ``vllm-<version>.dist-info/`` exactly as unpacked from
 the PyPI wheel (``make -f overlay/pristine.mk pristine`` puts them in
 ``.cache/vllm-0.33.0``; ``VLLM_PRISTINE_DIR`` overrides). For every file the
 series touches it records the pristine sha256 and the sha256 after applying
-the whole series (strictly, with apply.py's own code), plus each patch's
+the whole series (strictly, with the applier's own code: overlay.diff), plus each patch's
 sha256, in ``lock.json``. Hashes are never typed by hand.
 
 ``--check`` only compares and exits 1 if ``lock.json`` is stale.
@@ -23,7 +23,10 @@ import os
 import sys
 from pathlib import Path
 
-from overlay import apply
+from overlay.diff import parse_patch, patch_in_memory
+from overlay.errors import OverlayError
+from overlay.locate import installed_version, locate_vllm
+from overlay.lock import DEFAULT_SERIES, LOCK_FILE, read_series, series_sha256, sha256_bytes
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -38,36 +41,36 @@ def default_pristine(version: str) -> Path:
 def compute_lock(series_dir: Path, pristine: Path) -> dict:
     name = series_dir.name
     if "-" not in name:
-        raise apply.OverlayError(f"{series_dir}: name must be <package>-<version>")
+        raise OverlayError(f"{series_dir}: name must be <package>-<version>")
     package, version = name.split("-", 1)
-    pkg = apply.locate_vllm(package, vllm_dir=pristine / package)
-    got_version, meta = apply.installed_version(pkg, package)
+    pkg = locate_vllm(package, vllm_dir=pristine / package)
+    got_version, meta = installed_version(pkg, package)
     if got_version != version:
-        raise apply.OverlayError(
+        raise OverlayError(
             f"{meta}: pristine tree is {package} {got_version}, series is {version}"
         )
     patches = []
     patch_hashes = {}
-    for patch_name in apply.read_series(series_dir):
+    for patch_name in read_series(series_dir):
         data = (series_dir / patch_name).read_bytes()
-        patch_hashes[patch_name] = apply.sha256_bytes(data)
-        patches.append((patch_name, apply.parse_patch(data, patch_name)))
+        patch_hashes[patch_name] = sha256_bytes(data)
+        patches.append((patch_name, parse_patch(data, patch_name)))
     originals = {}
     for _, file_patches in patches:
         for fp in file_patches:
             path = pristine / fp.path
             if not path.is_file():
-                raise apply.OverlayError(f"{path}: not in the pristine tree")
+                raise OverlayError(f"{path}: not in the pristine tree")
             originals[fp.path] = path.read_bytes()
-    contents, _ = apply.patch_in_memory(originals, patches)
+    contents, _ = patch_in_memory(originals, patches)
     return {
         "package": package,
         "version": version,
         "source": f"PyPI wheel {package}=={version} (unpacked)",
         "files": {
             rel: {
-                "pristine_sha256": apply.sha256_bytes(originals[rel]),
-                "patched_sha256": apply.sha256_bytes(contents[rel]),
+                "pristine_sha256": sha256_bytes(originals[rel]),
+                "patched_sha256": sha256_bytes(contents[rel]),
             }
             for rel in sorted(originals)
         },
@@ -77,7 +80,7 @@ def compute_lock(series_dir: Path, pristine: Path) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--series", default=str(apply.DEFAULT_SERIES))
+    parser.add_argument("--series", default=str(DEFAULT_SERIES))
     parser.add_argument("--pristine", help="dir with vllm/ and its dist-info")
     parser.add_argument("--check", action="store_true", help="exit 1 if lock.json is stale")
     args = parser.parse_args(argv)
@@ -86,12 +89,12 @@ def main(argv=None) -> int:
     pristine = Path(args.pristine) if args.pristine else default_pristine(version)
     try:
         lock = compute_lock(series_dir, pristine)
-    except apply.OverlayError as exc:
+    except OverlayError as exc:
         for line in exc.errors:
             print(f"refresh: error: {line}", file=sys.stderr)
         return 1
     text = json.dumps(lock, indent=2, sort_keys=True) + "\n"
-    lock_path = series_dir / apply.LOCK_FILE
+    lock_path = series_dir / LOCK_FILE
     if args.check:
         current = lock_path.read_text(encoding="utf-8") if lock_path.exists() else ""
         if current != text:
@@ -102,7 +105,7 @@ def main(argv=None) -> int:
     lock_path.write_text(text, encoding="utf-8")
     print(f"refresh: wrote {lock_path} ({len(lock['files'])} files, "
           f"{len(lock['patches'])} patches)")
-    print(f"series_sha256 {apply.series_sha256(series_dir)}")
+    print(f"series_sha256 {series_sha256(series_dir)}")
     return 0
 
 

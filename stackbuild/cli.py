@@ -6,6 +6,7 @@ Run as ``python build.py COMMAND`` from the checkout::
     python build.py lock     --recipe R            # pin the base digest
     python build.py record   --recipe R            # keep the built image's oracle answer
     python build.py geometry --recipe R [--json]   # the KV-geometry gate on the host
+    python build.py fit --recipe R [--json]        # settings that pass the gate, best first
     python build.py build    --recipe R [--dry-run] [--push [--force]] [--platform P]
     python build.py push     --recipe R [--force]
     python build.py index    --recipe R [--force]          # multi-platform: the index over pushed images
@@ -231,22 +232,76 @@ def record(recipe_path, owner, repository, allow_unpinned, image, as_json):
          f"{len(key['distributions'])} packages\nwrote {path}")
 
 
+def _contexts(_ctx, _param, value):
+    """``--context 8192,32K,1M`` -> token counts (K = 1,024 tokens, M = 1,048,576)."""
+    if value is None:
+        return None
+    out = []
+    for item in value.split(","):
+        text = item.strip().upper()
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+        digits = text[:-1] if scale != 1 else text
+        if not digits.isdigit() or int(digits) < 1:
+            raise click.BadParameter(f"{item.strip()!r} is not a positive token count (e.g. 8192, 32K, 1M)")
+        out.append(int(digits) * scale)
+    return out
+
+
 @cli.command()
 @recipe_option
 @json_option
 @click.option("--stock", is_flag=True, help="Model stock vLLM 0.33.0 (no overlay) instead of the patched tree.")
-def geometry(recipe_path, as_json, stock):
+@click.option("--context", "contexts", callback=_contexts, default=None, metavar="N[,N...]",
+              help="Request lengths for 'requests at once' (e.g. 8192,32K,1M); default 32K, 128K, 1M up to "
+                   "max_model_len, and max_model_len.")
+def geometry(recipe_path, as_json, stock, contexts):
     """Run the KV-geometry simulator and gate for a recipe on the host."""
+    from geometry.concurrency import ContextTooLong, concurrency
     from geometry.table import render_text, to_json
     from stackbuild.core.gate import recipe_geometry, refuse_failed
 
     recipe = load_recipe(recipe_path)
     run = recipe_geometry(recipe, vllm_behaviour="stock" if stock else "overlay")
+    try:
+        at_once = concurrency(run.report, run.inputs, contexts)
+    except ContextTooLong as exc:
+        raise click.BadParameter(str(exc), param_hint="--context") from None
     if as_json:
-        print_json(to_json(run.report, run.verdict))
+        print_json(to_json(run.report, run.verdict, at_once))
     else:
-        click.echo(render_text(run.report, run.verdict))
+        click.echo(render_text(run.report, run.verdict, at_once))
     refuse_failed(recipe, run)
+
+
+@cli.command()
+@recipe_option
+@json_option
+@click.option("--stock", is_flag=True, help="Model stock vLLM 0.33.0 (no overlay) instead of the patched tree.")
+def fit(recipe_path, as_json, stock):
+    """Search block size, drafter KV dtype, prefix caching and num_speculative_tokens for settings that
+    pass the geometry gate; print the best few and the recipe lines to change.
+
+    Exit 0 when the recipe passes (its settings, or the better ones printed), 5 when it fails but a
+    printed setting passes, 19 when no setting passes."""
+    from geometry.errors import BadInput
+    from geometry.fit import render_text, search, to_json
+    from stackbuild.core.errors import FitNothingPasses, GeometryGateFailed, RecipeError
+    from stackbuild.core.gate import gate_input
+
+    recipe = load_recipe(recipe_path)
+    try:
+        result = search(gate_input(recipe, vllm_behaviour="stock" if stock else "overlay"))
+    except BadInput as exc:
+        raise RecipeError(recipe.path, "", f"the geometry gate does not model this recipe: {exc}") from None
+    if as_json:
+        print_json(to_json(result))
+    else:
+        click.echo(render_text(result))
+    if result.why_none:
+        raise FitNothingPasses(f"{recipe.path}: {result.why_none}")
+    if not result.recipe.passed:
+        best = ", ".join(f"{k}: {v}" for k, _, v in result.ranked[0].changes)
+        raise GeometryGateFailed(f"{recipe.path}: geometry gate failed; passes with {best}")
 
 
 @cli.command()

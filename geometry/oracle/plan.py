@@ -192,6 +192,26 @@ def _rows(final: dict, owners: dict, order: dict) -> tuple:
     return tuple(rows)
 
 
+def scheduler_kv_cache_config(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
+    """(VllmConfig, the scheduler's KVCacheConfig) of ``inputs`` as vLLM plans them: the platform's
+    block size, the specs, the groups, the pool for the KV memory. Call it inside ``serving_platform``."""
+    from vllm.config import set_current_vllm_config
+    from vllm.platforms.interface import Platform
+    from vllm.v1.core import kv_cache_planning as P
+    from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config
+    from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
+
+    cfg, _ = _build(inputs, with_drafter, num_spec)
+    with model_registry_fallback():
+        Platform.update_block_size_for_backend(cfg)
+    with set_current_vllm_config(cfg):
+        specs = get_kv_cache_spec(cfg)
+        _resolve_layout(cfg, specs)
+        groups = P.get_kv_cache_groups(cfg, dict(specs))
+        kvc = P.get_kv_cache_config_from_groups(cfg, groups, inputs.kv_cache_memory_bytes)
+    return cfg, generate_scheduler_kv_cache_config([kvc])
+
+
 def blocks_per_request(inputs: GeometryInputs) -> list[tuple[str, int, int]]:
     """(spec class, block size, blocks) per KV-cache group of the with-drafter
     plan: the blocks one request of ``max_model_len`` tokens draws from the
@@ -199,27 +219,14 @@ def blocks_per_request(inputs: GeometryInputs) -> list[tuple[str, int, int]]:
     (``cdiv(max_memory_usage_bytes, page_size_bytes)`` of the scheduler's
     group spec)."""
     from vllm.config import set_current_vllm_config
-    from vllm.platforms.interface import Platform
     from vllm.utils.math_utils import cdiv
-    from vllm.v1.core import kv_cache_planning as P
-    from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config
-    from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
 
     with serving_platform(inputs.capability_family):
-        cfg, _ = _build(inputs, inputs.has_drafter, inputs.num_speculative_tokens)
-        with model_registry_fallback():
-            Platform.update_block_size_for_backend(cfg)
+        cfg, scheduler = scheduler_kv_cache_config(inputs, inputs.has_drafter, inputs.num_speculative_tokens)
         with set_current_vllm_config(cfg):
-            specs = get_kv_cache_spec(cfg)
-            _resolve_layout(cfg, specs)
-            groups = P.get_kv_cache_groups(cfg, dict(specs))
-            kvc = P.get_kv_cache_config_from_groups(cfg, groups, inputs.kv_cache_memory_bytes)
-            out = []
-            for g in generate_scheduler_kv_cache_config([kvc]).kv_cache_groups:
-                spec = g.kv_cache_spec
-                out.append((type(spec).__name__, spec.block_size,
-                            cdiv(spec.max_memory_usage_bytes(cfg), spec.page_size_bytes)))
-    return out
+            return [(type(g.kv_cache_spec).__name__, g.kv_cache_spec.block_size,
+                     cdiv(g.kv_cache_spec.max_memory_usage_bytes(cfg), g.kv_cache_spec.page_size_bytes))
+                    for g in scheduler.kv_cache_groups]
 
 
 def plan_with_vllm(inputs: GeometryInputs) -> GeometryReport:

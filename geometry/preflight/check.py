@@ -22,7 +22,7 @@ MODELLED_METHOD = "dflash"
 # Gate-input fields the argv decides (the rest come from the build: GPU family, behaviour).
 _SHOWN = ("tensor_parallel_size", "kv_cache_dtype", "drafter_kv_cache_dtype", "num_speculative_tokens",
           "block_size", "max_model_len", "enable_prefix_caching", "mamba_cache_mode", "drafter_attention_backend",
-          "kv_cache_memory_bytes")
+          "kv_cache_memory_bytes", "max_num_seqs")
 
 
 class Unchecked(Exception):
@@ -83,6 +83,7 @@ def derive_inputs(flags: ServeFlags, target: MountedConfig, drafter: Optional[Mo
         mamba_cache_mode=flags.mamba_cache_mode,
         block_size=flags.block_size,
         max_model_len=flags.max_model_len,
+        max_num_seqs=flags.max_num_seqs,
         drafter_attention_backend=spec.get("attention_backend") if spec else None,
         kv_cache_memory_bytes=(flags.kv_cache_memory_bytes if flags.kv_cache_memory_bytes is not None
                                else kv_cache_memory_bytes),

@@ -31,6 +31,7 @@ class ServeFlags:
     mamba_cache_mode: Optional[str]
     kv_cache_memory_bytes: Optional[int]
     speculative_config: Optional[Mapping[str, Any]]
+    max_num_seqs: Optional[int] = None
 
     @property
     def drafter_path(self) -> Optional[str]:
@@ -129,4 +130,5 @@ def parse_serve_flags(argv: Sequence[str]) -> ServeFlags:
         mamba_cache_mode=args.mamba_cache_mode,
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         speculative_config=dict(spec) if spec is not None else None,
+        max_num_seqs=args.max_num_seqs,
     )

@@ -72,6 +72,13 @@ class GeometryGateFailed(StackBuildError):
     exit_code = _preflight.EXIT_GEOMETRY  # 5: the image's pre-flight exits with it too
 
 
+class FitNothingPasses(StackBuildError):
+    """`fit`: no setting the search tries (block size, drafter KV dtype, prefix caching,
+    num_speculative_tokens) passes the geometry gate."""
+
+    exit_code = 19
+
+
 class ArchitectureMismatch(StackBuildError):
     """The build runs on another machine than the recipe's platform needs (the patch step's
     check, geometry/image_contract.py ARCHITECTURE_MISMATCH_STATUS), or the built image's
@@ -234,6 +241,9 @@ EXIT_CODES = {
     17: ("pre-flight: the geometry cannot be checked (a setup the simulator does not model, the simulator and the "
          "installed vLLM disagree, no vLLM to parse the flags)"),
     18: "`deploy`: a generated Kubernetes manifest fails the Kubernetes schemas or the LeaderWorkerSet schema",
+    19: ("`fit`: no setting it searches (block size, drafter KV dtype, prefix caching, num_speculative_tokens) "
+         "passes the geometry gate; the one line says why (a recipe that fails but can be fixed exits 5 with "
+         "the lines to change)"),
     70: ("internal error: an exception nobody expected, reported as one line asking for a bug report (never a "
          "traceback)"),
 }

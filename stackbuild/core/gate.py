@@ -31,6 +31,7 @@ def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
             enable_prefix_caching=s.enable_prefix_caching,
             block_size=s.block_size,
             max_model_len=s.max_model_len,
+            max_num_seqs=s.max_num_seqs,
             drafter_attention_backend=recipe.drafter.attention_backend,
             kv_cache_memory_bytes=int(recipe.geometry.kv_cache_memory_gib * GIB),
             vllm_behaviour=vllm_behaviour,

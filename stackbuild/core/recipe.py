@@ -131,6 +131,8 @@ class Serving:
     kv_cache_dtype: str = "auto"
     drafter_kv_cache_dtype: Optional[str] = None
     block_size: Optional[int] = None
+    # --max-num-seqs; None: vLLM's default. The gate checks it against the pool (geometry/concurrency.py).
+    max_num_seqs: Optional[int] = None
     # Explicit --enable-prefix-caching / --no-enable-prefix-caching; None: vLLM's default.
     enable_prefix_caching: Optional[bool] = None
     gpu_memory_utilization: float = 0.9
@@ -403,6 +405,8 @@ def _check_rules(path: Path, recipe: Recipe, platform_keys: tuple[str, ...]) -> 
         raise RecipeError(path, "serving.max_model_len", f"must be positive, got {serving.max_model_len}")
     if serving.block_size is not None and not 1 <= serving.block_size <= MAX_BLOCK_SIZE:
         raise RecipeError(path, "serving.block_size", f"must be from 1 to {MAX_BLOCK_SIZE:,}, got {serving.block_size}")
+    if serving.max_num_seqs is not None and serving.max_num_seqs < 1:
+        raise RecipeError(path, "serving.max_num_seqs", f"must be positive, got {serving.max_num_seqs}")
     if not 0.0 < serving.gpu_memory_utilization <= 1.0:
         raise RecipeError(path, "serving.gpu_memory_utilization", f"must be in (0, 1], got {serving.gpu_memory_utilization}")
     if not 0 < serving.port < 65536:

@@ -69,6 +69,7 @@ GENERATED_FLAGS = {
     "--kv-cache-dtype": "serving.kv_cache_dtype",
     "--gpu-memory-utilization": "serving.gpu_memory_utilization",
     "--block-size": "serving.block_size",
+    "--max-num-seqs": "serving.max_num_seqs",
     "--enable-prefix-caching": "serving.enable_prefix_caching",
     "--no-enable-prefix-caching": "serving.enable_prefix_caching",
     "--speculative-config": "drafter / serving.num_speculative_tokens",
@@ -110,6 +111,8 @@ def serve_argv(recipe: Recipe) -> list[str]:
     ]
     if s.block_size is not None:
         argv += ["--block-size", str(s.block_size)]
+    if s.max_num_seqs is not None:
+        argv += ["--max-num-seqs", str(s.max_num_seqs)]
     if s.enable_prefix_caching is not None:
         argv.append("--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching")
     argv += ["--speculative-config", speculative_config_json(recipe)]

@@ -59,7 +59,7 @@ def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | Non
               read_oracle_record: bool = True) -> BuildPlan:
     """``read_oracle_record=False`` for commands that build nothing (push, verify, record): they
     neither read nor fail on the recipe's recipe.oracle.json (record replaces it)."""
-    from overlay.apply import series_sha256
+    from overlay.lock import series_sha256
 
     base = pinned_base(recipe, allow_unpinned=allow_unpinned)
     epoch = source_date_epoch()

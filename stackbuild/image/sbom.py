@@ -25,10 +25,10 @@ from stackbuild.core.errors import BuildStepFailed
 SBOM_MEDIA_TYPE = "application/vnd.cyclonedx+json"
 
 # Run by the image's python3 with the payload root on PYTHONPATH: argv[1] is the overlay
-# manifest, read as the contract's OverlayManifest. Prints one JSON object.
+# manifest, read as overlay/manifest.py's OverlayManifest. Prints one JSON object.
 INVENTORY_SCRIPT = r"""
 import hashlib, importlib.metadata, json, os, sys
-from geometry.image_contract import OverlayManifest
+from overlay.manifest import OverlayManifest
 with open(sys.argv[1], encoding="utf-8") as handle:
     manifest = OverlayManifest.from_json(json.load(handle), sys.argv[1])
 distributions = {}

@@ -295,9 +295,12 @@ def test_simulator_is_stdlib_only():
     simulator = ("inputs", "backends", "kv_spec", "report", "model_parts", "model_glm5next", "model_kimi_linear",
                  "model_qwen3_next", "drafter", "model", "block_size", "grouping", "prefix_cache",
                  "capacity", "serving_limits", "simulate", "gate", "table", "image_contract")
+    # The gate reads the overlay manifest with its one definition, overlay/manifest.py (stdlib only too).
     # gate_run: relative imports of the simulator's modules and record (checked below), vLLM only in the cross-check
-    for name in (*simulator, "model_config", "record", "gate_run", "gate_main", "sim_glm5_drafter_hades"):
-        tree = ast.parse((ROOT / "geometry" / f"{name}.py").read_text())
+    files = [ROOT / "geometry" / f"{name}.py"
+             for name in (*simulator, "model_config", "record", "gate_run", "gate_main", "sim_glm5_drafter_hades")]
+    for path in (*files, ROOT / "overlay" / "manifest.py"):
+        tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 mods = [a.name for a in node.names]
@@ -307,7 +310,8 @@ def test_simulator_is_stdlib_only():
                 continue
             for m in mods:
                 top = m.split(".")[0]
-                assert top in stdlib or top in simulator or m in ("geometry", "geometry.gate_main"), (name, m)
+                assert top in stdlib or top in simulator or m in ("geometry", "geometry.gate_main",
+                                                                   "overlay.manifest"), (path.stem, m)
 
 
 def _run_cli(tmp_path, data, *args):
@@ -318,7 +322,7 @@ def _run_cli(tmp_path, data, *args):
 
 
 def _manifest(patches=(), files=()):
-    """An overlay manifest of the shape overlay/apply.py writes (image_contract.OverlayManifest)."""
+    """An overlay manifest of the shape overlay/apply.py writes (overlay.manifest.OverlayManifest)."""
     return {"schema": "glm53-overlay-manifest/1", "package": "vllm", "version": "0.33.0",
             "package_dir": "/usr/lib/python3/site-packages/vllm", "series": "/opt/glm53-overlay/overlay/series/x",
             "series_sha256": "0" * 64, "patches": list(patches), "files": list(files), "bytecode": [],
@@ -372,12 +376,14 @@ def test_cli_oracle_record_needs_the_oracle(tmp_path):
 
 
 def test_cli_runs_from_a_copied_directory(tmp_path):
-    """Inside the image geometry/ is copied as a whole under the payload root: the gate runs as a
-    module with that root on PYTHONPATH, and under its published script name with no path set."""
+    """Inside the image geometry/ is copied as a whole under the payload root, next to the patch
+    step's overlay/ (the gate reads the overlay manifest with overlay/manifest.py): the gate runs as
+    a module with that root on PYTHONPATH, and under its published script name with no path set."""
     payload = tmp_path / "opt" / "payload"
-    (payload / "geometry").mkdir(parents=True)
-    for f in (ROOT / "geometry").glob("*.py"):
-        (payload / "geometry" / f.name).write_text(f.read_text())
+    for package in ("geometry", "overlay"):
+        (payload / package).mkdir(parents=True)
+        for f in (ROOT / package).glob("*.py"):
+            (payload / package / f.name).write_text(f.read_text())
     p = tmp_path / "in.json"
     p.write_text(json.dumps(C.recipe_input("overlay")))
     clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -6,6 +6,7 @@
 #             against a seed-shaped reference overlay and the planning-import floor built
 #             cold in the same run, and where the gate's time goes (-X importtime)
 #   preflight what the image's entrypoint adds on its fast path (bench/preflight_bench.py)
+#   fit       one recipe's `build.py fit` search beside one `geometry` run (bench/fit_bench.py)
 # BENCH_ARM64=1 adds cold builds of the arm64 recipe through qemu (BENCH_ARM64_RUNS, default 1).
 source "$(dirname "${BASH_SOURCE[0]}")/preamble.sh"
 out="$repo/out/bench.json"
@@ -23,16 +24,18 @@ fi
 # with the test suite (geometry_cases, the e2e harness), as pytest's pythonpath has it.
 PYTHONPATH=tests "$PY" bench/geometry_bench.py --out out/geometry-bench.json >/dev/null
 "$PY" bench/preflight_bench.py --out out/preflight-bench.json >/dev/null
+"$PY" bench/fit_bench.py --out out/fit-bench.json >/dev/null
 PYTHONPATH=tests "$PY" bench/overlay_bench.py --runs "${BENCH_RUNS:-3}" --out "$out" "${arm64[@]}" >/dev/null
-"$PY" - "$out" out/geometry-bench.json out/preflight-bench.json <<'PYEOF'
+"$PY" - "$out" out/geometry-bench.json out/preflight-bench.json out/fit-bench.json <<'PYEOF'
 import json, sys
-path, geometry, preflight = sys.argv[1], sys.argv[2], sys.argv[3]
+path, geometry, preflight, fit = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 data = json.load(open(path))
 data["geometry"] = json.load(open(geometry))
+data["fit"] = json.load(open(fit))
 data.update(json.load(open(preflight)))
 json.dump(data, open(path, "w"), indent=2)
 keys = ("overlay_build", "reference_overlay", "floor_overlay", "ratios_to_reference", "gate_profile",
-        "arm64_qemu", "push", "meets_targets", "preflight_fast_path")
+        "arm64_qemu", "push", "meets_targets", "preflight_fast_path", "fit")
 summary = {k: data[k] for k in keys if k in data}
 summary["overlay_layers_bytes"] = data["overlay_layers"]["bytes"]
 summary["overlay_blob_bytes"] = data["overlay_layers"]["blob_bytes"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import py_compile
@@ -23,8 +24,10 @@ from overlay_helpers import (
     tree_digest,
 )
 
-from geometry.image_contract import OverlayManifest
-from overlay import apply, refresh
+from overlay import refresh
+from overlay.bytecode import python_rejects, stale_bytecode
+from overlay.lock import read_series, series_sha256, sha256_file
+from overlay.manifest import OverlayManifest
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +41,7 @@ def site(tmp_path, pristine) -> Path:
 
 
 def _sha(path: Path) -> str:
-    return apply.sha256_file(path)
+    return sha256_file(path)
 
 
 def test_lock_matches_pristine_tree(pristine):
@@ -47,7 +50,7 @@ def test_lock_matches_pristine_tree(pristine):
 
 
 def test_every_patch_has_a_header(pristine):
-    for name in apply.read_series(SERIES):
+    for name in read_series(SERIES):
         text = (SERIES / name).read_text()
         header = text.split("\n--- a/", 1)[0]
         assert "What it changes" in header and "Why" in header, name
@@ -76,19 +79,19 @@ def test_check_apply_manifest_bytecode_and_rerun(site, tmp_path):
 
     # By default no bytecode is written (this tree had none to deal with).
     for rel in files:
-        assert apply.stale_bytecode(site / rel) == [], rel
+        assert stale_bytecode(site / rel) == [], rel
     assert result["bytecode"] == [] and result["stale_bytecode"] == {"kept": [], "removed": []}
 
     m = json.loads(manifest.read_text())
     assert m["version"] == "0.33.0"
-    assert m["series_sha256"] == apply.series_sha256(SERIES)
+    assert m["series_sha256"] == series_sha256(SERIES)
     assert {f["file"] for f in m["files"]} == set(files)
     for entry in m["files"]:
         assert entry["sha256_before"] == files[entry["file"]]["pristine_sha256"]
         assert entry["sha256_after"] == files[entry["file"]]["patched_sha256"]
         assert entry["patches"]
-    assert [p["name"] for p in m["patches"]] == apply.read_series(SERIES)
-    # The gate and the pre-flight read it as the contract's OverlayManifest, field for field.
+    assert [p["name"] for p in m["patches"]] == read_series(SERIES)
+    # The gate and the pre-flight read it as overlay/manifest.py's OverlayManifest, field for field.
     read = OverlayManifest.from_json(m)
     assert read.to_json() == m and read.draft_block_fit_applied
     assert read.patched_modules() == [rel[:-3].replace("/", ".") for rel in sorted(files) if rel.endswith(".py")]
@@ -107,12 +110,12 @@ def test_write_bytecode_is_hash_based(site, tmp_path):
     files = lock()["files"]
     written = []
     for rel in files:
-        pyc = Path(apply.importlib.util.cache_from_source(str(site / rel)))
-        assert apply.stale_bytecode(site / rel) == [pyc], rel  # only the fresh one
+        pyc = Path(importlib.util.cache_from_source(str(site / rel)))
+        assert stale_bytecode(site / rel) == [pyc], rel  # only the fresh one
         data = pyc.read_bytes()
         flags = int.from_bytes(data[4:8], "little")
         assert flags & 0b1, f"{pyc} is not hash-based"
-        assert data[8:16] == apply.importlib.util.source_hash((site / rel).read_bytes())
+        assert data[8:16] == importlib.util.source_hash((site / rel).read_bytes())
         written.append(str(pyc.relative_to(site)))
     assert sorted(json.loads(done.stdout)["bytecode"]) == sorted(written)
     assert json.loads(manifest.read_text())["bytecode"] == sorted(written)
@@ -141,11 +144,11 @@ def test_python_rejects_only_bytecode_it_cannot_load(tmp_path):
     }
     for n, (name, (data, source, rejected)) in enumerate(cases.items()):
         where = tmp_path / f"case{n}"
-        pyc = Path(apply.importlib.util.cache_from_source(str(where / "mod.py")))
+        pyc = Path(importlib.util.cache_from_source(str(where / "mod.py")))
         pyc.parent.mkdir(parents=True)
         (where / "mod.py").write_bytes(source)
         pyc.write_bytes(data)
-        assert bool(apply.python_rejects(pyc, source)) is rejected, name
+        assert bool(python_rejects(pyc, source)) is rejected, name
         if rejected:  # and the interpreter agrees: it runs the new source, not the bytecode
             run = subprocess.run([sys.executable, "-c", "import mod; print(mod.x)"], cwd=where,
                                  capture_output=True, text=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
@@ -158,7 +161,7 @@ def test_stale_bytecode_kept_only_where_python_rejects_it(site, pristine, tmp_pa
     or removed when it belongs to another interpreter."""
     rel = "vllm/v1/engine/core.py"
     source = site / rel
-    own = Path(apply.importlib.util.cache_from_source(str(source)))
+    own = Path(importlib.util.cache_from_source(str(source)))
     cache = own.parent
     cache.mkdir(exist_ok=True)
     own.write_bytes(_pyc(pristine / rel, "UNCHECKED_HASH", tmp_path))
@@ -177,7 +180,7 @@ def test_stale_bytecode_kept_only_where_python_rejects_it(site, pristine, tmp_pa
 
     data = own.read_bytes()  # replaced in place by bytecode of the patched source
     assert int.from_bytes(data[4:8], "little") == 0b11
-    assert data[8:16] == apply.importlib.util.source_hash(source.read_bytes())
+    assert data[8:16] == importlib.util.source_hash(source.read_bytes())
     assert foreign_timestamp.read_bytes() == kept_bytes
     assert not foreign_unchecked.exists()
     assert other_module.read_bytes() == b"other module"
@@ -236,7 +239,7 @@ def _series_copy(tmp_path: Path) -> Path:
 def test_second_patch_failing_leaves_tree_unchanged(site, tmp_path):
     """Patch 2 no longer matches its file: nothing is written, patch 1 included."""
     series = _series_copy(tmp_path)
-    names = apply.read_series(series)
+    names = read_series(series)
     second = series / names[1]
     text = second.read_text()
     # Change one context line of the second patch (the file is untouched).
@@ -244,7 +247,7 @@ def test_second_patch_failing_leaves_tree_unchanged(site, tmp_path):
     assert marker in text
     second.write_text(text.replace(marker, "\n             # buffer, a 1-block/req SCRATCH buffer", 1))
     data = json.loads((series / "lock.json").read_text())
-    data["patches"][names[1]] = apply.sha256_file(second)
+    data["patches"][names[1]] = sha256_file(second)
     (series / "lock.json").write_text(json.dumps(data))
 
     before = tree_digest(site)
@@ -260,7 +263,7 @@ def test_patch_leaving_a_syntax_error_is_refused(site, tmp_path, pristine):
     """A series whose result does not compile is refused before anything is written,
     even when its lock records that result."""
     series = _series_copy(tmp_path)
-    second = series / apply.read_series(series)[1]
+    second = series / read_series(series)[1]
     text = second.read_text()
     added = "+                and not set(g.layer_names) <= draft_layers\n"
     assert added in text
@@ -277,7 +280,7 @@ def test_patch_leaving_a_syntax_error_is_refused(site, tmp_path, pristine):
 
 def test_tampered_patch_is_refused(site, tmp_path):
     series = _series_copy(tmp_path)
-    first = series / apply.read_series(series)[0]
+    first = series / read_series(series)[0]
     first.write_text(first.read_text().replace("Why", "Why not", 1))
     before = tree_digest(site)
     proc = run_apply("--series", series, "--site-packages", site)
@@ -332,6 +335,6 @@ def test_locates_vllm_without_importing_it(site, tmp_path):
 
 def test_series_sha256_is_stable_and_content_based(tmp_path):
     copy = _series_copy(tmp_path)
-    assert apply.series_sha256(copy) == apply.series_sha256(SERIES)
+    assert series_sha256(copy) == series_sha256(SERIES)
     (copy / "series").write_text((copy / "series").read_text() + "\n# note\n")
-    assert apply.series_sha256(copy) != apply.series_sha256(SERIES)
+    assert series_sha256(copy) != series_sha256(SERIES)

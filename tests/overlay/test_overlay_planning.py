@@ -281,12 +281,13 @@ def test_patch_0002_is_needed(trees, tmp_path):
     block size (cache_config.block_size) below the target's block."""
     import shutil
 
-    from overlay import apply, refresh
+    from overlay import refresh
+    from overlay.lock import read_series
     from overlay_helpers import SERIES
 
     series = tmp_path / "series" / SERIES.name
     shutil.copytree(SERIES, series)
-    first = apply.read_series(series)[0]
+    first = read_series(series)[0]
     (series / "series").write_text(first + "\n")
     lock = refresh.compute_lock(series, pristine_dir())
     (series / "lock.json").write_text(json.dumps(lock))

@@ -1,0 +1,213 @@
+"""Requests at once: how many requests of a given length the KV pool holds
+(stdlib only).
+
+vLLM 0.33.0 draws every KV-cache group's blocks from one shared pool
+(``BlockPool``); a request holds, in each group, the blocks its spec counts
+(``max_memory_usage_bytes`` / page: report.RequestBlocks), and the pool keeps
+one block back as the null block that stands in for freed and skipped slots.
+So the requests of ``tokens`` tokens that fit at once are
+
+    (num_blocks - 1) // sum over groups of (blocks one request draws)
+
+vLLM logs ``num_blocks / blocks per request`` at start
+(``get_max_concurrency_for_kv_cache_config``, "Maximum concurrency for N
+tokens per request"); the count here is what its pool grants before it
+refuses (tests/geometry/test_concurrency_oracle.py allocates them).
+
+Tokens in flight (the sliding-window groups keep the blocks of tokens
+scheduled but not yet freed, ``VllmConfig.max_in_flight_tokens``): two
+batches (async scheduling, on by default on a GPU) of ``max_num_batched_tokens``
+2,048 (``SchedulerConfig``'s default, what the oracle plans with; ``vllm
+serve`` raises it to 8,192 or 16,384 on GPUs with at least 70 or 160 GiB,
+``EngineArgs.get_batch_defaults``, which costs a sliding-window drafter a few
+more blocks per request).
+
+``max_num_seqs``: vLLM 0.33.0 refuses to start when it exceeds the pool's
+blocks with full CUDA graphs (the default ``FULL_AND_PIECEWISE``) and mamba
+layers: ``CompilationConfig.resolve_cudagraph_mode_and_sizes``
+(vllm/config/compilation.py, "max_num_seqs (...) exceeds available Mamba cache
+blocks (...)"), raised after the weights load, when the model runner sets up
+CUDA graphs.  The gate refuses that before.  A ``max_num_seqs`` above the
+requests that fit at a listed length starts, but the scheduler holds the
+rest waiting (or preempts): a warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from .capacity import FULL_ATTENTION_CLASSES, kv_token_capacity
+from .inputs import GeometryInputs
+from .kv_spec import cdiv
+from .model_config import text_config
+from .report import GeometryReport, Plan, RequestBlocks
+
+MAX_NUM_BATCHED_TOKENS = 2048  # SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS
+MAX_CONCURRENT_BATCHES = 2  # async scheduling: VllmConfig.max_concurrent_batches
+IN_FLIGHT_TOKENS = MAX_CONCURRENT_BATCHES * MAX_NUM_BATCHED_TOKENS
+NULL_BLOCKS = 1  # BlockPool's null block
+# Lengths shown when none are named: the default recipe's 1M, and 128K and 32K.
+DEFAULT_CONTEXTS = (32_768, 131_072, 1_048_576)
+PLAN_LABELS = ("with_drafter", "target_only_same_spec", "without_drafter")
+
+
+def group_blocks(rule: RequestBlocks, tokens: int, in_flight: int = IN_FLIGHT_TOKENS) -> int:
+    """Blocks one request of ``tokens`` tokens draws from the pool for one group."""
+    if rule.rule == "per_token":
+        return cdiv(tokens, rule.block_size)
+    if rule.rule == "window":
+        return cdiv(min(rule.window - 1 + in_flight, tokens), rule.block_size) + 1
+    return rule.fixed
+
+
+def blocks_per_request(plan: Plan, tokens: int, in_flight: int = IN_FLIGHT_TOKENS) -> tuple[int, ...] | None:
+    """Per group, the blocks one request of ``tokens`` tokens holds (None when
+    vLLM cannot plan or the rows carry no rule)."""
+    if plan.error or plan.num_blocks is None or not plan.groups:
+        return None
+    if any(g.per_request is None for g in plan.groups):
+        return None
+    return tuple(group_blocks(g.per_request, tokens, in_flight) for g in plan.groups)
+
+
+def requests_at_once(plan: Plan, tokens: int, in_flight: int = IN_FLIGHT_TOKENS) -> int | None:
+    """Requests of ``tokens`` tokens the pool holds at once."""
+    per = blocks_per_request(plan, tokens, in_flight)
+    if per is None:
+        return None
+    return max(plan.num_blocks - NULL_BLOCKS, 0) // sum(per)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One plan at one length."""
+
+    tokens: int
+    requests: int | None  # what the pool grants before it refuses
+    blocks_per_request: int | None
+    attention_blocks: int | None  # of those, the groups that keep every token
+    vllm_max_concurrency: float | None  # what vLLM logs: num_blocks / blocks per request
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """How close a plan's token capacity comes to the KV memory."""
+
+    attention_bytes_per_token: int  # summed over the layers that keep every token
+    ideal_tokens: int  # KV memory / bytes per token
+    capacity_tokens: int
+    share: float  # capacity / ideal
+    block_padding_bytes: int  # whole blocks' bytes that hold no kept token's KV
+    below_one_block_bytes: int  # KV memory left over below one block
+    kv_memory_bytes: int
+    layers: tuple[tuple[str, int, int], ...]  # (role, layers, bytes per token)
+
+
+@dataclass(frozen=True)
+class Concurrency:
+    contexts: tuple[int, ...]
+    max_model_len: int
+    in_flight_tokens: int
+    fits: dict  # plan label -> tuple[Fit, ...] (one per context)
+    headroom: Headroom | None  # of the with-drafter plan
+    max_num_seqs: int | None
+    refusals: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+
+def _fit(plan: Plan, tokens: int) -> Fit:
+    per = blocks_per_request(plan, tokens)
+    if per is None:
+        return Fit(tokens, None, None, None, None)
+    total = sum(per)
+    attention = sum(n for n, g in zip(per, plan.groups) if g.spec_class in FULL_ATTENTION_CLASSES)
+    return Fit(tokens, max(plan.num_blocks - NULL_BLOCKS, 0) // total, total, attention,
+               round(plan.num_blocks / total, 2))
+
+
+def headroom(plan: Plan, kv_memory: int) -> Headroom | None:
+    capacity = kv_token_capacity(plan)
+    kept = [r for r in plan.layers if r.spec_class in FULL_ATTENTION_CLASSES]
+    bpt = sum(r.bytes_per_token for r in kept)
+    if capacity is None or not bpt or not kv_memory:
+        return None
+    by_role: dict[str, list[int]] = {}
+    for r in kept:
+        by_role.setdefault(r.role, []).append(r.bytes_per_token)
+    layers = tuple((role, len(v), v[0]) for role, v in by_role.items())
+    used = plan.num_blocks * plan.bytes_per_block
+    return Headroom(bpt, kv_memory // bpt, capacity, capacity * bpt / kv_memory,
+                    used - capacity * bpt, kv_memory - used, kv_memory, layers)
+
+
+def max_num_seqs_refusals(report: GeometryReport, max_num_seqs: int | None) -> tuple[str, ...]:
+    """What vLLM refuses at start (see the module docstring), per plan it would serve."""
+    plan = report.with_drafter
+    if max_num_seqs is None or plan.error or plan.num_blocks is None:
+        return ()
+    if any(g.spec_class == "MambaSpec" for g in plan.groups) and max_num_seqs > plan.num_blocks:
+        return (f"max_num_seqs {max_num_seqs:,} exceeds the {plan.num_blocks:,} blocks of the KV "
+                f"pool: vLLM 0.33.0 refuses to start with CUDA graphs (each decode sequence needs "
+                f"a Mamba cache block; CompilationConfig.resolve_cudagraph_mode_and_sizes)",)
+    return ()
+
+
+def _warnings(max_num_seqs: int | None, max_model_len: int, fits: Sequence[Fit]) -> tuple[str, ...]:
+    if max_num_seqs is None:
+        return ()
+    shortest = min((f for f in fits), key=lambda f: f.tokens, default=None)
+    out = []
+    for f, what in ((next((f for f in fits if f.tokens == max_model_len), None), "max_model_len"),
+                    (shortest, "the shortest listed context")):
+        if f is None or f.requests is None or max_num_seqs <= f.requests:
+            continue
+        line = (f"max_num_seqs {max_num_seqs:,} is above the {f.requests:,} requests of "
+                f"{f.tokens:,} tokens ({what}) that fit at once: the rest wait or are preempted")
+        if line not in out:
+            out.append(line)
+        if f is shortest:
+            break
+    return tuple(out)
+
+
+class ContextTooLong(ValueError):
+    """A named context is longer than max_model_len (vLLM refuses such a request)."""
+
+
+def contexts_for(max_model_len: int, named: Iterable[int] | None = None) -> tuple[int, ...]:
+    """The lengths to show: those named (or the defaults up to max_model_len), and
+    max_model_len itself, longest first."""
+    chosen = set(named) if named is not None else {c for c in DEFAULT_CONTEXTS if c <= max_model_len}
+    for c in sorted(chosen):
+        if type(c) is not int or c < 1:
+            raise ContextTooLong(f"context {c!r} must be a positive number of tokens")
+        if c > max_model_len:
+            raise ContextTooLong(f"context {c:,} is above max_model_len {max_model_len:,} "
+                                 "(vLLM refuses a longer request)")
+    chosen.add(max_model_len)
+    return tuple(sorted(chosen, reverse=True))
+
+
+def max_model_len_of(inputs: GeometryInputs) -> int:
+    """max_model_len as vLLM runs it: the flag, else the target's max_position_embeddings."""
+    if inputs.max_model_len is not None:
+        return inputs.max_model_len
+    tc = text_config(inputs.target_config)
+    return int(tc.get("max_position_embeddings", 0) or 0) or 1
+
+
+def concurrency(report: GeometryReport, inputs: GeometryInputs,
+                contexts: Iterable[int] | None = None) -> Concurrency:
+    """Requests at once for every plan of ``report`` at each length (ContextTooLong
+    for a named context above max_model_len)."""
+    max_model_len = max_model_len_of(inputs)
+    max_num_seqs = inputs.max_num_seqs
+    lengths = contexts_for(max_model_len, contexts)
+    fits = {label: tuple(_fit(getattr(report, label), n) for n in lengths) for label in PLAN_LABELS}
+    within = fits["with_drafter"]
+    return Concurrency(
+        contexts=lengths, max_model_len=max_model_len, in_flight_tokens=IN_FLIGHT_TOKENS,
+        fits=fits, headroom=headroom(report.with_drafter, report.kv_cache_memory_bytes),
+        max_num_seqs=max_num_seqs, refusals=max_num_seqs_refusals(report, max_num_seqs),
+        warnings=_warnings(max_num_seqs, max_model_len, within))

@@ -1,0 +1,132 @@
+"""Requests at once, max_num_seqs and how close the capacity comes to the KV
+memory, for the default recipe, derived by hand from vLLM 0.33.0's rules
+(vLLM's own count: test_concurrency_oracle.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import geometry_cases as C
+from geometry.concurrency import ContextTooLong, concurrency, contexts_for
+from geometry.gate import judge
+from geometry.inputs import GeometryInputs
+from geometry.simulate import simulate
+from geometry.table import render_text
+from stackbuild.core.gate import gate_input
+from stackbuild.core.recipe import load_recipe
+
+DEFAULT = C.ROOT / "recipes" / "glm53-flash-dflash2-gb300" / "recipe.yaml"
+
+
+def _default(**changes) -> GeometryInputs:
+    return GeometryInputs.from_json(dict(gate_input(load_recipe(DEFAULT)).to_json(), **changes))
+
+
+def test_default_recipe_by_hand():
+    """B = 9,216, 2,892 blocks.  One 1M-token request: 114 MLA blocks (ceil(1,048,576 / 9,216)),
+    4 KDA groups x (2 + 7) state blocks in "align" mode, 1 kpool-tail ring block, and
+    ceil(min(2,047 + 4,096, 1M) / 1,152) + 1 = 7 drafter sliding-window blocks: 158;
+    (2,892 - 1 null block) // 158 = 18 at once (vLLM logs 2,892 / 158 = 18.3)."""
+    inputs = _default()
+    c = concurrency(simulate(inputs), inputs)
+    assert c.contexts == (1_048_576, 131_072, 32_768)
+    million = c.fits["with_drafter"][0]
+    assert (million.blocks_per_request, million.attention_blocks, million.requests,
+            million.vllm_max_concurrency) == (158, 114, 18, 18.3)
+    # 32K: 4 MLA blocks + 36 + 1 + 7 = 48; 2,891 // 48 = 60.
+    assert (c.fits["with_drafter"][2].blocks_per_request, c.fits["with_drafter"][2].requests) == (48, 60)
+    # Without speculation: B = 8,576, 3,103 blocks, 4 x (2 + 0) state blocks, no drafter:
+    # ceil(1M / 8,576) = 123 + 8 + 1 = 132; 3,102 // 132 = 23.
+    assert (c.fits["without_drafter"][0].blocks_per_request, c.fits["without_drafter"][0].requests) == (132, 23)
+    h = c.headroom
+    # 11 MLA layers x 512 B (fp8 latent) + 11 indexer layers x 33 B per token.
+    assert h.attention_bytes_per_token == 11 * 512 + 11 * 33
+    assert h.ideal_tokens == 161_061_273_600 // 5995
+    assert round(100 * h.share, 2) == 99.21
+    assert h.block_padding_bytes + h.below_one_block_bytes + h.capacity_tokens * 5995 == 161_061_273_600
+
+
+def test_prefix_caching_off_holds_fewer_state_blocks():
+    """mamba_cache_mode "none": 1 + 7 state blocks per KDA group instead of 2 + 7."""
+    inputs = _default(enable_prefix_caching=False, mamba_cache_mode="none")
+    report = simulate(inputs)
+    fit = concurrency(report, inputs).fits["with_drafter"][0]
+    assert fit.blocks_per_request == 114 + 4 * 8 + 1 + 7
+
+
+def test_max_num_seqs_above_the_pool_is_refused_and_above_the_fit_warned():
+    """vLLM 0.33.0 refuses to start (CompilationConfig.resolve_cudagraph_mode_and_sizes) when
+    max_num_seqs exceeds the pool's blocks with mamba layers and full CUDA graphs: the gate fails;
+    above what fits at a listed length it only warns."""
+    too_many = _default(max_num_seqs=2893)
+    report = simulate(too_many)
+    verdict = judge(report, too_many)
+    assert not verdict.passed
+    assert any(r.startswith("max_num_seqs 2,893 exceeds the 2,892 blocks") for r in verdict.reasons)
+    fine = _default(max_num_seqs=2892)
+    assert judge(simulate(fine), fine).passed
+    c = concurrency(simulate(fine), fine, [32768])
+    assert c.refusals == () and len(c.warnings) == 2
+    assert "18 requests of 1,048,576 tokens (max_model_len)" in c.warnings[0]
+    assert "60 requests of 32,768 tokens (the shortest listed context)" in c.warnings[1]
+    quiet = _default(max_num_seqs=18)
+    assert concurrency(simulate(quiet), quiet).warnings == ()
+
+
+def test_contexts():
+    assert contexts_for(131_072) == (131_072, 32_768)
+    assert contexts_for(1_048_576, [8192]) == (1_048_576, 8192)
+    with pytest.raises(ContextTooLong, match="above max_model_len 1,048,576"):
+        contexts_for(1_048_576, [2 << 20])
+
+
+def test_alignment_said_out_loud():
+    """serving.block_size 4096 becomes 12,288: the smallest multiple of 4,096 whose 512 B/token
+    attention page (2 MiB per 4,096 tokens) holds the 4,685,824 B KDA state (3 x 4,096)."""
+    inputs = _default(block_size=4096)
+    report = simulate(inputs)
+    assert (report.requested_block_size, report.with_drafter.block_size) == (4096, 12288)
+    text = render_text(report, judge(report, inputs), concurrency(report, inputs))
+    assert ("block_size 4096 -> 12,288 (vLLM's hybrid alignment: one block's target attention page "
+            "must hold the 4,685,824 B mamba state page, so the block grows in steps of 4,096)") in text
+    assert "block_size 9216 ->" not in render_text(simulate(_default()))
+
+
+def test_geometry_json_carries_concurrency_and_the_context_flag():
+    run = subprocess.run([sys.executable, "build.py", "geometry", "--json", "--context", "8192,32K"],
+                         cwd=C.ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    data = json.loads(run.stdout)
+    c = data["concurrency"]
+    assert c["contexts"] == [1_048_576, 32_768, 8192]
+    # 8K: 1 MLA block + 36 + 1 + 7 = 45; 2,891 // 45 = 64.
+    assert [f["requests"] for f in c["fits"]["with_drafter"]] == [18, 60, 64]
+    assert data["report"]["requested_block_size"] is None
+    bad = subprocess.run([sys.executable, "build.py", "geometry", "--context", "12x"],
+                         cwd=C.ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert "'12x' is not a positive token count" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_serving_max_num_seqs_reaches_the_serve_argv_and_the_gate(tmp_path):
+    from recipe_copies import copy_recipe
+    from stackbuild.core.errors import RecipeError
+    from stackbuild.core.serve_args import serve_argv
+
+    path = copy_recipe(tmp_path, lambda data: data["serving"].update(max_num_seqs=3000))
+    recipe = load_recipe(path)
+    argv = serve_argv(recipe)
+    assert argv[argv.index("--max-num-seqs") + 1] == "3000"
+    assert gate_input(recipe).max_num_seqs == 3000
+    run = subprocess.run([sys.executable, "build.py", "geometry", "--recipe", str(path)],
+                         cwd=C.ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 5
+    assert "max_num_seqs 3,000 exceeds the 2,892 blocks of the KV pool" in run.stderr
+    twice = copy_recipe(tmp_path / "b", lambda data: data["serving"].update(
+        extra_args=["--max-num-seqs", "8"]))
+    with pytest.raises(RecipeError, match=r"--max-num-seqs is generated from serving.max_num_seqs"):
+        serve_argv(load_recipe(twice))

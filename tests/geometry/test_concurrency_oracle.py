@@ -1,0 +1,84 @@
+"""Requests at once: the report's count equals what vLLM's own KV-cache
+manager grants (geometry/oracle/concurrency.py: vLLM plans the pool, builds its
+KVCacheManager, and requests of each length are allocated from its BlockPool,
+every group's blocks as its spec counts them, until the pool refuses).
+
+The installed vLLM is pristine 0.33.0, so the simulator runs ``stock`` here:
+the default recipe (GB300, prefix caching on: KDA state in "align"), the 2x GB10
+recipe (TP2, fp8_ds_mla, prefix caching off), a Kimi-Linear target ("align", unified
+grouping) and a Qwen3-Next target ("none"), each with a sliding-window DFlash2 drafter.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from infra.fixtures import in_ci
+
+pytestmark = pytest.mark.oracle
+
+try:
+    import torch  # noqa: F401
+    import vllm.v1.core.kv_cache_planning  # noqa: F401
+except ImportError as exc:
+    if in_ci():
+        raise
+    pytest.skip(f"vLLM's own planning code is not importable ({exc}): run `make oracle`",
+                allow_module_level=True)
+
+import geometry_cases as C  # noqa: E402
+from geometry.concurrency import IN_FLIGHT_TOKENS, concurrency  # noqa: E402
+from geometry.inputs import GeometryInputs  # noqa: E402
+from geometry.oracle.concurrency import requests_until_refused  # noqa: E402
+from geometry.simulate import simulate  # noqa: E402
+from stackbuild.core.gate import gate_input  # noqa: E402
+from stackbuild.core.recipe import load_recipe  # noqa: E402
+
+RECIPES = C.ROOT / "recipes"
+
+
+def _recipe(name: str) -> dict:
+    return gate_input(load_recipe(RECIPES / name / "recipe.yaml"), vllm_behaviour="stock").to_json()
+
+
+def _qwen3_next() -> dict:
+    import random
+
+    target = C.qwen3_next_target(random.Random(3))
+    target["max_position_embeddings"] = 262144
+    return C.recipe_input("stock", memory=40 * C.GIB, target_config=target,
+                          kv_cache_dtype="auto", drafter_kv_cache_dtype="auto",
+                          **C.prefix_caching(False))
+
+
+CASES = {
+    "default recipe": _recipe("glm53-flash-dflash2-gb300"),
+    "2x GB10 recipe": _recipe("glm53-flash-dflash2-2x-gb10"),
+    # bf16 MLA and an fp8 drafter with 4 KV heads: pages that unify (unified grouping).
+    "Kimi-Linear": C.recipe_input("stock", memory=60 * C.GIB,
+                                  target_config=copy.deepcopy(C.kimi_linear_config()),
+                                  drafter_config=dict(C.recipe_configs()[1], num_key_value_heads=4),
+                                  kv_cache_dtype="auto", drafter_kv_cache_dtype="fp8",
+                                  **C.prefix_caching(True)),
+    "Qwen3-Next": _qwen3_next(),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_requests_at_once_equal_vllms_pool(name):
+    inputs = GeometryInputs.from_json(CASES[name])
+    report = simulate(inputs)
+    assert report.with_drafter.error is None, report.with_drafter.error
+    result = concurrency(report, inputs, [8192, 32768])
+    counted = requests_until_refused(inputs, list(result.contexts))
+    for label in ("with_drafter", "without_drafter"):
+        for fit, vllm in zip(result.fits[label], counted[label], strict=True):
+            assert vllm["in_flight_tokens"] == IN_FLIGHT_TOKENS
+            assert (fit.requests, fit.blocks_per_request, fit.vllm_max_concurrency) == (
+                vllm["requests"], vllm["blocks_per_request"], vllm["vllm_max_concurrency"]), (
+                name, label, fit.tokens)
+    # The lengths differ in what they cost: a check that compares something.
+    counts = [f.requests for f in result.fits["with_drafter"]]
+    assert counts == sorted(counts) and counts[0] < counts[-1], counts

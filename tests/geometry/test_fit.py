@@ -1,0 +1,125 @@
+"""`build.py fit`: the search for settings that pass the gate (geometry/fit.py).
+
+The suggestions are re-planned by vLLM's own planner on the CPU with the overlay
+applied (``plan_with_vllm`` in a process whose vLLM is a patched copy of the
+pristine tree) and must pass the gate there too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import geometry_cases as C
+from geometry.fit import search
+from geometry.inputs import GeometryInputs
+from models_support import misfit_drafter
+from recipe_copies import copy_recipe
+from stackbuild.core.gate import gate_input
+from stackbuild.core.recipe import load_recipe
+
+RECIPES = C.ROOT / "recipes"
+GB10 = RECIPES / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml"
+DEFAULT = RECIPES / "glm53-flash-dflash2-gb300" / "recipe.yaml"
+# 7 KV heads x head_dim 248 x (K + V) x 2 B = 6,944 B/token = 2^5 x 7 x 31: the drafter's
+# page equals the target's (512 B/token x B) in whole 16-token kernel blocks only when B is a
+# multiple of 27,776, beyond twice vLLM's hybrid block 9,216.
+UNFITTABLE = dict(misfit_drafter(), num_key_value_heads=7, num_attention_heads=28, head_dim=248)
+
+
+def _inputs(path, **changes) -> GeometryInputs:
+    return GeometryInputs.from_json(dict(gate_input(load_recipe(path)).to_json(), **changes))
+
+
+def _build(*args, cwd=C.ROOT):
+    return subprocess.run([sys.executable, str(C.ROOT / "build.py"), *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_gb10_without_block_size_finds_6144_or_better():
+    result = search(_inputs(GB10, block_size=None))
+    assert not result.recipe.passed  # vLLM's own 4,608: no exact drafter fit
+    passing = {c.setting.block_size: c for c in result.ranked if not c.changes[1:]}
+    assert 6144 in passing
+    best = result.ranked[0]
+    assert (best.requests_at_max_model_len, best.kv_tokens) >= (
+        passing[6144].requests_at_max_model_len, passing[6144].kv_tokens)
+    assert best.changes[0][0] == "serving.block_size"
+
+
+def test_fit_exit_codes_and_lines(tmp_path):
+    ok = _build("fit", "--recipe", DEFAULT)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.startswith("recipe: PASS  block_size 9,216  requests of max_model_len at once 18")
+    gb10 = tmp_path / "gb10"
+    gb10.mkdir()
+    (gb10 / "recipe.yaml").write_text("\n".join(
+        l for l in GB10.read_text().splitlines() if not l.startswith("  block_size:")))
+    shutil.copytree(GB10.parent / "configs", gb10 / "configs")
+    fails = _build("fit", "--recipe", gb10 / "recipe.yaml")
+    assert fails.returncode == 5, fails.stderr
+    assert "#1 block_size " in fails.stdout and "   serving.block_size: " in fails.stdout
+    assert fails.stderr.startswith("error: ") and "passes with serving.block_size: " in fails.stderr
+    data = json.loads(_build("fit", "--recipe", gb10 / "recipe.yaml", "--json").stdout)
+    assert data["recipe"]["passed"] is False and data["suggestions"][0]["passed"] is True
+
+
+def test_a_drafter_no_setting_fits_says_why_in_one_line(tmp_path):
+    result = search(_inputs(DEFAULT, drafter_config=UNFITTABLE))
+    assert result.ranked == ()
+    assert result.why_none.startswith("no setting passes: the drafter's 6,944 B/token fills the "
+                                      "target's attention page (512 B/token x block) exactly")
+    assert "multiples of 27,776, beyond 2 x vLLM's hybrid block 9,216" in result.why_none
+    assert "\n" not in result.why_none
+    recipe = copy_recipe(tmp_path, lambda data: data["drafter"].pop("config_sha256"))
+    (recipe.parent / "configs" / "drafter.config.json").write_text(json.dumps(UNFITTABLE))
+    run = _build("fit", "--recipe", recipe)
+    assert run.returncode == 19, (run.stdout, run.stderr)
+    assert len(run.stderr.splitlines()) == 1 and "no setting passes: the drafter's 6,944" in run.stderr
+
+
+_REPLAN = r"""
+import json, sys
+from geometry.gate import judge
+from geometry.inputs import GeometryInputs
+from geometry.oracle import plan_with_vllm
+out = []
+for data in json.load(sys.stdin):
+    inputs = GeometryInputs.from_json(data)
+    verdict = judge(plan_with_vllm(inputs), inputs)
+    out.append([verdict.passed, list(verdict.reasons)])
+print("REPLAN " + json.dumps({"verdicts": out, "vllm": sys.modules["vllm"].__file__}))
+"""
+
+
+@pytest.mark.oracle
+def test_every_suggestion_passes_when_vllm_plans_it(tmp_path):
+    from overlay_helpers import copy_tree, oracle_python, pristine_dir, run_apply
+
+    site = copy_tree(pristine_dir(), tmp_path / "site")
+    done = run_apply("--site-packages", site)
+    assert done.returncode == 0, done.stderr
+    cases = [_inputs(DEFAULT), _inputs(GB10, block_size=None),
+             _inputs(DEFAULT, drafter_config=misfit_drafter())]
+    suggested = [search(inputs) for inputs in cases]
+    data = [inputs.replace(block_size=c.setting.block_size,
+                           drafter_kv_cache_dtype=c.setting.drafter_kv_cache_dtype,
+                           enable_prefix_caching=c.setting.enable_prefix_caching,
+                           mamba_cache_mode="align" if c.setting.enable_prefix_caching else "none",
+                           num_speculative_tokens=c.setting.num_speculative_tokens).to_json()
+            for inputs, result in zip(cases, suggested) for c in result.ranked[:3]]
+    assert len(data) >= 7
+    env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", PYTHONDONTWRITEBYTECODE="1",
+               PYTHONPATH=os.pathsep.join([str(site), str(C.ROOT)]))
+    run = subprocess.run([oracle_python(), "-c", _REPLAN], input=json.dumps(data), cwd=C.ROOT,
+                         capture_output=True, text=True, env=env, timeout=1800)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(next(l for l in run.stdout.splitlines() if l.startswith("REPLAN "))[7:])
+    assert out["vllm"].startswith(str(site)), out["vllm"]
+    for case, (passed, reasons) in zip(data, out["verdicts"]):
+        assert passed, (case["block_size"], case["drafter_kv_cache_dtype"], reasons)
