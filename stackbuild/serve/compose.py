@@ -11,7 +11,6 @@ the same parts.
 from __future__ import annotations
 
 import os
-import posixpath
 import re
 import sys
 import tempfile
@@ -20,7 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Optional
 
-from stackbuild.core.errors import ComposeOverrideError, OutputError, RecipeError
+from stackbuild.core.errors import ComposeOverrideError, OutputError
 from stackbuild.core.labels import DRAFTER_ID, DRAFTER_LICENSE, DRAFTER_WEIGHTS, IMAGE_PINNED, RECIPE_NAME, TARGET_ID
 from stackbuild.core.naming import MOVING_TAGS, OWNER_VARIABLE, image_name
 from stackbuild.core.output import check_output
@@ -137,19 +136,6 @@ def resolve_image(recipe: Recipe, *, owner: Optional[str] = None, repository: Op
     return ImagePin(name.repository, tag, str(report["pushed_digest"]), str(report_path), owner_note=owner_note)
 
 
-def model_mount_point(recipe: Recipe) -> str:
-    """The container directory holding both model paths (e.g. /models)."""
-    paths = [recipe.target.path, recipe.drafter.path]
-    for key, path in (("target.path", recipe.target.path), ("drafter.path", recipe.drafter.path)):
-        if not posixpath.isabs(path):
-            raise RecipeError(recipe.path, key, f"must be an absolute path inside the container, got {path!r}")
-    common = posixpath.commonpath([posixpath.dirname(posixpath.normpath(p)) for p in paths])
-    if common == "/":
-        raise RecipeError(recipe.path, "drafter.path",
-                          f"target and drafter must live under one models directory (got {recipe.target.path} and {recipe.drafter.path})")
-    return common
-
-
 def parse_gpu_ids(gpus: str) -> tuple[str, ...]:
     """``--gpus``: distinct GPU indices or UUIDs (GPU-..., MIG-...), comma-separated."""
     ids = [g.strip() for g in gpus.split(",") if g.strip()]
@@ -224,7 +210,7 @@ def service_document(recipe: Recipe, service: Service, *, image: ImagePin, model
                      gpus: Optional[str] = None, gpu_reservation: bool = True) -> dict:
     """One compose document (one service) as plain data (pure)."""
     s = recipe.serving
-    mount = model_mount_point(recipe)
+    mount = recipe.model_mount_point
     host_models = _host_models_dir(models_dir, mount)
 
     environment = {**CACHE_ENV, "HF_HUB_OFFLINE": "1", **dict(s.env)}

@@ -62,7 +62,7 @@ def model_volume(recipe: Recipe, host_path: Optional[str], claim: Optional[str])
         if not NAME_RE.match(claim) or len(claim) > 253:
             raise DeployOptionError(f"--models-pvc: {claim!r} is not a Kubernetes object name")
         return ModelVolume(claim=claim)
-    path = host_path or generate.model_mount_point(recipe)
+    path = host_path or recipe.model_mount_point
     if not path.startswith("/"):
         raise DeployOptionError(f"--models-host-path: must be an absolute path on the node, got {path!r}")
     return ModelVolume(host_path=path)
@@ -83,7 +83,7 @@ def _k8s_escape(value: str) -> str:
 def _container(recipe: Recipe, image: str, args: list[str], *, serves_api: bool, multinode: bool,
                ifname: str) -> dict:
     s = recipe.serving
-    mount = generate.model_mount_point(recipe)
+    mount = recipe.model_mount_point
     env = {**generate.CACHE_ENV, "HF_HUB_OFFLINE": "1", **dict(s.env)}
     if multinode:
         env.update({"NCCL_SOCKET_IFNAME": ifname, "GLOO_SOCKET_IFNAME": ifname})

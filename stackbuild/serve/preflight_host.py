@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from stackbuild.serve.compose import model_mount_point
 from stackbuild.core.serve_args import LEADER, SlotValues, role_commands
 
 from stackbuild.core.errors import PREFLIGHT_ERRORS, UsageError
@@ -93,7 +92,7 @@ def check_on_host(recipe: Recipe, models_dir: Path, *, role: Optional[str] = Non
     """
     from geometry.preflight.run import preflight as run_preflight
 
-    mount = model_mount_point(recipe)
+    mount = recipe.model_mount_point
     host_dir = str(Path(models_dir).resolve())
 
     def locate(path: str) -> str:

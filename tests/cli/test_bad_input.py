@@ -563,7 +563,7 @@ def _message_strings(path: Path):
 def test_no_message_suggests_a_flag_that_does_not_exist():
     import re
 
-    from stackbuild.core.serve_args import GENERATED_FLAGS
+    from stackbuild.core.serve_flags import GENERATED_FLAGS
 
     ours = {opt for command in cli_module.cli.commands.values() for param in command.params
             for opt in (*param.opts, *param.secondary_opts)} | {"--help"}

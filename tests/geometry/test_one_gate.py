@@ -137,6 +137,11 @@ def test_the_recipes_callers_give_one_verdict(tmp_path, case):
     at = next(i for i, l in enumerate(lines) if l.startswith("VERDICT (overlay): "))
     verdicts["gate_main"] = (lines[at].removeprefix("VERDICT (overlay): ").lower(),
                              lines[at + 1].removeprefix("  - "), gate.returncode)
+    # The build's error line is the step's reason line (stackbuild/image/pipeline.py reads it).
+    from geometry.image_contract import gate_reason
+
+    reason = gate_reason(gate.stderr.splitlines())
+    assert reason is not None and reason.split(" (and ")[0] == case.reason, gate.stderr
 
     assert verdicts == {
         "geometry": ("fail", case.reason, GATE_FAILED),
