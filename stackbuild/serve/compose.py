@@ -19,6 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Optional
 
+from stackbuild.core.output import COMPOSE_SUFFIX, LOCAL_COMPOSE_SUFFIX, repository_file
 from stackbuild.core.errors import ComposeOverrideError, OutputError
 from stackbuild.core.labels import DRAFTER_ID, DRAFTER_LICENSE, DRAFTER_WEIGHTS, IMAGE_PINNED, RECIPE_NAME, TARGET_ID
 from stackbuild.core.naming import MOVING_TAGS, OWNER_VARIABLE, image_name
@@ -358,8 +359,24 @@ def generated_for(recipe: Recipe, text: str) -> bool:
             and f"{RECIPE_NAME}: {recipe.name}\n" in text)
 
 
-def default_output(recipe: Recipe) -> Path:
-    return COMPOSE_DIR / f"{recipe.name}.compose.yaml"
+def output_dir(recipe: Recipe) -> Path:
+    """Where compose and deploy write without -o: compose/ for the repository's own recipes, the recipe's
+    directory for any other (a copy elsewhere never overwrites the repository's files)."""
+    return COMPOSE_DIR if repository_file(recipe.path, REPO_ROOT) else recipe.directory
+
+
+def default_output(recipe: Recipe, *, local: bool = False) -> Path:
+    """The compose file without -o; ``local``: it holds this machine's values, so in compose/ it is the
+    git-ignored ``<name>.local.compose.yaml``, never the committed file."""
+    directory = output_dir(recipe)
+    suffix = LOCAL_COMPOSE_SUFFIX if local and directory == COMPOSE_DIR else COMPOSE_SUFFIX
+    return directory / f"{recipe.name}{suffix}"
+
+
+def machine_values(models_dir: Optional[str], port: Optional[int], gpus: Optional[str]) -> tuple[str, ...]:
+    """The flags given that write this machine's values into a compose file."""
+    given = (("--models-dir", models_dir), ("--port", port), ("--gpus", gpus))
+    return tuple(flag for flag, value in given if value is not None)
 
 
 def notice(message: str) -> None:
@@ -387,7 +404,8 @@ def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optio
     argv = serve_argv(recipe)
     require_passing(recipe)
     flag = "-o" if output else "compose"
-    output = Path(output) if output else default_output(recipe)
+    local = machine_values(models_dir, port, gpus)
+    output = Path(output) if output else default_output(recipe, local=bool(local))
     check_output(output, flag, ours=lambda old: generated_for(recipe, old))
     checks: dict[str, dict] = {}
     # Checked under its final directory (relative paths resolve as they will), then moved in place.
@@ -423,6 +441,9 @@ def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optio
         if tmp.exists():
             tmp.unlink()
     image_notices(image)
+    if flag == "compose" and output.name.endswith(LOCAL_COMPOSE_SUFFIX):
+        notice(f"{', '.join(local)} hold(s) this machine's values: wrote {output.name} (git-ignored), "
+               f"not the committed {default_output(recipe).name}")
     return {
         "path": str(output),
         "image": image.reference,

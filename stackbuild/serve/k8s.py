@@ -19,7 +19,7 @@ from stackbuild.serve import compose as generate
 from stackbuild.core.serve_args import CONTAINER_HOST, LEADER, SlotValues, ranks_per_node, role_commands, serve_argv
 from stackbuild.core.errors import DeployOptionError, OwnerMissing
 from stackbuild.core.naming import OWNER_VARIABLE
-from stackbuild.core.output import check_output, write_text
+from stackbuild.core.output import K8S_SUFFIX, check_output, write_text
 from stackbuild.core.gate import require_passing
 from stackbuild.core.recipe import Recipe
 from stackbuild.serve.yaml_text import dump_yaml
@@ -199,12 +199,9 @@ def render(recipe: Recipe, objects: list[dict], image: generate.ImagePin) -> str
     return "\n".join(_header(recipe, image)) + "\n---\n" + "---\n".join(docs)
 
 
-def default_output_dir() -> Path:
-    return generate.COMPOSE_DIR
-
-
 def output_path(recipe: Recipe, directory: Optional[Path]) -> Path:
-    return Path(directory or default_output_dir()) / f"{recipe.name}.k8s.yaml"
+    """-o's directory, else where :func:`compose.output_dir` says (compose/ for the repository's own recipes)."""
+    return Path(directory or generate.output_dir(recipe)) / f"{recipe.name}{K8S_SUFFIX}"
 
 
 def _generated_for(recipe: Recipe, text: str) -> bool:
