@@ -31,7 +31,20 @@ recipe_option = click.option(
     default=DEFAULT_RECIPE, show_default="the GB300 recipe", help="Stack recipe (YAML).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
-owner_option = click.option("--owner", envvar="IMAGE_OWNER", help="Registry namespace for {owner} in image.repository (env IMAGE_OWNER).")
+def _checked_owner(ctx, param, value):
+    """--owner or IMAGE_OWNER, refused (exit 2) naming which one gave it, with the namespace it probably means."""
+    if value is None:
+        return None
+    from click.core import ParameterSource
+
+    from stackbuild.core.naming import OWNER_FROM_ENVIRONMENT, check_owner
+
+    from_env = ctx.get_parameter_source(param.name) == ParameterSource.ENVIRONMENT
+    return check_owner(value, OWNER_FROM_ENVIRONMENT if from_env else "--owner")
+
+
+owner_option = click.option("--owner", envvar="IMAGE_OWNER", callback=_checked_owner,
+                            help="Registry namespace for {owner} in image.repository and image.source (env IMAGE_OWNER).")
 repository_option = click.option("--repository", help="Push to this repository instead of the recipe's (e.g. 127.0.0.1:5000/me/glm).")
 force_option = click.option("--force", is_flag=True,
                             help="Re-point a pinned tag the registry already has for another image (logged); without it that push is refused.")
@@ -337,7 +350,7 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
         plans = [platform_plan(plans[0])]
     plan = plans[0]
     if push:  # a dry run refuses what the real push would
-        plan.image.require_owner(plan.recipe, "push to")
+        plan.require_pushable()
     owner_notice(plan)
     if dry_run:
         data = {
@@ -386,7 +399,7 @@ def push(recipe_path, owner, repository, allow_unpinned, as_json, report_path, f
     recipe = load_recipe(recipe_path)
     plans = [make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
                        read_oracle_record=False) for p in recipe.platforms]
-    plans[0].image.require_owner(recipe, "push to")
+    plans[0].require_pushable()
     result = run_push(plans, json_progress=as_json, report_path=report_path, force=force)
     emit(as_json, result, f"pushed {', '.join(plans[0].image.references)} -> {result['pushed_digest']}")
 
@@ -411,7 +424,7 @@ def index(recipe_path, owner, repository, allow_unpinned, as_json, force):
     recipe = load_recipe(recipe_path)
     plans = [make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
                        read_oracle_record=False) for p in recipe.platforms]
-    plans[0].image.require_owner(recipe, "push to")
+    plans[0].require_pushable()
     result = run_index(plans, json_progress=as_json, force=force)
     emit(as_json, result, f"pushed {', '.join(plans[0].image.references)} -> {result['pushed_digest']}")
 

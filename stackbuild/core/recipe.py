@@ -167,7 +167,9 @@ class Overlay:
 class ImageSpec:
     repository: str
     tags: tuple[str, ...]
-    source: str = "https://github.com/OWNER/glm53-dflash2-images"
+    # The repository the image is built from (org.opencontainers.image.source); `{owner}` is filled
+    # like image.repository's. None: the checkout's git remote (stackbuild/core/naming.py image_source).
+    source: Optional[str] = None
     description: str = ""
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
