@@ -67,19 +67,29 @@ def check(report: GeometryReport) -> Verdict:
             suggested = p // bpt
             if report.drafter_kernel_block:
                 multiple = suggested % report.drafter_kernel_block == 0
+    # Drafter layers alike (same spec, heads, dtype, block and page) give one reason, with their count.
+    misfits: dict[tuple, list] = {}
     for r in drafter_rows:
         if p is not None and r.real_page_bytes != p:
-            why = (f"drafter layer {r.name} ({r.spec_class}, {r.num_kv_heads} KV heads x "
-                   f"head {r.head_size}, {r.dtype}: {r.bytes_per_token} B/token) at block "
-                   f"{r.block_size} has a real page of {r.real_page_bytes:,} B, but the target "
-                   f"attention page P is {p:,} B")
-            if suggested is not None:
-                why += (f"; block {suggested} would fit exactly ({p:,} / {bpt}), "
-                        + ("a multiple" if multiple else "NOT a multiple")
-                        + f" of the drafter kernel block {report.drafter_kernel_block}")
-            else:
-                why += f"; no drafter block fits exactly ({p:,} is not a multiple of {bpt})"
-            reasons.append(why)
+            key = (r.spec_class, r.num_kv_heads, r.head_size, r.dtype, r.bytes_per_token, r.block_size, r.real_page_bytes)
+            misfits.setdefault(key, []).append(r)
+    for alike in misfits.values():
+        r = alike[0]
+        why = (f"drafter layer {r.name} ({r.spec_class}, {r.num_kv_heads} KV heads x "
+               f"head {r.head_size}, {r.dtype}: {r.bytes_per_token} B/token) at block "
+               f"{r.block_size} has a real page of {r.real_page_bytes:,} B, but the target "
+               f"attention page P is {p:,} B")
+        if suggested is not None:
+            why += (f"; block {suggested} would fit exactly ({p:,} / {bpt}), "
+                    + ("a multiple" if multiple else "NOT a multiple")
+                    + f" of the drafter kernel block {report.drafter_kernel_block}")
+        else:
+            why += f"; no drafter block fits exactly ({p:,} is not a multiple of {bpt})"
+        if len(alike) > 1:
+            others = alike[1:]
+            why += (f" [{len(alike)}x: also {others[0].name}"
+                    + (f" to {others[-1].name}" if len(others) > 1 else "") + "]")
+        reasons.append(why)
     for r in w.layers:
         if r.role != "kda" and r.role != "gdn" and r.padded:
             reasons.append(f"attention layer {r.name} ({r.role}) is padded: real page "

@@ -36,7 +36,7 @@ from overlay.manifest import OverlayManifest
 from . import inputs as inputs_mod, record as record_mod, table
 from .errors import BadInput
 from .gate_run import CODE_DIR, CrossCheck, run_gate
-from .image_contract import GATE_INPUT, OVERLAY_MANIFEST, GateReport, OracleCheck, payload_path
+from .image_contract import GATE_INPUT, GATE_REASON_PREFIX, OVERLAY_MANIFEST, GateReport, OracleCheck, payload_path
 
 DEFAULT_MANIFEST = payload_path(OVERLAY_MANIFEST)
 
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.oracle_record:
             recorded, record_note = _oracle_from_record(args.oracle_record, raw, CODE_DIR, wanted)
     except (OSError, ValueError, BadInput) as exc:  # RecordError, ContractError, ManifestError are ValueErrors
-        print(f"geometry gate: bad input: {exc}", file=sys.stderr)
+        print(f"{GATE_REASON_PREFIX}bad input: {exc}", file=sys.stderr)
         return 3
     if record_note:
         print(record_note, file=sys.stderr)
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             import_patched(wanted)
         except ImportError as exc:
-            print(f"geometry gate: {exc}", file=sys.stderr)
+            print(f"{GATE_REASON_PREFIX}{exc}", file=sys.stderr)
             return 4
         print(f"imported {len(wanted)} patched modules: {', '.join(wanted)}", file=sys.stderr)
 
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run = run_gate(inputs, cross_check=cross_check)
     except (ValueError, BadInput) as exc:  # a config or input the simulator does not model
-        print(f"geometry gate: bad input: {exc}", file=sys.stderr)
+        print(f"{GATE_REASON_PREFIX}bad input: {exc}", file=sys.stderr)
         return 3
     report, verdict = run.report, run.verdict
     code = 0 if verdict.passed else 1
@@ -168,6 +168,14 @@ def main(argv: list[str] | None = None) -> int:
                                    differences=o.differences if o.failure is None else (f"oracle failed: {o.failure}",))
         if not o.agrees:
             code = 2
+    if not verdict.passed:
+        more = len(verdict.reasons) - 1
+        print(f"{GATE_REASON_PREFIX}{verdict.reasons[0]}" + (f" (and {more} more reason(s) above)" if more else ""),
+              file=sys.stderr)
+    elif code == 2:
+        print(f"{GATE_REASON_PREFIX}the oracle disagrees with the simulator: {oracle_check.differences[0]}"
+              if oracle_check.differences else f"{GATE_REASON_PREFIX}the oracle disagrees with the simulator",
+              file=sys.stderr)
     simulated = table.to_json(report, verdict)
     out = GateReport(report=simulated["report"], verdict=simulated["verdict"], behaviour_source=note,
                      oracle=oracle_check).to_json()

@@ -90,6 +90,20 @@ BUILD_STEPS = (
     BuildStep("LABEL", "labels"),
 )
 
+# The gate step says why it failed in one stderr line that starts with this (its first
+# reason, a bad input, an oracle disagreement); the build's error line is that reason.
+GATE_REASON_PREFIX = "geometry gate: "
+
+
+def gate_reason(output_lines) -> Optional[str]:
+    """The failed gate step's reason line (without the prefix), from the step's output; None if absent."""
+    for line in output_lines:
+        text = line.strip()
+        if text.startswith(GATE_REASON_PREFIX):
+            return text[len(GATE_REASON_PREFIX):]
+    return None
+
+
 # The patch step first compares ``uname -m`` with the recipe's machine and, if they
 # differ, prints one line and exits with this status, before anything is written;
 # the build reports it as the architecture's failure. No program of that step exits

@@ -33,8 +33,24 @@ recipe_option = click.option(
     default=DEFAULT_RECIPE, show_default="the GB300 recipe", help="Stack recipe (YAML).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
-owner_option = click.option("--owner", envvar="IMAGE_OWNER", help="Registry namespace for {owner} in image.repository (env IMAGE_OWNER).")
-repository_option = click.option("--repository", help="Push to this repository instead of the recipe's (e.g. 127.0.0.1:5000/me/glm).")
+def _checked_owner(ctx, param, value):
+    """--owner or IMAGE_OWNER, refused (exit 2) naming which one gave it, with the namespace it probably means."""
+    if value is None:
+        return None
+    from click.core import ParameterSource
+
+    from stackbuild.core.naming import OWNER_FROM_ENVIRONMENT, check_owner
+
+    from_env = ctx.get_parameter_source(param.name) == ParameterSource.ENVIRONMENT
+    return check_owner(value, OWNER_FROM_ENVIRONMENT if from_env else "--owner")
+
+
+owner_option = click.option("--owner", envvar="IMAGE_OWNER", callback=_checked_owner,
+                            help="Registry namespace for {owner} in image.repository and image.source (env IMAGE_OWNER).")
+def repository_option(what: str):
+    """--repository, its help saying what this command does with it."""
+    return click.option("--repository", help=f"{what} this repository instead of the recipe's image.repository "
+                                             "(e.g. 127.0.0.1:5000/me/glm).")
 force_option = click.option("--force", is_flag=True,
                             help="Re-point a pinned tag the registry already has for another image (logged); without it that push is refused.")
 unpinned_option = click.option("--allow-unpinned", is_flag=True, help="Build FROM the base tag when no digest is pinned (not reproducible).")
@@ -162,9 +178,9 @@ def cli() -> None:
 @cli.command()
 @recipe_option
 @owner_option
-@repository_option
+@repository_option("Name the image in")
 @unpinned_option
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the Dockerfile here instead of stdout.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the Dockerfile here instead of stdout.")
 def render(recipe_path, owner, repository, allow_unpinned, output):
     """Print (or write) the Dockerfile rendered from the recipe."""
     from stackbuild.core.output import check_output, write_text
@@ -187,14 +203,15 @@ def render(recipe_path, owner, repository, allow_unpinned, output):
 @recipe_option
 @json_option
 def lock(recipe_path, as_json):
-    """Resolve the base tag to a digest (for the recipe's platform) and write the lock."""
+    """Resolve the base tag to a digest (offering every platform of the recipe) and write the lock."""
+    from stackbuild.core.lock import LOCK_DEADLINE_SECONDS, write_lock
     from stackbuild.image.engine import connect
-    from stackbuild.core.lock import write_lock
+    from stackbuild.image.progress import Progress
 
     recipe = load_recipe(recipe_path)
     engine = connect()
-    for platform in recipe.platforms:  # the tag's digest, checked to offer every platform
-        digest, platforms = engine.registry_digest(recipe.base.reference, platform)
+    digest, platforms = engine.registry_digest(recipe.base.reference, recipe.platforms, deadline=LOCK_DEADLINE_SECONDS,
+                                               on_retry=Progress(json_lines=as_json).retry_event)
     path = write_lock(recipe, digest, platforms)
     listed = ", ".join(recipe.platforms)
     emit(as_json, {"lock": str(path), "base": str(recipe.base.reference), "digest": digest, "platform": recipe.platform,
@@ -205,7 +222,7 @@ def lock(recipe_path, as_json):
 @cli.command()
 @recipe_option
 @owner_option
-@repository_option
+@repository_option("Read the built image from")
 @unpinned_option
 @click.option("--image", help="Take the record from this image (default: the recipe's pinned tag in the local engine).")
 @json_option
@@ -308,7 +325,7 @@ def fit(recipe_path, as_json, stock):
 @cli.command()
 @recipe_option
 @owner_option
-@repository_option
+@repository_option("Tag (and with --push, push to)")
 @unpinned_option
 @json_option
 @click.option("--dry-run", is_flag=True, help="Print the plan (Dockerfile, tags, registry); no daemon needed.")
@@ -338,7 +355,7 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
         plans = [platform_plan(plans[0])]
     plan = plans[0]
     if push:  # a dry run refuses what the real push would
-        plan.image.require_owner(plan.recipe, "push to")
+        plan.require_pushable()
     owner_notice(plan)
     if dry_run:
         data = {
@@ -374,7 +391,7 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
 @cli.command()
 @recipe_option
 @owner_option
-@repository_option
+@repository_option("Push to")
 @unpinned_option
 @json_option
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), help="Build report to complete with the pushed digest (default out/build-report.json).")
@@ -387,7 +404,7 @@ def push(recipe_path, owner, repository, allow_unpinned, as_json, report_path, f
     recipe = load_recipe(recipe_path)
     plans = [make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
                        read_oracle_record=False) for p in recipe.platforms]
-    plans[0].image.require_owner(recipe, "push to")
+    plans[0].require_pushable()
     result = run_push(plans, json_progress=as_json, report_path=report_path, force=force)
     emit(as_json, result, f"pushed {', '.join(plans[0].image.references)} -> {result['pushed_digest']}")
 
@@ -395,7 +412,7 @@ def push(recipe_path, owner, repository, allow_unpinned, as_json, report_path, f
 @cli.command()
 @recipe_option
 @owner_option
-@repository_option
+@repository_option("Push the index to")
 @unpinned_option
 @json_option
 @force_option
@@ -412,7 +429,7 @@ def index(recipe_path, owner, repository, allow_unpinned, as_json, force):
     recipe = load_recipe(recipe_path)
     plans = [make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
                        read_oracle_record=False) for p in recipe.platforms]
-    plans[0].image.require_owner(recipe, "push to")
+    plans[0].require_pushable()
     result = run_index(plans, json_progress=as_json, force=force)
     emit(as_json, result, f"pushed {', '.join(plans[0].image.references)} -> {result['pushed_digest']}")
 
@@ -420,7 +437,7 @@ def index(recipe_path, owner, repository, allow_unpinned, as_json, force):
 @cli.command()
 @recipe_option
 @owner_option
-@repository_option
+@repository_option("Serve the image from")
 @click.option("-o", "--output", type=click.Path(path_type=Path),
               help="Compose file to write (default: compose/<recipe name>.compose.yaml); for a multi-node "
                    "recipe, the existing directory to write one file per node role into (default: compose/).")
@@ -440,10 +457,10 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
                                   models_dir=models_dir, port=port, gpus=gpus, digest=digest)
         emit(as_json, result, "wrote " + ", ".join(result["paths"].values()))
         return
-    if output is not None:  # one file: click's own check of a file path
-        ctx = click.get_current_context()
-        param = next(p for p in ctx.command.params if p.name == "output")
-        output = click.Path(dir_okay=False, path_type=Path).convert(str(output), param, ctx)
+    if output is not None and output.is_dir():  # an output path (exit 15), not a usage error
+        from stackbuild.core.errors import OutputError
+
+        raise OutputError(f"-o {output}: is a directory; a one-node recipe writes one compose file: give its file name")
     from stackbuild.serve.compose import write_compose
 
     result = write_compose(recipe, output=output, owner=owner, repository=repository,
@@ -455,7 +472,7 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
 @click.option("--target", "target", type=click.Choice(["k8s"]), required=True, help="What to deploy on (k8s: Kubernetes).")
 @recipe_option
 @owner_option
-@repository_option
+@repository_option("Deploy the image from")
 @click.option("-o", "--output", "output_dir", type=click.Path(path_type=Path),
               help="Existing directory to write <recipe name>.k8s.yaml into (default: compose/).")
 @click.option("--models-host-path", help="Node directory holding the model snapshots, mounted read-only (default: the recipe's models directory).")

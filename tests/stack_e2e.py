@@ -49,6 +49,8 @@ def recipe_copy(tmp: Path, name: str, *, base: str, tag: str, digest: Optional[s
         shutil.copyfile(source.parent / data[key]["config"], copied)
         data[key]["config"] = f"configs/{copied.name}"
     data["base"]["image"], data["base"]["tag"] = base, tag
+    # The tests push with --repository and no owner: the source label names the test images' repository.
+    data["image"]["source"] = data["image"]["source"].replace("{owner}", "glm53-tests")
     if digest:
         data["base"]["digest"] = digest
     if edit is not None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from geometry.image_contract import NORMALISE_MTIMES, PREFLIGHT_PACKAGE
 
+from stackbuild.core.output import GENERATED_SUFFIXES
 from stackbuild.core.recipe import REPO_ROOT, Recipe
 
 # Build-context directories holding what the patch step and the gate step need.
@@ -106,7 +107,7 @@ def context_sources(recipe: Recipe, repo: Path = REPO_ROOT) -> dict[str, Path]:
             files[relative.as_posix()] = path
     for path in _files(recipe.directory):
         relative = path.relative_to(recipe.directory)
-        if _not_cache(relative):
+        if _not_cache(relative) and not relative.name.endswith(GENERATED_SUFFIXES):
             files[f"recipe/{relative.as_posix()}"] = path
     files["target.config"] = (recipe.directory / recipe.target.config).resolve()
     files["drafter.config"] = (recipe.directory / recipe.drafter.config).resolve()

@@ -21,6 +21,8 @@ from stackbuild.core.recipe import DIGEST_RE, Recipe
 from stackbuild.core.reference import ImageReference
 
 LOCK_NAME = "recipe.lock.json"
+# `build.py lock` asks the registry through the engine; retries included, it answers or fails within this.
+LOCK_DEADLINE_SECONDS = 3.0
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Optional
 
 from stackbuild.core.context_sources import context_sources
-from stackbuild.core.errors import OwnerMissing, RecipeError
+from stackbuild.core.errors import OwnerMissing, RecipeError, UsageError
 from stackbuild.core.lock import LOCK_NAME, pinned_base
 from stackbuild.core.recipe import REPO_ROOT, Recipe, check_repository
 from stackbuild.core.reference import ImageReference
@@ -34,6 +34,21 @@ OWNER_VARIABLE = "IMAGE_OWNER"
 # The namespace of images that stay in the local engine when no owner is given; never pushed.
 LOCAL_OWNER = "local"
 MOVING_TAGS = ("latest",)
+
+
+OWNER_FROM_ENVIRONMENT = f"{OWNER_VARIABLE} (environment)"
+
+
+def check_owner(owner: str, origin: str = "--owner") -> str:
+    """``owner`` if it is a registry namespace; else a UsageError naming where it came from (``--owner``,
+    the environment) with the namespace it probably means (``acme`` for ``Acme``)."""
+    if OWNER_RE.match(owner):
+        return owner
+    guess = re.sub(r"[^a-z0-9._-]+", "-", owner.strip().lower()).strip("._-")
+    guess = re.sub(r"[._-]{2,}", "-", guess)
+    hint = f"; use {guess!r}" if guess and OWNER_RE.match(guess) else ""
+    raise UsageError(f"{origin} {owner!r}: not a valid registry namespace (lowercase letters, digits, "
+                     f"and . _ - between them){hint}")
 
 
 @dataclass(frozen=True)
@@ -183,10 +198,10 @@ def image_name(recipe: Recipe, *, owner: str | None = None, repository: str | No
     repo = repository or recipe.image.repository
     missing = False
     if "{owner}" in repo:
-        owner = owner or os.environ.get(OWNER_VARIABLE)
+        if not owner and os.environ.get(OWNER_VARIABLE):
+            owner = check_owner(os.environ[OWNER_VARIABLE], OWNER_FROM_ENVIRONMENT)
         if owner:
-            if not OWNER_RE.match(owner):
-                raise RecipeError(recipe.path, "image.repository", f"owner {owner!r} is not a valid registry namespace (lowercase letters, digits, . _ -)")
+            check_owner(owner)
             repo = repo.replace("{owner}", owner)
             check_repository(recipe.path, "image.repository", repo)
         else:
@@ -200,6 +215,45 @@ def image_name(recipe: Recipe, *, owner: str | None = None, repository: str | No
             base_digest = pinned_base(recipe, allow_unpinned=True).digest
         rev = revision_tag_field(recipe, epoch, source or source_revision(recipe, epoch), base_digest)
     return ImageName(repo, format_tags(recipe, epoch=epoch, rev=rev), missing)
+
+
+# What a source URL holds when nobody filled it in: the template's {owner}, or a stand-in OWNER.
+SOURCE_PLACEHOLDER_RE = re.compile(r"\{owner\}|\bOWNER\b")
+_SCP_REMOTE_RE = re.compile(r"^(?:[^@/]+@)?([^:/]+):(?!//)(.+)$")  # git@github.com:acme/repo.git
+
+
+def https_form(remote: str) -> str:
+    """A git remote as the https URL of its repository (no credentials, no port, no ``.git``); "" for a
+    remote that is no network URL (a path on this machine)."""
+    url = remote.strip()
+    scp = _SCP_REMOTE_RE.match(url)
+    if scp and "://" not in url:
+        url = f"https://{scp.group(1)}/{scp.group(2)}"
+    found = re.match(r"^(?:ssh|git|http|https)://(?:[^@/]+@)?([^/:]+)(?::\d+)?/(.+)$", url)
+    if not found:
+        return ""
+    return f"https://{found.group(1)}/{found.group(2).removesuffix('/').removesuffix('.git')}"
+
+
+def image_source(recipe: Recipe, owner: Optional[str] = None, repo: Path = REPO_ROOT) -> str:
+    """The ``org.opencontainers.image.source`` label: ``image.source`` with ``{owner}`` filled (``owner``,
+    else IMAGE_OWNER; left as it is without one), or, when the recipe gives none, the https form of
+    the checkout's ``origin`` remote ("" without one)."""
+    template = recipe.image.source
+    if template is None:
+        remote = _git(repo, "remote", "get-url", "origin")
+        return https_form(remote) if remote and remote.strip() else ""
+    owner = owner or os.environ.get(OWNER_VARIABLE)
+    return template.replace("{owner}", owner) if owner else template
+
+
+def require_real_source(recipe: Recipe, source: str) -> None:
+    """Refuse a push whose source label still holds a placeholder (GHCR links the package by it)."""
+    found = SOURCE_PLACEHOLDER_RE.search(source)
+    if found:
+        fill = ("pass --owner or set " + OWNER_VARIABLE) if found.group(0) == "{owner}" else "write the repository's URL"
+        raise RecipeError(recipe.path, "image.source", f"{source} still holds the placeholder {found.group(0)}; {fill} "
+                                                       "(it names the repository the registry links the image to)")
 
 
 def checkout_label(repo: Path = REPO_ROOT) -> str:

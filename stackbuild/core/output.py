@@ -4,6 +4,14 @@ An output goes into an existing, writable directory, and never over a file git
 tracks unless that file is this command's own output for the same recipe (so
 `build.py render -o README.md` or `compose -o build.py` stop instead of
 overwriting the checkout).
+
+By default the serve commands write into the repository only for its own
+recipes (a recipe file git tracks there): a recipe elsewhere gets its files next
+to itself. What they generate (``*.compose.yaml``, ``*.k8s.yaml``) is never a
+build input, wherever it lies (stackbuild/core/context_sources.py), and a file
+that holds this machine's values (``compose --models-dir``, ``--gpus``,
+``--port``) is a git-ignored ``*.local.compose.yaml``, so a command run in a clean
+tree leaves its pinned tag as it was.
 """
 from __future__ import annotations
 
@@ -15,6 +23,11 @@ from typing import Callable, Optional
 from stackbuild.core.atomic import replace_text
 from stackbuild.core.errors import OutputError
 
+COMPOSE_SUFFIX = ".compose.yaml"  # `build.py compose`'s files
+K8S_SUFFIX = ".k8s.yaml"  # `build.py deploy --target k8s`'s file
+LOCAL_COMPOSE_SUFFIX = ".local" + COMPOSE_SUFFIX  # a compose file with this machine's values (git-ignored)
+GENERATED_SUFFIXES = (COMPOSE_SUFFIX, K8S_SUFFIX)
+
 
 def tracked_by_git(path: Path) -> bool:
     """Whether ``path`` is a file git tracks in the work tree that holds it (False without git)."""
@@ -24,6 +37,12 @@ def tracked_by_git(path: Path) -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     return proc.returncode == 0
+
+
+def repository_file(path: Path, repo: Path) -> bool:
+    """Whether ``path`` is one of ``repo``'s own files: inside it and tracked by git."""
+    resolved = Path(path).resolve()
+    return resolved.is_relative_to(Path(repo).resolve()) and tracked_by_git(resolved)
 
 
 def check_output(path: Path, flag: str, *, ours: Optional[Callable[[str], bool]] = None) -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import posixpath
 import ipaddress
 import json
 import math
@@ -23,6 +24,9 @@ from typing import Any, Literal, Mapping, Optional
 import yaml
 
 from geometry.model_config import ConfigInvalid, check_drafter, check_target
+from overlay.errors import OverlayError
+from overlay.lock import LOCK_FILE
+from overlay.lock import read_lock as read_series_lock
 
 from stackbuild.core.errors import ImageReferenceInvalid, RecipeError
 from stackbuild.core.gpus import KNOWN_GPUS, known_gpu
@@ -30,6 +34,7 @@ from stackbuild.core.gpus import tag_field as gpu_tag_field
 from stackbuild.core.labels import RESERVED_PREFIXES
 from stackbuild.core.reference import ImageReference
 from stackbuild.core.schema import MAX_INTEGER, build_dataclass
+from stackbuild.core.serve_flags import repeated_flag
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OVERLAY_SERIES_DIR = REPO_ROOT / "overlay" / "series"
@@ -176,7 +181,9 @@ class Overlay:
 class ImageSpec:
     repository: str
     tags: tuple[str, ...]
-    source: str = "https://github.com/OWNER/glm53-dflash2-images"
+    # The repository the image is built from (org.opencontainers.image.source); `{owner}` is filled
+    # like image.repository's. None: the checkout's git remote (stackbuild/core/naming.py image_source).
+    source: Optional[str] = None
     description: str = ""
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -226,6 +233,11 @@ class Recipe:
     @property
     def series_dir(self) -> Path:
         return OVERLAY_SERIES_DIR / self.overlay.series
+
+    @property
+    def model_mount_point(self) -> str:
+        """The container directory holding both model paths (e.g. /models); the loader checked there is one."""
+        return _models_root(self.target.path, self.drafter.path)
 
     def for_platform(self, platform: str) -> "Recipe":
         """The same recipe building ``platform``, one of its ``platforms``."""
@@ -359,6 +371,11 @@ def _read_config(recipe_path: Path, key: str, relative: str) -> Mapping[str, Any
     return data
 
 
+def _models_root(target: str, drafter: str) -> str:
+    """The deepest directory above both model paths ("/" when they share none below the root)."""
+    return posixpath.commonpath([posixpath.dirname(posixpath.normpath(p)) for p in (target, drafter)])
+
+
 def check_repository(path: object, key: str, repository: str) -> None:
     """A repository (registry/namespace/name, no tag) in the OCI distribution reference grammar."""
     try:
@@ -434,6 +451,9 @@ def _check_rules(path: Path, recipe: Recipe, platform_keys: tuple[str, ...]) -> 
         flag = arg.split("=", 1)[0]
         if not arg.strip() or any(c.isspace() for c in flag):
             raise RecipeError(path, f"serving.extra_args[{i}]", f"{arg!r} has whitespace before any '=': give each flag and each value as its own list item")
+    repeated = repeated_flag(serving.extra_args)
+    if repeated is not None:
+        raise RecipeError(path, f"serving.extra_args[{repeated[0]}]", repeated[1])
     for name in serving.env:
         if not ENV_NAME_RE.match(name):
             raise RecipeError(path, f"serving.env.{name}", "not a valid environment variable name")
@@ -461,6 +481,8 @@ def _check_rules(path: Path, recipe: Recipe, platform_keys: tuple[str, ...]) -> 
         raise RecipeError(path, "overlay.series", f"must be the name of a directory in {OVERLAY_SERIES_DIR.relative_to(REPO_ROOT)}/ (no path), got {recipe.overlay.series!r}")
     if not recipe.series_dir.is_dir():
         raise RecipeError(path, "overlay.series", f"no patch series named {recipe.overlay.series!r} in {OVERLAY_SERIES_DIR.relative_to(REPO_ROOT)}/")
+    _check_series_version(path, recipe)
+    _check_model_paths(path, recipe)
     if not recipe.image.tags:
         raise RecipeError(path, "image.tags", "at least one tag is required")
     for i, tag in enumerate(recipe.image.tags):
@@ -474,6 +496,30 @@ def _check_rules(path: Path, recipe: Recipe, platform_keys: tuple[str, ...]) -> 
     for key in recipe.image.labels:
         if key.startswith(RESERVED_PREFIXES):
             raise RecipeError(path, f"image.labels.{key}", "this label is set by the build; choose another name")
+
+
+def _check_series_version(path: Path, recipe: Recipe) -> None:
+    """The patch series is written for one vLLM release (its lock.json): the base must carry that one."""
+    where = f"{OVERLAY_SERIES_DIR.relative_to(REPO_ROOT)}/{recipe.overlay.series}/{LOCK_FILE}"
+    try:
+        lock = read_series_lock(recipe.series_dir)
+    except OverlayError as exc:
+        raise RecipeError(path, "overlay.series", str(exc).replace(str(REPO_ROOT) + os.sep, "")) from None
+    wanted = str(lock["version"])
+    if recipe.base.vllm_version != wanted:
+        raise RecipeError(path, "base.vllm_version", f"{recipe.base.vllm_version}: the patch series {recipe.overlay.series!r} "
+                                                     f"is written for vLLM {wanted} ({where}); use a base with vLLM {wanted} "
+                                                     f"or a series written for {recipe.base.vllm_version}")
+
+
+def _check_model_paths(path: Path, recipe: Recipe) -> None:
+    """Both model paths are absolute container paths under one models directory (the one mount)."""
+    for key, model_path in (("target.path", recipe.target.path), ("drafter.path", recipe.drafter.path)):
+        if not posixpath.isabs(model_path):
+            raise RecipeError(path, key, f"must be an absolute path inside the container, got {model_path!r}")
+    if _models_root(recipe.target.path, recipe.drafter.path) == "/":
+        raise RecipeError(path, "drafter.path", f"target and drafter must live under one models directory "
+                                                f"(got {recipe.target.path} and {recipe.drafter.path})")
 
 
 def _check_pins(path: Path, recipe: Recipe) -> None:

@@ -20,7 +20,6 @@ from types import MappingProxyType
 from typing import Callable, Optional
 
 from geometry.preflight.checked import HOST_SLOT, MASTER_ADDR_SLOT, NODE_RANK_SLOT, CheckedRole
-from stackbuild.core.errors import RecipeError
 from stackbuild.core.recipe import Recipe
 
 # Address the server binds inside the container (the port is published by compose).
@@ -54,51 +53,9 @@ def speculative_config_json(recipe: Recipe) -> str:
     return json.dumps(speculative_config(recipe), sort_keys=True, separators=(",", ":"))
 
 
-def _flag_name(arg: str) -> Optional[str]:
-    """``--max_model_len=5`` / ``--speculative-config.model`` -> the flag vLLM sees; None for values."""
-    if not arg.startswith("--"):
-        return None
-    return arg.split("=", 1)[0].split(".", 1)[0].replace("_", "-")
-
-
-# Flag -> the recipe key that sets it; extra_args may not repeat these.
-GENERATED_FLAGS = {
-    "--served-model-name": "serving.served_model_name",
-    "--tensor-parallel-size": "serving.tensor_parallel_size",
-    "--max-model-len": "serving.max_model_len",
-    "--kv-cache-dtype": "serving.kv_cache_dtype",
-    "--gpu-memory-utilization": "serving.gpu_memory_utilization",
-    "--block-size": "serving.block_size",
-    "--max-num-seqs": "serving.max_num_seqs",
-    "--enable-prefix-caching": "serving.enable_prefix_caching",
-    "--no-enable-prefix-caching": "serving.enable_prefix_caching",
-    "--speculative-config": "drafter / serving.num_speculative_tokens",
-    "--tool-call-parser": "serving.tool_call_parser",
-    "--reasoning-parser": "serving.reasoning_parser",
-    "--host": "the compose generator",
-    "--port": "serving.port",
-    "--model": "target.path",
-    "--nnodes": "serving.nodes",
-    "--node-rank": "serving.nodes (one rank per node role)",
-    "--master-addr": "the leader address of the generated multi-node files",
-    "--master-port": "the generated multi-node files",
-    "--headless": "the generated multi-node worker files",
-}
-# Short spellings vLLM accepts for the flags above.
-_ALIASES = {"-tp": "--tensor-parallel-size", "-n": "--nnodes", "-r": "--node-rank"}
-
-
-def _check_extra_args(recipe: Recipe) -> None:
-    for i, arg in enumerate(recipe.serving.extra_args):
-        name = _ALIASES.get(arg.split("=", 1)[0]) or _flag_name(arg)
-        if name in GENERATED_FLAGS:
-            raise RecipeError(recipe.path, f"serving.extra_args[{i}]",
-                              f"{arg} is generated from {GENERATED_FLAGS[name]}; set it there, not in extra_args")
-
-
 def serve_argv(recipe: Recipe) -> list[str]:
-    """The argument list after ``vllm serve`` (the ``command:`` of the compose service)."""
-    _check_extra_args(recipe)
+    """The argument list after ``vllm serve`` (the ``command:`` of the compose service); the recipe's
+    rules (stackbuild/core/serve_flags.py) have refused extra_args that repeat a flag written here."""
     s = recipe.serving
     argv: list[str] = [recipe.target.path]
     if s.served_model_name:

@@ -65,8 +65,15 @@ _FINAL_PATTERNS = re.compile(
     r"|server gave HTTP response to HTTPS client",
     re.I,
 )
+# Nobody answers at that address (refused, or the name does not resolve): asking again
+# in a few seconds gets the same answer, so it is reported at once.
+_UNREACHABLE_PATTERNS = re.compile(
+    r"connection refused|no such host|name or service not known|nodename nor servname|failed to resolve"
+    r"|temporary failure in name resolution|name resolution|server misbehaving|getaddrinfo|could not resolve",
+    re.I,
+)
 _TRANSIENT_PATTERNS = re.compile(
-    r"connection refused|connection reset|broken pipe|no route to host|i/o timeout|timeout|timed out"
+    r"connection reset|broken pipe|no route to host|i/o timeout|timeout|timed out"
     r"|\bEOF\b|temporary failure|try again|too many requests|toomanyrequests|\b429\b|\b50[0234]\b"
     r"|service unavailable|bad gateway|internal server error|dial tcp|network is unreachable",
     re.I,
@@ -96,6 +103,11 @@ class RegistryTransient(StackBuildError):
         self.reason = reason
 
 
+def unreachable(text: str) -> bool:
+    """Whether an error says nobody answers at the registry's address (a refused connection, a name that does not resolve)."""
+    return bool(_UNREACHABLE_PATTERNS.search(text))
+
+
 def classify_registry_error(what: str, message: str, registry: str = "", final: type = PushError) -> StackBuildError:
     """Map a registry error message to the exception the caller raises (or retries).
 
@@ -103,6 +115,8 @@ def classify_registry_error(what: str, message: str, registry: str = "", final: 
     PullError for a pull, LockError for a digest look-up).
     """
     text = message.strip()
+    if unreachable(text):
+        return RegistryUnavailable(f"{what}: registry unreachable (not retried): {text}")
     if _AUTH_PATTERNS.search(text):
         login = f"docker login {registry}" if registry and registry != DOCKER_HUB else "docker login"
         return RegistryAuthError(f"{what}: the registry refused the credentials from the Docker config ({text}); run `{login}`")
@@ -113,14 +127,18 @@ def classify_registry_error(what: str, message: str, registry: str = "", final: 
     return final(f"{what}: {text}")
 
 
-def registry_retry(what: str, on_retry: Optional[EventSink] = None) -> tenacity.Retrying:
+def registry_retry(what: str, on_retry: Optional[EventSink] = None, deadline: Optional[float] = None) -> tenacity.Retrying:
     """Backoff for transient registry errors; everything else is raised at once.
 
     ``STACKBUILD_REGISTRY_ATTEMPTS`` (default 5) and ``STACKBUILD_REGISTRY_BACKOFF``
-    (first wait in seconds, default 2, doubling up to 30) tune it.
+    (first wait in seconds, default 2, doubling up to 30) tune it. With a
+    ``deadline`` (seconds), no wait is started that would end after it.
     """
     attempts = max(1, int(os.environ.get("STACKBUILD_REGISTRY_ATTEMPTS", "5")))
     first = float(os.environ.get("STACKBUILD_REGISTRY_BACKOFF", "2"))
+    stop = tenacity.stop_after_attempt(attempts)
+    if deadline is not None:
+        stop = stop | tenacity.stop_before_delay(deadline)
 
     def before_sleep(state: tenacity.RetryCallState) -> None:
         if on_retry is not None:
@@ -136,7 +154,7 @@ def registry_retry(what: str, on_retry: Optional[EventSink] = None) -> tenacity.
 
     return tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(RegistryTransient),
-        stop=tenacity.stop_after_attempt(attempts),
+        stop=stop,
         wait=tenacity.wait_exponential(multiplier=first, min=first, max=30),
         before_sleep=before_sleep,
         retry_error_callback=give_up,
@@ -193,11 +211,14 @@ class DockerEngine:
                 return None
             raise
 
-    def registry_digest(self, reference: ImageReference, platform: str) -> tuple[str, tuple[str, ...]]:
+    def registry_digest(self, reference: ImageReference, platforms: tuple[str, ...], *, deadline: Optional[float] = None,
+                        on_retry: Optional[EventSink] = None) -> tuple[str, tuple[str, ...]]:
         """What ``reference`` points to in its registry, and the platforms it offers.
 
         Asked through the daemon (distribution inspect), so the standard
-        credentials apply. Raises LockError when ``platform`` is not offered.
+        credentials apply; with a ``deadline`` (seconds) each request and the
+        retries together end within it. Raises LockError when one of
+        ``platforms`` is not offered.
         """
         what = f"{reference}: distribution inspect"
         registry = reference.registry
@@ -207,17 +228,27 @@ class DockerEngine:
                 return self.api.inspect_distribution(str(reference))
             except docker.errors.APIError as exc:
                 raise classify_registry_error(what, _api_error_text(exc), registry, LockError) from None
+            except requests.exceptions.Timeout:
+                raise RegistryUnavailable(f"{what}: no answer from the registry within {deadline:g} s "
+                                          "(the engine asks it)") from None
 
-        with engine_errors(what):
-            data = registry_retry(what)(ask)
+        saved = self.api.timeout
+        if deadline is not None:
+            self.api.timeout = deadline
+        try:
+            with engine_errors(what):
+                data = registry_retry(what, on_retry, deadline)(ask)
+        finally:
+            self.api.timeout = saved
         digest = data.get("Descriptor", {}).get("digest", "")
         offered = []
         for p in data.get("Platforms") or []:
             name = f"{p.get('os')}/{p.get('architecture')}" + (f"/{p['variant']}" if p.get("variant") else "")
             offered.append(name)
         plain = {"/".join(o.split("/")[:2]) for o in offered}
-        if platform not in offered and platform not in plain:
-            raise LockError(f"{reference}: the registry offers {', '.join(sorted(offered)) or 'no platform'}, not {platform}")
+        for platform in platforms:
+            if platform not in offered and platform not in plain:
+                raise LockError(f"{reference}: the registry offers {', '.join(sorted(offered)) or 'no platform'}, not {platform}")
         return digest, tuple(sorted(set(offered)))
 
     # ------------------------------------------------------------------- pull

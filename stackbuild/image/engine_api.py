@@ -54,8 +54,10 @@ class ContainerEngine(Protocol):
     def inspect_image(self, reference: str) -> Optional[ImageInfo]:
         """The local image ``reference`` (a tag, a digest reference or an id) names; None if there is none."""
 
-    def registry_digest(self, reference: ImageReference, platform: str) -> tuple[str, tuple[str, ...]]:
-        """What ``reference`` points to in its registry, and the platforms it offers; LockError without ``platform``."""
+    def registry_digest(self, reference: ImageReference, platforms: tuple[str, ...], *, deadline: Optional[float] = None,
+                        on_retry: Optional[EventSink] = None) -> tuple[str, tuple[str, ...]]:
+        """What ``reference`` points to in its registry, and the platforms it offers; LockError without one of
+        ``platforms``. With a ``deadline`` (seconds) the look-up, retries included, ends within it."""
 
     def pull(self, reference: ImageReference, platform: str, on_event: EventSink,
              on_retry: Optional[EventSink] = None) -> ImageInfo:

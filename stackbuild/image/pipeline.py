@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional, Sequence
 
-from geometry.image_contract import (ARCHITECTURE_MISMATCH_STATUS, GATE_REPORT, GATE_STEP, PATCH_STEP, ContractError,
+from geometry.image_contract import (ARCHITECTURE_MISMATCH_STATUS, GATE_REPORT, GATE_STEP, PATCH_STEP, ContractError, gate_reason,
                                      payload_path, step_name)
 
 from stackbuild.core.build_report import read_report
@@ -119,6 +119,9 @@ def build_image(engine: ContainerEngine, plan: BuildPlan, progress: Progress, *,
                                    f"{recipe.platform} needs the machine {recipe.uname_machine}, the engine ran "
                                    "the build on another (the step's output names it); nothing was tagged")
     detail = f"{_short_error(outcome)} ({where})"
+    reason = gate_reason(outcome.step_output) if name == GATE_STEP else None
+    if reason:
+        raise GeometryGateFailed(f"{plan.recipe.path}: build step failed: {GATE_STEP}: {reason} ({detail})")
     if tail:
         detail += "; last output:\n" + "\n".join(f"    | {line}" for line in tail)
     if name == GATE_STEP:

@@ -19,7 +19,8 @@ from stackbuild.core.lock import PinnedBase, pinned_base
 from geometry.image_contract import PAYLOAD_DIR
 from geometry.inputs import GeometryInputs
 
-from stackbuild.core.naming import ImageName, image_name, source_date_epoch, source_revision
+from stackbuild.core.naming import (ImageName, image_name, image_source, require_real_source, source_date_epoch,
+                                    source_revision)
 from stackbuild.image.oracle_record import NOT_READ
 from stackbuild.image.oracle_record import choose as choose_oracle_record
 from stackbuild.core.gate import recipe_geometry, summarise_reasons
@@ -50,6 +51,11 @@ class BuildPlan:
     def payload_dir(self) -> str:
         return PAYLOAD_DIR
 
+    def require_pushable(self) -> None:
+        """What a push needs before anything moves: an owner and a real source label (exit 2 otherwise)."""
+        self.image.require_owner(self.recipe, "push to")
+        require_real_source(self.recipe, self.labels[label.OCI_SOURCE])
+
     @property
     def pinned_tag(self) -> str:
         return next(iter(self.image.pinned_tags), self.image.tags[0])
@@ -77,7 +83,7 @@ def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | Non
         **dict(recipe.image.labels),
         label.OCI_TITLE: recipe.name,
         label.OCI_DESCRIPTION: recipe.image.description or recipe.description,
-        label.OCI_SOURCE: recipe.image.source,
+        label.OCI_SOURCE: image_source(recipe, owner),
         label.OCI_REVISION: revision,
         label.OCI_VERSION: pinned,
         label.OCI_CREATED: created,

@@ -108,5 +108,6 @@ class Progress:
         self._emit(event, f"    {action} {layer + ': ' if layer else ''}{status}")
 
     def retry_event(self, event: dict) -> None:
-        self._emit(event, f"    {event['what']}: {event['error']}; retrying in {event['wait_seconds']}s "
-                          f"(attempt {event['attempt'] + 1}/{event['of']})")
+        """A transient registry error: which attempt failed, of how many, and the wait before the next."""
+        self._emit(event, f"    {event['what']}: {event['error']} "
+                          f"(attempt {event['attempt']}/{event['of']}, next in {event['wait_seconds']:g}s)")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Mapping, Optional
 
-from stackbuild.core.labels import RECIPE_SHA256
+from stackbuild.core.labels import OCI_SOURCE, RECIPE_SHA256
 from stackbuild.image.plan import BuildPlan
 
 PROVENANCE_MEDIA_TYPE = "application/vnd.in-toto+json"
@@ -34,7 +34,7 @@ def builder(engine_description: str, environ: Mapping[str, str] = os.environ) ->
 def make_statement(plan: BuildPlan, *, image_digest: str, gate_verdict: str, gate_report_sha256: str,
                    gate_report_path: str, builder_info: dict, finished_on: Optional[str] = None) -> dict:
     base_hex = (plan.base.digest or "").removeprefix("sha256:")
-    source = plan.recipe.image.source
+    source = plan.labels[OCI_SOURCE]
     metadata = {"invocationId": builder_info["invocation"]} if builder_info.get("invocation") else {}
     if finished_on:
         metadata["finishedOn"] = finished_on

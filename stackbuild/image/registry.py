@@ -6,7 +6,8 @@ standard Docker config (``DOCKER_CONFIG`` or ``~/.docker``), handed to oras,
 which reads inline auths, credential helpers and credential stores from it.
 Loopback registries and the engine's insecure registries are spoken to over
 plain http. Transient errors are retried by :func:`engine.registry_retry`,
-not by oras's own loop.
+not by oras's own loop; a refused connection or a name that does not
+resolve is reported at once.
 """
 from __future__ import annotations
 
@@ -26,9 +27,9 @@ import oras.provider
 import requests
 
 from geometry.errors import one_line
-from stackbuild.image.engine import MANIFEST_ACCEPT, RegistryTransient, classify_registry_error, registry_retry
+from stackbuild.image.engine import MANIFEST_ACCEPT, RegistryTransient, classify_registry_error, registry_retry, unreachable
 from stackbuild.image.engine_api import EventSink, ImageInfo
-from stackbuild.core.errors import PushError, RegistryAuthError
+from stackbuild.core.errors import PushError, RegistryAuthError, RegistryUnavailable
 from stackbuild.core.reference import ImageReference
 
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
@@ -126,7 +127,10 @@ class RegistryClient:
         except requests.exceptions.SSLError as exc:
             raise PushError(f"{what}: TLS failed ({exc.__class__.__name__}); is {self.registry} an insecure registry of the engine?") from None
         except requests.exceptions.RequestException as exc:
-            raise RegistryTransient(what, f"{self.host}: {_connection_problem(exc)}") from None
+            problem = f"{self.host}: {_connection_problem(exc)}"
+            if unreachable(problem):
+                raise RegistryUnavailable(f"{what}: registry unreachable (not retried): {problem}") from None
+            raise RegistryTransient(what, problem) from None
         except ValueError as exc:
             if "authentication" in str(exc).lower():  # oras: the registry asked for an authentication it cannot answer
                 raise RegistryAuthError(f"{what}: {exc}; run `docker login {self.registry}`") from None

@@ -11,7 +11,6 @@ the same parts.
 from __future__ import annotations
 
 import os
-import posixpath
 import re
 import sys
 import tempfile
@@ -20,7 +19,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Optional
 
-from stackbuild.core.errors import ComposeOverrideError, OutputError, RecipeError
+from stackbuild.core.output import COMPOSE_SUFFIX, LOCAL_COMPOSE_SUFFIX, repository_file
+from stackbuild.core.errors import ComposeOverrideError, OutputError
 from stackbuild.core.labels import DRAFTER_ID, DRAFTER_LICENSE, DRAFTER_WEIGHTS, IMAGE_PINNED, RECIPE_NAME, TARGET_ID
 from stackbuild.core.naming import MOVING_TAGS, OWNER_VARIABLE, image_name
 from stackbuild.core.output import check_output
@@ -136,19 +136,6 @@ def resolve_image(recipe: Recipe, *, owner: Optional[str] = None, repository: Op
     return ImagePin(name.repository, tag, str(report["pushed_digest"]), str(report_path), owner_note=owner_note)
 
 
-def model_mount_point(recipe: Recipe) -> str:
-    """The container directory holding both model paths (e.g. /models)."""
-    paths = [recipe.target.path, recipe.drafter.path]
-    for key, path in (("target.path", recipe.target.path), ("drafter.path", recipe.drafter.path)):
-        if not posixpath.isabs(path):
-            raise RecipeError(recipe.path, key, f"must be an absolute path inside the container, got {path!r}")
-    common = posixpath.commonpath([posixpath.dirname(posixpath.normpath(p)) for p in paths])
-    if common == "/":
-        raise RecipeError(recipe.path, "drafter.path",
-                          f"target and drafter must live under one models directory (got {recipe.target.path} and {recipe.drafter.path})")
-    return common
-
-
 def parse_gpu_ids(gpus: str) -> tuple[str, ...]:
     """``--gpus``: distinct GPU indices or UUIDs (GPU-..., MIG-...), comma-separated."""
     ids = [g.strip() for g in gpus.split(",") if g.strip()]
@@ -223,7 +210,7 @@ def service_document(recipe: Recipe, service: Service, *, image: ImagePin, model
                      gpus: Optional[str] = None, gpu_reservation: bool = True) -> dict:
     """One compose document (one service) as plain data (pure)."""
     s = recipe.serving
-    mount = model_mount_point(recipe)
+    mount = recipe.model_mount_point
     host_models = _host_models_dir(models_dir, mount)
 
     environment = {**CACHE_ENV, "HF_HUB_OFFLINE": "1", **dict(s.env)}
@@ -372,8 +359,24 @@ def generated_for(recipe: Recipe, text: str) -> bool:
             and f"{RECIPE_NAME}: {recipe.name}\n" in text)
 
 
-def default_output(recipe: Recipe) -> Path:
-    return COMPOSE_DIR / f"{recipe.name}.compose.yaml"
+def output_dir(recipe: Recipe) -> Path:
+    """Where compose and deploy write without -o: compose/ for the repository's own recipes, the recipe's
+    directory for any other (a copy elsewhere never overwrites the repository's files)."""
+    return COMPOSE_DIR if repository_file(recipe.path, REPO_ROOT) else recipe.directory
+
+
+def default_output(recipe: Recipe, *, local: bool = False) -> Path:
+    """The compose file without -o; ``local``: it holds this machine's values, so in compose/ it is the
+    git-ignored ``<name>.local.compose.yaml``, never the committed file."""
+    directory = output_dir(recipe)
+    suffix = LOCAL_COMPOSE_SUFFIX if local and directory == COMPOSE_DIR else COMPOSE_SUFFIX
+    return directory / f"{recipe.name}{suffix}"
+
+
+def machine_values(models_dir: Optional[str], port: Optional[int], gpus: Optional[str]) -> tuple[str, ...]:
+    """The flags given that write this machine's values into a compose file."""
+    given = (("--models-dir", models_dir), ("--port", port), ("--gpus", gpus))
+    return tuple(flag for flag, value in given if value is not None)
 
 
 def notice(message: str) -> None:
@@ -401,7 +404,8 @@ def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optio
     argv = serve_argv(recipe)
     require_passing(recipe)
     flag = "-o" if output else "compose"
-    output = Path(output) if output else default_output(recipe)
+    local = machine_values(models_dir, port, gpus)
+    output = Path(output) if output else default_output(recipe, local=bool(local))
     check_output(output, flag, ours=lambda old: generated_for(recipe, old))
     checks: dict[str, dict] = {}
     # Checked under its final directory (relative paths resolve as they will), then moved in place.
@@ -437,6 +441,9 @@ def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optio
         if tmp.exists():
             tmp.unlink()
     image_notices(image)
+    if flag == "compose" and output.name.endswith(LOCAL_COMPOSE_SUFFIX):
+        notice(f"{', '.join(local)} hold(s) this machine's values: wrote {output.name} (git-ignored), "
+               f"not the committed {default_output(recipe).name}")
     return {
         "path": str(output),
         "image": image.reference,

@@ -19,7 +19,7 @@ from stackbuild.serve import compose as generate
 from stackbuild.core.serve_args import CONTAINER_HOST, LEADER, SlotValues, ranks_per_node, role_commands, serve_argv
 from stackbuild.core.errors import DeployOptionError, OwnerMissing
 from stackbuild.core.naming import OWNER_VARIABLE
-from stackbuild.core.output import check_output, write_text
+from stackbuild.core.output import K8S_SUFFIX, check_output, write_text
 from stackbuild.core.gate import require_passing
 from stackbuild.core.recipe import Recipe
 from stackbuild.serve.health import API_KEY_VARIABLE, HEALTH_PATH, readiness_command
@@ -69,7 +69,7 @@ def model_volume(recipe: Recipe, host_path: Optional[str], claim: Optional[str])
         if not NAME_RE.match(claim) or len(claim) > 253:
             raise DeployOptionError(f"--models-pvc: {claim!r} is not a Kubernetes object name")
         return ModelVolume(claim=claim)
-    path = host_path or generate.model_mount_point(recipe)
+    path = host_path or recipe.model_mount_point
     if not path.startswith("/"):
         raise DeployOptionError(f"--models-host-path: must be an absolute path on the node, got {path!r}")
     return ModelVolume(host_path=path)
@@ -117,7 +117,7 @@ def _k8s_escape(value: str) -> str:
 def _container(recipe: Recipe, image: str, args: list[str], *, serves_api: bool, multinode: bool,
                ifname: str, api_key_secret: str) -> dict:
     s = recipe.serving
-    mount = generate.model_mount_point(recipe)
+    mount = recipe.model_mount_point
     env = {**generate.CACHE_ENV, "HF_HUB_OFFLINE": "1", **dict(s.env)}
     if multinode:
         env.update({"NCCL_SOCKET_IFNAME": ifname, "GLOO_SOCKET_IFNAME": ifname})
@@ -244,12 +244,9 @@ def render(recipe: Recipe, objects: list[dict], image: generate.ImagePin) -> str
     return "\n".join(_header(recipe, image)) + "\n---\n" + "---\n".join(docs)
 
 
-def default_output_dir() -> Path:
-    return generate.COMPOSE_DIR
-
-
 def output_path(recipe: Recipe, directory: Optional[Path]) -> Path:
-    return Path(directory or default_output_dir()) / f"{recipe.name}.k8s.yaml"
+    """-o's directory, else where :func:`compose.output_dir` says (compose/ for the repository's own recipes)."""
+    return Path(directory or generate.output_dir(recipe)) / f"{recipe.name}{K8S_SUFFIX}"
 
 
 def _generated_for(recipe: Recipe, text: str) -> bool:

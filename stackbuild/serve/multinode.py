@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
+from stackbuild.core.output import COMPOSE_SUFFIX, LOCAL_COMPOSE_SUFFIX
 from stackbuild.core.errors import ComposeOverrideError, OutputError
 from stackbuild.core.output import check_output
 from stackbuild.core.gate import require_passing
@@ -75,8 +76,12 @@ class RoleFile:
     command: RoleCommand
 
 
-def default_path(recipe: Recipe, role: str, directory: Optional[Path] = None) -> Path:
-    return (directory or generate.COMPOSE_DIR) / f"{recipe.name}.{role}.compose.yaml"
+def default_path(recipe: Recipe, role: str, directory: Optional[Path] = None, *, local: bool = False) -> Path:
+    """A node role's file: in ``directory`` (-o), else where :func:`compose.output_dir` says; ``local`` as
+    :func:`compose.default_output` has it."""
+    where = directory or generate.output_dir(recipe)
+    suffix = LOCAL_COMPOSE_SUFFIX if local and directory is None and where == generate.COMPOSE_DIR else COMPOSE_SUFFIX
+    return where / f"{recipe.name}.{role}{suffix}"
 
 
 def role_service(recipe: Recipe, command: RoleCommand) -> generate.Service:
@@ -183,7 +188,8 @@ def write_role_files(recipe: Recipe, *, output_dir: Optional[Path] = None, owner
                           "this is not an existing directory")
     image = generate.resolve_image(recipe, owner=owner, repository=repository, digest=digest, report_path=report_path)
     commands = role_commands(recipe)
-    files = [RoleFile(c.role, default_path(recipe, c.role, Path(output_dir) if output_dir else None),
+    local = bool(generate.machine_values(models_dir, port, gpus))
+    files = [RoleFile(c.role, default_path(recipe, c.role, Path(output_dir) if output_dir else None, local=local),
                       render_role(recipe, c, image=image, models_dir=models_dir, gpus=gpus), c) for c in commands]
     require_passing(recipe)
     for f in files:

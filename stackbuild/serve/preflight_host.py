@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from stackbuild.serve.compose import model_mount_point
 from stackbuild.core.serve_args import LEADER, SlotValues, role_commands
 
 from stackbuild.core.errors import PREFLIGHT_ERRORS, UsageError
@@ -87,7 +86,7 @@ def _commands(recipe: Recipe, checked, role: Optional[str], leader_address: str,
 def host_locator(recipe: Recipe, models_dir: Path) -> Callable[[str], str]:
     """A container path -> where it is on the host: under ``models_dir`` where `compose --models-dir`
     mounts it (the recipe's models directory), elsewhere the path itself."""
-    mount = model_mount_point(recipe)
+    mount = recipe.model_mount_point
     host_dir = str(Path(models_dir).resolve())
 
     def locate(path: str) -> str:

@@ -59,6 +59,9 @@ def run_serve_parser_cases(cases: Sequence[Sequence[str]], *, python: Optional[s
 
 
 def _run_oracle(request: Any, python: str) -> dict:
+    # Importing vLLM takes 10-20 s: say so before the wait (stderr, so stdout keeps --json).
+    print(f"checking the serve command with vLLM's `vllm serve` parser ({python}; importing vLLM takes 10-20 s) ...",
+          file=sys.stderr, flush=True)
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu"}
     with tempfile.TemporaryDirectory(prefix="serve-oracle-") as tmp:
         out = Path(tmp) / "result.json"

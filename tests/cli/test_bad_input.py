@@ -300,12 +300,27 @@ def test_image_references(tmp_path, name, key, value, message):
 @pytest.mark.parametrize("args,message", [
     (["--repository", "127.0.0.1:5000/Me/glm"], "--repository: '127.0.0.1:5000/Me/glm' is not a valid image repository"),
     (["--repository", "ghcr.io/me/glm:tag"], "--repository: give the repository only"),
-    (["--owner", "Acme Corp"], "image.repository: owner 'Acme Corp' is not a valid registry namespace"),
+    (["--owner", "Acme Corp"], "--owner 'Acme Corp': not a valid registry namespace"),
 ])
 def test_reference_overrides(tmp_path, args, message):
     recipe = copy_recipe(tmp_path, _pinned())
     for command in (["build", "--dry-run"], ["render"]):
         assert_refused(invoke([*command, "--recipe", recipe, *args]), 2, message)
+
+
+@pytest.mark.parametrize("args,env,line", [
+    (["--owner", "Acme"], {}, "error: --owner 'Acme': not a valid registry namespace "
+                              "(lowercase letters, digits, and . _ - between them); use 'acme'"),
+    (["--owner", "Acme Corp"], {}, "; use 'acme-corp'"),
+    ([], {"IMAGE_OWNER": "Acme"}, "error: IMAGE_OWNER (environment) 'Acme': not a valid registry namespace"),
+])
+def test_an_owner_is_blamed_where_it_came_from_with_a_fix(tmp_path, args, env, line):
+    recipe = copy_recipe(tmp_path, _pinned())
+    done = subprocess.run([sys.executable, str(REPO / "build.py"), "build", "--dry-run", "--recipe", str(recipe), *args],
+                          capture_output=True, text=True, cwd=REPO, timeout=300, env={**os.environ, **env})
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == "" and len(done.stderr.splitlines()) == 1
+    assert line in done.stderr and "recipe.yaml" not in done.stderr
 
 
 # --- capacity ------------------------------------------------------------------------------------
@@ -496,10 +511,10 @@ def test_output_unwritable(tmp_path, command):
 
 @pytest.mark.parametrize("command", ["render", "compose"])
 def test_output_is_a_directory(tmp_path, command):
-    """Click's own check of -o (a usage error, exit 2), in one line."""
+    """An output path (exit 15, as the documents' table says), in one line; a one-node compose says to name a file."""
     recipe = copy_recipe(tmp_path, _pinned())
     args = [command, "--recipe", recipe, "-o", tmp_path] + (["--digest", DIGEST] if command == "compose" else [])
-    assert_refused(invoke(args), 2, f"build.py {command}: Invalid value for '-o' / '--output'", "is a directory")
+    assert_refused(invoke(args), 15, f"-o {tmp_path}: is a directory")
 
 
 @pytest.mark.parametrize("command", ["render", "compose"])
@@ -563,7 +578,7 @@ def _message_strings(path: Path):
 def test_no_message_suggests_a_flag_that_does_not_exist():
     import re
 
-    from stackbuild.core.serve_args import GENERATED_FLAGS
+    from stackbuild.core.serve_flags import GENERATED_FLAGS
 
     ours = {opt for command in cli_module.cli.commands.values() for param in command.params
             for opt in (*param.opts, *param.secondary_opts)} | {"--help"}

@@ -93,3 +93,47 @@ def test_dry_run_push_without_owner_exits_as_the_push_would(tmp_path):
     assert done.returncode == 2
     assert done.stderr.startswith(f"error: {recipe}: image.repository: ") and "no owner to push to" in done.stderr
     assert done.stdout == ""
+
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize("command", [
+    ("compose", "--digest", DIGEST, "-o", "{tmp}/c.compose.yaml"),
+    ("deploy", "--target", "k8s", "--owner", "acme", "--digest", DIGEST, "-o", "{tmp}"),
+])
+def test_a_long_step_says_so_before_it_starts(tmp_path, command):
+    """compose and deploy import vLLM (10-20 s) for the serve-parser check: a line on stderr says so first."""
+    from recipe_copies import copy_recipe
+
+    recipe = copy_recipe(tmp_path)
+    done = run(*(a.replace("{tmp}", str(tmp_path)) for a in command), "--recipe", str(recipe))
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    said = [i for i, line in enumerate(lines) if "vLLM's `vllm serve` parser" in line and "importing vLLM takes" in line]
+    assert said, done.stderr
+    assert done.stdout.startswith("wrote ")
+
+
+def test_help_texts_are_the_commands_own():
+    """--repository says what each command does with it; only the pushing commands say push."""
+    helps = {}
+    for name, command in cli.commands.items():
+        for param in command.params:
+            if param.name == "repository":
+                helps[name] = param.help
+    assert {"render", "build", "push", "index", "compose", "deploy", "record"} <= set(helps)
+    assert len(set(helps.values())) == len(helps)  # no text copied across commands
+    for name, text in helps.items():
+        assert ("push" in text.lower()) == (name in ("build", "push", "index")), (name, text)
+
+
+def test_compose_o_a_directory_is_an_output_error(tmp_path):
+    """A one-node recipe writes one file: -o DIR exits 15 (an output path), as the exit-code table says."""
+    from recipe_copies import copy_recipe
+
+    recipe = copy_recipe(tmp_path)
+    done = run("compose", "--recipe", str(recipe), "--digest", DIGEST, "-o", str(tmp_path))
+    assert done.returncode == 15, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"error: -o {tmp_path}: is a directory; a one-node recipe writes one compose file: give its file name"]

@@ -129,4 +129,4 @@ def test_serving_max_num_seqs_reaches_the_serve_argv_and_the_gate(tmp_path):
     twice = copy_recipe(tmp_path / "b", lambda data: data["serving"].update(
         extra_args=["--max-num-seqs", "8"]))
     with pytest.raises(RecipeError, match=r"--max-num-seqs is generated from serving.max_num_seqs"):
-        serve_argv(load_recipe(twice))
+        load_recipe(twice)

@@ -64,7 +64,9 @@ CASES = [
     Case("misfit-drafter", "misfit", (), misfit_drafter(),
          "drafter layer drafter.model.layers.0.self_attn.attn (SlidingWindowSpec, 4 KV heads x head 80, bfloat16: "
          "1280 B/token) at block 9216 has a real page of 11,796,480 B, but the target attention page P is "
-         "4,718,592 B; no drafter block fits exactly (4,718,592 is not a multiple of 1280)"),
+         "4,718,592 B; no drafter block fits exactly (4,718,592 is not a multiple of 1280) "
+         # the drafter's five layers alike: one reason, with their count
+         "[5x: also drafter.model.layers.1.self_attn.attn to drafter.model.layers.4.self_attn.attn]"),
 ]
 IDS = [c.name for c in CASES]
 
@@ -137,6 +139,11 @@ def test_the_recipes_callers_give_one_verdict(tmp_path, case):
     at = next(i for i, l in enumerate(lines) if l.startswith("VERDICT (overlay): "))
     verdicts["gate_main"] = (lines[at].removeprefix("VERDICT (overlay): ").lower(),
                              lines[at + 1].removeprefix("  - "), gate.returncode)
+    # The build's error line is the step's reason line (stackbuild/image/pipeline.py reads it).
+    from geometry.image_contract import gate_reason
+
+    reason = gate_reason(gate.stderr.splitlines())
+    assert reason is not None and reason.split(" (and ")[0] == case.reason, gate.stderr
 
     assert verdicts == {
         "geometry": ("fail", case.reason, GATE_FAILED),

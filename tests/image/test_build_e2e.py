@@ -134,6 +134,9 @@ def test_drafter_that_does_not_fit_fails_at_the_gate_and_nothing_moves(registry,
     error = next(line for line in last if line.startswith("error: "))
     assert "build step failed: geometry gate" in error
     assert "no drafter block fits exactly" in run.stderr  # the gate's own reason, in the tail
+    # The error line is the gate's first reason, not the step's last output lines.
+    assert "build step failed: geometry gate: drafter layer " in error and "no drafter block fits exactly" in error
+    assert "last output" not in error and "| " not in error
     assert "==> push" not in run.stderr and "==> tag" not in run.stderr
     assert registry_tags(registry.address, registry.username, registry.password, repository_name(repository)) == before
     assert local_tags(repository) == ["previous"]

@@ -181,6 +181,5 @@ def test_prefix_caching_key_is_the_flag_vllm_reads_and_the_gate_input_resolves_i
 
 
 def test_extra_args_may_not_repeat_the_prefix_caching_flag(tmp_path):
-    r = recipe(tmp_path, lambda d: d["serving"].__setitem__("extra_args", ["--enable-prefix-caching"]))
     with pytest.raises(Exception, match=r"serving.extra_args\[0\]: --enable-prefix-caching is generated from serving.enable_prefix_caching"):
-        serve_argv(r)
+        recipe(tmp_path, lambda d: d["serving"].__setitem__("extra_args", ["--enable-prefix-caching"]))

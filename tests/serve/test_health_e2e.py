@@ -29,7 +29,7 @@ import pytest
 from compose_support import recipe, require_compose_binary
 from tiny_model import write_tiny_model
 
-from stackbuild.serve.compose import SERVICE, ImagePin, compose_document, env_file_name, model_mount_point
+from stackbuild.serve.compose import SERVICE, ImagePin, compose_document, env_file_name
 from stackbuild.serve.yaml_text import dump_yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,7 +124,7 @@ def test_generated_health_check_proves_the_engine_with_an_api_key(tmp_path, cpu_
     svc = doc["services"][SERVICE]
     # The tiny model under the recipe's models mount, on the port the health check asks.
     args = DEPLOYMENT["args"]
-    assert args[args.index("--model") + 1] == f"{model_mount_point(r)}/{DEPLOYMENT['served_model_name']}"
+    assert args[args.index("--model") + 1] == f"{r.model_mount_point}/{DEPLOYMENT['served_model_name']}"
     assert args[args.index("--port") + 1] == str(r.serving.port)
     svc["command"] = list(args)
     # The engine here may not raise RLIMIT_MEMLOCK (a GPU host's need, not this server's).
