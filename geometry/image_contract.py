@@ -20,8 +20,11 @@ It ships in the image with the rest of geometry/ (the gate payload).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from functools import partial
 from typing import Any, Mapping, Optional
+
+from overlay.json_shape import exact_keys, json_object, strings, typed
 
 # ------------------------------------------------------------------ payload paths
 PAYLOAD_DIR = "/opt/glm53-overlay"
@@ -123,34 +126,10 @@ class ContractError(ValueError):
     """A document in the payload does not have the shape its writer writes."""
 
 
-def _object(data: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(data, Mapping):
-        raise ContractError(f"{where}: expected a JSON object, got {type(data).__name__}")
-    return data
-
-
-def _keys(data: Mapping[str, Any], cls: type, where: str, optional: tuple[str, ...] = ()) -> None:
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ContractError(f"{where}: unknown key {unknown[0]!r}")
-    missing = sorted(names - set(data) - set(optional))
-    if missing:
-        raise ContractError(f"{where}: missing key {missing[0]!r}")
-
-
-def _typed(data: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
-    value = data[key]
-    if not isinstance(value, kind):
-        raise ContractError(f"{where}: {key}: unexpected {type(value).__name__} {value!r}")
-    return value
-
-
-def _strings(data: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
-    value = _typed(data, key, list, where)
-    if not all(isinstance(v, str) for v in value):
-        raise ContractError(f"{where}: {key}: expected a list of strings")
-    return tuple(value)
+_object = partial(json_object, ContractError)
+_keys = partial(exact_keys, ContractError)
+_typed = partial(typed, ContractError)
+_strings = partial(strings, ContractError)
 
 
 ORACLE_SOURCES = ("record", "imported vLLM")

@@ -13,8 +13,11 @@ file and the key at fault.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from functools import partial
 from typing import Any, Mapping
+
+from .json_shape import exact_keys, json_object, strings, typed
 
 MANIFEST_SCHEMA = "glm53-overlay-manifest/1"
 # The patch that makes vLLM fit the drafter's block to the target's page: the
@@ -117,31 +120,7 @@ class OverlayManifest:
                    **strings)
 
 
-def _object(data: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(data, Mapping):
-        raise ManifestError(f"{where}: expected a JSON object, got {type(data).__name__}")
-    return data
-
-
-def _keys(data: Mapping[str, Any], cls: type, where: str) -> None:
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ManifestError(f"{where}: unknown key {unknown[0]!r}")
-    missing = sorted(names - set(data))
-    if missing:
-        raise ManifestError(f"{where}: missing key {missing[0]!r}")
-
-
-def _typed(data: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
-    value = data[key]
-    if not isinstance(value, kind):
-        raise ManifestError(f"{where}: {key}: unexpected {type(value).__name__} {value!r}")
-    return value
-
-
-def _strings(data: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
-    value = _typed(data, key, list, where)
-    if not all(isinstance(v, str) for v in value):
-        raise ManifestError(f"{where}: {key}: expected a list of strings")
-    return tuple(value)
+_object = partial(json_object, ManifestError)
+_keys = partial(exact_keys, ManifestError)
+_typed = partial(typed, ManifestError)
+_strings = partial(strings, ManifestError)

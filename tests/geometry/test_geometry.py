@@ -295,11 +295,12 @@ def test_simulator_is_stdlib_only():
     simulator = ("inputs", "backends", "kv_spec", "report", "model_parts", "model_glm5next", "model_kimi_linear",
                  "model_qwen3_next", "drafter", "model", "block_size", "grouping", "prefix_cache",
                  "capacity", "serving_limits", "simulate", "gate", "table", "image_contract")
-    # The gate reads the overlay manifest with its one definition, overlay/manifest.py (stdlib only too).
+    # The gate reads the overlay manifest with its one definition, overlay/manifest.py, and the documents'
+    # shape checks of overlay/json_shape.py (stdlib only too).
     # gate_run: relative imports of the simulator's modules and record (checked below), vLLM only in the cross-check
     files = [ROOT / "geometry" / f"{name}.py"
              for name in (*simulator, "model_config", "record", "gate_run", "gate_main", "sim_glm5_drafter_hades")]
-    for path in (*files, ROOT / "overlay" / "manifest.py"):
+    for path in (*files, ROOT / "overlay" / "manifest.py", ROOT / "overlay" / "json_shape.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -311,7 +312,7 @@ def test_simulator_is_stdlib_only():
             for m in mods:
                 top = m.split(".")[0]
                 assert top in stdlib or top in simulator or m in ("geometry", "geometry.gate_main",
-                                                                   "overlay.manifest"), (path.stem, m)
+                                                                   "overlay.manifest", "overlay.json_shape"), (path.stem, m)
 
 
 def _run_cli(tmp_path, data, *args):
