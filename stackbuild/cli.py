@@ -13,8 +13,8 @@ Run as ``python build.py COMMAND`` from the checkout::
     python build.py compose  --recipe R [-o FILE]
     python build.py preflight --recipe R --models-dir DIR [--role leader|worker] [-- serve args]   # the image's start-time check, here
     python build.py pin --recipe R --models-dir DIR     # write the mounted snapshots' commits and config sha256s into R
-    python build.py verify   IMAGE@DIGEST --recipe R
-    python build.py qualify  --url URL [--recipe R] [--baseline-url URL] [--json] [--out DIR]   # measure a running server
+    python build.py verify   IMAGE@DIGEST --recipe R            # labels, SBOM, provenance, gate; lists qualifications
+    python build.py qualify  --url URL [--recipe R] [--baseline-url URL] [--json] [--out DIR] [--attach IMAGE@DIGEST]
 """
 from __future__ import annotations
 
@@ -559,7 +559,17 @@ def verify(image, recipe_path, as_json):
 
     image_by_digest(image)
     result = verify_image(image, load_recipe(recipe_path), json_progress=as_json)
-    emit(as_json, result, f"{image}: {result['verdict']}")
+    emit(as_json, result, "\n".join([f"{image}: {result['verdict']}", *qualification_lines(result)]))
+
+
+def qualification_lines(result: dict) -> list[str]:
+    """verify's text lines for the qualifications it found (the image's, or the index's and each platform's)."""
+    from stackbuild.core.qualification_record import summary_line
+
+    scopes = [("", result.get("qualifications") or [])]
+    scopes += [(f"{platform}: ", entry.get("qualifications") or []) for platform, entry in (result.get("platforms") or {}).items()]
+    lines = [prefix + summary_line(q) for prefix, found in scopes for q in found]
+    return lines or ["no qualifications (`build.py qualify --attach IMAGE@DIGEST` adds one)"]
 
 
 @cli.command()
@@ -581,16 +591,31 @@ def verify(image, recipe_path, as_json):
               help="k: the prefix-cache probe's shared prefix is k x the hit alignment.")
 @click.option("--allow-degenerate", is_flag=True, help="Report output that repeats one short cycle of tokens as a warning, not a "
                                                       "failure (dummy weights do that).")
+@click.option("--attach", "attach_to", metavar="IMAGE@DIGEST",
+              help="Push the result, pass or fail (its verdict inside), as an in-toto statement referring to this "
+                   "image (REPOSITORY@sha256:...), as the SBOM and provenance are; credentials from `docker login`.")
 @json_option
 def qualify(url, recipe_path, model, api_key_env, baseline_url, out_dir, max_tokens, runs, warmup, ready_timeout,
-            prefix_blocks, allow_degenerate, as_json):
+            prefix_blocks, allow_degenerate, attach_to, as_json):
     """Measure a running deployment as the published numbers were measured: readiness, decode
     throughput, speculative decoding and prefix caching from /metrics, output sanity.
 
     Exit 0 when everything holds, 24 when the deployment misbehaves, 25 when a figure is below
-    the recipe's qualify.min_* expectations (20-23: the server cannot be measured)."""
+    the recipe's qualify.min_* expectations (20-23: the server cannot be measured). With --attach,
+    the image's manifest is looked up before anything is measured (2: not a digest reference;
+    7-9: the registry), and the record is attached whatever the verdict."""
     from stackbuild.serve.qualify.cli_support import run_qualify
+    from stackbuild.serve.qualify.run import raise_if_failed
 
+    target = None
+    if attach_to is not None:
+        from stackbuild.core.reference import by_digest
+        from stackbuild.image.engine import connect, engine_errors
+        from stackbuild.image.qualification import attach_target
+
+        reference = by_digest(attach_to, f"qualify --attach {attach_to}")
+        with engine_errors(f"qualify --attach {reference}"):
+            target = attach_target(connect(), reference)
     result, text, written = run_qualify(
         url=url, recipe_path=recipe_path, model=model, api_key_env=api_key_env, baseline_url=baseline_url,
         out_dir=out_dir, max_tokens=max_tokens, runs=runs, warmup=warmup, ready_timeout=ready_timeout,
@@ -598,11 +623,48 @@ def qualify(url, recipe_path, model, api_key_env, baseline_url, out_dir, max_tok
     click.echo(text, err=True)
     for path in written:
         click.echo(f"wrote {path}", err=True)
-    if as_json:
-        print_json(result.to_json())
-    from stackbuild.serve.qualify.run import raise_if_failed
+    data = result.to_json()
+    if target is not None:
+        from stackbuild.image.qualification import attach_record
 
+        record = qualification_record(result, recipe_path, target.reference)
+        attached = attach_record(target, record)
+        click.echo(f"attached qualification {attached.digest} ({record.verdict}) to {target.reference} "
+                   f"({attached.via})", err=True)
+        data["attached"] = {"image": str(target.reference), "artifact": attached.digest, "found_via": attached.via,
+                            "verdict": record.verdict}
+    if as_json:
+        print_json(data)
     raise_if_failed(result)
+
+
+def qualification_record(result, recipe_path, reference):
+    """The record `qualify --attach` pushes: the measurement (stackbuild.serve) and the recipe's facts, for the
+    image (stackbuild.image attaches it); stackbuild/core/qualification_record.py defines it."""
+    from datetime import datetime, timezone
+
+    from stackbuild.core.qualification_record import QualificationRecord
+    from stackbuild.core.serve_args import serve_argv
+
+    recipe = load_recipe(recipe_path) if recipe_path is not None else None
+    hardware = {} if recipe is None else {
+        "gpu": recipe.hardware.gpu, "compute_capability": recipe.hardware.compute_capability,
+        "platforms": list(recipe.platforms), "tensor_parallel_size": recipe.serving.tensor_parallel_size,
+        "nodes": recipe.serving.nodes}
+    spec = result.spec_decode
+    findings = list(result.failures) + [f"{e.key}: measured {e.measured}, expected at least {e.minimum}"
+                                        for e in result.expectations if not e.met]
+    return QualificationRecord(
+        repository=reference.repository, digest=reference.digest,
+        qualified_on=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        verdict="pass" if result.passed else "fail", url=result.url, model=result.model,
+        vllm_version=result.vllm_version, recipe_name=recipe.name if recipe else None,
+        recipe_sha256=recipe.file_sha256 if recipe else None, hardware=hardware,
+        served_flags=tuple(serve_argv(recipe)) if recipe else (),
+        decode_tokens_per_s=result.served.tokens_per_s, speculation_configured=spec.configured,
+        acceptance_rate=spec.acceptance_rate, mean_accepted_length=spec.mean_accepted_length,
+        acceptance_per_position=tuple(spec.acceptance_per_position), findings=tuple(findings),
+        result=result.to_json())
 
 
 def main() -> None:

@@ -267,8 +267,8 @@ PREFLIGHT_ERRORS = {cls.exit_code: cls for cls in (GeometryGateFailed, ServeArgs
 # What each exit code means to a user, as the documentation's table shows it (generated from here).
 EXIT_CODES = {
     2: ("the recipe, a config it names, the lock or the oracle record; or the command line: an unknown or "
-        "malformed flag, `verify` given a tag instead of a digest or text that is not an image reference, a push "
-        "without an image owner"),
+        "malformed flag, `verify` or `qualify --attach` given a tag instead of a digest or text that is not an "
+        "image reference (refused before anything is measured or attached), a push without an image owner"),
     3: "no Docker engine (or the engine refused a request)",
     4: "a build step",
     5: "the geometry gate (page geometry or capacity)",
@@ -276,7 +276,7 @@ EXIT_CODES = {
         "checks `uname -m` first), or the built image's os/architecture is not the recipe's"),
     7: "registry authentication",
     8: "registry unreachable",
-    9: "push or pull refused",
+    9: "push or pull refused; `qualify --attach`: the registry has no manifest of that digest",
     10: "`verify`: the image does not match its recipe",
     11: "vLLM rejects the serve flags",
     12: "vLLM's serve parser cannot run",

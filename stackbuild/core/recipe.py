@@ -32,7 +32,7 @@ from stackbuild.core.errors import ImageReferenceInvalid, RecipeError
 from stackbuild.core.gpus import KNOWN_GPUS, known_gpu
 from stackbuild.core.gpus import tag_field as gpu_tag_field
 from stackbuild.core.labels import RESERVED_PREFIXES
-from stackbuild.core.reference import ImageReference
+from stackbuild.core.reference import DIGEST_RE, ImageReference  # noqa: F401 - DIGEST_RE: read from here too
 from stackbuild.core.schema import MAX_INTEGER, build_dataclass
 from stackbuild.core.serve_flags import repeated_flag
 
@@ -40,7 +40,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 OVERLAY_SERIES_DIR = REPO_ROOT / "overlay" / "series"
 DEFAULT_RECIPE = REPO_ROOT / "recipes" / "glm53-flash-dflash2-gb300" / "recipe.yaml"
 
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 SHA256_HEX_RE = re.compile(r"^[0-9a-f]{64}$")
 REVISION_RE = re.compile(r"^[0-9a-f]{40}$")
 PLATFORM_RE = re.compile(r"^linux/(amd64|arm64)$")
@@ -217,6 +216,11 @@ class Recipe:
     @property
     def directory(self) -> Path:
         return self._path.parent
+
+    @property
+    def file_sha256(self) -> str:
+        """sha256 of the recipe file: the image's recipe label, the provenance's and a qualification's recipe digest."""
+        return hashlib.sha256(self._path.read_bytes()).hexdigest()
 
     @property
     def target_config(self) -> Mapping[str, Any]:

@@ -10,15 +10,18 @@ registry sent) is formatted as it is; only text from outside is parsed.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional
 
 from docker_image import digest as oci_digest
 from docker_image import reference as oci_reference
 
-from stackbuild.core.errors import ImageReferenceInvalid
+from stackbuild.core.errors import ImageReferenceInvalid, UsageError
 
 DOCKER_HUB = oci_reference.DEFAULT_DOMAIN
+# An image digest as this project writes and accepts it.
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 # The host serving Docker Hub's registry API; references and credentials call it docker.io.
 DOCKER_HUB_API_HOST = "registry-1.docker.io"
 
@@ -90,3 +93,17 @@ class ImageReference:
         if str(found) != text:  # the grammar's anchor also matches before a final newline
             raise ImageReferenceInvalid(text, "invalid reference format")
         return found
+
+
+def by_digest(text: str, what: str) -> ImageReference:
+    """``REPOSITORY@sha256:<64 hex>`` -> the image by digest (a tag beside the digest is dropped); anything
+    else is a :class:`UsageError` (exit 2) whose one line starts with ``what`` (the command and its argument)."""
+    try:
+        reference = ImageReference.parse(text)
+    except ImageReferenceInvalid as exc:
+        raise UsageError(f"{what}: not an image reference ({exc.reason}); give the image by digest "
+                         "(REPOSITORY@sha256:...), as the build report's pushed_reference records it") from None
+    if reference.digest is None or not DIGEST_RE.match(reference.digest):
+        raise UsageError(f"{what}: give the image by digest (REPOSITORY@sha256:...), "
+                         "as the build report's pushed_reference records it")
+    return reference.by_digest()

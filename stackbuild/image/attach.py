@@ -6,8 +6,10 @@ registry with the referrers API says so (``OCI-Subject`` on the manifest
 PUT) and lists the artifacts itself; for one without it (Distribution 2.8)
 the tag ``sha256-<hex of the subject digest>`` holds an OCI index of the
 referring artifacts, which :func:`attach` keeps up to date (one entry per
-artifact type: attaching again replaces it). :func:`referring` asks the
-referrers API first and falls back to that tag.
+artifact type, attaching again replaces it: the SBOM and the provenance; or,
+with ``replace=False``, one entry per artifact: the qualifications, several
+per image). :func:`referring` asks the referrers API first and falls back to
+that tag.
 """
 from __future__ import annotations
 
@@ -44,10 +46,12 @@ class Attached:
     via: str          # "referrers API" or "tag sha256-..."
 
 
-def attach(client: RegistryClient, subject: dict, artifact_type: str, document: bytes, annotations: dict) -> Attached:
-    """Push ``document`` as an artifact referring to ``subject`` (a manifest descriptor)."""
+def attach(client: RegistryClient, subject: dict, artifact_type: str, document: bytes, annotations: dict, *,
+           media_type: Optional[str] = None, replace: bool = True) -> Attached:
+    """Push ``document`` (of ``media_type``; default: ``artifact_type``) as an artifact referring to
+    ``subject`` (a manifest descriptor); ``replace``: it takes the place of an earlier one of its type."""
     config = client.push_blob(EMPTY_CONFIG, EMPTY_MEDIA_TYPE)
-    layer = client.push_blob(document, artifact_type)
+    layer = client.push_blob(document, media_type or artifact_type)
     manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": artifact_type, "config": config,
                 "layers": [layer], "subject": subject, "annotations": annotations}
     descriptor, response = client.push_manifest(manifest)
@@ -55,7 +59,9 @@ def attach(client: RegistryClient, subject: dict, artifact_type: str, document: 
         return Attached(artifact_type, descriptor["digest"], "referrers API")
     tag = fallback_tag(subject["digest"])
     found = client.manifest(tag)
-    entries = [m for m in (found.document.get("manifests") or []) if m.get("artifactType") != artifact_type] if found else []
+    entries = [m for m in (found.document.get("manifests") or [])
+               if m.get("digest") != descriptor["digest"] and not (replace and m.get("artifactType") == artifact_type)
+               ] if found else []
     entries.append({**descriptor, "artifactType": artifact_type, "annotations": annotations})
     client.push_manifest({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}, tag)
     return Attached(artifact_type, descriptor["digest"], f"tag {tag}")
@@ -80,8 +86,29 @@ def fetch_document(client: RegistryClient, subject_digest: str, artifact_type: s
         raise NotAttached(f"{subject}: no {what} ({artifact_type}) refers to it ({where})", where)
     if len(matching) > 1:
         raise VerifyError(f"{subject}: {len(matching)} {what} documents refer to it ({where}); expected one")
-    artifact = ImageReference(client.repository, digest=matching[0]["digest"])
-    found = client.manifest(matching[0]["digest"])
+    return read_artifact(client, subject_digest, matching[0]["digest"], what, where), matching[0]["digest"]
+
+
+def fetch_documents(client: RegistryClient, subject_digest: str, artifact_type: str,
+                    what: str) -> tuple[list[tuple[str, bytes | VerifyError]], str]:
+    """Every document of ``artifact_type`` referring to the subject, in the order listed: (artifact
+    digest, its bytes or the VerifyError saying why it cannot be read); and where they were found."""
+    descriptors, where = referring(client, subject_digest)
+    out: list[tuple[str, bytes | VerifyError]] = []
+    for descriptor in descriptors:
+        if descriptor.get("artifactType") != artifact_type:
+            continue
+        try:
+            out.append((descriptor["digest"], read_artifact(client, subject_digest, descriptor["digest"], what, where)))
+        except VerifyError as exc:
+            out.append((descriptor["digest"], exc))
+    return out, where
+
+
+def read_artifact(client: RegistryClient, subject_digest: str, artifact_digest: str, what: str, where: str) -> bytes:
+    """The document of the artifact manifest ``artifact_digest``, checked to refer to the subject."""
+    artifact = ImageReference(client.repository, digest=artifact_digest)
+    found = client.manifest(artifact_digest)
     if found is None:
         raise VerifyError(f"{artifact}: the {what} manifest named by {where} is missing")
     manifest = found.document
@@ -94,4 +121,4 @@ def fetch_document(client: RegistryClient, subject_digest: str, artifact_type: s
     data: Optional[bytes] = client.blob(layers[0]["digest"])
     if data is None:
         raise VerifyError(f"{ImageReference(client.repository, digest=layers[0]['digest'])}: the {what} document is missing")
-    return data, matching[0]["digest"]
+    return data

@@ -7,7 +7,6 @@ real build would do.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -76,7 +75,7 @@ def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | Non
     verdict = run.verdict
     record = choose_oracle_record(recipe, run.inputs) if read_oracle_record else NOT_READ
     revision = source.label
-    recipe_hash = hashlib.sha256(recipe.path.read_bytes()).hexdigest()
+    recipe_hash = recipe.file_sha256
     created = datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     pinned = next(iter(name.pinned_tags), name.tags[0])
     labels = {

@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 from typing import Mapping, Optional
 
+from stackbuild.core.in_toto import MEDIA_TYPE, STATEMENT_TYPE
 from stackbuild.core.labels import OCI_SOURCE, RECIPE_SHA256
 from stackbuild.image.plan import BuildPlan
 
-PROVENANCE_MEDIA_TYPE = "application/vnd.in-toto+json"
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PROVENANCE_MEDIA_TYPE = MEDIA_TYPE
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "urn:glm53-dflash2-images:build.py:v1"
 

@@ -4,7 +4,9 @@
 recomputes the plan's labels (all but the fields that record when and from
 which commit it was built) and compares, fetches the SBOM and the
 provenance that refer to the digest and checks them against the image
-(stackbuild/attest.py), then runs the in-image geometry gate with ``--json``
+(stackbuild/attest.py), lists the qualifications `qualify --attach` left
+there (an unreadable one is a mismatch; a failing one is listed, its verdict
+in it), then runs the in-image geometry gate with ``--json``
 and reads its verdict. A digest naming an image index (a multi-platform
 recipe's) is checked entry by entry: the index must hold exactly the
 recipe's platforms, and each platform's image is checked as above against
@@ -21,13 +23,14 @@ from geometry.image_contract import PAYLOAD_DIR, ContractError, gate_argv
 from stackbuild.image import engine as engine_mod
 from stackbuild.image.engine_api import ContainerEngine
 from stackbuild.image.attest import attestation_problems, gate_report_sha256, registry_client
-from stackbuild.core.errors import ImageReferenceInvalid, UsageError, VerifyError
-from stackbuild.core.labels import OCI_CREATED, OCI_REVISION, OCI_VERSION
+from stackbuild.core.errors import VerifyError
+from stackbuild.core.labels import OCI_CREATED, OCI_REVISION, OCI_VERSION, RECIPE_SHA256
 from stackbuild.image.index import index_platforms
 from stackbuild.image.plan import make_plan
 from stackbuild.image.progress import Progress
+from stackbuild.image.qualification import records as qualification_records
 from stackbuild.core.recipe import DIGEST_RE, Recipe
-from stackbuild.core.reference import ImageReference
+from stackbuild.core.reference import ImageReference, by_digest
 from stackbuild.image.registry import RegistryClient
 from stackbuild.image.report import geometry_verdict
 from stackbuild.image.sbom import read_inventory
@@ -56,15 +59,7 @@ def label_mismatches(expected: dict, actual: dict) -> list[str]:
 
 def image_by_digest(image: str) -> ImageReference:
     """``REPOSITORY@sha256:...`` -> the image by digest (a tag beside the digest is dropped); a tag alone is a usage error."""
-    try:
-        reference = ImageReference.parse(image)
-    except ImageReferenceInvalid as exc:
-        raise UsageError(f"verify {image}: not an image reference ({exc.reason}); give the image by digest "
-                         "(REPOSITORY@sha256:...), as the build report's pushed_reference records it") from None
-    if reference.digest is None or not DIGEST_RE.match(reference.digest):
-        raise UsageError(f"verify {image}: give the image by digest (REPOSITORY@sha256:...), "
-                         "as the build report's pushed_reference records it")
-    return reference.by_digest()
+    return by_digest(image, f"verify {image}")
 
 
 def verify_image(image: str, recipe: Recipe, *, json_progress: bool = False, engine: Optional[ContainerEngine] = None) -> dict:
@@ -112,6 +107,8 @@ def _verify_index(image: str, reference: ImageReference, recipe: Recipe, index: 
     problems = [f"index: no image for {platform}" for platform in recipe.platforms if platform not in entries]
     problems += [f"index: {platform} is not one of the recipe's platforms ({', '.join(recipe.platforms)})"
                  for platform in entries if platform not in recipe.platforms]
+    found, unreadable = qualification_records(client, digest)
+    problems += unreadable
     platforms = {}
     for platform in recipe.platforms:
         if platform not in entries:
@@ -122,7 +119,7 @@ def _verify_index(image: str, reference: ImageReference, recipe: Recipe, index: 
     if problems:
         raise VerifyError(f"{image} does not match {recipe.path}:\n  " + "\n  ".join(problems))
     return {"image": image, "digest": digest, "index": True, "platforms": platforms, "mismatches": [], "verdict": "pass",
-            "geometry_verdict": "pass"}
+            "geometry_verdict": "pass", "qualifications": [r.summary() for r in found]}
 
 
 def _verify_platform(repository: str, digest: str, recipe: Recipe, client: RegistryClient,
@@ -146,6 +143,8 @@ def _verify_platform(repository: str, digest: str, recipe: Recipe, client: Regis
         inventory = read_inventory(engine, inspected.id, PAYLOAD_DIR, recipe.platform)
         report_sha, _raw = gate_report_sha256(engine, inspected.id, PAYLOAD_DIR)
         problems += attestation_problems(client, digest, labels, report_sha, inventory)
+        found, unreadable = qualification_records(client, digest)
+        problems += unreadable
     gate: Optional[dict] = None
     verdict: Optional[str] = None
     if problems:
@@ -172,4 +171,7 @@ def _verify_platform(repository: str, digest: str, recipe: Recipe, client: Regis
         "verdict": "pass" if not problems else "fail",
         "geometry_verdict": verdict,
         "geometry_report": gate,
+        # Whether each was measured with the recipe file this image was built from (its recipe sha256 label).
+        "qualifications": [{**r.summary(), "recipe_matches_image": r.recipe_sha256 == labels.get(RECIPE_SHA256)}
+                           for r in found],
     }

@@ -549,6 +549,17 @@ def test_verify_with_a_tag_is_a_usage_error(tmp_path):
                    "give the image by digest")
 
 
+def test_qualify_attach_needs_a_digest_reference_before_anything_is_measured():
+    # Nothing listens at the URL: a measurement would exit 20 (server unreachable); the reference is refused first.
+    for reference, needle in (("127.0.0.1:5000/acme/glm:latest", "give the image by digest"),
+                              ("127.0.0.1:5000/acme/glm@sha256:abc", "not an image reference"),
+                              ("127.0.0.1:5000/acme/glm", "give the image by digest")):
+        assert_refused(invoke(["qualify", "--url", "http://127.0.0.1:1", "--attach", reference]), 2,
+                       f"qualify --attach {reference}: {needle}")
+    result = invoke(["qualify", "--url", "http://127.0.0.1:1", "--attach", "glm:latest", "--json"])
+    assert result.exit_code == 2 and json.loads(result.stdout)["exit_code"] == 2
+
+
 def test_usage_errors_are_one_line(tmp_path):
     assert_refused(invoke(["build", "--frobnicate"]), 2, "build.py build: No such option '--frobnicate'", "build --help")
     assert_refused(invoke(["compose", "--port", "eighty"]), 2, "'--port'")

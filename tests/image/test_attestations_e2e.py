@@ -137,11 +137,57 @@ def test_the_provenance_records_what_the_image_was_made_from(registry, pushed, s
     assert gate["report"]["digest"]["sha256"] == hashlib.sha256(report).hexdigest()
 
 
-def test_verify_checks_both(pushed):
+def qualification(pushed: Pushed, when: str, verdict: str, tokens_per_s: float, acceptance: float,
+                  recipe_sha256: str):
+    from stackbuild.core.qualification_record import QualificationRecord
+
+    return QualificationRecord(
+        repository=pushed.repository, digest=pushed.digest, qualified_on=when, verdict=verdict,
+        url="http://gb300.example:8000", model="glm-5.3-flash", vllm_version="0.33.0", recipe_name="b200-amd64",
+        recipe_sha256=recipe_sha256, hardware={"gpu": "B200"}, served_flags=("/models/target",),
+        decode_tokens_per_s=tokens_per_s, speculation_configured=True, acceptance_rate=acceptance,
+        mean_accepted_length=1 + 6 * acceptance, acceptance_per_position=(0.8, 0.6, 0.4),
+        findings=() if verdict == "pass" else ("qualify.min_acceptance: measured 0.1, expected at least 0.5",),
+        result={"schema": "glm53.qualify/v1"})
+
+
+def test_verify_checks_both_and_lists_the_qualifications(registry, pushed, monkeypatch):
+    from stackbuild.cli import qualification_lines
+    from stackbuild.core.reference import ImageReference
+    from stackbuild.image.engine import connect
+    from stackbuild.image.qualification import attach_record, attach_target
+
+    monkeypatch.setenv("DOCKER_CONFIG", str(pushed.docker_config))
+    target = attach_target(connect(), ImageReference(pushed.repository, digest=pushed.digest))
+    recipe_sha = hashlib.sha256(pushed.recipe.read_bytes()).hexdigest()
+    # Attached out of date order; the second with a recipe file other than the image's.
+    attach_record(target, qualification(pushed, "2026-03-02T10:00:00Z", "fail", 140.5, 0.1, recipe_sha))
+    attach_record(target, qualification(pushed, "2026-03-01T09:00:00Z", "pass", 412.25, 0.6, "0" * 64))
+    found = artifacts_all(registry, pushed)
+    assert [e["artifactType"] for e in found].count("application/vnd.glm53.qualification.v1+json") == 2
+    assert {CYCLONEDX, IN_TOTO} <= {e["artifactType"] for e in found}  # the SBOM and provenance stay
+
     run = cli("verify", pushed.reference, "--recipe", str(pushed.recipe), "--json", docker_config_dir=pushed.docker_config)
     assert run.returncode == 0, run.stderr[-4000:]
     phases = [(e["phase"], e["status"]) for e in json_events(run.stderr) if e["event"] == "phase"]
     assert ("attestations", "done") in phases
+    result = json.loads(run.stdout)
+    listed = [(q["qualified_on"], q["verdict"], q["decode_tokens_per_s"], q["acceptance_rate"], q["recipe_matches_image"])
+              for q in result["qualifications"]]
+    assert listed == [("2026-03-01T09:00:00Z", "pass", 412.25, 0.6, False),
+                      ("2026-03-02T10:00:00Z", "fail", 140.5, 0.1, True)]
+    assert result["qualifications"][1]["findings"] == ["qualify.min_acceptance: measured 0.1, expected at least 0.5"]
+    lines = qualification_lines(result)
+    assert lines[0].startswith("qualification 2026-03-01T09:00:00Z: pass, decode 412.2 tok/s, acceptance 60.0%")
+    assert lines[0].endswith("measured with another recipe file than the image was built from")
+    assert lines[1].startswith("qualification 2026-03-02T10:00:00Z: fail, decode 140.5 tok/s, acceptance 10.0%")
+
+
+def artifacts_all(registry, pushed: Pushed) -> list[dict]:
+    """The fallback tag's index entries (several qualifications share one artifact type)."""
+    index = get(registry, pushed.repository, f"manifests/sha256-{pushed.digest.removeprefix('sha256:')}")
+    assert index.status_code == 200, index.text
+    return index.json()["manifests"]
 
 
 @pytest.fixture

