@@ -44,7 +44,7 @@ def test_the_bound_is_three_seconds():
 @pytest.mark.parametrize("image, says", [
     (f"127.0.0.1:{closed_port()}/acme/base", "connection refused"),
     ("registry.invalid/acme/base", "registry.invalid"),
-])
+], ids=["closed-port", "unresolvable-name"])
 def test_lock_without_a_registry_fails_at_once(docker_engine, tmp_path, image, says):
     recipe = copy_recipe(tmp_path, set_key("base.image", image))
     done, seconds = lock(recipe)
