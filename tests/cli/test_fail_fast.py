@@ -4,7 +4,6 @@ the wait on stderr, all within the lock's bound (stackbuild/core/lock.py LOCK_DE
 from __future__ import annotations
 
 import http.server
-import socket
 import subprocess
 import sys
 import threading
@@ -13,6 +12,7 @@ import time
 import pytest
 
 from recipe_copies import REPO, copy_recipe, set_key
+from stack_e2e import closed_port
 from stackbuild.core.lock import LOCK_DEADLINE_SECONDS
 
 pytestmark = [pytest.mark.docker]
@@ -29,12 +29,6 @@ def lock(recipe, **env) -> tuple[subprocess.CompletedProcess, float]:
                           env={k: v for k, v in {**os.environ, **env}.items()
                                if not k.startswith("STACKBUILD_REGISTRY_")})
     return done, time.monotonic() - started
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_the_bound_is_three_seconds():
