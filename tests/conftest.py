@@ -6,5 +6,14 @@ CI=true and one is missing. The end-to-end fixtures live in tests/stack_e2e.py.
 """
 from __future__ import annotations
 
+import pytest
+
 from infra.fixtures import cpu_serving_base, docker_engine, registry, synthetic_base_amd64, synthetic_base_arm64, wrong_vllm_base  # noqa: F401
 from stack_e2e import amd64_build, forget_session_images, logged_in  # noqa: F401
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
+def pytest_collection_modifyitems(config, items):
+    from parallel_groups import assign_groups
+
+    assign_groups(items, config.rootpath)

@@ -12,6 +12,7 @@ import base64
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import uuid
@@ -168,6 +169,16 @@ def local_tags(repository: str) -> list[str]:
     return sorted(t for t in run.stdout.split() if t != "<none>")
 
 
+def closed_port() -> int:
+    """A port on 127.0.0.1 where nothing listens (bound once, then released): a registry that is down.
+
+    Tests never stop the shared registry: the tests running beside them on other workers use it.
+    """
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def json_events(stderr: str) -> list[dict]:
     return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
 
@@ -205,14 +216,6 @@ def forget_session_images():
         except (OSError, subprocess.CalledProcessError) as exc:
             print(f"\n[e2e] left {repository}'s images in the engine: {exc}", file=sys.stderr)
             return
-
-
-def registry_stop() -> None:
-    harness.services("registry-stop")
-
-
-def registry_start() -> None:
-    harness.services("registry-start")
 
 
 @pytest.fixture

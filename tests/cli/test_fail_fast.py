@@ -4,7 +4,6 @@ the wait on stderr, all within the lock's bound (stackbuild/core/lock.py LOCK_DE
 from __future__ import annotations
 
 import http.server
-import socket
 import subprocess
 import sys
 import threading
@@ -13,6 +12,7 @@ import time
 import pytest
 
 from recipe_copies import REPO, copy_recipe, set_key
+from stack_e2e import closed_port
 from stackbuild.core.lock import LOCK_DEADLINE_SECONDS
 
 pytestmark = [pytest.mark.docker]
@@ -31,12 +31,6 @@ def lock(recipe, **env) -> tuple[subprocess.CompletedProcess, float]:
     return done, time.monotonic() - started
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_the_bound_is_three_seconds():
     assert LOCK_DEADLINE_SECONDS == 3
 
@@ -44,7 +38,7 @@ def test_the_bound_is_three_seconds():
 @pytest.mark.parametrize("image, says", [
     (f"127.0.0.1:{closed_port()}/acme/base", "connection refused"),
     ("registry.invalid/acme/base", "registry.invalid"),
-])
+], ids=["closed-port", "unresolvable-name"])
 def test_lock_without_a_registry_fails_at_once(docker_engine, tmp_path, image, says):
     recipe = copy_recipe(tmp_path, set_key("base.image", image))
     done, seconds = lock(recipe)

@@ -102,6 +102,7 @@ def registry():
 
 def _base(arch: str):
     try:
+        harness.wait_for_base(arch)
         return harness.base_image(arch)
     except harness.InfraUnavailable as exc:
         if os.environ.get("INFRA_AUTO_BUILD") == "1":
@@ -143,6 +144,10 @@ CPU_SERVING_BASE = "glm53-test/vllm-cpu-serve:0.32.0"  # tests/infra/build_servi
 @pytest.fixture(scope="session")
 def cpu_serving_base(docker_engine) -> str:
     """The CPU serving base (vllm-cpu 0.32.0) in the local engine, built by build_serving_base.sh."""
+    try:
+        harness.wait_for_base("serving")
+    except harness.InfraUnavailable as exc:
+        unavailable(str(exc))
     try:
         labels = docker_engine.images.get(CPU_SERVING_BASE).labels or {}
     except Exception as exc:  # noqa: BLE001

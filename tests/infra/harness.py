@@ -4,6 +4,7 @@ and the synthetic bases (tests/infra/build_base.py).
     registry_url()          "127.0.0.1:5000"
     registry_credentials()  Credentials(url, username, password), read from the 0600 state file
     base_image(arch)        SyntheticBase for "amd64", "arm64" or "wrong-version"
+    wait_for_base(name)     block while run-tests.sh still builds that base in the background
     docker_client()         a docker-py client (raises if no daemon answers)
 
 State dir: $INFRA_STATE_DIR (default: services.sh's).  Nothing here
@@ -111,6 +112,40 @@ def registry_up() -> bool:
         return exc.code in (401, 200)
     except OSError:
         return False
+
+
+# run-tests.sh builds the bases in the background while the tests that need none run. For each
+# base NAME (amd64, wrong-version, arm64, serving) it keeps in BASE_JOBS_DIR: NAME.pending
+# (the building job's pid) while it builds, then NAME.rc (its exit status) and NAME.log.
+BASE_JOBS_DIR = "base-jobs"
+BASE_WAIT_SECONDS = 3600
+
+
+def wait_for_base(name: str, poll_seconds: float = 2.0) -> None:
+    """Return once base NAME is built (at once when no background build of it is known).
+
+    Raises InfraUnavailable when its build failed, or its job died without saying how it ended.
+    """
+    import time
+
+    jobs = state_dir() / BASE_JOBS_DIR
+    pending, rc, log = (jobs / f"{name}.{ext}" for ext in ("pending", "rc", "log"))
+    deadline = time.monotonic() + BASE_WAIT_SECONDS
+    while pending.exists() and not rc.exists():
+        try:
+            os.kill(int(pending.read_text().strip()), 0)
+        except (ValueError, ProcessLookupError, FileNotFoundError):
+            if rc.exists():
+                break
+            raise InfraUnavailable(f"the background build of the {name} base is gone without an exit status ({log})")
+        except PermissionError:
+            pass  # alive, another user's
+        if time.monotonic() > deadline:
+            raise InfraUnavailable(f"the {name} base is still building after {BASE_WAIT_SECONDS} s ({log})")
+        time.sleep(poll_seconds)
+    if rc.exists() and rc.read_text().strip() != "0":
+        tail = log.read_text(errors="replace").splitlines()[-20:] if log.exists() else []
+        raise InfraUnavailable(f"the {name} base build failed (exit {rc.read_text().strip()}, {log}):\n" + "\n".join(tail))
 
 
 def base_image(arch: str) -> SyntheticBase:

