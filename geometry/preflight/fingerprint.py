@@ -14,6 +14,9 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping, Optional
 
 SCHEMA = "glm53-rank-fingerprint/1"
+# The image's digest when the deployment pins it (the generated compose files and Kubernetes
+# manifests set it from the image reference): a container cannot know its own image's digest.
+IMAGE_DIGEST_ENV = "GLM53_IMAGE_DIGEST"
 # Gate-input fields the fingerprint leaves out: the configs themselves (their sha256s are fields).
 _NOT_GEOMETRY = ("target_config", "drafter_config")
 _MAX_SHOWN = 96  # characters of one value in the refusal line

@@ -16,6 +16,8 @@ from typing import Optional, Sequence
 # vLLM's torch.distributed rendezvous on the leader (ParallelConfig.master_addr / master_port).
 DEFAULT_MASTER_ADDR = "127.0.0.1"
 DEFAULT_MASTER_PORT = 29501
+# The leader's pre-flight offers its fingerprint beside it (ranks.py): 29502 with the default.
+PORT_OFFSET = 1
 
 
 class LaunchUnreadable(ValueError):

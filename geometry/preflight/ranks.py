@@ -23,16 +23,12 @@ from typing import Callable, Mapping, Optional
 
 from geometry.image_contract import ContractError, read_image_labels
 
-from .fingerprint import Fingerprint, FingerprintUnreadable, first_difference
-from .launch import Launch
+from .fingerprint import IMAGE_DIGEST_ENV, Fingerprint, FingerprintUnreadable, first_difference
+from .launch import PORT_OFFSET, Launch
 from .outcome import EXIT_BAD_MODE, EXIT_LEADER_SILENT, EXIT_RANKS_DIFFER, EXIT_UNCHECKED, PASSED, PREFIX, Outcome, refused
 
 PORT_ENV = "GLM53_FINGERPRINT_PORT"
 TIMEOUT_ENV = "GLM53_FINGERPRINT_TIMEOUT_S"
-# The image's digest when the deployment pins it (compose and Kubernetes set it from the image
-# reference): a container cannot know its own image's digest otherwise.
-IMAGE_DIGEST_ENV = "GLM53_IMAGE_DIGEST"
-PORT_OFFSET = 1  # beside the master port: 29502 with vLLM's default 29501
 DEFAULT_TIMEOUT_S = 600.0  # start the nodes within this of each other
 PATH = "/fingerprint"
 _RETRY_S = 0.2
