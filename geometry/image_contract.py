@@ -13,13 +13,18 @@ in-image gate and the start-time pre-flight all import this module:
   read by ``from_json``, which rejects any other shape with one
   ``ContractError`` naming the file and the key at fault. The overlay manifest
   (``OverlayManifest``) is written by the patch step, before geometry/ is in the
-  image: it is defined in overlay/manifest.py, next to its writer.
+  image: it is defined in overlay/manifest.py, next to its writer;
+- the image's labels as the image itself holds them (``ImageLabels``, written by
+  the render into the pre-flight payload, read by the start-time check's rank
+  fingerprint: a container cannot read its own image's LABELs).
 
 It ships in the image with the rest of geometry/ (the gate payload).
 """
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Mapping, Optional
@@ -38,6 +43,7 @@ GATE_INPUT = "gate-input.json"  # the recipe's geometry, read by the gate (gate 
 ORACLE_RECORD = "oracle-record.json"  # vLLM's recorded answer for this image (gate payload / gate step)
 GATE_REPORT = "geometry-report.json"  # written by the gate step
 PREFLIGHT_CHECKED = "preflight-checked.json"  # what the build checked, read at start (pre-flight payload)
+IMAGE_LABELS = "image-labels.json"  # the labels the build sets on the image, read at start (pre-flight payload)
 # The start-time check: a subpackage of geometry/ copied after the gate step (its edits do not
 # re-run the gate) and left out of the oracle record's code digest (it does not drive vLLM's planning).
 PREFLIGHT_PACKAGE = "geometry/preflight"
@@ -190,3 +196,40 @@ class GateReport:
             raise ContractError(f"{where}: behaviour_source: unexpected {type(source).__name__}")
         oracle = OracleCheck.from_json(data["oracle"], f"{where}: oracle") if "oracle" in data else None
         return cls(dict(_object(data["report"], f"{where}: report")), dict(verdict), source, oracle)
+
+
+@dataclass(frozen=True)
+class ImageLabels:
+    """The labels the build sets on the image (its LABEL instruction), written into the image as well.
+
+    The one writer is the build's render (the same mapping as the LABEL line); the reader is the
+    start-time check, whose rank fingerprint compares them between the nodes of a group. Keys and
+    values are what stackbuild/core/labels.py names; nothing here reads a single key.
+    """
+
+    labels: Mapping[str, str]
+
+    def to_json(self) -> dict:
+        return {"labels": dict(sorted(self.labels.items()))}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = IMAGE_LABELS) -> "ImageLabels":
+        data = _object(data, where)
+        _keys(data, cls, where)
+        labels = _object(data["labels"], f"{where}: labels")
+        for key, value in labels.items():
+            if not isinstance(value, str):
+                raise ContractError(f"{where}: labels: {key}: expected a string, got {type(value).__name__}")
+        return cls(dict(labels))
+
+
+def read_image_labels(path: str) -> Optional[ImageLabels]:
+    """The image's labels at ``path``; None when there is no such file (a host, or no build wrote it)."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise ContractError(f"{path}: unreadable: {exc}") from None
+    return ImageLabels.from_json(data, path)

@@ -243,7 +243,10 @@ def preflight_exit_codes() -> str:
     from geometry.preflight import outcome
 
     rows = [(str(code), errors.EXIT_CODES[code]) for code in sorted(errors.PREFLIGHT_ERRORS)]
-    rows.append((str(outcome.EXIT_BAD_MODE), "an unknown `GLM53_PREFLIGHT` mode"))
+    # The ranks of a multi-node group agree in the image only (the host has no group to ask).
+    rows += [(str(code), errors.EXIT_CODES[code]) for code in (outcome.EXIT_RANKS_DIFFER, outcome.EXIT_LEADER_SILENT)]
+    rows.append((str(outcome.EXIT_BAD_MODE), "an unknown `GLM53_PREFLIGHT` mode, or a `GLM53_FINGERPRINT_PORT` / "
+                                             "`GLM53_FINGERPRINT_TIMEOUT_S` that is not a port / seconds"))
     return "\n".join(_table(("code", "what failed"), rows)) + "\n"
 
 

@@ -109,13 +109,14 @@ def cache_snapshot(hub: Path, repo: str, commit: str, files: dict[str, bytes]) -
     return snapshot
 
 
-def cache_models_dir(root: Path) -> Path:
+def cache_models_dir(root: Path, commits: dict[str, str] | None = None) -> Path:
     """``root`` as `compose --models-dir` mounts it, each checkpoint a Hugging Face cache snapshot that the
-    recipe's directory name links to (relative links: they resolve inside the container too)."""
+    recipe's directory name links to (relative links: they resolve inside the container too); ``commits``:
+    a role's snapshot commit other than COMMIT's."""
     root.mkdir(parents=True)
     for role, name in (("target", TARGET_DIR), ("drafter", DRAFTER_DIR)):
         config = (CONFIGS / f"{role}.config.json").read_bytes()
         files = {"config.json": config, **(target_files() if role == "target" else drafter_files())}
-        snapshot = cache_snapshot(root / "hub", REPOS[role], COMMIT[role], files)
+        snapshot = cache_snapshot(root / "hub", REPOS[role], {**COMMIT, **(commits or {})}[role], files)
         (root / name).symlink_to(snapshot.relative_to(root))
     return root

@@ -11,16 +11,21 @@ that budget is the recipe's, or re-judges the build's geometry with it (the
 simulator and the gate, no vLLM). The slow path derives every geometry input
 from the flags and the mounted configs and runs the simulator, the gate and
 the cross-check against the installed vLLM on them, as the build's gate did.
+Either way the outcome carries the fingerprint of what was checked (the mounted
+commits and config sha256s, the geometry judged, the served flags), which the
+ranks of a multi-node group compare (ranks.py).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
 from .checked import CheckedServe
 from .checkpoint import CheckpointUnusable
 from .configs import ConfigUnusable, MountedConfig, read_config
+from .fingerprint import Fingerprint, of_check
 from .memory import Budget, kv_budget
 from .mounted import CheckpointMismatch, Mounted, check_mounted
 from .outcome import (EXIT_CONFIG, EXIT_GEOMETRY, EXIT_MISMATCH, EXIT_SERVE_FLAGS, EXIT_UNCHECKED, PASSED, PREFIX,
@@ -150,7 +155,7 @@ def _installed_behaviour(manifest: Optional[str]) -> str:
     return "overlay" if applied else "stock"
 
 
-def _asks_for_help(argv: Sequence[str]) -> bool:
+def asks_for_help(argv: Sequence[str]) -> bool:
     """``vllm serve --help[=GROUP]`` prints vLLM's help and serves nothing."""
     return any(a in ("-h", "--help") or a.startswith("--help=") for a in argv)
 
@@ -160,7 +165,7 @@ def check(argv: Sequence[str], checked: CheckedServe, *, locate: Callable[[str],
     """The verdict for starting ``vllm serve ARGV`` (``locate``: an argv model path -> the directory to read;
     ``progress``: told once when the slow path starts)."""
     argv = tuple(argv)
-    if _asks_for_help(argv):
+    if asks_for_help(argv):
         return Outcome(PASSED, (f"{PREFIX} nothing to check: vLLM is asked for its help, it serves nothing",))
     same_argv = checked.as_built(argv)
     fast = False
@@ -195,9 +200,12 @@ def check(argv: Sequence[str], checked: CheckedServe, *, locate: Callable[[str],
     if budget.kv_cache_memory_bytes <= 0:
         return refused(EXIT_GEOMETRY, f"no memory is left for the KV cache: {budget.source}", *warnings)
     if fast:
+        judged = checked.gate_input.replace(kv_cache_memory_bytes=budget.kv_cache_memory_bytes)
         if budget.from_recipe:
-            return _as_built(checked, target, drafter, mounted, budget, warnings)
-        return _rejudged(checked, target, drafter, mounted, budget, warnings)
+            outcome = _as_built(checked, target, drafter, mounted, budget, warnings)
+        else:
+            outcome = _rejudged(checked, target, drafter, mounted, budget, warnings)
+        return replace(outcome, fingerprint=fingerprint(mounted, target, drafter, judged, flags))
     built = {name: getattr(checked.gate_input, name) for name in FROM_THE_BUILD}
     built["kv_cache_memory_bytes"] = budget.kv_cache_memory_bytes
     try:
@@ -207,7 +215,17 @@ def check(argv: Sequence[str], checked: CheckedServe, *, locate: Callable[[str],
     except BadInput as exc:
         return refused(EXIT_UNCHECKED, f"re-check cannot model this: {exc}", *warnings)
     changed = differences(checked, argv, inputs, target, drafter)
-    return _geometry(inputs, changed, warnings, overlay_manifest, f"{mounted.summary()}; KV budget: {budget.source}")
+    outcome = _geometry(inputs, changed, warnings, overlay_manifest, f"{mounted.summary()}; KV budget: {budget.source}")
+    return replace(outcome, fingerprint=fingerprint(mounted, target, drafter, inputs, flags))
+
+
+def fingerprint(mounted: Mounted, target: MountedConfig, drafter: Optional[MountedConfig], judged,
+                flags: ServeFlags) -> Fingerprint:
+    """What this start checked, for the ranks of a group to compare (the image's part is run.py's)."""
+    return of_check(target_revision=mounted.target.snapshot.commit, target_config_sha256=target.sha256,
+                    drafter_revision=mounted.drafter.snapshot.commit if mounted.drafter is not None else None,
+                    drafter_config_sha256=drafter.sha256 if drafter is not None else None,
+                    geometry=judged, flags=flags)
 
 
 def _parse(argv: Sequence[str]) -> ServeFlags:

@@ -10,12 +10,18 @@ recipe and the argv say (revision, quantization, drafter precision, drafter
 wiring), 17 the geometry cannot be checked (a
 setup the simulator does not model, the simulator and the installed vLLM
 disagree, vLLM missing, the image's record of the build unreadable), 2 an
-unknown GLM53_PREFLIGHT mode.
+unknown GLM53_PREFLIGHT mode. A worker of a multi-node group (ranks.py): 27 its
+fingerprint differs from its leader's, 28 the leader's fingerprint did not come
+within the timeout.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from .fingerprint import Fingerprint
 
 PASSED = 0
 EXIT_BAD_MODE = 2
@@ -24,6 +30,8 @@ EXIT_SERVE_FLAGS = 11
 EXIT_CONFIG = 16
 EXIT_UNCHECKED = 17
 EXIT_MISMATCH = 26
+EXIT_RANKS_DIFFER = 27
+EXIT_LEADER_SILENT = 28
 
 PREFIX = "pre-flight:"
 
@@ -32,6 +40,9 @@ PREFIX = "pre-flight:"
 class Outcome:
     code: int
     lines: tuple[str, ...]  # the first one says it all; the rest are details and warnings
+    # What this start checked, for the ranks of a group to compare (None: the check stopped before
+    # the geometry was known); its image fields are filled where the image is known (run.py).
+    fingerprint: Optional["Fingerprint"] = None
 
     @property
     def passed(self) -> bool:

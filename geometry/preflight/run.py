@@ -3,7 +3,8 @@
 ``preflight(...)`` reads the record of what the build checked, runs
 :func:`check.check` with everything vLLM prints while it is imported held back
 (the outcome must be the first lines of the container's log), and returns the
-Outcome. ``main`` is the image's entrypoint: mode, outcome, then ``exec vllm
+Outcome. ``main`` is the image's entrypoint: mode, outcome, for a rank of a
+multi-node group the agreement with its leader (ranks.py), then ``exec vllm
 serve ARGV`` with the environment it was started with.
 """
 
@@ -13,10 +14,11 @@ import os
 import sys
 from typing import Callable, Optional, Sequence
 
-from geometry.image_contract import OVERLAY_MANIFEST, PREFLIGHT_CHECKED, payload_path
+from geometry.image_contract import IMAGE_LABELS, OVERLAY_MANIFEST, PREFLIGHT_CHECKED, payload_path
 
 from . import checked as checked_mod
-from .outcome import EXIT_BAD_MODE, EXIT_UNCHECKED, PREFIX, Outcome, refused
+from .launch import LaunchUnreadable, launch_of
+from .outcome import EXIT_BAD_MODE, EXIT_SERVE_FLAGS, EXIT_UNCHECKED, PASSED, PREFIX, Outcome, refused
 
 MODE_ENV = "GLM53_PREFLIGHT"
 MODES = ("enforce", "warn", "off")
@@ -75,6 +77,33 @@ def preflight(argv: Sequence[str], *, checked_path: str, overlay_manifest: Optio
     return _quietly(work)
 
 
+def _ranks_agree(argv: Sequence[str], outcome: Outcome, payload_dir: str, manifest: str,
+                 environment: dict) -> Outcome:
+    """A rank of a multi-node group (``--nnodes`` > 1) agrees with its leader; a single node passes at once."""
+    from . import ranks
+
+    try:
+        launch = launch_of(argv)
+    except LaunchUnreadable as exc:
+        return refused(EXIT_SERVE_FLAGS, str(exc))
+    if launch is None:
+        return Outcome(PASSED, ())
+    return ranks.agree(outcome.fingerprint, launch, labels_path=payload_path(IMAGE_LABELS, payload_dir),
+                       overlay_manifest=manifest, environ=environment, say=_say)
+
+
+def _report(outcome: Outcome, mode: str) -> Optional[int]:
+    """Say the outcome's lines; its exit code when vLLM must not start."""
+    for line in outcome.lines:
+        _say(line)
+    if outcome.passed:
+        return None
+    if mode == "enforce":
+        return outcome.code
+    _say(f"{PREFIX} {MODE_ENV}=warn: starting vLLM anyway")
+    return None
+
+
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -89,14 +118,15 @@ def main(argv: Sequence[str], payload_dir: str) -> int:
     if mode == "off":
         _say(f"{PREFIX} off ({MODE_ENV}=off): vLLM starts with a KV geometry nobody checked at start")
     else:
-        outcome = preflight(argv, checked_path=payload_path(PREFLIGHT_CHECKED, payload_dir),
-                            overlay_manifest=payload_path(OVERLAY_MANIFEST, payload_dir))
-        for line in outcome.lines:
-            _say(line)
-        if not outcome.passed:
-            if mode == "enforce":
-                return outcome.code
-            _say(f"{PREFIX} {MODE_ENV}=warn: starting vLLM anyway")
+        manifest = payload_path(OVERLAY_MANIFEST, payload_dir)
+        outcome = preflight(argv, checked_path=payload_path(PREFLIGHT_CHECKED, payload_dir), overlay_manifest=manifest)
+        code = _report(outcome, mode)
+        from .check import asks_for_help
+
+        if code is None and not asks_for_help(argv):
+            code = _report(_ranks_agree(argv, outcome, payload_dir, manifest, environment), mode)
+        if code is not None:
+            return code
     try:
         os.execvpe(SERVE_COMMAND[0], [*SERVE_COMMAND, *argv], environment)
     except OSError as exc:

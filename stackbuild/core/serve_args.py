@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Callable, Optional
 
 from geometry.preflight.checked import HOST_SLOT, MASTER_ADDR_SLOT, NODE_RANK_SLOT, CheckedRole
+from geometry.preflight.launch import DEFAULT_MASTER_PORT, PORT_OFFSET
 from stackbuild.core.recipe import Recipe
 
 # Address the server binds inside the container (the port is published by compose).
@@ -83,8 +84,10 @@ def serve_argv(recipe: Recipe) -> list[str]:
 
 
 # vLLM's torch.distributed rendezvous port on the leader (ParallelConfig.master_port's default,
-# written out so every node and every generated file says it).
-MASTER_PORT = 29501
+# written out so every node and every generated file says it), and the port beside it where the
+# leader's pre-flight offers its fingerprint to the workers (geometry/preflight/ranks.py).
+MASTER_PORT = DEFAULT_MASTER_PORT
+FINGERPRINT_PORT = MASTER_PORT + PORT_OFFSET
 LEADER, WORKER = "leader", "worker"
 
 

@@ -90,7 +90,7 @@ def write_context(plan: BuildPlan, directory: Path) -> Path:
     needs, ``gate-payload`` the gate, its recipe-specific input and the recipe's
     oracle record if it has a usable one: recipes that differ only in geometry
     reuse the cached patch step. ``preflight-payload`` holds the entrypoint's
-    pre-flight and the record of what the gate checked.
+    pre-flight, the record of what the gate checked and the image's labels.
     """
     directory.mkdir(parents=True, exist_ok=True)
     inside = plan.payload_dir.lstrip("/")
@@ -106,6 +106,9 @@ def write_context(plan: BuildPlan, directory: Path) -> Path:
         shutil.copyfile(plan.oracle_record, gate_root / contract.ORACLE_RECORD)
     preflight_root = directory / PREFLIGHT_PAYLOAD / inside
     checked_mod.write(checked_serve(plan.recipe, plan.gate_input), str(preflight_root / contract.PREFLIGHT_CHECKED))
+    # The LABEL line's labels, as a file the container can read (the pre-flight's rank fingerprint).
+    labels = contract.ImageLabels(dict(plan.labels)).to_json()
+    (preflight_root / contract.IMAGE_LABELS).write_text(json.dumps(labels, indent=1, sort_keys=True) + "\n")
     (directory / "Dockerfile").write_text(render(plan))
     # Same bytes, same times, same modes: COPY layers depend only on the inputs.
     for path in sorted(directory.rglob("*"), reverse=True):

@@ -16,7 +16,9 @@ from typing import Optional
 
 from stackbuild.core.labels import NODE_ROLE, RECIPE_NAME
 from stackbuild.serve import compose as generate
-from stackbuild.core.serve_args import CONTAINER_HOST, LEADER, SlotValues, ranks_per_node, role_commands, serve_argv
+from stackbuild.core.serve_args import (CONTAINER_HOST, FINGERPRINT_PORT, LEADER, SlotValues, ranks_per_node, role_commands,
+                                        serve_argv)
+from geometry.preflight.fingerprint import IMAGE_DIGEST_ENV
 from stackbuild.core.errors import DeployOptionError, OwnerMissing
 from stackbuild.core.naming import OWNER_VARIABLE
 from stackbuild.core.output import K8S_SUFFIX, check_output, write_text
@@ -115,12 +117,14 @@ def _k8s_escape(value: str) -> str:
 
 
 def _container(recipe: Recipe, image: str, args: list[str], *, serves_api: bool, multinode: bool,
-               ifname: str, api_key_secret: str) -> dict:
+               ifname: str, api_key_secret: str, image_digest: Optional[str] = None) -> dict:
     s = recipe.serving
     mount = recipe.model_mount_point
     env = {**generate.CACHE_ENV, "HF_HUB_OFFLINE": "1", **dict(s.env)}
     if multinode:
         env.update({"NCCL_SOCKET_IFNAME": ifname, "GLOO_SOCKET_IFNAME": ifname})
+        if image_digest:  # the ranks' pre-flight fingerprints compare it (the pod cannot read it from the image)
+            env[IMAGE_DIGEST_ENV] = image_digest
     gpus = ranks_per_node(recipe)
     container = {
         "name": "vllm",
@@ -166,8 +170,8 @@ def _pod_spec(recipe: Recipe, container: dict, volume: ModelVolume, pull_secrets
 
 def manifests(recipe: Recipe, *, image: str, volume: ModelVolume, ifname: str = DEFAULT_IFNAME,
               namespace: Optional[str] = None, api_key_secret: Optional[str] = None,
-              image_pull_secrets: tuple[str, ...] = ()) -> list[dict]:
-    """The manifests as plain data (pure)."""
+              image_pull_secrets: tuple[str, ...] = (), image_digest: Optional[str] = None) -> list[dict]:
+    """The manifests as plain data (pure); ``image_digest``: the digest ``image`` pins, if any."""
     s = recipe.serving
     api_key_secret = api_key_secret or default_api_key_secret(recipe)
     pull = tuple(image_pull_secrets)
@@ -200,7 +204,8 @@ def manifests(recipe: Recipe, *, image: str, volume: ModelVolume, ifname: str = 
             templates["leaderTemplate" if leader else "workerTemplate"] = {
                 "metadata": {"labels": {**labels, NODE_ROLE: command.role}},
                 "spec": _pod_spec(recipe, _container(recipe, image, args, serves_api=leader, multinode=True,
-                                                     ifname=ifname, api_key_secret=api_key_secret), volume, pull),
+                                                     ifname=ifname, api_key_secret=api_key_secret,
+                                                     image_digest=image_digest), volume, pull),
             }
         workload = {
             "apiVersion": LWS_API, "kind": "LeaderWorkerSet", "metadata": meta,
@@ -233,7 +238,8 @@ def _header(recipe: Recipe, image: generate.ImagePin) -> list[str]:
     if s.nodes > 1:
         lines += [f"# A LeaderWorkerSet group of {s.nodes} pods (one per node, {ranks_per_node(recipe)} GPU(s) each)"
                   " needs the LWS controller (leaderworkerset.x-k8s.io/v1) installed;",
-                  f"#   the leader serves the API, workers join headless via $({LEADER_ADDRESS_ENV}), rank $({WORKER_INDEX_ENV})."]
+                  f"#   the leader serves the API, workers join headless via $({LEADER_ADDRESS_ENV}), rank $({WORKER_INDEX_ENV});",
+                  f"#   before vLLM starts, each worker's pre-flight fetches the leader's fingerprint on port {FINGERPRINT_PORT}."]
     if not image.digest:
         lines.append("# UNPINNED: no digest was given (--digest) or found in out/build-report.json; the tag can move.")
     return lines
@@ -282,7 +288,8 @@ def write_manifests(recipe: Recipe, *, output_dir: Optional[Path] = None, owner:
                            "Kubernetes manifests name the image in full")
     volume = model_volume(recipe, models_host_path, models_pvc)
     objects = manifests(recipe, image=image.reference, volume=volume, ifname=ifname, namespace=namespace,
-                        api_key_secret=api_key_secret, image_pull_secrets=tuple(image_pull_secrets))
+                        api_key_secret=api_key_secret, image_pull_secrets=tuple(image_pull_secrets),
+                        image_digest=image.digest)
     path = output_path(recipe, output_dir)
     require_passing(recipe)
     check_output(path, "-o" if output_dir else "deploy", ours=lambda old: _generated_for(recipe, old))

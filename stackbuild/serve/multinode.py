@@ -28,8 +28,9 @@ from stackbuild.core.recipe import Recipe
 
 from stackbuild.core.labels import NODE_ROLE
 from stackbuild.serve import compose as generate
-from stackbuild.core.serve_args import (LEADER, MASTER_PORT, WORKER, RoleCommand, SlotValues, ranks_per_node,
-                                        role_commands)
+from stackbuild.core.serve_args import (FINGERPRINT_PORT, LEADER, MASTER_PORT, WORKER, RoleCommand, SlotValues,
+                                        ranks_per_node, role_commands)
+from geometry.preflight.fingerprint import IMAGE_DIGEST_ENV
 
 # Variables the user sets (shell or ./.env next to the files) on every machine.
 LEADER_ADDRESS_VARIABLE = "GLM53_LEADER_ADDRESS"
@@ -84,7 +85,12 @@ def default_path(recipe: Recipe, role: str, directory: Optional[Path] = None, *,
     return where / f"{recipe.name}.{role}{suffix}"
 
 
-def role_service(recipe: Recipe, command: RoleCommand) -> generate.Service:
+def image_environment(image: generate.ImagePin) -> dict[str, str]:
+    """What the pre-flight's rank fingerprint cannot read from the image itself: its digest, when pinned."""
+    return {IMAGE_DIGEST_ENV: image.digest} if image.digest else {}
+
+
+def role_service(recipe: Recipe, command: RoleCommand, image: generate.ImagePin) -> generate.Service:
     """A node role's service: its argv (the slots as Compose variables) on host networking."""
     s = recipe.serving
     serves_api = command.role == LEADER
@@ -95,7 +101,7 @@ def role_service(recipe: Recipe, command: RoleCommand) -> generate.Service:
         command=tuple(command.filled(slot_values(recipe), literal=generate.escape)),
         published_port=None,  # host networking: the API server binds serving.host_ip itself (--host)
         probe_host=(generate.LOOPBACK if s.host_ip == "0.0.0.0" else s.host_ip) if serves_api else None,  # headless: no API
-        environment=INTERFACE,
+        environment={**INTERFACE, **image_environment(image)},
         labels={NODE_ROLE: command.role},
     )
 
@@ -103,8 +109,8 @@ def role_service(recipe: Recipe, command: RoleCommand) -> generate.Service:
 def role_document(recipe: Recipe, command: RoleCommand, *, image: generate.ImagePin,
                   models_dir: Optional[str] = None, gpus: Optional[str] = None) -> dict:
     """One role's compose document as plain data (pure)."""
-    return generate.service_document(recipe, role_service(recipe, command), image=image, models_dir=models_dir,
-                                     gpus=gpus)
+    return generate.service_document(recipe, role_service(recipe, command, image), image=image,
+                                     models_dir=models_dir, gpus=gpus)
 
 
 def role_header(recipe: Recipe, command: RoleCommand, image: generate.ImagePin) -> generate.Header:
@@ -127,7 +133,8 @@ def role_header(recipe: Recipe, command: RoleCommand, image: generate.ImagePin) 
     ]
     if command.role == WORKER and nodes > 2:
         lines.append(f"#     {NODE_RANK_VARIABLE}  this worker's node rank (1 to {nodes - 1}, each worker its own)")
-    lines.append(f"#   The leader listens for the group on {LEADER_ADDRESS_VARIABLE}:{MASTER_PORT} (TCP; open it between the nodes).")
+    lines.append(f"#   The leader listens for the group on {LEADER_ADDRESS_VARIABLE}:{MASTER_PORT} and, until every worker "
+                 f"has fetched its pre-flight fingerprint, on :{FINGERPRINT_PORT} (TCP; open both between the nodes).")
     return replace(
         generate.header(recipe, image),
         reach=(f"# The leader's API server binds {s.host_ip}:{s.port} on the host "

@@ -55,6 +55,6 @@ def test_the_exit_code_table_has_one_row_per_code_the_driver_and_the_preflight_u
     # The base's code 1 is no user's: an error that keeps it (a retryable registry error) becomes another first.
     used = {cls.exit_code for cls in _error_classes()} - {errors.StackBuildError.exit_code}
     preflight = {outcome.EXIT_BAD_MODE, outcome.EXIT_GEOMETRY, outcome.EXIT_SERVE_FLAGS, outcome.EXIT_CONFIG,
-                 outcome.EXIT_UNCHECKED}
+                 outcome.EXIT_UNCHECKED, outcome.EXIT_RANKS_DIFFER, outcome.EXIT_LEADER_SILENT}
     assert set(errors.EXIT_CODES) == used | preflight
     assert all(meaning and "\n" not in meaning for meaning in errors.EXIT_CODES.values())

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from geometry.image_contract import ARCHITECTURE_MISMATCH_STATUS, gate_argv, step_name
+from geometry.image_contract import (ARCHITECTURE_MISMATCH_STATUS, IMAGE_LABELS, ContractError, ImageLabels, gate_argv,
+                                     read_image_labels, step_name)
 from recipe_copies import REPO, TEST_DIGEST, copy_recipe, pinned
 from stackbuild.image.plan import make_plan
 from stackbuild.core.recipe import load_recipe
@@ -92,12 +93,18 @@ def test_a_template_that_drifts_from_the_contract_is_refused(plan, monkeypatch):
         render(plan)
 
 
-def test_labels_present_and_derived_from_recipe(plan):
+def label_line(plan) -> dict:
+    """The rendered Dockerfile's LABEL instruction as key -> value."""
     label_args = [args for word, args in instructions(render(plan)) if word == "LABEL"]
     assert len(label_args) == 1
     labels = {}
     for key, value in re.findall(r'([\w.-]+)=("(?:[^"\\]|\\.)*")', label_args[0]):
         labels[key] = json.loads(value)
+    return labels
+
+
+def test_labels_present_and_derived_from_recipe(plan):
+    labels = label_line(plan)
     assert labels["org.opencontainers.image.base.name"] == "vllm/vllm-openai:v0.33.0"
     assert labels["org.opencontainers.image.base.digest"] == TEST_DIGEST
     assert labels["org.opencontainers.image.created"] == "2025-11-30T00:00:00Z"
@@ -166,3 +173,25 @@ def test_dry_run_json_needs_no_daemon(plan):
     assert data["tags"] == list(plan.image.tags)  # the same inputs in another process: the same tags
     assert data["registry"] == "ghcr.io"
     assert data["dockerfile"].startswith("# glm53-flash-dflash2-gb300")
+
+
+def test_the_image_holds_its_labels_as_a_file_the_preflight_reads(plan, tmp_path):
+    """A container cannot read its image's LABELs: the pre-flight payload carries the same mapping."""
+    ctx = write_context(plan, tmp_path / "ctx")
+    path = ctx / "preflight-payload" / plan.payload_dir.lstrip("/") / IMAGE_LABELS
+    record = read_image_labels(str(path))
+    assert record is not None and dict(record.labels) == label_line(plan)
+    assert ImageLabels.from_json(record.to_json()) == record
+    assert read_image_labels(str(tmp_path / "none.json")) is None
+
+
+@pytest.mark.parametrize("data, named", [
+    ([], "expected a JSON object, got list"),
+    ({"labels": {}, "more": 1}, "unknown key 'more'"),
+    ({"labels": {"a": 1}}, "labels: a: expected a string"),
+])
+def test_a_malformed_labels_file_is_named(tmp_path, data, named):
+    path = tmp_path / IMAGE_LABELS
+    path.write_text(json.dumps(data))
+    with pytest.raises(ContractError, match=named):
+        read_image_labels(str(path))

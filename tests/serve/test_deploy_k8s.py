@@ -218,3 +218,18 @@ def test_cli_wires_the_api_key_secret_and_pull_secret(tmp_path):
     assert spec["imagePullSecrets"] == [{"name": "ghcr-pull"}]
     assert _api_key_env(spec["containers"][0])["secretKeyRef"]["name"] == "glm-key"
     assert "&" not in text.replace("&&", "") and "*id" not in text
+
+
+def test_every_pod_of_a_pinned_group_knows_the_image_digest_for_the_ranks_fingerprint():
+    """The pre-flight cannot read its own image's digest: the LeaderWorkerSet passes it when it pins one."""
+    from geometry.preflight.fingerprint import IMAGE_DIGEST_ENV
+
+    digest = "sha256:" + "e" * 64
+    pinned, _service = objects(MULTI, image_digest=digest)
+    unpinned, _service = objects(MULTI)
+    for lws, want in ((pinned, digest), (unpinned, None)):
+        group = lws["spec"]["leaderWorkerTemplate"]
+        for key in ("leaderTemplate", "workerTemplate"):
+            env = {e["name"]: e.get("value") for e in group[key]["spec"]["containers"][0]["env"]}
+            assert env.get(IMAGE_DIGEST_ENV) == want
+    assert validate([pinned], "lws.yaml")

@@ -303,3 +303,23 @@ def test_role_files_share_the_single_node_header_and_reservation():
     for gpus, message in (("0,1", "each node runs 1 rank(s)"), ("0,0", "names a GPU twice"), ("x y", "expected comma")):
         with pytest.raises(ComposeOverrideError, match=re.escape(message)):
             multinode.render_role(recipe, role_commands(recipe)[0], image=image, gpus=gpus)
+
+
+def test_role_files_pass_the_pinned_digest_and_name_the_fingerprint_port():
+    """What the pre-flight's rank fingerprint needs beyond the argv: the image digest when pinned, and the
+    header says which ports the leader opens (the master port and the fingerprint beside it)."""
+    from geometry.preflight.fingerprint import IMAGE_DIGEST_ENV
+    from stackbuild.core.serve_args import FINGERPRINT_PORT, MASTER_PORT, role_commands
+    from stackbuild.serve.compose import ImagePin
+    from stackbuild.serve.multinode import render_role, role_document
+
+    recipe = load_recipe(RECIPE)
+    digest = "sha256:" + "e" * 64
+    for command in role_commands(recipe):
+        pinned = role_document(recipe, command, image=ImagePin("ghcr.io/o/x", "t", digest, "--digest"))
+        unpinned = role_document(recipe, command, image=ImagePin("ghcr.io/o/x", "t", None, ""))
+        assert pinned["services"][command.role]["environment"][IMAGE_DIGEST_ENV] == digest
+        assert IMAGE_DIGEST_ENV not in unpinned["services"][command.role]["environment"]
+        text = render_role(recipe, command, image=ImagePin("ghcr.io/o/x", "t", None, ""))
+        assert f":{MASTER_PORT} and" in text and f":{FINGERPRINT_PORT} (TCP" in text
+    assert FINGERPRINT_PORT == MASTER_PORT + 1

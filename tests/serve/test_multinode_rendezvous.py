@@ -8,6 +8,10 @@ is the containers' eth0). Only the entrypoint is replaced: a script that takes
 --nnodes/--node-rank/--master-addr/--master-port from its argv, i.e. from the generated
 command, and joins the group once both containers are up, with a short timeout the test sets.
 A file with a wrong address or rank must break it.
+
+Then the same two containers with the image's own entrypoint and payload (the start-time
+pre-flight): the ranks agree on their fingerprints before vLLM starts, and a worker on another
+drafter snapshot or another image is refused, as is a worker whose leader never answers.
 """
 from __future__ import annotations
 
@@ -155,3 +159,139 @@ def test_a_wrong_address_or_rank_breaks_it(docker_engine, synthetic_base_amd64, 
     assert any(code != 0 for code, _log in result.values()), result
     # It is the join that fails (no other error of the script), within the rendezvous timeout.
     assert {code for code, _log in result.values()} <= {0, JOIN_FAILED_STATUS}, result
+
+
+# --- the ranks agree before vLLM starts: the image's entrypoint in both containers ------------
+# The same base and role files; the image's payload (the pre-flight, the record of what the build
+# checked, the image's labels file, as `build.py render` lays out the build context) is mounted where
+# the image has it, and the entrypoint is the image's. The base's `vllm` stub says when vLLM starts.
+# The recipe pins no drafter revision: each rank's own check passes (with a notice), so only the
+# ranks' agreement can tell a worker on another drafter snapshot from its leader.
+
+STUB = "vllm stub (synthetic test base"
+AGREE_TIMEOUT_S = 20  # both containers start together: the worker's fetch and the leader's window
+SILENT_TIMEOUT_S = 1
+
+
+@pytest.fixture(scope="module")
+def payload(tmp_path_factory) -> Path:
+    """The three payload trees of the recipe's build context, merged as the image holds them."""
+    import shutil
+
+    from stackbuild.image.plan import make_plan
+    from stackbuild.image.render import write_context
+
+    tmp = tmp_path_factory.mktemp("payload")
+    plan = make_plan(load_recipe(RECIPE), owner="rendezvous", allow_unpinned=True, read_oracle_record=False)
+    context = write_context(plan, tmp / "context")
+    root = tmp / "root"
+    for tree in ("patch-payload", "gate-payload", "preflight-payload"):
+        shutil.copytree(context / tree / plan.payload_dir.lstrip("/"), root, dirs_exist_ok=True)
+    return root
+
+
+def with_labels(payload: Path, tmp: Path, **changes: str) -> Path:
+    """A copy of the payload whose image labels file has ``changes`` (label key -> value)."""
+    import shutil
+
+    from geometry.image_contract import IMAGE_LABELS
+
+    copy = tmp / "payload-relabelled"
+    shutil.copytree(payload, copy)
+    data = json.loads((copy / IMAGE_LABELS).read_text())
+    data["labels"].update(changes)
+    (copy / IMAGE_LABELS).write_text(json.dumps(data))
+    return copy
+
+
+def start_preflight(engine, base_ref: str, files: dict, mounts: dict, *, timeout_s: float) -> dict:
+    """Start each role in ``mounts`` (role -> (payload dir, models dir)) with the image's entrypoint and the
+    generated file's command and environment, on a fresh network; each role's (exit code, log)."""
+    from geometry.image_contract import PAYLOAD_DIR, PREFLIGHT_ENTRYPOINT, payload_path
+    from geometry.preflight.ranks import TIMEOUT_ENV
+
+    tag = uuid.uuid4().hex[:8]
+    leader_name = f"glm53-fp-leader-{tag}"
+    names = {"leader": leader_name, "worker": f"glm53-fp-worker-{tag}"}
+    network = engine.networks.create(f"glm53-fp-net-{tag}", driver="bridge")
+    mount_point = load_recipe(RECIPE).model_mount_point
+    containers = {}
+    try:
+        for role, (payload_dir, models) in mounts.items():
+            svc = service(files[role], role, leader_name)
+            containers[role] = engine.containers.run(
+                base_ref, entrypoint=["python3", payload_path(PREFLIGHT_ENTRYPOINT)], command=svc["command"],
+                environment={**svc["environment"], TIMEOUT_ENV: str(timeout_s)}, name=names[role],
+                hostname=names[role], network=network.name, detach=True,
+                volumes={str(payload_dir): {"bind": PAYLOAD_DIR, "mode": "ro"},
+                         str(models): {"bind": mount_point, "mode": "ro"}})
+        out = {}
+        for role, c in containers.items():
+            code = c.wait(timeout=START_TIMEOUT_S)["StatusCode"]
+            out[role] = (code, c.logs().decode(errors="replace"))
+        return out
+    finally:
+        for c in containers.values():
+            c.remove(force=True)
+        network.remove()
+
+
+def test_same_image_and_checkpoints_agree_and_both_start_vllm(docker_engine, synthetic_base_amd64, role_files,
+                                                             payload, tmp_path):
+    from models_support import cache_models_dir
+
+    models = cache_models_dir(tmp_path / "models")
+    result = start_preflight(docker_engine, synthetic_base_amd64.reference, role_files,
+                             {"leader": (payload, models), "worker": (payload, models)}, timeout_s=AGREE_TIMEOUT_S)
+    leader, worker = result["leader"], result["worker"]
+    assert leader[0] == 0 and worker[0] == 0, result
+    assert "pre-flight: ranks agree: node rank 1's fingerprint is its leader's" in worker[1], worker[1]
+    assert "every worker (node rank(s) 1) fetched the leader's fingerprint" in leader[1], leader[1]
+    for _code, log in result.values():
+        assert STUB in log.splitlines()[-1]  # vLLM started last, after the agreement
+
+
+@pytest.mark.parametrize("case", ["drafter-revision", "image-label"])
+def test_a_worker_that_differs_from_its_leader_is_refused_before_vllm_starts(docker_engine, synthetic_base_amd64,
+                                                                            role_files, payload, tmp_path, case):
+    from geometry.preflight.outcome import EXIT_RANKS_DIFFER
+    from models_support import COMMIT, cache_models_dir
+    from stackbuild.core.labels import OCI_REVISION
+
+    models = cache_models_dir(tmp_path / "models")
+    worker_payload, worker_models = payload, models
+    if case == "drafter-revision":  # the worker's models dir of its own: another drafter snapshot
+        other = "3" * 40
+        worker_models = cache_models_dir(tmp_path / "worker-models", {"drafter": other})
+        named = f"at drafter_revision: here {other}, leader {COMMIT['drafter']}"
+    else:  # another build of the image: its revision label differs
+        worker_payload = with_labels(payload, tmp_path, **{OCI_REVISION: "f" * 40})
+        leader_value = json.loads((payload / "image-labels.json").read_text())["labels"][OCI_REVISION]
+        named = f"at image_labels[{OCI_REVISION}]: here {'f' * 40}, leader {leader_value}"
+    result = start_preflight(docker_engine, synthetic_base_amd64.reference, role_files,
+                             {"leader": (payload, models), "worker": (worker_payload, worker_models)},
+                             timeout_s=AGREE_TIMEOUT_S)
+    code, log = result["worker"]
+    assert code == EXIT_RANKS_DIFFER, log
+    assert STUB not in log  # refused before vLLM starts
+    fail = [line for line in log.splitlines() if "FAIL" in line]
+    assert len(fail) == 1 and "node rank 1 differs from its leader" in fail[0] and named in fail[0], log
+    assert result["leader"][0] == 0  # the leader's own check passed; the worker refused
+
+
+def test_a_leader_that_never_answers_is_a_timeout_line(docker_engine, synthetic_base_amd64, role_files, payload,
+                                                       tmp_path):
+    from geometry.preflight.outcome import EXIT_LEADER_SILENT
+    from models_support import cache_models_dir
+
+    models = cache_models_dir(tmp_path / "models")
+    start = time.monotonic()
+    result = start_preflight(docker_engine, synthetic_base_amd64.reference, role_files,
+                             {"worker": (payload, models)}, timeout_s=SILENT_TIMEOUT_S)
+    code, log = result["worker"]
+    assert code == EXIT_LEADER_SILENT, log
+    assert STUB not in log
+    fail = [line for line in log.splitlines() if "FAIL" in line]
+    assert len(fail) == 1 and "did not come from glm53-fp-leader-" in fail[0], log
+    assert f"within {SILENT_TIMEOUT_S} s" in fail[0], log
+    assert time.monotonic() - start < 30
