@@ -82,7 +82,8 @@ def _run_oracle(request: Any, python: str) -> dict:
             raise OracleBroken(f"vLLM's serve parser did not answer within {ORACLE_TIMEOUT} s ({python})") from None
         if not out.is_file():
             tail = " ".join((proc.stderr or proc.stdout).strip().splitlines()[-1:])
-            raise OracleBroken(f"the serve-parser oracle ({python}) exited {proc.returncode} without a verdict: {tail}")
+            raise OracleBroken(f"the serve-parser oracle ({python}) exited {proc.returncode} without a verdict"
+                               + (f": {tail}" if tail else ""))
         return json.loads(out.read_text(encoding="utf-8"))
 
 
