@@ -145,7 +145,7 @@ class ComposeInvalid(StackBuildError):
 class ComposeVersionError(StackBuildError):
     """The Docker Compose binary that would check the generated file is older than the file needs (or says no version)."""
 
-    exit_code = 27
+    exit_code = 29
 
 
 class OwnerMissing(StackBuildError):
@@ -312,7 +312,7 @@ EXIT_CODES = {
          "other than the pinned revision, another quantization than target.quantization, drafter tensors not of "
          "drafter.precision, drafter target layers or hidden size the target lacks, num_speculative_tokens not "
          "the drafter block minus one"),
-    27: ("Docker Compose older than 2.24 (the generated files' `env_file` entries say `required: false`), or a "
+    29: ("Docker Compose older than 2.24 (the generated files' `env_file` entries say `required: false`), or a "
          "Compose binary that does not say its version: checking a generated file needs it, writing one does not"),
     70: ("internal error: an exception nobody expected, reported as one line asking for a bug report (never a "
          "traceback)"),

@@ -1,4 +1,4 @@
-"""`compose` checks the file with a Docker Compose that reads it: >= 2.24 (env_file `required`), or exit 27.
+"""`compose` checks the file with a Docker Compose that reads it: >= 2.24 (env_file `required`), or exit 29.
 
 Writing needs no Compose (without one the check is skipped, said on stderr); a Compose that
 is there but older, or does not say its version, is refused in one line before it is asked
@@ -42,7 +42,7 @@ def test_an_older_compose_is_refused_in_one_line_and_nothing_is_written(tmp_path
     out = tmp_path / "out.compose.yaml"
     before = snapshot(tmp_path, *DEFAULT_OUTPUT_DIRS)
     result = invoke(["compose", "--recipe", recipe, "-o", out, "--digest", DIGEST], GLM53_COMPOSE_BIN=str(binary))
-    line = assert_refused(result, 27, str(binary), needle)
+    line = assert_refused(result, 29, str(binary), needle)
     assert "asked more" not in result.stderr
     if status == 0:
         assert line.endswith("install Docker Compose >= 2.24 or set GLM53_COMPOSE_BIN to one")
@@ -55,7 +55,7 @@ def test_a_compose_binary_that_does_not_run_is_refused(tmp_path):
     recipe = copy_recipe(tmp_path)
     out = tmp_path / "out.compose.yaml"
     result = invoke(["compose", "--recipe", recipe, "-o", out, "--digest", DIGEST], GLM53_COMPOSE_BIN=str(missing))
-    assert_refused(result, 27, f"{missing}: cannot run the Docker Compose binary")
+    assert_refused(result, 29, f"{missing}: cannot run the Docker Compose binary")
     assert not out.exists()
 
 
