@@ -197,6 +197,31 @@ def remove_local_images(repository: str) -> None:
         subprocess.run(["docker", "rmi", f"{repository}@{digest}"], capture_output=True)
 
 
+def registry_manifest(registry, repository: str, tag: str) -> tuple[str, dict] | None:
+    """(Docker-Content-Digest, manifest) of ``repository:tag`` as the registry serves it; None if unknown."""
+    response = requests.get(f"http://{registry.address}/v2/{repository_name(repository)}/manifests/{tag}",
+                            headers={"Accept": MANIFEST_ACCEPT}, auth=(registry.username, registry.password), timeout=30)
+    if response.status_code == 404:
+        return None
+    response.raise_for_status()
+    return response.headers["Docker-Content-Digest"], response.json()
+
+
+def tag_locally(image_id: str, repository: str, tags: list[str]) -> None:
+    for tag in tags:
+        subprocess.run(["docker", "tag", image_id, f"{repository}:{tag}"], check=True, capture_output=True)
+
+
+def variant_of(image_id: str) -> str:
+    """Another image of the same recipe: ``image_id`` plus one label (classic builder, no context, no new layer)."""
+    dockerfile = f"FROM {image_id}\nLABEL org.glm53.test.variant={uuid.uuid4().hex}\n"
+    run = subprocess.run(["docker", "build", "-q", "-"], input=dockerfile.encode(), capture_output=True, check=True,
+                         env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    variant = run.stdout.decode().split()[-1]
+    assert variant.startswith("sha256:") and variant != image_id
+    return variant
+
+
 # ---------------------------------------------------------------- fixtures
 # Imported by tests/conftest.py; built on the infra fixtures (tests/infra/fixtures.py).
 

@@ -142,6 +142,12 @@ class ComposeInvalid(StackBuildError):
     exit_code = 13
 
 
+class ComposeVersionError(StackBuildError):
+    """The Docker Compose binary that would check the generated file is older than the file needs (or says no version)."""
+
+    exit_code = 29
+
+
 class OwnerMissing(StackBuildError):
     """A push (or a file that names the pushed image) needs the image owner and none was given."""
 
@@ -312,6 +318,8 @@ EXIT_CODES = {
     28: ("pre-flight, multi-node: the leader's fingerprint did not reach a worker within GLM53_FINGERPRINT_TIMEOUT_S "
          "(the leader not started, not reachable on its fingerprint port, or started with GLM53_PREFLIGHT=off), "
          "or the leader cannot offer it on that port"),
+    29: ("Docker Compose older than 2.24 (the generated files' `env_file` entries say `required: false`), or a "
+         "Compose binary that does not say its version: checking a generated file needs it, writing one does not"),
     70: ("internal error: an exception nobody expected, reported as one line asking for a bug report (never a "
          "traceback)"),
 }

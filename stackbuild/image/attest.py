@@ -26,14 +26,9 @@ from stackbuild.image.plan import BuildPlan
 from stackbuild.image.progress import Progress
 from stackbuild.image.provenance import PREDICATE_TYPE, PROVENANCE_MEDIA_TYPE, STATEMENT_TYPE, builder, make_statement
 from stackbuild.core.reference import ImageReference
-from stackbuild.image.registry import RegistryClient
+from stackbuild.image.registry import RegistryClient, registry_client
 from stackbuild.image.report import geometry_verdict
 from stackbuild.image.sbom import SBOM_MEDIA_TYPE, Inventory, make_sbom, overlay_files_of, read_inventory
-
-
-def registry_client(engine: ContainerEngine, repository: str, progress: Optional[Progress] = None) -> RegistryClient:
-    return RegistryClient(repository, plain_http=engine.plain_http(ImageReference(repository).registry),
-                          on_retry=progress.retry_event if progress else None)
 
 
 def gate_report_sha256(engine: ContainerEngine, image: str, payload_dir: str) -> tuple[str, bytes]:
@@ -60,7 +55,7 @@ def attest_image(engine: ContainerEngine, plan: BuildPlan, image_id: str, image_
     finished = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     statement = make_statement(plan, image_digest=image_digest, gate_verdict=verdict, gate_report_sha256=report_sha,
                                gate_report_path=payload_path(GATE_REPORT, plan.payload_dir),
-                               builder_info=builder(engine.describe()), finished_on=finished)
+                               builder_info=builder(engine.about().line), finished_on=finished)
     annotations = {OCI_CREATED: finished}
     sbom = attach(client, subject.descriptor, SBOM_MEDIA_TYPE, make_sbom(inventory, plan.image.repository, image_digest),
                   annotations)

@@ -1,9 +1,9 @@
 """The Docker engine: :class:`DockerEngine`, the implementation of :class:`ContainerEngine`.
 
 Everything the driver asks of a container engine is a method of the
-interface in :mod:`stackbuild.image.engine_api`: resolve a base digest,
-pull, build from a context directory, inspect, tag, push, read a file back
-from an image, run a command in it. :class:`DockerEngine` speaks the engine
+interface in :mod:`stackbuild.image.engine_api`: say what it is, resolve a
+base digest, pull, build from a context directory, inspect, tag, push, read
+a file back from an image, run a command in it. :class:`DockerEngine` speaks the engine
 API through docker-py (classic builder), connecting the standard way
 (``DOCKER_HOST`` or the default socket), and turns the API's inspect data
 into :class:`ImageInfo` values. Another backend would be another class
@@ -28,10 +28,9 @@ import re
 import tarfile
 from contextlib import contextmanager
 from types import MappingProxyType
-from typing import Iterable, Iterator, Optional
+from typing import Iterator, Optional
 
 import docker
-import docker.auth
 import docker.errors
 import requests
 import tenacity
@@ -39,9 +38,11 @@ import tenacity
 from geometry.errors import one_line
 from stackbuild.core.errors import (EngineError, EngineUnavailable, LockError, PullError, PushError, RegistryAuthError,
                      RegistryUnavailable, StackBuildError)
+from stackbuild.core.build_report import BuildEngine
 from stackbuild.core.reference import DOCKER_HUB, ImageReference
 from stackbuild.image.engine_api import BuildOutcome, Event, EventSink, ImageInfo
 
+DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 # How long to wait for the daemon to answer a plain request (streams have no limit).
 CONNECT_TIMEOUT = 15
 REQUEST_TIMEOUT = int(os.environ.get("STACKBUILD_DOCKER_TIMEOUT", "600"))
@@ -192,14 +193,16 @@ ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # the classic builder colours a 
 class DockerEngine:
     """The classic Docker engine API through docker-py; implements :class:`ContainerEngine`."""
 
-    def __init__(self, client: docker.DockerClient):
+    def __init__(self, client: docker.DockerClient, endpoint: str = DEFAULT_SOCKET):
         self.client = client
         self.api = client.api
+        self.endpoint = endpoint  # where it answers, as the user would name it (DOCKER_HOST's form)
 
     # ----------------------------------------------------------------- queries
-    def describe(self) -> str:
-        info = self.api.version()
-        return f"Docker engine {info.get('Version')} (API {info.get('ApiVersion')}, {info.get('Os')}/{info.get('Arch')}) at {self.api.base_url}"
+    def about(self) -> BuildEngine:
+        """``docker version`` and ``docker info``: the server's version and API version, its storage driver and image store."""
+        version, info = self.api.version(), self.api.info()
+        return engine_of(version, info, self.endpoint)
 
     def inspect_image(self, reference: str) -> Optional[ImageInfo]:
         try:
@@ -357,56 +360,6 @@ class DockerEngine:
 
         return registry_retry(what, on_retry)(attempt)
 
-    def manifest_digest(self, repository: str, tag: str, on_retry: Optional[EventSink] = None) -> str:
-        """``Docker-Content-Digest`` of ``repository:tag``, retried like a push."""
-        return registry_retry(f"{ImageReference(repository, tag=tag)}: manifest HEAD", on_retry)(
-            self._manifest_digest, repository, tag)
-
-    def _manifest_digest(self, repository: str, tag: str) -> str:
-        """Ask the registry itself (HEAD on the manifest) for ``Docker-Content-Digest``.
-
-        Uses the standard Docker config's credentials for that registry
-        (basic, or a bearer token from the realm the registry names).
-        """
-        reference = ImageReference(repository, tag=tag)
-        registry, name, host = reference.registry, reference.remote_name, reference.api_host
-        auth = docker.auth.load_config(credstore_env=None).resolve_authconfig(registry) or {}
-        basic = (auth.get("username") or auth.get("Username"), auth.get("password") or auth.get("Password")) if auth else None
-        if basic and not all(basic):
-            basic = None
-        what = f"{reference}: manifest HEAD"
-        session = requests.Session()
-        last_error: Optional[Exception] = None
-        for scheme in self._schemes(host):
-            url = f"{scheme}://{host}/v2/{name}/manifests/{tag}"
-            try:
-                response = session.head(url, headers={"Accept": MANIFEST_ACCEPT}, timeout=30)
-                if response.status_code == 401:
-                    response = self._authorised_head(session, url, response, basic, name)
-            except requests.exceptions.SSLError as exc:
-                last_error = exc
-                continue
-            except requests.exceptions.ConnectionError as exc:
-                last_error = exc
-                continue
-            if response.status_code == 401:
-                raise RegistryAuthError(f"{what}: the registry refused the credentials from the Docker config; run `docker login {registry}`")
-            if response.status_code == 404:
-                raise PushError(f"{what}: manifest unknown")
-            if response.status_code >= 400:
-                raise classify_registry_error(what, f"HTTP {response.status_code}")
-            digest = response.headers.get("Docker-Content-Digest")
-            if not digest:
-                raise PushError(f"{what}: the registry sent no Docker-Content-Digest")
-            return digest
-        raise RegistryTransient(what, str(last_error))
-
-    def _schemes(self, host: str) -> Iterable[str]:
-        """https first; plain http too for loopback and the engine's insecure registries."""
-        yield "https"
-        if self.plain_http(host):
-            yield "http"
-
     def plain_http(self, host: str) -> bool:
         """Whether the engine speaks plain http to ``host``: loopback, or one of its insecure registries."""
         hostname = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
@@ -420,26 +373,6 @@ class DockerEngine:
             index = (config.get("IndexConfigs") or {}).get(host) or {}
             insecure = index.get("Secure") is False
         return insecure
-
-    @staticmethod
-    def _authorised_head(session: requests.Session, url: str, challenge: requests.Response, basic, name: str) -> requests.Response:
-        header = challenge.headers.get("WWW-Authenticate", "")
-        scheme, _, rest = header.partition(" ")
-        if scheme.lower() == "basic":
-            return session.head(url, headers={"Accept": MANIFEST_ACCEPT}, auth=basic, timeout=30) if basic else challenge
-        if scheme.lower() == "bearer":
-            params = dict(re.findall(r'(\w+)="([^"]*)"', rest))
-            realm = params.pop("realm", None)
-            if not realm:
-                return challenge
-            params.setdefault("scope", f"repository:{name}:pull")
-            token = session.get(realm, params=params, auth=basic, timeout=30)
-            if token.status_code != 200:
-                return challenge
-            body = token.json()
-            value = body.get("token") or body.get("access_token")
-            return session.head(url, headers={"Accept": MANIFEST_ACCEPT, "Authorization": f"Bearer {value}"}, timeout=30)
-        return challenge
 
     # ------------------------------------------------------- look inside images
     def read_file(self, image: str, path: str) -> Optional[bytes]:
@@ -475,10 +408,34 @@ class DockerEngine:
 
 
 def _image_info(inspected: dict) -> ImageInfo:
-    """The engine API's image inspect document (``GET /images/{name}/json``) as an :class:`ImageInfo`."""
+    """The engine API's image inspect document (``GET /images/{name}/json``) as an :class:`ImageInfo`.
+
+    ``Id`` is the store's name for the image (the config digest in the classic
+    store, the manifest or index digest in containerd's): kept as the id only.
+    """
     labels = (inspected.get("Config") or {}).get("Labels") or {}
+    layers = (inspected.get("RootFS") or {}).get("Layers") or ()
     return ImageInfo(id=inspected["Id"], os=inspected.get("Os") or "", architecture=inspected.get("Architecture") or "",
-                     labels=MappingProxyType(dict(labels)))
+                     labels=MappingProxyType(dict(labels)), layers=tuple(layers))
+
+
+CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"
+
+
+def engine_of(version: dict, info: dict, endpoint: str) -> BuildEngine:
+    """The engine API's ``GET /version`` and ``GET /info`` documents as a :class:`BuildEngine`.
+
+    Docker's containerd image store shows as ``DriverStatus``'s ``driver-type``
+    being containerd's snapshotter (its ``Driver`` is the snapshotter, e.g. ``overlayfs``).
+    """
+    status = {str(row[0]): str(row[1]) for row in info.get("DriverStatus") or () if isinstance(row, (list, tuple)) and len(row) == 2}
+    store = "containerd" if status.get("driver-type") == CONTAINERD_SNAPSHOTTER else "classic"
+    components = [c for c in version.get("Components") or () if isinstance(c, dict) and c.get("Name")]
+    name = str(components[0]["Name"]) if components else "Engine"  # Docker says "Engine", Podman "Podman Engine"
+    return BuildEngine(name="Docker Engine" if name == "Engine" else name, version=str(version.get("Version") or ""),
+                       api_version=str(version.get("ApiVersion") or ""), storage_driver=str(info.get("Driver") or ""),
+                       image_store=store, platform=f"{version.get('Os') or ''}/{version.get('Arch') or ''}",
+                       endpoint=endpoint)
 
 
 def _api_error_text(exc: docker.errors.APIError) -> str:
@@ -490,7 +447,8 @@ def _api_error_text(exc: docker.errors.APIError) -> str:
 
 def connect() -> DockerEngine:
     """The engine at DOCKER_HOST or the default socket; EngineUnavailable if none answers."""
-    where = os.environ.get("DOCKER_HOST") or "the default socket (unix:///var/run/docker.sock)"
+    endpoint = os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
+    where = endpoint if os.environ.get("DOCKER_HOST") else f"the default socket ({DEFAULT_SOCKET})"
     try:
         client = docker.from_env(timeout=CONNECT_TIMEOUT)
         client.api.ping()
@@ -499,5 +457,5 @@ def connect() -> DockerEngine:
         reason = re.sub(r"\s+", " ", reason)[:300]
         raise EngineUnavailable(f"no Docker engine answers at {where}: {reason}; start the Docker engine (e.g. `sudo systemctl start docker`; none installed: https://docs.docker.com/engine/install/) or set DOCKER_HOST") from None
     client.api.timeout = REQUEST_TIMEOUT
-    return DockerEngine(client)
+    return DockerEngine(client, endpoint)
 

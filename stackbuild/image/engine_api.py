@@ -6,12 +6,21 @@ record take a :class:`ContainerEngine` and nothing else of the engine.
 builder) is the one implementation; another backend (BuildKit through
 buildx, say) would implement these methods and return these values, and
 none of the callers would change.
+
+An image's id is the engine's name for it and nothing more: handed back to
+the engine (tag, read, run), never compared with a registry's digests. The
+classic image store names an image by its config's digest, Docker's
+containerd image store (the default of new Docker 29 installs) by its
+manifest's or index's digest. What a push put in the registry is read back
+from the registry (:mod:`stackbuild.image.registry`); whether a registry's
+image is a local one is decided by content (:meth:`ImageInfo.same_content`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Protocol
 
+from stackbuild.core.build_report import BuildEngine
 from stackbuild.core.reference import ImageReference
 
 Event = dict
@@ -22,14 +31,26 @@ EventSink = Callable[[Event], None]
 class ImageInfo:
     """An image, as the engine (its inspect data) or a registry (its config blob) describes it."""
 
-    id: str                   # the image id: its config's digest, what a registry manifest names as ``config``
+    id: str                   # the engine's name for it (classic store: the config digest; containerd's: the
+                              # manifest or index digest), or the config digest for a registry's config blob
     os: str
     architecture: str
     labels: Mapping[str, str]
+    layers: tuple[str, ...] = ()  # the filesystem layers' diff ids, bottom first (``rootfs.diff_ids``)
 
     @property
     def platform(self) -> str:
         return f"{self.os}/{self.architecture}"
+
+    def same_content(self, other: "ImageInfo") -> bool:
+        """Whether ``other`` is this image by what it holds (platform, layers, labels), whatever each side calls it.
+
+        A local image and a registry's config blob describe the same image when
+        they agree on these; the ids are not compared (an engine's id need not be
+        the config's digest). Unknown layers on either side are never the same.
+        """
+        return (bool(self.layers) and self.layers == other.layers and self.platform == other.platform
+                and dict(self.labels) == dict(other.labels))
 
 
 @dataclass(frozen=True)
@@ -48,8 +69,9 @@ class BuildOutcome:
 class ContainerEngine(Protocol):
     """The engine operations the build uses, each named for what it does, not how an engine does it."""
 
-    def describe(self) -> str:
-        """One line naming the engine and where it is (for logs, the report and the provenance's builder)."""
+    def about(self) -> BuildEngine:
+        """The engine's name, version, API version, storage driver, image store and address (for logs, the
+        report and the provenance's builder)."""
 
     def inspect_image(self, reference: str) -> Optional[ImageInfo]:
         """The local image ``reference`` (a tag, a digest reference or an id) names; None if there is none."""
@@ -70,10 +92,7 @@ class ContainerEngine(Protocol):
         """Point ``repository:tag`` at the image, moving it if it named another."""
 
     def push(self, repository: str, tag: str, on_event: EventSink, on_retry: Optional[EventSink] = None) -> Optional[str]:
-        """Push ``repository:tag``; the manifest digest, when the engine reports it."""
-
-    def manifest_digest(self, repository: str, tag: str, on_retry: Optional[EventSink] = None) -> str:
-        """The manifest digest the registry holds under ``repository:tag``."""
+        """Push ``repository:tag``; the manifest digest, when the engine reports it (the registry has the last word)."""
 
     def plain_http(self, host: str) -> bool:
         """Whether the registry at ``host`` is spoken to over plain http."""

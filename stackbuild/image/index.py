@@ -6,13 +6,14 @@ and attested by its own digest. :func:`push_index` then puts one OCI image
 index naming every platform's manifest under each tag of the recipe, so a
 pull picks the puller's platform. :func:`check_index_tags` runs before
 anything is tagged or pushed: a pinned tag that already names other images
-for any platform is refused, as for a single image.
+for any platform (by content, as for a single image) is refused.
 """
 from __future__ import annotations
 
 from typing import Mapping
 
 from stackbuild.image.attach import OCI_INDEX
+from stackbuild.image.engine_api import ImageInfo
 from stackbuild.core.errors import PinnedTagTaken, PushError
 from stackbuild.core.naming import ImageName
 from stackbuild.image.progress import Progress
@@ -41,20 +42,28 @@ def index_platforms(document: dict) -> dict[str, str]:
     return out
 
 
-def check_index_tags(client: RegistryClient, name: ImageName, image_ids: Mapping[str, str], progress: Progress, *,
+def check_index_tags(client: RegistryClient, name: ImageName, images: Mapping[str, ImageInfo], progress: Progress, *,
                      force: bool = False) -> None:
-    """Refuse (PinnedTagTaken) a pinned tag that names anything but these images, platform for platform."""
+    """Refuse (PinnedTagTaken) a pinned tag that names anything but these images, platform for platform.
+
+    ``images``: each platform's image, local or a registry's config; compared by content
+    (:meth:`ImageInfo.same_content`) with the config each index entry names.
+    """
     for tag in name.pinned_tags:
         found = client.manifest(tag)
         if found is None:
             continue
-        held = {platform: client.image(tag, platform) for platform in image_ids}
         remote_platforms = set(index_platforms(found.document)) if "manifests" in found.document else set()
-        same = remote_platforms == set(image_ids) and all(
-            remote is not None and remote.image_digest == image_ids[platform] for platform, remote in held.items())
+        same = remote_platforms == set(images)
+        for platform, image in images.items():
+            if not same:
+                break
+            remote = client.image(tag, platform)
+            held = client.image_content(remote) if remote is not None else None
+            same = held is not None and image.same_content(held)
         if same:
             continue
-        ours = ", ".join(f"{platform} {image_id}" for platform, image_id in image_ids.items())
+        ours = ", ".join(f"{platform} {image.id}" for platform, image in images.items())
         if not force:
             raise PinnedTagTaken(f"{name.reference(tag)}: the pinned tag already points at {found.digest}, not this build's "
                                  f"images ({ours}); pinned tags are immutable (--force re-points it); nothing was tagged or pushed")

@@ -29,19 +29,20 @@ from typing import Optional, Sequence
 from geometry.image_contract import (ARCHITECTURE_MISMATCH_STATUS, GATE_REPORT, GATE_STEP, PATCH_STEP, ContractError, gate_reason,
                                      payload_path, step_name)
 
-from stackbuild.core.build_report import read_report
+from stackbuild.core.build_report import REPORT_SCHEMA, read_report
 from stackbuild.core.errors import ArchitectureMismatch, BuildStepFailed, GeometryGateFailed, PullError, PushError, StackBuildError
 from stackbuild.core.labels import RECIPE_SHA256
 from stackbuild.core.naming import ImageName
 from stackbuild.core.reference import ImageReference
 from stackbuild.image import engine as engine_mod
-from stackbuild.image.attest import attest_image, registry_client
+from stackbuild.image.attest import attest_image
 from stackbuild.image.engine_api import BuildOutcome, ContainerEngine, ImageInfo
 from stackbuild.image.index import check_index_tags, index_platforms, push_index
 from stackbuild.image.oracle_record import record_path, save_from_image
 from stackbuild.image.plan import BuildPlan
 from stackbuild.image.progress import Progress
 from stackbuild.image.publish import check_pinned_tags, local_image_of, push_tags, tag_image
+from stackbuild.image.registry import registry_client
 from stackbuild.image.render import write_context
 from stackbuild.image.report import PlatformImage, build_report, geometry_verdict, oracle_source, write_report
 
@@ -168,13 +169,17 @@ def tagged_plan(plan: BuildPlan, index: Optional[ImageName]) -> BuildPlan:
 
 
 def run_build(plans: Sequence[BuildPlan], *, push: bool = False, report_path: Optional[Path] = None,
-              json_progress: bool = False, nocache: bool = False, keep_record: bool = False, force: bool = False) -> dict:
-    """Build each platform's image and check it, then tag (and push) them all: one image, or an index over several."""
+              json_progress: bool = False, nocache: bool = False, keep_record: bool = False, force: bool = False,
+              engine: Optional[ContainerEngine] = None) -> dict:
+    """Build each platform's image and check it, then tag (and push) them all: one image, or an index over several.
+
+    ``engine``: the engine to use (default: the one at DOCKER_HOST or the default socket).
+    """
     progress = Progress(json_lines=json_progress)
     try:
         with engine_mod.engine_errors(f"build {plans[0].recipe.name}"):
-            engine = engine_mod.connect()
-            progress.note(engine.describe())
+            engine = engine or engine_mod.connect()
+            progress.note(engine.about().line)
             index = index_name(plans)
             if index is not None:
                 progress.note(f"{plans[0].recipe.name}: {len(plans)} platforms ({', '.join(p.recipe.platform for p in plans)}), "
@@ -231,18 +236,21 @@ def check_tags(engine: ContainerEngine, built: Sequence[PlatformImage], index: O
     """Refuse (PinnedTagTaken) before anything is tagged: a pinned tag of any image, or of the index, naming another."""
     with progress.phase("check-tags", built[0].plan.image.repository):
         for b in built:
-            check_pinned_tags(engine, b.plan.image, b.image.id, b.platform, progress, force=force)
+            check_pinned_tags(engine, b.plan.image, b.image, b.platform, progress, force=force)
         if index is not None:
             check_index_tags(registry_client(engine, index.repository, progress), index,
-                             {b.platform: b.image.id for b in built}, progress, force=force)
+                             {b.platform: b.image for b in built}, progress, force=force)
 
 
 def push_attested(engine: ContainerEngine, built: Sequence[PlatformImage], index: Optional[ImageName],
                   progress: Progress) -> tuple[list[PlatformImage], Optional[str]]:
-    """Push each image's tags and attest it by its digest, then put the index (if any); the images pushed, the index's digest."""
+    """Push each image's tags and attest it by its digest, then put the index (if any); the images pushed, the index's digest.
+
+    What each push put in the registry is read back from it (:func:`push_tags`).
+    """
     repository = built[0].plan.image.repository
     with progress.phase("push", repository):
-        built = [replace(b, pushed_digest=push_tags(engine, b.plan.image, progress)) for b in built]
+        built = [replace(b, pushed=push_tags(engine, b.plan.image, b.image, b.platform, progress)) for b in built]
     with progress.phase("attest", ", ".join(str(b.plan.image.reference(digest=b.pushed_digest)) for b in built)):
         built = [replace(b, attestations=attest_image(engine, b.plan, b.image.id, b.pushed_digest, progress))
                  for b in built]
@@ -250,7 +258,7 @@ def push_attested(engine: ContainerEngine, built: Sequence[PlatformImage], index
         return built, None
     with progress.phase("index", ", ".join(index.references)):
         digest = push_index(registry_client(engine, repository, progress), index,
-                            {b.platform: b.pushed_digest for b in built}, progress)
+                            {b.platform: b.pushed.platform_manifest for b in built}, progress)
     return built, digest
 
 
@@ -266,10 +274,10 @@ def publish(engine: ContainerEngine, built: Sequence[PlatformImage], index: Opti
     with progress.phase("tag", ", ".join(ref for b in built for ref in b.plan.image.references)):
         for b in built:
             tag_image(engine, b.image.id, b.plan.image)
-    description = engine.describe()
+    about = engine.about()
 
     def report(images: Sequence[PlatformImage], index_digest: Optional[str] = None) -> dict:
-        data = build_report(images, phases=progress.phase_seconds, engine=description, index=index,
+        data = build_report(images, phases=progress.phase_seconds, engine=about, index=index,
                             index_digest=index_digest)
         written = write_report(data, report_path)
         progress.note(f"wrote {written} ({data['status']})", report=str(written))
@@ -283,7 +291,7 @@ def publish(engine: ContainerEngine, built: Sequence[PlatformImage], index: Opti
 
 
 def run_push(plans: Sequence[BuildPlan], *, json_progress: bool = False, report_path: Optional[Path] = None,
-             force: bool = False) -> dict:
+             force: bool = False, engine: Optional[ContainerEngine] = None) -> dict:
     """Push the local image(s) the plans' tags name, attested; several platforms get their index too.
 
     One platform's push completes the build report if it describes that
@@ -292,7 +300,7 @@ def run_push(plans: Sequence[BuildPlan], *, json_progress: bool = False, report_
     progress = Progress(json_lines=json_progress)
     try:
         with engine_mod.engine_errors(f"push {plans[0].image.repository}"):
-            engine = engine_mod.connect()
+            engine = engine or engine_mod.connect()
             index = index_name(plans)
             built = [local_built(engine, tagged_plan(plan, index)) for plan in plans]
             if index is not None:
@@ -319,36 +327,39 @@ def _complete_report(pushed: PlatformImage, progress: Progress, report_path: Opt
     """What one image's push did; the build report updated with it when it describes that image."""
     plan, digest = pushed.plan, pushed.pushed_digest
     result = {"image": plan.image.repository, "tags": list(plan.image.tags), "image_id": pushed.image.id,
-              "pushed_digest": digest, "pushed_reference": str(plan.image.reference(digest=digest)),
+              "config_digest": pushed.pushed.image_digest, "pushed_digest": digest,
+              "pushed_reference": str(plan.image.reference(digest=digest)),
               "attestations": pushed.attestations, "phase_seconds": dict(progress.phase_seconds)}
     report = read_report(report_path)
-    if report and report.get("image_id") == pushed.image.id:
+    # The report describes this image when the same engine built it (the ids are that engine's names).
+    if report and report.get("schema") == REPORT_SCHEMA and report.get("image_id") == pushed.image.id:
         report.update(status="pushed", pushed_digest=digest, pushed_reference=result["pushed_reference"],
-                      attestations=pushed.attestations)
+                      config_digest=pushed.pushed.image_digest, attestations=pushed.attestations)
         report.setdefault("phase_seconds", {})["push"] = progress.phase_seconds["push"]
         result["report"] = str(write_report(report, report_path))
     return result
 
 
-def run_index(plans: Sequence[BuildPlan], *, json_progress: bool = False, force: bool = False) -> dict:
+def run_index(plans: Sequence[BuildPlan], *, json_progress: bool = False, force: bool = False,
+              engine: Optional[ContainerEngine] = None) -> dict:
     """Put the index over the platforms' images already in the registry under ``<pinned tag>-<arch>``."""
     progress = Progress(json_lines=json_progress)
     try:
         with engine_mod.engine_errors(f"index {plans[0].image.repository}"):
-            return _index(plans, progress, force)
+            return _index(plans, progress, force, engine)
     except StackBuildError as exc:
         progress.failure(exc)
         raise
 
 
-def _index(plans: Sequence[BuildPlan], progress: Progress, force: bool) -> dict:
+def _index(plans: Sequence[BuildPlan], progress: Progress, force: bool, engine: Optional[ContainerEngine]) -> dict:
     if len(plans) < 2:
         raise PushError(f"{plans[0].recipe.path}: one platform ({plans[0].recipe.platform}): `build --push` pushes its image "
                         "under the recipe's tags; there is no index to put")
-    engine = engine_mod.connect()
+    engine = engine or engine_mod.connect()
     name = plans[0].image
     client = registry_client(engine, name.repository, progress)
-    digests, image_ids = {}, {}
+    digests, configs = {}, {}
     with progress.phase("check-tags", name.repository):
         for plan in plans:
             tag = tagged_plan(plan, name).image.tags[0]
@@ -356,16 +367,16 @@ def _index(plans: Sequence[BuildPlan], progress: Progress, force: bool) -> dict:
             if remote is None:
                 raise PushError(f"{name.reference(tag)}: not in the registry; push the {plan.recipe.platform} image "
                                 f"first (build --platform {plan.recipe.platform} --push)")
-            config = client.image_config(remote.image_digest) if remote.image_digest else None
+            config = client.image_content(remote)
             labels = config.labels if config is not None else {}
             if labels.get(RECIPE_SHA256) != plan.labels[RECIPE_SHA256]:
                 raise PushError(f"{name.reference(tag)}: the image was built from another recipe "
                                 f"({RECIPE_SHA256}={labels.get(RECIPE_SHA256)!r})")
-            digests[plan.recipe.platform], image_ids[plan.recipe.platform] = remote.manifest_digest, remote.image_digest
-        check_index_tags(client, name, image_ids, progress, force=force)
+            digests[plan.recipe.platform], configs[plan.recipe.platform] = remote.platform_manifest, config
+        check_index_tags(client, name, configs, progress, force=force)
     with progress.phase("index", ", ".join(name.references)):
         digest = push_index(client, name, digests, progress)
     return {"image": name.repository, "tags": list(name.tags), "platforms": list(digests),
-            "images": {p: {"pushed_digest": d, "image_id": image_ids[p]} for p, d in digests.items()},
+            "images": {p: {"pushed_digest": d, "config_digest": configs[p].id} for p, d in digests.items()},
             "pushed_digest": digest, "pushed_reference": str(name.reference(digest=digest)),
             "phase_seconds": dict(progress.phase_seconds)}

@@ -1,7 +1,7 @@
 """Read and write manifests and blobs in an OCI registry through oras's Python SDK.
 
 The driver asks the registry itself (not the engine) what a tag points to,
-before it pushes. Credentials are the ones ``docker login`` stored in the
+before it pushes, and reads back what a push put there. Credentials are the ones ``docker login`` stored in the
 standard Docker config (``DOCKER_CONFIG`` or ``~/.docker``), handed to oras,
 which reads inline auths, credential helpers and credential stores from it.
 Loopback registries and the engine's insecure registries are spoken to over
@@ -28,7 +28,8 @@ import requests
 
 from geometry.errors import one_line
 from stackbuild.image.engine import MANIFEST_ACCEPT, RegistryTransient, classify_registry_error, registry_retry, unreachable
-from stackbuild.image.engine_api import EventSink, ImageInfo
+from stackbuild.image.engine_api import ContainerEngine, EventSink, ImageInfo
+from stackbuild.image.progress import Progress
 from stackbuild.core.errors import PushError, RegistryAuthError, RegistryUnavailable
 from stackbuild.core.reference import ImageReference
 
@@ -37,11 +38,12 @@ INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docke
 
 @dataclass(frozen=True)
 class RemoteImage:
-    """What a tag names in the registry: the manifest's digest and the image (config) digest for one platform."""
+    """What a tag names in the registry for one platform: the tag's manifest, the platform's manifest, its config."""
 
-    reference: str        # repository:tag as asked
-    manifest_digest: str  # what the tag points to (an index's digest when it is an index)
-    image_digest: str     # the platform's image config digest: the local engine's image id for the same image
+    reference: str          # repository:tag as asked
+    manifest_digest: str    # what the tag points to (an index's digest when it is an index)
+    image_digest: str       # the platform's image config digest, as its manifest names it; "" if the index lacks the platform
+    platform_manifest: str  # the platform's image manifest: manifest_digest itself, or the index's entry for it
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,12 @@ class Manifest:
 
 
 def image_info_of_config(digest: str, config: dict) -> ImageInfo:
-    """An OCI image config document (``os``, ``architecture``, ``config.Labels``) as an :class:`ImageInfo`."""
+    """An OCI image config document (``os``, ``architecture``, ``config.Labels``, ``rootfs.diff_ids``) as an
+    :class:`ImageInfo` whose id is the config's digest."""
     labels = (config.get("config") or {}).get("Labels") or {}
+    layers = (config.get("rootfs") or {}).get("diff_ids") or ()
     return ImageInfo(id=digest, os=str(config.get("os") or ""), architecture=str(config.get("architecture") or ""),
-                     labels=MappingProxyType(dict(labels)))
+                     labels=MappingProxyType(dict(labels)), layers=tuple(str(layer) for layer in layers))
 
 
 class _OrasRegistry(oras.provider.Registry):
@@ -240,11 +244,24 @@ class RegistryClient:
             entry = next((m for m in document.get("manifests") or []
                           if (m.get("platform") or {}).get("os") == os_name
                           and (m.get("platform") or {}).get("architecture") == arch.split("/")[0]), None)
-            if entry is None:
-                return RemoteImage(reference, digest, "")  # an index without this platform: another image
+            if entry is None:  # an index without this platform: another image
+                return RemoteImage(reference, digest, image_digest="", platform_manifest="")
             child = self.manifest(entry["digest"])
             if child is None:
                 raise PushError(f"{reference}: the index names {entry['digest']}, which the registry does not have")
-            manifest = child.document
+            manifest, platform_manifest = child.document, child.digest
+        else:
+            platform_manifest = digest
         config = (manifest.get("config") or {}).get("digest", "")
-        return RemoteImage(reference, digest, config)
+        return RemoteImage(reference, digest, image_digest=config, platform_manifest=platform_manifest)
+
+    def image_content(self, remote: RemoteImage) -> Optional[ImageInfo]:
+        """The config blob ``remote`` names for its platform; None when it names none or the registry lacks it."""
+        return self.image_config(remote.image_digest) if remote.image_digest else None
+
+
+def registry_client(engine: ContainerEngine, repository: str, progress: Optional[Progress] = None) -> RegistryClient:
+    """The registry of ``repository``, over plain http when the engine speaks it so (loopback, its insecure
+    registries); retries are shown by ``progress``."""
+    return RegistryClient(repository, plain_http=engine.plain_http(ImageReference(repository).registry),
+                          on_retry=progress.retry_event if progress else None)

@@ -1,8 +1,13 @@
-"""The build report: what was built, from what, where it went, how long each phase took.
+"""The build report: what was built, from what, on which engine, where it went, how long each phase took.
 
 Written as JSON where ``--report`` says (default ``out/build-report.json``);
-the serve side reads it back with :mod:`stackbuild.core.build_report`. It holds no
+the serve side reads it back with :mod:`stackbuild.core.build_report`, which
+holds the schema version and the engine section's type. It holds no
 credentials: the driver never sees any.
+
+``image_id`` is the engine's name for the image (see
+:mod:`stackbuild.image.engine_api`); ``pushed_digest`` and ``config_digest``
+are what the registry holds after the push, read back from it.
 """
 from __future__ import annotations
 
@@ -15,10 +20,11 @@ from typing import Any, Mapping, Optional, Sequence
 from geometry.image_contract import GateReport
 
 from stackbuild.core.atomic import replace_text
-from stackbuild.core.build_report import DEFAULT_REPORT, REPORT_SCHEMA
+from stackbuild.core.build_report import DEFAULT_REPORT, REPORT_SCHEMA, BuildEngine
 from stackbuild.core.naming import ImageName
 from stackbuild.image.engine_api import ImageInfo
 from stackbuild.image.plan import BuildPlan
+from stackbuild.image.registry import RemoteImage
 
 
 def oracle_source(report: Optional[Mapping[str, Any]]) -> Optional[str]:
@@ -42,15 +48,19 @@ class PlatformImage:
     image: ImageInfo
     geometry: Optional[Mapping[str, Any]]  # the in-image gate's report
     kept: Optional[Path] = None      # the oracle record written, with --keep-record
-    pushed_digest: Optional[str] = None
+    pushed: Optional[RemoteImage] = None  # what the registry holds under its tags after the push
     attestations: Optional[Mapping[str, Any]] = None
 
     @property
     def platform(self) -> str:
         return self.plan.recipe.platform
 
+    @property
+    def pushed_digest(self) -> Optional[str]:
+        return self.pushed.manifest_digest if self.pushed else None
 
-def build_report(images: Sequence[PlatformImage], *, phases: Mapping[str, float], engine: str = "",
+
+def build_report(images: Sequence[PlatformImage], *, phases: Mapping[str, float], engine: BuildEngine,
                  index: Optional[ImageName] = None, index_digest: Optional[str] = None) -> dict:
     """The report of a build: its one image's, or (``index``, several platforms) the index's with each image's inside.
 
@@ -78,11 +88,11 @@ def build_report(images: Sequence[PlatformImage], *, phases: Mapping[str, float]
         "images": sections,
         "geometry_verdict": "pass" if all(s["geometry_verdict"] == "pass" for s in sections.values()) else "fail",
         "phase_seconds": dict(phases),
-        "engine": engine,
+        "engine": engine.to_json(),
     }
 
 
-def _image_report(built: PlatformImage, phases: Mapping[str, float], engine: str) -> dict:
+def _image_report(built: PlatformImage, phases: Mapping[str, float], engine: BuildEngine) -> dict:
     plan, geometry_report, pushed_digest = built.plan, built.geometry, built.pushed_digest
     verdict = geometry_verdict(geometry_report) if geometry_report else None
     report = {
@@ -100,6 +110,7 @@ def _image_report(built: PlatformImage, phases: Mapping[str, float], engine: str
         "os": built.image.os,
         "pushed_digest": pushed_digest,
         "pushed_reference": str(plan.image.reference(digest=pushed_digest)) if pushed_digest else None,
+        "config_digest": built.pushed.image_digest if built.pushed else None,
         "base": {
             "reference": str(plan.base.reference),
             "image": plan.base.image,
@@ -122,7 +133,7 @@ def _image_report(built: PlatformImage, phases: Mapping[str, float], engine: str
         "revision": plan.revision,
         "source_date_epoch": plan.source_date_epoch,
         "phase_seconds": dict(phases),
-        "engine": engine,
+        "engine": engine.to_json(),
         "finished_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     if built.attestations is not None:

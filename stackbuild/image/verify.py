@@ -22,7 +22,7 @@ from geometry.image_contract import PAYLOAD_DIR, ContractError, gate_argv
 
 from stackbuild.image import engine as engine_mod
 from stackbuild.image.engine_api import ContainerEngine
-from stackbuild.image.attest import attestation_problems, gate_report_sha256, registry_client
+from stackbuild.image.attest import attestation_problems, gate_report_sha256
 from stackbuild.core.errors import VerifyError
 from stackbuild.core.labels import OCI_CREATED, OCI_REVISION, OCI_VERSION, RECIPE_SHA256
 from stackbuild.image.index import index_platforms
@@ -31,7 +31,7 @@ from stackbuild.image.progress import Progress
 from stackbuild.image.qualification import records as qualification_records
 from stackbuild.core.recipe import DIGEST_RE, Recipe
 from stackbuild.core.reference import ImageReference, by_digest
-from stackbuild.image.registry import RegistryClient
+from stackbuild.image.registry import RegistryClient, registry_client
 from stackbuild.image.report import geometry_verdict
 from stackbuild.image.sbom import read_inventory
 

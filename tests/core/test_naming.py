@@ -154,7 +154,7 @@ def context_source_directories(tmp_path, monkeypatch) -> set[str]:
         best = max(shared_tail(c) for c in candidates)
         [source] = [c for c in candidates if shared_tail(c) == best]
         directories.add(Path(source).parent.as_posix())
-    assert generated == {"Dockerfile", "gate-input.json", "preflight-checked.json"}
+    assert generated == {"Dockerfile", "gate-input.json", "image-labels.json", "preflight-checked.json"}
     return directories
 
 

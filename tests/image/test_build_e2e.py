@@ -107,13 +107,14 @@ def test_happy_path_build_push_and_pull_back(amd64_build, registry, synthetic_ba
         assert image_file(pinned, path) == image_file(synthetic_base_amd64.local_reference, path)
 
 
-def test_the_engine_digest_is_the_registry_digest(amd64_build, monkeypatch):
-    """The fallback (HEAD on the manifest, Docker-Content-Digest) agrees with aux.Digest."""
-    from stackbuild.image.engine import connect
+def test_the_engine_digest_is_the_registry_digest(amd64_build, registry):
+    """The report's pushed digest and config digest are what the registry serves under each tag (asked over HTTP here)."""
+    from stack_e2e import registry_manifest
 
-    monkeypatch.setenv("DOCKER_CONFIG", str(amd64_build.docker_config))
     for tag in EXPECTED_TAGS:
-        assert connect().manifest_digest(amd64_build.repository, tag) == amd64_build.report["pushed_digest"]
+        digest, manifest = registry_manifest(registry, amd64_build.repository, tag)
+        assert digest == amd64_build.report["pushed_digest"]
+        assert manifest["config"]["digest"] == amd64_build.report["config_digest"]
 
 
 def test_drafter_that_does_not_fit_fails_at_the_gate_and_nothing_moves(registry, synthetic_base_amd64, logged_in, tmp_path):

@@ -188,3 +188,40 @@ def test_build_with_no_daemon_is_exit_3_and_tags_nothing(tmp_path):
     lines = run.stderr.splitlines()
     assert lines[-1].startswith("error: no Docker engine answers at unix://")
     assert json.loads(lines[-2])["event"] == "error" and json.loads(lines[-2])["exit_code"] == 3
+
+
+def test_the_engine_says_its_version_api_storage_driver_and_image_store():
+    """`GET /version` and `GET /info` as Docker 29 answers them with the containerd image store (the shape of
+    the engine API's documentation), and as the classic store does."""
+    from stackbuild.image.engine import engine_of
+
+    version = {"Version": "29.0.1", "ApiVersion": "1.52", "Os": "linux", "Arch": "arm64",
+               "Components": [{"Name": "Engine", "Version": "29.0.1"}, {"Name": "containerd", "Version": "v2.1.4"}]}
+    containerd = {"Driver": "overlayfs", "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]]}
+    about = engine_of(version, containerd, "unix:///run/user/1000/docker.sock")
+    assert (about.name, about.version, about.api_version, about.storage_driver, about.image_store, about.platform) == (
+        "Docker Engine", "29.0.1", "1.52", "overlayfs", "containerd", "linux/arm64")
+    assert about.line == ("Docker Engine 29.0.1 (API 1.52, overlayfs, containerd image store, linux/arm64) "
+                          "at unix:///run/user/1000/docker.sock")
+    classic = {"Driver": "overlay2", "DriverStatus": [["Backing Filesystem", "extfs"], ["Supports d_type", "true"]]}
+    assert engine_of(version, classic, "unix:///var/run/docker.sock").image_store == "classic"
+
+
+def test_a_local_image_and_a_registry_config_are_the_same_by_content_not_by_id():
+    from types import MappingProxyType
+
+    from stackbuild.image.engine_api import ImageInfo
+    from stackbuild.image.registry import image_info_of_config
+
+    config = {"os": "linux", "architecture": "amd64", "config": {"Labels": {"a": "1"}},
+              "rootfs": {"type": "layers", "diff_ids": ["sha256:" + "1" * 64, "sha256:" + "2" * 64]}}
+    remote = image_info_of_config("sha256:" + "c" * 64, config)
+    # What the containerd image store calls it: the manifest's digest, not the config's.
+    local = ImageInfo("sha256:" + "a" * 64, "linux", "amd64", MappingProxyType({"a": "1"}),
+                      ("sha256:" + "1" * 64, "sha256:" + "2" * 64))
+    assert local.same_content(remote) and remote.same_content(local)
+    from dataclasses import replace
+    assert not replace(local, labels=MappingProxyType({"a": "2"})).same_content(remote)
+    assert not replace(local, layers=local.layers[:1]).same_content(remote)
+    assert not replace(local, architecture="arm64").same_content(remote)
+    assert not replace(local, layers=()).same_content(replace(remote, layers=()))

@@ -9,7 +9,6 @@ the driver's registry code.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import uuid
 from dataclasses import dataclass
@@ -18,8 +17,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from stack_e2e import SOURCE_DATE_EPOCH, cli, json_events, local_tags, recipe_copy, repository_name, unique_repository
-from stackbuild.image.engine import MANIFEST_ACCEPT
+from stack_e2e import (SOURCE_DATE_EPOCH, cli, json_events, local_tags, recipe_copy, registry_manifest, repository_name,
+                       tag_locally, unique_repository, variant_of)
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 
@@ -27,16 +26,6 @@ pytestmark = [pytest.mark.docker, pytest.mark.registry]
 PINNED = "sm100-b200-20251130"
 NEXT_DAY_EPOCH = str(int(SOURCE_DATE_EPOCH) + 86400)
 NEXT_DAY_PINNED = "sm100-b200-20251201"
-
-
-def registry_manifest(registry, repository: str, tag: str) -> tuple[str, dict] | None:
-    """(Docker-Content-Digest, manifest) of ``repository:tag`` as the registry serves it; None if unknown."""
-    response = requests.get(f"http://{registry.address}/v2/{repository_name(repository)}/manifests/{tag}",
-                            headers={"Accept": MANIFEST_ACCEPT}, auth=(registry.username, registry.password), timeout=30)
-    if response.status_code == 404:
-        return None
-    response.raise_for_status()
-    return response.headers["Docker-Content-Digest"], response.json()
 
 
 def registry_tags(registry, repository: str) -> list[str]:
@@ -48,24 +37,9 @@ def registry_tags(registry, repository: str) -> list[str]:
     return sorted(response.json().get("tags") or [])
 
 
-def tag_locally(image_id: str, repository: str, tags: list[str]) -> None:
-    for tag in tags:
-        subprocess.run(["docker", "tag", image_id, f"{repository}:{tag}"], check=True, capture_output=True)
-
-
 def local_image_id(reference: str) -> str:
     return subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", reference],
                           check=True, capture_output=True, text=True).stdout.strip()
-
-
-def variant_of(image_id: str) -> str:
-    """Another image of the same recipe: ``image_id`` plus one label (classic builder, no context, no new layer)."""
-    dockerfile = f"FROM {image_id}\nLABEL org.glm53.test.variant={uuid.uuid4().hex}\n"
-    run = subprocess.run(["docker", "build", "-q", "-"], input=dockerfile.encode(), capture_output=True, check=True,
-                         env={**os.environ, "DOCKER_BUILDKIT": "0"})
-    variant = run.stdout.decode().split()[-1]
-    assert variant.startswith("sha256:") and variant != image_id
-    return variant
 
 
 def push(recipe: Path, repository: str, docker_config: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
