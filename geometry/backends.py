@@ -223,6 +223,16 @@ FLASH_ATTN_FA2 = Backend("FLASH_ATTN", (Multiple(16),),
                          kv_cache_dtypes=("auto", "float16", "bfloat16"))
 
 
+# A host without a GPU: vLLM's CPU platform (CpuPlatform) stands where a capability family would.
+CPU_FAMILY = 0
+# CpuPlatform.update_block_size_for_backend: the block size it prefers when none is given.
+CPU_DEFAULT_BLOCK_SIZE = 128
+# CPUAttentionBackend (vllm/v1/attention/backends/cpu_attn.py): MultipleOf(32), head-major blocks
+# (LBHNC only). Its fp8 caches depend on the CPU's instruction set: only the model dtype is modelled.
+CPU_ATTN = Backend("CPU_ATTN", (Multiple(32),), ("LBHNC",), kv_cache_dtypes=("auto", "bfloat16", "float16"))
+CPU_ATTN_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+
 def drafter_backend(requested: str | None, family: int) -> Backend:
     if requested in (None, "FLASH_ATTN", "auto"):
         return FLASH_ATTN_FA2 if family == 120 else FLASH_ATTN

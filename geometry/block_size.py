@@ -17,15 +17,17 @@ DEFAULT_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE
 
 def update_block_size(model: Model, inputs: GeometryInputs) -> CacheConfig:
     user = inputs.block_size is not None
+    # CpuPlatform asks its backends for their preference from 128, the base platform from 16.
+    default = B.CPU_DEFAULT_BLOCK_SIZE if inputs.capability_family == B.CPU_FAMILY else DEFAULT_BLOCK_SIZE
     cache = CacheConfig(block_size=inputs.block_size or DEFAULT_BLOCK_SIZE)
     backends = model.non_ssm_backends()
     if not backends:
         return cache
     if not user:
         if len(backends) == 1:
-            cache.block_size = backends[0].preferred_block_size(DEFAULT_BLOCK_SIZE)
-        elif all(b.supports_block_size(DEFAULT_BLOCK_SIZE) for b in backends):
-            cache.block_size = DEFAULT_BLOCK_SIZE
+            cache.block_size = backends[0].preferred_block_size(default)
+        elif all(b.supports_block_size(default) for b in backends):
+            cache.block_size = default
         else:
             per_backend = [[s.base if isinstance(s, B.Multiple) else s
                             for s in b.kernel_block_sizes] or [1] for b in backends]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from .errors import BadInput
-from .model_config import target_kind
+from .model_config import is_hybrid, target_kind
 
 # vLLM 0.33.0 CacheConfig.mamba_cache_mode default ("none": no prefix caching
 # of mamba state).  "align" is the other value vLLM accepts.
@@ -93,7 +93,7 @@ class GeometryInputs:
         if not isinstance(self.enable_prefix_caching, bool):
             raise BadInput("enable_prefix_caching must be true or false, "
                            f"got {self.enable_prefix_caching!r}")
-        expected_mode = _mode_for(self.enable_prefix_caching)
+        expected_mode = _mode_for(self.enable_prefix_caching, is_hybrid(target_kind(self.target_config)))
         if self.mamba_cache_mode != expected_mode:
             raise BadInput(
                 f"mamba_cache_mode {self.mamba_cache_mode!r} with enable_prefix_caching "
@@ -184,10 +184,11 @@ def build_inputs(*, target_config: Mapping[str, Any], drafter_config: Mapping[st
     )
 
 
-def _mode_for(prefix_caching: bool) -> str:
+def _mode_for(prefix_caching: bool, hybrid: bool = True) -> str:
     """``MambaModelConfig.verify_and_update_config``: "align" with prefix
-    caching on, "none" with it off."""
-    return "align" if prefix_caching else "none"
+    caching on, "none" with it off; a dense target keeps the default "none"
+    (the hook runs for hybrid models only)."""
+    return "align" if prefix_caching and hybrid else "none"
 
 
 def resolve_prefix_caching(
@@ -200,7 +201,7 @@ def resolve_prefix_caching(
 
     * ``--enable-prefix-caching`` / ``--no-enable-prefix-caching`` decide; with
       neither, ``EngineArgs`` takes ``ModelConfig.is_prefix_caching_supported``,
-      which is true for every generative hybrid model (all modelled targets).
+      which is true for every generative model (all modelled targets).
     * ``--mamba-cache-mode`` is accepted but has no effect in 0.33.0
       (deprecated: "Mamba prefix caching follows --enable-prefix-caching"):
       the cache config starts at "none" and ``MambaModelConfig`` sets "align"
@@ -214,6 +215,6 @@ def resolve_prefix_caching(
                        f"got {mamba_cache_mode!r}")
     if not isinstance(target_config, Mapping):
         raise BadInput("target_config must be a JSON object")
-    target_kind(target_config)  # a modelled (generative hybrid) target, else ConfigInvalid
+    kind = target_kind(target_config)  # a modelled (generative) target, else ConfigInvalid
     enabled = True if enable_prefix_caching is None else enable_prefix_caching
-    return enabled, _mode_for(enabled)
+    return enabled, _mode_for(enabled, is_hybrid(kind))

@@ -9,18 +9,19 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from . import backends as B
-from . import model_glm5next, model_kimi_linear, model_qwen3_next
+from . import model_glm5next, model_kimi_linear, model_qwen3, model_qwen3_next
 from .drafter import build_drafter
 from .errors import BadInput
 from .inputs import GeometryInputs
 from .kv_spec import DTYPE_BYTES, SUPPORTED_KV_DTYPES, SimulatedError
-from .model_config import target_kind, text_config
+from .model_config import is_hybrid, target_kind, text_config
 from .model_parts import Layer, TargetSettings, kv_dtype_name, required
 
 TARGET_BUILDERS = {
     "glm5next": model_glm5next.build_target,
     "kimi_linear": model_kimi_linear.build_target,
     "qwen3_next": model_qwen3_next.build_target,
+    "qwen3": model_qwen3.build_target,
 }
 
 
@@ -123,6 +124,9 @@ class Model:
 
 def build_model(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Model:
     kind = target_kind(inputs.target_config)
+    if inputs.capability_family == B.CPU_FAMILY and (is_hybrid(kind) or inputs.has_drafter):
+        raise BadInput(f"on the CPU platform (no GPU) only a dense target without a drafter is modelled, "
+                       f"not {kind}{' with a drafter' if inputs.has_drafter else ''}")
     tc = text_config(inputs.target_config)
     model_dtype = resolve_model_dtype(inputs.target_config)
     kv_target, kv_drafter = resolve_kv_dtypes(inputs, kind)

@@ -30,12 +30,16 @@ MODELLED_TARGETS = {
     "Glm5NextForCausalLM": "glm5next",
     "Qwen3NextForCausalLM": "qwen3_next",
     "KimiLinearForCausalLM": "kimi_linear",
+    "Qwen3ForCausalLM": "qwen3",
 }
 MODELLED_TARGET_TYPES = {"glm5_next": "glm5next", "glm5_next_text": "glm5next",
-                         "qwen3_next": "qwen3_next", "kimi_linear": "kimi_linear"}
+                         "qwen3_next": "qwen3_next", "kimi_linear": "kimi_linear", "qwen3": "qwen3"}
+# The kinds whose layers are all full attention (no mamba state: no hybrid alignment, no mamba_cache_mode).
+DENSE_TARGETS = ("qwen3",)
 TARGET_LAYER_TYPES = {
     "glm5next": ("linear_attention", "indexed_attention"),
     "qwen3_next": ("linear_attention", "full_attention"),
+    "qwen3": ("full_attention",),
 }
 DRAFTER_LAYER_TYPES = ("sliding_attention", "full_attention")
 # The target's attention layer type, and the layer pattern without ``layer_types``: every
@@ -147,6 +151,11 @@ def target_kind(cfg: Mapping[str, Any]) -> str:
     return kind
 
 
+def is_hybrid(kind: str) -> bool:
+    """Whether vLLM runs a target of ``kind`` as a hybrid (attention + mamba state) model."""
+    return kind not in DENSE_TARGETS
+
+
 def check_target(cfg: Mapping[str, Any]) -> str:
     """Raise :class:`ConfigInvalid` for a target config the simulator would misread; return its kind."""
     if not isinstance(cfg, Mapping):
@@ -182,6 +191,20 @@ def check_target(cfg: Mapping[str, Any]) -> str:
         interval = r.integer("full_attention_interval", required=False)
         r.layer_types(n_layers, TARGET_LAYER_TYPES[kind])
         _require_attention(r, kind, n_layers, interval or DEFAULT_ATTENTION_INTERVAL)
+    elif kind == "qwen3":
+        heads = r.integer("num_attention_heads")
+        # transformers' Qwen3Config fills a missing one with its defaults (8 KV heads, head_dim 128).
+        for key in ("num_key_value_heads", "head_dim"):
+            if key not in r.cfg:
+                raise r.fail(key, "required field is missing (vLLM would take transformers' Qwen3Config default, "
+                                  "which the gate does not model)")
+        kv_heads = r.integer("num_key_value_heads")
+        if heads % kv_heads:
+            raise r.fail("num_key_value_heads", f"{kv_heads} does not divide num_attention_heads {heads}")
+        r.integer("head_dim")
+        if r.cfg.get("use_sliding_window") is True:
+            raise r.fail("use_sliding_window", "sliding-window layers of a dense Qwen3 are not modelled")
+        r.layer_types(n_layers, TARGET_LAYER_TYPES[kind])
     else:  # kimi_linear
         for key in ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim"):
             r.integer(key)

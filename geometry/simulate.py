@@ -1,5 +1,6 @@
 """Pure-Python (stdlib only) re-implementation of vLLM 0.33.0's KV-cache
-geometry decisions for hybrid targets with an optional DFlash/DFlash2 drafter.
+geometry decisions for hybrid targets with an optional DFlash/DFlash2 drafter,
+and for a dense Qwen3 target (full attention only) on a GPU or vLLM's CPU platform.
 
 What it reproduces, in vLLM's order (the module that does it in brackets):
 

@@ -211,6 +211,45 @@ def gb10_matrix(behaviour: str) -> list[dict]:
     return cases
 
 
+def qwen3_dense_target(layers: int = 4, kv_heads: int = 2, head_dim: int = 64) -> dict:
+    """A dense Qwen3 (every layer full attention), the shape of tests/tiny_model.py's."""
+    return {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "torch_dtype": "bfloat16",
+        "hidden_size": 256,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 8,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "max_position_embeddings": 4096,
+    }
+
+
+DENSE_FAMILIES = (0, 90, 100, 120)  # 0: no GPU (vLLM's CPU platform)
+
+
+def dense_matrix(behaviour: str) -> list[dict]:
+    """A dense Qwen3 target without a drafter: family (CPU, 90, 100, 120) x TP 1/2 x KV heads
+    1/2/8 x head size 64/128 x default and user block sizes x prefix caching on/off, speculation
+    (ngram: num_speculative_tokens 3, no drafter layers) and target KV auto or (GPU) fp8."""
+    cases = []
+    for family in DENSE_FAMILIES:
+        for tp, kv_heads, head_dim in ((1, 2, 64), (2, 2, 128), (2, 1, 64), (1, 8, 128)):
+            for block in (None, 32, 256):
+                for prefix in (True, False):
+                    kv = "fp8" if family and block == 256 else "auto"
+                    cases.append({
+                        "target_config": qwen3_dense_target(kv_heads=kv_heads, head_dim=head_dim),
+                        "drafter_config": None, "tensor_parallel_size": tp, "kv_cache_dtype": kv,
+                        "drafter_kv_cache_dtype": None, "num_speculative_tokens": 3 if prefix else 0,
+                        "capability_family": family, "block_size": block, "max_model_len": 1024,
+                        "enable_prefix_caching": prefix, "mamba_cache_mode": "none",
+                        "kv_cache_memory_bytes": GIB + 12345, "vllm_behaviour": behaviour,
+                    })
+    return cases
+
+
 def sample(n: int, seed: int = 20261130) -> list[dict]:
     rng = random.Random(seed)
     return [scenario(rng) for _ in range(n)]

@@ -64,15 +64,10 @@ def build_tokenizer(vocab_size: int) -> Tokenizer:
     return tok
 
 
-def write_tiny_model(out: Path, vocab: int = VOCAB, layers: int = LAYERS) -> Path:
-    """Write the model directory ``out`` (created); returns it."""
-    out.mkdir(parents=True, exist_ok=True)
-
-    tok = build_tokenizer(vocab)
-    tok.save(str(out / "tokenizer.json"))
-    ids = {s: tok.token_to_id(s) for s in SPECIALS}
-
-    config = {
+def tiny_config(ids: dict[str, int], vocab: int = VOCAB, layers: int = LAYERS) -> dict:
+    """The model's config.json (``ids``: the tokenizer's ids of SPECIALS); tests/recipes/cpu-tiny's
+    configs/target.config.json is this one."""
+    return {
         "architectures": ["Qwen3ForCausalLM"],
         "model_type": "qwen3",
         "hidden_size": 256,
@@ -101,6 +96,17 @@ def write_tiny_model(out: Path, vocab: int = VOCAB, layers: int = LAYERS) -> Pat
         "torch_dtype": "bfloat16",
         "transformers_version": "4.57.0",
     }
+
+
+def write_tiny_model(out: Path, vocab: int = VOCAB, layers: int = LAYERS) -> Path:
+    """Write the model directory ``out`` (created); returns it."""
+    out.mkdir(parents=True, exist_ok=True)
+
+    tok = build_tokenizer(vocab)
+    tok.save(str(out / "tokenizer.json"))
+    ids = {s: tok.token_to_id(s) for s in SPECIALS}
+
+    config = tiny_config(ids, vocab, layers)
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (out / "generation_config.json").write_text(json.dumps({
         "bos_token_id": ids["<s>"], "eos_token_id": ids["</s>"], "pad_token_id": ids["<pad>"],

@@ -58,6 +58,8 @@ def register_layers(inputs: GeometryInputs, cfg, kind: str, hf, num_spec: int,
             _glm5next_layers(inputs, cfg, hf, ctx, num_spec, mla_cls)
         elif kind == "kimi_linear":
             _kimi_layers(inputs, cfg, hf, ctx, num_spec)
+        elif kind == "qwen3":
+            _qwen3_layers(inputs, cfg, hf, ctx, fa_cls)
         else:
             _qwen3_next_layers(inputs, cfg, hf, ctx, num_spec, fa_cls)
         if drafter is not None:
@@ -147,6 +149,28 @@ def _qwen3_next_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int, fa_c
             ctx[p + ".self_attn.attn"] = _attention(
                 fa_cls, p + ".self_attn.attn", mc.get_num_kv_heads(cfg.parallel_config), hd,
                 model_kv, kv_cache_dtype_str_to_dtype(model_kv, mc), None, False)
+
+
+def _qwen3_layers(inputs: GeometryInputs, cfg, hf, ctx, fa_cls) -> None:
+    """Qwen3Model's layers: full attention at ``model.layers.{i}.self_attn.attn``, on
+    FLASH_ATTN for a GPU family and on vLLM's CPU backend for ``CPU_FAMILY``."""
+    from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
+
+    backend = fa_cls
+    if inputs.capability_family == B.CPU_FAMILY:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+        backend = CPUAttentionBackend
+    tp = inputs.tensor_parallel_size
+    mc = cfg.model_config
+    model_kv = cfg.cache_config.cache_dtype
+    assert hf.num_attention_heads % tp == 0  # Qwen3Attention.__init__
+    kv = hf.num_key_value_heads
+    assert kv % tp == 0 if kv >= tp else tp % kv == 0
+    for i in range(hf.num_hidden_layers):
+        name = f"model.layers.{i}.self_attn.attn"
+        ctx[name] = _attention(backend, name, mc.get_num_kv_heads(cfg.parallel_config), mc.get_head_size(),
+                               model_kv, kv_cache_dtype_str_to_dtype(model_kv, mc), None, False)
 
 
 def _drafter_layers(inputs: GeometryInputs, cfg, drafter: dict, ctx, fa_cls) -> None:

@@ -41,12 +41,11 @@ def _error(exc: BaseException) -> str:
 
 def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Plan:
     from vllm.config import set_current_vllm_config
-    from vllm.platforms.interface import Platform
     from vllm.v1.core import kv_cache_planning as P
     from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
 
-    with serving_platform(inputs.capability_family):
+    with serving_platform(inputs.capability_family) as platform:
         try:
             cfg, kind = _build(inputs, with_drafter, num_spec)
         except (AssertionError, ValueError, NotImplementedError) as exc:
@@ -55,7 +54,7 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Plan:
         rows: tuple = ()
         try:
             with model_registry_fallback():
-                Platform.update_block_size_for_backend(cfg)
+                platform.update_block_size_for_backend(cfg)
             with set_current_vllm_config(cfg):
                 specs = get_kv_cache_spec(cfg)
                 layout = _resolve_layout(cfg, specs)
@@ -196,14 +195,14 @@ def scheduler_kv_cache_config(inputs: GeometryInputs, with_drafter: bool, num_sp
     """(VllmConfig, the scheduler's KVCacheConfig) of ``inputs`` as vLLM plans them: the platform's
     block size, the specs, the groups, the pool for the KV memory. Call it inside ``serving_platform``."""
     from vllm.config import set_current_vllm_config
-    from vllm.platforms.interface import Platform
+    from vllm.platforms import current_platform
     from vllm.v1.core import kv_cache_planning as P
     from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
 
     cfg, _ = _build(inputs, with_drafter, num_spec)
     with model_registry_fallback():
-        Platform.update_block_size_for_backend(cfg)
+        type(current_platform).update_block_size_for_backend(cfg)
     with set_current_vllm_config(cfg):
         specs = get_kv_cache_spec(cfg)
         _resolve_layout(cfg, specs)

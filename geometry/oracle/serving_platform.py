@@ -27,6 +27,9 @@ kernels a CPU host lacks. The backend choice does not come from the platform at 
 (layers.py). Every caller (the gate, the pre-flight, the tests, the engine-core CLI)
 thus gets the same answer, whatever VLLM_TARGET_DEVICE says and whatever the host has.
 
+A recipe without a GPU (``CPU_FAMILY``) is planned under ``CpuPlatform`` itself: vLLM's CPU
+platform, whose ``update_block_size_for_backend`` prefers 128-token blocks.
+
 Modules vLLM first imports inside the block take their import-time platform branches
 for this platform, as they do in the build's gate.
 """
@@ -35,6 +38,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+
+from ..backends import CPU_FAMILY
 
 # The capability reported for a family: vLLM's family test (and every SM12x
 # choice in the planning path) reads the major only; 12.1 is GB10 (DGX Spark).
@@ -64,13 +69,19 @@ def platform_class(family: int) -> type:
 
 @contextlib.contextmanager
 def serving_platform(family: int):
-    """vLLM's current platform behaves as the serving GPU's of ``family`` inside the block
-    (the class of the one platform object is switched, and switched back after it)."""
+    """vLLM's current platform behaves as the serving GPU's of ``family`` (``CPU_FAMILY``: vLLM's
+    CPU platform) inside the block (the class of the one platform object is switched, and switched
+    back after it); yields the platform class."""
     from vllm.platforms import current_platform
 
     detected = type(current_platform)
-    current_platform.__class__ = platform_class(family)
+    if family == CPU_FAMILY:
+        from vllm.platforms.cpu import CpuPlatform
+
+        current_platform.__class__ = CpuPlatform
+    else:
+        current_platform.__class__ = platform_class(family)
     try:
-        yield
+        yield type(current_platform)
     finally:
         current_platform.__class__ = detected

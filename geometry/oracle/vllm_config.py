@@ -23,7 +23,7 @@ class ModelConfigStandIn:
     """Stand-in for vllm.config.ModelConfig with what the planning reads."""
 
     def __init__(self, hf, arch: str, dtype, max_model_len: int, use_mla: bool,
-                 head_size: int, total_kv_heads: int):
+                 head_size: int, total_kv_heads: int, is_hybrid: bool = True):
         self.hf_config = hf
         self.hf_text_config = hf
         self.architecture = arch
@@ -31,7 +31,7 @@ class ModelConfigStandIn:
         self.dtype = dtype
         self.max_model_len = max_model_len
         self.use_mla = use_mla
-        self.is_hybrid = True
+        self.is_hybrid = is_hybrid
         self.is_mm_prefix_lm = False
         self.is_multimodal_model = False
         self._head_size = head_size
@@ -67,6 +67,10 @@ def _hf_config_class(kind: str):
         from vllm.transformers_utils.configs.kimi_linear import KimiLinearConfig
 
         return KimiLinearConfig
+    if kind == "qwen3":
+        from transformers import Qwen3Config
+
+        return Qwen3Config
     from transformers import Qwen3NextConfig
 
     return Qwen3NextConfig
@@ -102,6 +106,9 @@ def build_vllm_config(inputs: GeometryInputs, with_drafter: bool, num_spec: int)
     elif kind == "kimi_linear":
         head_size = hf.kv_lora_rank + hf.qk_rope_head_dim  # ModelArchConfigConvertor (MLA)
         mc = ModelConfigStandIn(hf, "KimiLinearForCausalLM", dtype, max_len, True, head_size, 1)
+    elif kind == "qwen3":
+        mc = ModelConfigStandIn(hf, "Qwen3ForCausalLM", dtype, max_len, False, hf.head_dim,
+                                hf.num_key_value_heads, is_hybrid=False)
     else:
         hd = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
         mc = ModelConfigStandIn(hf, "Qwen3NextForCausalLM", dtype, max_len, False, hd,
@@ -146,7 +153,8 @@ def build_vllm_config(inputs: GeometryInputs, with_drafter: bool, num_spec: int)
     # the hybrid one for every hybrid model.
     from vllm.model_executor.models.config import HybridAttentionMambaModelConfig
 
-    HybridAttentionMambaModelConfig.verify_and_update_config(cfg)
+    if mc.is_hybrid:
+        HybridAttentionMambaModelConfig.verify_and_update_config(cfg)
     if cache.mamba_cache_mode != inputs.mamba_cache_mode:
         raise ValueError(f"vLLM runs mamba_cache_mode {cache.mamba_cache_mode!r} with prefix "
                          f"caching {inputs.enable_prefix_caching}, the input says "

@@ -110,6 +110,7 @@ def context_sources(recipe: Recipe, repo: Path = REPO_ROOT) -> dict[str, Path]:
         if _not_cache(relative) and not relative.name.endswith(GENERATED_SUFFIXES):
             files[f"recipe/{relative.as_posix()}"] = path
     files["target.config"] = (recipe.directory / recipe.target.config).resolve()
-    files["drafter.config"] = (recipe.directory / recipe.drafter.config).resolve()
+    if recipe.drafter is not None:
+        files["drafter.config"] = (recipe.directory / recipe.drafter.config).resolve()
     return files
 

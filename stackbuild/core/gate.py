@@ -32,7 +32,7 @@ def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
             block_size=s.block_size,
             max_model_len=s.max_model_len,
             max_num_seqs=s.max_num_seqs,
-            drafter_attention_backend=recipe.drafter.attention_backend,
+            drafter_attention_backend=recipe.drafter.attention_backend if recipe.drafter else None,
             kv_cache_memory_bytes=int(recipe.geometry.kv_cache_memory_gib * GIB),
             vllm_behaviour=vllm_behaviour,
         )

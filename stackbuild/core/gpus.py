@@ -1,6 +1,10 @@
 """The GPUs a recipe may name by name alone: compute capability, vLLM's family, and the host
 platforms they come in. A GPU not listed here is accepted when the recipe gives all three
-(``hardware.compute_capability``, ``capability_family``, ``platforms``)."""
+(``hardware.compute_capability``, ``capability_family``, ``platforms``).
+
+``none`` is a host without a GPU: vLLM's CPU platform serves (the CI's real server). Its
+capability ``0.0`` (family 0) is how the geometry gate names that platform
+(geometry/backends.py ``CPU_FAMILY``); a compose file for it reserves no GPU."""
 from __future__ import annotations
 
 import re
@@ -32,7 +36,9 @@ KNOWN_GPUS = tuple(GpuModel(*row) for row in (
     ("RTX PRO 6000 Blackwell", "12.0", (AMD64,)),
     ("RTX 5090", "12.0", (AMD64,)),
     ("GB10", "12.1", (ARM64,)),
+    ("none", "0.0", (AMD64, ARM64)),
 ))
+NO_GPU = KNOWN_GPUS[-1]
 
 
 def _key(name: str) -> str:
@@ -42,6 +48,11 @@ def _key(name: str) -> str:
 def known_gpu(name: str) -> Optional[GpuModel]:
     """The table's entry for ``name`` (case, spaces and dashes ignored: ``gb300``, ``RTX-5090``)."""
     return next((gpu for gpu in KNOWN_GPUS if _key(gpu.name) == _key(name)), None)
+
+
+def has_gpu(name: str) -> bool:
+    """Whether ``hardware.gpu`` names a GPU (``none``: a host without one)."""
+    return known_gpu(name) is not NO_GPU
 
 
 def tag_field(name: str) -> str:

@@ -40,7 +40,7 @@ def served_flags(recipe: Recipe) -> ServeFlags:
 
 def checked_serve(recipe: Recipe, gate_input: GeometryInputs) -> CheckedServe:
     models = {}
-    for role, model in (("target", recipe.target), ("drafter", recipe.drafter)):
+    for role, model in (("target", recipe.target), ("drafter", recipe.require_drafter("the image's pre-flight record"))):
         models[role] = CheckedModel(id=model.id, path=model.path, revision=model.revision,
                                     config_sha256=file_sha256(snapshot_path(recipe, model.config)),
                                     quantization=getattr(model, "quantization", None),

@@ -29,7 +29,7 @@ from overlay.lock import LOCK_FILE
 from overlay.lock import read_lock as read_series_lock
 
 from stackbuild.core.errors import ImageReferenceInvalid, RecipeError
-from stackbuild.core.gpus import KNOWN_GPUS, known_gpu
+from stackbuild.core.gpus import KNOWN_GPUS, NO_GPU, has_gpu, known_gpu
 from stackbuild.core.gpus import tag_field as gpu_tag_field
 from stackbuild.core.labels import RESERVED_PREFIXES
 from stackbuild.core.reference import DIGEST_RE, ImageReference  # noqa: F401 - DIGEST_RE: read from here too
@@ -59,6 +59,7 @@ MAX_TENSOR_PARALLEL = 1024
 MAX_BLOCK_SIZE = 1 << 20
 MAX_KV_CACHE_GIB = 1 << 20  # 1 PiB
 MAX_CONFIG_BYTES = 16 << 20
+MAX_NGRAM = 1024  # the longest prompt-lookup window a recipe may ask for
 
 # The platform string a recipe names, and what `uname -m` prints there.
 UNAME_MACHINE = {"linux/arm64": "aarch64", "linux/amd64": "x86_64"}
@@ -98,6 +99,11 @@ class Hardware:
         """The ``{gpu}`` tag field."""
         return gpu_tag_field(self.gpu)
 
+    @property
+    def has_gpu(self) -> bool:
+        """False for ``gpu: none``: a host without a GPU (vLLM's CPU platform)."""
+        return has_gpu(self.gpu)
+
 
 @dataclass(frozen=True)
 class Model:
@@ -127,6 +133,20 @@ class Drafter:
     # The drafter's attention backend, pinned: vLLM's automatic choice needs
     # libcuda, and the backend's kernel blocks decide the drafter's block size.
     attention_backend: Optional[Literal["FLASH_ATTN"]] = None
+
+
+SPECULATION_METHODS = ("dflash", "ngram")
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """How the deployment speculates: ``dflash`` (the default) drafts with the recipe's
+    ``drafter:`` checkpoint; ``ngram`` proposes from the prompt itself (vLLM's prompt lookup,
+    ``prompt_lookup_min``..``prompt_lookup_max`` tokens matched), with no drafter."""
+
+    method: Literal["dflash", "ngram"] = "dflash"
+    prompt_lookup_min: Optional[int] = None
+    prompt_lookup_max: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -193,11 +213,13 @@ class Recipe:
     base: BaseImage
     hardware: Hardware
     target: Model
-    drafter: Drafter
     serving: Serving
     geometry: Geometry
     overlay: Overlay
     image: ImageSpec
+    # The DFlash drafter checkpoint: required with speculation.method dflash, absent with ngram.
+    drafter: Optional[Drafter] = None
+    speculation: Speculation = field(default_factory=Speculation)
     description: str = ""
     qualify: QualifyExpectations = field(default_factory=QualifyExpectations)
     # `platform: P` for one, `platforms: [P, Q]` for several; loaded, `platform` is the one this
@@ -227,12 +249,26 @@ class Recipe:
         return self._target_config
 
     @property
-    def drafter_config(self) -> Mapping[str, Any]:
-        return self._drafter_config
+    def drafter_config(self) -> Optional[Mapping[str, Any]]:
+        """The drafter's config.json; None without a drafter (speculation.method ngram)."""
+        return self._drafter_config if self.drafter is not None else None
 
     @property
     def drafter_block_size(self) -> int:
         return self._drafter_config["dflash_config"]["block_size"]
+
+    def require_drafter(self, what: str) -> Drafter:
+        """The drafter, for ``what`` (a command or a file) that needs one; a RecipeError naming the
+        recipe's speculation method when it has none."""
+        if self.drafter is None:
+            raise RecipeError(self._path, "speculation.method", f"{self.speculation.method} has no drafter "
+                                                                f"checkpoint, which {what} needs")
+        return self.drafter
+
+    @property
+    def model_paths(self) -> tuple[str, ...]:
+        """The container paths of the checkpoints the deployment mounts: the target's, then the drafter's."""
+        return (self.target.path,) + ((self.drafter.path,) if self.drafter is not None else ())
 
     @property
     def series_dir(self) -> Path:
@@ -241,7 +277,7 @@ class Recipe:
     @property
     def model_mount_point(self) -> str:
         """The container directory holding both model paths (e.g. /models); the loader checked there is one."""
-        return _models_root(self.target.path, self.drafter.path)
+        return _models_root(*self.model_paths)
 
     def for_platform(self, platform: str) -> "Recipe":
         """The same recipe building ``platform``, one of its ``platforms``."""
@@ -375,9 +411,9 @@ def _read_config(recipe_path: Path, key: str, relative: str) -> Mapping[str, Any
     return data
 
 
-def _models_root(target: str, drafter: str) -> str:
-    """The deepest directory above both model paths ("/" when they share none below the root)."""
-    return posixpath.commonpath([posixpath.dirname(posixpath.normpath(p)) for p in (target, drafter)])
+def _models_root(*paths: str) -> str:
+    """The deepest directory above every model path ("/" when they share none below the root)."""
+    return posixpath.commonpath([posixpath.dirname(posixpath.normpath(p)) for p in paths])
 
 
 def check_repository(path: object, key: str, repository: str) -> None:
@@ -424,7 +460,7 @@ def _check_rules(path: Path, recipe: Recipe, platform_keys: tuple[str, ...]) -> 
         if plat not in hw.platforms:
             runs = ", ".join(hw.platforms)
             raise RecipeError(path, where, f"{plat} cannot run on {hw.gpu} (its hosts are {runs})")
-    if recipe.drafter.precision == "mxfp8" and hw.capability_major != 12:
+    if recipe.drafter is not None and recipe.drafter.precision == "mxfp8" and hw.capability_major != 12:
         raise RecipeError(path, "drafter.precision", f"the MXFP8 drafter needs the B12X kernels, which exist only for SM120/SM121; {hw.gpu} is compute capability {hw.compute_capability}: use bf16")
     tp = serving.tensor_parallel_size
     if tp < 1 or tp & (tp - 1) or tp > MAX_TENSOR_PARALLEL:
@@ -465,17 +501,21 @@ def _check_rules(path: Path, recipe: Recipe, platform_keys: tuple[str, ...]) -> 
             raise RecipeError(path, f"serving.env.{name}", "looks like a secret: recipes are committed and rendered into files; pass it at run time (compose env_file) instead")
     if not 0 < recipe.geometry.kv_cache_memory_gib <= MAX_KV_CACHE_GIB:
         raise RecipeError(path, "geometry.kv_cache_memory_gib", f"must be above 0 and at most {MAX_KV_CACHE_GIB:,}, got {recipe.geometry.kv_cache_memory_gib}")
-    for key, relative, check in (("target.config", recipe.target.config, check_target),
-                                 ("drafter.config", recipe.drafter.config, check_drafter)):
-        config = recipe.target_config if key == "target.config" else recipe.drafter_config
+    checks = [("target.config", recipe.target.config, check_target, recipe.target_config)]
+    if recipe.drafter is not None:
+        checks.append(("drafter.config", recipe.drafter.config, check_drafter, recipe.drafter_config))
+    for key, relative, check, config in checks:
         try:
             check(config)
         except ConfigInvalid as exc:
             where = f"{exc.key}: " if exc.key else ""
             raise RecipeError(path, key, f"{relative}: {where}{exc.problem}") from None
-    block = recipe.drafter_block_size
-    if serving.num_speculative_tokens != block - 1:
-        raise RecipeError(path, "serving.num_speculative_tokens", f"must be {block - 1} (the drafter's block size {block} minus the target's own token), got {serving.num_speculative_tokens}")
+    if recipe.drafter is not None:
+        block = recipe.drafter_block_size
+        if serving.num_speculative_tokens != block - 1:
+            raise RecipeError(path, "serving.num_speculative_tokens", f"must be {block - 1} (the drafter's block size {block} minus the target's own token), got {serving.num_speculative_tokens}")
+    elif serving.num_speculative_tokens < 1:
+        raise RecipeError(path, "serving.num_speculative_tokens", f"must be at least 1 (the tokens ngram proposes per step), got {serving.num_speculative_tokens}")
     q = recipe.qualify
     if q.min_decode_tokens_per_s is not None and not 0 < q.min_decode_tokens_per_s < 1e7:
         raise RecipeError(path, "qualify.min_decode_tokens_per_s", f"must be a positive rate, got {q.min_decode_tokens_per_s}")
@@ -502,6 +542,29 @@ def _check_rules(path: Path, recipe: Recipe, platform_keys: tuple[str, ...]) -> 
             raise RecipeError(path, f"image.labels.{key}", "this label is set by the build; choose another name")
 
 
+def _check_speculation(path: Path, recipe: Recipe) -> None:
+    """The speculation method and the keys that go with it: dflash needs the drafter, ngram its
+    prompt-lookup window and no drafter."""
+    spec = recipe.speculation
+    if spec.method == "dflash":
+        if recipe.drafter is None:
+            raise RecipeError(path, "drafter", "required key is missing (speculation.method dflash drafts with this checkpoint)")
+        for key in ("prompt_lookup_min", "prompt_lookup_max"):
+            if getattr(spec, key) is not None:
+                raise RecipeError(path, f"speculation.{key}", "is a setting of speculation.method ngram, not dflash")
+        return
+    if recipe.drafter is not None:
+        raise RecipeError(path, "drafter", f"speculation.method {spec.method} proposes from the prompt: remove the drafter")
+    if recipe.serving.drafter_kv_cache_dtype is not None:
+        raise RecipeError(path, "serving.drafter_kv_cache_dtype", f"speculation.method {spec.method} has no drafter KV cache")
+    if spec.prompt_lookup_max is None or spec.prompt_lookup_min is None:
+        missing = "prompt_lookup_max" if spec.prompt_lookup_max is None else "prompt_lookup_min"
+        raise RecipeError(path, f"speculation.{missing}", f"required key is missing (speculation.method {spec.method})")
+    if not 1 <= spec.prompt_lookup_min <= spec.prompt_lookup_max <= MAX_NGRAM:
+        raise RecipeError(path, "speculation.prompt_lookup_min", f"needs 1 <= prompt_lookup_min <= prompt_lookup_max <= {MAX_NGRAM}, "
+                                                                 f"got {spec.prompt_lookup_min} and {spec.prompt_lookup_max}")
+
+
 def _check_series_version(path: Path, recipe: Recipe) -> None:
     """The patch series is written for one vLLM release (its lock.json): the base must carry that one."""
     where = f"{OVERLAY_SERIES_DIR.relative_to(REPO_ROOT)}/{recipe.overlay.series}/{LOCK_FILE}"
@@ -517,11 +580,13 @@ def _check_series_version(path: Path, recipe: Recipe) -> None:
 
 
 def _check_model_paths(path: Path, recipe: Recipe) -> None:
-    """Both model paths are absolute container paths under one models directory (the one mount)."""
-    for key, model_path in (("target.path", recipe.target.path), ("drafter.path", recipe.drafter.path)):
+    """The model paths are absolute container paths under one models directory (the one mount)."""
+    for key, model_path in zip(("target.path", "drafter.path"), recipe.model_paths):
         if not posixpath.isabs(model_path):
             raise RecipeError(path, key, f"must be an absolute path inside the container, got {model_path!r}")
-    if _models_root(recipe.target.path, recipe.drafter.path) == "/":
+    if _models_root(*recipe.model_paths) == "/":
+        if recipe.drafter is None:
+            raise RecipeError(path, "target.path", f"must lie in a models directory such as /models/NAME, got {recipe.target.path}")
         raise RecipeError(path, "drafter.path", f"target and drafter must live under one models directory "
                                                 f"(got {recipe.target.path} and {recipe.drafter.path})")
 
@@ -529,6 +594,8 @@ def _check_model_paths(path: Path, recipe: Recipe) -> None:
 def _check_pins(path: Path, recipe: Recipe) -> None:
     """``revision`` and ``config_sha256`` of the target and the drafter, when given."""
     for role, model in (("target", recipe.target), ("drafter", recipe.drafter)):
+        if model is None:
+            continue
         if model.revision is not None and not REVISION_RE.match(model.revision):
             raise RecipeError(path, f"{role}.revision", f"expected the checkpoint's 40-hex-digit commit, got {model.revision!r}")
         if model.config_sha256 is None:
@@ -552,7 +619,7 @@ def _resolve_hardware(path: Path, hw: Hardware) -> Hardware:
     if gpu is None:
         missing = [k for k in HARDWARE_FACTS if getattr(hw, k) is None]
         if missing:
-            known = ", ".join(g.name for g in KNOWN_GPUS)
+            known = ", ".join(g.name for g in KNOWN_GPUS if g is not NO_GPU)
             raise RecipeError(path, "hardware.gpu", f"{hw.gpu!r} is not a GPU this tool knows ({known}): for another GPU "
                                                     f"give all of hardware.{', hardware.'.join(HARDWARE_FACTS)} "
                                                     f"(missing: {', '.join(missing)})")
@@ -578,13 +645,14 @@ def load_recipe(path: str | Path) -> Recipe:
     if data is None:
         raise RecipeError(path, "", "recipe is empty")
     recipe = build_dataclass(path, "", Recipe, data)
+    _check_speculation(path, recipe)
     if bool(recipe.platform) == bool(recipe.platforms):
         raise RecipeError(path, "platform", "give either `platform: linux/...` or `platforms: [linux/..., ...]`")
     platforms = recipe.platforms or (recipe.platform,)
     platform_keys = tuple(f"platforms[{i}]" for i in range(len(platforms))) if recipe.platforms else ("platform",)
     recipe = replace(recipe, hardware=_resolve_hardware(path, recipe.hardware))
     target_config = _read_config(path, "target.config", recipe.target.config)
-    drafter_config = _read_config(path, "drafter.config", recipe.drafter.config)
+    drafter_config = _read_config(path, "drafter.config", recipe.drafter.config) if recipe.drafter is not None else {}
     recipe = Recipe(
         **{f: getattr(recipe, f) for f in recipe.__dataclass_fields__ if not f.startswith("_") and not f.startswith("platform")},
         platform=platforms[0],

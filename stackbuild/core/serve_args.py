@@ -33,9 +33,14 @@ def speculative_config(recipe: Recipe) -> dict:
     The drafter's KV dtype is SpeculativeConfig.kv_cache_dtype (unset: the
     drafter inherits the target's --kv-cache-dtype; ``auto``: the drafter's own
     dtype), its attention backend SpeculativeConfig.attention_backend (a
-    backend name such as FLASH_ATTN; unset: vLLM chooses).
+    backend name such as FLASH_ATTN; unset: vLLM chooses). Without a drafter
+    (speculation.method ngram): the method, the tokens and the prompt-lookup window.
     """
     serving = recipe.serving
+    if recipe.drafter is None:  # ngram: prompt lookup, no drafter model
+        spec = recipe.speculation
+        return {"method": spec.method, "num_speculative_tokens": serving.num_speculative_tokens,
+                "prompt_lookup_max": spec.prompt_lookup_max, "prompt_lookup_min": spec.prompt_lookup_min}
     config = {
         "method": recipe.drafter.method,
         "model": recipe.drafter.path,

@@ -15,7 +15,7 @@ GENERATED_FLAGS = {
     "--max-num-seqs": "serving.max_num_seqs",
     "--enable-prefix-caching": "serving.enable_prefix_caching",
     "--no-enable-prefix-caching": "serving.enable_prefix_caching",
-    "--speculative-config": "drafter / serving.num_speculative_tokens",
+    "--speculative-config": "drafter or speculation / serving.num_speculative_tokens",
     "--tool-call-parser": "serving.tool_call_parser",
     "--reasoning-parser": "serving.reasoning_parser",
     "--host": "the compose generator",

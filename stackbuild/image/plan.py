@@ -97,7 +97,7 @@ def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | Non
         label.OVERLAY_SERIES: recipe.overlay.series,
         label.OVERLAY_SERIES_SHA256: series_hash,
         label.GEOMETRY_VERDICT: "pass" if verdict.passed else "fail",
-        label.DRAFTER_ID: recipe.drafter.id,
+        label.DRAFTER_ID: recipe.require_drafter("an image build (its labels and start-time pre-flight)").id,
         label.DRAFTER_LICENSE: recipe.drafter.license,
         label.TARGET_ID: recipe.target.id,
     }

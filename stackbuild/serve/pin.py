@@ -40,6 +40,8 @@ def _found(recipe: Recipe, models_dir: Path) -> list[Pinned]:
     out = []
     for role in ROLES:
         model = getattr(recipe, role)
+        if model is None:  # no drafter (speculation.method ngram)
+            continue
         directory = locate(model.path)
         snapshot = snapshot_of(directory)
         if snapshot.commit is None:

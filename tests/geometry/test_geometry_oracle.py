@@ -46,6 +46,7 @@ BEHAVIOUR = os.environ.get("GEOMETRY_ORACLE_BEHAVIOUR", "stock")
 CASES = C.sample(N, SEED)
 ALIGN_CASES = C.align_matrix(BEHAVIOUR)
 GB10_CASES = C.gb10_matrix(BEHAVIOUR)
+DENSE_CASES = C.dense_matrix(BEHAVIOUR)
 
 
 def _agree(data: dict) -> tuple:
@@ -89,6 +90,33 @@ def test_gb10_matrix_agrees_with_vllm(idx):
         assert vllm.with_drafter.error.startswith("ValueError")
     else:
         assert not vllm.with_drafter.error
+
+
+@pytest.mark.parametrize("idx", range(len(DENSE_CASES)))
+def test_dense_matrix_agrees_with_vllm(idx):
+    """A dense Qwen3 target (no mamba state, no drafter) on each GPU family and on vLLM's CPU
+    platform: family x TP x KV heads x head size x block size x prefix caching."""
+    data = DENSE_CASES[idx]
+    sim, vllm, diffs = _agree(data)
+    assert not diffs, "\n".join(diffs[:20])
+    plan = vllm.with_drafter
+    assert not plan.error and plan.prefix_cache.hit_alignment_tokens == plan.block_size
+    assert check(vllm).passed
+
+
+def test_dense_cpu_by_hand():
+    """vLLM's CPU platform for a dense Qwen3 without a block size, by hand: CpuPlatform asks its
+    backend from 128 tokens and CPU_ATTN takes any multiple of 32, so the block is 128; a block of
+    one layer holds K and V of 2 KV heads x head 64 in bf16 for 128 tokens; 4 layers share a block."""
+    data = dict(C.dense_matrix(BEHAVIOUR)[0], block_size=None, kv_cache_memory_bytes=1 << 30)
+    assert data["capability_family"] == 0 and data["tensor_parallel_size"] == 1
+    sim, vllm, diffs = _agree(data)
+    assert not diffs, "\n".join(diffs[:20])
+    per_block = 4 * 2 * 2 * 64 * 2 * 128
+    assert vllm.with_drafter.block_size == 128
+    assert vllm.with_drafter.bytes_per_block == per_block
+    assert vllm.with_drafter.num_blocks == (1 << 30) // per_block
+    assert vllm.with_drafter.prefix_cache.hit_alignment_tokens == 128
 
 
 RECIPES = sorted((ROOT / "recipes").glob("*/recipe.yaml"))

@@ -2,16 +2,16 @@
 dummy-weight model): healthy with an API key set, 401 for a request without the key, and
 unhealthy once the engine process is dead.
 
-The compose service is the generator's own (compose_document of the default recipe, no GPU
-reservation) with the CPU serving base (tests/infra/build_serving_base.sh) as its image, the
-tiny model under the recipe's models mount, and the CPU test deployment's argv as its command
-(tests/recipes/cpu-tiny/serve-args.json; the recipe's GLM argv needs a GPU). The API key reaches
-vLLM through the service's env file, the wiring the generated file uses. The ulimits go (this
-engine may not raise the memlock limit). The check's command is the generated one; only its
-interval and retries are shortened so the test takes minutes, not half an hour; the API server
-is kept up after the engine dies (VLLM_KEEP_ALIVE_ON_ENGINE_DEATH) so the check meets /health 503
-and /v1/models 200, not a closed port; the container is not restarted (restart: no) so the status it
-ends with can be read. One container at a time.
+The compose service is the generator's own for the CPU test recipe (tests/recipes/cpu-tiny:
+compose_document, no GPU reservation, no ulimits) with the CPU stand-in image (tests/cpu_serving.py:
+the CPU serving base behind the project's entrypoint, GLM53_PREFLIGHT=off from the env file: there
+is no build record to check, test_serving_e2e.py says why) and the tiny model under the recipe's
+models mount. The API key reaches vLLM through the service's env file, the wiring the generated
+file uses. The check's command is the generated one; only its interval and retries are shortened
+so the test takes minutes, not half an hour; the API server is kept up after the engine dies
+(VLLM_KEEP_ALIVE_ON_ENGINE_DEATH) so the check meets /health 503 and /v1/models 200, not a closed
+port; the container is not restarted (restart: no) so the status it ends with can be read. One container
+at a time.
 """
 from __future__ import annotations
 
@@ -27,15 +27,16 @@ from pathlib import Path
 
 import pytest
 
-from compose_support import recipe, require_compose_binary
+from compose_support import require_compose_binary
+from cpu_serving import CPU_IMAGE_REPOSITORY, build_cpu_image
 from tiny_model import write_tiny_model
 
+from stackbuild.core.recipe import load_recipe
 from stackbuild.serve.compose import SERVICE, ImagePin, compose_document, env_file_name
 from stackbuild.serve.yaml_text import dump_yaml
 
 REPO = Path(__file__).resolve().parents[2]
-# The CPU test deployment (the tiny model's serve argv and environment), shared with test_serving_e2e.py.
-DEPLOYMENT = json.loads((REPO / "tests" / "recipes" / "cpu-tiny" / "serve-args.json").read_text())
+CPU_RECIPE = REPO / "tests" / "recipes" / "cpu-tiny" / "recipe.yaml"
 
 pytestmark = pytest.mark.docker
 
@@ -111,25 +112,20 @@ def _watch_until_unhealthy_or_exited(container: str, timeout_s: int) -> list[dic
 
 def test_generated_health_check_proves_the_engine_with_an_api_key(tmp_path, cpu_serving_base):
     binary = require_compose_binary()
-    r = recipe(tmp_path)
-    repository, _, tag = cpu_serving_base.rpartition(":")
+    r = load_recipe(CPU_RECIPE)
+    image = build_cpu_image(cpu_serving_base)
+    assert image.startswith(CPU_IMAGE_REPOSITORY + ":")
+    repository, _, tag = image.rpartition(":")
     models = tmp_path / "models"
-    write_tiny_model(models / DEPLOYMENT["served_model_name"])
+    write_tiny_model(models / r.serving.served_model_name)
     port = _free_port()
-    doc = compose_document(r, image=ImagePin(repository, tag, None, ""), models_dir=str(models), port=port,
-                           gpu_reservation=False)
+    doc = compose_document(r, image=ImagePin(repository, tag, None, ""), models_dir=str(models), port=port)
     generated = json.loads(json.dumps(doc))
     project = f"healthtest-{uuid.uuid4().hex[:10]}"
     doc["name"] = project
     doc["volumes"]["kernel-cache"]["name"] = f"{project}-kernels"
     svc = doc["services"][SERVICE]
-    # The tiny model under the recipe's models mount, on the port the health check asks.
-    args = DEPLOYMENT["args"]
-    assert args[args.index("--model") + 1] == f"{r.model_mount_point}/{DEPLOYMENT['served_model_name']}"
-    assert args[args.index("--port") + 1] == str(r.serving.port)
-    svc["command"] = list(args)
-    # The engine here may not raise RLIMIT_MEMLOCK (a GPU host's need, not this server's).
-    del svc["ulimits"]
+    assert "ulimits" not in svc and "deploy" not in svc  # hardware.gpu: none
     svc["healthcheck"].update(interval="1s", retries=1)
     svc["restart"] = "no"
     assert svc["healthcheck"]["test"] == generated["services"][SERVICE]["healthcheck"]["test"]
@@ -140,8 +136,7 @@ def test_generated_health_check_proves_the_engine_with_an_api_key(tmp_path, cpu_
     # VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1 (vLLM's own switch) keeps the API server up once the engine has
     # died, answering /health 503 and /v1/models 200: the case peers' users met, held open for as long as
     # the check needs to see it, not the few seconds before the server exits on its own.
-    env_lines = [f"VLLM_API_KEY={key}", "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1",
-                 *(f"{k}={v}" for k, v in DEPLOYMENT["env"].items())]
+    env_lines = [f"VLLM_API_KEY={key}", "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1", "GLM53_PREFLIGHT=off"]
     (tmp_path / env_file_name(r)).write_text("\n".join(env_lines) + "\n")
     compose = tmp_path / "compose.yaml"
     text = dump_yaml(doc)

