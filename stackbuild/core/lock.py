@@ -17,8 +17,8 @@ from typing import Optional
 
 from stackbuild.core.atomic import replace_text
 from stackbuild.core.errors import LockError, RecipeError
-from stackbuild.core.recipe import DIGEST_RE, Recipe
-from stackbuild.core.reference import ImageReference
+from stackbuild.core.recipe import Recipe
+from stackbuild.core.reference import DIGEST_RE, ImageReference
 
 LOCK_NAME = "recipe.lock.json"
 # `build.py lock` asks the registry through the engine; retries included, it answers or fails within this.

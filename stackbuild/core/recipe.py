@@ -32,7 +32,7 @@ from stackbuild.core.errors import ImageReferenceInvalid, RecipeError
 from stackbuild.core.gpus import KNOWN_GPUS, NO_GPU, has_gpu, known_gpu
 from stackbuild.core.gpus import tag_field as gpu_tag_field
 from stackbuild.core.labels import RESERVED_PREFIXES
-from stackbuild.core.reference import DIGEST_RE, ImageReference  # noqa: F401 - DIGEST_RE: read from here too
+from stackbuild.core.reference import DIGEST_RE, ImageReference
 from stackbuild.core.schema import MAX_INTEGER, build_dataclass
 from stackbuild.core.serve_flags import repeated_flag
 

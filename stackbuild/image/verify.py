@@ -29,8 +29,8 @@ from stackbuild.image.index import index_platforms
 from stackbuild.image.plan import make_plan
 from stackbuild.image.progress import Progress
 from stackbuild.image.qualification import records as qualification_records
-from stackbuild.core.recipe import DIGEST_RE, Recipe
-from stackbuild.core.reference import ImageReference, by_digest
+from stackbuild.core.recipe import Recipe
+from stackbuild.core.reference import DIGEST_RE, ImageReference, by_digest
 from stackbuild.image.registry import RegistryClient, registry_client
 from stackbuild.image.report import geometry_verdict
 from stackbuild.image.sbom import read_inventory

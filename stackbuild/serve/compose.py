@@ -24,8 +24,8 @@ from stackbuild.core.errors import ComposeOverrideError, OutputError
 from stackbuild.core.labels import DRAFTER_ID, DRAFTER_LICENSE, DRAFTER_WEIGHTS, IMAGE_PINNED, RECIPE_NAME, TARGET_ID
 from stackbuild.core.naming import MOVING_TAGS, OWNER_VARIABLE, image_name
 from stackbuild.core.output import check_output
-from stackbuild.core.recipe import DIGEST_RE, REPO_ROOT, Recipe
-from stackbuild.core.reference import ImageReference
+from stackbuild.core.recipe import REPO_ROOT, Recipe
+from stackbuild.core.reference import DIGEST_RE, ImageReference
 from stackbuild.core.build_report import DEFAULT_REPORT, read_report
 from stackbuild.core.gate import require_passing
 
