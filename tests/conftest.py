@@ -12,8 +12,15 @@ from infra.fixtures import cpu_serving_base, docker_engine, registry, synthetic_
 from stack_e2e import amd64_build, forget_session_images, logged_in  # noqa: F401
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    from parallel_groups import assign_groups
+    from parallel_groups import check_groups, order_items
 
-    assign_groups(items, config.rootpath)
+    check_groups(items)
+    order_items(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from parallel_groups import SharedBuildScheduling
+
+    return SharedBuildScheduling(config, log)

@@ -1,47 +1,66 @@
-"""Which tests share a pytest-xdist worker (`pytest -n N --dist loadgroup`, as run-tests.sh runs).
+"""Which tests share a pytest-xdist worker (`pytest -n N`, as run-tests.sh runs it).
 
-A Docker test goes to the group of the costliest session build it uses, so that build is
-made once and the tests using it run one after another on one worker: the arm64 base (qemu
-builds, minutes), the amd64 e2e build, the CPU serving image; the remaining Docker tests form
-one more group. Every other test is grouped by its module, so a module-scoped fixture (the
-pristine vLLM suite, the planner's scenarios) is set up once.
+The unit of work a worker takes is a module, so a module-scoped fixture (the pristine vLLM
+suite, the multi-platform build, the planner's scenarios) is set up once. Modules that share a
+session build form one unit: those using the amd64 e2e build (`amd64_build`), and those using
+the CPU serving image (`cpu_serving_base`), so that build is made once, by one worker.
+`check_groups` holds SHARED_BUILD_MODULES to what the tests use.
 
 The tests that need no engine come first: on a fresh machine run-tests.sh is still building
-the synthetic bases while they run. The engine groups follow, costliest first.
+the synthetic bases while they run. The Docker modules follow, the costliest first.
 """
 from __future__ import annotations
 
-from typing import Optional
+from pathlib import PurePosixPath
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
-# (group, the session fixture that puts a Docker test in it), costliest first.
-ENGINE_GROUPS = (
-    ("engine-qemu", "synthetic_base_arm64"),
-    ("engine-amd64-build", "amd64_build"),
-    ("engine-serving", "cpu_serving_base"),
-)
-OTHER_ENGINE_GROUP = "engine-containers"
-GROUP_ORDER = tuple(group for group, _ in ENGINE_GROUPS) + (OTHER_ENGINE_GROUP,)
-
-
-def engine_group(item: pytest.Item) -> Optional[str]:
-    """The group of a Docker test, None for a test that needs no engine."""
-    if item.get_closest_marker("docker") is None:
-        return None
-    used = set(getattr(item, "fixturenames", ()))
-    for group, fixture in ENGINE_GROUPS:
-        if fixture in used:
-            return group
-    return OTHER_ENGINE_GROUP
+AMD64_BUILD = "engine-amd64-build"
+SERVING = "engine-serving"
+# The session fixture that makes a build, and the group of the modules whose tests use it.
+SHARED_BUILDS = {"amd64_build": AMD64_BUILD, "cpu_serving_base": SERVING}
+SHARED_BUILD_MODULES = {
+    "test_build_e2e.py": AMD64_BUILD, "test_engine_ids_e2e.py": AMD64_BUILD, "test_oracle_record_e2e.py": AMD64_BUILD,
+    "test_pinned_tags_e2e.py": AMD64_BUILD, "test_push_e2e.py": AMD64_BUILD, "test_reproducible_e2e.py": AMD64_BUILD,
+    "test_verify_e2e.py": AMD64_BUILD,
+    "test_serving_e2e.py": SERVING, "test_health_e2e.py": SERVING,
+}
+# Docker units in the order workers take them, costliest first (the amd64 group holds two qemu builds); the rest follow.
+ENGINE_ORDER = (AMD64_BUILD, "test_multiplatform_e2e.py", SERVING)
 
 
-def assign_groups(items: list[pytest.Item], root) -> None:
-    """Mark every item with its xdist group; engine groups last, in GROUP_ORDER (in place)."""
-    rank = {group: index + 1 for index, group in enumerate(GROUP_ORDER)}
-    keyed = []
-    for index, item in enumerate(items):
-        group = engine_group(item)
-        item.add_marker(pytest.mark.xdist_group(group or f"module-{item.path.relative_to(root)}"))
-        keyed.append(((rank[group] if group else 0, index), item))
-    items[:] = [item for _, item in sorted(keyed, key=lambda pair: pair[0])]
+def unit_of(nodeid: str) -> str:
+    """The unit of work of a test: its module's shared-build group, else its module."""
+    module = nodeid.split("::", 1)[0]
+    return SHARED_BUILD_MODULES.get(PurePosixPath(module).name, module)
+
+
+class SharedBuildScheduling(LoadScopeScheduling):
+    """pytest-xdist's per-scope scheduling with `unit_of` as the scope."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return unit_of(nodeid)
+
+
+def check_groups(items: list[pytest.Item]) -> None:
+    """A module whose tests use a shared build must be listed in that build's group."""
+    wrong = set()
+    for item in items:
+        for fixture, group in SHARED_BUILDS.items():
+            if fixture in getattr(item, "fixturenames", ()) and SHARED_BUILD_MODULES.get(item.path.name) != group:
+                wrong.add(f"{item.path.name} uses {fixture}: list it in SHARED_BUILD_MODULES as {group}")
+    if wrong:
+        raise pytest.UsageError("tests/parallel_groups.py: " + "; ".join(sorted(wrong)))
+
+
+def order_items(items: list[pytest.Item]) -> None:
+    """Tests needing no engine first, then the Docker units in ENGINE_ORDER (in place, stable)."""
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("docker") is None:
+            return 0
+        unit = unit_of(item.nodeid)
+        name = PurePosixPath(unit).name
+        return 1 + (ENGINE_ORDER.index(name) if name in ENGINE_ORDER else len(ENGINE_ORDER))
+
+    items[:] = [item for _, _, item in sorted((rank(item), index, item) for index, item in enumerate(items))]

@@ -70,7 +70,7 @@ fi
 
 # One worker per core; tests/parallel_groups.py keeps the tests of one session build on one worker.
 rc=0
-"$PY" -m pytest tests --durations=25 -n "${TEST_WORKERS:-auto}" --dist loadgroup --no-loadscope-reorder "$@" || rc=$?
+"$PY" -m pytest tests --durations=25 -n "${TEST_WORKERS:-auto}" --no-loadscope-reorder "$@" || rc=$?
 for name in amd64 wrong-version arm64 serving; do
   [[ -f "$jobs_dir/$name.log" ]] || continue
   grep -hE 'done in|built in|up to date|gate \(' "$jobs_dir/$name.log" | sed "s/^/[run-tests] base $name: /" || true

@@ -74,7 +74,11 @@ def server(cpu_serving_base, tmp_path_factory):
     # The env file beside the compose file, as its header says: the API key and the pre-flight mode.
     (work / "cpu-tiny.env").write_text(f"VLLM_API_KEY={KEY}\nGLM53_PREFLIGHT=off\n")
     project = f"glm53-qualify-{uuid.uuid4().hex[:8]}"
-    base = [binary, "-f", str(compose), "-p", project]
+    # The generated file as it is, plus one override: a kernel-cache volume of this run's own (the
+    # generated name is the recipe's, which other runs on this engine share).
+    override = work / "kernel-cache.override.yaml"
+    override.write_text(json.dumps({"volumes": {"kernel-cache": {"name": f"{project}-kernels"}}}))
+    base = [binary, "-f", str(compose), "-f", str(override), "-p", project]
     try:
         up = subprocess.run([*base, "up", "-d", "--pull", "never"], capture_output=True, text=True, timeout=300)
         assert up.returncode == 0, up.stderr
@@ -99,7 +103,7 @@ def server(cpu_serving_base, tmp_path_factory):
         left = docker("ps", "-a", "-q", "--filter", f"label=com.docker.compose.project={project}").stdout.strip()
         assert not left, left
         volumes = docker("volume", "ls", "-q", "--filter", f"label=com.docker.compose.project={project}").stdout.strip()
-        assert not volumes, volumes
+        assert not volumes, (volumes, down.stderr)
 
 
 def test_qualify_measures_the_real_server(server, tmp_path):
