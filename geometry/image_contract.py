@@ -23,13 +23,12 @@ It ships in the image with the rest of geometry/ (the gate payload).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Mapping, Optional
 
-from overlay.json_shape import exact_keys, json_object, strings, typed
+from overlay.json_shape import exact_keys, json_object, read_json, strings, typed
 
 # ------------------------------------------------------------------ payload paths
 PAYLOAD_DIR = "/opt/glm53-overlay"
@@ -227,9 +226,4 @@ def read_image_labels(path: str) -> Optional[ImageLabels]:
     """The image's labels at ``path``; None when there is no such file (a host, or no build wrote it)."""
     if not os.path.lexists(path):
         return None
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise ContractError(f"{path}: unreadable: {exc}") from None
-    return ImageLabels.from_json(data, path)
+    return ImageLabels.from_json(read_json(ContractError, path), path)

@@ -3,8 +3,18 @@ place and the key (stdlib only). The overlay manifest and geometry/image_contrac
 use them, each with its own error type (``error``)."""
 from __future__ import annotations
 
+import json
 from dataclasses import fields
 from typing import Any, Mapping
+
+
+def read_json(error: type[Exception], path: str) -> Any:
+    """The JSON document at ``path``; ``error`` with "PATH: unreadable: ..." when it cannot be read or parsed."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise error(f"{path}: unreadable: {exc}") from None
 
 
 def json_object(error: type[Exception], data: Any, where: str) -> Mapping[str, Any]:

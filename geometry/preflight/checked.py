@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Optional
 
 from geometry.inputs import GeometryInputs
+from overlay.json_shape import read_json
 
 from .serve_flags import ServeFlags
 
@@ -139,9 +140,4 @@ def write(checked: CheckedServe, path: str) -> None:
 
 
 def load(path: str) -> CheckedServe:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise CheckedUnreadable(f"{path}: unreadable: {exc}") from None
-    return CheckedServe.from_json(data, path)
+    return CheckedServe.from_json(read_json(CheckedUnreadable, path), path)
