@@ -31,6 +31,7 @@ import json
 import os
 import sys
 
+from overlay.json_shape import read_json
 from overlay.manifest import OverlayManifest
 
 from . import inputs as inputs_mod, record as record_mod, table
@@ -45,12 +46,7 @@ def read_manifest(manifest_path: str) -> OverlayManifest | None:
     """The overlay manifest at ``manifest_path``; None if there is none (stock vLLM)."""
     if not os.path.exists(manifest_path):
         return None
-    try:
-        with open(manifest_path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"unreadable overlay manifest {manifest_path}: {exc}") from exc
-    return OverlayManifest.from_json(data, f"overlay manifest {manifest_path}")
+    return OverlayManifest.from_json(read_json(ValueError, manifest_path), f"overlay manifest {manifest_path}")
 
 
 def overlay_applied(manifest_path: str) -> tuple[bool, str]:
@@ -123,8 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--oracle-record needs --oracle")
 
     try:
-        with open(args.input, encoding="utf-8") as fh:
-            raw = json.load(fh)
+        raw = read_json(ValueError, args.input)
         inputs = inputs_mod.GeometryInputs.from_json(raw)
         note = None
         if args.behaviour == "auto":

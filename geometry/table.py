@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from .backends import CPU_FAMILY
 from .capacity import kv_token_capacity
 from .concurrency import Concurrency
 from .gate import Verdict
@@ -134,11 +135,15 @@ def concurrency_lines(c: Concurrency) -> list[str]:
     return out
 
 
+def _platform(family: int) -> str:
+    return "vLLM's CPU platform" if family == CPU_FAMILY else f"GPU family {family}"
+
+
 def render_text(report: GeometryReport, verdict: Verdict | None = None,
                 concurrency: Concurrency | None = None) -> str:
     lines = [
         f"KV geometry: {report.model_kind}, vLLM behaviour {report.behaviour}, "
-        f"GPU family {report.capability_family}, TP {report.tensor_parallel_size}, "
+        f"{_platform(report.capability_family)}, TP {report.tensor_parallel_size}, "
         f"num_speculative_tokens {report.num_speculative_tokens}",
         f"KV dtypes: target {report.target_kv_dtype}, drafter {report.drafter_kv_dtype}; "
         f"backends (layer order) {', '.join(report.backends)}; kernel block alignment "

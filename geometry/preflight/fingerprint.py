@@ -1,8 +1,8 @@
 """What one rank's start-time check saw, for the ranks of a multi-node group to compare (stdlib only).
 
 One typed definition: every rank computes its ``Fingerprint`` (check.py the checkpoints,
-the geometry and the flags; run.py the image), the leader offers its own, each worker
-fetches it (ranks.py) and refuses with ``first_difference``. The fields are in a fixed
+the geometry and the flags; run.py the image); each worker sends its own to the leader and
+gets the leader's back (ranks.py), and both refuse with ``first_difference``. The fields are in a fixed
 order, so the first one that differs is well defined; a mapping field differs at its first
 key (sorted) whose value differs, named ``field[key]``.
 """

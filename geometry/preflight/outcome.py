@@ -10,9 +10,9 @@ recipe and the argv say (revision, quantization, drafter precision, drafter
 wiring), 17 the geometry cannot be checked (a
 setup the simulator does not model, the simulator and the installed vLLM
 disagree, vLLM missing, the image's record of the build unreadable), 2 an
-unknown GLM53_PREFLIGHT mode. A worker of a multi-node group (ranks.py): 27 its
-fingerprint differs from its leader's, 28 the leader's fingerprint did not come
-within the timeout.
+unknown GLM53_PREFLIGHT mode. A multi-node group (ranks.py): 27 a worker's
+fingerprint differs from its leader's (both refuse), 28 the leader's fingerprint
+did not reach a worker within the timeout.
 """
 
 from __future__ import annotations

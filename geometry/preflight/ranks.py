@@ -1,14 +1,17 @@
 """The ranks of a multi-node group agree before vLLM starts (stdlib only).
 
 After its own check, every rank has a fingerprint (fingerprint.py) of what it is about to
-serve. The leader (node rank 0) offers its own over HTTP on ``--master-port`` +
-``PORT_OFFSET`` (``GLM53_FINGERPRINT_PORT`` overrides), on every interface, in the
-foreground: it answers until every worker rank has fetched it or the window
-(``GLM53_FINGERPRINT_TIMEOUT_S``) has passed, then closes the socket, so the port is free
-and nothing is left running when vLLM is exec'd. vLLM's own rendezvous waits for every
-rank anyway, so waiting for the workers here delays nothing. Each worker fetches it from
-``--master-addr`` (retrying until the same timeout) and refuses with the first field that
-differs from its own (exit 27); a leader that never answers is exit 28.
+serve. The leader (node rank 0) answers on ``--master-port`` + ``PORT_OFFSET``
+(``GLM53_FINGERPRINT_PORT`` overrides), on every interface, in the foreground: a worker
+POSTs its own fingerprint to ``/fingerprint?node_rank=R`` and gets the leader's back
+(a GET gets it without sending one). The leader answers until every worker rank has sent
+its own or the window (``GLM53_FINGERPRINT_TIMEOUT_S``) has passed, then closes the socket,
+so the port is free and nothing is left running when vLLM is exec'd. vLLM's own rendezvous
+waits for every rank anyway, so waiting for the workers here delays nothing. Both sides
+compare: a worker refuses with the first field that differs from its leader's, and the
+leader with the first field of the first worker that differs from its own (exit 27), so
+no rank is left waiting in vLLM's rendezvous for one that refused. A worker whose leader
+never answers is exit 28.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ DEFAULT_TIMEOUT_S = 600.0  # start the nodes within this of each other
 PATH = "/fingerprint"
 _RETRY_S = 0.2
 _ATTEMPT_S = 2.0
+_MAX_SENT = 1 << 20  # a fingerprint is a few KiB; a body above this is not one
 
 
 class BadSetting(ValueError):
@@ -84,30 +88,63 @@ def _ranks(ranks) -> str:
     return ", ".join(str(r) for r in ranks)
 
 
+def _worker_difference(leader: Fingerprint, sent: bytes, rank: int) -> Optional[str]:
+    """The leader's line on what worker ``rank`` sent (None: the same fingerprint)."""
+    try:
+        theirs = Fingerprint.from_json(json.loads(sent), f"node rank {rank}'s fingerprint")
+    except (ValueError, UnicodeDecodeError) as exc:
+        return str(exc) if isinstance(exc, FingerprintUnreadable) else f"node rank {rank} sent no JSON fingerprint"
+    diff = first_difference(leader, theirs)
+    if diff is None:
+        return None
+    return f"node rank {rank} differs from this leader at {diff.field}: leader {diff.here}, node rank {rank} {diff.there}"
+
+
 def offer(fingerprint: Fingerprint, launch: Launch, port: int, window_s: float,
           say: Callable[[str], None]) -> Outcome:
-    """The leader: answer ``GET /fingerprint?node_rank=R`` until every worker rank fetched it or the window ends."""
+    """The leader: answer ``/fingerprint?node_rank=R`` until every worker rank sent its own or the window ends."""
     body = fingerprint.to_bytes()
     waiting = set(range(1, launch.nnodes))
     fetched: set[int] = set()
+    sent_own: set[int] = set()
+    differences: dict[int, str] = {}
 
     class Handler(http.server.BaseHTTPRequestHandler):
         timeout = _ATTEMPT_S  # a client that opens and says nothing holds the leader no longer than this
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def _answer(self) -> Optional[int]:
+            """Send the leader's fingerprint; the worker rank asking (None: not one this leader waits for)."""
             url = urllib.parse.urlsplit(self.path)
             if url.path != PATH:
                 self.send_error(404)
-                return
-            rank = urllib.parse.parse_qs(url.query).get("node_rank", [""])[0]
+                return None
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(body)
-            if rank.isdigit() and int(rank) in waiting:
-                fetched.add(int(rank))
+            rank = urllib.parse.parse_qs(url.query).get("node_rank", [""])[0]
+            return int(rank) if rank.isdigit() and int(rank) in waiting else None
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            rank = self._answer()
+            if rank is not None:
+                fetched.add(rank)
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            length = self.headers.get("Content-Length", "")
+            if not length.isdigit() or int(length) > _MAX_SENT:
+                self.send_error(413 if length.isdigit() else 411)
+                return
+            sent = self.rfile.read(int(length))
+            rank = self._answer()
+            if rank is not None:
+                fetched.add(rank)
+                sent_own.add(rank)
+                line = _worker_difference(fingerprint, sent, rank)
+                if line is not None:
+                    differences[rank] = line
 
         def log_message(self, *args) -> None:  # the outcome lines say what happened
             pass
@@ -126,9 +163,16 @@ def offer(fingerprint: Fingerprint, launch: Launch, port: int, window_s: float,
             server.handle_request()
     finally:
         server.server_close()
+    if differences:
+        first = min(differences)
+        more = len(differences) - 1
+        return refused(EXIT_RANKS_DIFFER, differences[first] + (f" (and {more} more node rank(s))" if more else ""))
     if fetched == waiting:
+        unsent = waiting - sent_own
         return Outcome(PASSED, (f"{PREFIX} every worker (node rank(s) {_ranks(waiting)}) fetched the leader's "
-                                "fingerprint and compares it with its own",))
+                                "fingerprint" + (" and sent its own, the same" if not unsent else
+                                                 f"; node rank(s) {_ranks(unsent)} sent none (compared on their "
+                                                 "side only)"),))
     return Outcome(PASSED, (f"{PREFIX} notice: node rank(s) {_ranks(waiting - fetched)} did not fetch the leader's "
                             f"fingerprint within {window_s:g} s (a worker with GLM53_PREFLIGHT=off never does): "
                             "their ranks are not compared",))
@@ -143,9 +187,11 @@ class LeaderSilent(Exception):
     """The leader's fingerprint did not come within the timeout (the last error)."""
 
 
-def fetch(launch: Launch, port: int, timeout: float) -> bytes:
-    """A worker: the leader's answer, retried until ``timeout`` seconds have passed."""
-    url = _url(launch, port)
+def fetch(launch: Launch, port: int, timeout: float, mine: bytes) -> bytes:
+    """A worker: its own fingerprint ``mine`` sent, the leader's answer back, retried until ``timeout`` seconds."""
+    request = urllib.request.Request(_url(launch, port), data=mine, method="POST",
+                                     headers={"Content-Type": "application/json"})
+    url = request.full_url
     deadline = time.monotonic() + timeout
     last = "nothing tried"
     while True:
@@ -153,7 +199,7 @@ def fetch(launch: Launch, port: int, timeout: float) -> bytes:
         if remaining <= 0:
             raise LeaderSilent(last)
         try:
-            with urllib.request.urlopen(url, timeout=max(0.05, min(_ATTEMPT_S, remaining))) as response:
+            with urllib.request.urlopen(request, timeout=max(0.05, min(_ATTEMPT_S, remaining))) as response:
                 return response.read()
         except urllib.error.HTTPError as exc:  # something else answers on the port
             last = f"HTTP {exc.code} from {url}"
@@ -180,7 +226,7 @@ def compare(here: Fingerprint, answer: bytes, where: str, rank: int) -> Outcome:
 
 def agree(fingerprint: Optional[Fingerprint], launch: Launch, *, labels_path: str, overlay_manifest: Optional[str],
           environ: Mapping[str, str], say: Callable[[str], None]) -> Outcome:
-    """This rank's part: the leader offers its fingerprint, a worker fetches and compares."""
+    """This rank's part: the leader answers and compares what each worker sends; a worker sends and compares."""
     try:
         port, window = fingerprint_port(launch, environ), timeout_s(environ)
     except BadSetting as exc:
@@ -196,7 +242,7 @@ def agree(fingerprint: Optional[Fingerprint], launch: Launch, *, labels_path: st
         return offer(mine, launch, port, window, say)
     where = f"{launch.master_addr}:{port}"
     try:
-        answer = fetch(launch, port, window)
+        answer = fetch(launch, port, window, mine.to_bytes())
     except LeaderSilent as exc:
         return refused(EXIT_LEADER_SILENT, f"node rank {launch.node_rank}: the leader's fingerprint did not come "
                                            f"from {where} within {window:g} s (last: {exc}); is the leader started "

@@ -312,9 +312,9 @@ EXIT_CODES = {
          "other than the pinned revision, another quantization than target.quantization, drafter tensors not of "
          "drafter.precision, drafter target layers or hidden size the target lacks, num_speculative_tokens not "
          "the drafter block minus one"),
-    27: ("pre-flight, a worker of a multi-node group: its fingerprint (image labels and digest, overlay series, "
-         "checkpoint revisions and config sha256s, the checked geometry, the served flags) differs from its "
-         "leader's; the line names the first field that differs and both values"),
+    27: ("pre-flight, multi-node: a worker's fingerprint (image labels and digest, overlay series, checkpoint "
+         "revisions and config sha256s, the checked geometry, the served flags) differs from its leader's; the "
+         "worker and the leader both refuse, each line naming the first field that differs and both values"),
     28: ("pre-flight, multi-node: the leader's fingerprint did not reach a worker within GLM53_FINGERPRINT_TIMEOUT_S "
          "(the leader not started, not reachable on its fingerprint port, or started with GLM53_PREFLIGHT=off), "
          "or the leader cannot offer it on that port"),

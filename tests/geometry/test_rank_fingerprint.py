@@ -11,6 +11,7 @@ import json
 import socket
 import threading
 import time
+import urllib.request
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -216,13 +217,58 @@ def test_a_worker_with_the_leaders_fingerprint_passes_and_the_leader_stops_once_
 
 def test_a_worker_that_differs_is_refused_naming_the_field_and_both_values(tmp_path):
     port = free_port()
-    thread, _result, _said = leader_thread(FP, 2, port, 10, tmp_path)
+    thread, result, _said = leader_thread(FP, 2, port, 10, tmp_path)
     mine = replace(FP, drafter_revision="3" * 40)
     refused = worker(mine, port, tmp=tmp_path)
     thread.join(5)
     assert refused.code == outcome.EXIT_RANKS_DIFFER == 27
     assert refused.lines == (f"pre-flight: FAIL: node rank 1 differs from its leader (127.0.0.1:{port}) at "
                              f"drafter_revision: here {'3' * 40}, leader {'2' * 40}",)
+    # The leader refuses too: it does not go on into vLLM's rendezvous to wait for a rank that stopped.
+    assert not thread.is_alive() and result["out"].code == 27
+    assert result["out"].lines == ("pre-flight: FAIL: node rank 1 differs from this leader at drafter_revision: "
+                                   f"leader {'2' * 40}, node rank 1 {'3' * 40}",)
+
+
+def test_the_leader_names_the_first_differing_rank_of_several(tmp_path):
+    port = free_port()
+    thread, result, _said = leader_thread(FP, 4, port, 10, tmp_path)
+    assert worker(replace(FP, target_revision="4" * 40), port, 3, nnodes=4, tmp=tmp_path).code == 27
+    assert worker(FP, port, 1, nnodes=4, tmp=tmp_path).passed
+    assert worker(replace(FP, target_config_sha256="d" * 64), port, 2, nnodes=4, tmp=tmp_path).code == 27
+    thread.join(5)
+    assert result["out"].lines == ("pre-flight: FAIL: node rank 2 differs from this leader at target_config_sha256: "
+                                   f"leader {'a' * 64}, node rank 2 {'d' * 64} (and 1 more node rank(s))",)
+
+
+def listening(said: list[str]) -> None:
+    """Until the leader's thread has bound its port (it says so right after)."""
+    deadline = time.monotonic() + 5
+    while not said and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert said
+
+
+def test_what_a_worker_sends_that_is_no_fingerprint_refuses_the_leader(tmp_path):
+    port = free_port()
+    thread, result, said = leader_thread(FP, 2, port, 10, tmp_path)
+    listening(said)
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/fingerprint?node_rank=1", data=b"<html>",
+                                     method="POST")
+    with urllib.request.urlopen(request, timeout=5) as response:
+        assert Fingerprint.from_json(json.loads(response.read()), "answer").geometry == FP.geometry
+    thread.join(5)
+    assert result["out"].lines == ("pre-flight: FAIL: node rank 1 sent no JSON fingerprint",)
+
+
+def test_a_worker_that_only_fetches_is_compared_on_its_side_only(tmp_path):
+    port = free_port()
+    thread, result, said = leader_thread(FP, 2, port, 10, tmp_path)
+    listening(said)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/fingerprint?node_rank=1", timeout=5) as response:
+        assert Fingerprint.from_json(json.loads(response.read()), "answer").geometry == FP.geometry
+    thread.join(5)
+    assert result["out"].passed and "node rank(s) 1 sent none (compared on their side only)" in result["out"].lines[0]
 
 
 def test_a_leader_that_never_answers_is_a_timeout_line(tmp_path):

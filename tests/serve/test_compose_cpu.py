@@ -14,6 +14,7 @@ import yaml
 from compose_support import NO_REPORT
 from tiny_model import write_tiny_model
 
+from geometry.table import render_text
 from stackbuild.core.errors import ComposeOverrideError, RecipeError
 from stackbuild.core.gate import recipe_geometry
 from stackbuild.core.recipe import load_recipe
@@ -60,6 +61,7 @@ def test_the_gate_plans_the_cpu_platform():
     assert run.verdict.passed, run.verdict.reasons
     assert run.report.model_kind == "qwen3" and run.report.backends == ("CPU_ATTN",)
     assert run.report.with_drafter.prefix_cache.hit_alignment_tokens == 128
+    assert "vLLM's CPU platform, TP 1," in render_text(run.report, run.verdict)
 
 
 def test_the_compose_document_reserves_no_gpu_and_names_no_drafter():

@@ -19,6 +19,7 @@ import yaml
 from stackbuild.core.serve_args import serve_argv
 from stackbuild.serve.health import readiness_command
 from stackbuild.serve.k8s import ModelVolume, _expand, manifests, render
+from stackbuild.serve.compose import ImagePin
 from stackbuild.serve.k8s_validate import validate
 from stackbuild.core.errors import ManifestInvalid
 from stackbuild.core.gate import gate_input
@@ -29,6 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 MULTI = REPO / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml"
 SINGLE = REPO / "recipes" / "glm53-flash-dflash2-gb300" / "recipe.yaml"
 TWO_PLATFORMS = REPO / "recipes" / "glm53-flash-dflash2-sm100" / "recipe.yaml"
+CPU = REPO / "tests" / "recipes" / "cpu-tiny" / "recipe.yaml"
 IMAGE = "ghcr.io/someone/x:tag"
 
 
@@ -91,6 +93,16 @@ def test_deployment_for_one_machine():
     assert validate([deployment, service], "test")
 
 
+def test_a_cpu_recipe_asks_for_no_gpu():
+    """hardware.gpu: none: no nvidia.com/gpu request (a GPU-less node could never schedule the pod)."""
+    deployment, service = objects(CPU)
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "resources" not in container
+    assert validate([deployment, service], "test")
+    text = render(load_recipe(CPU), [deployment, service], ImagePin("ghcr.io/someone/x", "tag", None, ""))
+    assert "nvidia.com/gpu" not in text and "on a host without a GPU (vLLM's CPU platform)" in text
+
+
 def _api_key_env(container):
     entries = [e for e in container["env"] if e["name"] == "VLLM_API_KEY"]
     assert len(entries) <= 1 and all("value" not in e for e in entries)  # from a Secret, never a literal
@@ -134,8 +146,6 @@ def test_two_platforms_schedule_on_either_architecture():
 def test_rendered_manifests_have_no_anchors_or_aliases(recipe_path):
     """The objects share dicts (the labels in metadata and the pod template, the probes' port): each is
     written out where it is used, never as an anchor (&) and an alias (*)."""
-    from stackbuild.serve.compose import ImagePin
-
     recipe = load_recipe(recipe_path)
     objs = objects(recipe_path, image_pull_secrets=("ghcr-pull",))
     text = render(recipe, objs, ImagePin("ghcr.io/someone/x", "tag", None, ""))

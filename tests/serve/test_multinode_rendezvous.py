@@ -246,7 +246,8 @@ def test_same_image_and_checkpoints_agree_and_both_start_vllm(docker_engine, syn
     leader, worker = result["leader"], result["worker"]
     assert leader[0] == 0 and worker[0] == 0, result
     assert "pre-flight: ranks agree: node rank 1's fingerprint is its leader's" in worker[1], worker[1]
-    assert "every worker (node rank(s) 1) fetched the leader's fingerprint" in leader[1], leader[1]
+    assert "every worker (node rank(s) 1) fetched the leader's fingerprint and sent its own, the same" in leader[1], \
+        leader[1]
     for _code, log in result.values():
         assert STUB in log.splitlines()[-1]  # vLLM started last, after the agreement
 
@@ -276,7 +277,11 @@ def test_a_worker_that_differs_from_its_leader_is_refused_before_vllm_starts(doc
     assert STUB not in log  # refused before vLLM starts
     fail = [line for line in log.splitlines() if "FAIL" in line]
     assert len(fail) == 1 and "node rank 1 differs from its leader" in fail[0] and named in fail[0], log
-    assert result["leader"][0] == 0  # the leader's own check passed; the worker refused
+    # The leader refuses too (the worker sent it its fingerprint): it does not wait in vLLM's rendezvous.
+    leader_code, leader_log = result["leader"]
+    assert leader_code == EXIT_RANKS_DIFFER and STUB not in leader_log, leader_log
+    (leader_fail,) = [line for line in leader_log.splitlines() if "FAIL" in line]
+    assert "node rank 1 differs from this leader at" in leader_fail, leader_log
 
 
 def test_a_leader_that_never_answers_is_a_timeout_line(docker_engine, synthetic_base_amd64, role_files, payload,
