@@ -18,7 +18,9 @@ SCHEMA = "glm53-rank-fingerprint/1"
 # manifests set it from the image reference): a container cannot know its own image's digest.
 IMAGE_DIGEST_ENV = "GLM53_IMAGE_DIGEST"
 # Gate-input fields the fingerprint leaves out: the configs themselves (their sha256s are fields).
-_NOT_GEOMETRY = ("target_config", "drafter_config")
+# Not compared: the configs (their sha256s are), and the KV budget, each rank's own: it follows the
+# rank's GPU memory, each rank's check judged its own, and vLLM plans every rank with the smallest.
+_NOT_GEOMETRY = ("target_config", "drafter_config", "kv_cache_memory_bytes")
 _MAX_SHOWN = 96  # characters of one value in the refusal line
 
 
@@ -38,8 +40,8 @@ class Fingerprint:
     target_config_sha256: str
     drafter_revision: Optional[str]
     drafter_config_sha256: Optional[str]
-    # The geometry this start checked (the gate input without the configs, the KV budget this start
-    # has) and the served flags that decide it (ServeFlags).
+    # The geometry this start checked (the gate input without the configs and the KV budget) and the
+    # served flags that decide it (ServeFlags).
     geometry: Mapping[str, Any]
     served_flags: Mapping[str, Any]
 

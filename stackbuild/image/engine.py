@@ -40,7 +40,7 @@ from stackbuild.core.errors import (EngineError, EngineUnavailable, LockError, P
                      RegistryUnavailable, StackBuildError)
 from stackbuild.core.build_report import BuildEngine
 from stackbuild.core.reference import DOCKER_HUB, ImageReference
-from stackbuild.image.engine_api import BuildOutcome, Event, EventSink, ImageInfo
+from stackbuild.image.engine_api import BuildOutcome, Event, EventSink, ImageInfo, run_settings
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 # How long to wait for the daemon to answer a plain request (streams have no limit).
@@ -413,10 +413,11 @@ def _image_info(inspected: dict) -> ImageInfo:
     ``Id`` is the store's name for the image (the config digest in the classic
     store, the manifest or index digest in containerd's): kept as the id only.
     """
-    labels = (inspected.get("Config") or {}).get("Labels") or {}
+    config = inspected.get("Config") or {}
     layers = (inspected.get("RootFS") or {}).get("Layers") or ()
     return ImageInfo(id=inspected["Id"], os=inspected.get("Os") or "", architecture=inspected.get("Architecture") or "",
-                     labels=MappingProxyType(dict(labels)), layers=tuple(layers))
+                     labels=MappingProxyType(dict(config.get("Labels") or {})), layers=tuple(layers),
+                     run=run_settings(config))
 
 
 CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"

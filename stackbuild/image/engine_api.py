@@ -17,14 +17,27 @@ image is a local one is decided by content (:meth:`ImageInfo.same_content`).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Callable, Mapping, Optional, Protocol
+from typing import Any, Callable, Mapping, Optional, Protocol
 
 from stackbuild.core.build_report import BuildEngine
 from stackbuild.core.reference import ImageReference
 
 Event = dict
 EventSink = Callable[[Event], None]
+
+
+# What a container of the image starts with, as its config holds it (``config`` of an OCI image config,
+# ``Config`` of the engine's inspect data): an image is its layers, its labels and these.
+RUN_SETTINGS = ("Entrypoint", "Cmd", "Env", "WorkingDir", "User", "ExposedPorts", "Volumes", "StopSignal")
+
+
+def run_settings(config: Optional[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """``config``'s run settings as (key, JSON) pairs in RUN_SETTINGS' order; a key absent, null or empty is
+    left out (an engine and a registry spell "none" either way)."""
+    config = config or {}
+    return tuple((key, json.dumps(config[key], sort_keys=True)) for key in RUN_SETTINGS if config.get(key))
 
 
 @dataclass(frozen=True)
@@ -37,20 +50,22 @@ class ImageInfo:
     architecture: str
     labels: Mapping[str, str]
     layers: tuple[str, ...] = ()  # the filesystem layers' diff ids, bottom first (``rootfs.diff_ids``)
+    run: tuple[tuple[str, str], ...] = ()  # :func:`run_settings` of its config
 
     @property
     def platform(self) -> str:
         return f"{self.os}/{self.architecture}"
 
     def same_content(self, other: "ImageInfo") -> bool:
-        """Whether ``other`` is this image by what it holds (platform, layers, labels), whatever each side calls it.
+        """Whether ``other`` is this image by what it holds (platform, layers, labels, run settings), whatever
+        each side calls it.
 
         A local image and a registry's config blob describe the same image when
         they agree on these; the ids are not compared (an engine's id need not be
         the config's digest). Unknown layers on either side are never the same.
         """
         return (bool(self.layers) and self.layers == other.layers and self.platform == other.platform
-                and dict(self.labels) == dict(other.labels))
+                and dict(self.labels) == dict(other.labels) and self.run == other.run)
 
 
 @dataclass(frozen=True)

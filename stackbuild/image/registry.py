@@ -28,7 +28,7 @@ import requests
 
 from geometry.errors import one_line
 from stackbuild.image.engine import MANIFEST_ACCEPT, RegistryTransient, classify_registry_error, registry_retry, unreachable
-from stackbuild.image.engine_api import ContainerEngine, EventSink, ImageInfo
+from stackbuild.image.engine_api import ContainerEngine, EventSink, ImageInfo, run_settings
 from stackbuild.image.progress import Progress
 from stackbuild.core.errors import PushError, RegistryAuthError, RegistryUnavailable
 from stackbuild.core.reference import ImageReference
@@ -59,12 +59,13 @@ class Manifest:
 
 
 def image_info_of_config(digest: str, config: dict) -> ImageInfo:
-    """An OCI image config document (``os``, ``architecture``, ``config.Labels``, ``rootfs.diff_ids``) as an
+    """An OCI image config document (``os``, ``architecture``, ``config``, ``rootfs.diff_ids``) as an
     :class:`ImageInfo` whose id is the config's digest."""
-    labels = (config.get("config") or {}).get("Labels") or {}
+    settings = config.get("config") or {}
     layers = (config.get("rootfs") or {}).get("diff_ids") or ()
     return ImageInfo(id=digest, os=str(config.get("os") or ""), architecture=str(config.get("architecture") or ""),
-                     labels=MappingProxyType(dict(labels)), layers=tuple(str(layer) for layer in layers))
+                     labels=MappingProxyType(dict(settings.get("Labels") or {})),
+                     layers=tuple(str(layer) for layer in layers), run=run_settings(settings))
 
 
 class _OrasRegistry(oras.provider.Registry):

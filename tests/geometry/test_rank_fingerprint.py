@@ -139,6 +139,8 @@ def test_the_check_fingerprints_the_mounted_commits_configs_geometry_and_flags(t
     assert cache.drafter_config_sha256 == CHECKED.drafter.config_sha256
     assert cache.geometry["tensor_parallel_size"] == RECIPE.serving.tensor_parallel_size
     assert "target_config" not in cache.geometry
+    # Each rank's KV budget is its own (its GPU's memory; vLLM plans with the smallest): not compared.
+    assert "kv_cache_memory_bytes" not in cache.geometry
     assert cache.served_flags["max_model_len"] == RECIPE.serving.max_model_len
     assert cache.image_labels is None  # the image's part is run.py's
     # The leader's and the worker's argv differ only in launch flags: the same fingerprint.

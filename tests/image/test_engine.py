@@ -213,14 +213,27 @@ def test_a_local_image_and_a_registry_config_are_the_same_by_content_not_by_id()
     from stackbuild.image.engine_api import ImageInfo
     from stackbuild.image.registry import image_info_of_config
 
-    config = {"os": "linux", "architecture": "amd64", "config": {"Labels": {"a": "1"}},
+    from stackbuild.image.engine import _image_info
+
+    entrypoint = ["python3", "/opt/glm53/preflight.py"]
+    env = ["PATH=/usr/bin", "GLM53_OVERLAY_STRICT=1"]
+    config = {"os": "linux", "architecture": "amd64",
+              "config": {"Labels": {"a": "1"}, "Entrypoint": entrypoint, "Env": env, "Cmd": None},
               "rootfs": {"type": "layers", "diff_ids": ["sha256:" + "1" * 64, "sha256:" + "2" * 64]}}
     remote = image_info_of_config("sha256:" + "c" * 64, config)
-    # What the containerd image store calls it: the manifest's digest, not the config's.
-    local = ImageInfo("sha256:" + "a" * 64, "linux", "amd64", MappingProxyType({"a": "1"}),
-                      ("sha256:" + "1" * 64, "sha256:" + "2" * 64))
+    # What the containerd image store calls it: the manifest's digest, not the config's. The engine's
+    # inspect data spells an unset setting as empty where the config leaves it out.
+    local = _image_info({"Id": "sha256:" + "a" * 64, "Os": "linux", "Architecture": "amd64",
+                         "Config": {"Labels": {"a": "1"}, "Entrypoint": entrypoint, "Env": env, "WorkingDir": "",
+                                    "Volumes": None},
+                         "RootFS": {"Type": "layers", "Layers": ["sha256:" + "1" * 64, "sha256:" + "2" * 64]}})
     assert local.same_content(remote) and remote.same_content(local)
     from dataclasses import replace
+    # The same layers and labels, started another way: another image.
+    other_env = image_info_of_config(remote.id, {**config, "config": {**config["config"], "Env": env[:1]}})
+    assert not local.same_content(other_env)
+    other_entrypoint = image_info_of_config(remote.id, {**config, "config": {**config["config"], "Entrypoint": ["sh"]}})
+    assert not local.same_content(other_entrypoint)
     assert not replace(local, labels=MappingProxyType({"a": "2"})).same_content(remote)
     assert not replace(local, layers=local.layers[:1]).same_content(remote)
     assert not replace(local, architecture="arm64").same_content(remote)
