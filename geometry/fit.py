@@ -14,6 +14,10 @@ What is searched (the rest of the gate input stays as given):
 * ``num_speculative_tokens``: the recipe's; only when nothing passes with it,
   every other value within the drafter's block (1 .. block - 1).
 
+``keep`` names recipe keys (``SEARCHED``) held at the recipe's value: a serving
+choice the user will not trade (prefix caching, the drafter's KV precision) or a
+value fixed elsewhere.
+
 Requests of max_model_len tokens fall as the block grows (the fixed state
 blocks a request holds grow with it), so each combination's scan of larger
 blocks stops after PATIENCE blocks in a row that hold fewer than the best
@@ -33,6 +37,7 @@ from typing import Any, Callable
 
 from .capacity import kv_token_capacity
 from .concurrency import max_model_len_of, requests_at_once
+from .fit_keys import KEEPABLE, SEARCHED
 from .gate import Verdict
 from .gate_run import run_gate
 from .inputs import GeometryInputs
@@ -55,6 +60,7 @@ class Setting:
     drafter_kv_cache_dtype: str | None
     enable_prefix_caching: bool
     num_speculative_tokens: int
+
 
 
 @dataclass(frozen=True)
@@ -94,10 +100,7 @@ def _apply(inputs: GeometryInputs, s: Setting) -> GeometryInputs:
 
 def _changes(recipe: Setting, s: Setting) -> tuple:
     out = []
-    for key, name in (("serving.block_size", "block_size"),
-                      ("serving.drafter_kv_cache_dtype", "drafter_kv_cache_dtype"),
-                      ("serving.enable_prefix_caching", "enable_prefix_caching"),
-                      ("serving.num_speculative_tokens", "num_speculative_tokens")):
+    for key, name in SEARCHED:
         if getattr(recipe, name) != getattr(s, name):
             out.append((key, getattr(recipe, name), getattr(s, name)))
     return tuple(out)
@@ -142,21 +145,31 @@ def _blocks_for(report: GeometryReport | None, behaviour: str) -> list[int]:
     return [b for b in range(b0 + step, last + 1, step)]
 
 
-def search(inputs: GeometryInputs, gate: Callable = gate_verdict) -> FitResult:
-    """The passing settings for ``inputs``, best first (see the module docstring)."""
+def search(inputs: GeometryInputs, gate: Callable = gate_verdict, keep: frozenset[str] = frozenset()) -> FitResult:
+    """The passing settings for ``inputs``, best first, ``keep``'s keys at the recipe's values (see the
+    module docstring)."""
+    unknown = sorted(set(keep) - set(KEEPABLE))
+    if unknown:
+        raise ValueError(f"keep: {unknown[0]!r} is not one of {', '.join(KEEPABLE)}")
     recipe = Setting(inputs.block_size, inputs.drafter_kv_cache_dtype, inputs.enable_prefix_caching,
                      inputs.num_speculative_tokens)
     own, _ = _candidate(inputs, recipe, recipe, gate)
     seen = {recipe: own}
     reports: dict[Setting, GeometryReport | None] = {}
-    dtypes = DRAFTER_KV_DTYPES if inputs.has_drafter else (inputs.drafter_kv_cache_dtype,)
+    keep_block = "serving.block_size" in keep
+    dtypes = (DRAFTER_KV_DTYPES if inputs.has_drafter and "serving.drafter_kv_cache_dtype" not in keep
+              else (inputs.drafter_kv_cache_dtype,))
+    prefixes = ((inputs.enable_prefix_caching,) if "serving.enable_prefix_caching" in keep
+                else (inputs.enable_prefix_caching, not inputs.enable_prefix_caching))
 
     def run(num_spec: int) -> None:
         for dtype in dtypes:
-            for prefix in (inputs.enable_prefix_caching, not inputs.enable_prefix_caching):
-                auto = Setting(None, dtype, prefix, num_spec)
+            for prefix in prefixes:
+                auto = Setting(inputs.block_size if keep_block else None, dtype, prefix, num_spec)
                 if auto not in reports:
                     seen[auto], reports[auto] = _candidate(inputs, recipe, auto, gate)
+                if keep_block:
+                    continue
                 below = 0
                 for b in _blocks_for(reports[auto], inputs.vllm_behaviour):
                     s = Setting(b, dtype, prefix, num_spec)
@@ -172,7 +185,8 @@ def search(inputs: GeometryInputs, gate: Callable = gate_verdict) -> FitResult:
     run(inputs.num_speculative_tokens)
     spec_searched = f"num_speculative_tokens {inputs.num_speculative_tokens}"
     block = _drafter_block(inputs)
-    if not any(c.passed for c in seen.values()) and block and block > 2:
+    if (not any(c.passed for c in seen.values()) and block and block > 2
+            and "serving.num_speculative_tokens" not in keep):
         for n in range(1, block):
             if n != inputs.num_speculative_tokens:
                 run(n)
@@ -180,8 +194,12 @@ def search(inputs: GeometryInputs, gate: Callable = gate_verdict) -> FitResult:
     ranked = sorted((c for c in seen.values() if c.passed),
                     key=lambda c: (-_key(c)[0], -_key(c)[1], len(c.changes),
                                    -c.setting.num_speculative_tokens))
-    searched = (f"block_size vLLM's own and up to {BLOCK_RANGE} x its hybrid block, drafter KV "
-                f"{'/'.join(d for d in dtypes if d)}, prefix caching on/off, {spec_searched}")
+    blocks = (f"block_size {f'{inputs.block_size:,}' if inputs.block_size else 'vLLM' + chr(39) + 's own'} "
+              "(the recipe's)" if keep_block else f"block_size vLLM's own and up to {BLOCK_RANGE} x its hybrid block")
+    prefix_searched = ("prefix caching on/off" if len(prefixes) == 2
+                       else f"prefix caching {'on' if inputs.enable_prefix_caching else 'off'}")
+    searched = (f"{blocks}, drafter KV {'/'.join(d for d in dtypes if d)}, {prefix_searched}, {spec_searched}"
+                + (f" (kept: {', '.join(k for k in KEEPABLE if k in keep)})" if keep else ""))
     why = None
     if not ranked:
         why = _why_none(inputs, reports, own, len(seen), searched)

@@ -25,6 +25,7 @@ from pathlib import Path
 import click
 
 from geometry.errors import one_line
+from geometry.fit_keys import KEEPABLE
 from stackbuild.core.errors import InternalError, StackBuildError
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 
@@ -295,7 +296,10 @@ def geometry(recipe_path, as_json, stock, contexts):
 @recipe_option
 @json_option
 @click.option("--stock", is_flag=True, help="Model stock vLLM 0.33.0 (no overlay) instead of the patched tree.")
-def fit(recipe_path, as_json, stock):
+@click.option("--keep", "keep", multiple=True, type=click.Choice(KEEPABLE),
+              help="Hold this recipe key at the recipe's value (repeatable), e.g. serving.enable_prefix_caching "
+                   "to see only settings that keep prefix-cache hits.")
+def fit(recipe_path, as_json, stock, keep):
     """Search block size, drafter KV dtype, prefix caching and num_speculative_tokens for settings that
     pass the geometry gate; print the best few and the recipe lines to change.
 
@@ -308,7 +312,7 @@ def fit(recipe_path, as_json, stock):
 
     recipe = load_recipe(recipe_path)
     try:
-        result = search(gate_input(recipe, vllm_behaviour="stock" if stock else "overlay"))
+        result = search(gate_input(recipe, vllm_behaviour="stock" if stock else "overlay"), keep=frozenset(keep))
     except BadInput as exc:
         raise RecipeError(recipe.path, "", f"the geometry gate does not model this recipe: {exc}") from None
     if as_json:

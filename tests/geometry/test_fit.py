@@ -83,6 +83,31 @@ def test_a_drafter_no_setting_fits_says_why_in_one_line(tmp_path):
     assert len(run.stderr.splitlines()) == 1 and "no setting passes: the drafter's 6,944" in run.stderr
 
 
+def test_kept_keys_stay_at_the_recipes_values():
+    """--keep: the choices a user will not trade are never suggested away, and the search says so."""
+    full = search(_inputs(DEFAULT))
+    assert any(("serving.enable_prefix_caching", True, False) in c.changes for c in full.ranked)
+    kept = search(_inputs(DEFAULT), keep=frozenset({"serving.enable_prefix_caching"}))
+    assert kept.ranked and all(c.setting.enable_prefix_caching for c in kept.ranked)
+    assert kept.evaluated < full.evaluated and "prefix caching on," in kept.searched
+    assert kept.searched.endswith("(kept: serving.enable_prefix_caching)")
+    # Every passing setting of the kept search is one the full search found, ranked the same way.
+    assert [c.setting for c in kept.ranked] == [c.setting for c in full.ranked if c.setting.enable_prefix_caching]
+    both = search(_inputs(DEFAULT), keep=frozenset({"serving.block_size", "serving.drafter_kv_cache_dtype"}))
+    assert {(c.setting.block_size, c.setting.drafter_kv_cache_dtype) for c in both.ranked} == {(None, "auto")}
+    with pytest.raises(ValueError, match="^keep: 'serving.port' is not one of serving.block_size, "):
+        search(_inputs(DEFAULT), keep=frozenset({"serving.port"}))
+
+
+def test_fit_keep_on_the_command_line():
+    run = _build("fit", "--recipe", DEFAULT, "--keep", "serving.enable_prefix_caching", "--json")
+    assert run.returncode == 0, run.stderr
+    data = json.loads(run.stdout)
+    assert data["suggestions"] and all(s["setting"]["enable_prefix_caching"] for s in data["suggestions"])
+    bad = _build("fit", "--recipe", DEFAULT, "--keep", "serving.port")
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1 and "--keep" in bad.stderr
+
+
 _REPLAN = r"""
 import json, sys
 from geometry.gate import judge
@@ -105,15 +130,16 @@ def test_every_suggestion_passes_when_vllm_plans_it(tmp_path):
     done = run_apply("--site-packages", site)
     assert done.returncode == 0, done.stderr
     cases = [_inputs(DEFAULT), _inputs(GB10, block_size=None),
-             _inputs(DEFAULT, drafter_config=misfit_drafter())]
-    suggested = [search(inputs) for inputs in cases]
+             _inputs(DEFAULT, drafter_config=misfit_drafter()), _inputs(DEFAULT)]
+    keep = [frozenset(), frozenset(), frozenset(), frozenset({"serving.enable_prefix_caching"})]
+    suggested = [search(inputs, keep=kept) for inputs, kept in zip(cases, keep)]
     data = [inputs.replace(block_size=c.setting.block_size,
                            drafter_kv_cache_dtype=c.setting.drafter_kv_cache_dtype,
                            enable_prefix_caching=c.setting.enable_prefix_caching,
                            mamba_cache_mode="align" if c.setting.enable_prefix_caching else "none",
                            num_speculative_tokens=c.setting.num_speculative_tokens).to_json()
             for inputs, result in zip(cases, suggested) for c in result.ranked[:3]]
-    assert len(data) >= 7
+    assert len(data) >= 10
     env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", PYTHONDONTWRITEBYTECODE="1",
                PYTHONPATH=os.pathsep.join([str(site), str(C.ROOT)]))
     run = subprocess.run([oracle_python(), "-c", _REPLAN], input=json.dumps(data), cwd=C.ROOT,

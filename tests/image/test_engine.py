@@ -210,10 +210,8 @@ def test_the_engine_says_its_version_api_storage_driver_and_image_store():
 def test_a_local_image_and_a_registry_config_are_the_same_by_content_not_by_id():
     from types import MappingProxyType
 
-    from stackbuild.image.engine_api import ImageInfo
-    from stackbuild.image.registry import image_info_of_config
-
     from stackbuild.image.engine import _image_info
+    from stackbuild.image.registry import image_info_of_config
 
     entrypoint = ["python3", "/opt/glm53/preflight.py"]
     env = ["PATH=/usr/bin", "GLM53_OVERLAY_STRICT=1"]
