@@ -13,14 +13,16 @@ import json
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping, Optional
 
-SCHEMA = "glm53-rank-fingerprint/1"
+SCHEMA = "glm53-rank-fingerprint/2"
 # The image's digest when the deployment pins it (the generated compose files and Kubernetes
 # manifests set it from the image reference): a container cannot know its own image's digest.
 IMAGE_DIGEST_ENV = "GLM53_IMAGE_DIGEST"
 # Gate-input fields the fingerprint leaves out: the configs themselves (their sha256s are fields).
-# Not compared: the configs (their sha256s are), and the KV budget, each rank's own: it follows the
-# rank's GPU memory, each rank's check judged its own, and vLLM plans every rank with the smallest.
+# Not in ``geometry``: the configs (their sha256s are), and the KV budget, a field of its own.
 _NOT_GEOMETRY = ("target_config", "drafter_config", "kv_cache_memory_bytes")
+# Sent, not compared: each rank's KV budget follows its GPU's memory, each rank's check judged its
+# own, and vLLM plans every rank with the smallest (the leader says which that is).
+NOT_COMPARED = ("kv_cache_memory_bytes",)
 _MAX_SHOWN = 96  # characters of one value in the refusal line
 
 
@@ -44,6 +46,7 @@ class Fingerprint:
     # served flags that decide it (ServeFlags).
     geometry: Mapping[str, Any]
     served_flags: Mapping[str, Any]
+    kv_cache_memory_bytes: Optional[int] = None  # this rank's KV budget at start (NOT_COMPARED)
 
     def with_image(self, labels: Optional[Mapping[str, str]], digest: Optional[str],
                    series_sha256: Optional[str]) -> "Fingerprint":
@@ -85,6 +88,9 @@ class Fingerprint:
                 raise FingerprintUnreadable(f"{where}: {name}: not a string")
         if data["target_config_sha256"] is None:
             raise FingerprintUnreadable(f"{where}: target_config_sha256: not a string")
+        budget = data["kv_cache_memory_bytes"]
+        if budget is not None and (type(budget) is not int or budget < 0):
+            raise FingerprintUnreadable(f"{where}: kv_cache_memory_bytes: not a number of bytes")
         return cls(**{n: dict(data[n]) if isinstance(data[n], Mapping) else data[n] for n in names})
 
 
@@ -96,7 +102,8 @@ def of_check(*, target_revision: Optional[str], target_config_sha256: str, draft
     return Fingerprint(image_labels=None, image_digest=None, series_sha256=None,
                        target_revision=target_revision, target_config_sha256=target_config_sha256,
                        drafter_revision=drafter_revision, drafter_config_sha256=drafter_config_sha256,
-                       geometry=json.loads(json.dumps(gate)), served_flags=json.loads(json.dumps(flags.to_json())))
+                       geometry=json.loads(json.dumps(gate)), served_flags=json.loads(json.dumps(flags.to_json())),
+                       kv_cache_memory_bytes=geometry.kv_cache_memory_bytes)
 
 
 @dataclass(frozen=True)
@@ -121,8 +128,10 @@ def _shown(value: Any) -> str:
 
 
 def first_difference(here: Fingerprint, there: Fingerprint) -> Optional[Difference]:
-    """The first field (in the definition's order) whose values differ; None when they are the same."""
+    """The first compared field (in the definition's order) whose values differ; None when they are the same."""
     for f in fields(Fingerprint):
+        if f.name in NOT_COMPARED:
+            continue
         a, b = getattr(here, f.name), getattr(there, f.name)
         if a == b:
             continue

@@ -88,16 +88,31 @@ def _ranks(ranks) -> str:
     return ", ".join(str(r) for r in ranks)
 
 
-def _worker_difference(leader: Fingerprint, sent: bytes, rank: int) -> Optional[str]:
-    """The leader's line on what worker ``rank`` sent (None: the same fingerprint)."""
+def _worker_fingerprint(sent: bytes, rank: int) -> Fingerprint:
     try:
-        theirs = Fingerprint.from_json(json.loads(sent), f"node rank {rank}'s fingerprint")
+        return Fingerprint.from_json(json.loads(sent), f"node rank {rank}'s fingerprint")
     except (ValueError, UnicodeDecodeError) as exc:
-        return str(exc) if isinstance(exc, FingerprintUnreadable) else f"node rank {rank} sent no JSON fingerprint"
-    diff = first_difference(leader, theirs)
-    if diff is None:
+        if isinstance(exc, FingerprintUnreadable):
+            raise
+        raise FingerprintUnreadable(f"node rank {rank} sent no JSON fingerprint") from None
+
+
+def _gib(value: int) -> str:
+    return f"{value / 2**30:.2f} GiB"
+
+
+def kv_pool_line(leader: Optional[int], workers: Mapping[int, Optional[int]]) -> Optional[str]:
+    """What vLLM will plan every rank with: the smallest KV budget of the group's ranks (None: none known)."""
+    budgets = {rank: b for rank, b in {0: leader, **workers}.items() if b is not None}
+    if not budgets:
         return None
-    return f"node rank {rank} differs from this leader at {diff.field}: leader {diff.here}, node rank {rank} {diff.there}"
+    smallest = min(budgets.values())
+    if len(set(budgets.values())) == 1:
+        return f"{PREFIX} KV budget: {_gib(smallest)} on every rank that sent one (node rank(s) {_ranks(budgets)})"
+    rank = min(r for r, b in budgets.items() if b == smallest)
+    here = f"; this rank has {_gib(leader)}" if leader is not None else ""
+    return (f"{PREFIX} KV budget: the ranks' differ; vLLM plans every rank with the smallest, "
+            f"{_gib(smallest)} ({smallest:,} B, node rank {rank}){here}")
 
 
 def offer(fingerprint: Fingerprint, launch: Launch, port: int, window_s: float,
@@ -108,6 +123,7 @@ def offer(fingerprint: Fingerprint, launch: Launch, port: int, window_s: float,
     fetched: set[int] = set()
     sent_own: set[int] = set()
     differences: dict[int, str] = {}
+    budgets: dict[int, Optional[int]] = {}
 
     class Handler(http.server.BaseHTTPRequestHandler):
         timeout = _ATTEMPT_S  # a client that opens and says nothing holds the leader no longer than this
@@ -139,12 +155,20 @@ def offer(fingerprint: Fingerprint, launch: Launch, port: int, window_s: float,
                 return
             sent = self.rfile.read(int(length))
             rank = self._answer()
-            if rank is not None:
-                fetched.add(rank)
-                sent_own.add(rank)
-                line = _worker_difference(fingerprint, sent, rank)
-                if line is not None:
-                    differences[rank] = line
+            if rank is None:
+                return
+            fetched.add(rank)
+            sent_own.add(rank)
+            try:
+                theirs = _worker_fingerprint(sent, rank)
+            except FingerprintUnreadable as exc:
+                differences[rank] = str(exc)
+                return
+            budgets[rank] = theirs.kv_cache_memory_bytes
+            diff = first_difference(fingerprint, theirs)
+            if diff is not None:
+                differences[rank] = (f"node rank {rank} differs from this leader at {diff.field}: "
+                                     f"leader {diff.here}, node rank {rank} {diff.there}")
 
         def log_message(self, *args) -> None:  # the outcome lines say what happened
             pass
@@ -167,15 +191,17 @@ def offer(fingerprint: Fingerprint, launch: Launch, port: int, window_s: float,
         first = min(differences)
         more = len(differences) - 1
         return refused(EXIT_RANKS_DIFFER, differences[first] + (f" (and {more} more node rank(s))" if more else ""))
+    pool = kv_pool_line(fingerprint.kv_cache_memory_bytes, budgets)
+    details = (pool,) if pool is not None else ()
     if fetched == waiting:
         unsent = waiting - sent_own
         return Outcome(PASSED, (f"{PREFIX} every worker (node rank(s) {_ranks(waiting)}) fetched the leader's "
                                 "fingerprint" + (" and sent its own, the same" if not unsent else
                                                  f"; node rank(s) {_ranks(unsent)} sent none (compared on their "
-                                                 "side only)"),))
+                                                 "side only)"), *details))
     return Outcome(PASSED, (f"{PREFIX} notice: node rank(s) {_ranks(waiting - fetched)} did not fetch the leader's "
                             f"fingerprint within {window_s:g} s (a worker with GLM53_PREFLIGHT=off never does): "
-                            "their ranks are not compared",))
+                            "their ranks are not compared", *details))
 
 
 def _url(launch: Launch, port: int) -> str:

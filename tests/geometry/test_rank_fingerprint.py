@@ -20,9 +20,9 @@ from hypothesis import given, settings, strategies as st
 
 from geometry.preflight import outcome
 from geometry.preflight.check import check
-from geometry.preflight.fingerprint import (Fingerprint, FingerprintUnreadable, SCHEMA, first_difference)
+from geometry.preflight.fingerprint import NOT_COMPARED, SCHEMA, Fingerprint, FingerprintUnreadable, first_difference
 from geometry.preflight.launch import DEFAULT_MASTER_PORT, Launch, LaunchUnreadable, launch_of
-from geometry.preflight.ranks import PORT_ENV, TIMEOUT_ENV, agree, compare, offer
+from geometry.preflight.ranks import PORT_ENV, TIMEOUT_ENV, agree, compare, kv_pool_line, offer
 from stackbuild.core.gate import gate_input
 from stackbuild.core.preflight_record import checked_serve
 from stackbuild.core.recipe import load_recipe
@@ -33,7 +33,7 @@ from models_support import COMMIT, cache_models_dir, models_dir
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = load_recipe(REPO / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml")
 CHECKED = checked_serve(RECIPE, gate_input(RECIPE))
-NAMES = [f.name for f in fields(Fingerprint)]
+NAMES = [f.name for f in fields(Fingerprint) if f.name not in NOT_COMPARED]
 MAPPINGS = ("image_labels", "geometry", "served_flags")
 
 # --- the diff ------------------------------------------------------------------------------
@@ -46,7 +46,8 @@ fingerprints = st.builds(
     Fingerprint, image_labels=st.one_of(st.none(), text_maps), image_digest=st.one_of(st.none(), hexes),
     series_sha256=st.one_of(st.none(), hexes), target_revision=st.one_of(st.none(), hexes),
     target_config_sha256=hexes, drafter_revision=st.one_of(st.none(), hexes),
-    drafter_config_sha256=st.one_of(st.none(), hexes), geometry=value_maps, served_flags=value_maps)
+    drafter_config_sha256=st.one_of(st.none(), hexes), geometry=value_maps, served_flags=value_maps,
+    kv_cache_memory_bytes=st.one_of(st.none(), st.integers(0, 2**50)))
 
 
 def changed(fp: Fingerprint, name: str, data) -> tuple[Fingerprint, str]:
@@ -87,6 +88,25 @@ def test_of_several_fields_changed_the_first_in_the_definitions_order_is_named(f
 
 
 @settings(max_examples=100, deadline=None)
+@given(fp=fingerprints, budget=st.one_of(st.none(), st.integers(0, 2**50)))
+def test_the_kv_budget_is_sent_but_never_a_difference(fp, budget):
+    """Each rank's KV budget follows its GPU's memory; vLLM plans every rank with the smallest."""
+    other = replace(fp, kv_cache_memory_bytes=budget)
+    assert first_difference(fp, other) is None
+    assert Fingerprint.from_json(json.loads(other.to_bytes())).kv_cache_memory_bytes == budget
+
+
+def test_the_leader_says_which_ranks_budget_vllm_plans_with():
+    gib = 2**30
+    assert kv_pool_line(40 * gib, {1: 40 * gib}) == ("pre-flight: KV budget: 40.00 GiB on every rank that sent one "
+                                                    "(node rank(s) 0, 1)")
+    assert kv_pool_line(40 * gib, {1: 38 * gib, 2: 39 * gib, 3: None}) == (
+        "pre-flight: KV budget: the ranks' differ; vLLM plans every rank with the smallest, 38.00 GiB "
+        f"({38 * gib:,} B, node rank 1); this rank has 40.00 GiB")
+    assert kv_pool_line(None, {1: None}) is None
+
+
+@settings(max_examples=100, deadline=None)
 @given(fp=fingerprints)
 def test_it_survives_the_wire(fp):
     assert Fingerprint.from_json(json.loads(fp.to_bytes())) == fp
@@ -107,6 +127,9 @@ def test_the_line_shows_both_values():
     (lambda d: d.update(image_labels={"a": 1}), "image_labels: not an object of strings"),
     (lambda d: d.update(drafter_revision=7), "drafter_revision: not a string"),
     (lambda d: d.update(served_flags=[]), "served_flags: not a JSON object"),
+    (lambda d: d.update(kv_cache_memory_bytes=-1), "kv_cache_memory_bytes: not a number of bytes"),
+    (lambda d: d.update(kv_cache_memory_bytes=True), "kv_cache_memory_bytes: not a number of bytes"),
+    (lambda d: d.pop("kv_cache_memory_bytes"), "missing key 'kv_cache_memory_bytes'"),
 ])
 def test_a_fingerprint_of_another_shape_is_named(edit, named):
     data = Fingerprint(None, None, None, None, "a" * 64, None, None, {}, {}).to_json()
@@ -141,6 +164,7 @@ def test_the_check_fingerprints_the_mounted_commits_configs_geometry_and_flags(t
     assert "target_config" not in cache.geometry
     # Each rank's KV budget is its own (its GPU's memory; vLLM plans with the smallest): not compared.
     assert "kv_cache_memory_bytes" not in cache.geometry
+    assert cache.kv_cache_memory_bytes == RECIPE.geometry.kv_cache_memory_gib * 2**30  # no GPU here: the recipe's
     assert cache.served_flags["max_model_len"] == RECIPE.serving.max_model_len
     assert cache.image_labels is None  # the image's part is run.py's
     # The leader's and the worker's argv differ only in launch flags: the same fingerprint.
@@ -230,6 +254,17 @@ def test_a_worker_that_differs_is_refused_naming_the_field_and_both_values(tmp_p
     assert not thread.is_alive() and result["out"].code == 27
     assert result["out"].lines == ("pre-flight: FAIL: node rank 1 differs from this leader at drafter_revision: "
                                    f"leader {'2' * 40}, node rank 1 {'3' * 40}",)
+
+
+def test_a_worker_with_a_smaller_kv_budget_agrees_and_the_leader_names_the_pool(tmp_path):
+    port = free_port()
+    leader_fp = replace(FP, kv_cache_memory_bytes=40 * 2**30)
+    thread, result, _said = leader_thread(leader_fp, 2, port, 10, tmp_path)
+    assert worker(replace(FP, kv_cache_memory_bytes=38 * 2**30), port, tmp=tmp_path).passed
+    thread.join(5)
+    assert result["out"].passed
+    assert result["out"].lines[1] == ("pre-flight: KV budget: the ranks' differ; vLLM plans every rank with the "
+                                      f"smallest, 38.00 GiB ({38 * 2**30:,} B, node rank 1); this rank has 40.00 GiB")
 
 
 def test_the_leader_names_the_first_differing_rank_of_several(tmp_path):
