@@ -9,6 +9,7 @@ key (sorted) whose value differs, named ``field[key]``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping, Optional
@@ -62,6 +63,11 @@ class Fingerprint:
 
     def to_bytes(self) -> bytes:
         return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")).encode()
+
+    def compared_sha256(self) -> str:
+        """The sha256 of the compared fields (NOT_COMPARED left out), for a person comparing nodes by hand."""
+        data = {k: v for k, v in self.to_json().items() if k not in NOT_COMPARED}
+        return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     @classmethod
     def from_json(cls, data: Any, where: str = "fingerprint") -> "Fingerprint":

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from stackbuild.core.serve_args import LEADER, SlotValues, role_commands
-
+from geometry.preflight.fingerprint import Fingerprint
 from stackbuild.core.errors import PREFLIGHT_ERRORS, UsageError
 from stackbuild.core.gate import gate_input
 from stackbuild.core.preflight_record import checked_serve
 from stackbuild.core.recipe import Recipe
+from stackbuild.core.serve_args import LEADER, SlotValues, role_commands
 
 SINGLE_NODE = "single-node"
 
@@ -30,6 +30,7 @@ class CommandChecked:
     argv: tuple[str, ...]
     exit_code: int  # 0: passed
     lines: tuple[str, ...]  # the pre-flight's lines; the first is its verdict
+    fingerprint: Optional[Fingerprint] = None  # what a rank would send its leader, the image's part unknown
 
     @property
     def passed(self) -> bool:
@@ -49,14 +50,23 @@ class HostPreflight:
         failed = self.failed
         return {"recipe": self.recipe, "passed": failed is None, "exit_code": failed.exit_code if failed else 0,
                 "checks": [{"role": c.role, "argv": list(c.argv), "passed": c.passed, "exit_code": c.exit_code,
-                            "lines": list(c.lines)} for c in self.checks]}
+                            "lines": list(c.lines),
+                            **({"fingerprint": c.fingerprint.to_json(),
+                                "fingerprint_sha256": c.fingerprint.compared_sha256()}
+                               if c.role != SINGLE_NODE and c.fingerprint is not None else {})}
+                           for c in self.checks]}
 
     def report_lines(self) -> list[str]:
-        """What stdout shows: every passing check's lines; a failing check's verdict goes to the error line."""
+        """What stdout shows: every passing check's lines; a failing check's verdict goes to the error line.
+        A node role's check ends with its fingerprint's sha256, the same on every node whose ranks would agree."""
         several = len(self.checks) > 1
         out = []
         for check in self.checks:
             lines = check.lines if check.passed else check.lines[1:]
+            if check.role != SINGLE_NODE and check.fingerprint is not None:
+                lines = (*lines, f"pre-flight: fingerprint sha256:{check.fingerprint.compared_sha256()} (checkpoints, "
+                                 "geometry, served flags; the image's part is the container's): run this on every "
+                                 "node, ranks that agree print the same")
             out += [f"{check.role}: {line}" if several else line for line in lines]
         return out
 
@@ -113,5 +123,6 @@ def check_on_host(recipe: Recipe, models_dir: Path, *, role: Optional[str] = Non
         full = (*argv, *extra_args)
         outcome = run_preflight(list(full), checked=checked, checked_path="(built from the recipe)",
                                 overlay_manifest=None, locate=locate, progress=True)
-        results.append(CommandChecked(role=name, argv=tuple(full), exit_code=outcome.code, lines=tuple(outcome.lines)))
+        results.append(CommandChecked(role=name, argv=tuple(full), exit_code=outcome.code, lines=tuple(outcome.lines),
+                                      fingerprint=outcome.fingerprint))
     return HostPreflight(recipe=recipe.name, checks=tuple(results))

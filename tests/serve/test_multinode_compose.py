@@ -6,6 +6,7 @@ the others add --headless) and from the 2x GB10 recipe's own numbers (TP 2 over 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -224,9 +225,21 @@ def test_host_preflight_checks_the_leader_and_a_worker_as_compose_starts_them(tm
     assert "--headless" in worker["argv"] and "--headless" not in leader["argv"]
     for check in (leader, worker):
         assert check["lines"][0].startswith("pre-flight: PASS: the geometry the build checked"), check
+    # What each rank would send its leader: the same for both roles on one host's checkpoints.
+    assert leader["fingerprint_sha256"] == worker["fingerprint_sha256"]
+    target_config = models / Path(load_recipe(RECIPE).target.path).name / "config.json"
+    assert leader["fingerprint"]["target_config_sha256"] == hashlib.sha256(target_config.read_bytes()).hexdigest()
     text = build("preflight", "--recipe", str(RECIPE), "--models-dir", str(models), "--role", "worker")
     assert text.returncode == 0, text.stderr
     assert text.stdout.startswith("pre-flight: PASS: the geometry the build checked")  # one role: no prefix
+    assert f"pre-flight: fingerprint sha256:{worker['fingerprint_sha256']} (checkpoints" in text.stdout
+    # Another node's models directory with the drafter's config edited: another fingerprint.
+    other = snapshot_models(tmp_path / "other-models", RECIPE)
+    drafter_config = other / Path(load_recipe(RECIPE).drafter.path).name / "config.json"
+    drafter_config.write_text(drafter_config.read_text() + "\n")
+    there = build("preflight", "--recipe", str(RECIPE), "--models-dir", str(other), "--json", "--role", "worker")
+    checks = json.loads(there.stdout)["checks"]
+    assert checks[0]["fingerprint_sha256"] != worker["fingerprint_sha256"], there.stderr
 
 
 @pytest.mark.parametrize("args, named", [
