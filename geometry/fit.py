@@ -62,7 +62,6 @@ class Setting:
     num_speculative_tokens: int
 
 
-
 @dataclass(frozen=True)
 class Candidate:
     setting: Setting
@@ -194,8 +193,11 @@ def search(inputs: GeometryInputs, gate: Callable = gate_verdict, keep: frozense
     ranked = sorted((c for c in seen.values() if c.passed),
                     key=lambda c: (-_key(c)[0], -_key(c)[1], len(c.changes),
                                    -c.setting.num_speculative_tokens))
-    blocks = (f"block_size {f'{inputs.block_size:,}' if inputs.block_size else 'vLLM' + chr(39) + 's own'} "
-              "(the recipe's)" if keep_block else f"block_size vLLM's own and up to {BLOCK_RANGE} x its hybrid block")
+    if keep_block:
+        kept_block = f"{inputs.block_size:,}" if inputs.block_size else "vLLM's own"
+        blocks = f"block_size {kept_block} (the recipe's)"
+    else:
+        blocks = f"block_size vLLM's own and up to {BLOCK_RANGE} x its hybrid block"
     prefix_searched = ("prefix caching on/off" if len(prefixes) == 2
                        else f"prefix caching {'on' if inputs.enable_prefix_caching else 'off'}")
     searched = (f"{blocks}, drafter KV {'/'.join(d for d in dtypes if d)}, {prefix_searched}, {spec_searched}"

@@ -2,9 +2,9 @@
 
 One typed definition: every rank computes its ``Fingerprint`` (check.py the checkpoints,
 the geometry and the flags; run.py the image); each worker sends its own to the leader and
-gets the leader's back (ranks.py), and both refuse with ``first_difference``. The fields are in a fixed
-order, so the first one that differs is well defined; a mapping field differs at its first
-key (sorted) whose value differs, named ``field[key]``.
+gets the leader's back (ranks.py), and both refuse with ``first_difference``. The fields
+are in a fixed order, so the first one that differs is well defined; a mapping field
+differs at its first key (sorted) whose value differs, named ``field[key]``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ SCHEMA = "glm53-rank-fingerprint/2"
 # The image's digest when the deployment pins it (the generated compose files and Kubernetes
 # manifests set it from the image reference): a container cannot know its own image's digest.
 IMAGE_DIGEST_ENV = "GLM53_IMAGE_DIGEST"
-# Gate-input fields the fingerprint leaves out: the configs themselves (their sha256s are fields).
-# Not in ``geometry``: the configs (their sha256s are), and the KV budget, a field of its own.
+# Gate-input fields not in ``geometry``: the configs (their sha256s are fields) and the KV budget (a field).
 _NOT_GEOMETRY = ("target_config", "drafter_config", "kv_cache_memory_bytes")
 # Sent, not compared: each rank's KV budget follows its GPU's memory, each rank's check judged its
 # own, and vLLM plans every rank with the smallest (the leader says which that is).

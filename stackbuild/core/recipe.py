@@ -104,6 +104,11 @@ class Hardware:
         """False for ``gpu: none``: a host without a GPU (vLLM's CPU platform)."""
         return has_gpu(self.gpu)
 
+    @property
+    def serves_on(self) -> str:
+        """Where it serves, as the generated files' headers say it: the GPU, or the CPU platform."""
+        return self.gpu if self.has_gpu else "a host without a GPU (vLLM's CPU platform)"
+
 
 @dataclass(frozen=True)
 class Model:

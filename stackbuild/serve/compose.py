@@ -302,14 +302,14 @@ def header(recipe: Recipe, image: ImagePin) -> Header:
     drafter = recipe.drafter
     if drafter is not None:
         licence = LICENCE_NAMES.get(drafter.license, drafter.license)
-        serves = (f"# Serves {recipe.target.id} with the {drafter.id} drafter ({drafter.method}) on {recipe.hardware.gpu}.",
+        serves = (f"# Serves {recipe.target.id} with the {drafter.id} drafter ({drafter.method}) on {recipe.hardware.serves_on}.",
                   "#",
                   f"# LICENCE: the drafter {drafter.id} is {licence}.",
                   "#   Its weights are mounted read-only from the host models directory, never baked into",
                   "#   the image; respect its terms (non-commercial use only).")
     else:
-        on = recipe.hardware.gpu if recipe.hardware.has_gpu else "a host without a GPU (vLLM's CPU platform)"
-        serves = (f"# Serves {recipe.target.id} with {recipe.speculation.method} speculation (no drafter) on {on}.",
+        serves = (f"# Serves {recipe.target.id} with {recipe.speculation.method} speculation (no drafter) "
+                  f"on {recipe.hardware.serves_on}.",
                   "#",
                   "# The model's weights are mounted read-only from the host models directory.")
     about = (
