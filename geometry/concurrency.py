@@ -16,11 +16,11 @@ refuses (tests/geometry/test_concurrency_oracle.py allocates them).
 
 Tokens in flight (the sliding-window groups keep the blocks of tokens
 scheduled but not yet freed, ``VllmConfig.max_in_flight_tokens``): two
-batches (async scheduling, on by default on a GPU) of ``max_num_batched_tokens``
-2,048 (``SchedulerConfig``'s default, what the oracle plans with; ``vllm
-serve`` raises it to 8,192 or 16,384 on GPUs with at least 70 or 160 GiB,
-``EngineArgs.get_batch_defaults``, which costs a sliding-window drafter a few
-more blocks per request).
+batches (async scheduling, on by default on a GPU) of the gate input's
+``max_num_batched_tokens``: the recipe's flag, else what ``vllm serve`` picks for
+the GPU (``EngineArgs.get_batch_defaults``: 16,384 on GPUs of at least 160 GiB,
+8,192 from 70 GiB, 2,048 below and on GB10; stackbuild/core/gpus.py), else
+``SchedulerConfig``'s 2,048.
 
 ``max_num_seqs``: vLLM 0.33.0 refuses to start when it exceeds the pool's
 blocks with full CUDA graphs (the default ``FULL_AND_PIECEWISE``) and mamba
@@ -45,14 +45,18 @@ from .report import GeometryReport, Plan, RequestBlocks
 
 MAX_NUM_BATCHED_TOKENS = 2048  # SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS
 MAX_CONCURRENT_BATCHES = 2  # async scheduling: VllmConfig.max_concurrent_batches
-IN_FLIGHT_TOKENS = MAX_CONCURRENT_BATCHES * MAX_NUM_BATCHED_TOKENS
 NULL_BLOCKS = 1  # BlockPool's null block
 # Lengths shown when none are named: the default recipe's 1M, and 128K and 32K.
 DEFAULT_CONTEXTS = (32_768, 131_072, 1_048_576)
 PLAN_LABELS = ("with_drafter", "target_only_same_spec", "without_drafter")
 
 
-def group_blocks(rule: RequestBlocks, tokens: int, in_flight: int = IN_FLIGHT_TOKENS) -> int:
+def in_flight_tokens(inputs: GeometryInputs) -> int:
+    """The tokens scheduled but not yet freed (``VllmConfig.max_in_flight_tokens``) for ``inputs``."""
+    return MAX_CONCURRENT_BATCHES * (inputs.max_num_batched_tokens or MAX_NUM_BATCHED_TOKENS)
+
+
+def group_blocks(rule: RequestBlocks, tokens: int, in_flight: int) -> int:
     """Blocks one request of ``tokens`` tokens draws from the pool for one group."""
     if rule.rule == "per_token":
         return cdiv(tokens, rule.block_size)
@@ -61,7 +65,7 @@ def group_blocks(rule: RequestBlocks, tokens: int, in_flight: int = IN_FLIGHT_TO
     return rule.fixed
 
 
-def blocks_per_request(plan: Plan, tokens: int, in_flight: int = IN_FLIGHT_TOKENS) -> tuple[int, ...] | None:
+def blocks_per_request(plan: Plan, tokens: int, in_flight: int) -> tuple[int, ...] | None:
     """Per group, the blocks one request of ``tokens`` tokens holds (None when
     vLLM cannot plan or the rows carry no rule)."""
     if plan.error or plan.num_blocks is None or not plan.groups:
@@ -71,7 +75,7 @@ def blocks_per_request(plan: Plan, tokens: int, in_flight: int = IN_FLIGHT_TOKEN
     return tuple(group_blocks(g.per_request, tokens, in_flight) for g in plan.groups)
 
 
-def requests_at_once(plan: Plan, tokens: int, in_flight: int = IN_FLIGHT_TOKENS) -> int | None:
+def requests_at_once(plan: Plan, tokens: int, in_flight: int) -> int | None:
     """Requests of ``tokens`` tokens the pool holds at once."""
     per = blocks_per_request(plan, tokens, in_flight)
     if per is None:
@@ -116,8 +120,8 @@ class Concurrency:
     warnings: tuple[str, ...]
 
 
-def _fit(plan: Plan, tokens: int) -> Fit:
-    per = blocks_per_request(plan, tokens)
+def _fit(plan: Plan, tokens: int, in_flight: int) -> Fit:
+    per = blocks_per_request(plan, tokens, in_flight)
     if per is None:
         return Fit(tokens, None, None, None, None)
     total = sum(per)
@@ -204,10 +208,11 @@ def concurrency(report: GeometryReport, inputs: GeometryInputs,
     max_model_len = max_model_len_of(inputs)
     max_num_seqs = inputs.max_num_seqs
     lengths = contexts_for(max_model_len, contexts)
-    fits = {label: tuple(_fit(getattr(report, label), n) for n in lengths) for label in PLAN_LABELS}
+    in_flight = in_flight_tokens(inputs)
+    fits = {label: tuple(_fit(getattr(report, label), n, in_flight) for n in lengths) for label in PLAN_LABELS}
     within = fits["with_drafter"]
     return Concurrency(
-        contexts=lengths, max_model_len=max_model_len, in_flight_tokens=IN_FLIGHT_TOKENS,
+        contexts=lengths, max_model_len=max_model_len, in_flight_tokens=in_flight,
         fits=fits, headroom=headroom(report.with_drafter, report.kv_cache_memory_bytes),
         max_num_seqs=max_num_seqs, refusals=max_num_seqs_refusals(report, max_num_seqs),
         warnings=_warnings(max_num_seqs, max_model_len, within))

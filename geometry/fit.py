@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .capacity import kv_token_capacity
-from .concurrency import max_model_len_of, requests_at_once
+from .concurrency import in_flight_tokens, max_model_len_of, requests_at_once
 from .fit_keys import KEEPABLE, SEARCHED
 from .gate import Verdict
 from .gate_run import run_gate
@@ -113,7 +113,8 @@ def _candidate(inputs: GeometryInputs, recipe: Setting, s: Setting,
         return Candidate(s, False, None, None, None, _changes(recipe, s), str(exc)), None
     plan = report.with_drafter
     return Candidate(s, verdict.passed, plan.block_size,
-                     requests_at_once(plan, max_model_len_of(inputs)), kv_token_capacity(plan),
+                     requests_at_once(plan, max_model_len_of(inputs), in_flight_tokens(inputs)),
+                     kv_token_capacity(plan),
                      _changes(recipe, s), verdict.reasons[0] if verdict.reasons else None), report
 
 

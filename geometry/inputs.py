@@ -54,6 +54,10 @@ class GeometryInputs:
     # --max-num-seqs as the serve command passes it (None: vLLM's default);
     # checked against the requests the pool holds (geometry/concurrency.py).
     max_num_seqs: int | None = None
+    # The tokens one scheduler step batches, as `vllm serve` runs them: the flag, else
+    # its default for the GPU (EngineArgs.get_batch_defaults); None: SchedulerConfig's
+    # 2,048. A sliding-window group holds the blocks of the tokens in flight.
+    max_num_batched_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.target_config, Mapping):
@@ -76,7 +80,7 @@ class GeometryInputs:
             raise BadInput("num_speculative_tokens must be >= 0")
         if self.kv_cache_memory_bytes < 0:
             raise BadInput("kv_cache_memory_bytes must be >= 0")
-        for name in ("block_size", "max_model_len", "max_num_seqs"):
+        for name in ("block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens"):
             value = getattr(self, name)
             if value is not None and (type(value) is not int or value <= 0):
                 raise BadInput(f"{name} must be a positive integer or null, got {value!r}")
@@ -156,7 +160,8 @@ def build_inputs(*, target_config: Mapping[str, Any], drafter_config: Mapping[st
                  num_speculative_tokens: int, capability_family: int, enable_prefix_caching: bool | None,
                  block_size: int | None, max_model_len: int | None, drafter_attention_backend: str | None,
                  kv_cache_memory_bytes: int, vllm_behaviour: str,
-                 mamba_cache_mode: str | None = None, max_num_seqs: int | None = None) -> GeometryInputs:
+                 mamba_cache_mode: str | None = None, max_num_seqs: int | None = None,
+                 max_num_batched_tokens: int | None = None) -> GeometryInputs:
     """The gate input of a deployment, from the values it names.
 
     ``enable_prefix_caching`` and ``mamba_cache_mode`` are the serve flags as given
@@ -178,6 +183,7 @@ def build_inputs(*, target_config: Mapping[str, Any], drafter_config: Mapping[st
         block_size=block_size,
         max_model_len=max_model_len,
         max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
         drafter_attention_backend=drafter_attention_backend,
         kv_cache_memory_bytes=kv_cache_memory_bytes,
         vllm_behaviour=vllm_behaviour,

@@ -266,8 +266,11 @@ def default_recipe_requests() -> str:
             cells.append(f"{_n(fit.requests)} ({_n(fit.blocks_per_request)} blocks each)")
         rows.append((f"{_n(tokens)} tokens", *cells))
     head = at_once.headroom
+    batched = run.inputs.max_num_batched_tokens
     intro = ("Requests of a length that fit in the default recipe's pool at once (with the overlay), "
-             "counted as vLLM 0.33.0's KV-cache manager allocates blocks per request:")
+             "counted as vLLM 0.33.0's KV-cache manager allocates blocks per request, with the "
+             f"{_n(batched)}-token batches `vllm serve` runs on a {load_recipe(DEFAULT_RECIPE).hardware.gpu} "
+             f"({_n(at_once.in_flight_tokens)} tokens in flight, whose blocks the drafter's sliding window holds):")
     tail = (f"Attention KV is {_n(head.attention_bytes_per_token)} B per token; the pool holds "
             f"{_n(head.capacity_tokens)} token slots, {head.share:.2%} of KV memory / bytes per token.")
     return "\n".join([intro, "", *_table(("", *labels.values()), rows), "", tail]) + "\n"

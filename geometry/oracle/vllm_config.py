@@ -133,6 +133,8 @@ def build_vllm_config(inputs: GeometryInputs, with_drafter: bool, num_spec: int)
     cache.mamba_cache_mode = "none"
     cache.mamba_block_size = None
     cfg.scheduler_config.enable_chunked_prefill = True  # default for generative models
+    if inputs.max_num_batched_tokens is not None:  # what `vllm serve` resolves (the gate input says)
+        cfg.scheduler_config.max_num_batched_tokens = inputs.max_num_batched_tokens
     drafter = inputs.drafter_config if with_drafter else None
     spec_cfg = None
     if num_spec or drafter is not None:

@@ -37,7 +37,7 @@ MODELLED_METHOD = "dflash"
 # Gate-input fields the argv decides (the rest come from the build: GPU family, behaviour).
 _SHOWN = ("tensor_parallel_size", "kv_cache_dtype", "drafter_kv_cache_dtype", "num_speculative_tokens",
           "block_size", "max_model_len", "enable_prefix_caching", "mamba_cache_mode", "drafter_attention_backend",
-          "kv_cache_memory_bytes", "max_num_seqs")
+          "kv_cache_memory_bytes", "max_num_seqs", "max_num_batched_tokens")
 
 
 class Unchecked(Exception):
@@ -64,13 +64,15 @@ def snapshot_warnings(checked: CheckedServe, target: MountedConfig, drafter: Opt
 
 
 # Gate-input fields no serve flag says: the build's (the GPU's capability family, the vLLM behaviour
-# the image has, the machines the TP group spans) and the memory for the KV cache unless
-# --kv-cache-memory-bytes gives it.
-FROM_THE_BUILD = ("nodes", "capability_family", "kv_cache_memory_bytes", "vllm_behaviour")
+# the image has, the machines the TP group spans), the memory for the KV cache unless
+# --kv-cache-memory-bytes gives it, and the batch unless --max-num-batched-tokens does (the build's
+# is `vllm serve`'s default for the recipe's GPU).
+FROM_THE_BUILD = ("nodes", "capability_family", "kv_cache_memory_bytes", "vllm_behaviour", "max_num_batched_tokens")
 
 
 def derive_inputs(flags: ServeFlags, target: MountedConfig, drafter: Optional[MountedConfig], *, nodes: int,
-                  capability_family: int, kv_cache_memory_bytes: int, vllm_behaviour: str):
+                  capability_family: int, kv_cache_memory_bytes: int, vllm_behaviour: str,
+                  max_num_batched_tokens: Optional[int]):
     """The gate input (geometry.inputs.GeometryInputs) for what this argv and these configs will run,
     the build's values (FROM_THE_BUILD) for what no flag says; Unchecked for what is not modelled,
     BadInput for values the simulator does not take."""
@@ -99,6 +101,8 @@ def derive_inputs(flags: ServeFlags, target: MountedConfig, drafter: Optional[Mo
         block_size=flags.block_size,
         max_model_len=flags.max_model_len,
         max_num_seqs=flags.max_num_seqs,
+        max_num_batched_tokens=(flags.max_num_batched_tokens if flags.max_num_batched_tokens is not None
+                                else max_num_batched_tokens),
         drafter_attention_backend=spec.get("attention_backend") if spec else None,
         kv_cache_memory_bytes=(flags.kv_cache_memory_bytes if flags.kv_cache_memory_bytes is not None
                                else kv_cache_memory_bytes),

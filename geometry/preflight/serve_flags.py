@@ -35,6 +35,7 @@ class ServeFlags:
     # the parsers need (None: the model's own directory), an explicit chat template.
     gpu_memory_utilization: float
     max_num_seqs: Optional[int] = None
+    max_num_batched_tokens: Optional[int] = None
     tool_call_parser: Optional[str] = None
     reasoning_parser: Optional[str] = None
     tokenizer: Optional[str] = None
@@ -154,6 +155,7 @@ def parse_serve_flags(argv: Sequence[str]) -> ServeFlags:
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         speculative_config=dict(spec) if spec is not None else None,
         max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
         gpu_memory_utilization=args.gpu_memory_utilization,
         tool_call_parser=args.tool_call_parser,
         reasoning_parser=args.reasoning_parser,

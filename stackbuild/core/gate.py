@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from stackbuild.core.errors import GeometryGateFailed, RecipeError
+from stackbuild.core.gpus import serve_batched_tokens
 from stackbuild.core.recipe import Recipe
 
 GIB = 1024**3
@@ -32,6 +33,8 @@ def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
             block_size=s.block_size,
             max_model_len=s.max_model_len,
             max_num_seqs=s.max_num_seqs,
+            max_num_batched_tokens=(s.max_num_batched_tokens if s.max_num_batched_tokens is not None
+                                    else serve_batched_tokens(recipe.hardware.gpu, s.tensor_parallel_size)),
             drafter_attention_backend=recipe.drafter.attention_backend if recipe.drafter else None,
             kv_cache_memory_bytes=int(recipe.geometry.kv_cache_memory_gib * GIB),
             vllm_behaviour=vllm_behaviour,

@@ -166,6 +166,9 @@ class Serving:
     block_size: Optional[int] = None
     # --max-num-seqs; None: vLLM's default. The gate checks it against the pool (geometry/concurrency.py).
     max_num_seqs: Optional[int] = None
+    # --max-num-batched-tokens; None: vLLM's default for the GPU (stackbuild/core/gpus.py). The requests
+    # at once count the tokens in flight a sliding-window drafter holds (geometry/concurrency.py).
+    max_num_batched_tokens: Optional[int] = None
     # Explicit --enable-prefix-caching / --no-enable-prefix-caching; None: vLLM's default.
     enable_prefix_caching: Optional[bool] = None
     gpu_memory_utilization: float = 0.9
@@ -484,6 +487,9 @@ def _check_rules(path: Path, recipe: Recipe, platform_keys: tuple[str, ...]) -> 
         raise RecipeError(path, "serving.block_size", f"must be from 1 to {MAX_BLOCK_SIZE:,}, got {serving.block_size}")
     if serving.max_num_seqs is not None and serving.max_num_seqs < 1:
         raise RecipeError(path, "serving.max_num_seqs", f"must be positive, got {serving.max_num_seqs}")
+    if serving.max_num_batched_tokens is not None and not 1 <= serving.max_num_batched_tokens <= MAX_INTEGER:
+        raise RecipeError(path, "serving.max_num_batched_tokens",
+                          f"must be a positive number of tokens, got {serving.max_num_batched_tokens}")
     if not 0.0 < serving.gpu_memory_utilization <= 1.0:
         raise RecipeError(path, "serving.gpu_memory_utilization", f"must be in (0, 1], got {serving.gpu_memory_utilization}")
     if not 0 < serving.port < 65536:

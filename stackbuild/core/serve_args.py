@@ -76,6 +76,8 @@ def serve_argv(recipe: Recipe) -> list[str]:
         argv += ["--block-size", str(s.block_size)]
     if s.max_num_seqs is not None:
         argv += ["--max-num-seqs", str(s.max_num_seqs)]
+    if s.max_num_batched_tokens is not None:
+        argv += ["--max-num-batched-tokens", str(s.max_num_batched_tokens)]
     if s.enable_prefix_caching is not None:
         argv.append("--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching")
     argv += ["--speculative-config", speculative_config_json(recipe)]

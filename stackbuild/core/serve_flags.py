@@ -13,6 +13,7 @@ GENERATED_FLAGS = {
     "--gpu-memory-utilization": "serving.gpu_memory_utilization",
     "--block-size": "serving.block_size",
     "--max-num-seqs": "serving.max_num_seqs",
+    "--max-num-batched-tokens": "serving.max_num_batched_tokens",
     "--enable-prefix-caching": "serving.enable_prefix_caching",
     "--no-enable-prefix-caching": "serving.enable_prefix_caching",
     "--speculative-config": "drafter or speculation / serving.num_speculative_tokens",

@@ -36,7 +36,7 @@ BAD_RECIPES = [
     ("unknown-top-level-key", _both(pinned, _set("colour", "red")),
      "colour: unknown key (expected one of: base, description, drafter, geometry, hardware, image, name, overlay, platform, platforms, qualify, serving, speculation, target)"),
     ("unknown-nested-key", _both(pinned, _set("serving.num_spec_tokens", 7)),
-     "serving.num_spec_tokens: unknown key (expected one of: block_size, drafter_kv_cache_dtype, enable_prefix_caching, env, extra_args, gpu_memory_utilization, host_ip, kv_cache_dtype, max_model_len, max_num_seqs, nodes, num_speculative_tokens, port, reasoning_parser, served_model_name, tensor_parallel_size, tool_call_parser)"),
+     "serving.num_spec_tokens: unknown key (expected one of: block_size, drafter_kv_cache_dtype, enable_prefix_caching, env, extra_args, gpu_memory_utilization, host_ip, kv_cache_dtype, max_model_len, max_num_batched_tokens, max_num_seqs, nodes, num_speculative_tokens, port, reasoning_parser, served_model_name, tensor_parallel_size, tool_call_parser)"),
     ("string-for-integer", _both(pinned, _set("serving.tensor_parallel_size", "one")),
      "serving.tensor_parallel_size: expected an integer, got string 'one'"),
     ("boolean-for-integer", _both(pinned, _set("serving.max_model_len", True)),

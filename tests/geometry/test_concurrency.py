@@ -27,11 +27,28 @@ def _default(**changes) -> GeometryInputs:
 
 
 def test_default_recipe_by_hand():
-    """B = 9,216, 2,892 blocks.  One 1M-token request: 114 MLA blocks (ceil(1,048,576 / 9,216)),
-    4 KDA groups x (2 + 7) state blocks in "align" mode, 1 kpool-tail ring block, and
-    ceil(min(2,047 + 4,096, 1M) / 1,152) + 1 = 7 drafter sliding-window blocks: 158;
-    (2,892 - 1 null block) // 158 = 18 at once (vLLM logs 2,892 / 158 = 18.3)."""
+    """B = 9,216, 2,892 blocks.  On a GB300 `vllm serve` batches 16,384 tokens (>= 160 GiB:
+    EngineArgs.get_batch_defaults), two batches in flight.  One 1M-token request: 114 MLA blocks
+    (ceil(1,048,576 / 9,216)), 4 KDA groups x (2 + 7) state blocks in "align" mode, 1 kpool-tail
+    ring block, and ceil(min(2,047 + 32,768, 1M) / 1,152) + 1 = 32 drafter sliding-window blocks:
+    183; (2,892 - 1 null block) // 183 = 15 at once (vLLM logs 2,892 / 183 = 15.8)."""
     inputs = _default()
+    assert inputs.max_num_batched_tokens == 16384
+    c = concurrency(simulate(inputs), inputs)
+    assert c.in_flight_tokens == 32768
+    million = c.fits["with_drafter"][0]
+    assert (million.blocks_per_request, million.attention_blocks, million.requests,
+            million.vllm_max_concurrency) == (183, 114, 15, 15.8)
+    # 32K: 4 MLA blocks + 36 + 1 + (ceil(32,768 / 1,152) + 1 = 30) = 71; 2,891 // 71 = 40.
+    assert (c.fits["with_drafter"][2].blocks_per_request, c.fits["with_drafter"][2].requests) == (71, 40)
+    # Without speculation there is no sliding window: the same 23 whatever the batch.
+    assert (c.fits["without_drafter"][0].blocks_per_request, c.fits["without_drafter"][0].requests) == (132, 23)
+
+
+def test_default_recipe_at_schedulerconfigs_batch_by_hand():
+    """The same recipe at 2,048 batched tokens (serving.max_num_batched_tokens: 2048, GB10's default):
+    ceil(min(2,047 + 4,096, 1M) / 1,152) + 1 = 7 drafter blocks: 158; 2,891 // 158 = 18 (vLLM logs 18.3)."""
+    inputs = _default(max_num_batched_tokens=2048)
     c = concurrency(simulate(inputs), inputs)
     assert c.contexts == (1_048_576, 131_072, 32_768)
     million = c.fits["with_drafter"][0]
@@ -55,7 +72,7 @@ def test_prefix_caching_off_holds_fewer_state_blocks():
     inputs = _default(enable_prefix_caching=False, mamba_cache_mode="none")
     report = simulate(inputs)
     fit = concurrency(report, inputs).fits["with_drafter"][0]
-    assert fit.blocks_per_request == 114 + 4 * 8 + 1 + 7
+    assert fit.blocks_per_request == 114 + 4 * 8 + 1 + 32
 
 
 def test_max_num_seqs_above_the_pool_is_refused_and_above_the_fit_warned():
@@ -71,9 +88,9 @@ def test_max_num_seqs_above_the_pool_is_refused_and_above_the_fit_warned():
     assert judge(simulate(fine), fine).passed
     c = concurrency(simulate(fine), fine, [32768])
     assert c.refusals == () and len(c.warnings) == 2
-    assert "18 requests of 1,048,576 tokens (max_model_len)" in c.warnings[0]
-    assert "60 requests of 32,768 tokens (the shortest listed context)" in c.warnings[1]
-    quiet = _default(max_num_seqs=18)
+    assert "15 requests of 1,048,576 tokens (max_model_len)" in c.warnings[0]
+    assert "40 requests of 32,768 tokens (the shortest listed context)" in c.warnings[1]
+    quiet = _default(max_num_seqs=15)
     assert concurrency(simulate(quiet), quiet).warnings == ()
 
 
@@ -103,8 +120,8 @@ def test_geometry_json_carries_concurrency_and_the_context_flag():
     data = json.loads(run.stdout)
     c = data["concurrency"]
     assert c["contexts"] == [1_048_576, 32_768, 8192]
-    # 8K: 1 MLA block + 36 + 1 + 7 = 45; 2,891 // 45 = 64.
-    assert [f["requests"] for f in c["fits"]["with_drafter"]] == [18, 60, 64]
+    # 8K: 1 MLA block + 36 + 1 + (ceil(8,192 / 1,152) + 1 = 9) = 47; 2,891 // 47 = 61.
+    assert [f["requests"] for f in c["fits"]["with_drafter"]] == [15, 40, 61]
     assert data["report"]["requested_block_size"] is None
     bad = subprocess.run([sys.executable, "build.py", "geometry", "--context", "12x"],
                          cwd=C.ROOT, capture_output=True, text=True, timeout=120)
@@ -130,3 +147,31 @@ def test_serving_max_num_seqs_reaches_the_serve_argv_and_the_gate(tmp_path):
         extra_args=["--max-num-seqs", "8"]))
     with pytest.raises(RecipeError, match=r"--max-num-seqs is generated from serving.max_num_seqs"):
         load_recipe(twice)
+
+
+def test_the_batch_vllm_serve_picks_for_the_gpu_unless_the_recipe_says(tmp_path):
+    """`vllm serve`'s max_num_batched_tokens (EngineArgs.get_batch_defaults): by the GPU's memory, per
+    rank on vLLM's CPU platform, the recipe's serving.max_num_batched_tokens over both."""
+    from recipe_copies import copy_recipe
+    from stackbuild.core.errors import RecipeError
+    from stackbuild.core.gpus import serve_batched_tokens
+    from stackbuild.core.serve_args import serve_argv
+
+    assert [serve_batched_tokens(gpu, 1) for gpu in ("GB300", "B200", "H100", "GB10", "RTX 5090")] == [
+        16384, 16384, 8192, 2048, 2048]
+    assert serve_batched_tokens("none", 2) == 4096 and serve_batched_tokens("a GPU of tomorrow", 1) is None
+    assert gate_input(load_recipe(C.ROOT / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml")
+                      ).max_num_batched_tokens == 2048
+    path = copy_recipe(tmp_path, lambda data: data["serving"].update(max_num_batched_tokens=4096))
+    recipe = load_recipe(path)
+    argv = serve_argv(recipe)
+    assert argv[argv.index("--max-num-batched-tokens") + 1] == "4096"
+    inputs = gate_input(recipe)
+    assert inputs.max_num_batched_tokens == 4096 and concurrency(simulate(inputs), inputs).in_flight_tokens == 8192
+    twice = copy_recipe(tmp_path / "b", lambda data: data["serving"].update(
+        extra_args=["--max-num-batched-tokens", "8192"]))
+    with pytest.raises(RecipeError, match=r"--max-num-batched-tokens is generated from serving.max_num_batched_tokens"):
+        load_recipe(twice)
+    zero = copy_recipe(tmp_path / "c", lambda data: data["serving"].update(max_num_batched_tokens=0))
+    with pytest.raises(RecipeError, match=r"serving.max_num_batched_tokens: must be a positive number of tokens"):
+        load_recipe(zero)

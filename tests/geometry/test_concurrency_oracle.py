@@ -6,7 +6,9 @@ every group's blocks as its spec counts them, until the pool refuses).
 The installed vLLM is pristine 0.33.0, so the simulator runs ``stock`` here:
 the default recipe (GB300, prefix caching on: KDA state in "align"), the 2x GB10
 recipe (TP2, fp8_ds_mla, prefix caching off), a Kimi-Linear target ("align", unified
-grouping) and a Qwen3-Next target ("none"), each with a sliding-window DFlash2 drafter.
+grouping) and a Qwen3-Next target ("none"), each with a sliding-window DFlash2 drafter,
+whose window group holds the tokens in flight: two batches of the case's
+max_num_batched_tokens, which vLLM's scheduler config is given too.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ except ImportError as exc:
                 allow_module_level=True)
 
 import geometry_cases as C  # noqa: E402
-from geometry.concurrency import IN_FLIGHT_TOKENS, concurrency  # noqa: E402
+from geometry.concurrency import concurrency, in_flight_tokens  # noqa: E402
 from geometry.inputs import GeometryInputs  # noqa: E402
 from geometry.oracle.concurrency import requests_until_refused  # noqa: E402
 from geometry.simulate import simulate  # noqa: E402
@@ -66,6 +68,13 @@ CASES = {
 }
 
 
+# The batch each case plans with: `vllm serve`'s default on a GB300 (>= 160 GiB) and on a GB10; the
+# flag given (8,192, H100's default); SchedulerConfig's 2,048 where the input names none.
+CASES["Kimi-Linear, 8,192 batched"] = dict(CASES["Kimi-Linear"], max_num_batched_tokens=8192)
+BATCHED = {"default recipe": 16384, "2x GB10 recipe": 2048, "Kimi-Linear": 2048, "Qwen3-Next": 2048,
+           "Kimi-Linear, 8,192 batched": 8192}
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_requests_at_once_equal_vllms_pool(name):
     inputs = GeometryInputs.from_json(CASES[name])
@@ -75,7 +84,7 @@ def test_requests_at_once_equal_vllms_pool(name):
     counted = requests_until_refused(inputs, list(result.contexts))
     for label in ("with_drafter", "without_drafter"):
         for fit, vllm in zip(result.fits[label], counted[label], strict=True):
-            assert vllm["in_flight_tokens"] == IN_FLIGHT_TOKENS
+            assert vllm["in_flight_tokens"] == in_flight_tokens(inputs) == 2 * BATCHED[name]
             assert (fit.requests, fit.blocks_per_request, fit.vllm_max_concurrency) == (
                 vllm["requests"], vllm["blocks_per_request"], vllm["vllm_max_concurrency"]), (
                 name, label, fit.tokens)

@@ -229,7 +229,8 @@ def _preflight(raw: dict) -> None:
     def mounted(role, data):
         return None if data is None else MountedConfig(role, f"/{role}/config.json", "0" * 64, data)
     built = {"nodes": raw["nodes"], "capability_family": raw["capability_family"],
-             "kv_cache_memory_bytes": raw["kv_cache_memory_bytes"], "vllm_behaviour": raw["vllm_behaviour"]}
+             "kv_cache_memory_bytes": raw["kv_cache_memory_bytes"], "vllm_behaviour": raw["vllm_behaviour"],
+             "max_num_batched_tokens": raw.get("max_num_batched_tokens")}
     inputs = derive_inputs(flags, mounted("target", raw["target_config"]), mounted("drafter", raw["drafter_config"]),
                            **built)
     run_gate(inputs)

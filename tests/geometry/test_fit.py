@@ -55,7 +55,7 @@ def test_gb10_without_block_size_finds_6144_or_better():
 def test_fit_exit_codes_and_lines(tmp_path):
     ok = _build("fit", "--recipe", DEFAULT)
     assert ok.returncode == 0, ok.stderr
-    assert ok.stdout.startswith("recipe: PASS  block_size 9,216  requests of max_model_len at once 18")
+    assert ok.stdout.startswith("recipe: PASS  block_size 9,216  requests of max_model_len at once 15")
     gb10 = tmp_path / "gb10"
     gb10.mkdir()
     (gb10 / "recipe.yaml").write_text("\n".join(

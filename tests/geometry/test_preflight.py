@@ -139,7 +139,9 @@ def _expected_verdict(**changes) -> bool:
 @pytest.mark.parametrize("extra,changes,shown", [
     (["--tensor-parallel-size", "2"], {"tensor_parallel_size": 2}, "tensor_parallel_size 2 (build: 1)"),
     (["--block-size", "64"], {"block_size": 64}, "block_size 64 (build: None)"),
-], ids=["tp2", "block-size-64"])
+    (["--max-num-batched-tokens", "2048"], {"max_num_batched_tokens": 2048},
+     "max_num_batched_tokens 2048 (build: 16384)"),
+], ids=["tp2", "block-size-64", "batched-2048"])
 def test_edited_flags_are_rechecked_as_the_geometry_says(tmp_path, extra, changes, shown):
     run = preflight("--", *extra, models=models_dir(tmp_path / "models"))
     expected = _expected_verdict(**changes)
