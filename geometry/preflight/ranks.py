@@ -88,13 +88,14 @@ def _ranks(ranks) -> str:
     return ", ".join(str(r) for r in ranks)
 
 
-def _worker_fingerprint(sent: bytes, rank: int) -> Fingerprint:
+def _received(sent: bytes, where: str, not_json: str) -> Fingerprint:
+    """The fingerprint another rank sent; FingerprintUnreadable (``not_json`` when it is no JSON at all)."""
     try:
-        return Fingerprint.from_json(json.loads(sent), f"node rank {rank}'s fingerprint")
-    except (ValueError, UnicodeDecodeError) as exc:
-        if isinstance(exc, FingerprintUnreadable):
-            raise
-        raise FingerprintUnreadable(f"node rank {rank} sent no JSON fingerprint") from None
+        return Fingerprint.from_json(json.loads(sent), where)
+    except FingerprintUnreadable:
+        raise
+    except (ValueError, UnicodeDecodeError):
+        raise FingerprintUnreadable(not_json) from None
 
 
 def _gib(value: int) -> str:
@@ -160,7 +161,7 @@ def offer(fingerprint: Fingerprint, launch: Launch, port: int, window_s: float,
             fetched.add(rank)
             sent_own.add(rank)
             try:
-                theirs = _worker_fingerprint(sent, rank)
+                theirs = _received(sent, f"node rank {rank}'s fingerprint", f"node rank {rank} sent no JSON fingerprint")
             except FingerprintUnreadable as exc:
                 differences[rank] = str(exc)
                 return
@@ -238,10 +239,9 @@ def fetch(launch: Launch, port: int, timeout: float, mine: bytes) -> bytes:
 def compare(here: Fingerprint, answer: bytes, where: str, rank: int) -> Outcome:
     """A worker's verdict on the leader's answer."""
     try:
-        leader = Fingerprint.from_json(json.loads(answer), f"the leader's fingerprint ({where})")
-    except (ValueError, UnicodeDecodeError) as exc:
-        text = str(exc) if isinstance(exc, FingerprintUnreadable) else f"the leader's answer ({where}) is not JSON"
-        return refused(EXIT_RANKS_DIFFER, f"node rank {rank}: {text}")
+        leader = _received(answer, f"the leader's fingerprint ({where})", f"the leader's answer ({where}) is not JSON")
+    except FingerprintUnreadable as exc:
+        return refused(EXIT_RANKS_DIFFER, f"node rank {rank}: {exc}")
     diff = first_difference(here, leader)
     if diff is not None:
         return refused(EXIT_RANKS_DIFFER, f"node rank {rank} differs from its leader ({where}) at {diff.field}: "

@@ -54,13 +54,9 @@ def check_index_tags(client: RegistryClient, name: ImageName, images: Mapping[st
         if found is None:
             continue
         remote_platforms = set(index_platforms(found.document)) if "manifests" in found.document else set()
-        same = remote_platforms == set(images)
-        for platform, image in images.items():
-            if not same:
-                break
-            remote = client.image(tag, platform)
-            held = client.image_content(remote) if remote is not None else None
-            same = held is not None and image.same_content(held)
+        same = remote_platforms == set(images) and all(
+            (remote := client.image(tag, platform)) is not None and client.holds(remote, image)
+            for platform, image in images.items())
         if same:
             continue
         ours = ", ".join(f"{platform} {image.id}" for platform, image in images.items())

@@ -24,13 +24,7 @@ from stackbuild.core.errors import PinnedTagTaken, PushError
 from stackbuild.core.naming import ImageName
 from stackbuild.image.engine_api import ContainerEngine, ImageInfo
 from stackbuild.image.progress import Progress
-from stackbuild.image.registry import RegistryClient, RemoteImage, registry_client
-
-
-def holds(client: RegistryClient, remote: RemoteImage, image: ImageInfo) -> bool:
-    """Whether what ``remote`` names for its platform is ``image``, by the config blob the registry holds."""
-    held = client.image_content(remote)
-    return held is not None and image.same_content(held)
+from stackbuild.image.registry import RemoteImage, registry_client
 
 
 def check_pinned_tags(engine: ContainerEngine, name: ImageName, image: ImageInfo, platform: str, progress: Progress, *,
@@ -39,7 +33,7 @@ def check_pinned_tags(engine: ContainerEngine, name: ImageName, image: ImageInfo
     reader = registry_client(engine, name.repository, progress)
     for tag in name.pinned_tags:
         remote = reader.image(tag, platform)
-        if remote is None or holds(reader, remote, image):
+        if remote is None or reader.holds(remote, image):
             continue
         held = f"{remote.manifest_digest} (image {remote.image_digest or 'none for ' + platform})"
         if not force:
@@ -87,7 +81,7 @@ def push_tags(engine: ContainerEngine, name: ImageName, image: ImageInfo, platfo
     if len(set(digests.values())) != 1:
         raise PushError(f"{name.repository}: tags were pushed with different digests: {digests}")
     pushed = next(iter(held.values()))
-    if not holds(client, pushed, image):
+    if not client.holds(pushed, image):
         raise PushError(f"{name.reference(digest=pushed.manifest_digest)}: the registry's {platform} image "
                         f"({pushed.image_digest or 'none'}) is not the local image {image.id} that was pushed")
     return pushed

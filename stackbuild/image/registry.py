@@ -260,6 +260,11 @@ class RegistryClient:
         """The config blob ``remote`` names for its platform; None when it names none or the registry lacks it."""
         return self.image_config(remote.image_digest) if remote.image_digest else None
 
+    def holds(self, remote: RemoteImage, image: ImageInfo) -> bool:
+        """Whether what ``remote`` names for its platform is ``image``, by the config blob the registry holds."""
+        held = self.image_content(remote)
+        return held is not None and image.same_content(held)
+
 
 def registry_client(engine: ContainerEngine, repository: str, progress: Optional[Progress] = None) -> RegistryClient:
     """The registry of ``repository``, over plain http when the engine speaks it so (loopback, its insecure
