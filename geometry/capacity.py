@@ -21,12 +21,9 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-FULL_ATTENTION_CLASSES = ("FullAttentionSpec", "MLAAttentionSpec")
-
-
 def full_attention_groups(plan: Any) -> list:
     """The plan's groups that keep every token."""
-    return [g for g in plan.groups if g.spec_class in FULL_ATTENTION_CLASSES]
+    return [g for g in plan.groups if g.kind.keeps_every_token]
 
 
 def kv_token_capacity(plan: Any) -> int | None:

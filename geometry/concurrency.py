@@ -37,11 +37,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from .capacity import FULL_ATTENTION_CLASSES, kv_token_capacity
+from .capacity import kv_token_capacity
 from .inputs import GeometryInputs
-from .kv_spec import cdiv
 from .model_config import text_config
-from .report import GeometryReport, Plan, RequestBlocks
+from .report import GeometryReport, Plan
 
 MAX_NUM_BATCHED_TOKENS = 2048  # SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS
 MAX_CONCURRENT_BATCHES = 2  # async scheduling: VllmConfig.max_concurrent_batches
@@ -56,15 +55,6 @@ def in_flight_tokens(inputs: GeometryInputs) -> int:
     return MAX_CONCURRENT_BATCHES * (inputs.max_num_batched_tokens or MAX_NUM_BATCHED_TOKENS)
 
 
-def group_blocks(rule: RequestBlocks, tokens: int, in_flight: int) -> int:
-    """Blocks one request of ``tokens`` tokens draws from the pool for one group."""
-    if rule.rule == "per_token":
-        return cdiv(tokens, rule.block_size)
-    if rule.rule == "window":
-        return cdiv(min(rule.window - 1 + in_flight, tokens), rule.block_size) + 1
-    return rule.fixed
-
-
 def blocks_per_request(plan: Plan, tokens: int, in_flight: int) -> tuple[int, ...] | None:
     """Per group, the blocks one request of ``tokens`` tokens holds (None when
     vLLM cannot plan or the rows carry no rule)."""
@@ -72,7 +62,7 @@ def blocks_per_request(plan: Plan, tokens: int, in_flight: int) -> tuple[int, ..
         return None
     if any(g.per_request is None for g in plan.groups):
         return None
-    return tuple(group_blocks(g.per_request, tokens, in_flight) for g in plan.groups)
+    return tuple(g.per_request.blocks(tokens, in_flight) for g in plan.groups)
 
 
 def requests_at_once(plan: Plan, tokens: int, in_flight: int) -> int | None:
@@ -125,14 +115,14 @@ def _fit(plan: Plan, tokens: int, in_flight: int) -> Fit:
     if per is None:
         return Fit(tokens, None, None, None, None)
     total = sum(per)
-    attention = sum(n for n, g in zip(per, plan.groups) if g.spec_class in FULL_ATTENTION_CLASSES)
+    attention = sum(n for n, g in zip(per, plan.groups) if g.kind.keeps_every_token)
     return Fit(tokens, max(plan.num_blocks - NULL_BLOCKS, 0) // total, total, attention,
                round(plan.num_blocks / total, 2))
 
 
 def headroom(plan: Plan, kv_memory: int) -> Headroom | None:
     capacity = kv_token_capacity(plan)
-    kept = [r for r in plan.layers if r.spec_class in FULL_ATTENTION_CLASSES]
+    kept = [r for r in plan.layers if r.kind.keeps_every_token]
     bpt = sum(r.bytes_per_token for r in kept)
     if capacity is None or not bpt or not kv_memory:
         return None
@@ -150,7 +140,7 @@ def max_num_seqs_refusals(report: GeometryReport, max_num_seqs: int | None) -> t
     plan = report.with_drafter
     if max_num_seqs is None or plan.error or plan.num_blocks is None:
         return ()
-    if any(g.spec_class == "MambaSpec" for g in plan.groups) and max_num_seqs > plan.num_blocks:
+    if any(g.kind.holds_state for g in plan.groups) and max_num_seqs > plan.num_blocks:
         return (f"max_num_seqs {max_num_seqs:,} exceeds the {plan.num_blocks:,} blocks of the KV "
                 f"pool: vLLM 0.33.0 refuses to start with CUDA graphs (each decode sequence needs "
                 f"a Mamba cache block; CompilationConfig.resolve_cudagraph_mode_and_sizes)",)

@@ -9,7 +9,8 @@ from typing import Any, Mapping
 from . import backends as B
 from .errors import BadInput
 from .inputs import GeometryInputs
-from .kv_spec import DTYPE_BYTES, CacheConfig, SimulatedError, Spec
+from .kv_spec import (DTYPE_BYTES, AttentionSpec, CacheConfig, FullAttentionSpec, KVCacheSpec, SimulatedError,
+                      SlidingWindowSpec)
 from .model_parts import (Layer, SpecBuilder, check_flash_attn_head_size, customize_attention_spec,
                           kv_dtype_name, kv_heads_per_rank, required)
 
@@ -63,12 +64,12 @@ def _largest_kernel_block_within(backend: B.Backend, per_token: int, budget: int
     return max(fitting) if fitting else min(cands)
 
 
-def drafter_layer_builder(proto: Spec, backend: B.Backend) -> SpecBuilder:
+def drafter_layer_builder(proto: AttentionSpec, backend: B.Backend) -> SpecBuilder:
     """A full-attention layer takes the cache block; a sliding-window layer
     the largest kernel block of its backend within the cache block's bytes."""
 
-    def build(cache: CacheConfig) -> Spec:
-        if proto.kind == "sliding":
+    def build(cache: CacheConfig) -> KVCacheSpec:
+        if isinstance(proto, SlidingWindowSpec):
             per_token = proto.with_block_size(1).real_page_size_bytes
             bs = _largest_kernel_block_within(backend, per_token, per_token * cache.block_size,
                                               cache.block_size)
@@ -112,10 +113,10 @@ def build_drafter(inputs: GeometryInputs, kv_cache_dtype: str, model_dtype: str)
     windows = drafter_sliding_windows(dc)
     layers = []
     for i, window in enumerate(windows):
-        spec = Spec("sliding" if window is not None else "full", 0,
-                    num_kv_heads=d_kv_local, head_size=d_hd, head_size_v=d_hd,
-                    dtype_bytes=DTYPE_BYTES[d_dtype], dtype=d_dtype,
-                    sliding_window=window, is_draft=True)
+        shape = dict(block_size=0, num_kv_heads=d_kv_local, head_size=d_hd, head_size_v=d_hd,
+                     dtype_bytes=DTYPE_BYTES[d_dtype], dtype=d_dtype, is_draft=True)
+        spec = (SlidingWindowSpec(sliding_window=window, **shape) if window is not None
+                else FullAttentionSpec(**shape))
         layers.append(Layer(f"drafter.model.layers.{i}.self_attn.attn", "drafter",
                             "sliding_window" if window is not None else "attention",
                             backend, drafter_layer_builder(spec, backend)))

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import replace
 
 from . import backends as B
-from .kv_spec import SimulatedError, Spec, cdiv, is_uniform_type, round_up, uniform_with_collection
+from .kv_spec import KVCacheSpec, SimulatedError, cdiv, is_uniform_type, round_up
 from .model import Model
 
 
-def resolve_layout(model: Model, specs: dict[str, Spec]) -> str:
+def resolve_layout(model: Model, specs: dict[str, KVCacheSpec]) -> str:
     declared = [b.layouts for b in model.non_ssm_backends() if b.layouts is not None]
     if not declared:
         cands = list(B.DEFAULT_LAYOUT_PREFERENCE)
@@ -27,13 +26,12 @@ def resolve_layout(model: Model, specs: dict[str, Spec]) -> str:
         if not cands:
             raise SimulatedError("ValueError", "no KV cache layout every backend supports")
     uniq = set(specs.values())
-    shapes = {(s.num_kv_heads if s.is_attention else 1, s.num_states if s.is_attention else 1,
-               s.page_size_bytes) for s in uniq}
+    shapes = {s.hnc_shape for s in uniq}
     if len(shapes) > 1:
         cands = [l for l in cands if B.layout_is_block_compact(l)]
         if not cands:
             raise SimulatedError("ValueError", "Specs with mixed HNC shapes need a block-compact layout")
-    dcp = {s.dcp_sharded for s in uniq if s.is_attention and s.kind != "circular"}
+    dcp = {s.dcp_sharded for s in uniq if s.in_dcp_layout_check}
     if len(dcp) > 1 and len({s.page_size_bytes for s in uniq}) > 1:
         cands = [l for l in cands if B.layout_is_block_outermost(l)]
         if not cands:
@@ -41,15 +39,15 @@ def resolve_layout(model: Model, specs: dict[str, Spec]) -> str:
     return cands[0]
 
 
-def _packed_groups(specs: dict[str, Spec]) -> list[tuple[list[str], list[Spec]]]:
+def _packed_groups(specs: dict[str, KVCacheSpec]) -> list[tuple[list[str], list[KVCacheSpec]]]:
     # Buckets of uniform specs: every uniformity rule compares members with
     # the bucket's first spec, so testing a newcomer against the first is enough.
-    buckets: list[dict[str, Spec]] = []
+    buckets: list[dict[str, KVCacheSpec]] = []
     for name, spec in specs.items():
         for bucket in buckets:
             first = next(iter(bucket.values()))
             if (spec.block_size == first.block_size and spec.dcp_sharded == first.dcp_sharded
-                    and uniform_with_collection(first, [spec])):
+                    and first.uniform_with([spec])):
                 bucket[name] = spec
                 break
         else:
@@ -82,11 +80,8 @@ def _packed_groups(specs: dict[str, Spec]) -> list[tuple[list[str], list[Spec]]]
     def widest(psl: dict[int, list[str]], n: int) -> int:
         return sum(cdiv(len(names), n) * page for page, names in psl.items())
 
-    def is_state(bucket: dict[str, Spec]) -> bool:
-        first = next(iter(bucket.values()))
-        if first.kind in ("mamba", "circular"):
-            return True
-        return repeats is None and first.kind == "sliding"
+    def is_state(bucket: dict[str, KVCacheSpec]) -> bool:
+        return next(iter(bucket.values())).packs_as_state(repeats)
 
     anchor = max((widest(psl, len(bucket) if is_state(bucket) else num_groups_for(mpp, bal))
                   for bucket, psl, bal, mpp in bucketed), default=0)
@@ -106,47 +101,26 @@ def _packed_groups(specs: dict[str, Spec]) -> list[tuple[list[str], list[Spec]]]
     return groups
 
 
-def _mergeable(a: Spec, b: Spec) -> bool:
-    if a.kind != b.kind:
-        return False
-    if a.kind == "full":
-        return replace(a, sliding_window=None) == replace(b, sliding_window=None) and (
-            a.sliding_window is None or b.sliding_window is None or a.sliding_window == b.sliding_window)
-    return a == b
-
-
-def _unify(specs: dict[str, Spec]) -> dict[str, Spec]:
+def _unify(specs: dict[str, KVCacheSpec]) -> dict[str, KVCacheSpec]:
     pages = {s.page_size_bytes for s in specs.values()}
     if len(pages) <= 1:
         return specs
     mx = max(pages)
     out = {}
     for name, s in specs.items():
-        if s.page_size_bytes == mx:
-            out[name] = s
-        elif s.kind == "mamba":
-            out[name] = replace(s, page_size_padded=mx)
-        elif mx % s.page_size_bytes == 0:
-            out[name] = s.with_block_size(s.block_size * (mx // s.page_size_bytes))
-        elif s.kind != "mla":
-            out[name] = replace(s, page_size_padded=mx)
-        else:
-            raise SimulatedError(
-                "NotImplementedError",
-                f"Layer {name}: page size is not divisible by the maximum page size "
-                "and cannot be padded. Padding is only supported for non-MLA attention layers.")
+        out[name] = s if s.page_size_bytes == mx else s.unified_to(mx, name)
     return out
 
 
-def _uniform_page_groups(specs: dict[str, Spec]) -> list[tuple[list[str], list[Spec]]]:
-    same: dict[Spec, list[str]] = {}  # layers grouped by equal spec, in first-occurrence order
+def _uniform_page_groups(specs: dict[str, KVCacheSpec]) -> list[tuple[list[str], list[KVCacheSpec]]]:
+    same: dict[KVCacheSpec, list[str]] = {}  # layers grouped by equal spec, in first-occurrence order
     for name, sp in specs.items():
         same.setdefault(sp, []).append(name)
     layer_buckets: list[list[str]] = []
-    spec_buckets: list[list[Spec]] = []
+    spec_buckets: list[list[KVCacheSpec]] = []
     for s, names in same.items():
         for lb, sb in zip(layer_buckets, spec_buckets):
-            if all(_mergeable(sb[0], x) for x in sb + [s]):
+            if all(sb[0].mergeable(x) for x in sb + [s]):
                 lb.extend(names)
                 sb.append(s)
                 break
@@ -165,11 +139,11 @@ def _uniform_page_groups(specs: dict[str, Spec]) -> list[tuple[list[str], list[S
     return out
 
 
-def group_kv_cache(specs: dict[str, Spec], layout: str) -> tuple[str, list[tuple[list[str], list[Spec]]], dict[str, Spec]]:
+def group_kv_cache(specs: dict[str, KVCacheSpec], layout: str) -> tuple[str, list[tuple[list[str], list[KVCacheSpec]]], dict[str, KVCacheSpec]]:
     values = list(specs.values())
     if not specs:
         return "attention_free", [], specs
-    if all(v == values[0] and v.kind == values[0].kind for v in values):
+    if all(v == values[0] for v in values):
         return "uniform", [(list(specs), values)], specs
     if is_uniform_type(values):
         return "uniform_type", [(list(specs), values)], specs

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from . import backends as B
 from .errors import BadInput
-from .kv_spec import DTYPE_BYTES, CacheConfig, SimulatedError, Spec, cdiv, next_power_of_2
+from .kv_spec import (DTYPE_BYTES, CacheConfig, CircularBufferSpec, KVCacheSpec, MLAAttentionSpec, SimulatedError,
+                      cdiv, next_power_of_2)
 from .model_config import DEFAULT_ATTENTION_INTERVAL
 from .model_parts import (Layer, SpecBuilder, Target, TargetSettings, attention_builder,
                           customize_attention_spec, kda_state, mamba_builder, required)
@@ -17,14 +18,14 @@ def tail_ring_builder(kpool: int, head_dim: int, num_spec: int) -> SpecBuilder:
     num_spec) / kpool))`` tokens, which the cache block must be a multiple of."""
     ring = kpool * next_power_of_2(cdiv(kpool + num_spec, kpool))
 
-    def build(cache: CacheConfig) -> Spec:
+    def build(cache: CacheConfig) -> KVCacheSpec:
         if cache.block_size % ring:
             raise SimulatedError(
                 "AssertionError",
                 f"Glm5NextTailCache: cache_config.block_size ({cache.block_size}) "
                 f"must be a multiple of the tail ring ({ring})")
-        return customize_attention_spec(B.KPOOL_TAIL, Spec(
-            "circular", ring, num_kv_heads=2, head_size=head_dim, head_size_v=0,
+        return customize_attention_spec(B.KPOOL_TAIL, CircularBufferSpec(
+            block_size=ring, num_kv_heads=2, head_size=head_dim, head_size_v=0,
             dtype_bytes=2, dtype="bfloat16", dcp_sharded=False))
     return build
 
@@ -51,10 +52,10 @@ def build_target(s: TargetSettings) -> Target:
         raise BadInput("GLM-5.3 without a sparse indexer (dense MLA) is not modelled")
     idx_backend = B.glm5_indexer_backend(kpool, family)
     t_dtype = s.kv_storage_dtype
-    indexer = Spec("mla", 0, num_kv_heads=1, head_size=idx_hd + idx_hd // 128 * 4,
-                   head_size_v=0, dtype_bytes=1, dtype="uint8",
-                   tokens_per_state=kpool, cache_role="indexer")
-    latent = Spec("mla", 0, num_kv_heads=1, head_size=head_size, head_size_v=0,
+    indexer = MLAAttentionSpec(block_size=0, num_kv_heads=1, head_size=idx_hd + idx_hd // 128 * 4,
+                               head_size_v=0, dtype_bytes=1, dtype="uint8",
+                               state_tokens=kpool, cache_role="indexer")
+    latent = MLAAttentionSpec(block_size=0, num_kv_heads=1, head_size=head_size, head_size_v=0,
                   dtype_bytes=DTYPE_BYTES[t_dtype], dtype=t_dtype,
                   content_bytes=(B.FP8_DS_MLA_BYTES_PER_TOKEN
                                  if s.kv_cache_dtype == "fp8_ds_mla" else None))

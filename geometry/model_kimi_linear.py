@@ -8,7 +8,7 @@ from typing import Mapping
 
 from . import backends as B
 from .errors import BadInput
-from .kv_spec import DTYPE_BYTES, SimulatedError, Spec
+from .kv_spec import DTYPE_BYTES, MLAAttentionSpec, SimulatedError
 from .model_parts import Layer, Target, TargetSettings, attention_builder, kda_state, mamba_builder, required
 
 
@@ -39,7 +39,7 @@ def build_target(s: TargetSettings) -> Target:
     except ValueError as exc:
         raise BadInput(str(exc)) from exc
     t_dtype = s.kv_storage_dtype
-    latent = Spec("mla", 0, num_kv_heads=1, head_size=head_size, head_size_v=0,
+    latent = MLAAttentionSpec(block_size=0, num_kv_heads=1, head_size=head_size, head_size_v=0,
                   dtype_bytes=DTYPE_BYTES[t_dtype], dtype=t_dtype)
     kda = mamba_builder(state, s.max_model_len)
     mla = attention_builder(latent, mla_backend)

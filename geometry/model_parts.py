@@ -10,9 +10,9 @@ from typing import Any, Callable, Mapping
 
 from . import backends as B
 from .errors import BadInput
-from .kv_spec import DTYPE_BYTES, CacheConfig, SimulatedError, Spec
+from .kv_spec import DTYPE_BYTES, AttentionSpec, CacheConfig, KVCacheSpec, MambaSpec, SimulatedError
 
-SpecBuilder = Callable[[CacheConfig], Spec]
+SpecBuilder = Callable[[CacheConfig], KVCacheSpec]
 
 _TORCH_STORAGE = {"fp8": "uint8", "fp8_e4m3": "uint8", "fp8_e5m2": "uint8", "half": "float16",
                   "fp8_ds_mla": "uint8"}
@@ -109,7 +109,7 @@ def kv_heads_per_rank(kv_heads: int, tp: int, what: str) -> int:
     return max(1, kv_heads // tp)
 
 
-def customize_attention_spec(backend: B.Backend, spec: Spec) -> Spec:
+def customize_attention_spec(backend: B.Backend, spec: AttentionSpec) -> AttentionSpec:
     """vllm.v1.worker.utils.customize_attention_spec."""
     if backend.align_rows is not None:
         spec = replace(spec, block_stride_alignment=backend.align_rows * spec.state_content_size_bytes)
@@ -118,7 +118,7 @@ def customize_attention_spec(backend: B.Backend, spec: Spec) -> Spec:
     return spec
 
 
-def attention_builder(proto: Spec, backend: B.Backend) -> SpecBuilder:
+def attention_builder(proto: AttentionSpec, backend: B.Backend) -> SpecBuilder:
     """An attention layer at the cache block size."""
     return lambda cache: customize_attention_spec(backend, proto.with_block_size(cache.block_size))
 
@@ -126,7 +126,6 @@ def attention_builder(proto: Spec, backend: B.Backend) -> SpecBuilder:
 def mamba_builder(state: MambaState, max_model_len: int) -> SpecBuilder:
     """A mamba layer: block ``mamba_block_size`` (``max_model_len`` when unset),
     page padded to the attention page."""
-    return lambda cache: Spec("mamba", cache.mamba_block_size or max_model_len,
-                              page_size_padded=cache.mamba_page_size_padded,
-                              state_bytes=state.bytes, mamba_shapes=state.shapes,
-                              mamba_dtypes=state.dtypes, dcp_sharded=False)
+    return lambda cache: MambaSpec(block_size=cache.mamba_block_size or max_model_len,
+                                   page_size_padded=cache.mamba_page_size_padded,
+                                   state_bytes=state.bytes, shapes=state.shapes, dtypes=state.dtypes)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from . import backends as B
 from .errors import BadInput
-from .kv_spec import DTYPE_BYTES, SimulatedError, Spec
+from .kv_spec import DTYPE_BYTES, FullAttentionSpec, SimulatedError
 from .model_parts import (Layer, Target, TargetSettings, attention_builder, check_flash_attn_head_size,
                           kv_heads_per_rank, required)
 
@@ -37,7 +37,7 @@ def build_target(s: TargetSettings) -> Target:
         raise SimulatedError("AssertionError", "num_attention_heads not divisible by TP")
     kv_heads = kv_heads_per_rank(int(required(tc, "num_key_value_heads")), tp, "num_key_value_heads")
     t_dtype = s.kv_storage_dtype
-    spec = Spec("full", 0, num_kv_heads=kv_heads, head_size=head_size, head_size_v=head_size,
+    spec = FullAttentionSpec(block_size=0, num_kv_heads=kv_heads, head_size=head_size, head_size_v=head_size,
                 dtype_bytes=DTYPE_BYTES[t_dtype], dtype=t_dtype)
     attn = attention_builder(spec, backend)
     layers = tuple(Layer(f"model.layers.{i}.self_attn.attn", "target", "attention", backend, attn)

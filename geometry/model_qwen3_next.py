@@ -4,7 +4,7 @@ layers and full-attention layers (FLASH_ATTN) (stdlib only)."""
 from __future__ import annotations
 
 from . import backends as B
-from .kv_spec import DTYPE_BYTES, SimulatedError, Spec
+from .kv_spec import DTYPE_BYTES, FullAttentionSpec, SimulatedError
 from .model_config import DEFAULT_ATTENTION_INTERVAL
 from .model_parts import (Layer, MambaState, Target, TargetSettings, attention_builder,
                           check_flash_attn_head_size, kv_heads_per_rank, mamba_builder, required)
@@ -47,7 +47,7 @@ def build_target(s: TargetSettings) -> Target:
     kv_heads = kv_heads_per_rank(kvh, tp, "num_key_value_heads")
     state = gdn_state(tc, tp, s.num_spec, s.model_dtype)
     t_dtype = s.kv_storage_dtype
-    spec = Spec("full", 0, num_kv_heads=kv_heads, head_size=head_size, head_size_v=head_size,
+    spec = FullAttentionSpec(block_size=0, num_kv_heads=kv_heads, head_size=head_size, head_size_v=head_size,
                 dtype_bytes=DTYPE_BYTES[t_dtype], dtype=t_dtype)
     gdn = mamba_builder(state, s.max_model_len)
     attn = attention_builder(spec, B.FLASH_ATTN)

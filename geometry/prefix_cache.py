@@ -26,20 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-# Which manager serves a spec kind (KVCacheSpecRegistry) and whether it can
-# look a hit up at hash-block granularity
-# (SingleTypeKVCacheManager.supports_fine_grained_hash_lookup).
-FINE_GRAINED_LOOKUP = {
-    "full": True,       # FullAttentionManager
-    "mla": True,        # FullAttentionManager (MLAAttentionSpec is a FullAttentionSpec)
-    "sliding": False,   # SlidingWindowManager
-    "circular": False,  # CircularBufferManager
-    "mamba": True,      # MambaManager
-}
-# KVCacheSpec.prefix_cacheable: CircularBufferSpec opts out; the others take part.
-PREFIX_CACHEABLE = {"full": True, "mla": True, "sliding": True, "circular": False,
-                    "mamba": True}
-
+from .kv_spec import KVCacheSpec
 
 @dataclass(frozen=True)
 class PrefixCache:
@@ -54,11 +41,23 @@ class PrefixCache:
 
 @dataclass(frozen=True)
 class CacheGroup:
-    """What the resolution reads of one KV-cache group: its first layer's spec."""
+    """What the resolution reads of one KV-cache group: its first layer's spec
+    (whose kind says whether it is prefix-cacheable, whether its manager looks
+    hits up at hash granularity, and whether it holds a mamba state)."""
 
-    kind: str  # full | mla | sliding | circular | mamba
-    block_size: int
-    tokens_per_state: int = 1
+    spec: KVCacheSpec
+
+    @property
+    def block_size(self) -> int:
+        return self.spec.block_size
+
+    @property
+    def tokens_per_state(self) -> int:
+        return self.spec.tokens_per_state
+
+    @property
+    def prefix_cacheable(self) -> bool:
+        return self.spec.prefix_cacheable
 
 
 class PrefixCacheError(ValueError):
@@ -77,13 +76,12 @@ def _mamba_splits_blocks(groups: Sequence[CacheGroup], mamba_cache_mode: str,
     """``partial_hash_hits_enabled`` without managers (DCP 1): an "align"
     mamba group has blocks larger than the hash block."""
     return mamba_cache_mode == "align" and any(
-        g.kind == "mamba" and g.block_size > hash_block for g in groups)
+        g.spec.holds_state and g.block_size > hash_block for g in groups)
 
 
 def _managers_look_up_finely(groups: Sequence[CacheGroup], hash_block: int) -> bool:
     """The managers' half of ``partial_hash_hits_enabled``."""
-    return all(FINE_GRAINED_LOOKUP[g.kind] or g.block_size == hash_block
-               for g in groups if PREFIX_CACHEABLE[g.kind])
+    return all(g.spec.fine_grained_lookup or g.block_size == hash_block for g in groups if g.prefix_cacheable)
 
 
 def resolve(groups: Sequence[CacheGroup], enabled: bool, mamba_cache_mode: str,
@@ -96,11 +94,11 @@ def resolve(groups: Sequence[CacheGroup], enabled: bool, mamba_cache_mode: str,
         scheduler = hash_block = alignment = groups[0].block_size
     else:
         scheduler = math.lcm(*(g.block_size for g in groups))
-        has_none_mamba = any(g.kind == "mamba" for g in groups) and mamba_cache_mode != "align"
+        has_none_mamba = any(g.spec.holds_state for g in groups) and mamba_cache_mode != "align"
         if not enabled or has_none_mamba:
             hash_block = alignment = scheduler
         else:
-            hashing = ([g.block_size for g in groups if PREFIX_CACHEABLE[g.kind]]
+            hashing = ([g.block_size for g in groups if g.prefix_cacheable]
                        or [g.block_size for g in groups])
             hash_block = math.gcd(*hashing)
             splits = _mamba_splits_blocks(groups, mamba_cache_mode, hash_block)
@@ -108,7 +106,7 @@ def resolve(groups: Sequence[CacheGroup], enabled: bool, mamba_cache_mode: str,
             # alignment without the managers' half
             checked = hash_block if splits else scheduler
             grids = sorted({g.tokens_per_state for g in groups
-                            if PREFIX_CACHEABLE[g.kind] and g.tokens_per_state > 1})
+                            if g.prefix_cacheable and g.tokens_per_state > 1})
             if any(checked % grid for grid in grids):
                 raise PrefixCacheError(
                     f"ValueError: prefix-cache hits every {checked} tokens do not land on "

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .kv_spec import KVCacheSpec, RequestBlocks, spec_kind
 from .prefix_cache import PrefixCache
+
+__all__ = ["LayerRow", "GroupRow", "RequestBlocks", "Plan", "GeometryReport"]
+
 
 @dataclass(frozen=True)
 class LayerRow:
@@ -23,25 +27,10 @@ class LayerRow:
     padded: bool
     block_stride_alignment: int
 
-
-@dataclass(frozen=True)
-class RequestBlocks:
-    """How many blocks one request draws from the pool for a group, as the
-    group's spec counts them (``max_memory_usage_bytes`` / page, vLLM 0.33.0):
-
-    * ``per_token``: ``ceil(tokens / block_size)`` (full attention, MLA);
-    * ``window``: ``ceil(min(window - 1 + tokens in flight, tokens) /
-      block_size) + 1`` (sliding window: the window, the tokens scheduled but
-      not yet freed, and one block for a window that starts mid-block);
-    * ``fixed``: ``fixed`` blocks whatever the length (mamba state: 1 +
-      speculative blocks, in "align" 2 + speculative + prefill-checkpoint
-      blocks; the kpool tail ring: 1).
-    """
-
-    rule: str  # per_token | window | fixed
-    block_size: int
-    fixed: int = 0
-    window: int | None = None
+    @property
+    def kind(self) -> type[KVCacheSpec]:
+        """The spec kind of the row's class."""
+        return spec_kind(self.spec_class)
 
 
 @dataclass(frozen=True)
@@ -54,6 +43,11 @@ class GroupRow:
     bytes: int  # sum of the group's layer pages (one block of this group)
     is_draft: bool
     per_request: RequestBlocks | None = None  # None: not known (the oracle's rows)
+
+    @property
+    def kind(self) -> type[KVCacheSpec]:
+        """The spec kind of the group's class."""
+        return spec_kind(self.spec_class)
 
 
 @dataclass(frozen=True)

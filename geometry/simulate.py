@@ -49,17 +49,17 @@ from __future__ import annotations
 from .block_size import update_block_size
 from .grouping import bytes_per_block, group_kv_cache, resolve_layout, validate_layout
 from .inputs import GeometryInputs
-from .kv_spec import SimulatedError, Spec
+from .kv_spec import KVCacheSpec, SimulatedError
 from .model import Model, build_model
 from .model_config import target_kind
 from .prefix_cache import CacheGroup, PrefixCacheError
 from .prefix_cache import resolve as resolve_prefix_cache
-from .report import GeometryReport, GroupRow, LayerRow, Plan, RequestBlocks
+from .report import GeometryReport, GroupRow, LayerRow, Plan
 
 __all__ = ["simulate", "GeometryReport", "Plan", "LayerRow", "GroupRow", "SimulatedError"]
 
 
-def _apply_overlay(model: Model, specs: dict[str, Spec], notes: list[str]) -> dict[str, Spec]:
+def _apply_overlay(model: Model, specs: dict[str, KVCacheSpec], notes: list[str]) -> dict[str, KVCacheSpec]:
     """Our patch series: drafter attention page == the target's MLA latent
     page (targets without MLA latent layers keep stock behaviour)."""
     p = next((specs[l.name].page_size_bytes for l in model.layers
@@ -80,7 +80,7 @@ def _apply_overlay(model: Model, specs: dict[str, Spec], notes: list[str]) -> di
     return out
 
 
-def _target_attention_page(model: Model, specs: dict[str, Spec]) -> int | None:
+def _target_attention_page(model: Model, specs: dict[str, KVCacheSpec]) -> int | None:
     for layer in model.layers:
         if layer.owner == "target" and layer.role in ("mla_latent", "attention"):
             return specs[layer.name].real_page_size_bytes
@@ -111,8 +111,7 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list
         t_block = next(final_specs[l.name].block_size for l in model.layers
                        if l.owner == "target" and l.role in ("mla_latent", "attention"))
         prefix = resolve_prefix_cache(
-            [CacheGroup(gs[0].kind, gs[0].block_size, gs[0].tokens_per_state)
-             for _, gs in groups],
+            [CacheGroup(gs[0]) for _, gs in groups],
             inputs.enable_prefix_caching, inputs.mamba_cache_mode, model.max_model_len)
         return model, Plan(cache.block_size, cache.mamba_page_size_padded, layout, path, rows,
                            _group_rows(model, path, groups, _state_blocks(model, inputs, num_spec)),
@@ -138,48 +137,35 @@ def _state_blocks(model: Model, inputs: GeometryInputs, num_spec: int) -> int:
     return 2 + num_spec + int(model.prefill_checkpoint_alignment() is not None)
 
 
-def _per_request(spec: Spec, state_blocks: int) -> RequestBlocks:
-    if spec.kind in ("full", "mla"):
-        return RequestBlocks("per_token", spec.block_size)
-    if spec.kind == "sliding":
-        return RequestBlocks("window", spec.block_size, window=spec.sliding_window)
-    if spec.kind == "circular":  # CircularBufferSpec: one ring block for the request's life
-        return RequestBlocks("fixed", spec.block_size, fixed=1)
-    return RequestBlocks("fixed", spec.block_size, fixed=state_blocks)
-
-
 def _group_rows(model: Model, path: str, groups, state_blocks: int) -> tuple[GroupRow, ...]:
     roles = {l.name: l.role for l in model.layers}
     return tuple(
         GroupRow(i, gs[0].vllm_class,
                  tuple(sorted({roles[n] for n in names})), tuple(names),
                  gs[0].block_size, sum(s.page_size_bytes for s in gs),
-                 _group_is_draft(path, gs), _per_request(gs[0], state_blocks))
+                 _group_is_draft(path, gs), gs[0].per_request(state_blocks))
         for i, (names, gs) in enumerate(groups))
 
 
-def _group_is_draft(path: str, specs: list[Spec]) -> bool:
+def _group_is_draft(path: str, specs: list[KVCacheSpec]) -> bool:
     """The draft tag the group's spec carries.  Packed groups wrap per-layer
     specs (UniformTypeKVCacheSpecs); the other paths merge the layers into one
     spec, and FullAttentionSpec.merge / MLAAttentionSpec.merge build a fresh
     spec that drops ``is_draft`` (KVCacheSpec.merge deep-copies and keeps it)."""
     if path in ("packed", "uniform_type"):
         return any(s.is_draft for s in specs)
-    if specs[0].kind in ("full", "mla"):
-        return False
-    return specs[0].is_draft
+    return specs[0].is_draft and specs[0].merge_keeps_draft
 
 
-def _rows(model: Model, specs: dict[str, Spec]) -> tuple[LayerRow, ...]:
+def _rows(model: Model, specs: dict[str, KVCacheSpec]) -> tuple[LayerRow, ...]:
     """One LayerRow per layer."""
     rows = []
     for l in model.layers:
         s = specs[l.name]
         rows.append(LayerRow(
             name=l.name, owner=l.owner, role=l.role, spec_class=s.vllm_class,
-            block_size=s.block_size, num_kv_heads=s.num_kv_heads, head_size=s.head_size,
-            dtype=s.dtype or "/".join(s.mamba_dtypes),
-            bytes_per_token=s.bytes_per_token if s.is_attention else 0,
+            block_size=s.block_size, num_kv_heads=s.row_heads[0], head_size=s.row_heads[1],
+            dtype=s.dtype_name, bytes_per_token=s.bytes_per_token,
             real_page_bytes=s.real_page_size_bytes, page_bytes=s.page_size_bytes,
             padded=s.page_size_bytes != s.real_page_size_bytes,
             block_stride_alignment=s.get_block_stride_alignment()))

@@ -37,7 +37,7 @@ def alignment_phrase(requested: int | None, plan: Plan) -> str | None:
     block size the recipe gives (None when it kept it or none was given)."""
     if requested is None or plan.block_size is None or plan.block_size == requested:
         return None
-    state = next((r.real_page_bytes for r in plan.layers if r.spec_class == "MambaSpec"), None)
+    state = next((r.real_page_bytes for r in plan.layers if r.kind.holds_state), None)
     why = ("vLLM's hybrid alignment: one block's target attention page must hold the "
            + (f"{state:,} B " if state else "") + "mamba state page"
            + (f", so the block grows in steps of {requested:,}" if plan.block_size % requested == 0 else "")

@@ -333,7 +333,7 @@ def test_capacity_counts_what_vllm_counts(prefix_caching):
     """geometry/capacity.py's premise, from vLLM's own per-request block count
     (get_max_concurrency_for_kv_cache_config): a group that keeps every token
     draws cdiv(max_model_len, block) blocks; every other group a fixed number."""
-    from geometry.capacity import FULL_ATTENTION_CLASSES
+    from geometry.kv_spec import spec_kind
     from geometry.oracle import blocks_per_request
 
     kimi_drafter = C.recipe_configs()[1] if BEHAVIOUR == "overlay" else None
@@ -345,9 +345,9 @@ def test_capacity_counts_what_vllm_counts(prefix_caching):
         long, short = (blocks_per_request(GeometryInputs.from_json(dict(data, max_model_len=n)))
                        for n in (1 << 20, 1 << 19))
         assert [c for c, _, _ in long] == [c for c, _, _ in short]
-        assert any(c in FULL_ATTENTION_CLASSES for c, _, _ in long)
+        assert any(spec_kind(c).keeps_every_token for c, _, _ in long)
         for (cls, block, n_long), (_, block_short, n_short) in zip(long, short):
-            if cls in FULL_ATTENTION_CLASSES:
+            if spec_kind(cls).keeps_every_token:
                 assert (n_long, n_short) == (-(-(1 << 20) // block), -(-(1 << 19) // block_short))
             else:
                 assert n_long == n_short, (cls, n_long, n_short)
