@@ -39,7 +39,6 @@ from typing import Iterable, Sequence
 
 from .capacity import kv_token_capacity
 from .inputs import GeometryInputs
-from .model_config import text_config
 from .report import GeometryReport, Plan
 
 MAX_NUM_BATCHED_TOKENS = 2048  # SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS
@@ -185,10 +184,7 @@ def contexts_for(max_model_len: int, named: Iterable[int] | None = None) -> tupl
 
 def max_model_len_of(inputs: GeometryInputs) -> int:
     """max_model_len as vLLM runs it: the flag, else the target's max_position_embeddings."""
-    if inputs.max_model_len is not None:
-        return inputs.max_model_len
-    tc = text_config(inputs.target_config)
-    return int(tc.get("max_position_embeddings", 0) or 0) or 1
+    return inputs.target.max_model_len(inputs.max_model_len)
 
 
 def concurrency(report: GeometryReport, inputs: GeometryInputs,

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields
+from functools import cached_property
 from typing import Any, Mapping
 
 from .errors import BadInput
-from .model_config import is_hybrid, target_kind
+from .model_config import TargetModel, read_target
 
 # vLLM 0.33.0 CacheConfig.mamba_cache_mode default ("none": no prefix caching
 # of mamba state).  "align" is the other value vLLM accepts.
@@ -97,12 +98,17 @@ class GeometryInputs:
         if not isinstance(self.enable_prefix_caching, bool):
             raise BadInput("enable_prefix_caching must be true or false, "
                            f"got {self.enable_prefix_caching!r}")
-        expected_mode = _mode_for(self.enable_prefix_caching, is_hybrid(target_kind(self.target_config)))
+        expected_mode = _mode_for(self.enable_prefix_caching, self.target.hybrid)
         if self.mamba_cache_mode != expected_mode:
             raise BadInput(
                 f"mamba_cache_mode {self.mamba_cache_mode!r} with enable_prefix_caching "
                 f"{str(self.enable_prefix_caching).lower()}: vLLM 0.33.0 runs "
                 f"{expected_mode!r} then")
+
+    @cached_property
+    def target(self) -> TargetModel:
+        """The target config, read once (ConfigInvalid for one no architecture entry plans)."""
+        return read_target(self.target_config)
 
     @property
     def has_drafter(self) -> bool:
@@ -221,6 +227,6 @@ def resolve_prefix_caching(
                        f"got {mamba_cache_mode!r}")
     if not isinstance(target_config, Mapping):
         raise BadInput("target_config must be a JSON object")
-    kind = target_kind(target_config)  # a modelled (generative) target, else ConfigInvalid
+    target = read_target(target_config)  # a modelled (generative) target, else ConfigInvalid
     enabled = True if enable_prefix_caching is None else enable_prefix_caching
-    return enabled, _mode_for(enabled, is_hybrid(kind))
+    return enabled, _mode_for(enabled, target.hybrid)

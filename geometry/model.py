@@ -1,40 +1,19 @@
-"""The model a run plans: the target's layers (built per architecture by
-model_glm5next / model_kimi_linear / model_qwen3_next) followed by the
-drafter's, in vLLM's registration order, with their KV dtypes and the facts
-the block-size alignment reads (stdlib only)."""
+"""The model a run plans: the target's layers (built by its architecture entry,
+geometry/architectures/) followed by the drafter's, in vLLM's registration order,
+with their KV dtypes and the facts the block-size alignment reads (stdlib only)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
-
 from . import backends as B
-from . import model_glm5next, model_kimi_linear, model_qwen3, model_qwen3_next
 from .drafter import build_drafter
 from .errors import BadInput
 from .inputs import GeometryInputs
 from .kv_spec import DTYPE_BYTES, SUPPORTED_KV_DTYPES, SimulatedError
-from .model_config import is_hybrid, target_kind, text_config
+from .architecture import Architecture
 from .model_parts import Layer, TargetSettings, kv_dtype_name, required
 
-TARGET_BUILDERS = {
-    "glm5next": model_glm5next.build_target,
-    "kimi_linear": model_kimi_linear.build_target,
-    "qwen3_next": model_qwen3_next.build_target,
-    "qwen3": model_qwen3.build_target,
-}
-
-
-def resolve_model_dtype(cfg: Mapping[str, Any]) -> str:
-    tc = text_config(cfg)
-    d = tc.get("dtype") or tc.get("torch_dtype") or cfg.get("dtype") or cfg.get("torch_dtype")
-    d = str(d or "bfloat16").replace("torch.", "")
-    if d not in ("bfloat16", "float16", "float32"):
-        raise BadInput(f"model dtype {d!r} not modelled")
-    return d
-
-
-def resolve_kv_dtypes(inputs: GeometryInputs, kind: str) -> tuple[str, str | None]:
+def resolve_kv_dtypes(inputs: GeometryInputs) -> tuple[str, str | None]:
     """Cache-dtype *strings* the target and drafter layers run.
 
     1. ``Glm5NextModelConfig``: on family 100 a GLM-5.3 target at "auto" runs
@@ -51,8 +30,7 @@ def resolve_kv_dtypes(inputs: GeometryInputs, kind: str) -> tuple[str, str | Non
     for what, kv in (("kv_cache_dtype", target), ("drafter_kv_cache_dtype", drafter)):
         if kv is not None and kv not in SUPPORTED_KV_DTYPES:
             raise BadInput(f"{what} {kv!r} not modelled (supported: {SUPPORTED_KV_DTYPES})")
-    tc = text_config(inputs.target_config)
-    sparse = kind == "glm5next" and tc.get("index_topk") is not None
+    sparse = inputs.target.runs_sparse_mla
     if sparse and target == "auto" and inputs.capability_family == 100:
         target = "fp8"
         if inputs.has_drafter and drafter is None:  # method "dflash" != "mtp"
@@ -75,7 +53,7 @@ def resolve_kv_dtypes(inputs: GeometryInputs, kind: str) -> tuple[str, str | Non
 class Model:
     """Layers (in vLLM's registration order) and model-level facts."""
 
-    kind: str
+    architecture: Architecture
     layers: tuple[Layer, ...]
     max_model_len: int
     model_dtype: str
@@ -95,16 +73,17 @@ class Model:
             return self.head_size * t_bytes
         return self.num_kv_heads * 2 * self.head_size * t_bytes
 
+    @property
+    def kind(self) -> str:
+        return self.architecture.kind
+
     def prefill_checkpoint_alignment(self) -> int | None:
         """``get_mamba_prefill_checkpoint_alignment`` in "align" mode: the LCM
         of the mamba layers' ``get_prefill_checkpoint_alignment``.  KDA layers
-        (GLM-5.3, Kimi Linear) export none (``MambaBase``'s None).  Qwen3-Next's
-        GDN layers export 64 when vLLM picks FlashInfer's GDN prefill kernel,
-        which depends on the CUDA runtime and FlashInfer build of the image."""
-        if self.kind == "qwen3_next":
-            raise BadInput("mamba_cache_mode 'align' for Qwen3-Next (GDN) targets is not "
-                           "modelled (the prefill checkpoint alignment depends on the GDN "
-                           "prefill kernel vLLM picks at run time)")
+        (GLM-5.3, Kimi Linear) export none (``MambaBase``'s None); an
+        architecture whose alignment is not modelled says why."""
+        if self.architecture.align_mode_not_modelled:
+            raise BadInput(self.architecture.align_mode_not_modelled)
         return None
 
     def non_ssm_backends(self) -> list[B.Backend]:
@@ -123,25 +102,25 @@ class Model:
 
 
 def build_model(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Model:
-    kind = target_kind(inputs.target_config)
-    if inputs.capability_family == B.CPU_FAMILY and (is_hybrid(kind) or inputs.has_drafter):
+    target = inputs.target
+    if inputs.capability_family == B.CPU_FAMILY and (target.hybrid or inputs.has_drafter):
         raise BadInput(f"on the CPU platform (no GPU) only a dense target without a drafter is modelled, "
-                       f"not {kind}{' with a drafter' if inputs.has_drafter else ''}")
-    tc = text_config(inputs.target_config)
-    model_dtype = resolve_model_dtype(inputs.target_config)
-    kv_target, kv_drafter = resolve_kv_dtypes(inputs, kind)
+                       f"not {target.kind}{' with a drafter' if inputs.has_drafter else ''}")
+    tc = target.text
+    model_dtype = target.model_dtype
+    kv_target, kv_drafter = resolve_kv_dtypes(inputs)
     if not with_drafter:
         kv_drafter = None
-    max_model_len = inputs.max_model_len or int(tc.get("max_position_embeddings", 0) or 0) or 1
+    max_model_len = target.max_model_len(inputs.max_model_len)
     settings = TargetSettings(
         tc=tc, num_layers=int(required(tc, "num_hidden_layers")),
         layer_types=tuple(tc.get("layer_types") or ()),
         tensor_parallel_size=inputs.tensor_parallel_size,
         capability_family=inputs.capability_family, num_spec=num_spec,
         model_dtype=model_dtype, kv_cache_dtype=kv_target, max_model_len=max_model_len)
-    target = TARGET_BUILDERS[kind](settings)
-    model = Model(kind, target.layers, max_model_len, model_dtype, kv_target, kv_drafter,
-                  target.use_mla, target.head_size, target.num_kv_heads, target.mamba_page)
+    built = target.architecture.build_target(settings)
+    model = Model(target.architecture, built.layers, max_model_len, model_dtype, kv_target, kv_drafter,
+                  built.use_mla, built.head_size, built.num_kv_heads, built.mamba_page)
     if with_drafter and inputs.drafter_config is not None:
         drafter = build_drafter(inputs, kv_drafter, model_dtype)
         model = replace(model, layers=model.layers + drafter.layers,

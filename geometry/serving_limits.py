@@ -9,23 +9,15 @@ tokens fits in the pool (geometry/capacity.py's token capacity).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 from .capacity import kv_token_capacity
 from .inputs import GeometryInputs
-from .model_config import text_config
 from .report import GeometryReport
-
-
-def _max_position_embeddings(target_config: Mapping[str, Any]) -> int | None:
-    value = text_config(target_config).get("max_position_embeddings")
-    return value if type(value) is int and value > 0 else None
 
 
 def serving_limit_reasons(report: GeometryReport, inputs: GeometryInputs) -> tuple[str, ...]:
     """Why the pool cannot serve one request of ``max_model_len`` tokens (empty when it can)."""
     reasons = []
-    max_pos = _max_position_embeddings(inputs.target_config)
+    max_pos = inputs.target.max_position_embeddings
     wanted = inputs.max_model_len if inputs.max_model_len is not None else max_pos
     if inputs.max_model_len is not None and max_pos is not None and inputs.max_model_len > max_pos:
         reasons.append(f"max_model_len {inputs.max_model_len:,} is above the target's "

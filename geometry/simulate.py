@@ -14,7 +14,7 @@ What it reproduces, in vLLM's order (the module that does it in brackets):
    for every target layer (KDA/GDN ``MambaSpec``; MLA latent, sparse-indexer
    keys and kpool tail ring for GLM-5.3; ``FullAttentionSpec`` for Qwen3-Next)
    and every drafter layer (``SlidingWindowSpec`` or ``FullAttentionSpec``)
-   (model_glm5next.py, model_kimi_linear.py, model_qwen3_next.py, drafter.py;
+   (the architecture entries of geometry/architectures/, drafter.py;
    the spec fields in kv_spec.py).
 3. ``Platform.update_block_size_for_backend``: phase 1 (common preferred block
    size of every non-SSM backend in layer order), phase 2
@@ -51,7 +51,6 @@ from .grouping import bytes_per_block, group_kv_cache, resolve_layout, validate_
 from .inputs import GeometryInputs
 from .kv_spec import KVCacheSpec, SimulatedError
 from .model import Model, build_model
-from .model_config import target_kind
 from .prefix_cache import CacheGroup, PrefixCacheError
 from .prefix_cache import resolve as resolve_prefix_cache
 from .report import GeometryReport, GroupRow, LayerRow, Plan
@@ -178,7 +177,7 @@ def simulate(inputs: GeometryInputs) -> GeometryReport:
     model, with_d = _plan(inputs, inputs.has_drafter, inputs.num_speculative_tokens, notes)
     if model is None:  # the model itself cannot be built (vLLM raises at load)
         return GeometryReport(
-            behaviour=inputs.vllm_behaviour, model_kind=target_kind(inputs.target_config),
+            behaviour=inputs.vllm_behaviour, model_kind=inputs.target.kind,
             capability_family=inputs.capability_family,
             tensor_parallel_size=inputs.tensor_parallel_size,
             num_speculative_tokens=inputs.num_speculative_tokens,

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import sys
 
-from .layers import bare_layer
+from .layer_objects import bare_layer
 from .serving_platform import serving_platform
 
 

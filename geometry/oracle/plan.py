@@ -29,10 +29,10 @@ from .vllm_config import build_vllm_config
 
 
 def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
-    """``(vllm_config, kind)``: the config, with the layers in its forward context."""
-    cfg, kind, hf = build_vllm_config(inputs, with_drafter, num_spec)
-    register_layers(inputs, cfg, kind, hf, num_spec, with_drafter)
-    return cfg, kind
+    """The vLLM config, with the layers in its forward context."""
+    cfg, hf = build_vllm_config(inputs, with_drafter, num_spec)
+    register_layers(inputs, cfg, hf, num_spec, with_drafter)
+    return cfg
 
 
 def _error(exc: BaseException) -> str:
@@ -47,7 +47,7 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Plan:
 
     with serving_platform(inputs.capability_family) as platform:
         try:
-            cfg, kind = _build(inputs, with_drafter, num_spec)
+            cfg = _build(inputs, with_drafter, num_spec)
         except (AssertionError, ValueError, NotImplementedError) as exc:
             return Plan(None, None, None, None, (), (), None, None, None, None, error=_error(exc))
         cache = cfg.cache_config
@@ -85,7 +85,7 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Plan:
             prefix = _prefix_cache(cfg, kvc)
             return Plan(
                 block_size, cache.mamba_page_size_padded, layout.name,
-                _path(kind, groups, specs, layout), rows, tuple(grows), bpb,
+                _path(groups, specs, layout), rows, tuple(grows), bpb,
                 kvc.num_blocks, kvc.num_blocks * t_rows[0].block_size,
                 t_rows[0].real_page_bytes, prefix_cache=prefix)
         except (AssertionError, ValueError, NotImplementedError) as exc:
@@ -135,7 +135,7 @@ def _resolve_layout(cfg, specs):
     return resolve_kv_cache_layout(cfg, [names], specs.values())
 
 
-def _path(kind, groups, specs, layout) -> str:
+def _path(groups, specs, layout) -> str:
     from vllm.v1.core import kv_cache_planning as P
     from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
 
@@ -200,7 +200,7 @@ def scheduler_kv_cache_config(inputs: GeometryInputs, with_drafter: bool, num_sp
     from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
 
-    cfg, _ = _build(inputs, with_drafter, num_spec)
+    cfg = _build(inputs, with_drafter, num_spec)
     with model_registry_fallback():
         type(current_platform).update_block_size_for_backend(cfg)
     with set_current_vllm_config(cfg):

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from geometry import model_config, table
+from geometry.architectures import BY_KIND
 from geometry.gate_run import run_gate
 from geometry.errors import BadInput
 from geometry.inputs import GeometryInputs
@@ -70,7 +71,7 @@ def _perturb(draw, config: dict, key: str, values) -> None:
 def glm_target(draw):
     t = copy.deepcopy(GLM)
     if draw(st.booleans()):
-        types = draw(_layer_pattern(model_config.TARGET_LAYER_TYPES["glm5next"]))
+        types = draw(_layer_pattern(BY_KIND["glm5next"].layer_types))
         t["layer_types"] = types
         t["num_hidden_layers"] = len(types) if draw(st.integers(0, 9)) else draw(small_counts)
     elif draw(st.booleans()):
@@ -92,7 +93,7 @@ def glm_target(draw):
 def qwen_target(draw):
     t = copy.deepcopy(QWEN)
     if draw(st.booleans()):
-        types = draw(_layer_pattern(model_config.TARGET_LAYER_TYPES["qwen3_next"]))
+        types = draw(_layer_pattern(BY_KIND["qwen3_next"].layer_types))
         t["layer_types"] = types
         t["num_hidden_layers"] = len(types) if draw(st.integers(0, 9)) else draw(small_counts)
     else:

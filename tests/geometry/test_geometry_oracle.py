@@ -456,7 +456,7 @@ def test_engine_core_refuses_a_key_it_does_not_have():
 
 
 # Architecture lists on which the two target classifiers the simulator once had disagreed
-# (model_kind took any listed name starting "Glm5Next" or naming a modelled class, target_kind the
+# (model_kind took any listed name starting "Glm5Next" or naming a modelled class, the other the
 # first, exactly), plus the plain ones. vLLM decides: it tries the listed architectures in order
 # and runs the first its registry has (ModelRegistry.inspect_model_cls).
 ARCHITECTURE_LISTS = [
@@ -470,10 +470,11 @@ ARCHITECTURE_LISTS = [
 
 @pytest.mark.parametrize("architectures", ARCHITECTURE_LISTS, ids=["+".join(a) for a in ARCHITECTURE_LISTS])
 def test_the_target_kind_is_the_model_vllm_runs_or_a_refusal(architectures):
-    """target_kind never names a kind other than that of the model vLLM runs; a config listing
+    """read_target never names a kind other than that of the model vLLM runs; a config listing
     exactly one modelled architecture is that kind. What vLLM would run but the gate cannot tell
     from the config alone (a first architecture it does not know) is refused, never guessed."""
-    from geometry.model_config import MODELLED_TARGETS, ConfigInvalid, target_kind
+    from geometry.architectures import BY_HF_ARCHITECTURE
+    from geometry.model_config import ConfigInvalid, read_target
     from vllm.model_executor.models.registry import ModelRegistry
 
     supported = ModelRegistry.get_supported_archs()
@@ -481,10 +482,10 @@ def test_the_target_kind_is_the_model_vllm_runs_or_a_refusal(architectures):
     assert runs is not None, architectures
     config = {"architectures": architectures, "model_type": "qwen3_next"}
     try:
-        kind = target_kind(config)
+        kind = read_target(config).kind
     except ConfigInvalid as exc:
         assert exc.key == "architectures"
-        assert architectures[0] not in MODELLED_TARGETS
+        assert architectures[0] not in BY_HF_ARCHITECTURE
         return
-    assert kind == MODELLED_TARGETS[runs]
+    assert kind == BY_HF_ARCHITECTURE[runs].kind
     assert runs == architectures[0]

@@ -1,16 +1,25 @@
 """GLM-5.3 (``Glm5NextForCausalLM``): KDA linear-attention layers and
 indexed-attention layers, each of which registers a sparse-indexer key cache,
-a kpool tail ring and a sparse MLA latent (stdlib only)."""
+a kpool tail ring and a sparse MLA latent (stdlib only).
+
+Without ``layer_types`` every fourth layer is indexed attention, the rest KDA."""
 
 from __future__ import annotations
 
-from . import backends as B
-from .errors import BadInput
-from .kv_spec import (DTYPE_BYTES, CacheConfig, CircularBufferSpec, KVCacheSpec, MLAAttentionSpec, SimulatedError,
+from typing import Any, Mapping
+
+from .. import backends as B
+from ..architecture import Architecture
+from ..config_reader import ConfigReader, require_attention
+from ..errors import BadInput
+from ..kv_spec import (DTYPE_BYTES, CacheConfig, CircularBufferSpec, KVCacheSpec, MLAAttentionSpec, SimulatedError,
                       cdiv, next_power_of_2)
-from .model_config import DEFAULT_ATTENTION_INTERVAL
-from .model_parts import (Layer, SpecBuilder, Target, TargetSettings, attention_builder,
+from ..model_parts import (Layer, SpecBuilder, Target, TargetSettings, attention_builder,
                           customize_attention_spec, kda_state, mamba_builder, required)
+
+
+ATTENTION_INTERVAL = 4
+LAYER_TYPES = ("linear_attention", "indexed_attention")
 
 
 def tail_ring_builder(kpool: int, head_dim: int, num_spec: int) -> SpecBuilder:
@@ -33,7 +42,7 @@ def tail_ring_builder(kpool: int, head_dim: int, num_spec: int) -> SpecBuilder:
 def build_target(s: TargetSettings) -> Target:
     tc, tp, family = s.tc, s.tensor_parallel_size, s.capability_family
     layer_types = s.layer_types or tuple(
-        "linear_attention" if (i + 1) % DEFAULT_ATTENTION_INTERVAL else "indexed_attention" for i in range(s.num_layers))
+        "linear_attention" if (i + 1) % ATTENTION_INTERVAL else "indexed_attention" for i in range(s.num_layers))
     head_size = int(required(tc, "kv_lora_rank")) + int(tc.get("qk_rope_head_dim", 0) or 0)
     has_indexer = tc.get("index_topk") is not None
     kpool = int(tc.get("index_kpool", 16))
@@ -74,3 +83,34 @@ def build_target(s: TargetSettings) -> Target:
                    Layer(p + ".mla_attn", "target", "mla_latent", mla_backend, mla)]
     return Target(tuple(layers), use_mla=True, head_size=head_size, num_kv_heads=1,
                   mamba_page=state.bytes)
+
+
+def check(r: ConfigReader, n_layers: int) -> None:
+    r.integer("num_attention_heads")
+    r.integer("kv_lora_rank")
+    r.integer("qk_rope_head_dim", required=False, allow_null=True, minimum=0)
+    r.integer("linear_num_heads")
+    r.integer("linear_head_dim")
+    r.integer("linear_conv_kernel_dim", required=False)
+    r.integer("index_topk", required=False, allow_null=True)
+    r.integer("index_kpool", required=False)
+    r.integer("index_head_dim", required=False)
+    r.layer_types(n_layers, LAYER_TYPES)
+    require_attention(r, "indexed_attention", n_layers, ATTENTION_INTERVAL)
+
+
+def runs_sparse_mla(text: Mapping[str, Any]) -> bool:
+    """A sparse indexer (``index_topk``) makes its MLA layers sparse MLA."""
+    return text.get("index_topk") is not None
+
+
+ARCHITECTURE = Architecture(
+    kind="glm5next",
+    hf_architecture="Glm5NextForCausalLM",
+    model_types=("glm5_next", "glm5_next_text"),
+    layer_types=LAYER_TYPES,
+    hybrid=True,
+    check=check,
+    build_target=build_target,
+    runs_sparse_mla=runs_sparse_mla,
+)

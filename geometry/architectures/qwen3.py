@@ -7,10 +7,12 @@ no hybrid alignment: the block is the backend's preferred (or the one given).
 
 from __future__ import annotations
 
-from . import backends as B
-from .errors import BadInput
-from .kv_spec import DTYPE_BYTES, FullAttentionSpec, SimulatedError
-from .model_parts import (Layer, Target, TargetSettings, attention_builder, check_flash_attn_head_size,
+from .. import backends as B
+from ..architecture import Architecture
+from ..config_reader import ConfigReader
+from ..errors import BadInput
+from ..kv_spec import DTYPE_BYTES, FullAttentionSpec, SimulatedError
+from ..model_parts import (Layer, Target, TargetSettings, attention_builder, check_flash_attn_head_size,
                           kv_heads_per_rank, required)
 
 
@@ -43,3 +45,30 @@ def build_target(s: TargetSettings) -> Target:
     layers = tuple(Layer(f"model.layers.{i}.self_attn.attn", "target", "attention", backend, attn)
                    for i in range(s.num_layers))
     return Target(layers, use_mla=False, head_size=head_size, num_kv_heads=kv_heads, mamba_page=0)
+
+
+def check(r: ConfigReader, n_layers: int) -> None:
+    heads = r.integer("num_attention_heads")
+    # transformers' Qwen3Config fills a missing one with its defaults (8 KV heads, head_dim 128).
+    for key in ("num_key_value_heads", "head_dim"):
+        if key not in r.cfg:
+            raise r.fail(key, "required field is missing (vLLM would take transformers' Qwen3Config default, "
+                              "which the gate does not model)")
+    kv_heads = r.integer("num_key_value_heads")
+    if heads % kv_heads:
+        raise r.fail("num_key_value_heads", f"{kv_heads} does not divide num_attention_heads {heads}")
+    r.integer("head_dim")
+    if r.cfg.get("use_sliding_window") is True:
+        raise r.fail("use_sliding_window", "sliding-window layers of a dense Qwen3 are not modelled")
+    r.layer_types(n_layers, ("full_attention",))
+
+
+ARCHITECTURE = Architecture(
+    kind="qwen3",
+    hf_architecture="Qwen3ForCausalLM",
+    model_types=("qwen3",),
+    layer_types=("full_attention",),
+    hybrid=False,
+    check=check,
+    build_target=build_target,
+)

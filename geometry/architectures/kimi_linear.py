@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from . import backends as B
-from .errors import BadInput
-from .kv_spec import DTYPE_BYTES, MLAAttentionSpec, SimulatedError
-from .model_parts import Layer, Target, TargetSettings, attention_builder, kda_state, mamba_builder, required
+from .. import backends as B
+from ..architecture import Architecture
+from ..config_reader import NO_ATTENTION, ConfigReader
+from ..errors import BadInput
+from ..kv_spec import DTYPE_BYTES, MLAAttentionSpec, SimulatedError
+from ..model_parts import Layer, Target, TargetSettings, attention_builder, kda_state, mamba_builder, required
 
 
 def build_target(s: TargetSettings) -> Target:
@@ -52,3 +54,31 @@ def build_target(s: TargetSettings) -> Target:
             layers.append(Layer(p, "target", "mla_latent", mla_backend, mla))
     return Target(tuple(layers), use_mla=True, head_size=head_size, num_kv_heads=1,
                   mamba_page=state.bytes)
+
+
+def check(r: ConfigReader, n_layers: int) -> None:
+    for key in ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim"):
+        r.integer(key)
+    r.integer("qk_rope_head_dim", minimum=0)
+    lac = r.mapping("linear_attn_config")
+    lac.integer("num_heads")
+    lac.integer("head_dim")
+    lac.integer("short_conv_kernel_size", required=False)
+    kda_layers = lac.int_list("kda_layers", minimum=1, maximum=n_layers)
+    # vLLM (KimiLinearConfig.is_kda_layer) reads a layer's kind from kda_layers alone: a
+    # layer not listed there is MLA, whatever full_attn_layers says (it is only required).
+    lac.int_list("full_attn_layers", minimum=1, maximum=n_layers)
+    if set(kda_layers) >= set(range(1, n_layers + 1)):
+        raise lac.fail("kda_layers", f"lists all {n_layers} layers, so none is attention (a layer's kind "
+                                     f"is read from kda_layers alone): {NO_ATTENTION}")
+
+
+ARCHITECTURE = Architecture(
+    kind="kimi_linear",
+    hf_architecture="KimiLinearForCausalLM",
+    model_types=("kimi_linear",),
+    layer_types=(),
+    hybrid=True,
+    check=check,
+    build_target=build_target,
+)

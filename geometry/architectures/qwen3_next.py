@@ -3,14 +3,18 @@ layers and full-attention layers (FLASH_ATTN) (stdlib only)."""
 
 from __future__ import annotations
 
-from . import backends as B
-from .kv_spec import DTYPE_BYTES, FullAttentionSpec, SimulatedError
-from .model_config import DEFAULT_ATTENTION_INTERVAL
-from .model_parts import (Layer, MambaState, Target, TargetSettings, attention_builder,
+from .. import backends as B
+from ..architecture import Architecture
+from ..config_reader import ConfigReader, require_attention
+from ..kv_spec import DTYPE_BYTES, FullAttentionSpec, SimulatedError
+from ..model_parts import (Layer, MambaState, Target, TargetSettings, attention_builder,
                           check_flash_attn_head_size, kv_heads_per_rank, mamba_builder, required)
 
 # transformers' Qwen3NextConfig default, which vLLM reads when the config has no num_key_value_heads.
 DEFAULT_KV_HEADS = 2
+# Without layer_types every full_attention_interval-th layer is full attention (transformers' default 4).
+DEFAULT_ATTENTION_INTERVAL = 4
+LAYER_TYPES = ("linear_attention", "full_attention")
 
 
 def gdn_state(tc, tp: int, num_spec: int, model_dtype: str) -> MambaState:
@@ -60,3 +64,36 @@ def build_target(s: TargetSettings) -> Target:
             layers.append(Layer(p + ".self_attn.attn", "target", "attention", B.FLASH_ATTN, attn))
     return Target(tuple(layers), use_mla=False, head_size=head_size, num_kv_heads=kv_heads,
                   mamba_page=state.bytes)
+
+
+def check(r: ConfigReader, n_layers: int) -> None:
+    r.integer("num_attention_heads")
+    r.integer("num_key_value_heads", required=False)
+    if "head_dim" not in r.cfg:
+        # Not hidden_size // num_attention_heads: transformers fills in its default.
+        raise r.fail("head_dim", "required field is missing (transformers' Qwen3NextConfig then takes 256, "
+                                 "whose FLASH_ATTN pages are not modelled)")
+    r.integer("head_dim")
+    for key in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim"):
+        r.integer(key)
+    r.integer("linear_conv_kernel_dim", required=False)
+    interval = r.integer("full_attention_interval", required=False)
+    r.layer_types(n_layers, LAYER_TYPES)
+    require_attention(r, "full_attention", n_layers, interval or DEFAULT_ATTENTION_INTERVAL)
+
+
+ARCHITECTURE = Architecture(
+    kind="qwen3_next",
+    hf_architecture="Qwen3NextForCausalLM",
+    model_types=("qwen3_next",),
+    layer_types=LAYER_TYPES,
+    hybrid=True,
+    check=check,
+    build_target=build_target,
+    # GDN layers export a prefill checkpoint alignment of 64 when vLLM picks FlashInfer's GDN
+    # prefill kernel, which depends on the CUDA runtime and FlashInfer build of the image.
+    align_mode_not_modelled=(
+        "mamba_cache_mode 'align' for Qwen3-Next (GDN) targets is not modelled (the prefill checkpoint "
+        "alignment depends on the GDN prefill kernel vLLM picks at run time)"
+    ),
+)

@@ -1,0 +1,17 @@
+"""vLLM's own code for each modelled architecture, by the simulator's kind: the twin of
+each entry of geometry/architectures/ (the oracle runs vLLM; the simulator cannot import it)."""
+
+from __future__ import annotations
+
+from ..architecture import OracleArchitecture
+from .glm5next import ORACLE as GLM5NEXT
+from .kimi_linear import ORACLE as KIMI_LINEAR
+from .qwen3 import ORACLE as QWEN3
+from .qwen3_next import ORACLE as QWEN3_NEXT
+
+ORACLE_ARCHITECTURES: dict[str, OracleArchitecture] = {
+    "glm5next": GLM5NEXT,
+    "qwen3_next": QWEN3_NEXT,
+    "kimi_linear": KIMI_LINEAR,
+    "qwen3": QWEN3,
+}

@@ -1,0 +1,99 @@
+"""GLM-5.3 (``Glm5NextForCausalLM``) from vLLM's own classes: its config class, model
+config, config hook and layers (KDA, sparse indexer and kpool-tail caches, MLA)."""
+
+from __future__ import annotations
+
+from ...inputs import GeometryInputs
+from ..architecture import OracleArchitecture
+from ..model_config_stand_in import ModelConfigStandIn
+from ..cpu_shims import import_glm5next, patched
+from ..layer_objects import backend_classes, bare_layer
+
+
+def hf_config_class():
+    from transformers import Glm5NextTextConfig
+
+    return Glm5NextTextConfig
+
+
+def model_config(hf, architecture: str, dtype, max_model_len: int) -> ModelConfigStandIn:
+    return ModelConfigStandIn(hf, architecture, dtype, max_model_len, True, hf.kv_lora_rank + hf.qk_rope_head_dim, 1)
+
+
+def verify(cfg) -> None:
+    """``Glm5NextModelConfig.verify_and_update_config``, as on a CUDA platform."""
+    from vllm.model_executor.models.config import Glm5NextModelConfig
+    from vllm.platforms import current_platform
+
+    with patched(type(current_platform), "is_cuda", lambda self: True):
+        Glm5NextModelConfig.verify_and_update_config(cfg)
+
+
+def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None:
+    """Glm5NextModel's layers: KDA at ``model.layers.{i}.self_attn``, else the
+    sparse indexer and kpool-tail caches and the MLA layer."""
+    import torch
+    from vllm.model_executor.layers.attention.mla_attention import MLAAttention
+
+    import_glm5next()
+    from vllm.models.glm5next.common.attention import (
+        Glm5NextIndexerCache,
+        Glm5NextTailCache,
+    )
+    from vllm.models.glm5next.common.kda import Glm5NextLinearAttention
+
+    mla_cls, _ = backend_classes(inputs.capability_family)
+    tp = inputs.tensor_parallel_size
+    mc = cfg.model_config
+    cache = cfg.cache_config
+    layer_types = list(getattr(hf, "layer_types", None) or [])
+    if mla_cls is None:
+        raise ValueError(f"no sparse MLA backend for family {inputs.capability_family}")
+    model_kv = sparse_mla_kv_cache_dtype(mla_cls, cache)
+    idx_hd = hf.index_head_dim
+    for i in range(hf.num_hidden_layers):
+        p = f"model.layers.{i}.self_attn"
+        lt = layer_types[i]
+        if lt == "linear_attention":
+            ctx[p] = bare_layer(
+                Glm5NextLinearAttention, prefix=p, tp_size=tp,
+                num_heads=hf.linear_num_heads, head_dim=hf.linear_head_dim,
+                conv_size=hf.linear_conv_kernel_dim, num_spec=num_spec,
+                model_config=mc, cache_config=cache, vllm_config=cfg,
+                kda_prefill_backend="triton", _checkpoint_alignment=None)
+            continue
+        Glm5NextIndexerCache(head_dim=idx_hd + idx_hd // 128 * 4, dtype=torch.uint8,
+                             prefix=p + ".indexer.k_cache", cache_config=cache,
+                             index_kpool=hf.index_kpool)
+        Glm5NextTailCache(head_dim=idx_hd, dtype=torch.bfloat16,
+                          prefix=p + ".indexer.tail_cache", cache_config=cache,
+                          index_kpool=hf.index_kpool)
+        ctx[p + ".mla_attn"] = bare_layer(
+            MLAAttention, layer_name=p + ".mla_attn", kv_cache_dtype=model_kv,
+            head_size=hf.kv_lora_rank + hf.qk_rope_head_dim, sliding_window=None,
+            topk_buffer_width=None, indexer=object(),
+            non_causal_multi_token_decode=False, attn_backend=mla_cls,
+            kv_sharing_target_layer_name=None)
+
+
+def sparse_mla_kv_cache_dtype(mla_cls, cache) -> str:
+    """What ``MLAAttention.__init__`` does with the cache dtype for a sparse
+    MLA layer: the backend must take it (``validate_configuration``'s dtype
+    test; on SM12x no other sparse backend is listed), then
+    ``_canonicalize_sparse_mla_kv_cache_dtype`` may change it and the layer
+    writes the result back to the cache config."""
+    from vllm.model_executor.layers.attention.mla_attention import (
+        _canonicalize_sparse_mla_kv_cache_dtype,
+    )
+
+    requested = cache.cache_dtype
+    if requested not in mla_cls.supported_kv_cache_dtypes:
+        raise ValueError(f"No valid attention backend found: {mla_cls.get_name()} does not "
+                         f"take kv_cache_dtype {requested!r}")
+    canonical = _canonicalize_sparse_mla_kv_cache_dtype(mla_cls, requested)
+    if canonical != requested:
+        cache.cache_dtype = canonical
+    return canonical
+
+
+ORACLE = OracleArchitecture(hf_config_class, model_config, register_layers, verify)

@@ -1,0 +1,77 @@
+"""Kimi Linear (``KimiLinearForCausalLM``) from vLLM's own classes: KDA and dense NoPE MLA layers."""
+
+from __future__ import annotations
+
+from ... import backends as B
+from ...inputs import GeometryInputs
+from ..architecture import OracleArchitecture
+from ..model_config_stand_in import ModelConfigStandIn
+from ..cpu_shims import import_kernel_module
+from ..layer_objects import bare_layer
+
+
+def hf_config_class():
+    from vllm.transformers_utils.configs.kimi_linear import KimiLinearConfig
+
+    return KimiLinearConfig
+
+
+def model_config(hf, architecture: str, dtype, max_model_len: int) -> ModelConfigStandIn:
+    head_size = hf.kv_lora_rank + hf.qk_rope_head_dim  # ModelArchConfigConvertor (MLA)
+    return ModelConfigStandIn(hf, architecture, dtype, max_model_len, True, head_size, 1)
+
+
+def kimi_mla_backend(inputs: GeometryInputs, hf, kv_str: str):
+    """The dense MLA backend class for the family (same table as
+    geometry/backends.py::dense_mla_backend)."""
+    name = B.dense_mla_backend(inputs.capability_family, kv_str, hf.qk_nope_head_dim,
+                                 hf.kv_lora_rank + hf.qk_rope_head_dim).name
+    module, clsname = {
+        "FLASHINFER_MLA": ("flashinfer_mla", "FlashInferMLABackend"),
+        "FLASH_ATTN_MLA": ("flashattn_mla", "FlashAttnMLABackend"),
+        "FLASHMLA": ("flashmla", "FlashMLABackend"),
+        "TRITON_MLA": ("triton_mla", "TritonMLABackend"),
+    }[name]
+    cls = getattr(import_kernel_module(f"vllm.v1.attention.backends.mla.{module}"), clsname)
+    assert cls.get_name() == name
+    return cls
+
+
+def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None:
+    """KimiLinearModel's attention layers (vllm/models/kimi_k3/nvidia/model.py,
+    KimiDecoderLayer): KDA iff ``hf.is_kda_layer(i)``, else the model's own
+    dense ``MultiHeadLatentAttention`` (nvidia/mla.py), both at
+    ``model.layers.{i}.self_attn``.  Constructors are skipped; the attributes
+    their ``get_kv_cache_spec`` reads are set as the constructors would."""
+    from vllm.model_executor.layers.mamba.gdn.kimi_gdn_linear_attn import (
+        KimiGatedDeltaNetAttention,
+    )
+    from vllm.models.kimi_k3.nvidia.mla import MultiHeadLatentAttention
+
+    tp = inputs.tensor_parallel_size
+    mc = cfg.model_config
+    model_kv = cfg.cache_config.cache_dtype
+    lac = hf.linear_attn_config
+    mla_cls = None
+    for i in range(hf.num_hidden_layers):
+        p = f"model.layers.{i}.self_attn"
+        if hf.is_kda_layer(i):
+            assert lac["num_heads"] % tp == 0  # as in KimiGatedDeltaNetAttention.__init__
+            ctx[p] = bare_layer(
+                KimiGatedDeltaNetAttention, prefix=p, tp_size=tp,
+                num_heads=lac["num_heads"], head_dim=lac["head_dim"],
+                conv_size=lac["short_conv_kernel_size"], num_spec=num_spec,
+                model_config=mc, cache_config=cfg.cache_config, vllm_config=cfg,
+                speculative_config=cfg.speculative_config, _checkpoint_alignment=None)
+            continue
+        assert hf.mla_use_nope, "Kimi-K3 MLA (MultiHeadLatentAttention) is NoPE-only"
+        if mla_cls is None:
+            mla_cls = kimi_mla_backend(inputs, hf, model_kv)
+        ctx[p] = bare_layer(
+            MultiHeadLatentAttention, layer_name=p, kv_cache_dtype=model_kv,
+            head_size=hf.kv_lora_rank + hf.qk_rope_head_dim,
+            non_causal_multi_token_decode=False, attn_backend=mla_cls,
+            kv_sharing_target_layer_name=None, quant_config=None)
+
+
+ORACLE = OracleArchitecture(hf_config_class, model_config, register_layers)
