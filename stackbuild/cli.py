@@ -193,19 +193,14 @@ def render(recipe_path, owner, repository, allow_unpinned, output):
 @json_option
 def lock(recipe_path, as_json):
     """Resolve the base tag to a digest (offering every platform of the recipe) and write the lock."""
-    from stackbuild.core.lock import LOCK_DEADLINE_SECONDS, write_lock
-    from stackbuild.image.engine import connect
-    from stackbuild.image.progress import Progress
+    from stackbuild.image.base_lock import lock_base
 
     recipe = load_recipe(recipe_path)
-    engine = connect()
-    digest, platforms = engine.registry_digest(recipe.base.reference, recipe.platforms, deadline=LOCK_DEADLINE_SECONDS,
-                                               on_retry=Progress(json_lines=as_json).retry_event)
-    path = write_lock(recipe, digest, platforms)
+    locked = lock_base(recipe, json_progress=as_json)
     listed = ", ".join(recipe.platforms)
-    emit(as_json, {"lock": str(path), "base": str(recipe.base.reference), "digest": digest, "platform": recipe.platform,
-                   "platforms": list(recipe.platforms)},
-         f"{recipe.base.reference} ({listed}) -> {digest}\nwrote {path}")
+    emit(as_json, {"lock": str(locked.path), "base": str(recipe.base.reference), "digest": locked.digest,
+                   "platform": recipe.platform, "platforms": list(recipe.platforms)},
+         f"{recipe.base.reference} ({listed}) -> {locked.digest}\nwrote {locked.path}")
 
 
 @cli.command()
@@ -292,25 +287,16 @@ def fit(recipe_path, as_json, stock, keep):
 
     Exit 0 when the recipe passes (its settings, or the better ones printed), 5 when it fails but a
     printed setting passes, 19 when no setting passes."""
-    from geometry.errors import BadInput
-    from geometry.fit import render_text, search, to_json
-    from stackbuild.core.errors import FitNothingPasses, GeometryGateFailed, RecipeError
-    from stackbuild.core.gate import gate_input
+    from geometry.fit import render_text, to_json
+    from stackbuild.core.fit import fit_recipe, refuse_unfit
 
     recipe = load_recipe(recipe_path)
-    try:
-        result = search(gate_input(recipe, vllm_behaviour="stock" if stock else "overlay"), keep=frozenset(keep))
-    except BadInput as exc:
-        raise RecipeError(recipe.path, "", f"the geometry gate does not model this recipe: {exc}") from None
+    result = fit_recipe(recipe, stock=stock, keep=frozenset(keep))
     if as_json:
         print_json(to_json(result))
     else:
         click.echo(render_text(result))
-    if result.why_none:
-        raise FitNothingPasses(f"{recipe.path}: {result.why_none}")
-    if not result.recipe.passed:
-        best = ", ".join(f"{k}: {v}" for k, _, v in result.ranked[0].changes)
-        raise GeometryGateFailed(f"{recipe.path}: geometry gate failed; passes with {best}")
+    refuse_unfit(recipe, result)
 
 
 @cli.command()
