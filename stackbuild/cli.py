@@ -62,18 +62,6 @@ platform_option = click.option(
                        "tagged `<pinned tag>-<arch>` (`build.py index` then puts the index over them).")
 
 
-def selected_platforms(recipe, platform):
-    """The recipe's platforms, or the one --platform names (a recipe error if it is not one of them)."""
-    from stackbuild.core.errors import RecipeError
-
-    if platform is None:
-        return recipe.platforms
-    if platform not in recipe.platforms:
-        raise RecipeError(recipe.path, "platforms" if len(recipe.platforms) > 1 else "platform",
-                          f"--platform {platform} is not one of the recipe's ({', '.join(recipe.platforms)})")
-    return (platform,)
-
-
 JSON_PRINTED = "json_printed"  # ctx.meta: the command has printed its one JSON object
 WANTS_JSON = "wants_json"  # ctx.meta: --json is among the command's own arguments
 
@@ -205,19 +193,14 @@ def render(recipe_path, owner, repository, allow_unpinned, output):
 @json_option
 def lock(recipe_path, as_json):
     """Resolve the base tag to a digest (offering every platform of the recipe) and write the lock."""
-    from stackbuild.core.lock import LOCK_DEADLINE_SECONDS, write_lock
-    from stackbuild.image.engine import connect
-    from stackbuild.image.progress import Progress
+    from stackbuild.image.base_lock import lock_base
 
     recipe = load_recipe(recipe_path)
-    engine = connect()
-    digest, platforms = engine.registry_digest(recipe.base.reference, recipe.platforms, deadline=LOCK_DEADLINE_SECONDS,
-                                               on_retry=Progress(json_lines=as_json).retry_event)
-    path = write_lock(recipe, digest, platforms)
+    locked = lock_base(recipe, json_progress=as_json)
     listed = ", ".join(recipe.platforms)
-    emit(as_json, {"lock": str(path), "base": str(recipe.base.reference), "digest": digest, "platform": recipe.platform,
-                   "platforms": list(recipe.platforms)},
-         f"{recipe.base.reference} ({listed}) -> {digest}\nwrote {path}")
+    emit(as_json, {"lock": str(locked.path), "base": str(recipe.base.reference), "digest": locked.digest,
+                   "platform": recipe.platform, "platforms": list(recipe.platforms)},
+         f"{recipe.base.reference} ({listed}) -> {locked.digest}\nwrote {locked.path}")
 
 
 @cli.command()
@@ -237,12 +220,11 @@ def record(recipe_path, owner, repository, allow_unpinned, image, as_json):
     from stackbuild.image.engine import connect, engine_errors
     from stackbuild.image.oracle_record import save_from_image
     from stackbuild.image.plan import make_plan
+    from stackbuild.image.platform_plans import recorded_image
 
     plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
                      read_oracle_record=False)
-    if not image:  # a multi-platform recipe's images are tagged per platform (`<pinned tag>-<arch>`)
-        name = plan.image if len(plan.recipe.platforms) == 1 else plan.image.for_architecture(plan.recipe.architecture)
-        image = str(name.reference(name.pinned_tags[0] if name.pinned_tags else name.tags[0]))
+    image = image or recorded_image(plan)
     with engine_errors(f"record from {image}"):
         path, kept = save_from_image(connect(), image, plan.recipe, plan.gate_input, plan.payload_dir)
     key = kept["key"]
@@ -305,25 +287,16 @@ def fit(recipe_path, as_json, stock, keep):
 
     Exit 0 when the recipe passes (its settings, or the better ones printed), 5 when it fails but a
     printed setting passes, 19 when no setting passes."""
-    from geometry.errors import BadInput
-    from geometry.fit import render_text, search, to_json
-    from stackbuild.core.errors import FitNothingPasses, GeometryGateFailed, RecipeError
-    from stackbuild.core.gate import gate_input
+    from geometry.fit import render_text, to_json
+    from stackbuild.core.fit import fit_recipe, refuse_unfit
 
     recipe = load_recipe(recipe_path)
-    try:
-        result = search(gate_input(recipe, vllm_behaviour="stock" if stock else "overlay"), keep=frozenset(keep))
-    except BadInput as exc:
-        raise RecipeError(recipe.path, "", f"the geometry gate does not model this recipe: {exc}") from None
+    result = fit_recipe(recipe, stock=stock, keep=frozenset(keep))
     if as_json:
         print_json(to_json(result))
     else:
         click.echo(render_text(result))
-    if result.why_none:
-        raise FitNothingPasses(f"{recipe.path}: {result.why_none}")
-    if not result.recipe.passed:
-        best = ", ".join(f"{k}: {v}" for k, _, v in result.ranked[0].changes)
-        raise GeometryGateFailed(f"{recipe.path}: geometry gate failed; passes with {best}")
+    refuse_unfit(recipe, result)
 
 
 @cli.command()
@@ -348,40 +321,18 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
     image `<pinned tag>-<arch>`, and with --push pushes them and puts an OCI
     image index over them under the recipe's tags.
     """
-    from stackbuild.image.pipeline import platform_plan
-    from stackbuild.image.plan import make_plan
-    from stackbuild.image.render import render as render_dockerfile
+    from stackbuild.image.platform_plans import build_plans
 
     recipe = load_recipe(recipe_path)
-    plans = [make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
-             for p in selected_platforms(recipe, platform)]
-    if platform and len(recipe.platforms) > 1:  # one platform's image of an index, under `<pinned tag>-<arch>`
-        plans = [platform_plan(plans[0])]
+    plans = build_plans(recipe, platform, owner=owner, repository=repository, allow_unpinned=allow_unpinned,
+                        push=push)
     plan = plans[0]
-    if push:  # a dry run refuses what the real push would
-        plan.require_pushable()
     owner_notice(plan)
     if dry_run:
-        data = {
-            "recipe": str(plan.recipe.path),
-            "base": str(plan.base.reference),
-            "platform": plan.recipe.platform,
-            "platforms": [p.recipe.platform for p in plans],
-            "registry": plan.image.registry,
-            "repository": plan.image.repository,
-            "tags": list(plan.image.tags),
-            "geometry_verdict": plan.geometry_verdict,
-            "oracle_record": str(plan.oracle_record) if plan.oracle_record else None,
-            "labels": dict(plan.labels),
-            "dockerfile": render_dockerfile(plan),
-        }
-        text = (f"# base      {data['base']}\n# platform  {', '.join(data['platforms'])}"
-                + (f" (one image each, an index under every tag; Dockerfile for {plan.recipe.platform})" if len(plans) > 1 else "")
-                + f"\n# registry  {data['registry']}\n"
-                f"# tags      {', '.join(plan.image.references)}\n# geometry  {plan.geometry_verdict}: {plan.geometry_summary}\n"
-                f"# oracle    {plan.oracle_record_note}\n\n"
-                + data["dockerfile"])
-        emit(as_json, data, text.rstrip("\n"))
+        from stackbuild.image.dry_run import dry_run as dry_run_summary
+
+        summary = dry_run_summary(plans)
+        emit(as_json, summary.data, summary.text)
         return
     from stackbuild.image.pipeline import run_build
 
@@ -403,12 +354,9 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
 def push(recipe_path, owner, repository, allow_unpinned, as_json, report_path, force):
     """Push the tags of an image built from this recipe and attach its SBOM and provenance (credentials from `docker login`)."""
     from stackbuild.image.pipeline import run_push
-    from stackbuild.image.plan import make_plan
+    from stackbuild.image.platform_plans import publish_plans
 
-    recipe = load_recipe(recipe_path)
-    plans = [make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
-                       read_oracle_record=False) for p in recipe.platforms]
-    plans[0].require_pushable()
+    plans = publish_plans(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
     result = run_push(plans, json_progress=as_json, report_path=report_path, force=force)
     emit(as_json, result, f"pushed {', '.join(plans[0].image.references)} -> {result['pushed_digest']}")
 
@@ -428,12 +376,9 @@ def index(recipe_path, owner, repository, allow_unpinned, as_json, force):
     of all platforms does this itself.
     """
     from stackbuild.image.pipeline import run_index
-    from stackbuild.image.plan import make_plan
+    from stackbuild.image.platform_plans import publish_plans
 
-    recipe = load_recipe(recipe_path)
-    plans = [make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
-                       read_oracle_record=False) for p in recipe.platforms]
-    plans[0].require_pushable()
+    plans = publish_plans(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
     result = run_index(plans, json_progress=as_json, force=force)
     emit(as_json, result, f"pushed {', '.join(plans[0].image.references)} -> {result['pushed_digest']}")
 
@@ -613,13 +558,9 @@ def qualify(url, recipe_path, model, api_key_env, baseline_url, out_dir, max_tok
 
     target = None
     if attach_to is not None:
-        from stackbuild.core.reference import by_digest
-        from stackbuild.image.engine import connect, engine_errors
-        from stackbuild.image.qualification import attach_target
+        from stackbuild.image.qualification import target_of
 
-        reference = by_digest(attach_to, f"qualify --attach {attach_to}")
-        with engine_errors(f"qualify --attach {reference}"):
-            target = attach_target(connect(), reference)
+        target = target_of(attach_to)
     result, text, written = run_qualify(
         url=url, recipe_path=recipe_path, model=model, api_key_env=api_key_env, baseline_url=baseline_url,
         out_dir=out_dir, max_tokens=max_tokens, runs=runs, warmup=warmup, ready_timeout=ready_timeout,
@@ -629,46 +570,17 @@ def qualify(url, recipe_path, model, api_key_env, baseline_url, out_dir, max_tok
         click.echo(f"wrote {path}", err=True)
     data = result.to_json()
     if target is not None:
-        from stackbuild.image.qualification import attach_record
+        from stackbuild.image.qualification import attach_record, attached_json
+        from stackbuild.serve.qualify.record import qualification_record
 
         record = qualification_record(result, recipe_path, target.reference)
         attached = attach_record(target, record)
         click.echo(f"attached qualification {attached.digest} ({record.verdict}) to {target.reference} "
                    f"({attached.via})", err=True)
-        data["attached"] = {"image": str(target.reference), "artifact": attached.digest, "found_via": attached.via,
-                            "verdict": record.verdict}
+        data["attached"] = attached_json(target, attached, record)
     if as_json:
         print_json(data)
     raise_if_failed(result)
-
-
-def qualification_record(result, recipe_path, reference):
-    """The record `qualify --attach` pushes: the measurement (stackbuild.serve) and the recipe's facts, for the
-    image (stackbuild.image attaches it); stackbuild/core/qualification_record.py defines it."""
-    from datetime import datetime, timezone
-
-    from stackbuild.core.qualification_record import QualificationRecord
-    from stackbuild.core.serve_args import serve_argv
-
-    recipe = load_recipe(recipe_path) if recipe_path is not None else None
-    hardware = {} if recipe is None else {
-        "gpu": recipe.hardware.gpu, "compute_capability": recipe.hardware.compute_capability,
-        "platforms": list(recipe.platforms), "tensor_parallel_size": recipe.serving.tensor_parallel_size,
-        "nodes": recipe.serving.nodes}
-    spec = result.spec_decode
-    findings = list(result.failures) + [f"{e.key}: measured {e.measured}, expected at least {e.minimum}"
-                                        for e in result.expectations if not e.met]
-    return QualificationRecord(
-        repository=reference.repository, digest=reference.digest,
-        qualified_on=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        verdict="pass" if result.passed else "fail", url=result.url, model=result.model,
-        vllm_version=result.vllm_version, recipe_name=recipe.name if recipe else None,
-        recipe_sha256=recipe.file_sha256 if recipe else None, hardware=hardware,
-        served_flags=tuple(serve_argv(recipe)) if recipe else (),
-        decode_tokens_per_s=result.served.tokens_per_s, speculation_configured=spec.configured,
-        acceptance_rate=spec.acceptance_rate, mean_accepted_length=spec.mean_accepted_length,
-        acceptance_per_position=tuple(spec.acceptance_per_position), findings=tuple(findings),
-        result=result.to_json())
 
 
 def main() -> None:

@@ -1,9 +1,9 @@
 """The qualification record attached to an image: an in-toto Statement (v1) with this project's predicate.
 
-One definition, one writer, one reader: `build.py qualify --attach IMAGE@DIGEST` (stackbuild/cli.py)
-makes a :class:`QualificationRecord` from a measurement and pushes :meth:`~QualificationRecord.statement`
-as an artifact referring to the image's manifest digest; `build.py verify` reads every such artifact
-back with :meth:`QualificationRecord.from_statement` and lists them.
+One definition, one writer, one reader: `build.py qualify --attach IMAGE@DIGEST` makes a
+:class:`QualificationRecord` from a measurement (stackbuild/serve/qualify/record.py) and pushes
+:meth:`~QualificationRecord.statement` as an artifact referring to the image's manifest digest;
+`build.py verify` reads every such artifact back with :meth:`QualificationRecord.from_statement` and lists them.
 
 The predicate holds what a reader needs to trust the figures: the recipe (name, sha256 of the file;
 none when qualify was not given one), the hardware the recipe names, the served flags (the recipe's

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from stackbuild.core.errors import PushError
 from stackbuild.core.labels import OCI_CREATED
 from stackbuild.core.qualification_record import ARTIFACT_TYPE, DOCUMENT_MEDIA_TYPE, QualificationRecord, RecordInvalid
-from stackbuild.core.reference import ImageReference
+from stackbuild.core.reference import ImageReference, by_digest
 from stackbuild.image.attach import Attached, attach, fetch_documents
+from stackbuild.image.engine import connect, engine_errors
 from stackbuild.image.engine_api import ContainerEngine
 from stackbuild.image.registry import RegistryClient
 
@@ -41,10 +42,24 @@ def attach_target(engine: ContainerEngine, reference: ImageReference) -> AttachT
     return AttachTarget(reference, client, found.descriptor)
 
 
+def target_of(attach_to: str) -> AttachTarget:
+    """The image ``qualify --attach IMAGE@DIGEST`` names, looked up in its registry through the local
+    engine's settings (UsageError when it is not a digest reference, the registry's errors as exits 7-9)."""
+    reference = by_digest(attach_to, f"qualify --attach {attach_to}")
+    with engine_errors(f"qualify --attach {reference}"):
+        return attach_target(connect(), reference)
+
+
 def attach_record(target: AttachTarget, record: QualificationRecord) -> Attached:
     document = json.dumps(record.statement(), sort_keys=True).encode()
     return attach(target.client, target.descriptor, ARTIFACT_TYPE, document, {OCI_CREATED: record.qualified_on},
                   media_type=DOCUMENT_MEDIA_TYPE, replace=False)
+
+
+def attached_json(target: AttachTarget, attached: Attached, record: QualificationRecord) -> dict:
+    """What ``qualify --json`` says under ``attached``: the image, the artifact pushed, how it was found."""
+    return {"image": str(target.reference), "artifact": attached.digest, "found_via": attached.via,
+            "verdict": record.verdict}
 
 
 def records(client: RegistryClient, digest: str) -> tuple[list[QualificationRecord], list[str]]:

@@ -1,0 +1,55 @@
+"""The build plans a command works on: one per platform of the recipe, each made by stackbuild/image/plan.py.
+
+``build`` plans the platforms it builds (all, or the one ``--platform`` names); ``push`` and ``index``
+plan every platform of an image already built, checking first that it can be pushed; ``record``
+reads the image a plan names.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from stackbuild.core.errors import RecipeError
+from stackbuild.core.recipe import Recipe
+from stackbuild.image.pipeline import platform_plan
+from stackbuild.image.plan import BuildPlan, make_plan
+
+
+def selected_platforms(recipe: Recipe, platform: Optional[str]) -> tuple[str, ...]:
+    """The recipe's platforms, or the one --platform names (a recipe error if it is not one of them)."""
+    if platform is None:
+        return recipe.platforms
+    if platform not in recipe.platforms:
+        raise RecipeError(recipe.path, "platforms" if len(recipe.platforms) > 1 else "platform",
+                          f"--platform {platform} is not one of the recipe's ({', '.join(recipe.platforms)})")
+    return (platform,)
+
+
+def build_plans(recipe: Recipe, platform: Optional[str], *, owner: Optional[str], repository: Optional[str],
+                allow_unpinned: bool, push: bool) -> list[BuildPlan]:
+    """What ``build`` builds: a plan per selected platform; ``--platform`` of a multi-platform recipe
+    builds that one image of the index, tagged ``<pinned tag>-<arch>``. With ``push``, the first plan
+    must be pushable (a dry run refuses what the real push would)."""
+    plans = [make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
+             for p in selected_platforms(recipe, platform)]
+    if platform and len(recipe.platforms) > 1:
+        plans = [platform_plan(plans[0])]
+    if push:
+        plans[0].require_pushable()
+    return plans
+
+
+def publish_plans(recipe: Recipe, *, owner: Optional[str], repository: Optional[str],
+                  allow_unpinned: bool) -> list[BuildPlan]:
+    """What ``push`` and ``index`` publish: every platform's plan of an image already built (the
+    recipe's oracle record is neither read nor required), refused first unless it can be pushed."""
+    plans = [make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
+                       read_oracle_record=False) for p in recipe.platforms]
+    plans[0].require_pushable()
+    return plans
+
+
+def recorded_image(plan: BuildPlan) -> str:
+    """The image ``record`` reads when none is given: the plan's pinned tag in the local engine (a
+    multi-platform recipe's images are tagged per platform, ``<pinned tag>-<arch>``)."""
+    name = plan.image if len(plan.recipe.platforms) == 1 else plan.image.for_architecture(plan.recipe.architecture)
+    return str(name.reference(name.pinned_tags[0] if name.pinned_tags else name.tags[0]))
