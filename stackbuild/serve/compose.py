@@ -12,25 +12,22 @@ from __future__ import annotations
 
 import os
 import re
-import sys
-import tempfile
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Optional
 
-from stackbuild.core.output import COMPOSE_SUFFIX, LOCAL_COMPOSE_SUFFIX, repository_file
-from stackbuild.core.errors import ComposeOverrideError, OutputError
+from stackbuild.core.errors import ComposeOverrideError
 from stackbuild.core.labels import DRAFTER_ID, DRAFTER_LICENSE, DRAFTER_WEIGHTS, IMAGE_PINNED, RECIPE_NAME, TARGET_ID
-from stackbuild.core.naming import MOVING_TAGS, OWNER_VARIABLE, image_name
-from stackbuild.core.output import check_output
+from stackbuild.core.naming import OWNER_VARIABLE
+from stackbuild.core.output import COMPOSE_SUFFIX, LOCAL_COMPOSE_SUFFIX, repository_file
 from stackbuild.core.recipe import REPO_ROOT, Recipe
-from stackbuild.core.reference import DIGEST_RE, ImageReference
-from stackbuild.core.build_report import DEFAULT_REPORT, read_report
-from stackbuild.core.gate import require_passing
-
 from stackbuild.core.serve_args import ranks_per_node, serve_argv
+from stackbuild.serve.generated import COMPOSE
 from stackbuild.serve.health import API_KEY_VARIABLE, readiness_command
+from stackbuild.serve.image_pin import ImagePin, resolve_image
+from stackbuild.serve.writer import Document, notice, write_documents
 from stackbuild.serve.yaml_text import dump_yaml
 
 COMPOSE_DIR = REPO_ROOT / "compose"
@@ -46,94 +43,11 @@ CACHE_ENV = {
 HEALTH_START_PERIOD = "30m"
 LICENCE_NAMES = {"CC-BY-NC-ND-4.0": "CC BY-NC-ND 4.0 (non-commercial, no derivatives)"}
 GPU_ID_RE = re.compile(r"^(\d+|GPU-[0-9A-Fa-f-]+|MIG-[0-9A-Za-z/-]+)$")
-# The image owner when none is given or found in a build report: Compose reads IMAGE_OWNER
-# when the file is used, and refuses to start without it.
-OWNER_FROM_ENV = "${" + OWNER_VARIABLE + ":?set " + OWNER_VARIABLE + " to the registry namespace the image was pushed to}"
-
-
-@dataclass(frozen=True)
-class ImagePin:
-    repository: str
-    tag: str
-    digest: Optional[str]
-    digest_source: str  # "--digest", the report path, or "" when unpinned
-    unpinned_because: str = ""  # why no digest was taken from the build report
-    owner_note: str = ""  # where the owner came from, when not from --owner / IMAGE_OWNER
-
-    @property
-    def reference(self) -> str:
-        """``repository:tag[@digest]``; the repository may hold Compose's ``${IMAGE_OWNER:?...}``."""
-        return str(ImageReference(self.repository, self.tag, self.digest))
 
 
 def escape(value: str) -> str:
     """Compose interpolates ``$``: a literal dollar is ``$$``."""
     return value.replace("$", "$$")
-
-
-def _owner_from_report(recipe: Recipe, report: Optional[dict]) -> Optional[str]:
-    """The owner a build report of this recipe pushed to, when its repository fits the recipe's template."""
-    if not report or report.get("recipe_name") != recipe.name or not isinstance(report.get("image"), str):
-        return None
-    pattern = re.escape(recipe.image.repository).replace(re.escape("{owner}"), "([a-z0-9]+(?:[._-][a-z0-9]+)*)")
-    match = re.fullmatch(pattern, report["image"])
-    return match.group(1) if match else None
-
-
-def _unpinned_because(recipe: Recipe, report: Optional[dict], report_path: Path, repository: str) -> str:
-    """Why the build report gives no digest for this file ("" when it does)."""
-    if report is None:
-        return f"no readable build report at {report_path} (pass --digest, or build and push first)"
-    if report.get("recipe_name") not in (None, recipe.name):
-        return f"{report_path} is the report of recipe {report.get('recipe_name')!r}, not {recipe.name!r}"
-    if not report.get("pushed_digest"):
-        return f"{report_path} records no push (status {report.get('status')!r})"
-    if report.get("image") not in (None, repository):
-        return f"{report_path} pushed {report.get('image')}, not {repository}"
-    if not DIGEST_RE.match(str(report["pushed_digest"])):
-        return f"{report_path}: pushed_digest {report['pushed_digest']!r} is not a sha256 digest"
-    return ""
-
-
-def resolve_image(recipe: Recipe, *, owner: Optional[str] = None, repository: Optional[str] = None,
-                  digest: Optional[str] = None, report_path: Optional[Path] = None) -> ImagePin:
-    """The image by digest from --digest (with this tree's pinned tag) or the last build report
-    (with the tag that build pushed).
-
-    Without either, the build that made the image is unknown, and so is its pinned tag (it
-    names the commit, ``{rev}``): the file then names the recipe's moving tag (``latest``),
-    marked UNPINNED, rather than a pinned tag of a build that may not exist.
-
-    The owner is ``owner`` (--owner / IMAGE_OWNER), else the one a build report of this recipe
-    pushed to, else Compose's ``${IMAGE_OWNER:?...}`` (the file asks for it when used).
-    """
-    report_path = Path(report_path) if report_path else DEFAULT_REPORT
-    report = read_report(report_path)
-    if not isinstance(report, dict):
-        report = None
-    name = image_name(recipe, owner=owner, repository=repository, owner_fallback=OWNER_FROM_ENV)
-    owner_note = ""
-    if name.owner_missing:
-        reported = _owner_from_report(recipe, report)
-        if reported:
-            name = image_name(recipe, owner=reported, repository=repository)
-            owner_note = f"image owner {reported!r} taken from {report_path}"
-        else:
-            owner_note = (f"no image owner given (--owner, {OWNER_VARIABLE}) or found in {report_path}: "
-                          f"the compose file reads {OWNER_VARIABLE} when it is used")
-    if digest is not None:
-        if not DIGEST_RE.match(digest):
-            raise ComposeOverrideError(f"--digest: expected 'sha256:' followed by 64 lowercase hex digits, got {digest!r}")
-        pinned = next(iter(name.pinned_tags), name.tags[0])
-        return ImagePin(name.repository, pinned, digest, "--digest", owner_note=owner_note)
-    tag = next((t for t in name.tags if t in MOVING_TAGS), name.tags[0])
-    # Only a report of this recipe, pushed to this repository, pins this file.
-    why = _unpinned_because(recipe, report, report_path, name.repository)
-    if why:
-        return ImagePin(name.repository, tag, None, "", unpinned_because=why, owner_note=owner_note)
-    tags = [t for t in report.get("tags") or () if isinstance(t, str)]
-    tag = next((t for t in tags if t not in MOVING_TAGS), tag)
-    return ImagePin(name.repository, tag, str(report["pushed_digest"]), str(report_path), owner_note=owner_note)
 
 
 def parse_gpu_ids(gpus: str) -> tuple[str, ...]:
@@ -295,10 +209,6 @@ class Header:
 
 def header(recipe: Recipe, image: ImagePin) -> Header:
     """The single-node file's header; a node role's file replaces ``reach``, ``start`` and ``role``."""
-    try:
-        recipe_rel = recipe.path.relative_to(REPO_ROOT)
-    except ValueError:
-        recipe_rel = recipe.path
     drafter = recipe.drafter
     if drafter is not None:
         licence = LICENCE_NAMES.get(drafter.license, drafter.license)
@@ -313,13 +223,13 @@ def header(recipe: Recipe, image: ImagePin) -> Header:
                   "#",
                   "# The model's weights are mounted read-only from the host models directory.")
     about = (
-        f"# Generated by `python build.py compose --recipe {recipe_rel}`: edit the recipe, not this file.",
+        COMPOSE.first_line(recipe),
         *serves,
         f"# Secrets such as HF_TOKEN go in ./{env_file_name(recipe)} (optional, never inlined here);",
         f"#   {API_KEY_VARIABLE}=... there makes vLLM require that key (Authorization: Bearer) on /v1.",
     )
     pin = []
-    if OWNER_FROM_ENV in image.repository:
+    if image.owner_from_env:
         pin.append(f"# The image owner is read from {OWNER_VARIABLE} when this file is used (none was given).")
     if image.digest:
         pin.append(f"# Image pinned by digest (from {image.digest_source}).")
@@ -368,12 +278,6 @@ def render_compose(recipe: Recipe, *, owner: Optional[str] = None, repository: O
     return compose_text(recipe, image, header(recipe, image), doc)
 
 
-def generated_for(recipe: Recipe, text: str) -> bool:
-    """Whether ``text`` is a compose file this generator wrote for ``recipe`` (single-node or a node role's)."""
-    return (text.startswith("# Generated by `python build.py compose")
-            and f"{RECIPE_NAME}: {recipe.name}\n" in text)
-
-
 def output_dir(recipe: Recipe) -> Path:
     """Where compose and deploy write without -o: compose/ for the repository's own recipes, the recipe's
     directory for any other (a copy elsewhere never overwrites the repository's files)."""
@@ -394,18 +298,6 @@ def machine_values(models_dir: Optional[str], port: Optional[int], gpus: Optiona
     return tuple(flag for flag, value in given if value is not None)
 
 
-def notice(message: str) -> None:
-    """One notice line on stderr (stdout may carry --json)."""
-    print(f"notice: {message}", file=sys.stderr)
-
-
-def image_notices(image: ImagePin) -> None:
-    """Say where the owner came from, and why the image is not pinned by digest (when it is not)."""
-    for note in (image.owner_note, image.unpinned_because and f"unpinned: {image.unpinned_because}"):
-        if note:
-            notice(note)
-
-
 def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optional[str] = None,
                   repository: Optional[str] = None, models_dir: Optional[str] = None, port: Optional[int] = None,
                   gpus: Optional[str] = None, digest: Optional[str] = None, report_path: Optional[Path] = None,
@@ -417,55 +309,40 @@ def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optio
     text = render_compose(recipe, models_dir=models_dir, port=port, gpus=gpus,
                           gpu_reservation=gpu_reservation, image=image)
     argv = serve_argv(recipe)
-    require_passing(recipe)
     flag = "-o" if output else "compose"
     local = machine_values(models_dir, port, gpus)
     output = Path(output) if output else default_output(recipe, local=bool(local))
-    check_output(output, flag, ours=lambda old: generated_for(recipe, old))
-    checks: dict[str, dict] = {}
-    # Checked under its final directory (relative paths resolve as they will), then moved in place.
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
-    except OSError as exc:
-        raise OutputError(f"{flag} {output}: cannot write in {output.parent}: {exc.strerror or exc}") from None
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        if validate:
-            config = check_compose_file(tmp, where=str(output))
-            checks["compose_config"] = {"status": config.status, "detail": config.detail}
-            if config.status == "skipped":
-                notice(f"docker compose config check skipped: {config.detail}")
-            else:
-                # Compose's own reading of the command after interpolation; `config` prints a
-                # literal dollar re-escaped as `$$`, so it must read back as the escaped argv.
-                resolved = config.parsed["services"][SERVICE]["command"]
-                if resolved != [escape(a) for a in argv]:
-                    raise ComposeInvalid(f"{output}: docker compose reads the command as {resolved!r}, not {argv!r}")
-            serve = check_serve_args(argv, where=str(recipe.path))
-            checks["serve_args"] = serve.as_dict()
-            if serve.status == "skipped":
-                notice(f"vLLM serve-parser check skipped: {serve.detail}")
-        os.chmod(tmp, 0o644)
-        try:
-            tmp.replace(output)
-        except OSError as exc:
-            raise OutputError(f"{flag} {output}: cannot write: {exc.strerror or exc}") from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    image_notices(image)
+
+    def check(temps) -> dict[str, dict]:
+        """Docker Compose's and vLLM's serve parser's verdicts (none without ``validate``)."""
+        checks: dict[str, dict] = {}
+        if not validate:
+            return checks
+        config = check_compose_file(temps[output], where=str(output))
+        checks["compose_config"] = {"status": config.status, "detail": config.detail}
+        if config.status == "skipped":
+            notice(f"docker compose config check skipped: {config.detail}")
+        else:
+            # Compose's own reading of the command after interpolation; `config` prints a
+            # literal dollar re-escaped as `$$`, so it must read back as the escaped argv.
+            resolved = config.parsed["services"][SERVICE]["command"]
+            if resolved != [escape(a) for a in argv]:
+                raise ComposeInvalid(f"{output}: docker compose reads the command as {resolved!r}, not {argv!r}")
+        serve = check_serve_args(argv, where=str(recipe.path))
+        checks["serve_args"] = serve.as_dict()
+        if serve.status == "skipped":
+            notice(f"vLLM serve-parser check skipped: {serve.detail}")
+        return checks
+
+    notices = list(image.notices)
     if flag == "compose" and output.name.endswith(LOCAL_COMPOSE_SUFFIX):
-        notice(f"{', '.join(local)} hold(s) this machine's values: wrote {output.name} (git-ignored), "
-               f"not the committed {default_output(recipe).name}")
+        notices.append(f"{', '.join(local)} hold(s) this machine's values: wrote {output.name} (git-ignored), "
+                       f"not the committed {default_output(recipe).name}")
+    checks = write_documents(recipe, [Document(output, text, partial(COMPOSE.wrote, recipe=recipe))], flag,
+                             check=check, notices=notices)
     return {
         "path": str(output),
-        "image": image.reference,
-        "pinned": bool(image.digest),
-        "digest_source": image.digest_source or None,
-        "unpinned_because": image.unpinned_because or None,
-        "owner_note": image.owner_note or None,
+        **image.summary(),
         "command": argv,
         "checks": checks,
     }

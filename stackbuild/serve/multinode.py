@@ -14,23 +14,22 @@ them or none.
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Optional
 
-from stackbuild.core.output import COMPOSE_SUFFIX, LOCAL_COMPOSE_SUFFIX
+from geometry.preflight.fingerprint import IMAGE_DIGEST_ENV
 from stackbuild.core.errors import ComposeOverrideError, OutputError
-from stackbuild.core.output import check_output
-from stackbuild.core.gate import require_passing
-from stackbuild.core.recipe import Recipe
-
 from stackbuild.core.labels import NODE_ROLE
-from stackbuild.serve import compose as generate
+from stackbuild.core.output import COMPOSE_SUFFIX, LOCAL_COMPOSE_SUFFIX
+from stackbuild.core.recipe import Recipe
 from stackbuild.core.serve_args import (FINGERPRINT_PORT, LEADER, MASTER_PORT, WORKER, RoleCommand, SlotValues,
                                         ranks_per_node, role_commands)
-from geometry.preflight.fingerprint import IMAGE_DIGEST_ENV
+from stackbuild.serve import compose as generate
+from stackbuild.serve.generated import COMPOSE
+from stackbuild.serve.image_pin import ImagePin, resolve_image
+from stackbuild.serve.writer import Document, notice, write_documents
 
 # Variables the user sets (shell or ./.env next to the files) on every machine.
 LEADER_ADDRESS_VARIABLE = "GLM53_LEADER_ADDRESS"
@@ -85,12 +84,12 @@ def default_path(recipe: Recipe, role: str, directory: Optional[Path] = None, *,
     return where / f"{recipe.name}.{role}{suffix}"
 
 
-def image_environment(image: generate.ImagePin) -> dict[str, str]:
+def image_environment(image: ImagePin) -> dict[str, str]:
     """What the pre-flight's rank fingerprint cannot read from the image itself: its digest, when pinned."""
     return {IMAGE_DIGEST_ENV: image.digest} if image.digest else {}
 
 
-def role_service(recipe: Recipe, command: RoleCommand, image: generate.ImagePin) -> generate.Service:
+def role_service(recipe: Recipe, command: RoleCommand, image: ImagePin) -> generate.Service:
     """A node role's service: its argv (the slots as Compose variables) on host networking."""
     s = recipe.serving
     serves_api = command.role == LEADER
@@ -106,14 +105,14 @@ def role_service(recipe: Recipe, command: RoleCommand, image: generate.ImagePin)
     )
 
 
-def role_document(recipe: Recipe, command: RoleCommand, *, image: generate.ImagePin,
+def role_document(recipe: Recipe, command: RoleCommand, *, image: ImagePin,
                   models_dir: Optional[str] = None, gpus: Optional[str] = None) -> dict:
     """One role's compose document as plain data (pure)."""
     return generate.service_document(recipe, role_service(recipe, command, image), image=image,
                                      models_dir=models_dir, gpus=gpus)
 
 
-def role_header(recipe: Recipe, command: RoleCommand, image: generate.ImagePin) -> generate.Header:
+def role_header(recipe: Recipe, command: RoleCommand, image: ImagePin) -> generate.Header:
     """The single-node header with where the API is reached, how to start the file, and the role's own lines."""
     s = recipe.serving
     nodes = s.nodes
@@ -145,14 +144,10 @@ def role_header(recipe: Recipe, command: RoleCommand, image: generate.ImagePin) 
     )
 
 
-def render_role(recipe: Recipe, command: RoleCommand, *, image: generate.ImagePin,
+def render_role(recipe: Recipe, command: RoleCommand, *, image: ImagePin,
                 models_dir: Optional[str] = None, gpus: Optional[str] = None) -> str:
     doc = role_document(recipe, command, image=image, models_dir=models_dir, gpus=gpus)
     return generate.compose_text(recipe, image, role_header(recipe, command, image), doc)
-
-
-def _generated_for(recipe: Recipe, role: str, text: str) -> bool:
-    return generate.generated_for(recipe, text) and f"{NODE_ROLE}: {role}\n" in text
 
 
 def check_values(recipe: Recipe, command: RoleCommand, rank: Optional[int] = None) -> dict[str, str]:
@@ -193,63 +188,45 @@ def write_role_files(recipe: Recipe, *, output_dir: Optional[Path] = None, owner
     if output_dir is not None and not Path(output_dir).is_dir():
         raise OutputError(f"-o {output_dir}: a multi-node recipe writes one file per role into a directory; "
                           "this is not an existing directory")
-    image = generate.resolve_image(recipe, owner=owner, repository=repository, digest=digest, report_path=report_path)
+    image = resolve_image(recipe, owner=owner, repository=repository, digest=digest, report_path=report_path)
     commands = role_commands(recipe)
     local = bool(generate.machine_values(models_dir, port, gpus))
     files = [RoleFile(c.role, default_path(recipe, c.role, Path(output_dir) if output_dir else None, local=local),
                       render_role(recipe, c, image=image, models_dir=models_dir, gpus=gpus), c) for c in commands]
-    require_passing(recipe)
-    for f in files:
-        check_output(f.path, flag, ours=lambda old, role=f.role: _generated_for(recipe, role, old))
-    checks: dict[str, dict] = {}
-    if validate:
+
+    def check(temps) -> dict[str, dict]:
+        """vLLM's serve parser's verdict on every argv, Docker Compose's on every file (none without ``validate``)."""
+        checks: dict[str, dict] = {}
+        if not validate:
+            return checks
         cases = _serve_cases(recipe, commands)
         verdicts = run_serve_parser_cases([argv for _where, argv in cases])
         for (where, argv), verdict in zip(cases, verdicts):
             serve = check_serve_args(argv, where=f"{recipe.path} ({where})", result=verdict)
             checks[f"serve_args {where}"] = serve.as_dict()
             if serve.status == "skipped":
-                generate.notice(f"vLLM serve-parser check skipped: {serve.detail}")
+                notice(f"vLLM serve-parser check skipped: {serve.detail}")
                 break
-    tmps: list[Path] = []
-    try:
         for f in files:
-            try:
-                fd, name = tempfile.mkstemp(prefix=f".{f.path.name}.", suffix=".tmp", dir=f.path.parent)
-            except OSError as exc:
-                raise OutputError(f"{flag} {f.path}: cannot write in {f.path.parent}: {exc.strerror or exc}") from None
-            tmps.append(Path(name))
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(f.text)
-            os.chmod(name, 0o644)
-            if validate:
-                variables = check_values(recipe, f.command)
-                config = check_compose_file(Path(name), where=str(f.path), variables=variables)
-                checks[f"compose_config {f.role}"] = {"status": config.status, "detail": config.detail}
-                if config.status == "skipped":
-                    generate.notice(f"docker compose config check skipped: {config.detail}")
-                    continue
-                resolved = config.parsed["services"][f.role]["command"]
-                expected = [generate.escape(a) for a in resolved_argv(recipe, f.command, variables)]
-                if resolved != expected:
-                    raise ComposeInvalid(f"{f.path}: docker compose reads the command as {resolved!r}, not {expected!r}")
-        for f, tmp in zip(files, tmps):
-            try:
-                tmp.replace(f.path)
-            except OSError as exc:
-                raise OutputError(f"{flag} {f.path}: cannot write: {exc.strerror or exc}") from None
-    finally:
-        for tmp in tmps:
-            if tmp.exists():
-                tmp.unlink()
-    generate.image_notices(image)
+            variables = check_values(recipe, f.command)
+            config = check_compose_file(temps[f.path], where=str(f.path), variables=variables)
+            checks[f"compose_config {f.role}"] = {"status": config.status, "detail": config.detail}
+            if config.status == "skipped":
+                notice(f"docker compose config check skipped: {config.detail}")
+                continue
+            resolved = config.parsed["services"][f.role]["command"]
+            expected = [generate.escape(a) for a in resolved_argv(recipe, f.command, variables)]
+            if resolved != expected:
+                raise ComposeInvalid(f"{f.path}: docker compose reads the command as {resolved!r}, not {expected!r}")
+        return checks
+
+    # A tracked file is replaced only when it is this recipe's file of the same role.
+    documents = [Document(f.path, f.text, partial(COMPOSE.wrote, recipe=recipe, labels={NODE_ROLE: f.role}))
+                 for f in files]
+    checks = write_documents(recipe, documents, flag, check=check, notices=image.notices)
     return {
         "paths": {f.role: str(f.path) for f in files},
-        "image": image.reference,
-        "pinned": bool(image.digest),
-        "digest_source": image.digest_source or None,
-        "unpinned_because": image.unpinned_because or None,
-        "owner_note": image.owner_note or None,
+        **image.summary(),
         "nodes": recipe.serving.nodes,
         "commands": {f.role: list(f.command.argv) for f in files},
         "slots": {f.role: dict(f.command.slots) for f in files},

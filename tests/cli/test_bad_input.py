@@ -658,7 +658,7 @@ def _report(path: Path, **fields) -> Path:
     ({"pushed_digest": "sha256:abc"}, False, "unpinned: {report}: pushed_digest 'sha256:abc' is not a sha256 digest"),
 ])
 def test_compose_takes_the_digest_from_a_matching_report_or_says_why_not(tmp_path, fields, pinned, notice):
-    from stackbuild.serve.compose import resolve_image
+    from stackbuild.serve.image_pin import resolve_image
     from stackbuild.core.recipe import load_recipe
 
     recipe = load_recipe(copy_recipe(tmp_path, _pinned()))
@@ -673,7 +673,7 @@ def test_compose_takes_the_digest_from_a_matching_report_or_says_why_not(tmp_pat
 
 
 def test_compose_without_a_report_says_why_it_is_unpinned(tmp_path):
-    from stackbuild.serve.compose import resolve_image
+    from stackbuild.serve.image_pin import resolve_image
     from stackbuild.core.recipe import load_recipe
 
     recipe = load_recipe(copy_recipe(tmp_path, _pinned()))

@@ -19,8 +19,8 @@ import yaml
 
 from compose_support import DIGEST, NO_REPORT, REPO, SOURCE_DATE_EPOCH, recipe, require_compose_binary
 
-from stackbuild.serve.compose import (OWNER_FROM_ENV, ComposeOverrideError, ImagePin, render_compose,
-                              resolve_image, write_compose)
+from stackbuild.serve.compose import ComposeOverrideError, render_compose, write_compose
+from stackbuild.serve.image_pin import OWNER_FROM_ENV, ImagePin, resolve_image
 from stackbuild.core.serve_args import serve_argv, speculative_config, speculative_config_json
 from stackbuild.serve.validate import ComposeInvalid, check_compose_file, compose_config
 from stackbuild.core.errors import RecipeError

@@ -20,7 +20,8 @@ import pytest
 
 from compose_support import NO_REPORT, SOURCE_DATE_EPOCH, recipe, require_compose_binary, unavailable
 
-from stackbuild.serve.compose import render_compose, resolve_image
+from stackbuild.serve.compose import render_compose
+from stackbuild.serve.image_pin import resolve_image
 from stackbuild.core.serve_args import serve_argv, speculative_config
 
 pytestmark = pytest.mark.docker

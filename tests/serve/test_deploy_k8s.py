@@ -19,7 +19,7 @@ import yaml
 from stackbuild.core.serve_args import serve_argv
 from stackbuild.serve.health import readiness_command
 from stackbuild.serve.k8s import ModelVolume, _expand, manifests, render
-from stackbuild.serve.compose import ImagePin
+from stackbuild.serve.image_pin import ImagePin
 from stackbuild.serve.k8s_validate import validate
 from stackbuild.core.errors import ManifestInvalid
 from stackbuild.core.gate import gate_input

@@ -296,11 +296,12 @@ def test_role_files_share_the_single_node_header_and_reservation():
     import yaml
 
     from stackbuild.serve import compose, multinode
+    from stackbuild.serve.image_pin import resolve_image
     from stackbuild.core.errors import ComposeOverrideError
     from stackbuild.core.serve_args import role_commands
 
     recipe = load_recipe(RECIPE)
-    image = compose.resolve_image(recipe, owner="someone", report_path=REPO / "no-such-report.json")
+    image = resolve_image(recipe, owner="someone", report_path=REPO / "no-such-report.json")
     single = compose.header(recipe, image)
     for command in role_commands(recipe):
         head = multinode.role_header(recipe, command, image)
@@ -323,7 +324,7 @@ def test_role_files_pass_the_pinned_digest_and_name_the_fingerprint_port():
     header says which ports the leader opens (the master port and the fingerprint beside it)."""
     from geometry.preflight.fingerprint import IMAGE_DIGEST_ENV
     from stackbuild.core.serve_args import FINGERPRINT_PORT, MASTER_PORT, role_commands
-    from stackbuild.serve.compose import ImagePin
+    from stackbuild.serve.image_pin import ImagePin
     from stackbuild.serve.multinode import render_role, role_document
 
     recipe = load_recipe(RECIPE)

@@ -28,7 +28,8 @@ from stack_e2e import cli, docker_login, recipe_copy, unique_repository
 from compose_support import require_compose_binary
 from models_support import DRAFTER_DIR, misfit_drafter, models_dir
 
-from stackbuild.serve.compose import SERVICE, ImagePin, compose_document
+from stackbuild.serve.compose import SERVICE, compose_document
+from stackbuild.serve.image_pin import ImagePin
 from stackbuild.core.serve_args import serve_argv
 from stackbuild.core.errors import GeometryGateFailed, MountedConfigUnusable
 from geometry.gate_run import run_gate
