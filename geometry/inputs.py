@@ -2,8 +2,9 @@
 
 ``GeometryInputs`` is everything that decides the KV-cache geometry vLLM 0.33.0
 builds for a hybrid target plus an optional speculative drafter: the gate's one
-input. ``build_inputs`` makes it from the values a deployment names (a recipe on
-the host, a serve argv and the mounted configs at container start); the build
+input. ``build_inputs`` makes it from a deployment's serve settings
+(geometry/serve_settings.py: from a recipe on the host, from a serve argv at
+container start) and the configs it serves; the build
 writes it as ``gate-input.json`` (``to_json``) and the image reads it back
 (``from_json``).
 """
@@ -17,6 +18,7 @@ from typing import Any, Mapping
 
 from .errors import BadInput
 from .model_config import TargetModel, read_target
+from .serve_settings import ServeSettings
 
 # vLLM 0.33.0 CacheConfig.mamba_cache_mode default ("none": no prefix caching
 # of mamba state).  "align" is the other value vLLM accepts.
@@ -161,39 +163,40 @@ class GeometryInputs:
         return out
 
 
-def build_inputs(*, target_config: Mapping[str, Any], drafter_config: Mapping[str, Any] | None,
-                 tensor_parallel_size: int, nodes: int, kv_cache_dtype: str, drafter_kv_cache_dtype: str | None,
-                 num_speculative_tokens: int, capability_family: int, enable_prefix_caching: bool | None,
-                 block_size: int | None, max_model_len: int | None, drafter_attention_backend: str | None,
-                 kv_cache_memory_bytes: int, vllm_behaviour: str,
-                 mamba_cache_mode: str | None = None, max_num_seqs: int | None = None,
-                 max_num_batched_tokens: int | None = None) -> GeometryInputs:
-    """The gate input of a deployment, from the values it names.
+def build_inputs(settings: ServeSettings, *, target_config: Mapping[str, Any],
+                 drafter_config: Mapping[str, Any] | None) -> GeometryInputs:
+    """The gate input of a deployment: its serve settings and the two configs it serves.
 
-    ``enable_prefix_caching`` and ``mamba_cache_mode`` are the serve flags as given
-    (None: not given), resolved as vLLM 0.33.0 runs them (``resolve_prefix_caching``).
-    Raises BadInput for values the simulator does not take.
+    A flag not given takes its value where no flag says (``settings.defaults``); prefix caching and
+    mamba_cache_mode as vLLM 0.33.0 runs the flags (``resolve_prefix_caching``). Raises BadInput
+    for values the simulator does not take.
     """
-    prefix_caching, mode = resolve_prefix_caching(target_config, enable_prefix_caching, mamba_cache_mode)
+    s, defaults = settings, settings.defaults
+    prefix_caching, mode = resolve_prefix_caching(target_config, s.enable_prefix_caching, s.mamba_cache_mode)
     return GeometryInputs(
         target_config=target_config,
         drafter_config=drafter_config,
-        tensor_parallel_size=tensor_parallel_size,
-        nodes=nodes,
-        kv_cache_dtype=kv_cache_dtype,
-        drafter_kv_cache_dtype=drafter_kv_cache_dtype,
-        num_speculative_tokens=num_speculative_tokens,
-        capability_family=capability_family,
+        tensor_parallel_size=s.tensor_parallel_size,
+        nodes=defaults.nodes,
+        kv_cache_dtype=s.kv_cache_dtype,
+        drafter_kv_cache_dtype=s.drafter_kv_cache_dtype,
+        num_speculative_tokens=s.num_speculative_tokens,
+        capability_family=defaults.capability_family,
         mamba_cache_mode=mode,
         enable_prefix_caching=prefix_caching,
-        block_size=block_size,
-        max_model_len=max_model_len,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        drafter_attention_backend=drafter_attention_backend,
-        kv_cache_memory_bytes=kv_cache_memory_bytes,
-        vllm_behaviour=vllm_behaviour,
+        block_size=s.block_size,
+        max_model_len=s.max_model_len,
+        max_num_seqs=s.max_num_seqs,
+        max_num_batched_tokens=_given(s.max_num_batched_tokens, defaults.max_num_batched_tokens),
+        drafter_attention_backend=s.drafter_attention_backend,
+        kv_cache_memory_bytes=_given(s.kv_cache_memory_bytes, defaults.kv_cache_memory_bytes),
+        vllm_behaviour=defaults.vllm_behaviour,
     )
+
+
+def _given(flag: Any, default: Any) -> Any:
+    """A serve flag's value, else (None: not given) what applies without it."""
+    return default if flag is None else flag
 
 
 def _mode_for(prefix_caching: bool, hybrid: bool = True) -> str:

@@ -22,6 +22,7 @@ import os
 from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
+from ..serve_settings import ServeDefaults
 from .checked import CheckedServe
 from .checkpoint import CheckpointUnusable
 from .configs import ConfigUnusable, MountedConfig, read_config
@@ -63,19 +64,19 @@ def snapshot_warnings(checked: CheckedServe, target: MountedConfig, drafter: Opt
     return out
 
 
-# Gate-input fields no serve flag says: the build's (the GPU's capability family, the vLLM behaviour
-# the image has, the machines the TP group spans), the memory for the KV cache unless
-# --kv-cache-memory-bytes gives it, and the batch unless --max-num-batched-tokens does (the build's
-# is `vllm serve`'s default for the recipe's GPU).
-FROM_THE_BUILD = ("nodes", "capability_family", "kv_cache_memory_bytes", "vllm_behaviour", "max_num_batched_tokens")
+def build_defaults(built, kv_cache_memory_bytes: int) -> ServeDefaults:
+    """What the gate input takes where no serve flag says: the build's (``built``, the GeometryInputs the
+    build checked: the GPU's capability family, the vLLM behaviour the image has, the machines the TP group
+    spans, the batch the build judged, `vllm serve`'s default for the recipe's GPU unless the recipe gave
+    one), with the KV budget this start gets."""
+    return replace(ServeDefaults.of(built), kv_cache_memory_bytes=kv_cache_memory_bytes)
 
 
-def derive_inputs(flags: ServeFlags, target: MountedConfig, drafter: Optional[MountedConfig], *, nodes: int,
-                  capability_family: int, kv_cache_memory_bytes: int, vllm_behaviour: str,
-                  max_num_batched_tokens: Optional[int]):
+def derive_inputs(flags: ServeFlags, target: MountedConfig, drafter: Optional[MountedConfig],
+                  defaults: ServeDefaults):
     """The gate input (geometry.inputs.GeometryInputs) for what this argv and these configs will run,
-    the build's values (FROM_THE_BUILD) for what no flag says; Unchecked for what is not modelled,
-    BadInput for values the simulator does not take."""
+    ``defaults`` for what no flag says; Unchecked for what is not modelled, BadInput for values the
+    simulator does not take."""
     from geometry.inputs import build_inputs
 
     spec = flags.speculative_config
@@ -87,27 +88,8 @@ def derive_inputs(flags: ServeFlags, target: MountedConfig, drafter: Optional[Mo
             raise Unchecked("--speculative-config has no num_speculative_tokens: give it explicitly")
     if flags.max_model_len is not None and flags.max_model_len <= 0:
         raise Unchecked(f"--max-model-len {flags.max_model_len} (fit to memory) is not modelled: give a length")
-    return build_inputs(
-        target_config=target.data,
-        drafter_config=drafter.data if drafter is not None else None,
-        tensor_parallel_size=flags.tensor_parallel_size,
-        nodes=nodes,
-        kv_cache_dtype=flags.kv_cache_dtype,
-        drafter_kv_cache_dtype=spec.get("kv_cache_dtype") if spec else None,
-        num_speculative_tokens=spec["num_speculative_tokens"] if spec else 0,
-        capability_family=capability_family,
-        enable_prefix_caching=flags.enable_prefix_caching,
-        mamba_cache_mode=flags.mamba_cache_mode,
-        block_size=flags.block_size,
-        max_model_len=flags.max_model_len,
-        max_num_seqs=flags.max_num_seqs,
-        max_num_batched_tokens=(flags.max_num_batched_tokens if flags.max_num_batched_tokens is not None
-                                else max_num_batched_tokens),
-        drafter_attention_backend=spec.get("attention_backend") if spec else None,
-        kv_cache_memory_bytes=(flags.kv_cache_memory_bytes if flags.kv_cache_memory_bytes is not None
-                               else kv_cache_memory_bytes),
-        vllm_behaviour=vllm_behaviour,
-    )
+    return build_inputs(flags.settings(defaults), target_config=target.data,
+                        drafter_config=drafter.data if drafter is not None else None)
 
 
 def differences(checked: CheckedServe, argv: Sequence[str], inputs, target: MountedConfig,
@@ -210,10 +192,8 @@ def check(argv: Sequence[str], checked: CheckedServe, *, locate: Callable[[str],
         else:
             outcome = _rejudged(checked, target, drafter, mounted, budget, warnings)
         return replace(outcome, fingerprint=fingerprint(mounted, target, drafter, judged, flags))
-    built = {name: getattr(checked.gate_input, name) for name in FROM_THE_BUILD}
-    built["kv_cache_memory_bytes"] = budget.kv_cache_memory_bytes
     try:
-        inputs = derive_inputs(flags, target, drafter, **built)
+        inputs = derive_inputs(flags, target, drafter, build_defaults(checked.gate_input, budget.kv_cache_memory_bytes))
     except Unchecked as exc:
         return refused(EXIT_UNCHECKED, f"{exc}; nothing was checked", *warnings)
     except BadInput as exc:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from ..errors import one_line
+from ..serve_settings import ServeDefaults, ServeSettings
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,25 @@ class ServeFlags:
     def num_speculative_tokens(self) -> Optional[int]:
         spec = self.speculative_config
         return None if spec is None else spec.get("num_speculative_tokens")
+
+    def settings(self, defaults: ServeDefaults) -> ServeSettings:
+        """What these flags say that decides the geometry, ``defaults`` for what they do not."""
+        spec = self.speculative_config
+        return ServeSettings(
+            tensor_parallel_size=self.tensor_parallel_size,
+            kv_cache_dtype=self.kv_cache_dtype,
+            drafter_kv_cache_dtype=spec.get("kv_cache_dtype") if spec else None,
+            num_speculative_tokens=spec["num_speculative_tokens"] if spec else 0,
+            drafter_attention_backend=spec.get("attention_backend") if spec else None,
+            enable_prefix_caching=self.enable_prefix_caching,
+            mamba_cache_mode=self.mamba_cache_mode,
+            block_size=self.block_size,
+            max_model_len=self.max_model_len,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            kv_cache_memory_bytes=self.kv_cache_memory_bytes,
+            defaults=defaults,
+        )
 
     def to_json(self) -> dict:
         return {name: (dict(value) if isinstance(value, Mapping) else value)

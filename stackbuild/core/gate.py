@@ -4,41 +4,37 @@ from __future__ import annotations
 from stackbuild.core.errors import GeometryGateFailed, RecipeError
 from stackbuild.core.gpus import serve_batched_tokens
 from stackbuild.core.recipe import Recipe
+from stackbuild.core.serve_args import served_flags
 
 GIB = 1024**3
+
+
+def serve_defaults(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
+    """What the recipe's gate input takes where its serve argv gives no flag (geometry.serve_settings.ServeDefaults):
+    its machines and GPU family, the KV budget of geometry.kv_cache_memory_gib, and `vllm serve`'s batch for
+    the GPU (core/gpus.py)."""
+    from geometry.serve_settings import ServeDefaults
+
+    s = recipe.serving
+    return ServeDefaults(nodes=s.nodes, capability_family=recipe.hardware.capability_family,
+                         vllm_behaviour=vllm_behaviour,
+                         kv_cache_memory_bytes=int(recipe.geometry.kv_cache_memory_gib * GIB),
+                         max_num_batched_tokens=serve_batched_tokens(recipe.hardware.gpu, s.tensor_parallel_size))
 
 
 def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
     """The recipe's geometry.inputs.GeometryInputs: what the build writes as gate-input.json.
 
-    Prefix caching and mamba_cache_mode as vLLM resolves them from the flags the
-    compose command passes (serving.enable_prefix_caching; unset: vLLM's default).
-    What the simulator does not take is a RecipeError.
+    The geometry of what the recipe's serve argv means to vLLM (core/serve_args.served_flags, the flags
+    the image's pre-flight records) on the recipe's configs, as the pre-flight derives it from an argv
+    at start. What the simulator does not take is a RecipeError.
     """
     from geometry.errors import BadInput
     from geometry.inputs import build_inputs
 
-    s = recipe.serving
+    settings = served_flags(recipe).settings(serve_defaults(recipe, vllm_behaviour=vllm_behaviour))
     try:
-        return build_inputs(
-            target_config=recipe.target_config,
-            drafter_config=recipe.drafter_config,
-            tensor_parallel_size=s.tensor_parallel_size,
-            nodes=s.nodes,
-            kv_cache_dtype=s.kv_cache_dtype,
-            drafter_kv_cache_dtype=s.drafter_kv_cache_dtype,
-            num_speculative_tokens=s.num_speculative_tokens,
-            capability_family=recipe.hardware.capability_family,
-            enable_prefix_caching=s.enable_prefix_caching,
-            block_size=s.block_size,
-            max_model_len=s.max_model_len,
-            max_num_seqs=s.max_num_seqs,
-            max_num_batched_tokens=(s.max_num_batched_tokens if s.max_num_batched_tokens is not None
-                                    else serve_batched_tokens(recipe.hardware.gpu, s.tensor_parallel_size)),
-            drafter_attention_backend=recipe.drafter.attention_backend if recipe.drafter else None,
-            kv_cache_memory_bytes=int(recipe.geometry.kv_cache_memory_gib * GIB),
-            vllm_behaviour=vllm_behaviour,
-        )
+        return build_inputs(settings, target_config=recipe.target_config, drafter_config=recipe.drafter_config)
     except BadInput as exc:
         raise RecipeError(recipe.path, "", f"the geometry gate does not model this recipe: {exc}") from None
 

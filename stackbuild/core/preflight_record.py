@@ -10,10 +10,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from stackbuild.core.serve_args import role_commands, serve_argv, speculative_config
+from stackbuild.core.serve_args import role_commands, serve_argv, served_flags
 from geometry.inputs import GeometryInputs
 from geometry.preflight.checked import CheckedModel, CheckedRole, CheckedServe
-from geometry.preflight.serve_flags import ServeFlags
 
 from stackbuild.core.recipe import Recipe
 
@@ -24,18 +23,6 @@ def snapshot_path(recipe: Recipe, relative: str) -> Path:
 
 def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def served_flags(recipe: Recipe) -> ServeFlags:
-    """What the recipe's serve argv means to vLLM's serve parser (the same values
-    preflight/serve_flags.py reads from it: tests/geometry/test_preflight.py holds them equal)."""
-    s = recipe.serving
-    return ServeFlags(model=recipe.target.path, tensor_parallel_size=s.tensor_parallel_size,
-                      kv_cache_dtype=s.kv_cache_dtype, block_size=s.block_size, max_model_len=s.max_model_len,
-                      enable_prefix_caching=s.enable_prefix_caching, mamba_cache_mode=None,
-                      kv_cache_memory_bytes=None, speculative_config=speculative_config(recipe),
-                      gpu_memory_utilization=float(s.gpu_memory_utilization), tool_call_parser=s.tool_call_parser,
-                      reasoning_parser=s.reasoning_parser)
 
 
 def checked_serve(recipe: Recipe, gate_input: GeometryInputs) -> CheckedServe:

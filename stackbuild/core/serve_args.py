@@ -4,7 +4,9 @@ The image's entrypoint (the pre-flight, which then execs ``vllm serve`` with the
 same argv) takes everything after ``vllm serve``: the
 target model path inside the container first, then the flags. Every value is
 its own list element, so the speculative config (compact JSON) travels as
-exactly one argument and no shell ever sees it.
+exactly one argument and no shell ever sees it. The argv is written part by part
+(``argv_parts``), each part with what vLLM's serve parser reads from it, so the served
+flags the build gates and the image records (``served_flags``) come from the same parts.
 
 A multi-node recipe's node roles (``role_commands``) run this argv plus vLLM's
 multi-node flags; what only the deployment knows (the bind address, the leader's
@@ -17,10 +19,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from geometry.preflight.checked import HOST_SLOT, MASTER_ADDR_SLOT, NODE_RANK_SLOT, CheckedRole
 from geometry.preflight.launch import DEFAULT_MASTER_PORT, PORT_OFFSET
+from geometry.preflight.serve_flags import ServeFlags
 from stackbuild.core.recipe import Recipe
 
 # Address the server binds inside the container (the port is published by compose).
@@ -59,35 +62,67 @@ def speculative_config_json(recipe: Recipe) -> str:
     return json.dumps(speculative_config(recipe), sort_keys=True, separators=(",", ":"))
 
 
+@dataclass(frozen=True)
+class ArgvPart:
+    """Consecutive elements of the serve argv, and what vLLM's serve parser reads from them: the
+    geometry.preflight.serve_flags.ServeFlags field (None: one the record does not hold) and its value."""
+
+    argv: tuple[str, ...]
+    field: Optional[str] = None
+    value: Any = None
+
+
+def _flag(flag: str, field: Optional[str], value: Any, text: Callable[[Any], str] = str) -> ArgvPart:
+    return ArgvPart((flag, text(value)), field, value)
+
+
+def argv_parts(recipe: Recipe) -> list[ArgvPart]:
+    """The serve argv the recipe's keys write, part by part (``serving.extra_args`` follows them)."""
+    s = recipe.serving
+    parts = [ArgvPart((recipe.target.path,), "model", recipe.target.path)]
+    if s.served_model_name:
+        parts.append(_flag("--served-model-name", None, s.served_model_name))
+    parts += [
+        _flag("--tensor-parallel-size", "tensor_parallel_size", s.tensor_parallel_size),
+        _flag("--max-model-len", "max_model_len", s.max_model_len),
+        _flag("--kv-cache-dtype", "kv_cache_dtype", s.kv_cache_dtype),
+        _flag("--gpu-memory-utilization", "gpu_memory_utilization", float(s.gpu_memory_utilization), repr),
+    ]
+    if s.block_size is not None:
+        parts.append(_flag("--block-size", "block_size", s.block_size))
+    if s.max_num_seqs is not None:
+        parts.append(_flag("--max-num-seqs", "max_num_seqs", s.max_num_seqs))
+    if s.max_num_batched_tokens is not None:
+        parts.append(_flag("--max-num-batched-tokens", "max_num_batched_tokens", s.max_num_batched_tokens))
+    if s.enable_prefix_caching is not None:
+        flag = "--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching"
+        parts.append(ArgvPart((flag,), "enable_prefix_caching", s.enable_prefix_caching))
+    parts.append(ArgvPart(("--speculative-config", speculative_config_json(recipe)), "speculative_config",
+                          speculative_config(recipe)))
+    if s.tool_call_parser:
+        parts.append(_flag("--tool-call-parser", "tool_call_parser", s.tool_call_parser))
+    if s.reasoning_parser:
+        parts.append(_flag("--reasoning-parser", "reasoning_parser", s.reasoning_parser))
+    parts += [_flag("--host", None, CONTAINER_HOST), _flag("--port", None, s.port)]
+    return parts
+
+
 def serve_argv(recipe: Recipe) -> list[str]:
     """The argument list after ``vllm serve`` (the ``command:`` of the compose service); the recipe's
     rules (stackbuild/core/serve_flags.py) have refused extra_args that repeat a flag written here."""
-    s = recipe.serving
-    argv: list[str] = [recipe.target.path]
-    if s.served_model_name:
-        argv += ["--served-model-name", s.served_model_name]
-    argv += [
-        "--tensor-parallel-size", str(s.tensor_parallel_size),
-        "--max-model-len", str(s.max_model_len),
-        "--kv-cache-dtype", s.kv_cache_dtype,
-        "--gpu-memory-utilization", repr(float(s.gpu_memory_utilization)),
-    ]
-    if s.block_size is not None:
-        argv += ["--block-size", str(s.block_size)]
-    if s.max_num_seqs is not None:
-        argv += ["--max-num-seqs", str(s.max_num_seqs)]
-    if s.max_num_batched_tokens is not None:
-        argv += ["--max-num-batched-tokens", str(s.max_num_batched_tokens)]
-    if s.enable_prefix_caching is not None:
-        argv.append("--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching")
-    argv += ["--speculative-config", speculative_config_json(recipe)]
-    if s.tool_call_parser:
-        argv += ["--tool-call-parser", s.tool_call_parser]
-    if s.reasoning_parser:
-        argv += ["--reasoning-parser", s.reasoning_parser]
-    argv += ["--host", CONTAINER_HOST, "--port", str(s.port)]
-    argv += list(s.extra_args)
-    return argv
+    return [element for part in argv_parts(recipe) for element in part.argv] + list(recipe.serving.extra_args)
+
+
+# What vLLM's serve parser reads for a flag the recipe's argv may leave out: its default (the
+# ServeFlags fields with a default say theirs).
+UNWRITTEN = {"block_size": None, "enable_prefix_caching": None, "mamba_cache_mode": None,
+             "kv_cache_memory_bytes": None}
+
+
+def served_flags(recipe: Recipe) -> ServeFlags:
+    """What the recipe's serve argv means to vLLM's serve parser, read from the parts that write it
+    (serving.extra_args aside: the recipe's gate does not read them either)."""
+    return ServeFlags(**{**UNWRITTEN, **{p.field: p.value for p in argv_parts(recipe) if p.field is not None}})
 
 
 # vLLM's torch.distributed rendezvous port on the leader (ParallelConfig.master_port's default,

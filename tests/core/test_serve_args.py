@@ -5,6 +5,7 @@ Expectations from vLLM 0.33.0's multi-node launch flags and the 2x GB10 recipe (
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from geometry.preflight.checked import HOST_SLOT, MASTER_ADDR_SLOT, NODE_RANK_SLOT
 from stackbuild.core.recipe import load_recipe
 from stackbuild.core.serve_args import (LEADER, MASTER_PORT, WORKER, SlotValues, ranks_per_node, role_commands,
-                                        serve_argv)
+                                        serve_argv, served_flags)
 
 REPO = Path(__file__).resolve().parents[2]
 MULTI = load_recipe(REPO / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml")
@@ -61,3 +62,40 @@ def test_ranks_per_node_divides_tp_by_nodes():
     four = dataclasses.replace(MULTI, serving=dataclasses.replace(MULTI.serving, nodes=4, tensor_parallel_size=8))
     assert ranks_per_node(four) == 2
     assert [c.nnodes for c in role_commands(four)] == [4, 4]
+
+
+def test_the_record_holds_what_each_flag_the_argv_writes_says(tmp_path):
+    from recipe_copies import copy_recipe
+
+    every = {"max_num_seqs": 7, "max_num_batched_tokens": 4096, "block_size": 64, "enable_prefix_caching": False}
+    recipe = load_recipe(copy_recipe(tmp_path, lambda d: d["serving"].update(every)))
+    argv, flags = serve_argv(recipe), served_flags(recipe)
+
+    def after(flag: str) -> str:
+        return argv[argv.index(flag) + 1]
+
+    assert flags.model == argv[0] == recipe.target.path
+    assert (after("--max-num-seqs"), flags.max_num_seqs) == ("7", 7)
+    assert (after("--max-num-batched-tokens"), flags.max_num_batched_tokens) == ("4096", 4096)
+    assert (after("--block-size"), flags.block_size) == ("64", 64)
+    assert "--no-enable-prefix-caching" in argv and flags.enable_prefix_caching is False
+    assert int(after("--tensor-parallel-size")) == flags.tensor_parallel_size
+    assert int(after("--max-model-len")) == flags.max_model_len
+    assert after("--kv-cache-dtype") == flags.kv_cache_dtype
+    assert float(after("--gpu-memory-utilization")) == flags.gpu_memory_utilization
+    assert json.loads(after("--speculative-config")) == flags.speculative_config
+    assert (after("--tool-call-parser"), after("--reasoning-parser")) == (flags.tool_call_parser,
+                                                                          flags.reasoning_parser)
+
+
+def test_a_flag_the_argv_leaves_out_is_recorded_as_vllms_default(tmp_path):
+    from recipe_copies import copy_recipe
+
+    recipe = load_recipe(copy_recipe(tmp_path, lambda d: [d["serving"].pop(k, None) for k in (
+        "block_size", "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching", "tool_call_parser")]))
+    argv, flags = serve_argv(recipe), served_flags(recipe)
+    for flag in ("--block-size", "--max-num-seqs", "--max-num-batched-tokens", "--enable-prefix-caching",
+                 "--no-enable-prefix-caching", "--tool-call-parser", "--kv-cache-memory-bytes", "--mamba-cache-mode"):
+        assert flag not in argv
+    assert (flags.block_size, flags.max_num_seqs, flags.max_num_batched_tokens, flags.enable_prefix_caching,
+            flags.tool_call_parser, flags.kv_cache_memory_bytes, flags.mamba_cache_mode) == (None,) * 7

@@ -32,6 +32,7 @@ from geometry_cases import kimi_linear_config, qwen3_next_target, recipe_configs
 from geometry.preflight.check import Unchecked, derive_inputs
 from geometry.preflight.configs import MountedConfig
 from geometry.preflight.serve_flags import ServeFlags
+from geometry.serve_settings import ServeDefaults
 
 EXAMPLES = int(os.environ.get("CONFIG_PROPERTY_EXAMPLES", "200"))
 GLM, DRAFTER = recipe_configs()
@@ -229,11 +230,11 @@ def _preflight(raw: dict) -> None:
                        gpu_memory_utilization=0.9)
     def mounted(role, data):
         return None if data is None else MountedConfig(role, f"/{role}/config.json", "0" * 64, data)
-    built = {"nodes": raw["nodes"], "capability_family": raw["capability_family"],
-             "kv_cache_memory_bytes": raw["kv_cache_memory_bytes"], "vllm_behaviour": raw["vllm_behaviour"],
-             "max_num_batched_tokens": raw.get("max_num_batched_tokens")}
+    built = ServeDefaults(nodes=raw["nodes"], capability_family=raw["capability_family"],
+                          kv_cache_memory_bytes=raw["kv_cache_memory_bytes"], vllm_behaviour=raw["vllm_behaviour"],
+                          max_num_batched_tokens=raw.get("max_num_batched_tokens"))
     inputs = derive_inputs(flags, mounted("target", raw["target_config"]), mounted("drafter", raw["drafter_config"]),
-                           **built)
+                           built)
     run_gate(inputs)
 
 

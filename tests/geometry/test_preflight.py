@@ -226,40 +226,63 @@ def test_prefix_caching_turned_off_is_rechecked_in_mamba_cache_mode_none(tmp_pat
 # Run in a fresh interpreter: vLLM resolves its platform once per process, and other tests in the
 # session may have imported it without VLLM_TARGET_DEVICE=cpu.
 _DERIVE = """import json, sys
-from geometry.preflight.check import FROM_THE_BUILD, derive_inputs
+from geometry.preflight.check import build_defaults, derive_inputs
 from geometry.preflight.configs import read_config
 from geometry.preflight.serve_flags import parse_serve_flags
 from stackbuild.core.gate import gate_input
 from stackbuild.core.preflight_record import checked_serve
-from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
-r = load_recipe(DEFAULT_RECIPE)
+from stackbuild.core.recipe import load_recipe
+r = load_recipe(sys.argv[4])
 built = gate_input(r)
 flags = parse_serve_flags(checked_serve(r, built).argv)
 target = read_config("target", sys.argv[1] + "/" + sys.argv[2], r.target.path)
 drafter = read_config("drafter", sys.argv[1] + "/" + sys.argv[3], r.drafter.path)
+defaults = build_defaults(built, built.kv_cache_memory_bytes)
 print(json.dumps({"flags": flags.to_json(), "recorded": checked_serve(r, built).flags.to_json(),
                   "model": flags.model, "drafter": flags.drafter_path, "prefix": flags.enable_prefix_caching,
-                  "derived": derive_inputs(flags, target, drafter, **{n: getattr(built, n) for n in FROM_THE_BUILD}).to_json(),
+                  "derived": derive_inputs(flags, target, drafter, defaults).to_json(),
                   "built": built.to_json()}))
 """
+
+# Every optional flag the recipe's keys write (core/serve_args.argv_parts), each away from vLLM's default.
+_EVERY_FLAG = {"max_num_seqs": 7, "max_num_batched_tokens": 4096, "block_size": 64, "enable_prefix_caching": False,
+               "tool_call_parser": "glm47", "reasoning_parser": "glm45"}
+
+
+def _derived(tmp_path, recipe_path) -> dict:
+    models = models_dir(tmp_path / "models")
+    run = subprocess.run([sys.executable, "-c", _DERIVE, str(models), TARGET_DIR, DRAFTER_DIR, str(recipe_path)],
+                         capture_output=True, text=True, timeout=900,
+                         env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.oracle
 def test_the_recipes_argv_means_to_vllm_what_the_build_gated(tmp_path):
     """vLLM's own parser on the compose command, through the pre-flight's derivation, gives exactly
     the build's gate input: so the fast path (argv unchanged) skips nothing the slow path would see."""
-    models = models_dir(tmp_path / "models")
-    run = subprocess.run([sys.executable, "-c", _DERIVE, str(models), TARGET_DIR, DRAFTER_DIR],
-                         capture_output=True, text=True, timeout=900,
-                         env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
-    assert run.returncode == 0, run.stderr[-3000:]
-    result = json.loads(run.stdout.strip().splitlines()[-1])
+    result = _derived(tmp_path, DEFAULT_RECIPE)
     r = load_recipe(DEFAULT_RECIPE)
     assert (result["model"], result["drafter"]) == (r.target.path, r.drafter.path)
     assert result["prefix"] is True  # --enable-prefix-caching, from serving.enable_prefix_caching
     assert result["derived"] == result["built"]
     # The fast path reads the served flags from the record: they are what vLLM's parser reads from the argv.
     assert result["flags"] == result["recorded"]
+
+
+@pytest.mark.oracle
+def test_every_flag_the_recipe_writes_is_recorded_as_vllm_reads_it(tmp_path):
+    """A recipe setting every optional flag away from vLLM's default: the record's served flags are still
+    what vLLM's parser reads from the argv, and the build's gate input what the pre-flight derives."""
+    from recipe_copies import copy_recipe
+
+    path = copy_recipe(tmp_path / "recipe", lambda d: d["serving"].update(_EVERY_FLAG))
+    result = _derived(tmp_path, path)
+    assert result["flags"] == result["recorded"]
+    assert {k: result["recorded"][k] for k in _EVERY_FLAG} == _EVERY_FLAG
+    assert result["derived"] == result["built"]
+    assert (result["built"]["max_num_seqs"], result["built"]["max_num_batched_tokens"]) == (7, 4096)
 
 
 # --- the recipe's pins ---------------------------------------------------------------
