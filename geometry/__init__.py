@@ -1,5 +1,7 @@
 """KV-cache geometry simulator and build gate for the GLM-5.3-Flash + DFlash2
-vLLM 0.33.0 image (stdlib only; the functions of ``oracle`` import the installed vLLM)."""
+vLLM image (stdlib only; the functions of ``oracle`` import the installed vLLM)."""
 
-# The vLLM release whose KV-cache planning the simulator models (and the oracle runs: requirements/vllm.txt).
-MODELLED_VLLM_VERSION = "0.33.0"
+from .vllm_versions import DEFAULT_VERSION
+
+# The vLLM release the oracle runs (requirements/vllm.txt) and the recipes' bases carry.
+MODELLED_VLLM_VERSION = DEFAULT_VERSION

@@ -225,8 +225,6 @@ FLASH_ATTN_FA2 = Backend("FLASH_ATTN", (Multiple(16),),
 
 # A host without a GPU: vLLM's CPU platform (CpuPlatform) stands where a capability family would.
 CPU_FAMILY = 0
-# CpuPlatform.update_block_size_for_backend: the block size it prefers when none is given.
-CPU_DEFAULT_BLOCK_SIZE = 128
 # CPUAttentionBackend (vllm/v1/attention/backends/cpu_attn.py): MultipleOf(32), head-major blocks
 # (LBHNC only). Its fp8 caches depend on the CPU's instruction set: only the model dtype is modelled.
 CPU_ATTN = Backend("CPU_ATTN", (Multiple(32),), ("LBHNC",), kv_cache_dtypes=("auto", "bfloat16", "float16"))

@@ -12,14 +12,13 @@ from .inputs import GeometryInputs
 from .kv_spec import CacheConfig, SimulatedError, cdiv
 from .model import Model
 
-DEFAULT_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE
-
 
 def update_block_size(model: Model, inputs: GeometryInputs) -> CacheConfig:
     user = inputs.block_size is not None
     # CpuPlatform asks its backends for their preference from 128, the base platform from 16.
-    default = B.CPU_DEFAULT_BLOCK_SIZE if inputs.capability_family == B.CPU_FAMILY else DEFAULT_BLOCK_SIZE
-    cache = CacheConfig(block_size=inputs.block_size or DEFAULT_BLOCK_SIZE)
+    vllm = inputs.vllm
+    default = vllm.cpu_default_block_size if inputs.capability_family == B.CPU_FAMILY else vllm.default_block_size
+    cache = CacheConfig(block_size=inputs.block_size or vllm.default_block_size)
     backends = model.non_ssm_backends()
     if not backends:
         return cache

@@ -41,8 +41,6 @@ from .capacity import kv_token_capacity
 from .inputs import GeometryInputs
 from .report import GeometryReport, Plan
 
-MAX_NUM_BATCHED_TOKENS = 2048  # SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS
-MAX_CONCURRENT_BATCHES = 2  # async scheduling: VllmConfig.max_concurrent_batches
 NULL_BLOCKS = 1  # BlockPool's null block
 # Lengths shown when none are named: the default recipe's 1M, and 128K and 32K.
 DEFAULT_CONTEXTS = (32_768, 131_072, 1_048_576)
@@ -51,7 +49,8 @@ PLAN_LABELS = ("with_drafter", "target_only_same_spec", "without_drafter")
 
 def in_flight_tokens(inputs: GeometryInputs) -> int:
     """The tokens scheduled but not yet freed (``VllmConfig.max_in_flight_tokens``) for ``inputs``."""
-    return MAX_CONCURRENT_BATCHES * (inputs.max_num_batched_tokens or MAX_NUM_BATCHED_TOKENS)
+    vllm = inputs.vllm
+    return vllm.max_concurrent_batches * (inputs.max_num_batched_tokens or vllm.scheduler_max_num_batched_tokens)
 
 
 def blocks_per_request(plan: Plan, tokens: int, in_flight: int) -> tuple[int, ...] | None:

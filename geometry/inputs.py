@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from .errors import BadInput
 from .model_config import TargetModel, read_target
 from .serve_settings import ServeSettings
+from .vllm_versions import DEFAULT_VERSION, VllmRelease, release
 
 # vLLM 0.33.0 CacheConfig.mamba_cache_mode default ("none": no prefix caching
 # of mamba state).  "align" is the other value vLLM accepts.
@@ -61,6 +62,8 @@ class GeometryInputs:
     # its default for the GPU (EngineArgs.get_batch_defaults); None: SchedulerConfig's
     # 2,048. A sliding-window group holds the blocks of the tokens in flight.
     max_num_batched_tokens: int | None = None
+    # The vLLM release the image runs (geometry/vllm_versions.py: a release without an entry is refused).
+    vllm_version: str = DEFAULT_VERSION
 
     def __post_init__(self) -> None:
         if not isinstance(self.target_config, Mapping):
@@ -87,6 +90,7 @@ class GeometryInputs:
             value = getattr(self, name)
             if value is not None and (type(value) is not int or value <= 0):
                 raise BadInput(f"{name} must be a positive integer or null, got {value!r}")
+        release(self.vllm_version)
         if self.vllm_behaviour not in BEHAVIOURS:
             raise BadInput(f"vllm_behaviour must be one of {BEHAVIOURS}")
         if not isinstance(self.kv_cache_dtype, str):
@@ -111,6 +115,11 @@ class GeometryInputs:
     def target(self) -> TargetModel:
         """The target config, read once (ConfigInvalid for one no architecture entry plans)."""
         return read_target(self.target_config)
+
+    @property
+    def vllm(self) -> VllmRelease:
+        """The modelled vLLM release the plan is for."""
+        return release(self.vllm_version)
 
     @property
     def has_drafter(self) -> bool:
@@ -191,6 +200,7 @@ def build_inputs(settings: ServeSettings, *, target_config: Mapping[str, Any],
         drafter_attention_backend=s.drafter_attention_backend,
         kv_cache_memory_bytes=_given(s.kv_cache_memory_bytes, defaults.kv_cache_memory_bytes),
         vllm_behaviour=defaults.vllm_behaviour,
+        vllm_version=defaults.vllm_version,
     )
 
 

@@ -2,7 +2,7 @@
 
 ``ServeSettings`` is what the served flags of ``vllm serve`` say about the geometry (None: the flag is
 not given) plus ``ServeDefaults``, what decides it where no flag says: the machines, the vLLM
-behaviour, the KV budget and ``vllm serve``'s batch for the GPU. Both sides make one: the build
+release and behaviour, the KV budget and ``vllm serve``'s batch for the GPU. Both sides make one: the build
 from a recipe's served flags (stackbuild/core/gate.py), the image's pre-flight from the flags
 vLLM's parser reads in the argv at start (geometry/preflight/check.py).
 ``geometry.inputs.build_inputs`` turns it and the two configs into the gate input.
@@ -25,6 +25,7 @@ class ServeDefaults:
     # Without --max-num-batched-tokens: `vllm serve`'s default for the GPU (None: not known,
     # SchedulerConfig's own applies).
     max_num_batched_tokens: Optional[int]
+    vllm_version: str  # the vLLM release the image runs (geometry/vllm_versions.py)
 
     @classmethod
     def of(cls, inputs) -> "ServeDefaults":

@@ -21,6 +21,7 @@ from .. import record
 from ..inputs import GeometryInputs
 from ..prefix_cache import PrefixCache, can_hit
 from ..report import GeometryReport, GroupRow, LayerRow, Plan
+from ..vllm_versions import public_version
 from ..simulate import simulate
 from .cpu_shims import model_registry_fallback
 from .layers import register_layers
@@ -228,9 +229,19 @@ def blocks_per_request(inputs: GeometryInputs) -> list[tuple[str, int, int]]:
                     for g in scheduler.kv_cache_groups]
 
 
+def _require_release(inputs: GeometryInputs) -> None:
+    import vllm
+
+    installed = getattr(vllm, "__version__", "unknown")
+    if public_version(installed) != public_version(inputs.vllm_version):
+        raise ValueError(f"the imported vLLM is {installed}, the gate input is for vLLM {inputs.vllm_version}")
+
+
 def plan_with_vllm(inputs: GeometryInputs) -> GeometryReport:
     """The geometry the imported vLLM builds for ``inputs`` (its own
-    behaviour: ``inputs.vllm_behaviour`` is ignored here)."""
+    behaviour: ``inputs.vllm_behaviour`` is ignored here); ValueError when the
+    imported vLLM is another release than the one ``inputs`` models."""
+    _require_release(inputs)
     with_d = _plan(inputs, inputs.has_drafter, inputs.num_speculative_tokens)
     if inputs.has_drafter:
         without = _plan(inputs, False, 0)

@@ -15,7 +15,6 @@ import types
 
 from typing import Any, Mapping
 
-from ..block_size import DEFAULT_BLOCK_SIZE
 from ..inputs import GeometryInputs
 from .architecture import OracleArchitecture
 from .architectures import ORACLE_ARCHITECTURES
@@ -55,7 +54,7 @@ def build_vllm_config(inputs: GeometryInputs, with_drafter: bool, num_spec: int)
         cache.block_size = inputs.block_size
         cache.user_specified_block_size = True
     else:
-        cache.block_size = DEFAULT_BLOCK_SIZE
+        cache.block_size = inputs.vllm.default_block_size  # CacheConfig.DEFAULT_BLOCK_SIZE
         cache.user_specified_block_size = False
     # EngineArgs builds the cache config with prefix caching resolved and
     # mamba_cache_mode left at "none"; MambaModelConfig (below) derives the

@@ -17,7 +17,7 @@ def serve_defaults(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
 
     s = recipe.serving
     return ServeDefaults(nodes=s.nodes, capability_family=recipe.hardware.capability_family,
-                         vllm_behaviour=vllm_behaviour,
+                         vllm_behaviour=vllm_behaviour, vllm_version=recipe.base.vllm_version,
                          kv_cache_memory_bytes=int(recipe.geometry.kv_cache_memory_gib * GIB),
                          max_num_batched_tokens=serve_batched_tokens(recipe.hardware.gpu, s.tensor_parallel_size))
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from geometry.model_config import ConfigInvalid, check_drafter, check_target
+from geometry.vllm_versions import VllmVersionNotModelled, release
 from overlay.lock import LOCK_FILE
 from stackbuild.core.errors import ImageReferenceInvalid, RecipeError
 from stackbuild.core.gpus import KNOWN_GPUS, NO_GPU, known_gpu
@@ -58,6 +59,7 @@ def check_rules(path: Path, recipe: Recipe, platform_keys: tuple[str, ...]) -> N
     check_draft_tokens(path, recipe)
     check_qualify(path, recipe)
     check_overlay(path, recipe)
+    check_vllm_release(path, recipe)
     check_model_paths(path, recipe)
     check_image(path, recipe)
 
@@ -268,6 +270,14 @@ def check_overlay(path: Path, recipe: Recipe) -> None:
                                                      f"{recipe.overlay.series!r} "
                                                      f"is written for vLLM {wanted} ({where}); use a base with vLLM "
                                                      f"{wanted} or a series written for {recipe.base.vllm_version}")
+
+
+def check_vllm_release(path: Path, recipe: Recipe) -> None:
+    """The base's vLLM release is one the geometry gate models (geometry/vllm_versions.py)."""
+    try:
+        release(recipe.base.vllm_version)
+    except VllmVersionNotModelled as exc:
+        raise RecipeError(path, "base.vllm_version", str(exc)) from None
 
 
 def check_model_paths(path: Path, recipe: Recipe) -> None:
