@@ -22,18 +22,18 @@ def resolve_layout(model: Model, specs: dict[str, KVCacheSpec]) -> str:
     else:
         common = set.intersection(*map(set, declared))
         prio = Counter(d[0] for d in declared)
-        cands = sorted((l for l in B.LAYOUTS if l in common), key=lambda l: prio[l], reverse=True)
+        cands = sorted((lay for lay in B.LAYOUTS if lay in common), key=lambda lay: prio[lay], reverse=True)
         if not cands:
             raise SimulatedError("ValueError", "no KV cache layout every backend supports")
     uniq = set(specs.values())
     shapes = {s.hnc_shape for s in uniq}
     if len(shapes) > 1:
-        cands = [l for l in cands if B.layout_is_block_compact(l)]
+        cands = [lay for lay in cands if B.layout_is_block_compact(lay)]
         if not cands:
             raise SimulatedError("ValueError", "Specs with mixed HNC shapes need a block-compact layout")
     dcp = {s.dcp_sharded for s in uniq if s.in_dcp_layout_check}
     if len(dcp) > 1 and len({s.page_size_bytes for s in uniq}) > 1:
-        cands = [l for l in cands if B.layout_is_block_outermost(l)]
+        cands = [lay for lay in cands if B.layout_is_block_outermost(lay)]
         if not cands:
             raise SimulatedError("ValueError", "DCP with a replicated draft needs a block-outer layout")
     return cands[0]
@@ -127,8 +127,8 @@ def _uniform_page_groups(specs: dict[str, KVCacheSpec]) -> list[tuple[list[str],
         else:
             layer_buckets.append(list(names))
             spec_buckets.append([s])
-    mn = min(len(l) for l in layer_buckets)
-    mx = max(len(l) for l in layer_buckets)
+    mn = min(len(names) for names in layer_buckets)
+    mx = max(len(names) for names in layer_buckets)
     group_size = mx if mx < mn * 1.5 else mn
     out = []
     for layers in layer_buckets:

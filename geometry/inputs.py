@@ -104,7 +104,7 @@ class GeometryInputs:
         if not isinstance(self.enable_prefix_caching, bool):
             raise BadInput("enable_prefix_caching must be true or false, "
                            f"got {self.enable_prefix_caching!r}")
-        expected_mode = _mode_for(self.enable_prefix_caching, self.target.hybrid)
+        expected_mode = self.target.mamba_cache_mode(self.enable_prefix_caching)
         if self.mamba_cache_mode != expected_mode:
             raise BadInput(
                 f"mamba_cache_mode {self.mamba_cache_mode!r} with enable_prefix_caching "
@@ -209,13 +209,6 @@ def _given(flag: Any, default: Any) -> Any:
     return default if flag is None else flag
 
 
-def _mode_for(prefix_caching: bool, hybrid: bool = True) -> str:
-    """``MambaModelConfig.verify_and_update_config``: "align" with prefix
-    caching on, "none" with it off; a dense target keeps the default "none"
-    (the hook runs for hybrid models only)."""
-    return "align" if prefix_caching and hybrid else "none"
-
-
 def resolve_prefix_caching(
     target_config: Mapping[str, Any],
     enable_prefix_caching: bool | None,
@@ -242,4 +235,4 @@ def resolve_prefix_caching(
         raise BadInput("target_config must be a JSON object")
     target = read_target(target_config)  # a modelled (generative) target, else ConfigInvalid
     enabled = True if enable_prefix_caching is None else enable_prefix_caching
-    return enabled, _mode_for(enabled, target.hybrid)
+    return enabled, target.mamba_cache_mode(enabled)

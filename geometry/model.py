@@ -97,7 +97,7 @@ class Model:
     def target_only(self) -> Model:
         """The same model without the drafter's layers (same num_spec: nothing
         of the target depends on the drafter)."""
-        return replace(self, layers=tuple(l for l in self.layers if l.owner == "target"),
+        return replace(self, layers=tuple(layer for layer in self.layers if layer.owner == "target"),
                        kv_drafter=None, drafter_backend=None, drafter_error=None)
 
 

@@ -69,6 +69,11 @@ class TargetModel:
             raise BadInput(f"model dtype {d!r} not modelled")
         return d
 
+    def mamba_cache_mode(self, prefix_caching: bool) -> str:
+        """``MambaModelConfig.verify_and_update_config``: "align" with prefix caching on, "none"
+        with it off; a dense target keeps the default "none" (the hook runs for hybrid models only)."""
+        return "align" if prefix_caching and self.hybrid else "none"
+
     @property
     def runs_sparse_mla(self) -> bool:
         return self.architecture.runs_sparse_mla(self.text)

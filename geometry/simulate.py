@@ -61,8 +61,8 @@ __all__ = ["simulate", "GeometryReport", "Plan", "LayerRow", "GroupRow", "Simula
 def _apply_overlay(model: Model, specs: dict[str, KVCacheSpec], notes: list[str]) -> dict[str, KVCacheSpec]:
     """Our patch series: drafter attention page == the target's MLA latent
     page (targets without MLA latent layers keep stock behaviour)."""
-    p = next((specs[l.name].page_size_bytes for l in model.layers
-              if l.owner == "target" and l.role == "mla_latent"), None)
+    p = next((specs[layer.name].page_size_bytes for layer in model.layers
+              if layer.owner == "target" and layer.role == "mla_latent"), None)
     if p is None or model.drafter_backend is None:
         return specs
     out = dict(specs)
@@ -98,7 +98,7 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list
         if model.drafter_error is not None:
             raise model.drafter_error
         cache = update_block_size(model, inputs)
-        specs = {l.name: l.build(cache) for l in model.layers}
+        specs = {layer.name: layer.build(cache) for layer in model.layers}
         if inputs.vllm_behaviour == "overlay" and with_drafter:
             specs = _apply_overlay(model, specs, notes)
         layout = resolve_layout(model, specs)
@@ -107,8 +107,8 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list
         validate_layout(groups, layout)
         bpb = bytes_per_block(groups, layout)
         num_blocks = inputs.kv_cache_memory_bytes // bpb
-        t_block = next(final_specs[l.name].block_size for l in model.layers
-                       if l.owner == "target" and l.role in ("mla_latent", "attention"))
+        t_block = next(final_specs[layer.name].block_size for layer in model.layers
+                       if layer.owner == "target" and layer.role in ("mla_latent", "attention"))
         prefix = resolve_prefix_cache(
             [CacheGroup(gs[0]) for _, gs in groups],
             inputs.enable_prefix_caching, inputs.mamba_cache_mode, model.max_model_len)
@@ -137,7 +137,7 @@ def _state_blocks(model: Model, inputs: GeometryInputs, num_spec: int) -> int:
 
 
 def _group_rows(model: Model, path: str, groups, state_blocks: int) -> tuple[GroupRow, ...]:
-    roles = {l.name: l.role for l in model.layers}
+    roles = {layer.name: layer.role for layer in model.layers}
     return tuple(
         GroupRow(i, gs[0].vllm_class,
                  tuple(sorted({roles[n] for n in names})), tuple(names),
@@ -159,10 +159,10 @@ def _group_is_draft(path: str, specs: list[KVCacheSpec]) -> bool:
 def _rows(model: Model, specs: dict[str, KVCacheSpec]) -> tuple[LayerRow, ...]:
     """One LayerRow per layer."""
     rows = []
-    for l in model.layers:
-        s = specs[l.name]
+    for layer in model.layers:
+        s = specs[layer.name]
         rows.append(LayerRow(
-            name=l.name, owner=l.owner, role=l.role, spec_class=s.vllm_class,
+            name=layer.name, owner=layer.owner, role=layer.role, spec_class=s.vllm_class,
             block_size=s.block_size, num_kv_heads=s.row_heads[0], head_size=s.row_heads[1],
             dtype=s.dtype_name, bytes_per_token=s.bytes_per_token,
             real_page_bytes=s.real_page_size_bytes, page_bytes=s.page_size_bytes,

@@ -131,7 +131,7 @@ def _resolve_layout(cfg, specs):
         resolve_kv_cache_layout,
     )
 
-    names = [l.name for l in get_supported_kv_cache_layouts(get_current_attn_backends(cfg))]
+    names = [lay.name for lay in get_supported_kv_cache_layouts(get_current_attn_backends(cfg))]
     cfg.cache_config.kv_cache_layout = None
     return resolve_kv_cache_layout(cfg, [names], specs.values())
 

