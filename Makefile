@@ -22,7 +22,7 @@ pin = $(shell grep -E '^$(1)==' requirements/vllm.txt)
 
 export IMAGE_OWNER
 
-.PHONY: owner host install oracle deps lock record image compose geometry test bench pristine clean
+.PHONY: owner host install oracle deps lock record image compose geometry lint test bench pristine clean
 
 include overlay/pristine.mk
 
@@ -96,6 +96,11 @@ compose: install
 
 geometry: install
 	$(PY) build.py geometry --recipe $(RECIPE)
+
+# The formatter and the linter on the whole tree (also a test: tests/test_lint.py).
+lint: install
+	$(PY) -m ruff format --check .
+	$(PY) -m ruff check .
 
 test: deps install oracle pristine vllm-tests
 	PYTHON_VENV=$(abspath $(PY)) tests/infra/run-tests.sh $(PYTEST_ARGS)

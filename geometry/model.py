@@ -11,7 +11,7 @@ from .errors import BadInput
 from .inputs import GeometryInputs
 from .kv_spec import DTYPE_BYTES, SUPPORTED_KV_DTYPES, SimulatedError
 from .architecture import Architecture
-from .model_parts import Layer, TargetSettings, kv_dtype_name, required
+from .model_parts import Layer, TargetSettings, kv_dtype_name
 
 def resolve_kv_dtypes(inputs: GeometryInputs) -> tuple[str, str | None]:
     """Cache-dtype *strings* the target and drafter layers run.
@@ -113,7 +113,7 @@ def build_model(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Mo
         kv_drafter = None
     max_model_len = target.max_model_len(inputs.max_model_len)
     settings = TargetSettings(
-        tc=tc, num_layers=int(required(tc, "num_hidden_layers")),
+        tc=tc,
         layer_types=tuple(tc.get("layer_types") or ()),
         tensor_parallel_size=inputs.tensor_parallel_size,
         capability_family=inputs.capability_family, num_spec=num_spec,

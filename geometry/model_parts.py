@@ -47,7 +47,6 @@ class TargetSettings:
     """What a target builder reads besides the target's config."""
 
     tc: Mapping[str, Any]  # the text config
-    num_layers: int
     layer_types: tuple[str, ...]  # the config's, possibly empty
     tensor_parallel_size: int
     capability_family: int
@@ -55,6 +54,10 @@ class TargetSettings:
     model_dtype: str
     kv_cache_dtype: str  # the cache-dtype string the target layers run
     max_model_len: int
+
+    @property
+    def num_layers(self) -> int:
+        return int(required(self.tc, "num_hidden_layers"))
 
     @property
     def kv_storage_dtype(self) -> str:

@@ -91,15 +91,17 @@ def lock() -> dict:
 
 def recipe_params() -> dict:
     """Harness parameters from the default recipe's model configs."""
-    target = json.loads((RECIPE_CONFIGS / "target.config.json").read_text())
+    from geometry.drafter import drafter_sliding_windows
+    from geometry.model_config import check_drafter, check_target
+
+    # Read as the product reads them: the checks first (a drafter without head_dim is refused, not
+    # guessed), then the text config and the drafter's windows.
+    target = check_target(json.loads((RECIPE_CONFIGS / "target.config.json").read_text())).text
     drafter = json.loads((RECIPE_CONFIGS / "drafter.config.json").read_text())
-    target = target.get("text_config", target)
+    check_drafter(drafter)
     layer_types = target["layer_types"]
-    draft_types = drafter.get("layer_types") or ["sliding_attention"] * drafter[
-        "num_hidden_layers"
-    ]
-    assert set(draft_types) == {"sliding_attention"}, draft_types
-    dflash = drafter.get("dflash_config", {})
+    windows = drafter_sliding_windows(drafter)
+    assert None not in windows and len(set(windows)) == 1, windows
     return {
         "num_hidden_layers": target["num_hidden_layers"],
         "mla_layer_ids": [
@@ -116,9 +118,8 @@ def recipe_params() -> dict:
         "max_model_len": target["max_position_embeddings"],
         "draft_num_layers": drafter["num_hidden_layers"],
         "draft_num_kv_heads": drafter["num_key_value_heads"],
-        "draft_head_dim": drafter.get("head_dim")
-        or drafter["hidden_size"] // drafter["num_attention_heads"],
-        "draft_sliding_window": dflash.get("swa_window_size", drafter["sliding_window"]),
+        "draft_head_dim": drafter["head_dim"],
+        "draft_sliding_window": windows[0],
         "draft_kv_dtype": "auto",
         "kv_cache_dtype": "fp8",
     }

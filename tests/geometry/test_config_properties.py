@@ -232,7 +232,8 @@ def _preflight(raw: dict) -> None:
         return None if data is None else MountedConfig(role, f"/{role}/config.json", "0" * 64, data)
     built = ServeDefaults(nodes=raw["nodes"], capability_family=raw["capability_family"],
                           kv_cache_memory_bytes=raw["kv_cache_memory_bytes"], vllm_behaviour=raw["vllm_behaviour"],
-                          max_num_batched_tokens=raw.get("max_num_batched_tokens"))
+                          max_num_batched_tokens=raw.get("max_num_batched_tokens"),
+                          vllm_version=raw.get("vllm_version", "0.33.0"))
     inputs = derive_inputs(flags, mounted("target", raw["target_config"]), mounted("drafter", raw["drafter_config"]),
                            built)
     run_gate(inputs)

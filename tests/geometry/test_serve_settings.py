@@ -14,7 +14,7 @@ from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 
 TARGET, DRAFTER = recipe_configs()
 DEFAULTS = ServeDefaults(nodes=1, capability_family=100, vllm_behaviour="overlay", kv_cache_memory_bytes=3 << 30,
-                         max_num_batched_tokens=16384)
+                         max_num_batched_tokens=16384, vllm_version="0.33.0")
 UNSET = ServeSettings(tensor_parallel_size=1, kv_cache_dtype="auto", drafter_kv_cache_dtype=None,
                       num_speculative_tokens=7, drafter_attention_backend="FLASH_ATTN", enable_prefix_caching=None,
                       mamba_cache_mode=None, block_size=None, max_model_len=None, max_num_seqs=None,
