@@ -250,6 +250,36 @@ def dense_matrix(behaviour: str) -> list[dict]:
     return cases
 
 
+def qwen3_moe_target(layers: int = 4, kv_heads: int = 4, head_dim: int = 128) -> dict:
+    """A Qwen3-MoE (Qwen3-30B-A3B's keys at a small size): every layer full attention, as a dense
+    Qwen3's; the MoE keys (experts, sparse step, an MLP-only first layer) change no KV cache."""
+    return dict(qwen3_dense_target(layers, kv_heads, head_dim), architectures=["Qwen3MoeForCausalLM"],
+                model_type="qwen3_moe", intermediate_size=512, moe_intermediate_size=128, num_experts=8,
+                num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[0], norm_topk_prob=True)
+
+
+def qwen3_moe_matrix(behaviour: str) -> list[dict]:
+    """Qwen3-MoE targets: family 100 x TP 1/2 x (no drafter, or the default recipe's DFlash drafter with
+    num_speculative_tokens 7) x prefix caching on/off, and vLLM's CPU platform (family 0, no drafter)
+    x TP 1/2. TP 2 splits 4 KV heads or replicates 1."""
+    _, drafter = recipe_configs()
+    cases = []
+    for family, drafters in ((100, (None, drafter)), (0, (None,))):
+        for tp, kv_heads in ((1, 4), (2, 4), (2, 1)):
+            for d in drafters:
+                for prefix in (False, True):
+                    cases.append({
+                        "target_config": qwen3_moe_target(kv_heads=kv_heads), "drafter_config": d,
+                        "tensor_parallel_size": tp, "kv_cache_dtype": "auto", "drafter_kv_cache_dtype": None,
+                        "num_speculative_tokens": 0 if d is None else 7, "capability_family": family,
+                        "block_size": None, "max_model_len": 1024, "enable_prefix_caching": prefix,
+                        "mamba_cache_mode": "none", "kv_cache_memory_bytes": GIB + 12345,
+                        "vllm_behaviour": behaviour,
+                        "drafter_attention_backend": None if d is None else "FLASH_ATTN",
+                    })
+    return cases
+
+
 def sample(n: int, seed: int = 20261130) -> list[dict]:
     rng = random.Random(seed)
     return [scenario(rng) for _ in range(n)]

@@ -10,9 +10,10 @@ from ..architecture import Architecture
 from .glm5next import ARCHITECTURE as GLM5NEXT
 from .kimi_linear import ARCHITECTURE as KIMI_LINEAR
 from .qwen3 import ARCHITECTURE as QWEN3
+from .qwen3_moe import ARCHITECTURE as QWEN3_MOE
 from .qwen3_next import ARCHITECTURE as QWEN3_NEXT
 
-ARCHITECTURES: tuple[Architecture, ...] = (GLM5NEXT, QWEN3_NEXT, KIMI_LINEAR, QWEN3)
+ARCHITECTURES: tuple[Architecture, ...] = (GLM5NEXT, QWEN3_NEXT, KIMI_LINEAR, QWEN3, QWEN3_MOE)
 BY_HF_ARCHITECTURE = {a.hf_architecture: a for a in ARCHITECTURES}
 BY_MODEL_TYPE = {t: a for a in ARCHITECTURES for t in a.model_types}
 BY_KIND = {a.kind: a for a in ARCHITECTURES}

@@ -532,3 +532,31 @@ def test_the_simulator_classifies_the_target_as_the_gate_does():
             refuse()
     assert simulate(_inputs(dict(data, target_config=dict(target, architectures=["Qwen3NextForCausalLM"])))
                     ).model_kind == "qwen3_next"
+
+
+def _qwen3_moe_input(**target_changes) -> dict:
+    target = {k: v for k, v in dict(C.qwen3_moe_target(), **target_changes).items() if v is not None}
+    return dict(C.qwen3_moe_matrix("stock")[0], target_config=target)
+
+
+@pytest.mark.parametrize("changes,key,why", [
+    (dict(num_key_value_heads=None), "num_key_value_heads", "transformers' Qwen3MoeConfig default"),
+    (dict(head_dim=None), "head_dim", "hidden_size // num_attention_heads"),
+    (dict(num_key_value_heads=3), "num_key_value_heads", "3 does not divide num_attention_heads 8"),
+    (dict(use_sliding_window=True), "use_sliding_window", "sliding-window layers of a Qwen3-MoE are not modelled"),
+])
+def test_qwen3_moe_config_the_simulator_would_misread_is_refused_naming_the_key(changes, key, why):
+    """A Qwen3-MoE target without num_key_value_heads or head_dim (vLLM would take Qwen3MoeConfig's
+    4 KV heads, or hidden_size // num_attention_heads), with KV heads not dividing its heads or with
+    sliding-window layers is refused by the config check and by the gate's run, naming the key; the
+    complete one runs as qwen3_moe."""
+    from geometry.gate_run import run_gate
+    from geometry.model_config import ConfigInvalid, check_target
+
+    data = _qwen3_moe_input(**changes)
+    message = f"target config: {key}: .*{why}"
+    for refuse in (lambda: check_target(data["target_config"]), lambda: run_gate(_inputs(data))):
+        with pytest.raises(ConfigInvalid, match=message):
+            refuse()
+    run = run_gate(_inputs(_qwen3_moe_input()))
+    assert run.report.model_kind == "qwen3_moe" and run.report.with_drafter.num_blocks > 0

@@ -7,6 +7,7 @@ from ..architecture import OracleArchitecture
 from .glm5next import ORACLE as GLM5NEXT
 from .kimi_linear import ORACLE as KIMI_LINEAR
 from .qwen3 import ORACLE as QWEN3
+from .qwen3_moe import ORACLE as QWEN3_MOE
 from .qwen3_next import ORACLE as QWEN3_NEXT
 
 ORACLE_ARCHITECTURES: dict[str, OracleArchitecture] = {
@@ -14,4 +15,5 @@ ORACLE_ARCHITECTURES: dict[str, OracleArchitecture] = {
     "qwen3_next": QWEN3_NEXT,
     "kimi_linear": KIMI_LINEAR,
     "qwen3": QWEN3,
+    "qwen3_moe": QWEN3_MOE,
 }
