@@ -12,7 +12,7 @@ So the requests of ``tokens`` tokens that fit at once are
 vLLM logs ``num_blocks / blocks per request`` at start
 (``get_max_concurrency_for_kv_cache_config``, "Maximum concurrency for N
 tokens per request"); the count here is what its pool grants before it
-refuses (tests/geometry/test_concurrency_oracle.py allocates them).
+refuses (tests/geometry/oracle/test_concurrency_oracle.py allocates them).
 
 Tokens in flight (the sliding-window groups keep the blocks of tokens
 scheduled but not yet freed, ``VllmConfig.max_in_flight_tokens``): two

@@ -2,7 +2,7 @@
 
 The codes come from stackbuild/core/errors.py EXIT_CODES (the docs' table is generated from it).
 Most are exercised where their failure lives (bad input in tests/cli/test_bad_input.py, the
-registry and engine in tests/image/*_e2e.py, `qualify` in tests/serve/test_qualify.py, ...):
+registry and engine in tests/image/*_e2e.py, `qualify` in tests/serve/qualify/test_qualify.py, ...):
 :func:`exercised_codes` finds them by reading the tests, so nothing here runs them twice.
 :data:`TABLE` runs, through the real CLI in this process, the commands no other test drives
 to their code. :data:`UNEXERCISED` names the codes no test reaches through a command, each
@@ -26,16 +26,16 @@ TESTS = Path(__file__).resolve().parent.parent
 # Codes no test reaches through a command, and why.
 UNEXERCISED = {
     17: ("pre-flight's 'cannot be checked' needs an installed vLLM that disagrees with the simulator or cannot plan "
-         "the flags; geometry/preflight's tests cover the outcome, tests/geometry/test_preflight.py the code"),
+         "the flags; geometry/preflight's tests cover the outcome, tests/geometry/preflight/test_preflight.py the code"),
     18: ("`deploy` writes only manifests its generator makes, which pass the schemas; tests/serve/test_deploy_k8s.py "
          "feeds the validator broken ones (ManifestInvalid)"),
     27: ("the image's entrypoint returns it (a multi-node worker's pre-flight), no build.py command does; "
-         "tests/serve/test_multinode_rendezvous.py asserts it of two containers, tests/geometry/test_rank_fingerprint.py "
+         "tests/serve/test_multinode_rendezvous.py asserts it of two containers, tests/geometry/preflight/test_rank_fingerprint.py "
          "of the exchange"),
     28: ("the image's entrypoint returns it (a multi-node worker whose leader stays silent), no build.py command does; "
-         "tests/serve/test_multinode_rendezvous.py and tests/geometry/test_rank_fingerprint.py assert it"),
+         "tests/serve/test_multinode_rendezvous.py and tests/geometry/preflight/test_rank_fingerprint.py assert it"),
     25: ("`qualify` below the recipe's qualify.min_* needs a vLLM server that streams slowly; "
-         "tests/serve/test_qualify.py checks the figures against the expectations without a server"),
+         "tests/serve/qualify/test_qualify.py checks the figures against the expectations without a server"),
 }
 
 # Helpers of the tests that assert a command's exit code: (helper name, index of the code argument).
@@ -125,6 +125,6 @@ def test_the_scan_sees_the_tests_that_assert_codes():
     """The scan is what the check above rests on: it finds tests known to drive commands to their codes."""
     found = exercised_codes()
     assert "cli/test_bad_input.py::test_an_unexpected_exception_is_one_line_with_its_own_code" in found[70]
-    assert "serve/test_qualify.py::test_nothing_listens" in found[20]
+    assert "serve/qualify/test_qualify.py::test_nothing_listens" in found[20]
     assert "image/test_pinned_tags_e2e.py::test_build_push_onto_a_taken_pinned_tag_tags_and_pushes_nothing" in found[14]
     assert "serve/test_compose_version.py::test_a_compose_binary_that_does_not_run_is_refused" in found[29]

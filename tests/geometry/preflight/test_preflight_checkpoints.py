@@ -31,7 +31,7 @@ from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 from models_support import (COMMIT, DRAFTER_DIR, TARGET_DIR, cache_models_dir, drafter_files, models_dir,
                             safetensors_bytes)
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 RECIPE = load_recipe(DEFAULT_RECIPE)
 CHECKED = checked_serve(RECIPE, gate_input(RECIPE))
 SHARD1 = "model-00001-of-00002.safetensors"

@@ -21,7 +21,7 @@ import pytest
 
 from infra.fixtures import in_ci
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = pytest.mark.oracle
 

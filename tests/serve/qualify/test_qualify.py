@@ -18,7 +18,7 @@ from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 from stackbuild.serve.qualify import measure, metrics
 from stackbuild.serve.qualify.sanity import repeated_cycle
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 METRICS = """# TYPE vllm:generation_tokens_total counter
 vllm:generation_tokens_total{{engine="0",model_name="m"}} {gen}

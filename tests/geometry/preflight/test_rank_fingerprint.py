@@ -30,7 +30,7 @@ from stackbuild.core.serve_args import role_commands
 
 from models_support import COMMIT, cache_models_dir, models_dir
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 RECIPE = load_recipe(REPO / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml")
 CHECKED = checked_serve(RECIPE, gate_input(RECIPE))
 NAMES = [f.name for f in fields(Fingerprint) if f.name not in NOT_COMPARED]

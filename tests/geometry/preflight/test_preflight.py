@@ -23,7 +23,7 @@ from stackbuild.core.gate import gate_input
 from stackbuild.core.preflight_record import checked_serve
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 import doc_sections  # noqa: E402
 from models_support import CONFIGS, DRAFTER_DIR, TARGET_DIR, misfit_drafter, models_dir  # noqa: E402,F401
 
