@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """``python build.py COMMAND``: the stack builder's command line (stackbuild/cli.py) from a checkout."""
+
 from stackbuild.cli import main
 
 if __name__ == "__main__":

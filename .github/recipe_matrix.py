@@ -9,6 +9,7 @@ the image index over its platforms' images), with ``has_indexes`` saying
 whether there is any. A platform without a native runner is one ``error:``
 line and the recipe error's exit code.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,10 +33,20 @@ def matrix(root: Path = ROOT) -> dict:
             runner = NATIVE_RUNNERS.get(platform)
             if runner is None:
                 key = "platform" if len(recipe.platforms) == 1 else f"platforms[{index}]"
-                raise RecipeError(path, key, f"no native GitHub-hosted runner for {platform} "
-                                             f"(known: {', '.join(sorted(NATIVE_RUNNERS))})")
-            include.append({"recipe": path.relative_to(root).as_posix(), "name": recipe.name,
-                            "platform": platform, "runner": runner, "platforms": len(recipe.platforms)})
+                raise RecipeError(
+                    path,
+                    key,
+                    f"no native GitHub-hosted runner for {platform} (known: {', '.join(sorted(NATIVE_RUNNERS))})",
+                )
+            include.append(
+                {
+                    "recipe": path.relative_to(root).as_posix(),
+                    "name": recipe.name,
+                    "platform": platform,
+                    "runner": runner,
+                    "platforms": len(recipe.platforms),
+                }
+            )
     return {"include": include}
 
 

@@ -9,6 +9,7 @@ size. Reported: the median wall time of --runs scans in one process (the page ca
 as at a container's second start) and of the first scan (cold for this process). Target:
 at most 1 s for 40 shards.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from geometry.preflight.checkpoint import INDEX, scan  # noqa: E402
 
 TARGET_S = 1.0
-GIB = 2 ** 30
+GIB = 2**30
 
 
 def write_checkpoint(directory: Path, shards: int, tensors: int, shard_bytes: int) -> None:
@@ -57,18 +58,30 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="checkpoint-bench-") as tmp:
         directory = Path(tmp)
         write_checkpoint(directory, args.shards, args.tensors, int(args.shard_gib * GIB))
-        header_bytes = sum(struct.unpack("<Q", (directory / n).open("rb").read(8))[0]
-                           for n in os.listdir(directory) if n.endswith(".safetensors"))
+        header_bytes = sum(
+            struct.unpack("<Q", (directory / n).open("rb").read(8))[0]
+            for n in os.listdir(directory)
+            if n.endswith(".safetensors")
+        )
         times = []
         for _ in range(args.runs):
             t = time.perf_counter()
             ckpt = scan("target", str(directory))
             times.append(time.perf_counter() - t)
     median = statistics.median(times)
-    result = {"checkpoint_headers": {
-        "shards": len(ckpt.shards), "tensors": len(ckpt.tensor_names()), "header_bytes": header_bytes,
-        "claimed_tensor_bytes": ckpt.tensor_bytes, "runs": args.runs, "first_s": round(times[0], 4),
-        "median_s": round(median, 4), "target_s": TARGET_S, "meets_target": max(times) <= TARGET_S}}
+    result = {
+        "checkpoint_headers": {
+            "shards": len(ckpt.shards),
+            "tensors": len(ckpt.tensor_names()),
+            "header_bytes": header_bytes,
+            "claimed_tensor_bytes": ckpt.tensor_bytes,
+            "runs": args.runs,
+            "first_s": round(times[0], 4),
+            "median_s": round(median, 4),
+            "target_s": TARGET_S,
+            "meets_target": max(times) <= TARGET_S,
+        }
+    }
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

@@ -53,17 +53,21 @@ def main() -> None:
     out = {"target_search_s": SEARCH_TARGET_S, "recipes": {}}
     for label, changes in RECIPES.items():
         name = label.split()[0]
-        inputs = GeometryInputs.from_json(dict(gate_input(load_recipe(ROOT / "recipes" / name / "recipe.yaml")).to_json(),
-                                               **changes))
+        inputs = GeometryInputs.from_json(
+            dict(gate_input(load_recipe(ROOT / "recipes" / name / "recipe.yaml")).to_json(), **changes)
+        )
 
         def geometry_run():
             report, _verdict = gate_verdict(inputs)
             concurrency(report, inputs)
 
         result = search(inputs)
-        row = {"geometry": _timed(geometry_run, args.repeats), "fit": _timed(lambda: search(inputs), args.repeats),
-               "settings_tried": result.evaluated,
-               "best_block_size": result.ranked[0].block_size if result.ranked else None}
+        row = {
+            "geometry": _timed(geometry_run, args.repeats),
+            "fit": _timed(lambda: search(inputs), args.repeats),
+            "settings_tried": result.evaluated,
+            "best_block_size": result.ranked[0].block_size if result.ranked else None,
+        }
         row["fit_over_geometry"] = round(row["fit"]["wall_s"] / row["geometry"]["wall_s"], 1)
         row["meets_target"] = row["fit"]["wall_s"] < SEARCH_TARGET_S
         out["recipes"][label] = row

@@ -10,6 +10,7 @@ that is not imports is its own work (planning, simulating, writing the report) a
 container's start: the gate once more under cProfile says which of its own functions
 take it.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,8 +52,12 @@ def run_profiled(engine, image: str, command: list[str]) -> tuple[float, dict[st
     """Run ``command`` in a new container of ``image``: wall seconds (container start included) and the profile."""
     start = time.perf_counter()
     container = engine.client.containers.run(
-        image, command, entrypoint=[], environment={"PYTHONPROFILEIMPORTTIME": "1"},
-        detach=True, network_mode="none",
+        image,
+        command,
+        entrypoint=[],
+        environment={"PYTHONPROFILEIMPORTTIME": "1"},
+        detach=True,
+        network_mode="none",
     )
     try:
         status = container.wait()
@@ -68,7 +73,7 @@ def run_profiled(engine, image: str, command: list[str]) -> tuple[float, dict[st
 
 # Run inside the image after the profiled gate: the gate's own functions (files outside
 # site-packages and the interpreter) by cumulative seconds, as JSON on stdout.
-OWN_FUNCTIONS = '''
+OWN_FUNCTIONS = """
 import json, pstats, sys
 stats = pstats.Stats(sys.argv[1]).stats
 own = {}
@@ -77,7 +82,7 @@ for (filename, line, name), (_cc, _nc, _tt, cumulative, _callers) in stats.items
         continue
     own[f"{filename.rsplit('/', 1)[-1]}:{name}"] = max(cumulative, own.get(f"{filename.rsplit('/', 1)[-1]}:{name}", 0))
 print(json.dumps(dict(sorted(own.items(), key=lambda kv: -kv[1])[:int(sys.argv[2])])))
-'''
+"""
 
 
 def own_functions(engine, image: str, command: str, top: int) -> dict[str, float]:
@@ -86,8 +91,9 @@ def own_functions(engine, image: str, command: str, top: int) -> dict[str, float
         return {}
     profiled = command.replace("python3 ", "python3 -m cProfile -o /tmp/gate.prof ", 1)
     script = f"{profiled} >/dev/null && python3 -c {shlex.quote(OWN_FUNCTIONS)} /tmp/gate.prof {top}"
-    output = engine.client.containers.run(image, ["/bin/sh", "-c", script], entrypoint=[], remove=True,
-                                          network_mode="none", stderr=False)
+    output = engine.client.containers.run(
+        image, ["/bin/sh", "-c", script], entrypoint=[], remove=True, network_mode="none", stderr=False
+    )
     return {name: round(seconds, 3) for name, seconds in json.loads(output.decode().strip().splitlines()[-1]).items()}
 
 
@@ -96,7 +102,9 @@ def profile_gate(engine, image_id: str, gate_instruction: str, top: int = 12) ->
     command = gate_instruction.split(" ", 1)[1]
     gate_s, gate = run_profiled(engine, parent, ["/bin/sh", "-c", command])
     floor_s, floor = run_profiled(engine, parent, ["python3", "-c", f"import {FLOOR_MODULE}"])
-    floor_gc_off_s, _ = run_profiled(engine, parent, ["python3", "-c", f"import gc; gc.disable(); import {FLOOR_MODULE}"])
+    floor_gc_off_s, _ = run_profiled(
+        engine, parent, ["python3", "-c", f"import gc; gc.disable(); import {FLOOR_MODULE}"]
+    )
     pass_s, _ = run_profiled(engine, parent, ["python3", "-c", "pass"])
     above: dict[str, int] = {}
     for module, (self_us, _cumulative) in gate.items():

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import geometry_cases as C
+
 from geometry.errors import BadInput
 from geometry.gate import check
 from geometry.inputs import GeometryInputs
@@ -36,8 +37,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=200)
     ap.add_argument("--scenarios", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=20261130)
-    ap.add_argument("--sweeps", type=int, default=3,
-                    help="run the sweep N times; report the fastest (and all)")
+    ap.add_argument("--sweeps", type=int, default=3, help="run the sweep N times; report the fastest (and all)")
     ap.add_argument("--out", help="write the JSON result here")
     args = ap.parse_args(argv)
 
@@ -91,8 +91,7 @@ def main(argv=None) -> int:
             "all_s": walls,
             "all_cpu_s": cpus,
             "per_scenario_s": sweep / max(1, args.scenarios),
-            "verdicts": {"pass": passed, "fail": failed, "vllm_would_raise": raised,
-                         "bad_input": bad},
+            "verdicts": {"pass": passed, "fail": failed, "vllm_would_raise": raised, "bad_input": bad},
         },
     }
     text = json.dumps(result, indent=2)

@@ -25,6 +25,7 @@ Writes a JSON document (``--out``), merged into an existing one if present.
 
     PYTHONPATH=tests python bench/overlay_bench.py [--runs N] [--out FILE]   (tests/ holds the e2e helpers)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,20 +40,28 @@ from pathlib import Path
 
 import gate_profile  # bench/, this script's directory
 import reference_overlay
-from geometry.image_contract import GATE_STEP
 from infra import harness  # tests/ on PYTHONPATH
 from stack_e2e import recipe_copy
+
+from geometry.image_contract import GATE_STEP
+from stackbuild.core.recipe import load_recipe
+from stackbuild.core.reference import ImageReference
 from stackbuild.image import engine as engine_mod
 from stackbuild.image.oracle_record import save_from_image
 from stackbuild.image.pipeline import build_image
 from stackbuild.image.plan import make_plan
 from stackbuild.image.progress import Progress
-from stackbuild.core.reference import ImageReference
-from stackbuild.core.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parent.parent
 
-TARGETS = {"cold_to_reference": 2.0, "cold_with_record_to_reference": 1.0, "cold_build_s": 10.0, "warm_build_s": 2.0, "overlay_layers_bytes": 1024 * 1024, "push_upload_ratio": 1.1}
+TARGETS = {
+    "cold_to_reference": 2.0,
+    "cold_with_record_to_reference": 1.0,
+    "cold_build_s": 10.0,
+    "warm_build_s": 2.0,
+    "overlay_layers_bytes": 1024 * 1024,
+    "push_upload_ratio": 1.1,
+}
 
 
 def median_of(values: list[float]) -> dict:
@@ -85,7 +94,9 @@ def remove_image(engine: engine_mod.DockerEngine, image_id: str) -> None:
         pass
 
 
-def timed_build(engine, plan, *, nocache: bool, instructions: dict | None = None) -> tuple[str, float, dict[str, float]]:
+def timed_build(
+    engine, plan, *, nocache: bool, instructions: dict | None = None
+) -> tuple[str, float, dict[str, float]]:
     """Build once: the image id, the wall time, and each Dockerfile step's time by name
     (and each step's instruction by name into ``instructions``)."""
     events = io.StringIO()
@@ -122,9 +133,12 @@ def arm64_cold_builds(engine, tmp: Path, runs: int) -> dict:
             per_step.setdefault(name, []).append(step_seconds)
     if image_id:
         remove_image(engine, image_id)
-    return {"base": str(ImageReference(base.image, digest=base.digest)), "platform": plan.recipe.platform,
-            "cold_no_record_s": median_of(times),
-            "cold_no_record_steps_s": {name: median_of(v) for name, v in per_step.items()}}
+    return {
+        "base": str(ImageReference(base.image, digest=base.digest)),
+        "platform": plan.recipe.platform,
+        "cold_no_record_s": median_of(times),
+        "cold_no_record_steps_s": {name: median_of(v) for name, v in per_step.items()},
+    }
 
 
 def main() -> int:
@@ -222,7 +236,7 @@ def main() -> int:
         },
         "reference_overlay": {
             "what": "seed-shaped: two COPYs, a RUN editing one vLLM file, a RUN importing torch and "
-                    "vllm.v1.kv_cache_interface to assert two page sizes",
+            "vllm.v1.kv_cache_interface to assert two page sizes",
             "cold_s": median_of(seeds["reference"]),
             "cold_steps_s": {name: median_of(v) for name, v in seed_steps["reference"].items()},
         },
@@ -254,9 +268,11 @@ def main() -> int:
         result["arm64_qemu"] = arm64_cold_builds(engine, tmp, args.arm64_runs)
     result["meets_targets"] = {
         "cold_no_record_to_reference": result["ratios_to_reference"]["cold_no_record"] <= TARGETS["cold_to_reference"],
-        "cold_with_record_to_reference": result["ratios_to_reference"]["cold_with_record"] <= TARGETS["cold_with_record_to_reference"],
+        "cold_with_record_to_reference": result["ratios_to_reference"]["cold_with_record"]
+        <= TARGETS["cold_with_record_to_reference"],
         "cold_build": result["overlay_build"]["cold_s"]["median"] < TARGETS["cold_build_s"],
-        "cold_build_importing_vllm": result["overlay_build"]["cold_importing_vllm_s"]["median"] < TARGETS["cold_build_s"],
+        "cold_build_importing_vllm": result["overlay_build"]["cold_importing_vllm_s"]["median"]
+        < TARGETS["cold_build_s"],
         "warm_build": result["overlay_build"]["warm_s"]["median"] < TARGETS["warm_build_s"],
         "overlay_layers": layer_bytes < TARGETS["overlay_layers_bytes"],
         "push": bool(blob_bytes) and uploaded <= TARGETS["push_upload_ratio"] * blob_bytes,

@@ -3,8 +3,9 @@
 
 What the image's entrypoint adds before it execs `vllm serve` when the argv and the
 mounted configs are the ones the build checked: a fresh ``python3`` reading the
-build's record, hashing the two config.json and reading the (synthetic) checkpoints' headers, laid out as in the image (payload
-directory with geometry/preflight/ and the record; models under a directory). Reported as the
+build's record, hashing the two config.json and reading the (synthetic) checkpoints' headers,
+laid out as in the image (payload directory with geometry/preflight/ and the record; models
+under a directory). Reported as the
 median wall time of --runs fresh processes, next to a bare ``python3 -c pass`` on the
 same machine; target: well under a second (< 0.3 s added).
 """
@@ -63,7 +64,9 @@ def main(argv=None) -> int:
     recipe = load_recipe(DEFAULT_RECIPE)
     with tempfile.TemporaryDirectory(prefix="preflight-bench-") as tmp:
         payload, models = Path(tmp) / "payload", Path(tmp) / "models"
-        shutil.copytree(Path(geometry.__file__).parent, payload / "geometry", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            Path(geometry.__file__).parent, payload / "geometry", ignore=shutil.ignore_patterns("__pycache__")
+        )
         checked = checked_serve(recipe, gate_input(recipe))
         checked_mod.write(checked, str(payload / PREFLIGHT_CHECKED))
         for model, files in ((recipe.target, target_files()), (recipe.drafter, drafter_files())):

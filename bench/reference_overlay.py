@@ -10,6 +10,7 @@ has to import, so no gate that keeps that cross-check can build faster than it.
 Both are built without cache and with a COPY whose content is new each time (the
 SOURCE_DATE_EPOCH the bench sets), like the bench's cold builds of our overlay.
 """
+
 from __future__ import annotations
 
 import io
@@ -25,18 +26,18 @@ PAYLOAD = "/opt/reference-overlay"
 
 # Edits one vLLM file in place, as the published overlay's patch step does (finding the
 # package without importing it).
-EDIT_ONE_FILE = '''\
+EDIT_ONE_FILE = """\
 import importlib.util, pathlib
 path = pathlib.Path(importlib.util.find_spec("vllm").origin).parent / "v1" / "worker" / "utils.py"
 text = path.read_text()
 path.write_text(text + "\\n# reference overlay: drafter block fitted to the target page\\n")
-'''
+"""
 
 # Two page sizes that must be equal, written out by hand: the target's MLA latent page
 # (1 KV head slot, 512 + 64 latent dims, fp8 = 1 byte) at block 2048 is 2048 * 576 =
 # 1,179,648 B; a BF16 drafter layer (8 KV heads, head 128, K and V, 2 bytes) costs
 # 8 * 256 * 2 = 4,096 B per token, so its page at block 288 is 288 * 4,096 = 1,179,648 B.
-ASSERT_PAGES = '''\
+ASSERT_PAGES = """\
 import torch
 from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec
 target = MLAAttentionSpec(block_size=2048, num_kv_heads=1, head_size=576, dtype=torch.uint8, cache_dtype_str="fp8")
@@ -44,12 +45,12 @@ drafter = FullAttentionSpec(block_size=288, num_kv_heads=8, head_size=128, dtype
 assert target.page_size_bytes == 2048 * 576 == 1179648, target.page_size_bytes
 assert drafter.page_size_bytes == 288 * 8 * 256 * 2 == 1179648, drafter.page_size_bytes
 print("pages", target.page_size_bytes, drafter.page_size_bytes)
-'''
+"""
 
-IMPORT_PLANNER = '''\
+IMPORT_PLANNER = """\
 import vllm.v1.core.kv_cache_utils
 print("imported", vllm.v1.core.kv_cache_utils.__name__)
-'''
+"""
 
 CHECKS = {"reference": ASSERT_PAGES, "floor": IMPORT_PLANNER}
 
@@ -87,8 +88,14 @@ def build(engine, base_ref: str, platform: str, kind: str, epoch: int) -> Built:
         context = write_context(Path(tmp) / "context", kind, epoch)
         start = time.perf_counter()
         outcome = engine.client.api.build(
-            path=str(context), buildargs={"BASE": base_ref}, platform=platform,
-            nocache=True, rm=True, forcerm=True, pull=False, decode=True,
+            path=str(context),
+            buildargs={"BASE": base_ref},
+            platform=platform,
+            nocache=True,
+            rm=True,
+            forcerm=True,
+            pull=False,
+            decode=True,
         )
         image_id = ""
         for chunk in outcome:

@@ -121,9 +121,7 @@ class Backend:
 
     @property
     def fixed_sizes_only(self) -> bool:
-        return bool(self.kernel_block_sizes) and all(
-            isinstance(s, int) for s in self.kernel_block_sizes
-        )
+        return bool(self.kernel_block_sizes) and all(isinstance(s, int) for s in self.kernel_block_sizes)
 
     def supports_block_size(self, block_size: int) -> bool:
         if not self.kernel_block_sizes:
@@ -143,8 +141,7 @@ class Backend:
 
 
 SSM = Backend("SSM", (), None, is_ssm=True)
-FLASH_ATTN = Backend("FLASH_ATTN", (Multiple(16),),
-                     kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3"))
+FLASH_ATTN = Backend("FLASH_ATTN", (Multiple(16),), kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3"))
 KPOOL_TAIL = Backend("KPOOL_TAIL", (Multiple(1),), ("BLHNC",))
 
 
@@ -158,14 +155,26 @@ SPARSE_MLA_FAMILIES = (100, 120, 90)
 
 def sparse_mla_backend(family: int) -> Backend:
     if family == 100:
-        return Backend("FLASHINFER_MLA_SPARSE", (Multiple(32),), align_rows=32,
-                       kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3"))
+        return Backend(
+            "FLASHINFER_MLA_SPARSE",
+            (Multiple(32),),
+            align_rows=32,
+            kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3"),
+        )
     if family == 120:
-        return Backend("FLASHINFER_MLA_SPARSE_SM120", (Multiple(64),), align_rows=64,
-                       kv_cache_dtypes=("auto", "fp8", "fp8_e4m3", "fp8_ds_mla"))
+        return Backend(
+            "FLASHINFER_MLA_SPARSE_SM120",
+            (Multiple(64),),
+            align_rows=64,
+            kv_cache_dtypes=("auto", "fp8", "fp8_e4m3", "fp8_ds_mla"),
+        )
     if family == 90:
-        return Backend("FLASHINFER_MLA_SPARSE_SM90", (Multiple(64),), align_rows=1,
-                       kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e4m3"))
+        return Backend(
+            "FLASHINFER_MLA_SPARSE_SM90",
+            (Multiple(64),),
+            align_rows=1,
+            kv_cache_dtypes=("auto", "bfloat16", "fp8", "fp8_e4m3"),
+        )
     raise ValueError(f"no sparse MLA backend modelled for capability family {family}")
 
 
@@ -179,8 +188,7 @@ def canonical_sparse_mla_kv_cache_dtype(backend: Backend, kv_cache_dtype: str) -
     """``_canonicalize_sparse_mla_kv_cache_dtype`` (mla_attention.py) for the
     modelled sparse backends: FLASHINFER_MLA_SPARSE_SM120 runs auto, fp8 and
     fp8_e4m3 as fp8_ds_mla."""
-    if backend.name == "FLASHINFER_MLA_SPARSE_SM120" and kv_cache_dtype in (
-            "auto", "fp8", "fp8_e4m3"):
+    if backend.name == "FLASHINFER_MLA_SPARSE_SM120" and kv_cache_dtype in ("auto", "fp8", "fp8_e4m3"):
         return "fp8_ds_mla"
     return kv_cache_dtype
 
@@ -192,17 +200,14 @@ TRITON_MLA = Backend("TRITON_MLA", (Multiple(16),))
 _MLA_HEAD_SIZES = (320, 512, 576)
 
 
-def dense_mla_backend(family: int, kv_cache_dtype: str, qk_nope_head_dim: int,
-                      head_size: int) -> Backend:
+def dense_mla_backend(family: int, kv_cache_dtype: str, qk_nope_head_dim: int, head_size: int) -> Backend:
     """The dense MLA backend vLLM picks first (see the module docstring)."""
     if head_size not in _MLA_HEAD_SIZES:
-        raise ValueError(f"MLA head size {head_size} not supported (MLA backends: "
-                         f"{_MLA_HEAD_SIZES})")
+        raise ValueError(f"MLA head size {head_size} not supported (MLA backends: {_MLA_HEAD_SIZES})")
     quantized = kv_cache_dtype.startswith("fp8")
     if family == 100:
         if qk_nope_head_dim not in (64, 128, 192) or kv_cache_dtype == "fp8_e5m2":
-            raise ValueError("FLASHINFER_MLA rejects this config; the fallback dense "
-                             "MLA backends are not modelled")
+            raise ValueError("FLASHINFER_MLA rejects this config; the fallback dense MLA backends are not modelled")
         return FLASHINFER_MLA
     if family == 90:
         if kv_cache_dtype == "fp8_e5m2":
@@ -219,8 +224,7 @@ def dense_mla_backend(family: int, kv_cache_dtype: str, qk_nope_head_dim: int,
 # (fa_utils.get_flash_attn_version: FA3 is chosen on SM90 only, FA4 on SM10x
 # only), and flash_attn_supports_kv_cache_dtype takes a quantized cache only
 # with FA3/FA4 on SM90 or FA4 on family 100: no fp8 KV there.
-FLASH_ATTN_FA2 = Backend("FLASH_ATTN", (Multiple(16),),
-                         kv_cache_dtypes=("auto", "float16", "bfloat16"))
+FLASH_ATTN_FA2 = Backend("FLASH_ATTN", (Multiple(16),), kv_cache_dtypes=("auto", "float16", "bfloat16"))
 
 
 # A host without a GPU: vLLM's CPU platform (CpuPlatform) stands where a capability family would.
@@ -234,6 +238,4 @@ CPU_ATTN_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 def drafter_backend(requested: str | None, family: int) -> Backend:
     if requested in (None, "FLASH_ATTN", "auto"):
         return FLASH_ATTN_FA2 if family == 120 else FLASH_ATTN
-    raise ValueError(
-        f"drafter attention backend {requested!r} is not modelled (only FLASH_ATTN)"
-    )
+    raise ValueError(f"drafter attention backend {requested!r} is not modelled (only FLASH_ATTN)")

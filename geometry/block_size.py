@@ -28,8 +28,9 @@ def update_block_size(model: Model, inputs: GeometryInputs) -> CacheConfig:
         elif all(b.supports_block_size(default) for b in backends):
             cache.block_size = default
         else:
-            per_backend = [[s.base if isinstance(s, B.Multiple) else s
-                            for s in b.kernel_block_sizes] or [1] for b in backends]
+            per_backend = [
+                [s.base if isinstance(s, B.Multiple) else s for s in b.kernel_block_sizes] or [1] for b in backends
+            ]
             cands = sorted({math.lcm(*c) for c in itertools.product(*per_backend)})
             for c in cands:
                 if all(b.supports_block_size(c) for b in backends):
@@ -61,12 +62,12 @@ def update_block_size(model: Model, inputs: GeometryInputs) -> CacheConfig:
     if cache.block_size != pre:
         rejecting = [b.name for b in backends if not b.supports_block_size(cache.block_size)]
         if rejecting:
-            raise SimulatedError("ValueError", f"Aligned KV cache block size {cache.block_size} "
-                                 f"is not supported by attention backend(s): {', '.join(rejecting)}.")
+            raise SimulatedError(
+                "ValueError",
+                f"Aligned KV cache block size {cache.block_size} "
+                f"is not supported by attention backend(s): {', '.join(rejecting)}.",
+            )
     # MambaModelConfig / _align_hybrid_block_size: the attention block with
     # prefix caching ("align"), else max_model_len ("none").
-    cache.mamba_block_size = (cache.block_size if inputs.mamba_cache_mode == "align"
-                              else model.max_model_len)
+    cache.mamba_block_size = cache.block_size if inputs.mamba_cache_mode == "align" else model.max_model_len
     return cache
-
-

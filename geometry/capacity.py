@@ -21,6 +21,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
+
 def full_attention_groups(plan: Any) -> list:
     """The plan's groups that keep every token."""
     return [g for g in plan.groups if g.kind.keeps_every_token]

@@ -114,8 +114,9 @@ def _fit(plan: Plan, tokens: int, in_flight: int) -> Fit:
         return Fit(tokens, None, None, None, None)
     total = sum(per)
     attention = sum(n for n, g in zip(per, plan.groups) if g.kind.keeps_every_token)
-    return Fit(tokens, max(plan.num_blocks - NULL_BLOCKS, 0) // total, total, attention,
-               round(plan.num_blocks / total, 2))
+    return Fit(
+        tokens, max(plan.num_blocks - NULL_BLOCKS, 0) // total, total, attention, round(plan.num_blocks / total, 2)
+    )
 
 
 def headroom(plan: Plan, kv_memory: int) -> Headroom | None:
@@ -129,8 +130,16 @@ def headroom(plan: Plan, kv_memory: int) -> Headroom | None:
         by_role.setdefault(r.role, []).append(r.bytes_per_token)
     layers = tuple((role, len(v), v[0]) for role, v in by_role.items())
     used = plan.num_blocks * plan.bytes_per_block
-    return Headroom(bpt, kv_memory // bpt, capacity, capacity * bpt / kv_memory,
-                    used - capacity * bpt, kv_memory - used, kv_memory, layers)
+    return Headroom(
+        bpt,
+        kv_memory // bpt,
+        capacity,
+        capacity * bpt / kv_memory,
+        used - capacity * bpt,
+        kv_memory - used,
+        kv_memory,
+        layers,
+    )
 
 
 def max_num_seqs_refusals(report: GeometryReport, max_num_seqs: int | None) -> tuple[str, ...]:
@@ -139,9 +148,11 @@ def max_num_seqs_refusals(report: GeometryReport, max_num_seqs: int | None) -> t
     if max_num_seqs is None or plan.error or plan.num_blocks is None:
         return ()
     if any(g.kind.holds_state for g in plan.groups) and max_num_seqs > plan.num_blocks:
-        return (f"max_num_seqs {max_num_seqs:,} exceeds the {plan.num_blocks:,} blocks of the KV "
-                f"pool: vLLM 0.33.0 refuses to start with CUDA graphs (each decode sequence needs "
-                f"a Mamba cache block; CompilationConfig.resolve_cudagraph_mode_and_sizes)",)
+        return (
+            f"max_num_seqs {max_num_seqs:,} exceeds the {plan.num_blocks:,} blocks of the KV "
+            f"pool: vLLM 0.33.0 refuses to start with CUDA graphs (each decode sequence needs "
+            f"a Mamba cache block; CompilationConfig.resolve_cudagraph_mode_and_sizes)",
+        )
     return ()
 
 
@@ -150,12 +161,16 @@ def _warnings(max_num_seqs: int | None, max_model_len: int, fits: Sequence[Fit])
         return ()
     shortest = min((f for f in fits), key=lambda f: f.tokens, default=None)
     out = []
-    for f, what in ((next((f for f in fits if f.tokens == max_model_len), None), "max_model_len"),
-                    (shortest, "the shortest listed context")):
+    for f, what in (
+        (next((f for f in fits if f.tokens == max_model_len), None), "max_model_len"),
+        (shortest, "the shortest listed context"),
+    ):
         if f is None or f.requests is None or max_num_seqs <= f.requests:
             continue
-        line = (f"max_num_seqs {max_num_seqs:,} is above the {f.requests:,} requests of "
-                f"{f.tokens:,} tokens ({what}) that fit at once: the rest wait or are preempted")
+        line = (
+            f"max_num_seqs {max_num_seqs:,} is above the {f.requests:,} requests of "
+            f"{f.tokens:,} tokens ({what}) that fit at once: the rest wait or are preempted"
+        )
         if line not in out:
             out.append(line)
         if f is shortest:
@@ -175,8 +190,9 @@ def contexts_for(max_model_len: int, named: Iterable[int] | None = None) -> tupl
         if type(c) is not int or c < 1:
             raise ContextTooLong(f"context {c!r} must be a positive number of tokens")
         if c > max_model_len:
-            raise ContextTooLong(f"context {c:,} is above max_model_len {max_model_len:,} "
-                                 "(vLLM refuses a longer request)")
+            raise ContextTooLong(
+                f"context {c:,} is above max_model_len {max_model_len:,} (vLLM refuses a longer request)"
+            )
     chosen.add(max_model_len)
     return tuple(sorted(chosen, reverse=True))
 
@@ -186,8 +202,7 @@ def max_model_len_of(inputs: GeometryInputs) -> int:
     return inputs.target.max_model_len(inputs.max_model_len)
 
 
-def concurrency(report: GeometryReport, inputs: GeometryInputs,
-                contexts: Iterable[int] | None = None) -> Concurrency:
+def concurrency(report: GeometryReport, inputs: GeometryInputs, contexts: Iterable[int] | None = None) -> Concurrency:
     """Requests at once for every plan of ``report`` at each length (ContextTooLong
     for a named context above max_model_len)."""
     max_model_len = max_model_len_of(inputs)
@@ -197,7 +212,12 @@ def concurrency(report: GeometryReport, inputs: GeometryInputs,
     fits = {label: tuple(_fit(getattr(report, label), n, in_flight) for n in lengths) for label in PLAN_LABELS}
     within = fits["with_drafter"]
     return Concurrency(
-        contexts=lengths, max_model_len=max_model_len, in_flight_tokens=in_flight,
-        fits=fits, headroom=headroom(report.with_drafter, report.kv_cache_memory_bytes),
-        max_num_seqs=max_num_seqs, refusals=max_num_seqs_refusals(report, max_num_seqs),
-        warnings=_warnings(max_num_seqs, max_model_len, within))
+        contexts=lengths,
+        max_model_len=max_model_len,
+        in_flight_tokens=in_flight,
+        fits=fits,
+        headroom=headroom(report.with_drafter, report.kv_cache_memory_bytes),
+        max_num_seqs=max_num_seqs,
+        refusals=max_num_seqs_refusals(report, max_num_seqs),
+        warnings=_warnings(max_num_seqs, max_model_len, within),
+    )

@@ -47,8 +47,9 @@ class ConfigReader:
     def fail(self, key: str, problem: str) -> ConfigInvalid:
         return ConfigInvalid(self.which, self.prefix + key, problem)
 
-    def integer(self, key: str, *, required: bool = True, minimum: int = 1, maximum: int = MAX_COUNT,
-                allow_null: bool = False) -> int | None:
+    def integer(
+        self, key: str, *, required: bool = True, minimum: int = 1, maximum: int = MAX_COUNT, allow_null: bool = False
+    ) -> int | None:
         """``allow_null``: null reads as absent (where vLLM and the simulator treat it so)."""
         if key not in self.cfg or (self.cfg[key] is None and allow_null):
             if required:
@@ -87,9 +88,10 @@ class ConfigReader:
     def mapping(self, key: str) -> "ConfigReader":
         value = self.cfg.get(key)
         if not isinstance(value, Mapping):
-            raise self.fail(key, f"expected an object, got {describe(value)}" if key in self.cfg else "required field is missing")
+            raise self.fail(
+                key, f"expected an object, got {describe(value)}" if key in self.cfg else "required field is missing"
+            )
         return ConfigReader(self.which, value, f"{self.prefix}{key}.")
-
 
 
 def require_attention(r: ConfigReader, attention_type: str, n_layers: int, interval: int) -> None:

@@ -9,10 +9,24 @@ from typing import Any, Mapping
 from . import backends as B
 from .errors import BadInput
 from .inputs import GeometryInputs
-from .kv_spec import (DTYPE_BYTES, AttentionSpec, CacheConfig, FullAttentionSpec, KVCacheSpec, SimulatedError,
-                      SlidingWindowSpec)
-from .model_parts import (Layer, SpecBuilder, check_flash_attn_head_size, customize_attention_spec,
-                          kv_dtype_name, kv_heads_per_rank, required)
+from .kv_spec import (
+    DTYPE_BYTES,
+    AttentionSpec,
+    CacheConfig,
+    FullAttentionSpec,
+    KVCacheSpec,
+    SimulatedError,
+    SlidingWindowSpec,
+)
+from .model_parts import (
+    Layer,
+    SpecBuilder,
+    check_flash_attn_head_size,
+    customize_attention_spec,
+    kv_dtype_name,
+    kv_heads_per_rank,
+    required,
+)
 
 
 @dataclass(frozen=True)
@@ -34,8 +48,9 @@ def drafter_sliding_windows(dc: Mapping[str, Any]) -> list[int | None]:
         n_sl = sum(t == "sliding_attention" for t in layer_types)
         any_sliding = n_sl > 0
         if 0 < n_sl < len(layer_types):
-            raise BadInput("mixed sliding/full DFlash drafters need the V2 runner "
-                           "and several drafter groups; not modelled")
+            raise BadInput(
+                "mixed sliding/full DFlash drafters need the V2 runner and several drafter groups; not modelled"
+            )
     windows: list[int | None] = []
     for idx in range(int(required(dc, "num_hidden_layers"))):
         if layer_types is None or (use_swa and not any_sliding):
@@ -52,12 +67,12 @@ def drafter_sliding_windows(dc: Mapping[str, Any]) -> list[int | None]:
     return windows
 
 
-def _largest_kernel_block_within(backend: B.Backend, per_token: int, budget: int,
-                                 fallback: int) -> int:
+def _largest_kernel_block_within(backend: B.Backend, per_token: int, budget: int, fallback: int) -> int:
     max_block = budget // per_token
     cands = [s for s in backend.kernel_block_sizes if isinstance(s, int)]
-    cands += [max(s.base, max_block // s.base * s.base)
-              for s in backend.kernel_block_sizes if isinstance(s, B.Multiple)]
+    cands += [
+        max(s.base, max_block // s.base * s.base) for s in backend.kernel_block_sizes if isinstance(s, B.Multiple)
+    ]
     if not cands:
         return fallback
     fitting = [b for b in cands if b * per_token <= budget]
@@ -71,11 +86,11 @@ def drafter_layer_builder(proto: AttentionSpec, backend: B.Backend) -> SpecBuild
     def build(cache: CacheConfig) -> KVCacheSpec:
         if isinstance(proto, SlidingWindowSpec):
             per_token = proto.with_block_size(1).real_page_size_bytes
-            bs = _largest_kernel_block_within(backend, per_token, per_token * cache.block_size,
-                                              cache.block_size)
+            bs = _largest_kernel_block_within(backend, per_token, per_token * cache.block_size, cache.block_size)
         else:
             bs = cache.block_size
         return customize_attention_spec(backend, proto.with_block_size(bs))
+
     return build
 
 
@@ -91,11 +106,14 @@ def build_drafter(inputs: GeometryInputs, kv_cache_dtype: str, model_dtype: str)
         if inputs.drafter_attention_backend in (None, "auto"):
             raise BadInput(
                 f"the drafter's KV dtype {kv_cache_dtype!r} rules out FLASH_ATTN; "
-                "vLLM would pick another drafter backend (not modelled)")
+                "vLLM would pick another drafter backend (not modelled)"
+            )
         error = SimulatedError(
-            "ValueError", f"Selected backend {backend.name} is not valid "
+            "ValueError",
+            f"Selected backend {backend.name} is not valid "
             f"for the drafter: kv_cache_dtype {kv_cache_dtype!r} not supported (it "
-            f"takes {', '.join(backend.kv_cache_dtypes)})")
+            f"takes {', '.join(backend.kv_cache_dtypes)})",
+        )
     d_dtype = kv_dtype_name(kv_cache_dtype, model_dtype)
     d_heads = int(required(dc, "num_attention_heads"))
     d_kv = int(dc.get("num_key_value_heads", d_heads) or d_heads)
@@ -113,11 +131,23 @@ def build_drafter(inputs: GeometryInputs, kv_cache_dtype: str, model_dtype: str)
     windows = drafter_sliding_windows(dc)
     layers = []
     for i, window in enumerate(windows):
-        shape = dict(block_size=0, num_kv_heads=d_kv_local, head_size=d_hd, head_size_v=d_hd,
-                     dtype_bytes=DTYPE_BYTES[d_dtype], dtype=d_dtype, is_draft=True)
-        spec = (SlidingWindowSpec(sliding_window=window, **shape) if window is not None
-                else FullAttentionSpec(**shape))
-        layers.append(Layer(f"drafter.model.layers.{i}.self_attn.attn", "drafter",
-                            "sliding_window" if window is not None else "attention",
-                            backend, drafter_layer_builder(spec, backend)))
+        shape = dict(
+            block_size=0,
+            num_kv_heads=d_kv_local,
+            head_size=d_hd,
+            head_size_v=d_hd,
+            dtype_bytes=DTYPE_BYTES[d_dtype],
+            dtype=d_dtype,
+            is_draft=True,
+        )
+        spec = SlidingWindowSpec(sliding_window=window, **shape) if window is not None else FullAttentionSpec(**shape)
+        layers.append(
+            Layer(
+                f"drafter.model.layers.{i}.self_attn.attn",
+                "drafter",
+                "sliding_window" if window is not None else "attention",
+                backend,
+                drafter_layer_builder(spec, backend),
+            )
+        )
     return Drafter(tuple(layers), backend, error)

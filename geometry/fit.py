@@ -91,10 +91,13 @@ def _key(c: Candidate) -> tuple:
 
 
 def _apply(inputs: GeometryInputs, s: Setting) -> GeometryInputs:
-    return inputs.replace(block_size=s.block_size, drafter_kv_cache_dtype=s.drafter_kv_cache_dtype,
-                          enable_prefix_caching=s.enable_prefix_caching,
-                          mamba_cache_mode="align" if s.enable_prefix_caching else "none",
-                          num_speculative_tokens=s.num_speculative_tokens)
+    return inputs.replace(
+        block_size=s.block_size,
+        drafter_kv_cache_dtype=s.drafter_kv_cache_dtype,
+        enable_prefix_caching=s.enable_prefix_caching,
+        mamba_cache_mode="align" if s.enable_prefix_caching else "none",
+        num_speculative_tokens=s.num_speculative_tokens,
+    )
 
 
 def _changes(recipe: Setting, s: Setting) -> tuple:
@@ -105,17 +108,21 @@ def _changes(recipe: Setting, s: Setting) -> tuple:
     return tuple(out)
 
 
-def _candidate(inputs: GeometryInputs, recipe: Setting, s: Setting,
-               gate: Callable) -> tuple[Candidate, GeometryReport]:
+def _candidate(inputs: GeometryInputs, recipe: Setting, s: Setting, gate: Callable) -> tuple[Candidate, GeometryReport]:
     try:
         report, verdict = gate(_apply(inputs, s))
     except ValueError as exc:  # BadInput: a setting the simulator does not model
         return Candidate(s, False, None, None, None, _changes(recipe, s), str(exc)), None
     plan = report.with_drafter
-    return Candidate(s, verdict.passed, plan.block_size,
-                     requests_at_once(plan, max_model_len_of(inputs), in_flight_tokens(inputs)),
-                     kv_token_capacity(plan),
-                     _changes(recipe, s), verdict.reasons[0] if verdict.reasons else None), report
+    return Candidate(
+        s,
+        verdict.passed,
+        plan.block_size,
+        requests_at_once(plan, max_model_len_of(inputs), in_flight_tokens(inputs)),
+        kv_token_capacity(plan),
+        _changes(recipe, s),
+        verdict.reasons[0] if verdict.reasons else None,
+    ), report
 
 
 def _fit_unit(report: GeometryReport) -> tuple[int, int, int] | None:
@@ -151,16 +158,23 @@ def search(inputs: GeometryInputs, gate: Callable = gate_verdict, keep: frozense
     unknown = sorted(set(keep) - set(KEEPABLE))
     if unknown:
         raise ValueError(f"keep: {unknown[0]!r} is not one of {', '.join(KEEPABLE)}")
-    recipe = Setting(inputs.block_size, inputs.drafter_kv_cache_dtype, inputs.enable_prefix_caching,
-                     inputs.num_speculative_tokens)
+    recipe = Setting(
+        inputs.block_size, inputs.drafter_kv_cache_dtype, inputs.enable_prefix_caching, inputs.num_speculative_tokens
+    )
     own, _ = _candidate(inputs, recipe, recipe, gate)
     seen = {recipe: own}
     reports: dict[Setting, GeometryReport | None] = {}
     keep_block = "serving.block_size" in keep
-    dtypes = (DRAFTER_KV_DTYPES if inputs.has_drafter and "serving.drafter_kv_cache_dtype" not in keep
-              else (inputs.drafter_kv_cache_dtype,))
-    prefixes = ((inputs.enable_prefix_caching,) if "serving.enable_prefix_caching" in keep
-                else (inputs.enable_prefix_caching, not inputs.enable_prefix_caching))
+    dtypes = (
+        DRAFTER_KV_DTYPES
+        if inputs.has_drafter and "serving.drafter_kv_cache_dtype" not in keep
+        else (inputs.drafter_kv_cache_dtype,)
+    )
+    prefixes = (
+        (inputs.enable_prefix_caching,)
+        if "serving.enable_prefix_caching" in keep
+        else (inputs.enable_prefix_caching, not inputs.enable_prefix_caching)
+    )
 
     def run(num_spec: int) -> None:
         for dtype in dtypes:
@@ -175,8 +189,7 @@ def search(inputs: GeometryInputs, gate: Callable = gate_verdict, keep: frozense
                     s = Setting(b, dtype, prefix, num_spec)
                     if s not in seen:
                         seen[s] = _candidate(inputs, recipe, s, gate)[0]
-                    best = max((c.requests_at_max_model_len or 0 for c in seen.values() if c.passed),
-                               default=None)
+                    best = max((c.requests_at_max_model_len or 0 for c in seen.values() if c.passed), default=None)
                     got = seen[s].requests_at_max_model_len
                     below = below + 1 if best is not None and got is not None and got < best else 0
                     if below == PATIENCE:
@@ -185,45 +198,60 @@ def search(inputs: GeometryInputs, gate: Callable = gate_verdict, keep: frozense
     run(inputs.num_speculative_tokens)
     spec_searched = f"num_speculative_tokens {inputs.num_speculative_tokens}"
     block = _drafter_block(inputs)
-    if (not any(c.passed for c in seen.values()) and block and block > 2
-            and "serving.num_speculative_tokens" not in keep):
+    if (
+        not any(c.passed for c in seen.values())
+        and block
+        and block > 2
+        and "serving.num_speculative_tokens" not in keep
+    ):
         for n in range(1, block):
             if n != inputs.num_speculative_tokens:
                 run(n)
         spec_searched = f"num_speculative_tokens 1-{block - 1}"
-    ranked = sorted((c for c in seen.values() if c.passed),
-                    key=lambda c: (-_key(c)[0], -_key(c)[1], len(c.changes),
-                                   -c.setting.num_speculative_tokens))
+    ranked = sorted(
+        (c for c in seen.values() if c.passed),
+        key=lambda c: (-_key(c)[0], -_key(c)[1], len(c.changes), -c.setting.num_speculative_tokens),
+    )
     if keep_block:
         kept_block = f"{inputs.block_size:,}" if inputs.block_size else "vLLM's own"
         blocks = f"block_size {kept_block} (the recipe's)"
     else:
         blocks = f"block_size vLLM's own and up to {BLOCK_RANGE} x its hybrid block"
-    prefix_searched = ("prefix caching on/off" if len(prefixes) == 2
-                       else f"prefix caching {'on' if inputs.enable_prefix_caching else 'off'}")
-    searched = (f"{blocks}, drafter KV {'/'.join(d for d in dtypes if d)}, {prefix_searched}, {spec_searched}"
-                + (f" (kept: {', '.join(k for k in KEEPABLE if k in keep)})" if keep else ""))
+    prefix_searched = (
+        "prefix caching on/off"
+        if len(prefixes) == 2
+        else f"prefix caching {'on' if inputs.enable_prefix_caching else 'off'}"
+    )
+    searched = f"{blocks}, drafter KV {'/'.join(d for d in dtypes if d)}, {prefix_searched}, {spec_searched}" + (
+        f" (kept: {', '.join(k for k in KEEPABLE if k in keep)})" if keep else ""
+    )
     why = None
     if not ranked:
         why = _why_none(inputs, reports, own, len(seen), searched)
     return FitResult(own, tuple(ranked), len(seen), searched, why)
 
 
-def _why_none(inputs: GeometryInputs, reports: dict, own: Candidate, tried: int,
-              searched: str) -> str:
+def _why_none(inputs: GeometryInputs, reports: dict, own: Candidate, tried: int, searched: str) -> str:
     """One line: why no setting passes."""
-    auto = next((r for s, r in reports.items() if r is not None and r.with_drafter.block_size
-                 and s.drafter_kv_cache_dtype == inputs.drafter_kv_cache_dtype), None)
+    auto = next(
+        (
+            r
+            for s, r in reports.items()
+            if r is not None and r.with_drafter.block_size and s.drafter_kv_cache_dtype == inputs.drafter_kv_cache_dtype
+        ),
+        None,
+    )
     fit = _fit_unit(auto) if auto is not None and inputs.vllm_behaviour == "overlay" else None
     b0 = auto.with_drafter.block_size if auto is not None else None
     if fit is not None and fit[0] > BLOCK_RANGE * b0:
         unit, t_bpt, d_bpt = fit
-        return (f"no setting passes: the drafter's {d_bpt:,} B/token fills the target's attention "
-                f"page ({t_bpt:,} B/token x block) exactly, in whole drafter kernel blocks of "
-                f"{auto.drafter_kernel_block}, only at blocks that are multiples of {unit:,}, beyond "
-                f"{BLOCK_RANGE} x vLLM's hybrid block {b0:,} ({tried} settings tried)")
-    return (f"no setting passes ({tried} tried: {searched}); the recipe's: "
-            f"{own.reason or 'passes'}")
+        return (
+            f"no setting passes: the drafter's {d_bpt:,} B/token fills the target's attention "
+            f"page ({t_bpt:,} B/token x block) exactly, in whole drafter kernel blocks of "
+            f"{auto.drafter_kernel_block}, only at blocks that are multiples of {unit:,}, beyond "
+            f"{BLOCK_RANGE} x vLLM's hybrid block {b0:,} ({tried} settings tried)"
+        )
+    return f"no setting passes ({tried} tried: {searched}); the recipe's: {own.reason or 'passes'}"
 
 
 def _drafter_block(inputs: GeometryInputs) -> int | None:
@@ -243,10 +271,13 @@ def _value(v: Any, new: bool = True) -> str:
 
 
 def _line(c: Candidate) -> str:
-    return (f"block_size {c.block_size:,}  requests of max_model_len at once "
-            f"{c.requests_at_max_model_len if c.requests_at_max_model_len is not None else '-'}  "
-            f"KV capacity {c.kv_tokens:,} tokens" if c.block_size and c.kv_tokens is not None
-            else f"does not plan: {c.reason}")
+    return (
+        f"block_size {c.block_size:,}  requests of max_model_len at once "
+        f"{c.requests_at_max_model_len if c.requests_at_max_model_len is not None else '-'}  "
+        f"KV capacity {c.kv_tokens:,} tokens"
+        if c.block_size and c.kv_tokens is not None
+        else f"does not plan: {c.reason}"
+    )
 
 
 def render_text(result: FitResult, top: int = 3) -> str:
@@ -274,6 +305,11 @@ def render_text(result: FitResult, top: int = 3) -> str:
 def to_json(result: FitResult, top: int = 3) -> dict:
     from dataclasses import asdict
 
-    return {"recipe": asdict(result.recipe), "recipe_is_best": result.recipe_is_best,
-            "suggestions": [asdict(c) for c in result.ranked[:top]],
-            "evaluated": result.evaluated, "searched": result.searched, "why_none": result.why_none}
+    return {
+        "recipe": asdict(result.recipe),
+        "recipe_is_best": result.recipe_is_best,
+        "suggestions": [asdict(c) for c in result.ranked[:top]],
+        "evaluated": result.evaluated,
+        "searched": result.searched,
+        "why_none": result.why_none,
+    }

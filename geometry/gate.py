@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 from .capacity import full_attention_groups, kv_token_capacity
 from .concurrency import max_num_seqs_refusals
 from .inputs import GeometryInputs
-from .serving_limits import serving_limit_reasons
 from .report import GeometryReport, Plan
+from .serving_limits import serving_limit_reasons
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,11 @@ def check(report: GeometryReport) -> Verdict:
     reasons: list[str] = []
     w = report.with_drafter
     base = report.target_only_same_spec
-    for label, plan in (("with the drafter", w), ("target alone", base),
-                        ("without speculation", report.without_drafter)):
+    for label, plan in (
+        ("with the drafter", w),
+        ("target alone", base),
+        ("without speculation", report.without_drafter),
+    ):
         if plan.error:
             reasons.append(f"vLLM would raise {label}: {plan.error}")
     p = w.target_attention_page
@@ -71,29 +74,44 @@ def check(report: GeometryReport) -> Verdict:
     misfits: dict[tuple, list] = {}
     for r in drafter_rows:
         if p is not None and r.real_page_bytes != p:
-            key = (r.spec_class, r.num_kv_heads, r.head_size, r.dtype, r.bytes_per_token, r.block_size, r.real_page_bytes)
+            key = (
+                r.spec_class,
+                r.num_kv_heads,
+                r.head_size,
+                r.dtype,
+                r.bytes_per_token,
+                r.block_size,
+                r.real_page_bytes,
+            )
             misfits.setdefault(key, []).append(r)
     for alike in misfits.values():
         r = alike[0]
-        why = (f"drafter layer {r.name} ({r.spec_class}, {r.num_kv_heads} KV heads x "
-               f"head {r.head_size}, {r.dtype}: {r.bytes_per_token} B/token) at block "
-               f"{r.block_size} has a real page of {r.real_page_bytes:,} B, but the target "
-               f"attention page P is {p:,} B")
+        why = (
+            f"drafter layer {r.name} ({r.spec_class}, {r.num_kv_heads} KV heads x "
+            f"head {r.head_size}, {r.dtype}: {r.bytes_per_token} B/token) at block "
+            f"{r.block_size} has a real page of {r.real_page_bytes:,} B, but the target "
+            f"attention page P is {p:,} B"
+        )
         if suggested is not None:
-            why += (f"; block {suggested} would fit exactly ({p:,} / {bpt}), "
-                    + ("a multiple" if multiple else "NOT a multiple")
-                    + f" of the drafter kernel block {report.drafter_kernel_block}")
+            why += (
+                f"; block {suggested} would fit exactly ({p:,} / {bpt}), "
+                + ("a multiple" if multiple else "NOT a multiple")
+                + f" of the drafter kernel block {report.drafter_kernel_block}"
+            )
         else:
             why += f"; no drafter block fits exactly ({p:,} is not a multiple of {bpt})"
         if len(alike) > 1:
             others = alike[1:]
-            why += (f" [{len(alike)}x: also {others[0].name}"
-                    + (f" to {others[-1].name}" if len(others) > 1 else "") + "]")
+            why += (
+                f" [{len(alike)}x: also {others[0].name}" + (f" to {others[-1].name}" if len(others) > 1 else "") + "]"
+            )
         reasons.append(why)
     for r in w.layers:
         if r.role != "kda" and r.role != "gdn" and r.padded:
-            reasons.append(f"attention layer {r.name} ({r.role}) is padded: real page "
-                           f"{r.real_page_bytes:,} B stored in {r.page_bytes:,} B")
+            reasons.append(
+                f"attention layer {r.name} ({r.role}) is padded: real page "
+                f"{r.real_page_bytes:,} B stored in {r.page_bytes:,} B"
+            )
     cap_with, cap_base = kv_token_capacity(w), kv_token_capacity(base)
     if cap_with is not None and cap_base is not None and cap_with < cap_base:
         reasons.append(_capacity_reason(report, w, base, cap_with, cap_base))
@@ -120,21 +138,26 @@ def check(report: GeometryReport) -> Verdict:
 def _groups_phrase(plan: Plan) -> str:
     groups = full_attention_groups(plan)
     blocks = sorted({g.block_size for g in groups})
-    return (f"{plan.num_blocks:,} blocks of {plan.bytes_per_block:,} B shared by "
-            f"{len(groups)} full-attention group{'s' if len(groups) != 1 else ''} of block "
-            f"{'/'.join(map(str, blocks))}")
+    return (
+        f"{plan.num_blocks:,} blocks of {plan.bytes_per_block:,} B shared by "
+        f"{len(groups)} full-attention group{'s' if len(groups) != 1 else ''} of block "
+        f"{'/'.join(map(str, blocks))}"
+    )
 
 
-def _capacity_reason(report: GeometryReport, w: Plan, base: Plan, cap_with: int,
-                     cap_base: int) -> str:
-    why = (f"KV capacity {cap_with:,} tokens with the drafter vs {cap_base:,} for the "
-           f"target alone ({_groups_phrase(w)}, vs {_groups_phrase(base)}, in "
-           f"{report.kv_cache_memory_bytes:,} B)")
+def _capacity_reason(report: GeometryReport, w: Plan, base: Plan, cap_with: int, cap_base: int) -> str:
+    why = (
+        f"KV capacity {cap_with:,} tokens with the drafter vs {cap_base:,} for the "
+        f"target alone ({_groups_phrase(w)}, vs {_groups_phrase(base)}, in "
+        f"{report.kv_cache_memory_bytes:,} B)"
+    )
     widest = max(w.groups, key=lambda g: g.bytes) if w.groups else None
     if widest is not None and w.bytes_per_block > base.bytes_per_block:
-        why += (f"; widest group {widest.index} ({widest.spec_class}, "
-                f"{len(widest.layer_names)} layers, roles {','.join(widest.roles)}) "
-                f"costs {widest.bytes:,} B per block")
+        why += (
+            f"; widest group {widest.index} ({widest.spec_class}, "
+            f"{len(widest.layer_names)} layers, roles {','.join(widest.roles)}) "
+            f"costs {widest.bytes:,} B per block"
+        )
     return why
 
 
@@ -143,19 +166,23 @@ def _prefix_cache_reasons(w: Plan) -> list[str]:
     leaves hits on the blocks' least common multiple (vLLM #55622 saw 0 %
     hits), and hits further apart than one target block waste the cache."""
     reasons = []
-    target_block = next((r.block_size for r in w.layers
-                         if r.owner == "target" and r.role in ("mla_latent", "attention")), None)
+    target_block = next(
+        (r.block_size for r in w.layers if r.owner == "target" and r.role in ("mla_latent", "attention")), None
+    )
     if target_block is None:
         return reasons
     for block in sorted({r.block_size for r in w.layers if r.owner == "drafter"}):
         if target_block % block:
-            reasons.append(f"prefix caching: drafter block {block} does not divide the target "
-                           f"block {target_block} (hash block {w.prefix_cache.hash_block_size}, "
-                           f"scheduler block {w.prefix_cache.scheduler_block_size})")
+            reasons.append(
+                f"prefix caching: drafter block {block} does not divide the target "
+                f"block {target_block} (hash block {w.prefix_cache.hash_block_size}, "
+                f"scheduler block {w.prefix_cache.scheduler_block_size})"
+            )
     alignment = w.prefix_cache.hit_alignment_tokens
     if alignment > target_block:
-        reasons.append(f"prefix caching: cache hits land every {alignment:,} tokens, more than "
-                       f"the target block {target_block}")
+        reasons.append(
+            f"prefix caching: cache hits land every {alignment:,} tokens, more than the target block {target_block}"
+        )
     return reasons
 
 

@@ -34,7 +34,9 @@ import sys
 from overlay.json_shape import read_json
 from overlay.manifest import OverlayManifest
 
-from . import inputs as inputs_mod, record as record_mod, table
+from . import inputs as inputs_mod
+from . import record as record_mod
+from . import table
 from .errors import BadInput
 from .gate_run import CODE_DIR, CrossCheck, run_gate
 from .image_contract import GATE_INPUT, GATE_REASON_PREFIX, OVERLAY_MANIFEST, GateReport, OracleCheck, payload_path
@@ -54,8 +56,9 @@ def overlay_applied(manifest_path: str) -> tuple[bool, str]:
     if manifest is None:
         return False, f"no overlay manifest at {manifest_path}: stock vLLM"
     applied = manifest.draft_block_fit_applied
-    return applied, (f"overlay manifest {manifest_path}: draft-block-fit series "
-                     f"{'applied' if applied else 'NOT applied'}")
+    return applied, (
+        f"overlay manifest {manifest_path}: draft-block-fit series {'applied' if applied else 'NOT applied'}"
+    )
 
 
 def patched_modules(manifest_path: str) -> list[str]:
@@ -94,26 +97,33 @@ def _oracle_from_record(path: str, raw: dict, code_dir: str, modules: list[str] 
         why = "it was made without importing the patched modules " + ", ".join(modules)
     if why:
         return None, f"oracle record {path} not used ({why}): planning with the installed vLLM"
-    return rec, (f"oracle: vLLM's recorded answer ({path}) is for this very vLLM tree, packages and input; "
-                 "vLLM not imported" + ("; the patched modules imported when it was made" if modules else ""))
+    return rec, (
+        f"oracle: vLLM's recorded answer ({path}) is for this very vLLM tree, packages and input; "
+        "vLLM not imported" + ("; the patched modules imported when it was made" if modules else "")
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--input", required=True, help=f"{GATE_INPUT} (GeometryInputs)")
-    ap.add_argument("--oracle", action="store_true",
-                    help="also plan with the installed vLLM and require agreement")
-    ap.add_argument("--oracle-record", metavar="PATH",
-                    help="with --oracle: vLLM's recorded answer; used instead of importing vLLM when its key "
-                         "(input, geometry code, Python, vLLM tree, package versions) is this image's; "
-                         "otherwise vLLM is imported and a new record written here")
+    ap.add_argument("--oracle", action="store_true", help="also plan with the installed vLLM and require agreement")
+    ap.add_argument(
+        "--oracle-record",
+        metavar="PATH",
+        help="with --oracle: vLLM's recorded answer; used instead of importing vLLM when its key "
+        "(input, geometry code, Python, vLLM tree, package versions) is this image's; "
+        "otherwise vLLM is imported and a new record written here",
+    )
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     ap.add_argument("--report-out", help="write the JSON report here")
     ap.add_argument("--behaviour", default="auto", choices=("auto", "stock", "overlay", "input"))
     ap.add_argument("--overlay-manifest", default=DEFAULT_MANIFEST)
-    ap.add_argument("--import-patched", action="store_true",
-                    help="import every module the overlay manifest lists (exit 4 if one fails); "
-                         "skipped when a matching oracle record says it was done for this very tree")
+    ap.add_argument(
+        "--import-patched",
+        action="store_true",
+        help="import every module the overlay manifest lists (exit 4 if one fails); "
+        "skipped when a matching oracle record says it was done for this very tree",
+    )
     args = ap.parse_args(argv)
     if args.oracle_record and not args.oracle:
         ap.error("--oracle-record needs --oracle")
@@ -147,8 +157,12 @@ def main(argv: list[str] | None = None) -> int:
 
     cross_check = None
     if args.oracle:
-        cross_check = CrossCheck(recorded=recorded, record_to=None if recorded is not None else args.oracle_record,
-                                 record_key_input=raw, patched_modules_imported=tuple(wanted or ()))
+        cross_check = CrossCheck(
+            recorded=recorded,
+            record_to=None if recorded is not None else args.oracle_record,
+            record_key_input=raw,
+            patched_modules_imported=tuple(wanted or ()),
+        )
     try:
         run = run_gate(inputs, cross_check=cross_check)
     except (ValueError, BadInput) as exc:  # a config or input the simulator does not model
@@ -159,21 +173,30 @@ def main(argv: list[str] | None = None) -> int:
     oracle_check = None
     if run.oracle is not None:
         o = run.oracle
-        oracle_check = OracleCheck(agrees=o.agrees, source=o.source,
-                                   differences=o.differences if o.failure is None else (f"oracle failed: {o.failure}",))
+        oracle_check = OracleCheck(
+            agrees=o.agrees,
+            source=o.source,
+            differences=o.differences if o.failure is None else (f"oracle failed: {o.failure}",),
+        )
         if not o.agrees:
             code = 2
     if not verdict.passed:
         more = len(verdict.reasons) - 1
-        print(f"{GATE_REASON_PREFIX}{verdict.reasons[0]}" + (f" (and {more} more reason(s) above)" if more else ""),
-              file=sys.stderr)
+        print(
+            f"{GATE_REASON_PREFIX}{verdict.reasons[0]}" + (f" (and {more} more reason(s) above)" if more else ""),
+            file=sys.stderr,
+        )
     elif code == 2:
-        print(f"{GATE_REASON_PREFIX}the oracle disagrees with the simulator: {oracle_check.differences[0]}"
-              if oracle_check.differences else f"{GATE_REASON_PREFIX}the oracle disagrees with the simulator",
-              file=sys.stderr)
+        print(
+            f"{GATE_REASON_PREFIX}the oracle disagrees with the simulator: {oracle_check.differences[0]}"
+            if oracle_check.differences
+            else f"{GATE_REASON_PREFIX}the oracle disagrees with the simulator",
+            file=sys.stderr,
+        )
     simulated = table.to_json(report, verdict)
-    out = GateReport(report=simulated["report"], verdict=simulated["verdict"], behaviour_source=note,
-                     oracle=oracle_check).to_json()
+    out = GateReport(
+        report=simulated["report"], verdict=simulated["verdict"], behaviour_source=note, oracle=oracle_check
+    ).to_json()
     if args.report_out:
         # Compact: it is stored in an image layer and read by programs.
         with open(args.report_out, "w", encoding="utf-8") as fh:
@@ -187,12 +210,18 @@ def main(argv: list[str] | None = None) -> int:
         print(table.render_text(report, verdict))
         if args.oracle:
             if code == 2:
-                print("ORACLE DISAGREEMENT (simulator vs " + ("vLLM's recorded answer):" if recorded else "installed vLLM):"))
+                print(
+                    "ORACLE DISAGREEMENT (simulator vs "
+                    + ("vLLM's recorded answer):" if recorded else "installed vLLM):")
+                )
                 for d in oracle_check.differences:
                     print(f"  - {d}")
             else:
-                print("oracle: " + ("vLLM's recorded answer" if recorded else "the installed vLLM")
-                      + " agrees field by field")
+                print(
+                    "oracle: "
+                    + ("vLLM's recorded answer" if recorded else "the installed vLLM")
+                    + " agrees field by field"
+                )
     return code
 
 

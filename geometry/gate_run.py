@@ -16,7 +16,8 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from . import gate, model_config, record as record_mod
+from . import gate, model_config
+from . import record as record_mod
 from .inputs import GeometryInputs
 from .report import GeometryReport
 from .simulate import simulate
@@ -91,8 +92,9 @@ def _cross_check(inputs: GeometryInputs, report: GeometryReport, how: CrossCheck
         planned = oracle.plan_with_vllm(inputs)
         diffs = oracle.compare_reports(modelled, planned)
     except Exception as exc:  # noqa: BLE001 - the installed vLLM could not plan at all
-        return OracleOutcome(source=IMPORTED_SOURCE, behaviour=behaviour, differences=(),
-                             failure=f"{type(exc).__name__}: {exc}")
+        return OracleOutcome(
+            source=IMPORTED_SOURCE, behaviour=behaviour, differences=(), failure=f"{type(exc).__name__}: {exc}"
+        )
     if how.record_to:
         key = record_mod.environment_key(how.record_key_input, CODE_DIR, record_mod.imported_distributions())
         record_mod.write(record_mod.make_record(key, planned, how.patched_modules_imported), how.record_to)

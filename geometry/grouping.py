@@ -46,8 +46,11 @@ def _packed_groups(specs: dict[str, KVCacheSpec]) -> list[tuple[list[str], list[
     for name, spec in specs.items():
         for bucket in buckets:
             first = next(iter(bucket.values()))
-            if (spec.block_size == first.block_size and spec.dcp_sharded == first.dcp_sharded
-                    and first.uniform_with([spec])):
+            if (
+                spec.block_size == first.block_size
+                and spec.dcp_sharded == first.dcp_sharded
+                and first.uniform_with([spec])
+            ):
                 bucket[name] = spec
                 break
         else:
@@ -83,8 +86,13 @@ def _packed_groups(specs: dict[str, KVCacheSpec]) -> list[tuple[list[str], list[
     def is_state(bucket: dict[str, KVCacheSpec]) -> bool:
         return next(iter(bucket.values())).packs_as_state(repeats)
 
-    anchor = max((widest(psl, len(bucket) if is_state(bucket) else num_groups_for(mpp, bal))
-                  for bucket, psl, bal, mpp in bucketed), default=0)
+    anchor = max(
+        (
+            widest(psl, len(bucket) if is_state(bucket) else num_groups_for(mpp, bal))
+            for bucket, psl, bal, mpp in bucketed
+        ),
+        default=0,
+    )
     groups = []
     for bucket, psl, bal, mpp in bucketed:
         n = num_groups_for(mpp, bal)
@@ -139,7 +147,9 @@ def _uniform_page_groups(specs: dict[str, KVCacheSpec]) -> list[tuple[list[str],
     return out
 
 
-def group_kv_cache(specs: dict[str, KVCacheSpec], layout: str) -> tuple[str, list[tuple[list[str], list[KVCacheSpec]]], dict[str, KVCacheSpec]]:
+def group_kv_cache(
+    specs: dict[str, KVCacheSpec], layout: str
+) -> tuple[str, list[tuple[list[str], list[KVCacheSpec]]], dict[str, KVCacheSpec]]:
     values = list(specs.values())
     if not specs:
         return "attention_free", [], specs
@@ -155,8 +165,7 @@ def group_kv_cache(specs: dict[str, KVCacheSpec], layout: str) -> tuple[str, lis
 
 def bytes_per_block(groups, layout: str) -> int:
     if not B.layout_is_block_outermost(layout):
-        return max(sum(round_up(s.page_size_bytes, s.get_block_stride_alignment()) for s in gs)
-                   for _, gs in groups)
+        return max(sum(round_up(s.page_size_bytes, s.get_block_stride_alignment()) for s in gs) for _, gs in groups)
     bpb = max(sum(s.page_size_bytes for s in gs) for _, gs in groups)
     return round_up(bpb, math.lcm(*(s.get_block_stride_alignment() for _, gs in groups for s in gs)))
 
@@ -167,5 +176,3 @@ def validate_layout(groups, layout: str) -> None:
         return
     if not B.layout_is_block_compact(layout) or (len(groups) > 1 and B.layout_is_layer_compact(layout)):
         raise SimulatedError("ValueError", f"KV cache layout {layout} cannot express mixed page sizes")
-
-

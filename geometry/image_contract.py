@@ -65,13 +65,26 @@ def gate_argv(payload_dir: str = PAYLOAD_DIR, *, build: bool) -> list[str]:
     the oracle record, write the gate report); otherwise ``verify``'s re-run
     (JSON on stdout, nothing written).
     """
-    argv = ["env", f"PYTHONPATH={payload_dir}", "python3", "-m", GATE_MODULE,
-            "--input", payload_path(GATE_INPUT, payload_dir), "--oracle"]
+    argv = [
+        "env",
+        f"PYTHONPATH={payload_dir}",
+        "python3",
+        "-m",
+        GATE_MODULE,
+        "--input",
+        payload_path(GATE_INPUT, payload_dir),
+        "--oracle",
+    ]
     if build:
-        argv += ["--overlay-manifest", payload_path(OVERLAY_MANIFEST, payload_dir),
-                 "--import-patched",
-                 "--oracle-record", payload_path(ORACLE_RECORD, payload_dir),
-                 "--report-out", payload_path(GATE_REPORT, payload_dir)]
+        argv += [
+            "--overlay-manifest",
+            payload_path(OVERLAY_MANIFEST, payload_dir),
+            "--import-patched",
+            "--oracle-record",
+            payload_path(ORACLE_RECORD, payload_dir),
+            "--report-out",
+            payload_path(GATE_REPORT, payload_dir),
+        ]
     else:
         argv += ["--json"]
     return argv
@@ -108,7 +121,7 @@ def gate_reason(output_lines) -> Optional[str]:
     for line in output_lines:
         text = line.strip()
         if text.startswith(GATE_REASON_PREFIX):
-            return text[len(GATE_REASON_PREFIX):]
+            return text[len(GATE_REASON_PREFIX) :]
     return None
 
 

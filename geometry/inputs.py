@@ -70,8 +70,7 @@ class GeometryInputs:
             raise BadInput("target_config must be a JSON object")
         if self.drafter_config is not None and not isinstance(self.drafter_config, Mapping):
             raise BadInput("drafter_config must be a JSON object or null")
-        for name in ("tensor_parallel_size", "num_speculative_tokens",
-                     "capability_family", "kv_cache_memory_bytes"):
+        for name in ("tensor_parallel_size", "num_speculative_tokens", "capability_family", "kv_cache_memory_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise BadInput(f"{name} must be an integer, got {value!r}")
@@ -80,8 +79,7 @@ class GeometryInputs:
         if not isinstance(self.nodes, int) or isinstance(self.nodes, bool) or self.nodes < 1:
             raise BadInput(f"nodes must be a positive integer, got {self.nodes!r}")
         if self.tensor_parallel_size % self.nodes:
-            raise BadInput(f"tensor_parallel_size {self.tensor_parallel_size} is not a multiple "
-                           f"of nodes {self.nodes}")
+            raise BadInput(f"tensor_parallel_size {self.tensor_parallel_size} is not a multiple of nodes {self.nodes}")
         if self.num_speculative_tokens < 0:
             raise BadInput("num_speculative_tokens must be >= 0")
         if self.kv_cache_memory_bytes < 0:
@@ -95,21 +93,19 @@ class GeometryInputs:
             raise BadInput(f"vllm_behaviour must be one of {BEHAVIOURS}")
         if not isinstance(self.kv_cache_dtype, str):
             raise BadInput("kv_cache_dtype must be a string")
-        if self.drafter_kv_cache_dtype is not None and not isinstance(
-            self.drafter_kv_cache_dtype, str
-        ):
+        if self.drafter_kv_cache_dtype is not None and not isinstance(self.drafter_kv_cache_dtype, str):
             raise BadInput("drafter_kv_cache_dtype must be a string or null")
         if self.mamba_cache_mode not in MAMBA_CACHE_MODES:
             raise BadInput(f"mamba_cache_mode must be 'none' or 'align', got {self.mamba_cache_mode!r}")
         if not isinstance(self.enable_prefix_caching, bool):
-            raise BadInput("enable_prefix_caching must be true or false, "
-                           f"got {self.enable_prefix_caching!r}")
+            raise BadInput(f"enable_prefix_caching must be true or false, got {self.enable_prefix_caching!r}")
         expected_mode = self.target.mamba_cache_mode(self.enable_prefix_caching)
         if self.mamba_cache_mode != expected_mode:
             raise BadInput(
                 f"mamba_cache_mode {self.mamba_cache_mode!r} with enable_prefix_caching "
                 f"{str(self.enable_prefix_caching).lower()}: vLLM 0.33.0 runs "
-                f"{expected_mode!r} then")
+                f"{expected_mode!r} then"
+            )
 
     @cached_property
     def target(self) -> TargetModel:
@@ -127,8 +123,7 @@ class GeometryInputs:
 
     def without_drafter(self) -> "GeometryInputs":
         """The same deployment with speculative decoding switched off."""
-        return self.replace(drafter_config=None, drafter_kv_cache_dtype=None,
-                            num_speculative_tokens=0)
+        return self.replace(drafter_config=None, drafter_kv_cache_dtype=None, num_speculative_tokens=0)
 
     def target_only_same_spec(self) -> "GeometryInputs":
         """Target alone but with the same num_speculative_tokens (the KDA state
@@ -152,7 +147,8 @@ class GeometryInputs:
             raise BadInput(f"unknown gate-input keys: {unknown}")
         kwargs = {k: v for k, v in data.items() if k in known}
         missing = [
-            f.name for f in fields(cls)
+            f.name
+            for f in fields(cls)
             if f.name not in kwargs and f.default is f.default_factory  # no default
         ]
         if missing:
@@ -172,8 +168,9 @@ class GeometryInputs:
         return out
 
 
-def build_inputs(settings: ServeSettings, *, target_config: Mapping[str, Any],
-                 drafter_config: Mapping[str, Any] | None) -> GeometryInputs:
+def build_inputs(
+    settings: ServeSettings, *, target_config: Mapping[str, Any], drafter_config: Mapping[str, Any] | None
+) -> GeometryInputs:
     """The gate input of a deployment: its serve settings and the two configs it serves.
 
     A flag not given takes its value where no flag says (``settings.defaults``); prefix caching and
@@ -226,11 +223,9 @@ def resolve_prefix_caching(
       when prefix caching is on.
     """
     if enable_prefix_caching is not None and not isinstance(enable_prefix_caching, bool):
-        raise BadInput("enable_prefix_caching must be true, false or unset, "
-                       f"got {enable_prefix_caching!r}")
+        raise BadInput(f"enable_prefix_caching must be true, false or unset, got {enable_prefix_caching!r}")
     if mamba_cache_mode is not None and mamba_cache_mode not in MAMBA_CACHE_MODES:
-        raise BadInput(f"--mamba-cache-mode must be one of {MAMBA_CACHE_MODES}, "
-                       f"got {mamba_cache_mode!r}")
+        raise BadInput(f"--mamba-cache-mode must be one of {MAMBA_CACHE_MODES}, got {mamba_cache_mode!r}")
     if not isinstance(target_config, Mapping):
         raise BadInput("target_config must be a JSON object")
     target = read_target(target_config)  # a modelled (generative) target, else ConfigInvalid

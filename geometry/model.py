@@ -5,13 +5,15 @@ with their KV dtypes and the facts the block-size alignment reads (stdlib only).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+
 from . import backends as B
+from .architecture import Architecture
 from .drafter import build_drafter
 from .errors import BadInput
 from .inputs import GeometryInputs
 from .kv_spec import DTYPE_BYTES, SUPPORTED_KV_DTYPES, SimulatedError
-from .architecture import Architecture
 from .model_parts import Layer, TargetSettings, kv_dtype_name
+
 
 def resolve_kv_dtypes(inputs: GeometryInputs) -> tuple[str, str | None]:
     """Cache-dtype *strings* the target and drafter layers run.
@@ -38,8 +40,10 @@ def resolve_kv_dtypes(inputs: GeometryInputs) -> tuple[str, str | None]:
     if sparse and inputs.capability_family in B.SPARSE_MLA_FAMILIES:
         backend = B.sparse_mla_backend(inputs.capability_family)
         if not backend.takes_kv_cache_dtype(target):
-            why = (f"{backend.name} does not take kv_cache_dtype {target!r} (it takes "
-                   f"{', '.join(backend.kv_cache_dtypes)})")
+            why = (
+                f"{backend.name} does not take kv_cache_dtype {target!r} (it takes "
+                f"{', '.join(backend.kv_cache_dtypes)})"
+            )
             if inputs.capability_family == 120:  # vLLM lists no other sparse MLA backend
                 raise SimulatedError("ValueError", f"No valid attention backend found: {why}")
             raise BadInput(f"{why}; vLLM would pick another sparse MLA backend (not modelled)")
@@ -97,15 +101,22 @@ class Model:
     def target_only(self) -> Model:
         """The same model without the drafter's layers (same num_spec: nothing
         of the target depends on the drafter)."""
-        return replace(self, layers=tuple(layer for layer in self.layers if layer.owner == "target"),
-                       kv_drafter=None, drafter_backend=None, drafter_error=None)
+        return replace(
+            self,
+            layers=tuple(layer for layer in self.layers if layer.owner == "target"),
+            kv_drafter=None,
+            drafter_backend=None,
+            drafter_error=None,
+        )
 
 
 def build_model(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Model:
     target = inputs.target
     if inputs.capability_family == B.CPU_FAMILY and (target.hybrid or inputs.has_drafter):
-        raise BadInput(f"on the CPU platform (no GPU) only a dense target without a drafter is modelled, "
-                       f"not {target.kind}{' with a drafter' if inputs.has_drafter else ''}")
+        raise BadInput(
+            f"on the CPU platform (no GPU) only a dense target without a drafter is modelled, "
+            f"not {target.kind}{' with a drafter' if inputs.has_drafter else ''}"
+        )
     tc = target.text
     model_dtype = target.model_dtype
     kv_target, kv_drafter = resolve_kv_dtypes(inputs)
@@ -116,13 +127,28 @@ def build_model(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Mo
         tc=tc,
         layer_types=tuple(tc.get("layer_types") or ()),
         tensor_parallel_size=inputs.tensor_parallel_size,
-        capability_family=inputs.capability_family, num_spec=num_spec,
-        model_dtype=model_dtype, kv_cache_dtype=kv_target, max_model_len=max_model_len)
+        capability_family=inputs.capability_family,
+        num_spec=num_spec,
+        model_dtype=model_dtype,
+        kv_cache_dtype=kv_target,
+        max_model_len=max_model_len,
+    )
     built = target.architecture.build_target(settings)
-    model = Model(target.architecture, built.layers, max_model_len, model_dtype, kv_target, kv_drafter,
-                  built.use_mla, built.head_size, built.num_kv_heads, built.mamba_page)
+    model = Model(
+        target.architecture,
+        built.layers,
+        max_model_len,
+        model_dtype,
+        kv_target,
+        kv_drafter,
+        built.use_mla,
+        built.head_size,
+        built.num_kv_heads,
+        built.mamba_page,
+    )
     if with_drafter and inputs.drafter_config is not None:
         drafter = build_drafter(inputs, kv_drafter, model_dtype)
-        model = replace(model, layers=model.layers + drafter.layers,
-                        drafter_backend=drafter.backend, drafter_error=drafter.error)
+        model = replace(
+            model, layers=model.layers + drafter.layers, drafter_backend=drafter.backend, drafter_error=drafter.error
+        )
     return model

@@ -22,8 +22,18 @@ from .architectures import BY_HF_ARCHITECTURE, BY_MODEL_TYPE
 from .config_reader import MAX_COUNT, MAX_TOKENS, ConfigInvalid, ConfigReader, describe
 from .errors import BadInput
 
-__all__ = ["ConfigInvalid", "MAX_COUNT", "MAX_TOKENS", "TargetModel", "read_target", "text_config",
-           "check_target", "check_drafter", "check_configs", "DRAFTER_LAYER_TYPES"]
+__all__ = [
+    "ConfigInvalid",
+    "MAX_COUNT",
+    "MAX_TOKENS",
+    "TargetModel",
+    "read_target",
+    "text_config",
+    "check_target",
+    "check_drafter",
+    "check_configs",
+    "DRAFTER_LAYER_TYPES",
+]
 
 DRAFTER_LAYER_TYPES = ("sliding_attention", "full_attention")
 MODEL_DTYPES = ("bfloat16", "float16", "float32")
@@ -90,13 +100,16 @@ def _architecture(cfg: Mapping[str, Any]) -> Architecture:
             raise ConfigInvalid("target", "architectures", f"expected a non-empty list of names, got {describe(archs)}")
         arch = BY_HF_ARCHITECTURE.get(archs[0])
         if arch is None:
-            raise ConfigInvalid("target", "architectures", f"{archs[0]} is not modelled by the geometry gate (modelled: {modelled})")
+            raise ConfigInvalid(
+                "target", "architectures", f"{archs[0]} is not modelled by the geometry gate (modelled: {modelled})"
+            )
         return arch
     model_type = text_config(cfg).get("model_type", cfg.get("model_type"))
     arch = BY_MODEL_TYPE.get(model_type) if isinstance(model_type, str) else None
     if arch is None:
-        raise ConfigInvalid("target", "architectures",
-                            f"missing, and model_type {model_type!r} is not modelled (modelled: {modelled})")
+        raise ConfigInvalid(
+            "target", "architectures", f"missing, and model_type {model_type!r} is not modelled (modelled: {modelled})"
+        )
     return arch
 
 
@@ -119,8 +132,9 @@ def check_target(cfg: Mapping[str, Any]) -> TargetModel:
     return target
 
 
-DRAFTER_DEFAULTS_NOT_MODELLED = ("vLLM would take the default of the drafter's transformers config class, "
-                                 "which the gate does not model")
+DRAFTER_DEFAULTS_NOT_MODELLED = (
+    "vLLM would take the default of the drafter's transformers config class, which the gate does not model"
+)
 
 
 def check_drafter(cfg: Mapping[str, Any]) -> int:

@@ -14,8 +14,7 @@ from .kv_spec import DTYPE_BYTES, AttentionSpec, CacheConfig, KVCacheSpec, Mamba
 
 SpecBuilder = Callable[[CacheConfig], KVCacheSpec]
 
-_TORCH_STORAGE = {"fp8": "uint8", "fp8_e4m3": "uint8", "fp8_e5m2": "uint8", "half": "float16",
-                  "fp8_ds_mla": "uint8"}
+_TORCH_STORAGE = {"fp8": "uint8", "fp8_e4m3": "uint8", "fp8_e5m2": "uint8", "half": "float16", "fp8_ds_mla": "uint8"}
 
 
 def required(cfg: Mapping[str, Any], key: str) -> Any:
@@ -82,8 +81,7 @@ class MambaState:
     bytes: int
 
 
-def kda_state(heads: int, head_dim: int, conv_kernel: int, tp: int, num_spec: int,
-              model_dtype: str) -> MambaState:
+def kda_state(heads: int, head_dim: int, conv_kernel: int, tp: int, num_spec: int, model_dtype: str) -> MambaState:
     """MambaStateShapeCalculator.kda_state_shape / kda_state_dtype (conv state
     in the model dtype, recurrent state fp32)."""
     if heads % tp:
@@ -129,6 +127,10 @@ def attention_builder(proto: AttentionSpec, backend: B.Backend) -> SpecBuilder:
 def mamba_builder(state: MambaState, max_model_len: int) -> SpecBuilder:
     """A mamba layer: block ``mamba_block_size`` (``max_model_len`` when unset),
     page padded to the attention page."""
-    return lambda cache: MambaSpec(block_size=cache.mamba_block_size or max_model_len,
-                                   page_size_padded=cache.mamba_page_size_padded,
-                                   state_bytes=state.bytes, shapes=state.shapes, dtypes=state.dtypes)
+    return lambda cache: MambaSpec(
+        block_size=cache.mamba_block_size or max_model_len,
+        page_size_padded=cache.mamba_page_size_padded,
+        state_bytes=state.bytes,
+        shapes=state.shapes,
+        dtypes=state.dtypes,
+    )

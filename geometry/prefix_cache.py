@@ -28,6 +28,7 @@ from typing import Sequence
 
 from .kv_spec import KVCacheSpec
 
+
 @dataclass(frozen=True)
 class PrefixCache:
     """Prefix caching as the scheduler runs it for one plan."""
@@ -71,12 +72,10 @@ def can_hit(enabled: bool, hit_alignment_tokens: int, max_model_len: int) -> boo
     return enabled and hit_alignment_tokens < max_model_len
 
 
-def _mamba_splits_blocks(groups: Sequence[CacheGroup], mamba_cache_mode: str,
-                         hash_block: int) -> bool:
+def _mamba_splits_blocks(groups: Sequence[CacheGroup], mamba_cache_mode: str, hash_block: int) -> bool:
     """``partial_hash_hits_enabled`` without managers (DCP 1): an "align"
     mamba group has blocks larger than the hash block."""
-    return mamba_cache_mode == "align" and any(
-        g.spec.holds_state and g.block_size > hash_block for g in groups)
+    return mamba_cache_mode == "align" and any(g.spec.holds_state and g.block_size > hash_block for g in groups)
 
 
 def _managers_look_up_finely(groups: Sequence[CacheGroup], hash_block: int) -> bool:
@@ -84,8 +83,7 @@ def _managers_look_up_finely(groups: Sequence[CacheGroup], hash_block: int) -> b
     return all(g.spec.fine_grained_lookup or g.block_size == hash_block for g in groups if g.prefix_cacheable)
 
 
-def resolve(groups: Sequence[CacheGroup], enabled: bool, mamba_cache_mode: str,
-            max_model_len: int) -> PrefixCache:
+def resolve(groups: Sequence[CacheGroup], enabled: bool, mamba_cache_mode: str, max_model_len: int) -> PrefixCache:
     """The engine core's resolution for the scheduler's groups (DCP 1, no
     KV connector, no ``prefix_match_unit``)."""
     if not groups:
@@ -98,21 +96,22 @@ def resolve(groups: Sequence[CacheGroup], enabled: bool, mamba_cache_mode: str,
         if not enabled or has_none_mamba:
             hash_block = alignment = scheduler
         else:
-            hashing = ([g.block_size for g in groups if g.prefix_cacheable]
-                       or [g.block_size for g in groups])
+            hashing = [g.block_size for g in groups if g.prefix_cacheable] or [g.block_size for g in groups]
             hash_block = math.gcd(*hashing)
             splits = _mamba_splits_blocks(groups, mamba_cache_mode, hash_block)
             # resolve_kv_cache_block_sizes checks the state grids against the
             # alignment without the managers' half
             checked = hash_block if splits else scheduler
-            grids = sorted({g.tokens_per_state for g in groups
-                            if g.prefix_cacheable and g.tokens_per_state > 1})
+            grids = sorted({g.tokens_per_state for g in groups if g.prefix_cacheable and g.tokens_per_state > 1})
             if any(checked % grid for grid in grids):
                 raise PrefixCacheError(
-                    f"ValueError: prefix-cache hits every {checked} tokens do not land on "
-                    f"the per-state grids {grids}")
-            alignment = (hash_block if splits and _managers_look_up_finely(groups, hash_block)
-                         else scheduler)
-    return PrefixCache(enabled=enabled, hash_block_size=hash_block,
-                       scheduler_block_size=scheduler, hit_alignment_tokens=alignment,
-                       can_hit=can_hit(enabled, alignment, max_model_len))
+                    f"ValueError: prefix-cache hits every {checked} tokens do not land on the per-state grids {grids}"
+                )
+            alignment = hash_block if splits and _managers_look_up_finely(groups, hash_block) else scheduler
+    return PrefixCache(
+        enabled=enabled,
+        hash_block_size=hash_block,
+        scheduler_block_size=scheduler,
+        hit_alignment_tokens=alignment,
+        can_hit=can_hit(enabled, alignment, max_model_len),
+    )

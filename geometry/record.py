@@ -33,12 +33,32 @@ from .image_contract import PREFLIGHT_PACKAGE
 
 SCHEMA = "glm53-oracle-record/1"
 PLANS = ("with_drafter", "without_drafter", "target_only_same_spec")
-PLAN_FIELDS = ("block_size", "mamba_page_size_padded", "layout", "grouping_path",
-               "bytes_per_block", "num_blocks", "tokens_fit", "target_attention_page",
-               "prefix_cache")
-LAYER_FIELDS = ("name", "owner", "role", "spec_class", "block_size", "num_kv_heads",
-                "head_size", "dtype", "bytes_per_token", "real_page_bytes",
-                "page_bytes", "padded", "block_stride_alignment")
+PLAN_FIELDS = (
+    "block_size",
+    "mamba_page_size_padded",
+    "layout",
+    "grouping_path",
+    "bytes_per_block",
+    "num_blocks",
+    "tokens_fit",
+    "target_attention_page",
+    "prefix_cache",
+)
+LAYER_FIELDS = (
+    "name",
+    "owner",
+    "role",
+    "spec_class",
+    "block_size",
+    "num_kv_heads",
+    "head_size",
+    "dtype",
+    "bytes_per_token",
+    "real_page_bytes",
+    "page_bytes",
+    "padded",
+    "block_stride_alignment",
+)
 GROUP_FIELDS = ("spec_class", "roles", "layer_names", "block_size", "bytes", "is_draft")
 # Not part of the key: vLLM's answer does not depend on which behaviour the
 # simulator is told to mirror.
@@ -56,6 +76,7 @@ class RecordError(ValueError):
 
 
 # ------------------------------------------------------------------ comparison
+
 
 def _plain(value: Any) -> Any:
     """A plan field as a JSON value (dataclass values become objects)."""
@@ -109,6 +130,7 @@ def compare(sim: Mapping, vllm: Mapping) -> tuple[str, ...]:
 
 
 # ------------------------------------------------------------------ the key
+
 
 def _sha256_json(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
@@ -213,6 +235,7 @@ def environment_key(raw_inputs: Mapping, code_dir: str, distributions: Mapping[s
 
 
 # ------------------------------------------------------------------ records
+
 
 def make_record(key: Mapping, vllm_report: Any, patched_modules: Iterable[str]) -> dict:
     return {

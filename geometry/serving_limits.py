@@ -20,14 +20,17 @@ def serving_limit_reasons(report: GeometryReport, inputs: GeometryInputs) -> tup
     max_pos = inputs.target.max_position_embeddings
     wanted = inputs.max_model_len if inputs.max_model_len is not None else max_pos
     if inputs.max_model_len is not None and max_pos is not None and inputs.max_model_len > max_pos:
-        reasons.append(f"max_model_len {inputs.max_model_len:,} is above the target's "
-                       f"max_position_embeddings {max_pos:,}")
+        reasons.append(
+            f"max_model_len {inputs.max_model_len:,} is above the target's max_position_embeddings {max_pos:,}"
+        )
     plan = report.with_drafter
     if plan.error or plan.num_blocks is None or not plan.bytes_per_block:
         return tuple(reasons)
     if plan.num_blocks == 0:
-        reasons.append(f"no KV block fits: one block takes {plan.bytes_per_block:,} B and the KV cache has "
-                       f"{report.kv_cache_memory_bytes:,} B")
+        reasons.append(
+            f"no KV block fits: one block takes {plan.bytes_per_block:,} B and the KV cache has "
+            f"{report.kv_cache_memory_bytes:,} B"
+        )
         return tuple(reasons)
     capacity = kv_token_capacity(plan)
     if capacity is None:
@@ -35,8 +38,10 @@ def serving_limit_reasons(report: GeometryReport, inputs: GeometryInputs) -> tup
     if wanted is not None and capacity is not None and capacity < wanted:
         block_tokens = plan.tokens_fit // plan.num_blocks
         needed = -(-wanted // block_tokens)
-        reasons.append(f"one request of max_model_len {wanted:,} tokens needs at least {needed:,} blocks of "
-                       f"{block_tokens:,} tokens, but the KV cache ({report.kv_cache_memory_bytes:,} B at "
-                       f"{plan.bytes_per_block:,} B per block) holds {plan.num_blocks:,} blocks "
-                       f"({capacity:,} tokens)")
+        reasons.append(
+            f"one request of max_model_len {wanted:,} tokens needs at least {needed:,} blocks of "
+            f"{block_tokens:,} tokens, but the KV cache ({report.kv_cache_memory_bytes:,} B at "
+            f"{plan.bytes_per_block:,} B per block) holds {plan.num_blocks:,} blocks "
+            f"({capacity:,} tokens)"
+        )
     return tuple(reasons)

@@ -61,8 +61,14 @@ __all__ = ["simulate", "GeometryReport", "Plan", "LayerRow", "GroupRow", "Simula
 def _apply_overlay(model: Model, specs: dict[str, KVCacheSpec], notes: list[str]) -> dict[str, KVCacheSpec]:
     """Our patch series: drafter attention page == the target's MLA latent
     page (targets without MLA latent layers keep stock behaviour)."""
-    p = next((specs[layer.name].page_size_bytes for layer in model.layers
-              if layer.owner == "target" and layer.role == "mla_latent"), None)
+    p = next(
+        (
+            specs[layer.name].page_size_bytes
+            for layer in model.layers
+            if layer.owner == "target" and layer.role == "mla_latent"
+        ),
+        None,
+    )
     if p is None or model.drafter_backend is None:
         return specs
     out = dict(specs)
@@ -74,8 +80,9 @@ def _apply_overlay(model: Model, specs: dict[str, KVCacheSpec], notes: list[str]
         if p % per_token == 0 and model.drafter_backend.supports_block_size(p // per_token):
             out[layer.name] = s.with_block_size(p // per_token)
         else:
-            notes.append(f"overlay: no exact drafter block for {layer.name} "
-                         f"(P={p}, {per_token} B/token); stock behaviour kept")
+            notes.append(
+                f"overlay: no exact drafter block for {layer.name} (P={p}, {per_token} B/token); stock behaviour kept"
+            )
     return out
 
 
@@ -86,8 +93,9 @@ def _target_attention_page(model: Model, specs: dict[str, KVCacheSpec]) -> int |
     return None
 
 
-def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list[str],
-          model: Model | None = None) -> tuple[Model | None, Plan]:
+def _plan(
+    inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list[str], model: Model | None = None
+) -> tuple[Model | None, Plan]:
     """One planning run; ``model`` None: built from ``inputs`` (returned as
     None when vLLM would raise while building it)."""
     cache = None
@@ -107,23 +115,48 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list
         validate_layout(groups, layout)
         bpb = bytes_per_block(groups, layout)
         num_blocks = inputs.kv_cache_memory_bytes // bpb
-        t_block = next(final_specs[layer.name].block_size for layer in model.layers
-                       if layer.owner == "target" and layer.role in ("mla_latent", "attention"))
+        t_block = next(
+            final_specs[layer.name].block_size
+            for layer in model.layers
+            if layer.owner == "target" and layer.role in ("mla_latent", "attention")
+        )
         prefix = resolve_prefix_cache(
             [CacheGroup(gs[0]) for _, gs in groups],
-            inputs.enable_prefix_caching, inputs.mamba_cache_mode, model.max_model_len)
-        return model, Plan(cache.block_size, cache.mamba_page_size_padded, layout, path, rows,
-                           _group_rows(model, path, groups, _state_blocks(model, inputs, num_spec)),
-                           bpb, num_blocks,
-                           num_blocks * t_block, _target_attention_page(model, final_specs),
-                           prefix_cache=prefix)
+            inputs.enable_prefix_caching,
+            inputs.mamba_cache_mode,
+            model.max_model_len,
+        )
+        return model, Plan(
+            cache.block_size,
+            cache.mamba_page_size_padded,
+            layout,
+            path,
+            rows,
+            _group_rows(model, path, groups, _state_blocks(model, inputs, num_spec)),
+            bpb,
+            num_blocks,
+            num_blocks * t_block,
+            _target_attention_page(model, final_specs),
+            prefix_cache=prefix,
+        )
     except PrefixCacheError as exc:
-        return model, Plan(cache.block_size, cache.mamba_page_size_padded, None, None, rows,
-                           (), None, None, None, None, error=str(exc))
+        return model, Plan(
+            cache.block_size, cache.mamba_page_size_padded, None, None, rows, (), None, None, None, None, error=str(exc)
+        )
     except SimulatedError as exc:
-        return model, Plan(cache.block_size if cache else None,
-                           cache.mamba_page_size_padded if cache else None,
-                           None, None, rows, (), None, None, None, None, error=str(exc))
+        return model, Plan(
+            cache.block_size if cache else None,
+            cache.mamba_page_size_padded if cache else None,
+            None,
+            None,
+            rows,
+            (),
+            None,
+            None,
+            None,
+            None,
+            error=str(exc),
+        )
 
 
 def _state_blocks(model: Model, inputs: GeometryInputs, num_spec: int) -> int:
@@ -139,11 +172,18 @@ def _state_blocks(model: Model, inputs: GeometryInputs, num_spec: int) -> int:
 def _group_rows(model: Model, path: str, groups, state_blocks: int) -> tuple[GroupRow, ...]:
     roles = {layer.name: layer.role for layer in model.layers}
     return tuple(
-        GroupRow(i, gs[0].vllm_class,
-                 tuple(sorted({roles[n] for n in names})), tuple(names),
-                 gs[0].block_size, sum(s.page_size_bytes for s in gs),
-                 _group_is_draft(path, gs), gs[0].per_request(state_blocks))
-        for i, (names, gs) in enumerate(groups))
+        GroupRow(
+            i,
+            gs[0].vllm_class,
+            tuple(sorted({roles[n] for n in names})),
+            tuple(names),
+            gs[0].block_size,
+            sum(s.page_size_bytes for s in gs),
+            _group_is_draft(path, gs),
+            gs[0].per_request(state_blocks),
+        )
+        for i, (names, gs) in enumerate(groups)
+    )
 
 
 def _group_is_draft(path: str, specs: list[KVCacheSpec]) -> bool:
@@ -161,13 +201,23 @@ def _rows(model: Model, specs: dict[str, KVCacheSpec]) -> tuple[LayerRow, ...]:
     rows = []
     for layer in model.layers:
         s = specs[layer.name]
-        rows.append(LayerRow(
-            name=layer.name, owner=layer.owner, role=layer.role, spec_class=s.vllm_class,
-            block_size=s.block_size, num_kv_heads=s.row_heads[0], head_size=s.row_heads[1],
-            dtype=s.dtype_name, bytes_per_token=s.bytes_per_token,
-            real_page_bytes=s.real_page_size_bytes, page_bytes=s.page_size_bytes,
-            padded=s.page_size_bytes != s.real_page_size_bytes,
-            block_stride_alignment=s.get_block_stride_alignment()))
+        rows.append(
+            LayerRow(
+                name=layer.name,
+                owner=layer.owner,
+                role=layer.role,
+                spec_class=s.vllm_class,
+                block_size=s.block_size,
+                num_kv_heads=s.row_heads[0],
+                head_size=s.row_heads[1],
+                dtype=s.dtype_name,
+                bytes_per_token=s.bytes_per_token,
+                real_page_bytes=s.real_page_size_bytes,
+                page_bytes=s.page_size_bytes,
+                padded=s.page_size_bytes != s.real_page_size_bytes,
+                block_stride_alignment=s.get_block_stride_alignment(),
+            )
+        )
     return tuple(rows)
 
 
@@ -177,15 +227,25 @@ def simulate(inputs: GeometryInputs) -> GeometryReport:
     model, with_d = _plan(inputs, inputs.has_drafter, inputs.num_speculative_tokens, notes)
     if model is None:  # the model itself cannot be built (vLLM raises at load)
         return GeometryReport(
-            behaviour=inputs.vllm_behaviour, model_kind=inputs.target.kind,
+            behaviour=inputs.vllm_behaviour,
+            model_kind=inputs.target.kind,
             capability_family=inputs.capability_family,
             tensor_parallel_size=inputs.tensor_parallel_size,
             num_speculative_tokens=inputs.num_speculative_tokens,
-            target_kv_dtype=inputs.kv_cache_dtype, drafter_kv_dtype=inputs.drafter_kv_cache_dtype,
-            backends=(), kernel_block_alignment=None, drafter_backend=None,
-            drafter_kernel_block=None, with_drafter=with_d, without_drafter=with_d,
-            target_only_same_spec=with_d, kv_cache_memory_bytes=inputs.kv_cache_memory_bytes,
-            notes=tuple(notes), nodes=inputs.nodes, requested_block_size=inputs.block_size)
+            target_kv_dtype=inputs.kv_cache_dtype,
+            drafter_kv_dtype=inputs.drafter_kv_cache_dtype,
+            backends=(),
+            kernel_block_alignment=None,
+            drafter_backend=None,
+            drafter_kernel_block=None,
+            with_drafter=with_d,
+            without_drafter=with_d,
+            target_only_same_spec=with_d,
+            kv_cache_memory_bytes=inputs.kv_cache_memory_bytes,
+            notes=tuple(notes),
+            nodes=inputs.nodes,
+            requested_block_size=inputs.block_size,
+        )
     if inputs.has_drafter:
         n = inputs.num_speculative_tokens
         target = model.target_only()

@@ -59,22 +59,19 @@ from overlay.patch_tree import apply_series  # noqa: E402
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        description="Apply the GLM-5.3 overlay patch series to vLLM (all or nothing)."
-    )
+    parser = argparse.ArgumentParser(description="Apply the GLM-5.3 overlay patch series to vLLM (all or nothing).")
     parser.add_argument("--series", default=str(DEFAULT_SERIES), help="series directory")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--site-packages", help="directory holding vllm/ and its dist-info")
     where.add_argument("--vllm-dir", help="the vllm package directory itself")
     parser.add_argument("--manifest", help="write the manifest JSON here")
     parser.add_argument("--check", action="store_true", help="verify only, write nothing")
-    parser.add_argument("--write-bytecode", action="store_true",
-                        help="also write hash-based .pyc for the changed modules")
-    parser.add_argument("--smoke-import", action="store_true",
-                        help="import every patched module in a subprocess")
+    parser.add_argument(
+        "--write-bytecode", action="store_true", help="also write hash-based .pyc for the changed modules"
+    )
+    parser.add_argument("--smoke-import", action="store_true", help="import every patched module in a subprocess")
     parser.add_argument("--json", action="store_true", help="print a JSON result")
-    parser.add_argument("--print-series-sha256", action="store_true",
-                        help="print series_sha256 of --series and exit")
+    parser.add_argument("--print-series-sha256", action="store_true", help="print series_sha256 of --series and exit")
     args = parser.parse_args(argv)
 
     if args.print_series_sha256:

@@ -30,9 +30,7 @@ class FilePatch:
 def _strip_prefix(name: str, patch_name: str) -> str:
     name = name.split("\t", 1)[0].strip()
     if name == "/dev/null":
-        raise OverlayError(
-            f"{patch_name}: creating or deleting files is not supported"
-        )
+        raise OverlayError(f"{patch_name}: creating or deleting files is not supported")
     if not (name.startswith("a/") or name.startswith("b/")):
         raise OverlayError(f"{patch_name}: path {name!r} lacks an a/ or b/ prefix")
     rel = name[2:]
@@ -52,9 +50,7 @@ def parse_patch(data: bytes, patch_name: str) -> list:
         line = lines[i]
         if line.startswith(b"--- ") and i + 1 < n and lines[i + 1].startswith(b"+++ "):
             old = _strip_prefix(line[4:].decode("utf-8").rstrip("\r\n"), patch_name)
-            new = _strip_prefix(
-                lines[i + 1][4:].decode("utf-8").rstrip("\r\n"), patch_name
-            )
+            new = _strip_prefix(lines[i + 1][4:].decode("utf-8").rstrip("\r\n"), patch_name)
             if old != new:
                 raise OverlayError(f"{patch_name}: renames are not supported ({old})")
             i += 2
@@ -66,9 +62,7 @@ def parse_patch(data: bytes, patch_name: str) -> list:
                     old_start, old_len = _range(ranges[0][1:])
                     new_start, new_len = _range(ranges[1][1:])
                 except (IndexError, ValueError):
-                    raise OverlayError(
-                        f"{patch_name}: {old}: malformed hunk header {header.strip()!r}"
-                    ) from None
+                    raise OverlayError(f"{patch_name}: {old}: malformed hunk header {header.strip()!r}") from None
                 i += 1
                 body = []
                 seen_old = seen_new = 0
@@ -95,9 +89,7 @@ def parse_patch(data: bytes, patch_name: str) -> list:
                     body[-1] = (tag, text.rstrip(b"\r\n"))
                     i += 1
                 if seen_old != old_len or seen_new != new_len:
-                    raise OverlayError(
-                        f"{patch_name}: {old}: hunk at line {old_start} is truncated"
-                    )
+                    raise OverlayError(f"{patch_name}: {old}: hunk at line {old_start} is truncated")
                 hunks.append(Hunk(old_start, old_len, new_start, new_len, tuple(body)))
             if not hunks:
                 raise OverlayError(f"{patch_name}: {old}: no hunks")
@@ -125,14 +117,9 @@ def apply_file_patch(original: bytes, fp: FilePatch, patch_name: str) -> bytes:
     for hunk in fp.hunks:
         start = hunk.old_start - 1 if hunk.old_len else hunk.old_start
         if hunk.new_start - 1 + (0 if hunk.new_len else 1) != start + delta:
-            raise OverlayError(
-                f"{fp.path}: {patch_name}: hunk at line {hunk.old_start} has "
-                "inconsistent line numbers"
-            )
+            raise OverlayError(f"{fp.path}: {patch_name}: hunk at line {hunk.old_start} has inconsistent line numbers")
         if start < cursor:
-            raise OverlayError(
-                f"{fp.path}: {patch_name}: hunks overlap at line {hunk.old_start}"
-            )
+            raise OverlayError(f"{fp.path}: {patch_name}: hunks overlap at line {hunk.old_start}")
         out.extend(src[cursor:start])
         pos = start
         for tag, text in hunk.lines:

@@ -1,6 +1,7 @@
 """Checks that a JSON document has the shape its writer writes, each failure one line naming the
 place and the key (stdlib only). The overlay manifest and geometry/image_contract.py's documents
 use them, each with its own error type (``error``)."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,9 @@ def json_object(error: type[Exception], data: Any, where: str) -> Mapping[str, A
     return data
 
 
-def exact_keys(error: type[Exception], data: Mapping[str, Any], cls: type, where: str,
-               optional: tuple[str, ...] = ()) -> None:
+def exact_keys(
+    error: type[Exception], data: Mapping[str, Any], cls: type, where: str, optional: tuple[str, ...] = ()
+) -> None:
     """``data`` has the fields of dataclass ``cls``, no others (``optional`` may be absent)."""
     names = {f.name for f in fields(cls)}
     unknown = sorted(set(data) - names)

@@ -19,8 +19,7 @@ def locate_vllm(package: str, vllm_dir=None, site_packages=None) -> Path:
         spec = importlib.util.find_spec(package)  # top level: no import runs
         if spec is None or not spec.submodule_search_locations:
             raise OverlayError(
-                f"{package}: not found on this Python's path "
-                f"({sys.executable}); pass --site-packages or --vllm-dir"
+                f"{package}: not found on this Python's path ({sys.executable}); pass --site-packages or --vllm-dir"
             )
         pkg = Path(list(spec.submodule_search_locations)[0])
     pkg = pkg.resolve()
@@ -50,13 +49,11 @@ def installed_version(pkg_dir: Path, package: str) -> tuple:
             metas.append((version, meta))
     if not metas:
         raise OverlayError(
-            f"{site}: no {package} .dist-info/METADATA next to {pkg_dir}; "
-            "cannot verify the installed version"
+            f"{site}: no {package} .dist-info/METADATA next to {pkg_dir}; cannot verify the installed version"
         )
     if len(metas) > 1:
         raise OverlayError(
-            f"{site}: several {package} distributions installed: "
-            + ", ".join(str(m.parent.name) for _, m in metas)
+            f"{site}: several {package} distributions installed: " + ", ".join(str(m.parent.name) for _, m in metas)
         )
     return metas[0]
 

@@ -89,8 +89,7 @@ def load_patches(series_dir, lock) -> list:
             continue
         if sha256_bytes(data) != want:
             errors.append(
-                f"{path}: sha256 {sha256_bytes(data)} differs from {LOCK_FILE} "
-                f"({want}); run overlay/refresh.py"
+                f"{path}: sha256 {sha256_bytes(data)} differs from {LOCK_FILE} ({want}); run overlay/refresh.py"
             )
             continue
         result.append((name, parse_patch(data, name)))

@@ -77,11 +77,22 @@ class OverlayManifest:
 
     def to_json(self) -> dict:
         return {
-            "schema": self.schema, "package": self.package, "version": self.version,
-            "package_dir": self.package_dir, "series": self.series, "series_sha256": self.series_sha256,
+            "schema": self.schema,
+            "package": self.package,
+            "version": self.version,
+            "package_dir": self.package_dir,
+            "series": self.series,
+            "series_sha256": self.series_sha256,
             "patches": [{"name": p.name, "sha256": p.sha256} for p in self.patches],
-            "files": [{"file": f.file, "sha256_before": f.sha256_before, "sha256_after": f.sha256_after,
-                       "patches": list(f.patches)} for f in self.files],
+            "files": [
+                {
+                    "file": f.file,
+                    "sha256_before": f.sha256_before,
+                    "sha256_after": f.sha256_after,
+                    "patches": list(f.patches),
+                }
+                for f in self.files
+            ],
             "bytecode": list(self.bytecode),
             "stale_bytecode": {key: list(value) for key, value in self.stale_bytecode.items()},
             "python": self.python,
@@ -97,8 +108,10 @@ class OverlayManifest:
         _keys(data, cls, where)
         if data["schema"] != MANIFEST_SCHEMA:
             raise ManifestError(f"{where}: schema: {data['schema']!r}, expected {MANIFEST_SCHEMA!r}")
-        strings = {key: _typed(data, key, str, where)
-                   for key in ("schema", "package", "version", "package_dir", "series", "series_sha256", "python")}
+        strings = {
+            key: _typed(data, key, str, where)
+            for key in ("schema", "package", "version", "package_dir", "series", "series_sha256", "python")
+        }
         patches = []
         for i, raw in enumerate(_typed(data, "patches", list, where)):
             at = f"{where}: patches[{i}]"
@@ -110,14 +123,24 @@ class OverlayManifest:
             at = f"{where}: files[{i}]"
             raw = _object(raw, at)
             _keys(raw, ManifestFile, at)
-            files.append(ManifestFile(_typed(raw, "file", str, at), _typed(raw, "sha256_before", str, at),
-                                      _typed(raw, "sha256_after", str, at), _strings(raw, "patches", at)))
+            files.append(
+                ManifestFile(
+                    _typed(raw, "file", str, at),
+                    _typed(raw, "sha256_before", str, at),
+                    _typed(raw, "sha256_after", str, at),
+                    _strings(raw, "patches", at),
+                )
+            )
         stale = _object(data["stale_bytecode"], f"{where}: stale_bytecode")
         if sorted(stale) != ["kept", "removed"]:
             raise ManifestError(f"{where}: stale_bytecode: expected the keys kept and removed, got {sorted(stale)}")
-        return cls(patches=tuple(patches), files=tuple(files), bytecode=_strings(data, "bytecode", where),
-                   stale_bytecode={key: tuple(_typed(stale, key, list, f"{where}: stale_bytecode")) for key in stale},
-                   **strings)
+        return cls(
+            patches=tuple(patches),
+            files=tuple(files),
+            bytecode=_strings(data, "bytecode", where),
+            stale_bytecode={key: tuple(_typed(stale, key, list, f"{where}: stale_bytecode")) for key in stale},
+            **strings,
+        )
 
 
 _object = partial(json_object, ManifestError)

@@ -22,8 +22,9 @@ from .transaction import all_or_nothing, write_atomically
 from .tree import APPLIED, TreeState, inspect_tree
 
 
-def manifest_of(tree: TreeState, series_dir: Path, bytecode: list,
-                stale_report: Optional[dict] = None) -> OverlayManifest:
+def manifest_of(
+    tree: TreeState, series_dir: Path, bytecode: list, stale_report: Optional[dict] = None
+) -> OverlayManifest:
     """The manifest of ``tree`` once the series is applied."""
     lock = tree.lock
     stale = stale_report or {"kept": [], "removed": []}
@@ -36,8 +37,12 @@ def manifest_of(tree: TreeState, series_dir: Path, bytecode: list,
         series_sha256=series_sha256(series_dir),
         patches=tuple(ManifestPatch(name, lock["patches"][name]) for name, _ in tree.patches),
         files=tuple(
-            ManifestFile(rel, lock["files"][rel]["pristine_sha256"], lock["files"][rel]["patched_sha256"],
-                         tuple(tree.touched_by.get(rel, ())))
+            ManifestFile(
+                rel,
+                lock["files"][rel]["pristine_sha256"],
+                lock["files"][rel]["patched_sha256"],
+                tuple(tree.touched_by.get(rel, ())),
+            )
             for rel in sorted(lock["files"])
         ),
         bytecode=tuple(sorted(bytecode)),
@@ -46,8 +51,9 @@ def manifest_of(tree: TreeState, series_dir: Path, bytecode: list,
     )
 
 
-def apply_series(series_dir, vllm_dir=None, site_packages=None, manifest=None,
-                 check=False, smoke=False, write_bytecode=False) -> dict:
+def apply_series(
+    series_dir, vllm_dir=None, site_packages=None, manifest=None, check=False, smoke=False, write_bytecode=False
+) -> dict:
     """Check (``check``) or apply the series; the result is the command line's JSON."""
     series_dir = Path(series_dir).resolve()
     tree = inspect_tree(series_dir, vllm_dir, site_packages)

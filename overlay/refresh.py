@@ -46,9 +46,7 @@ def compute_lock(series_dir: Path, pristine: Path) -> dict:
     pkg = locate_vllm(package, vllm_dir=pristine / package)
     got_version, meta = installed_version(pkg, package)
     if got_version != version:
-        raise OverlayError(
-            f"{meta}: pristine tree is {package} {got_version}, series is {version}"
-        )
+        raise OverlayError(f"{meta}: pristine tree is {package} {got_version}, series is {version}")
     patches = []
     patch_hashes = {}
     for patch_name in read_series(series_dir):
@@ -103,8 +101,7 @@ def main(argv=None) -> int:
         print(f"refresh: {lock_path} is up to date")
         return 0
     lock_path.write_text(text, encoding="utf-8")
-    print(f"refresh: wrote {lock_path} ({len(lock['files'])} files, "
-          f"{len(lock['patches'])} patches)")
+    print(f"refresh: wrote {lock_path} ({len(lock['files'])} files, {len(lock['patches'])} patches)")
     print(f"series_sha256 {series_sha256(series_dir)}")
     return 0
 

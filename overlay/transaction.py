@@ -50,9 +50,7 @@ class Transaction:
         """Stage ``data`` (or the already written ``tmp``) to replace ``final`` at commit."""
         self._save(final)
         if tmp is None:
-            fd, name = tempfile.mkstemp(
-                prefix=f".{final.name}.", suffix=".overlay-tmp", dir=str(final.parent)
-            )
+            fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".overlay-tmp", dir=str(final.parent))
             tmp = Path(name)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
@@ -97,9 +95,7 @@ class Transaction:
                     continue
                 if path.exists() and path.read_bytes() == data:
                     continue
-                fd, name = tempfile.mkstemp(
-                    prefix=f".{path.name}.", suffix=".overlay-restore", dir=str(path.parent)
-                )
+                fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".overlay-restore", dir=str(path.parent))
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(data)
                 os.chmod(name, mode & 0o7777)

@@ -44,10 +44,7 @@ def inspect_tree(series_dir, vllm_dir=None, site_packages=None) -> TreeState:
     site = pkg.parent
     version, meta = installed_version(pkg, package)
     if version != lock["version"]:
-        raise OverlayError(
-            f"{meta}: installed {package} version is {version}, the series "
-            f"targets {lock['version']}"
-        )
+        raise OverlayError(f"{meta}: installed {package} version is {version}, the series targets {lock['version']}")
     patches = tuple(load_patches(series_dir, lock))
 
     originals = {}
@@ -78,18 +75,13 @@ def inspect_tree(series_dir, vllm_dir=None, site_packages=None) -> TreeState:
         return TreeState(lock, site, pkg, version, patches, touched_by(patches), APPLIED, None)
     if kinds != {PRISTINE}:
         half = sorted(rel for rel, s in states.items() if s == APPLIED)
-        raise OverlayError(
-            [f"{site / rel}: already patched while other files are pristine" for rel in half]
-        )
+        raise OverlayError([f"{site / rel}: already patched while other files are pristine" for rel in half])
 
     contents, touched = patch_in_memory(originals, patches)
     for rel, data in contents.items():
         want = lock["files"][rel]["patched_sha256"]
         if sha256_bytes(data) != want:
-            errors.append(
-                f"{site / rel}: patched result has sha256 {sha256_bytes(data)}, "
-                f"expected {want}"
-            )
+            errors.append(f"{site / rel}: patched result has sha256 {sha256_bytes(data)}, expected {want}")
     untouched = sorted(set(lock["files"]) - set(touched))
     for rel in untouched:
         errors.append(f"{site / rel}: recorded in the lock but no patch touches it")

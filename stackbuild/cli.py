@@ -11,11 +11,14 @@ Run as ``python build.py COMMAND`` from the checkout::
     python build.py push     --recipe R [--force]
     python build.py index    --recipe R [--force]          # multi-platform: the index over pushed images
     python build.py compose  --recipe R [-o FILE]
-    python build.py preflight --recipe R --models-dir DIR [--role leader|worker] [-- serve args]   # the image's start-time check, here
+    python build.py preflight --recipe R --models-dir DIR [--role leader|worker] [-- serve args]
+                                                   # the image's start-time check, here
     python build.py pin --recipe R --models-dir DIR     # write the mounted snapshots' commits and config sha256s into R
     python build.py verify   IMAGE@DIGEST --recipe R            # labels, SBOM, provenance, gate; lists qualifications
-    python build.py qualify  --url URL [--recipe R] [--baseline-url URL] [--json] [--out DIR] [--attach IMAGE@DIGEST]
+    python build.py qualify  --url URL [--recipe R] [--baseline-url URL] [--json] [--out DIR]
+                             [--attach IMAGE@DIGEST]
 """
+
 from __future__ import annotations
 
 import json
@@ -30,10 +33,16 @@ from stackbuild.core.errors import InternalError, StackBuildError
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 
 recipe_option = click.option(
-    "--recipe", "recipe_path", type=click.Path(dir_okay=False, path_type=Path),
-    default=DEFAULT_RECIPE, show_default="the GB300 recipe", help="Stack recipe (YAML).",
+    "--recipe",
+    "recipe_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=DEFAULT_RECIPE,
+    show_default="the GB300 recipe",
+    help="Stack recipe (YAML).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+
+
 def _checked_owner(ctx, param, value):
     """--owner or IMAGE_OWNER, refused (exit 2) naming which one gave it, with the namespace it probably means."""
     if value is None:
@@ -46,20 +55,37 @@ def _checked_owner(ctx, param, value):
     return check_owner(value, OWNER_FROM_ENVIRONMENT if from_env else "--owner")
 
 
-owner_option = click.option("--owner", envvar="IMAGE_OWNER", callback=_checked_owner,
-                            help="Registry namespace for {owner} in image.repository and image.source (env IMAGE_OWNER).")
+owner_option = click.option(
+    "--owner",
+    envvar="IMAGE_OWNER",
+    callback=_checked_owner,
+    help="Registry namespace for {owner} in image.repository and image.source (env IMAGE_OWNER).",
+)
+
+
 def repository_option(what: str):
     """--repository, its help saying what this command does with it."""
-    return click.option("--repository", help=f"{what} this repository instead of the recipe's image.repository "
-                                             "(e.g. 127.0.0.1:5000/me/glm).")
-force_option = click.option("--force", is_flag=True,
-                            help="Re-point a pinned tag the registry already has for another image (logged); without it that push is refused.")
-unpinned_option = click.option("--allow-unpinned", is_flag=True, help="Build FROM the base tag when no digest is pinned (not reproducible).")
+    return click.option(
+        "--repository",
+        help=f"{what} this repository instead of the recipe's image.repository (e.g. 127.0.0.1:5000/me/glm).",
+    )
+
+
+force_option = click.option(
+    "--force",
+    is_flag=True,
+    help="Re-point a pinned tag the registry already has for another image (logged); without it that push is refused.",
+)
+unpinned_option = click.option(
+    "--allow-unpinned", is_flag=True, help="Build FROM the base tag when no digest is pinned (not reproducible)."
+)
 
 
 platform_option = click.option(
-    "--platform", help="Only this one of the recipe's platforms; for a multi-platform recipe, its image alone, "
-                       "tagged `<pinned tag>-<arch>` (`build.py index` then puts the index over them).")
+    "--platform",
+    help="Only this one of the recipe's platforms; for a multi-platform recipe, its image alone, "
+    "tagged `<pinned tag>-<arch>` (`build.py index` then puts the index over them).",
+)
 
 
 JSON_PRINTED = "json_printed"  # ctx.meta: the command has printed its one JSON object
@@ -107,7 +133,9 @@ class Cli(click.Group):
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
         except Exception as exc:  # noqa: BLE001 - the last resort: one line, never a traceback
-            error = InternalError(f"internal error: {type(exc).__name__}: {one_line(exc)[:300]}; please report it with the command line")
+            error = InternalError(
+                f"internal error: {type(exc).__name__}: {one_line(exc)[:300]}; please report it with the command line"
+            )
             click.echo(f"error: {error}", err=True)
             _json_failure(ctx, wants_json, error.exit_code, str(error))
             ctx.exit(error.exit_code)
@@ -116,14 +144,16 @@ class Cli(click.Group):
 def _before_separator(args) -> list[str]:
     """The arguments before ``--`` (what follows is passed on, e.g. preflight's serve args)."""
     args = list(args)
-    return args[:args.index("--")] if "--" in args else args
+    return args[: args.index("--")] if "--" in args else args
 
 
 def _json_failure(ctx, wants_json: bool, exit_code: int, error: str) -> None:
     """With ``--json``, a failure is still one object on stdout: ``{ok, exit_code, error}``, unless
     the command printed its own (the geometry table, the pre-flight's checks) before failing."""
     if wants_json and not ctx.meta.get(JSON_PRINTED):
-        click.echo(json.dumps({"ok": False, "exit_code": exit_code, "error": one_line(error)}, indent=2, sort_keys=True))
+        click.echo(
+            json.dumps({"ok": False, "exit_code": exit_code, "error": one_line(error)}, indent=2, sort_keys=True)
+        )
 
 
 def _print_version(ctx, _param, value) -> None:
@@ -138,10 +168,11 @@ def _print_version(ctx, _param, value) -> None:
 def owner_notice(plan) -> None:
     """Say when the image name carries the stand-in owner (such an image is never pushed)."""
     if plan.image.owner_missing:
-        click.echo(f"notice: no image owner (--owner, IMAGE_OWNER): naming the image {plan.image.repository}; "
-                   "it stays in this engine (a push needs an owner)", err=True)
-
-
+        click.echo(
+            f"notice: no image owner (--owner, IMAGE_OWNER): naming the image {plan.image.repository}; "
+            "it stays in this engine (a push needs an owner)",
+            err=True,
+        )
 
 
 def print_json(data: dict) -> None:
@@ -158,8 +189,14 @@ def emit(as_json: bool, data: dict, text: str) -> None:
 
 
 @click.group(cls=Cli, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
-              help="This project's version, the checkout's commit and the vLLM release the gate models.")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="This project's version, the checkout's commit and the vLLM release the gate models.",
+)
 def cli() -> None:
     """Build the GLM-5.3-Flash + DFlash2 vLLM image from a stack recipe."""
 
@@ -198,9 +235,17 @@ def lock(recipe_path, as_json):
     recipe = load_recipe(recipe_path)
     locked = lock_base(recipe, json_progress=as_json)
     listed = ", ".join(recipe.platforms)
-    emit(as_json, {"lock": str(locked.path), "base": str(recipe.base.reference), "digest": locked.digest,
-                   "platform": recipe.platform, "platforms": list(recipe.platforms)},
-         f"{recipe.base.reference} ({listed}) -> {locked.digest}\nwrote {locked.path}")
+    emit(
+        as_json,
+        {
+            "lock": str(locked.path),
+            "base": str(recipe.base.reference),
+            "digest": locked.digest,
+            "platform": recipe.platform,
+            "platforms": list(recipe.platforms),
+        },
+        f"{recipe.base.reference} ({listed}) -> {locked.digest}\nwrote {locked.path}",
+    )
 
 
 @cli.command()
@@ -222,15 +267,23 @@ def record(recipe_path, owner, repository, allow_unpinned, image, as_json):
     from stackbuild.image.plan import make_plan
     from stackbuild.image.platform_plans import recorded_image
 
-    plan = make_plan(load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
-                     read_oracle_record=False)
+    plan = make_plan(
+        load_recipe(recipe_path),
+        owner=owner,
+        repository=repository,
+        allow_unpinned=allow_unpinned,
+        read_oracle_record=False,
+    )
     image = image or recorded_image(plan)
     with engine_errors(f"record from {image}"):
         path, kept = save_from_image(connect(), image, plan.recipe, plan.gate_input, plan.payload_dir)
     key = kept["key"]
-    emit(as_json, {"record": str(path), "image": image, "key": key},
-         f"{image}: vLLM tree {key['vllm_tree'][:16]}, Python {key['python']}, "
-         f"{len(key['distributions'])} packages\nwrote {path}")
+    emit(
+        as_json,
+        {"record": str(path), "image": image, "key": key},
+        f"{image}: vLLM tree {key['vllm_tree'][:16]}, Python {key['python']}, "
+        f"{len(key['distributions'])} packages\nwrote {path}",
+    )
 
 
 def _contexts(_ctx, _param, value):
@@ -252,9 +305,15 @@ def _contexts(_ctx, _param, value):
 @recipe_option
 @json_option
 @click.option("--stock", is_flag=True, help="Model stock vLLM 0.33.0 (no overlay) instead of the patched tree.")
-@click.option("--context", "contexts", callback=_contexts, default=None, metavar="N[,N...]",
-              help="Request lengths for 'requests at once' (e.g. 8192,32K,1M); default 32K, 128K, 1M up to "
-                   "max_model_len, and max_model_len.")
+@click.option(
+    "--context",
+    "contexts",
+    callback=_contexts,
+    default=None,
+    metavar="N[,N...]",
+    help="Request lengths for 'requests at once' (e.g. 8192,32K,1M); default 32K, 128K, 1M up to "
+    "max_model_len, and max_model_len.",
+)
 def geometry(recipe_path, as_json, stock, contexts):
     """Run the KV-geometry simulator and gate for a recipe on the host."""
     from geometry.concurrency import ContextTooLong, concurrency
@@ -278,9 +337,14 @@ def geometry(recipe_path, as_json, stock, contexts):
 @recipe_option
 @json_option
 @click.option("--stock", is_flag=True, help="Model stock vLLM 0.33.0 (no overlay) instead of the patched tree.")
-@click.option("--keep", "keep", multiple=True, type=click.Choice(KEEPABLE),
-              help="Hold this recipe key at the recipe's value (repeatable), e.g. serving.enable_prefix_caching "
-                   "to see only settings that keep prefix-cache hits.")
+@click.option(
+    "--keep",
+    "keep",
+    multiple=True,
+    type=click.Choice(KEEPABLE),
+    help="Hold this recipe key at the recipe's value (repeatable), e.g. serving.enable_prefix_caching "
+    "to see only settings that keep prefix-cache hits.",
+)
 def fit(recipe_path, as_json, stock, keep):
     """Search block size, drafter KV dtype, prefix caching and num_speculative_tokens for settings that
     pass the geometry gate; print the best few and the recipe lines to change.
@@ -307,14 +371,42 @@ def fit(recipe_path, as_json, stock, keep):
 @json_option
 @click.option("--dry-run", is_flag=True, help="Print the plan (Dockerfile, tags, registry); no daemon needed.")
 @click.option("--push/--no-push", default=False, help="Push the tags after a successful build.")
-@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the build report (JSON) here.")
-@click.option("--no-cache", "no_cache", is_flag=True, help="Run every step again, the gate included, instead of reusing the engine's cached layers.")
-@click.option("--keep-record", is_flag=True,
-              help="Unless the gate checked against the recipe's recipe.oracle.json, write the image's oracle record there (before tagging).")
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the build report (JSON) here.",
+)
+@click.option(
+    "--no-cache",
+    "no_cache",
+    is_flag=True,
+    help="Run every step again, the gate included, instead of reusing the engine's cached layers.",
+)
+@click.option(
+    "--keep-record",
+    is_flag=True,
+    help=(
+        "Unless the gate checked against the recipe's recipe.oracle.json, write the image's oracle record there "
+        "(before tagging)."
+    ),
+)
 @force_option
 @platform_option
-def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push, report_path, no_cache, keep_record, force,
-          platform):
+def build(
+    recipe_path,
+    owner,
+    repository,
+    allow_unpinned,
+    as_json,
+    dry_run,
+    push,
+    report_path,
+    no_cache,
+    keep_record,
+    force,
+    platform,
+):
     """Build (and optionally push) the image; nothing is tagged if any step fails.
 
     A recipe with several platforms builds and gates each in turn, tags each
@@ -324,8 +416,7 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
     from stackbuild.image.platform_plans import build_plans
 
     recipe = load_recipe(recipe_path)
-    plans = build_plans(recipe, platform, owner=owner, repository=repository, allow_unpinned=allow_unpinned,
-                        push=push)
+    plans = build_plans(recipe, platform, owner=owner, repository=repository, allow_unpinned=allow_unpinned, push=push)
     plan = plans[0]
     owner_notice(plan)
     if dry_run:
@@ -336,11 +427,22 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
         return
     from stackbuild.image.pipeline import run_build
 
-    report = run_build(plans, push=push, report_path=report_path, json_progress=as_json, nocache=no_cache,
-                       keep_record=keep_record, force=force)
+    report = run_build(
+        plans,
+        push=push,
+        report_path=report_path,
+        json_progress=as_json,
+        nocache=no_cache,
+        keep_record=keep_record,
+        force=force,
+    )
     built = report.get("images") or {plan.recipe.platform: report}
-    emit(as_json, report, "\n".join(f"built {image['image_id']} ({platform})" for platform, image in built.items())
-         + (f"\npushed {report['pushed_digest']}" if report.get("pushed_digest") else ""))
+    emit(
+        as_json,
+        report,
+        "\n".join(f"built {image['image_id']} ({platform})" for platform, image in built.items())
+        + (f"\npushed {report['pushed_digest']}" if report.get("pushed_digest") else ""),
+    )
 
 
 @cli.command()
@@ -349,10 +451,16 @@ def build(recipe_path, owner, repository, allow_unpinned, as_json, dry_run, push
 @repository_option("Push to")
 @unpinned_option
 @json_option
-@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), help="Build report to complete with the pushed digest (default out/build-report.json).")
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Build report to complete with the pushed digest (default out/build-report.json).",
+)
 @force_option
 def push(recipe_path, owner, repository, allow_unpinned, as_json, report_path, force):
-    """Push the tags of an image built from this recipe and attach its SBOM and provenance (credentials from `docker login`)."""
+    """Push the tags of an image built from this recipe and attach its SBOM and provenance
+    (credentials from `docker login`)."""
     from stackbuild.image.pipeline import run_push
     from stackbuild.image.platform_plans import publish_plans
 
@@ -387,9 +495,13 @@ def index(recipe_path, owner, repository, allow_unpinned, as_json, force):
 @recipe_option
 @owner_option
 @repository_option("Serve the image from")
-@click.option("-o", "--output", type=click.Path(path_type=Path),
-              help="Compose file to write (default: compose/<recipe name>.compose.yaml); for a multi-node "
-                   "recipe, the existing directory to write one file per node role into (default: compose/).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="Compose file to write (default: compose/<recipe name>.compose.yaml); for a multi-node "
+    "recipe, the existing directory to write one file per node role into (default: compose/).",
+)
 @click.option("--models-dir", help="Host directory holding the model snapshots (mounted read-only).")
 @click.option("--port", type=int, help="Host port to publish (single-node recipes).")
 @click.option("--gpus", help="Comma-separated GPU ids to reserve (default: any, count = TP size / nodes).")
@@ -402,8 +514,16 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
     if recipe.serving.nodes > 1:
         from stackbuild.serve.multinode import write_role_files
 
-        result = write_role_files(recipe, output_dir=output, owner=owner, repository=repository,
-                                  models_dir=models_dir, port=port, gpus=gpus, digest=digest)
+        result = write_role_files(
+            recipe,
+            output_dir=output,
+            owner=owner,
+            repository=repository,
+            models_dir=models_dir,
+            port=port,
+            gpus=gpus,
+            digest=digest,
+        )
         emit(as_json, result, "wrote " + ", ".join(result["paths"].values()))
         return
     if output is not None and output.is_dir():  # an output path (exit 15), not a usage error
@@ -412,50 +532,117 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
         raise OutputError(f"-o {output}: is a directory; a one-node recipe writes one compose file: give its file name")
     from stackbuild.serve.compose import write_compose
 
-    result = write_compose(recipe, output=output, owner=owner, repository=repository,
-                           models_dir=models_dir, port=port, gpus=gpus, digest=digest)
+    result = write_compose(
+        recipe,
+        output=output,
+        owner=owner,
+        repository=repository,
+        models_dir=models_dir,
+        port=port,
+        gpus=gpus,
+        digest=digest,
+    )
     emit(as_json, result, f"wrote {result['path']}")
 
 
 @cli.command()
-@click.option("--target", "target", type=click.Choice(["k8s"]), required=True, help="What to deploy on (k8s: Kubernetes).")
+@click.option(
+    "--target", "target", type=click.Choice(["k8s"]), required=True, help="What to deploy on (k8s: Kubernetes)."
+)
 @recipe_option
 @owner_option
 @repository_option("Deploy the image from")
-@click.option("-o", "--output", "output_dir", type=click.Path(path_type=Path),
-              help="Existing directory to write <recipe name>.k8s.yaml into (default: compose/).")
-@click.option("--models-host-path", help="Node directory holding the model snapshots, mounted read-only (default: the recipe's models directory).")
+@click.option(
+    "-o",
+    "--output",
+    "output_dir",
+    type=click.Path(path_type=Path),
+    help="Existing directory to write <recipe name>.k8s.yaml into (default: compose/).",
+)
+@click.option(
+    "--models-host-path",
+    help="Node directory holding the model snapshots, mounted read-only (default: the recipe's models directory).",
+)
 @click.option("--models-pvc", help="PersistentVolumeClaim holding the model snapshots instead of a host path.")
-@click.option("--ifname", default="eth0", show_default=True, help="NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME in multi-node pods.")
+@click.option(
+    "--ifname", default="eth0", show_default=True, help="NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME in multi-node pods."
+)
 @click.option("--namespace", help="metadata.namespace of every object (default: none, kubectl's current).")
-@click.option("--api-key-secret", help="Secret whose key 'api-key' becomes the API server's VLLM_API_KEY "
-              "(optional: no Secret, no key; default: <recipe name>-api-key).")
-@click.option("--image-pull-secret", "image_pull_secrets", multiple=True,
-              help="imagePullSecrets entry (repeatable) for a private registry, e.g. a GHCR package (default: none).")
+@click.option(
+    "--api-key-secret",
+    help="Secret whose key 'api-key' becomes the API server's VLLM_API_KEY "
+    "(optional: no Secret, no key; default: <recipe name>-api-key).",
+)
+@click.option(
+    "--image-pull-secret",
+    "image_pull_secrets",
+    multiple=True,
+    help="imagePullSecrets entry (repeatable) for a private registry, e.g. a GHCR package (default: none).",
+)
 @click.option("--digest", help="Image digest to pin (default: from the last build report).")
 @json_option
-def deploy(target, recipe_path, owner, repository, output_dir, models_host_path, models_pvc, ifname, namespace,
-           api_key_secret, image_pull_secrets, digest, as_json):
-    """Write Kubernetes manifests: a Deployment (one machine) or a LeaderWorkerSet (serving.nodes > 1), and a Service."""
+def deploy(
+    target,
+    recipe_path,
+    owner,
+    repository,
+    output_dir,
+    models_host_path,
+    models_pvc,
+    ifname,
+    namespace,
+    api_key_secret,
+    image_pull_secrets,
+    digest,
+    as_json,
+):
+    """Write Kubernetes manifests: a Deployment (one machine) or a LeaderWorkerSet (serving.nodes > 1),
+    and a Service."""
     from stackbuild.serve.k8s import write_manifests
 
-    result = write_manifests(load_recipe(recipe_path), output_dir=output_dir, owner=owner, repository=repository,
-                             digest=digest, models_host_path=models_host_path, models_pvc=models_pvc,
-                             ifname=ifname, namespace=namespace, api_key_secret=api_key_secret,
-                             image_pull_secrets=image_pull_secrets)
+    result = write_manifests(
+        load_recipe(recipe_path),
+        output_dir=output_dir,
+        owner=owner,
+        repository=repository,
+        digest=digest,
+        models_host_path=models_host_path,
+        models_pvc=models_pvc,
+        ifname=ifname,
+        namespace=namespace,
+        api_key_secret=api_key_secret,
+        image_pull_secrets=image_pull_secrets,
+    )
     emit(as_json, result, f"wrote {result['path']} ({', '.join(result['kinds'])})")
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
 @recipe_option
-@click.option("--models-dir", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Host directory holding the checkpoints, laid out as `compose --models-dir` mounts it.")
-@click.option("--role", type=click.Choice(["leader", "worker"]), default=None,
-              help="Multi-node recipe: check this role's command only (default: the leader's and a worker's).")
-@click.option("--leader-address", default="127.0.0.1", show_default=True,
-              help="Multi-node recipe: the leader's address as the role commands receive it.")
-@click.option("--node-rank", type=int, default=1, show_default=True,
-              help="Multi-node recipe: the worker's node rank (1 to serving.nodes - 1).")
+@click.option(
+    "--models-dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Host directory holding the checkpoints, laid out as `compose --models-dir` mounts it.",
+)
+@click.option(
+    "--role",
+    type=click.Choice(["leader", "worker"]),
+    default=None,
+    help="Multi-node recipe: check this role's command only (default: the leader's and a worker's).",
+)
+@click.option(
+    "--leader-address",
+    default="127.0.0.1",
+    show_default=True,
+    help="Multi-node recipe: the leader's address as the role commands receive it.",
+)
+@click.option(
+    "--node-rank",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Multi-node recipe: the worker's node rank (1 to serving.nodes - 1).",
+)
 @json_option
 @click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
 def preflight(recipe_path, models_dir, role, leader_address, node_rank, as_json, extra_args):
@@ -471,10 +658,20 @@ def preflight(recipe_path, models_dir, role, leader_address, node_rank, as_json,
 
     recipe = load_recipe(recipe_path)
     given = click.get_current_context().get_parameter_source
-    explicit = [f"--{name.replace('_', '-')}" for name in ("role", "leader_address", "node_rank")
-                if given(name) is click.core.ParameterSource.COMMANDLINE]
-    result = check_on_host(recipe, models_dir, role=role, leader_address=leader_address, node_rank=node_rank,
-                           explicit_role_options=tuple(explicit), extra_args=tuple(extra_args))
+    explicit = [
+        f"--{name.replace('_', '-')}"
+        for name in ("role", "leader_address", "node_rank")
+        if given(name) is click.core.ParameterSource.COMMANDLINE
+    ]
+    result = check_on_host(
+        recipe,
+        models_dir,
+        role=role,
+        leader_address=leader_address,
+        node_rank=node_rank,
+        explicit_role_options=tuple(explicit),
+        extra_args=tuple(extra_args),
+    )
     if as_json:
         print_json(result.to_json())
     else:
@@ -485,8 +682,12 @@ def preflight(recipe_path, models_dir, role, leader_address, node_rank, as_json,
 
 @cli.command()
 @recipe_option
-@click.option("--models-dir", required=True, type=click.Path(file_okay=False, exists=True, path_type=Path),
-              help="Host directory holding the checkpoints, laid out as `compose --models-dir` mounts it.")
+@click.option(
+    "--models-dir",
+    required=True,
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="Host directory holding the checkpoints, laid out as `compose --models-dir` mounts it.",
+)
 @json_option
 def pin(recipe_path, models_dir, as_json):
     """Write the snapshot commits and config sha256s of the checkpoints under --models-dir into the recipe
@@ -503,7 +704,8 @@ def pin(recipe_path, models_dir, as_json):
 @recipe_option
 @json_option
 def verify(image, recipe_path, as_json):
-    """Pull IMAGE@DIGEST, compare its labels with the recipe, re-run the gate inside it, check its SBOM and provenance."""
+    """Pull IMAGE@DIGEST, compare its labels with the recipe, re-run the gate inside it,
+    check its SBOM and provenance."""
     from stackbuild.image.verify import image_by_digest, verify_image
 
     image_by_digest(image)
@@ -516,36 +718,88 @@ def qualification_lines(result: dict) -> list[str]:
     from stackbuild.core.qualification_record import summary_line
 
     scopes = [("", result.get("qualifications") or [])]
-    scopes += [(f"{platform}: ", entry.get("qualifications") or []) for platform, entry in (result.get("platforms") or {}).items()]
+    scopes += [
+        (f"{platform}: ", entry.get("qualifications") or [])
+        for platform, entry in (result.get("platforms") or {}).items()
+    ]
     lines = [prefix + summary_line(q) for prefix, found in scopes for q in found]
     return lines or ["no qualifications (`build.py qualify --attach IMAGE@DIGEST` adds one)"]
 
 
 @cli.command()
 @click.option("--url", required=True, help="The running vLLM OpenAI server (e.g. http://127.0.0.1:8000).")
-@click.option("--recipe", "recipe_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="The recipe the server runs: its served model name, its gate's prefix-cache alignment and its "
-                   "qualify.min_* expectations (default: none; what the server reports).")
-@click.option("--model", help="Model name to request (default: the recipe's served_model_name, or the one the server lists).")
-@click.option("--api-key-env", metavar="VAR", help="Environment variable holding the server's API key (never on the command line).")
+@click.option(
+    "--recipe",
+    "recipe_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The recipe the server runs: its served model name, its gate's prefix-cache alignment and its "
+    "qualify.min_* expectations (default: none; what the server reports).",
+)
+@click.option(
+    "--model", help="Model name to request (default: the recipe's served_model_name, or the one the server lists)."
+)
+@click.option(
+    "--api-key-env",
+    metavar="VAR",
+    help="Environment variable holding the server's API key (never on the command line).",
+)
 @click.option("--baseline-url", help="The same model served without speculation, for the speed-up.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Existing directory for qualify.json and the figure qualify.png.")
-@click.option("--max-tokens", type=click.IntRange(1, 1 << 16), default=256, show_default=True, help="Output tokens per request.")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Existing directory for qualify.json and the figure qualify.png.",
+)
+@click.option(
+    "--max-tokens", type=click.IntRange(1, 1 << 16), default=256, show_default=True, help="Output tokens per request."
+)
 @click.option("--runs", type=click.IntRange(1, 1000), default=3, show_default=True, help="Measured runs per prompt.")
 @click.option("--warmup", type=click.IntRange(0, 100), default=1, show_default=True, help="Warm-up runs per prompt.")
-@click.option("--ready-timeout", type=click.FloatRange(0, 86400), default=300, show_default=True,
-              help="Seconds to wait for the first streamed token of a generation.")
-@click.option("--prefix-blocks", type=click.IntRange(1, 1024), default=2, show_default=True,
-              help="k: the prefix-cache probe's shared prefix is k x the hit alignment.")
-@click.option("--allow-degenerate", is_flag=True, help="Report output that repeats one short cycle of tokens as a warning, not a "
-                                                      "failure (dummy weights do that).")
-@click.option("--attach", "attach_to", metavar="IMAGE@DIGEST",
-              help="Push the result, pass or fail (its verdict inside), as an in-toto statement referring to this "
-                   "image (REPOSITORY@sha256:...), as the SBOM and provenance are; credentials from `docker login`.")
+@click.option(
+    "--ready-timeout",
+    type=click.FloatRange(0, 86400),
+    default=300,
+    show_default=True,
+    help="Seconds to wait for the first streamed token of a generation.",
+)
+@click.option(
+    "--prefix-blocks",
+    type=click.IntRange(1, 1024),
+    default=2,
+    show_default=True,
+    help="k: the prefix-cache probe's shared prefix is k x the hit alignment.",
+)
+@click.option(
+    "--allow-degenerate",
+    is_flag=True,
+    help="Report output that repeats one short cycle of tokens as a warning, not a failure (dummy weights do that).",
+)
+@click.option(
+    "--attach",
+    "attach_to",
+    metavar="IMAGE@DIGEST",
+    help="Push the result, pass or fail (its verdict inside), as an in-toto statement referring to this "
+    "image (REPOSITORY@sha256:...), as the SBOM and provenance are; credentials from `docker login`.",
+)
 @json_option
-def qualify(url, recipe_path, model, api_key_env, baseline_url, out_dir, max_tokens, runs, warmup, ready_timeout,
-            prefix_blocks, allow_degenerate, attach_to, as_json):
+def qualify(
+    url,
+    recipe_path,
+    model,
+    api_key_env,
+    baseline_url,
+    out_dir,
+    max_tokens,
+    runs,
+    warmup,
+    ready_timeout,
+    prefix_blocks,
+    allow_degenerate,
+    attach_to,
+    as_json,
+):
     """Measure a running deployment as the published numbers were measured: readiness, decode
     throughput, speculative decoding and prefix caching from /metrics, output sanity.
 
@@ -562,9 +816,19 @@ def qualify(url, recipe_path, model, api_key_env, baseline_url, out_dir, max_tok
 
         target = target_of(attach_to)
     result, text, written = run_qualify(
-        url=url, recipe_path=recipe_path, model=model, api_key_env=api_key_env, baseline_url=baseline_url,
-        out_dir=out_dir, max_tokens=max_tokens, runs=runs, warmup=warmup, ready_timeout=ready_timeout,
-        prefix_blocks=prefix_blocks, allow_degenerate=allow_degenerate)
+        url=url,
+        recipe_path=recipe_path,
+        model=model,
+        api_key_env=api_key_env,
+        baseline_url=baseline_url,
+        out_dir=out_dir,
+        max_tokens=max_tokens,
+        runs=runs,
+        warmup=warmup,
+        ready_timeout=ready_timeout,
+        prefix_blocks=prefix_blocks,
+        allow_degenerate=allow_degenerate,
+    )
     click.echo(text, err=True)
     for path in written:
         click.echo(f"wrote {path}", err=True)
@@ -575,8 +839,10 @@ def qualify(url, recipe_path, model, api_key_env, baseline_url, out_dir, max_tok
 
         record = qualification_record(result, recipe_path, target.reference)
         attached = attach_record(target, record)
-        click.echo(f"attached qualification {attached.digest} ({record.verdict}) to {target.reference} "
-                   f"({attached.via})", err=True)
+        click.echo(
+            f"attached qualification {attached.digest} ({record.verdict}) to {target.reference} ({attached.via})",
+            err=True,
+        )
         data["attached"] = attached_json(target, attached, record)
     if as_json:
         print_json(data)

@@ -1,4 +1,5 @@
 """Running build.py on broken input and checking how it refuses: one line, a documented code, nothing written."""
+
 from __future__ import annotations
 
 import json
@@ -7,8 +8,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from click.testing import CliRunner, Result
-
 from recipe_copies import REPO
+
 from stackbuild.cli import cli
 
 # A daemon address where nothing listens: input checks must fail before any engine is asked.

@@ -1,4 +1,5 @@
 """Helpers shared by the compose tests (no tests here): recipes, the real tools, skip-or-fail rules."""
+
 from __future__ import annotations
 
 import os
@@ -6,13 +7,12 @@ import subprocess
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-
 from infra.fixtures import unavailable  # noqa: F401 - fail under CI=true, else skip
+from recipe_copies import copy_recipe
+
+from stackbuild.core.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parent.parent
-
-from recipe_copies import copy_recipe
-from stackbuild.core.recipe import load_recipe
 
 # Tags are sm100-gb300-20251130 in every test, whatever the last commit's date: the copies
 # drop the default recipe's {rev} (tests/core/test_naming.py covers it, tests/serve/test_compose.py once).
@@ -24,13 +24,13 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 
 def recipe(tmp_path: Path, edit: Optional[Callable[[dict], Any]] = None):
     """The default recipe (copied, pinned tag without {rev}, optionally edited), loaded through the real loader."""
+
     def edited(data: dict) -> None:
         data["image"]["tags"] = ["latest", "sm{family}-{gpu}-{date}"]
         if edit is not None:
             edit(data)
+
     return load_recipe(copy_recipe(tmp_path, edited))
-
-
 
 
 def require_compose_binary() -> str:
@@ -46,8 +46,10 @@ def require_oracle() -> str:
     from stackbuild.serve.validate import oracle_python
 
     python = oracle_python()
-    probe = subprocess.run([python, "-c", "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 1)"],
-                           capture_output=True)
+    probe = subprocess.run(
+        [python, "-c", "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 1)"],
+        capture_output=True,
+    )
     if probe.returncode != 0:
         unavailable(f"vLLM is not installed for {python} (make oracle, or set GLM53_ORACLE_PYTHON)")
     return python

@@ -4,11 +4,10 @@ The infra fixtures (tests/infra/fixtures.py) find the Docker engine, the
 authenticated registry and the synthetic bases, and fail (never skip) when
 CI=true and one is missing. The end-to-end fixtures live in tests/stack_e2e.py.
 """
+
 from __future__ import annotations
 
 import pytest
-
-from infra.fixtures import cpu_serving_base, docker_engine, registry, synthetic_base_amd64, synthetic_base_arm64, wrong_vllm_base  # noqa: F401
 from stack_e2e import amd64_build, forget_session_images, logged_in  # noqa: F401
 
 

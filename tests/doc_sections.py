@@ -8,6 +8,7 @@ tests/core/test_doc_sections.py holds every section to its source. After a chang
     python tests/doc_sections.py          # rewrite every generated section in place
     python tests/doc_sections.py --check  # exit 1 and a diff when one is stale
 """
+
 from __future__ import annotations
 
 import difflib
@@ -21,9 +22,9 @@ if str(REPO) not in sys.path:  # run as a script from tests/
     sys.path.insert(0, str(REPO))
 
 from geometry.capacity import kv_token_capacity  # noqa: E402
-from stackbuild.core import errors  # noqa: E402
 from geometry.gate_run import run_gate  # noqa: E402
 from geometry.inputs import GeometryInputs  # noqa: E402
+from stackbuild.core import errors  # noqa: E402
 from stackbuild.core.gate import GIB, gate_input  # noqa: E402
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
 
@@ -79,8 +80,9 @@ def default_recipe_verdict() -> str:
         plan, alone = rep.with_drafter, rep.target_only_same_spec
         kda = {(r.real_page_bytes, r.page_bytes) for r in plan.layers if r.role == "kda"}
         drafter = {(r.block_size, r.real_page_bytes) for r in plan.layers if r.owner == "drafter"}
-        columns[behaviour] = dict(plan=plan, alone=alone, verdict=verdict, kda=_one(kda, "KDA pages"),
-                                  drafter=_one(drafter, "drafter layers"))
+        columns[behaviour] = dict(
+            plan=plan, alone=alone, verdict=verdict, kda=_one(kda, "KDA pages"), drafter=_one(drafter, "drafter layers")
+        )
     stock, overlay = columns["stock"], columns["overlay"]
     drafter_rows = [r for r in report.with_drafter.layers if r.owner == "drafter"]
     heads = _one({r.num_kv_heads for r in drafter_rows}, "drafter KV heads")
@@ -119,26 +121,31 @@ def default_recipe_verdict() -> str:
     labels = {
         "block": "target block size / MLA latent page",
         "kda": "KDA state page (real, padded)",
-        "drafter": (f"drafter block / page ({heads} KV heads × {head_size}, {drafter_dtype}: "
-                    f"{_n(per_token)} B/token)"),
+        "drafter": (f"drafter block / page ({heads} KV heads × {head_size}, {drafter_dtype}: {_n(per_token)} B/token)"),
         "bytes": "bytes per block, with / without the drafter",
         "blocks": f"blocks in {memory}",
         "slots": "KV token slots",
         "share": "KV capacity, share of the target alone's",
         "verdict": "verdict",
     }
-    intro = (f"The default recipe ({recipe.hardware.gpu}, TP{report.tensor_parallel_size}, "
-             f"{report.target_kv_dtype} target KV, {drafter_dtype} drafter KV, `num_speculative_tokens` "
-             f"{report.num_speculative_tokens}, {memory} for the KV cache), computed from its `configs/`:")
+    intro = (
+        f"The default recipe ({recipe.hardware.gpu}, TP{report.tensor_parallel_size}, "
+        f"{report.target_kv_dtype} target KV, {drafter_dtype} drafter KV, `num_speculative_tokens` "
+        f"{report.num_speculative_tokens}, {memory} for the KV cache), computed from its `configs/`:"
+    )
     rows = [(label, cell("stock", key), cell("overlay", key)) for key, label in labels.items()]
     return "\n".join([intro, "", *_table(("", "stock vLLM 0.33.0", "with the overlay"), rows)]) + "\n"
 
 
 def _prefix_caching_runs():
     gate = gate_input(load_recipe(DEFAULT_RECIPE)).to_json()
-    return {(behaviour, on): _geometry(dict(gate, enable_prefix_caching=on,
-                                            mamba_cache_mode="align" if on else "none"), behaviour)
-            for behaviour in BEHAVIOURS for on in (False, True)}
+    return {
+        (behaviour, on): _geometry(
+            dict(gate, enable_prefix_caching=on, mamba_cache_mode="align" if on else "none"), behaviour
+        )
+        for behaviour in BEHAVIOURS
+        for on in (False, True)
+    }
 
 
 def prefix_caching() -> str:
@@ -180,12 +187,14 @@ def prefix_caching() -> str:
 
     off_capacity, on_capacity = capacity(False), capacity(True)
     rows = [
-        (f"block / blocks in {memory} / KV capacity (overlay)", off_capacity,
-         "same" if on_capacity == off_capacity else on_capacity),
+        (
+            f"block / blocks in {memory} / KV capacity (overlay)",
+            off_capacity,
+            "same" if on_capacity == off_capacity else on_capacity,
+        ),
         ("scheduler block / hash block (overlay)", blocks(False), blocks(True)),
         ("cache hits land every (overlay; stock)", hits(False), hits(True)),
-        ("KDA state blocks a running request holds beyond `none` (overlay)", extra_state(False),
-         extra_state(True)),
+        ("KDA state blocks a running request holds beyond `none` (overlay)", extra_state(False), extra_state(True)),
         ("verdict (overlay; stock)", verdicts(False), verdicts(True)),
     ]
     return "\n".join(_table(("", "prefix caching off (`none`)", "on (`align`, vLLM's default)"), rows)) + "\n"
@@ -212,23 +221,30 @@ def recipe_verdicts() -> str:
         def drafter_block(rep):
             return _n(_one({r.block_size for r in rep.with_drafter.layers if r.owner == "drafter"}, name))
 
-        label = f"`{name}`" + (" at vLLM's own block (`block_size` unset)" if "block_size" in changes
-                               else "")
+        label = f"`{name}`" + (" at vLLM's own block (`block_size` unset)" if "block_size" in changes else "")
         s = recipe.serving
-        rows.append((
-            label,
-            f"{recipe.hardware.gpu}, TP{s.tensor_parallel_size} on {s.nodes} node{'s' * (s.nodes > 1)}",
-            _n(overlay.with_drafter.block_size),
-            f"{drafter_block(stock)} → {drafter_block(overlay)}",
-            f"{_n(stock.bytes_per_block)} / {_n(overlay.bytes_per_block)} / "
-            f"{_n(overlay.target_only_same_spec.bytes_per_block)}",
-            f"{_n(kv_token_capacity(stock.with_drafter))} / {_n(kv_token_capacity(overlay.with_drafter))} / "
-            f"{_n(kv_token_capacity(overlay.target_only_same_spec))}",
-            f"{_verdict_word(vs)} / {_verdict_word(vo, bold=True)}",
-        ))
-    header = ("recipe", "hardware", "target block", "drafter block (stock → overlay)",
-              "bytes per block: stock / overlay / target alone",
-              "KV capacity, tokens: stock / overlay / target alone", "verdict: stock / overlay")
+        rows.append(
+            (
+                label,
+                f"{recipe.hardware.gpu}, TP{s.tensor_parallel_size} on {s.nodes} node{'s' * (s.nodes > 1)}",
+                _n(overlay.with_drafter.block_size),
+                f"{drafter_block(stock)} → {drafter_block(overlay)}",
+                f"{_n(stock.bytes_per_block)} / {_n(overlay.bytes_per_block)} / "
+                f"{_n(overlay.target_only_same_spec.bytes_per_block)}",
+                f"{_n(kv_token_capacity(stock.with_drafter))} / {_n(kv_token_capacity(overlay.with_drafter))} / "
+                f"{_n(kv_token_capacity(overlay.target_only_same_spec))}",
+                f"{_verdict_word(vs)} / {_verdict_word(vo, bold=True)}",
+            )
+        )
+    header = (
+        "recipe",
+        "hardware",
+        "target block",
+        "drafter block (stock → overlay)",
+        "bytes per block: stock / overlay / target alone",
+        "KV capacity, tokens: stock / overlay / target alone",
+        "verdict: stock / overlay",
+    )
     return "\n".join(_table(header, rows)) + "\n"
 
 
@@ -245,8 +261,13 @@ def preflight_exit_codes() -> str:
     rows = [(str(code), errors.EXIT_CODES[code]) for code in sorted(errors.PREFLIGHT_ERRORS)]
     # The ranks of a multi-node group agree in the image only (the host has no group to ask).
     rows += [(str(code), errors.EXIT_CODES[code]) for code in (outcome.EXIT_RANKS_DIFFER, outcome.EXIT_LEADER_SILENT)]
-    rows.append((str(outcome.EXIT_BAD_MODE), "an unknown `GLM53_PREFLIGHT` mode, or a `GLM53_FINGERPRINT_PORT` / "
-                                             "`GLM53_FINGERPRINT_TIMEOUT_S` that is not a port / seconds"))
+    rows.append(
+        (
+            str(outcome.EXIT_BAD_MODE),
+            "an unknown `GLM53_PREFLIGHT` mode, or a `GLM53_FINGERPRINT_PORT` / "
+            "`GLM53_FINGERPRINT_TIMEOUT_S` that is not a port / seconds",
+        )
+    )
     return "\n".join(_table(("code", "what failed"), rows)) + "\n"
 
 
@@ -256,8 +277,11 @@ def default_recipe_requests() -> str:
 
     run = run_gate(gate_input(load_recipe(DEFAULT_RECIPE)))
     at_once = concurrency(run.report, run.inputs)
-    labels = {"with_drafter": "with the drafter", "target_only_same_spec": "target alone, same spec",
-              "without_drafter": "target alone, no speculation"}
+    labels = {
+        "with_drafter": "with the drafter",
+        "target_only_same_spec": "target alone, same spec",
+        "without_drafter": "target alone, no speculation",
+    }
     rows = []
     for i, tokens in enumerate(at_once.contexts):
         cells = []
@@ -267,12 +291,16 @@ def default_recipe_requests() -> str:
         rows.append((f"{_n(tokens)} tokens", *cells))
     head = at_once.headroom
     batched = run.inputs.max_num_batched_tokens
-    intro = ("Requests of a length that fit in the default recipe's pool at once (with the overlay), "
-             "counted as vLLM 0.33.0's KV-cache manager allocates blocks per request, with the "
-             f"{_n(batched)}-token batches `vllm serve` runs on a {load_recipe(DEFAULT_RECIPE).hardware.gpu} "
-             f"({_n(at_once.in_flight_tokens)} tokens in flight, whose blocks the drafter's sliding window holds):")
-    tail = (f"Attention KV is {_n(head.attention_bytes_per_token)} B per token; the pool holds "
-            f"{_n(head.capacity_tokens)} token slots, {head.share:.2%} of KV memory / bytes per token.")
+    intro = (
+        "Requests of a length that fit in the default recipe's pool at once (with the overlay), "
+        "counted as vLLM 0.33.0's KV-cache manager allocates blocks per request, with the "
+        f"{_n(batched)}-token batches `vllm serve` runs on a {load_recipe(DEFAULT_RECIPE).hardware.gpu} "
+        f"({_n(at_once.in_flight_tokens)} tokens in flight, whose blocks the drafter's sliding window holds):"
+    )
+    tail = (
+        f"Attention KV is {_n(head.attention_bytes_per_token)} B per token; the pool holds "
+        f"{_n(head.capacity_tokens)} token slots, {head.share:.2%} of KV memory / bytes per token."
+    )
     return "\n".join([intro, "", *_table(("", *labels.values()), rows), "", tail]) + "\n"
 
 
@@ -298,7 +326,7 @@ def regenerate(text: str, rendered: dict[str, str]) -> str:
             raise ValueError(f"generated section {name!r} has no {END.strip()!r} before the next one")
         if name not in rendered:
             rendered[name] = SECTIONS[name]()
-        out += [text[pos:match.end()], rendered[name]]
+        out += [text[pos : match.end()], rendered[name]]
         pos = end
     return "".join(out) + text[pos:]
 
@@ -323,8 +351,9 @@ def main(argv: list[str]) -> int:
     for path, (old, new) in stale().items():
         rel = path.relative_to(REPO)
         if check:
-            sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
-                                                       f"{rel} (as is)", f"{rel} (generated)"))
+            sys.stdout.writelines(
+                difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"{rel} (as is)", f"{rel} (generated)")
+            )
         else:
             path.write_text(new)
             print(f"rewrote the generated sections of {rel}", file=sys.stderr)

@@ -139,8 +139,7 @@ def drafter(rng: random.Random) -> dict:
 def scenario(rng: random.Random) -> dict:
     r = rng.random()
     kind = "glm" if r < 0.5 else ("kimi_linear" if r < 0.8 else "qwen3_next")
-    target = {"glm": glm_target, "kimi_linear": kimi_linear_target,
-              "qwen3_next": qwen3_next_target}[kind](rng)
+    target = {"glm": glm_target, "kimi_linear": kimi_linear_target, "qwen3_next": qwen3_next_target}[kind](rng)
     has_drafter = rng.random() < 0.75
     family = rng.choice([100, 100, 100, 120, 90])
     tp = rng.choice([1, 2, 4, 8])
@@ -153,8 +152,7 @@ def scenario(rng: random.Random) -> dict:
         "drafter_config": drafter(rng) if has_drafter else None,
         "tensor_parallel_size": tp,
         "kv_cache_dtype": rng.choice(["auto", "auto", "fp8", "bfloat16"]),
-        "drafter_kv_cache_dtype": (rng.choice([None, None, "fp8", "bfloat16", "auto"])
-                                   if has_drafter else None),
+        "drafter_kv_cache_dtype": (rng.choice([None, None, "fp8", "bfloat16", "auto"]) if has_drafter else None),
         "num_speculative_tokens": rng.randint(0, 15) if (has_drafter or rng.random() < 0.3) else 0,
         "capability_family": family,
         "block_size": rng.choice([None] * 6 + [16, 64, 128, 256, 1024]),
@@ -179,15 +177,20 @@ def align_matrix(behaviour: str) -> list[dict]:
         for num_spec in (0, 1, 3, 7):
             for kpool in (4, 16):
                 t = dict(target, index_kpool=kpool)
-                variants = [None] + [(dtype, heads) for dtype in ("fp8", "bfloat16")
-                                     for heads in (4, 8)]
+                variants = [None] + [(dtype, heads) for dtype in ("fp8", "bfloat16") for heads in (4, 8)]
                 for variant in variants:
                     d = None if variant is None else dict(drafter, num_key_value_heads=variant[1])
-                    cases.append(recipe_input(
-                        behaviour, target_config=t, drafter_config=d, tensor_parallel_size=tp,
-                        num_speculative_tokens=num_spec,
-                        drafter_kv_cache_dtype=None if variant is None else variant[0],
-                        **prefix_caching(True)))
+                    cases.append(
+                        recipe_input(
+                            behaviour,
+                            target_config=t,
+                            drafter_config=d,
+                            tensor_parallel_size=tp,
+                            num_speculative_tokens=num_spec,
+                            drafter_kv_cache_dtype=None if variant is None else variant[0],
+                            **prefix_caching(True),
+                        )
+                    )
     return cases
 
 
@@ -202,12 +205,18 @@ def gb10_matrix(behaviour: str) -> list[dict]:
         for kv in ("auto", "fp8"):
             for prefix in (True, False):
                 for d_kv in ("none", None, "auto", "bfloat16", "fp8"):
-                    cases.append(recipe_input(
-                        behaviour, capability_family=120, tensor_parallel_size=tp,
-                        kv_cache_dtype=kv, drafter_config=None if d_kv == "none" else drafter,
-                        drafter_kv_cache_dtype=None if d_kv == "none" else d_kv,
-                        num_speculative_tokens=0 if d_kv == "none" else 7,
-                        **prefix_caching(prefix)))
+                    cases.append(
+                        recipe_input(
+                            behaviour,
+                            capability_family=120,
+                            tensor_parallel_size=tp,
+                            kv_cache_dtype=kv,
+                            drafter_config=None if d_kv == "none" else drafter,
+                            drafter_kv_cache_dtype=None if d_kv == "none" else d_kv,
+                            num_speculative_tokens=0 if d_kv == "none" else 7,
+                            **prefix_caching(prefix),
+                        )
+                    )
     return cases
 
 
@@ -239,23 +248,41 @@ def dense_matrix(behaviour: str) -> list[dict]:
             for block in (None, 32, 256):
                 for prefix in (True, False):
                     kv = "fp8" if family and block == 256 else "auto"
-                    cases.append({
-                        "target_config": qwen3_dense_target(kv_heads=kv_heads, head_dim=head_dim),
-                        "drafter_config": None, "tensor_parallel_size": tp, "kv_cache_dtype": kv,
-                        "drafter_kv_cache_dtype": None, "num_speculative_tokens": 3 if prefix else 0,
-                        "capability_family": family, "block_size": block, "max_model_len": 1024,
-                        "enable_prefix_caching": prefix, "mamba_cache_mode": "none",
-                        "kv_cache_memory_bytes": GIB + 12345, "vllm_behaviour": behaviour,
-                    })
+                    cases.append(
+                        {
+                            "target_config": qwen3_dense_target(kv_heads=kv_heads, head_dim=head_dim),
+                            "drafter_config": None,
+                            "tensor_parallel_size": tp,
+                            "kv_cache_dtype": kv,
+                            "drafter_kv_cache_dtype": None,
+                            "num_speculative_tokens": 3 if prefix else 0,
+                            "capability_family": family,
+                            "block_size": block,
+                            "max_model_len": 1024,
+                            "enable_prefix_caching": prefix,
+                            "mamba_cache_mode": "none",
+                            "kv_cache_memory_bytes": GIB + 12345,
+                            "vllm_behaviour": behaviour,
+                        }
+                    )
     return cases
 
 
 def qwen3_moe_target(layers: int = 4, kv_heads: int = 4, head_dim: int = 128) -> dict:
     """A Qwen3-MoE (Qwen3-30B-A3B's keys at a small size): every layer full attention, as a dense
     Qwen3's; the MoE keys (experts, sparse step, an MLP-only first layer) change no KV cache."""
-    return dict(qwen3_dense_target(layers, kv_heads, head_dim), architectures=["Qwen3MoeForCausalLM"],
-                model_type="qwen3_moe", intermediate_size=512, moe_intermediate_size=128, num_experts=8,
-                num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[0], norm_topk_prob=True)
+    return dict(
+        qwen3_dense_target(layers, kv_heads, head_dim),
+        architectures=["Qwen3MoeForCausalLM"],
+        model_type="qwen3_moe",
+        intermediate_size=512,
+        moe_intermediate_size=128,
+        num_experts=8,
+        num_experts_per_tok=2,
+        decoder_sparse_step=1,
+        mlp_only_layers=[0],
+        norm_topk_prob=True,
+    )
 
 
 def qwen3_moe_matrix(behaviour: str) -> list[dict]:
@@ -268,15 +295,24 @@ def qwen3_moe_matrix(behaviour: str) -> list[dict]:
         for tp, kv_heads in ((1, 4), (2, 4), (2, 1)):
             for d in drafters:
                 for prefix in (False, True):
-                    cases.append({
-                        "target_config": qwen3_moe_target(kv_heads=kv_heads), "drafter_config": d,
-                        "tensor_parallel_size": tp, "kv_cache_dtype": "auto", "drafter_kv_cache_dtype": None,
-                        "num_speculative_tokens": 0 if d is None else 7, "capability_family": family,
-                        "block_size": None, "max_model_len": 1024, "enable_prefix_caching": prefix,
-                        "mamba_cache_mode": "none", "kv_cache_memory_bytes": GIB + 12345,
-                        "vllm_behaviour": behaviour,
-                        "drafter_attention_backend": None if d is None else "FLASH_ATTN",
-                    })
+                    cases.append(
+                        {
+                            "target_config": qwen3_moe_target(kv_heads=kv_heads),
+                            "drafter_config": d,
+                            "tensor_parallel_size": tp,
+                            "kv_cache_dtype": "auto",
+                            "drafter_kv_cache_dtype": None,
+                            "num_speculative_tokens": 0 if d is None else 7,
+                            "capability_family": family,
+                            "block_size": None,
+                            "max_model_len": 1024,
+                            "enable_prefix_caching": prefix,
+                            "mamba_cache_mode": "none",
+                            "kv_cache_memory_bytes": GIB + 12345,
+                            "vllm_behaviour": behaviour,
+                            "drafter_attention_backend": None if d is None else "FLASH_ATTN",
+                        }
+                    )
     return cases
 
 
@@ -307,5 +343,6 @@ def post_scenario(behaviour: str) -> dict:
     """The post's build-time check: drafter with 4 KV heads in fp8, num_spec 0."""
     t, d = recipe_configs()
     d = dict(d, num_key_value_heads=4)
-    return recipe_input(behaviour, drafter_config=d, kv_cache_dtype="fp8",
-                        drafter_kv_cache_dtype="fp8", num_speculative_tokens=0)
+    return recipe_input(
+        behaviour, drafter_config=d, kv_cache_dtype="fp8", drafter_kv_cache_dtype="fp8", num_speculative_tokens=0
+    )

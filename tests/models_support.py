@@ -1,4 +1,6 @@
-"""A models directory laid out as `compose --models-dir` mounts it (synthetic checkpoints), and a drafter that cannot fit."""
+"""A models directory laid out as `compose --models-dir` mounts it (synthetic checkpoints),
+and a drafter that cannot fit."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +24,10 @@ def misfit_drafter() -> dict:
 
 COMMIT = {"target": "1" * 40, "drafter": "2" * 40}  # the snapshot commits of checkpoint_cache()
 REPOS = {"target": "local-inference-lab/GLM-5.3-Flash-NVFP4", "drafter": "incoai/GLM-5.3-Flash-DFlash2"}
-NVFP4_QUANT_CONFIG = {"producer": {"name": "modelopt", "version": "0.29.0"},
-                      "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16}}
+NVFP4_QUANT_CONFIG = {
+    "producer": {"name": "modelopt", "version": "0.29.0"},
+    "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16},
+}
 DTYPE_BYTES = {"BF16": 2, "F32": 4, "U8": 1, "F8_E4M3": 1, "F8_E8M0": 1}
 
 
@@ -48,9 +52,11 @@ def target_files(shards: int = 2) -> dict[str, bytes]:
     files, weight_map = {}, {}
     for i in range(shards):
         name = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
-        tensors = {f"model.layers.{i}.mlp.weight": ("U8", [16, 8]),
-                   f"model.layers.{i}.mlp.weight_scale": ("F8_E4M3", [16, 1]),
-                   f"model.layers.{i}.input_layernorm.weight": ("BF16", [16])}
+        tensors = {
+            f"model.layers.{i}.mlp.weight": ("U8", [16, 8]),
+            f"model.layers.{i}.mlp.weight_scale": ("F8_E4M3", [16, 1]),
+            f"model.layers.{i}.input_layernorm.weight": ("BF16", [16]),
+        }
         files[name] = safetensors_bytes(tensors)
         weight_map.update({t: name for t in tensors})
     files["model.safetensors.index.json"] = json.dumps({"metadata": {}, "weight_map": weight_map}).encode()
@@ -62,8 +68,11 @@ def target_files(shards: int = 2) -> dict[str, bytes]:
 
 def drafter_files() -> dict[str, bytes]:
     """A BF16 drafter in one file."""
-    return {"model.safetensors": safetensors_bytes({"model.layers.0.self_attn.q_proj.weight": ("BF16", [8, 8]),
-                                                    "model.norm.weight": ("BF16", [8])})}
+    return {
+        "model.safetensors": safetensors_bytes(
+            {"model.layers.0.self_attn.q_proj.weight": ("BF16", [8, 8]), "model.norm.weight": ("BF16", [8])}
+        )
+    }
 
 
 def _write(directory: Path, files: dict[str, bytes]) -> None:

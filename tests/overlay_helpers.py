@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from infra.fixtures import unavailable
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,9 +103,7 @@ def recipe_params() -> dict:
     assert None not in windows and len(set(windows)) == 1, windows
     return {
         "num_hidden_layers": target["num_hidden_layers"],
-        "mla_layer_ids": [
-            i for i, t in enumerate(layer_types) if t != "linear_attention"
-        ],
+        "mla_layer_ids": [i for i, t in enumerate(layer_types) if t != "linear_attention"],
         "kv_lora_rank": target["kv_lora_rank"],
         "qk_rope_head_dim": target["qk_rope_head_dim"],
         "linear_num_heads": target["linear_num_heads"],
@@ -128,9 +125,7 @@ def recipe_params() -> dict:
 def oracle_python() -> str:
     """A Python that can import torch (for vLLM's planning code)."""
     python = os.environ.get("OVERLAY_ORACLE_PYTHON", sys.executable)
-    probe = subprocess.run(
-        [python, "-c", "import torch"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
+    probe = subprocess.run([python, "-c", "import torch"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if probe.returncode != 0:
         unavailable(f"{python} cannot import torch; set OVERLAY_ORACLE_PYTHON")
     return python
@@ -141,8 +136,12 @@ def run_plan(site: Path, cases: list, python: str, env: dict | None = None):
     --engine-core``) for ``cases`` against the vLLM tree at ``site``
     (``env`` is added to this process's environment; a None value removes
     the variable)."""
-    merged = dict(os.environ, VLLM_TARGET_DEVICE="cpu", PYTHONDONTWRITEBYTECODE="1",
-                  PYTHONPATH=os.pathsep.join([str(site), str(REPO)]))
+    merged = dict(
+        os.environ,
+        VLLM_TARGET_DEVICE="cpu",
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONPATH=os.pathsep.join([str(site), str(REPO)]),
+    )
     for key, value in (env or {}).items():
         if value is None:
             merged.pop(key, None)
@@ -164,13 +163,9 @@ def plan(site: Path, cases: list, python: str, env: dict | None = None) -> list:
     """Run vLLM's planning for each case against the tree at ``site``."""
     proc = run_plan(site, cases, python, env)
     results = [
-        json.loads(line.split(" ", 1)[1])
-        for line in proc.stdout.splitlines()
-        if line.startswith("OVERLAY_PLAN ")
+        json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith("OVERLAY_PLAN ")
     ]
-    assert proc.returncode == 0 and len(results) == len(cases), (
-        proc.stdout[-3000:] + proc.stderr[-6000:]
-    )
+    assert proc.returncode == 0 and len(results) == len(cases), proc.stdout[-3000:] + proc.stderr[-6000:]
     for result in results:
         assert result["vllm_file"].startswith(str(site)), result["vllm_file"]
     return results, proc.stderr
@@ -182,8 +177,12 @@ HITS_DRIVER = Path(__file__).resolve().parent / "overlay_prefix_hits.py"
 def prefix_hits(site: Path, cases: list, python: str) -> list:
     """Run vLLM's scheduler and KV cache manager for each case (see
     overlay_prefix_hits.py) against the tree at ``site``."""
-    env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", PYTHONDONTWRITEBYTECODE="1",
-               PYTHONPATH=os.pathsep.join([str(site), str(REPO)]))
+    env = dict(
+        os.environ,
+        VLLM_TARGET_DEVICE="cpu",
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONPATH=os.pathsep.join([str(site), str(REPO)]),
+    )
     proc = subprocess.run(
         [python, str(HITS_DRIVER), str(site), json.dumps(cases)],
         stdout=subprocess.PIPE,
@@ -193,13 +192,9 @@ def prefix_hits(site: Path, cases: list, python: str) -> list:
         timeout=900,
     )
     results = [
-        json.loads(line.split(" ", 1)[1])
-        for line in proc.stdout.splitlines()
-        if line.startswith("PREFIX_HITS ")
+        json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith("PREFIX_HITS ")
     ]
-    assert proc.returncode == 0 and len(results) == len(cases), (
-        proc.stdout[-3000:] + proc.stderr[-6000:]
-    )
+    assert proc.returncode == 0 and len(results) == len(cases), proc.stdout[-3000:] + proc.stderr[-6000:]
     for result in results:
         assert result["vllm_file"].startswith(str(site)), result["vllm_file"]
     return results

@@ -45,7 +45,6 @@ import sys
 
 def _scheduler(built, eagle_drop: bool):
     from transformers import PretrainedConfig
-
     from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.structured_output import StructuredOutputManager
@@ -78,9 +77,7 @@ def _scheduler(built, eagle_drop: bool):
         }
         for group in built.scheduler.kv_cache_groups:
             group.is_eagle_group = not draft.isdisjoint(group.layer_names)
-    scheduler_block_size, hash_block_size = resolve_kv_cache_block_sizes(
-        built.scheduler, vllm_config
-    )
+    scheduler_block_size, hash_block_size = resolve_kv_cache_block_sizes(built.scheduler, vllm_config)
     scheduler = Scheduler(
         vllm_config=vllm_config,
         kv_cache_config=built.scheduler,
@@ -144,9 +141,7 @@ def _case(case: dict) -> dict:
     manager = scheduler.kv_cache_manager
     hash_fn = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
     init_none_hash(hash_fn)
-    hasher = get_request_block_hasher(
-        hash_block_size, hash_fn, vllm_config.num_hash_lookahead_tokens
-    )
+    hasher = get_request_block_hasher(hash_block_size, hash_fn, vllm_config.num_hash_lookahead_tokens)
     length, shared = case["prompt_tokens"], case["shared_tokens"]
     first = [1000 + i % 30000 for i in range(length)]
     if case.get("resend"):

@@ -9,6 +9,7 @@ the CPU serving image (`cpu_serving_base`), so that build is made once, by one w
 The tests that need no engine come first: on a fresh machine run-tests.sh is still building
 the synthetic bases while they run. The Docker modules follow, the costliest first.
 """
+
 from __future__ import annotations
 
 from pathlib import PurePosixPath
@@ -21,10 +22,15 @@ SERVING = "engine-serving"
 # The session fixture that makes a build, and the group of the modules whose tests use it.
 SHARED_BUILDS = {"amd64_build": AMD64_BUILD, "cpu_serving_base": SERVING}
 SHARED_BUILD_MODULES = {
-    "test_build_e2e.py": AMD64_BUILD, "test_engine_ids_e2e.py": AMD64_BUILD, "test_oracle_record_e2e.py": AMD64_BUILD,
-    "test_pinned_tags_e2e.py": AMD64_BUILD, "test_push_e2e.py": AMD64_BUILD, "test_reproducible_e2e.py": AMD64_BUILD,
+    "test_build_e2e.py": AMD64_BUILD,
+    "test_engine_ids_e2e.py": AMD64_BUILD,
+    "test_oracle_record_e2e.py": AMD64_BUILD,
+    "test_pinned_tags_e2e.py": AMD64_BUILD,
+    "test_push_e2e.py": AMD64_BUILD,
+    "test_reproducible_e2e.py": AMD64_BUILD,
     "test_verify_e2e.py": AMD64_BUILD,
-    "test_serving_e2e.py": SERVING, "test_health_e2e.py": SERVING,
+    "test_serving_e2e.py": SERVING,
+    "test_health_e2e.py": SERVING,
 }
 # Docker units in the order workers take them, costliest first (the amd64 group holds two qemu builds); the rest follow.
 ENGINE_ORDER = (AMD64_BUILD, "test_multiplatform_e2e.py", SERVING)
@@ -56,6 +62,7 @@ def check_groups(items: list[pytest.Item]) -> None:
 
 def order_items(items: list[pytest.Item]) -> None:
     """Tests needing no engine first, then the Docker units in ENGINE_ORDER (in place, stable)."""
+
     def rank(item: pytest.Item) -> int:
         if item.get_closest_marker("docker") is None:
             return 0

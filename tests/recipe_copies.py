@@ -1,4 +1,5 @@
 """Copies of the default recipe, edited per test, in a temporary directory."""
+
 from __future__ import annotations
 
 import shutil
@@ -34,21 +35,25 @@ def pinned(data: dict) -> None:
 
 def set_key(path: str, value):
     """An edit that sets the dotted ``path`` of the recipe data to ``value``."""
+
     def edit(data):
         node = data
         *parents, last = path.split(".")
         for key in parents:
             node = node[key]
         node[last] = value
+
     return edit
 
 
 def delete_key(path: str):
     """An edit that deletes the dotted ``path`` of the recipe data."""
+
     def edit(data):
         node = data
         *parents, last = path.split(".")
         for key in parents:
             node = node[key]
         del node[last]
+
     return edit

@@ -6,6 +6,7 @@ digest) with its configs copied beside it, so no lock file or digest
 is ever written into the repository. Logins go into temporary Docker
 config directories; the driver only ever sees them through DOCKER_CONFIG.
 """
+
 from __future__ import annotations
 
 import base64
@@ -24,8 +25,8 @@ from typing import Any, Callable, Optional
 import pytest
 import requests
 import yaml
-
 from infra import harness
+
 from stackbuild.image.engine import MANIFEST_ACCEPT
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,8 +36,15 @@ SOURCE_DATE_EPOCH = "1764460800"  # 2025-11-30: tags are sm100-b200-20251130
 PAYLOAD_DIR = "/opt/glm53-overlay"
 
 
-def recipe_copy(tmp: Path, name: str, *, base: str, tag: str, digest: Optional[str] = None,
-                edit: Optional[Callable[[dict], Any]] = None) -> Path:
+def recipe_copy(
+    tmp: Path,
+    name: str,
+    *,
+    base: str,
+    tag: str,
+    digest: Optional[str] = None,
+    edit: Optional[Callable[[dict], Any]] = None,
+) -> Path:
     """tests/recipes/<name>/recipe.yaml (else recipes/<name>/) copied to ``tmp``, based on ``base:tag[@digest]``."""
     source = TEST_RECIPES / name / "recipe.yaml"
     if not source.is_file():
@@ -94,16 +102,22 @@ def docker_login(tmp: Path, registry) -> Path:
     return directory
 
 
-def cli(*args: str, docker_config_dir: Optional[Path] = None, env: Optional[dict] = None,
-        timeout: int = 1800) -> subprocess.CompletedProcess:
+def cli(
+    *args: str, docker_config_dir: Optional[Path] = None, env: Optional[dict] = None, timeout: int = 1800
+) -> subprocess.CompletedProcess:
     """``python build.py ARGS`` in a subprocess: its exit code, stdout and stderr."""
-    full = {**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH, "STACKBUILD_REGISTRY_BACKOFF": "0.5",
-            "STACKBUILD_REGISTRY_ATTEMPTS": "3"}
+    full = {
+        **os.environ,
+        "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH,
+        "STACKBUILD_REGISTRY_BACKOFF": "0.5",
+        "STACKBUILD_REGISTRY_ATTEMPTS": "3",
+    }
     if docker_config_dir is not None:
         full["DOCKER_CONFIG"] = str(docker_config_dir)
     full.update(env or {})
-    return subprocess.run([sys.executable, str(BUILD_PY), *args], capture_output=True, text=True, env=full,
-                          timeout=timeout, cwd=str(REPO))
+    return subprocess.run(
+        [sys.executable, str(BUILD_PY), *args], capture_output=True, text=True, env=full, timeout=timeout, cwd=str(REPO)
+    )
 
 
 def registry_tags(registry: str, username: str, password: str, name: str) -> list[str]:
@@ -115,8 +129,9 @@ def registry_tags(registry: str, username: str, password: str, name: str) -> lis
     return sorted(response.json().get("tags") or [])
 
 
-def pushed_blobs_containing(registry: str, username: str, password: str, name: str, reference: str,
-                            needles: list[bytes]) -> dict[bytes, list[str]]:
+def pushed_blobs_containing(
+    registry: str, username: str, password: str, name: str, reference: str, needles: list[bytes]
+) -> dict[bytes, list[str]]:
     """For each needle, every manifest and blob of a pushed image, read back from the registry, that holds it.
 
     Layers are gunzipped while they stream in and searched with an overlap
@@ -145,8 +160,9 @@ def pushed_blobs_containing(registry: str, username: str, password: str, name: s
                 tail = data[-overlap:] if overlap else b""
 
     def walk(ref: str) -> None:
-        response = session.get(f"http://{registry}/v2/{name}/manifests/{ref}", headers={"Accept": MANIFEST_ACCEPT},
-                               timeout=30)
+        response = session.get(
+            f"http://{registry}/v2/{name}/manifests/{ref}", headers={"Accept": MANIFEST_ACCEPT}, timeout=30
+        )
         response.raise_for_status()
         search(response.content, f"manifest {ref}", set())
         document = response.json()
@@ -165,7 +181,9 @@ def repository_name(repository: str) -> str:
 
 
 def local_tags(repository: str) -> list[str]:
-    run = subprocess.run(["docker", "images", "--format", "{{.Tag}}", repository], capture_output=True, text=True, check=True)
+    run = subprocess.run(
+        ["docker", "images", "--format", "{{.Tag}}", repository], capture_output=True, text=True, check=True
+    )
     return sorted(t for t in run.stdout.split() if t != "<none>")
 
 
@@ -191,16 +209,24 @@ def remove_image_tags(repository: str) -> None:
 def remove_local_images(repository: str) -> None:
     """Every local name of ``repository``: its tags and what was pulled by digest only."""
     remove_image_tags(repository)
-    run = subprocess.run(["docker", "images", "--digests", "--format", "{{.Digest}}", repository],
-                         capture_output=True, text=True, check=True)
+    run = subprocess.run(
+        ["docker", "images", "--digests", "--format", "{{.Digest}}", repository],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     for digest in sorted(set(run.stdout.split()) - {"<none>"}):
         subprocess.run(["docker", "rmi", f"{repository}@{digest}"], capture_output=True)
 
 
 def registry_manifest(registry, repository: str, tag: str) -> tuple[str, dict] | None:
     """(Docker-Content-Digest, manifest) of ``repository:tag`` as the registry serves it; None if unknown."""
-    response = requests.get(f"http://{registry.address}/v2/{repository_name(repository)}/manifests/{tag}",
-                            headers={"Accept": MANIFEST_ACCEPT}, auth=(registry.username, registry.password), timeout=30)
+    response = requests.get(
+        f"http://{registry.address}/v2/{repository_name(repository)}/manifests/{tag}",
+        headers={"Accept": MANIFEST_ACCEPT},
+        auth=(registry.username, registry.password),
+        timeout=30,
+    )
     if response.status_code == 404:
         return None
     response.raise_for_status()
@@ -215,8 +241,13 @@ def tag_locally(image_id: str, repository: str, tags: list[str]) -> None:
 def variant_of(image_id: str) -> str:
     """Another image of the same recipe: ``image_id`` plus one label (classic builder, no context, no new layer)."""
     dockerfile = f"FROM {image_id}\nLABEL org.glm53.test.variant={uuid.uuid4().hex}\n"
-    run = subprocess.run(["docker", "build", "-q", "-"], input=dockerfile.encode(), capture_output=True, check=True,
-                         env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    run = subprocess.run(
+        ["docker", "build", "-q", "-"],
+        input=dockerfile.encode(),
+        capture_output=True,
+        check=True,
+        env={**os.environ, "DOCKER_BUILDKIT": "0"},
+    )
     variant = run.stdout.decode().split()[-1]
     assert variant.startswith("sha256:") and variant != image_id
     return variant
@@ -224,6 +255,7 @@ def variant_of(image_id: str) -> str:
 
 # ---------------------------------------------------------------- fixtures
 # Imported by tests/conftest.py; built on the infra fixtures (tests/infra/fixtures.py).
+
 
 @pytest.fixture(scope="session", autouse=True)
 def forget_session_images():
@@ -272,7 +304,17 @@ def amd64_build(registry, synthetic_base_amd64, tmp_path_factory) -> E2EBuild:
     assert json.loads(lock.stdout)["digest"] == base.digest
     repository = unique_repository(registry.address, "glm53-b200")
     report_path = tmp / "build-report.json"
-    run = cli("build", "--recipe", str(recipe), "--repository", repository, "--push", "--json",
-              "--report", str(report_path), docker_config_dir=config)
+    run = cli(
+        "build",
+        "--recipe",
+        str(recipe),
+        "--repository",
+        repository,
+        "--push",
+        "--json",
+        "--report",
+        str(report_path),
+        docker_config_dir=config,
+    )
     assert run.returncode == 0, run.stderr[-6000:]
     return E2EBuild(recipe, repository, config, report_path, json.loads(report_path.read_text()), run, base.digest)

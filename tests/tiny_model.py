@@ -9,6 +9,7 @@ one or two tokens.
 The vocabulary is padded with filler tokens to exactly the model's vocab size, so every id the
 (random) model emits decodes to some text.
 """
+
 from __future__ import annotations
 
 import json
@@ -108,12 +109,19 @@ def write_tiny_model(out: Path, vocab: int = VOCAB, layers: int = LAYERS) -> Pat
 
     config = tiny_config(ids, vocab, layers)
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    (out / "generation_config.json").write_text(json.dumps({
-        "bos_token_id": ids["<s>"], "eos_token_id": ids["</s>"], "pad_token_id": ids["<pad>"],
-        "do_sample": False}, indent=2) + "\n")
+    (out / "generation_config.json").write_text(
+        json.dumps(
+            {"bos_token_id": ids["<s>"], "eos_token_id": ids["</s>"], "pad_token_id": ids["<pad>"], "do_sample": False},
+            indent=2,
+        )
+        + "\n"
+    )
     tok_cfg = {
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "pad_token": "<pad>",
         "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
         "model_max_length": 4096,
         "clean_up_tokenization_spaces": False,
@@ -121,7 +129,17 @@ def write_tiny_model(out: Path, vocab: int = VOCAB, layers: int = LAYERS) -> Pat
         "chat_template": CHAT_TEMPLATE,
     }
     (out / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2) + "\n")
-    (out / "special_tokens_map.json").write_text(json.dumps({
-        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>",
-        "additional_special_tokens": ["<|im_start|>", "<|im_end|>"]}, indent=2) + "\n")
+    (out / "special_tokens_map.json").write_text(
+        json.dumps(
+            {
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "pad_token": "<pad>",
+                "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return out

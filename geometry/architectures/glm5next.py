@@ -12,11 +12,27 @@ from .. import backends as B
 from ..architecture import Architecture
 from ..config_reader import ConfigReader, require_attention
 from ..errors import BadInput
-from ..kv_spec import (DTYPE_BYTES, CacheConfig, CircularBufferSpec, KVCacheSpec, MLAAttentionSpec, SimulatedError,
-                      cdiv, next_power_of_2)
-from ..model_parts import (Layer, SpecBuilder, Target, TargetSettings, attention_builder,
-                          customize_attention_spec, kda_state, mamba_builder, required)
-
+from ..kv_spec import (
+    DTYPE_BYTES,
+    CacheConfig,
+    CircularBufferSpec,
+    KVCacheSpec,
+    MLAAttentionSpec,
+    SimulatedError,
+    cdiv,
+    next_power_of_2,
+)
+from ..model_parts import (
+    Layer,
+    SpecBuilder,
+    Target,
+    TargetSettings,
+    attention_builder,
+    customize_attention_spec,
+    kda_state,
+    mamba_builder,
+    required,
+)
 
 ATTENTION_INTERVAL = 4
 LAYER_TYPES = ("linear_attention", "indexed_attention")
@@ -32,23 +48,41 @@ def tail_ring_builder(kpool: int, head_dim: int, num_spec: int) -> SpecBuilder:
             raise SimulatedError(
                 "AssertionError",
                 f"Glm5NextTailCache: cache_config.block_size ({cache.block_size}) "
-                f"must be a multiple of the tail ring ({ring})")
-        return customize_attention_spec(B.KPOOL_TAIL, CircularBufferSpec(
-            block_size=ring, num_kv_heads=2, head_size=head_dim, head_size_v=0,
-            dtype_bytes=2, dtype="bfloat16", dcp_sharded=False))
+                f"must be a multiple of the tail ring ({ring})",
+            )
+        return customize_attention_spec(
+            B.KPOOL_TAIL,
+            CircularBufferSpec(
+                block_size=ring,
+                num_kv_heads=2,
+                head_size=head_dim,
+                head_size_v=0,
+                dtype_bytes=2,
+                dtype="bfloat16",
+                dcp_sharded=False,
+            ),
+        )
+
     return build
 
 
 def build_target(s: TargetSettings) -> Target:
     tc, tp, family = s.tc, s.tensor_parallel_size, s.capability_family
     layer_types = s.layer_types or tuple(
-        "linear_attention" if (i + 1) % ATTENTION_INTERVAL else "indexed_attention" for i in range(s.num_layers))
+        "linear_attention" if (i + 1) % ATTENTION_INTERVAL else "indexed_attention" for i in range(s.num_layers)
+    )
     head_size = int(required(tc, "kv_lora_rank")) + int(tc.get("qk_rope_head_dim", 0) or 0)
     has_indexer = tc.get("index_topk") is not None
     kpool = int(tc.get("index_kpool", 16))
     idx_hd = int(tc.get("index_head_dim", 128))
-    state = kda_state(required(tc, "linear_num_heads"), required(tc, "linear_head_dim"),
-                      tc.get("linear_conv_kernel_dim", 4), tp, s.num_spec, s.model_dtype)
+    state = kda_state(
+        required(tc, "linear_num_heads"),
+        required(tc, "linear_head_dim"),
+        tc.get("linear_conv_kernel_dim", 4),
+        tp,
+        s.num_spec,
+        s.model_dtype,
+    )
     if int(required(tc, "num_attention_heads")) % tp:
         raise SimulatedError("AssertionError", "num_attention_heads must be divisible by world_size")
     if has_indexer and kpool <= 1:
@@ -61,13 +95,25 @@ def build_target(s: TargetSettings) -> Target:
         raise BadInput("GLM-5.3 without a sparse indexer (dense MLA) is not modelled")
     idx_backend = B.glm5_indexer_backend(kpool, family)
     t_dtype = s.kv_storage_dtype
-    indexer = MLAAttentionSpec(block_size=0, num_kv_heads=1, head_size=idx_hd + idx_hd // 128 * 4,
-                               head_size_v=0, dtype_bytes=1, dtype="uint8",
-                               state_tokens=kpool, cache_role="indexer")
-    latent = MLAAttentionSpec(block_size=0, num_kv_heads=1, head_size=head_size, head_size_v=0,
-                  dtype_bytes=DTYPE_BYTES[t_dtype], dtype=t_dtype,
-                  content_bytes=(B.FP8_DS_MLA_BYTES_PER_TOKEN
-                                 if s.kv_cache_dtype == "fp8_ds_mla" else None))
+    indexer = MLAAttentionSpec(
+        block_size=0,
+        num_kv_heads=1,
+        head_size=idx_hd + idx_hd // 128 * 4,
+        head_size_v=0,
+        dtype_bytes=1,
+        dtype="uint8",
+        state_tokens=kpool,
+        cache_role="indexer",
+    )
+    latent = MLAAttentionSpec(
+        block_size=0,
+        num_kv_heads=1,
+        head_size=head_size,
+        head_size_v=0,
+        dtype_bytes=DTYPE_BYTES[t_dtype],
+        dtype=t_dtype,
+        content_bytes=(B.FP8_DS_MLA_BYTES_PER_TOKEN if s.kv_cache_dtype == "fp8_ds_mla" else None),
+    )
     kda = mamba_builder(state, s.max_model_len)
     idx = attention_builder(indexer, idx_backend)
     tail = tail_ring_builder(kpool, idx_hd, s.num_spec)
@@ -78,11 +124,12 @@ def build_target(s: TargetSettings) -> Target:
         if layer_types[i] == "linear_attention":
             layers.append(Layer(p, "target", "kda", B.SSM, kda))
             continue
-        layers += [Layer(p + ".indexer.k_cache", "target", "sparse_indexer", idx_backend, idx),
-                   Layer(p + ".indexer.tail_cache", "target", "kpool_tail", B.KPOOL_TAIL, tail),
-                   Layer(p + ".mla_attn", "target", "mla_latent", mla_backend, mla)]
-    return Target(tuple(layers), use_mla=True, head_size=head_size, num_kv_heads=1,
-                  mamba_page=state.bytes)
+        layers += [
+            Layer(p + ".indexer.k_cache", "target", "sparse_indexer", idx_backend, idx),
+            Layer(p + ".indexer.tail_cache", "target", "kpool_tail", B.KPOOL_TAIL, tail),
+            Layer(p + ".mla_attn", "target", "mla_latent", mla_backend, mla),
+        ]
+    return Target(tuple(layers), use_mla=True, head_size=head_size, num_kv_heads=1, mamba_page=state.bytes)
 
 
 def check(r: ConfigReader, n_layers: int) -> None:

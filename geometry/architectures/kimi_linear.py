@@ -30,19 +30,30 @@ def build_target(s: TargetSettings) -> Target:
     for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank"):
         required(tc, key)
     head_size = int(tc["kv_lora_rank"]) + int(tc["qk_rope_head_dim"])
-    state = kda_state(int(required(lac, "num_heads")), int(required(lac, "head_dim")),
-                      int(lac.get("short_conv_kernel_size", 4)), tp, s.num_spec, s.model_dtype)
+    state = kda_state(
+        int(required(lac, "num_heads")),
+        int(required(lac, "head_dim")),
+        int(lac.get("short_conv_kernel_size", 4)),
+        tp,
+        s.num_spec,
+        s.model_dtype,
+    )
     has_mla = any(i + 1 not in kda_set for i in range(s.num_layers))
     if has_mla and not tc.get("mla_use_nope"):
         raise SimulatedError("AssertionError", "Kimi-K3 MLA (MultiHeadLatentAttention) is NoPE-only")
     try:
-        mla_backend = B.dense_mla_backend(s.capability_family, s.kv_cache_dtype,
-                                          int(tc["qk_nope_head_dim"]), head_size)
+        mla_backend = B.dense_mla_backend(s.capability_family, s.kv_cache_dtype, int(tc["qk_nope_head_dim"]), head_size)
     except ValueError as exc:
         raise BadInput(str(exc)) from exc
     t_dtype = s.kv_storage_dtype
-    latent = MLAAttentionSpec(block_size=0, num_kv_heads=1, head_size=head_size, head_size_v=0,
-                  dtype_bytes=DTYPE_BYTES[t_dtype], dtype=t_dtype)
+    latent = MLAAttentionSpec(
+        block_size=0,
+        num_kv_heads=1,
+        head_size=head_size,
+        head_size_v=0,
+        dtype_bytes=DTYPE_BYTES[t_dtype],
+        dtype=t_dtype,
+    )
     kda = mamba_builder(state, s.max_model_len)
     mla = attention_builder(latent, mla_backend)
     layers = []
@@ -52,8 +63,7 @@ def build_target(s: TargetSettings) -> Target:
             layers.append(Layer(p, "target", "kda", B.SSM, kda))
         else:
             layers.append(Layer(p, "target", "mla_latent", mla_backend, mla))
-    return Target(tuple(layers), use_mla=True, head_size=head_size, num_kv_heads=1,
-                  mamba_page=state.bytes)
+    return Target(tuple(layers), use_mla=True, head_size=head_size, num_kv_heads=1, mamba_page=state.bytes)
 
 
 def check(r: ConfigReader, n_layers: int) -> None:
@@ -69,8 +79,11 @@ def check(r: ConfigReader, n_layers: int) -> None:
     # layer not listed there is MLA, whatever full_attn_layers says (it is only required).
     lac.int_list("full_attn_layers", minimum=1, maximum=n_layers)
     if set(kda_layers) >= set(range(1, n_layers + 1)):
-        raise lac.fail("kda_layers", f"lists all {n_layers} layers, so none is attention (a layer's kind "
-                                     f"is read from kda_layers alone): {NO_ATTENTION}")
+        raise lac.fail(
+            "kda_layers",
+            f"lists all {n_layers} layers, so none is attention (a layer's kind "
+            f"is read from kda_layers alone): {NO_ATTENTION}",
+        )
 
 
 ARCHITECTURE = Architecture(

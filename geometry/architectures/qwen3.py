@@ -14,8 +14,15 @@ from ..architecture import Architecture
 from ..config_reader import ConfigReader
 from ..errors import BadInput
 from ..kv_spec import DTYPE_BYTES, FullAttentionSpec, SimulatedError
-from ..model_parts import (Layer, Target, TargetSettings, attention_builder, check_flash_attn_head_size,
-                          kv_heads_per_rank, required)
+from ..model_parts import (
+    Layer,
+    Target,
+    TargetSettings,
+    attention_builder,
+    check_flash_attn_head_size,
+    kv_heads_per_rank,
+    required,
+)
 
 
 def attention_backend(family: int, head_size: int, kv_cache_dtype: str) -> B.Backend:
@@ -24,11 +31,15 @@ def attention_backend(family: int, head_size: int, kv_cache_dtype: str) -> B.Bac
         check_flash_attn_head_size(head_size)
         return B.FLASH_ATTN
     if head_size not in B.CPU_ATTN_HEAD_SIZES:
-        raise SimulatedError("ValueError", f"CPU_ATTN does not take head size {head_size} "
-                                           f"(it takes {', '.join(map(str, B.CPU_ATTN_HEAD_SIZES))})")
+        raise SimulatedError(
+            "ValueError",
+            f"CPU_ATTN does not take head size {head_size} (it takes {', '.join(map(str, B.CPU_ATTN_HEAD_SIZES))})",
+        )
     if not B.CPU_ATTN.takes_kv_cache_dtype(kv_cache_dtype):
-        raise BadInput(f"kv_cache_dtype {kv_cache_dtype!r} on the CPU platform is not modelled (CPU_ATTN's fp8 "
-                       f"caches depend on the CPU's instruction set; modelled: {', '.join(B.CPU_ATTN.kv_cache_dtypes)})")
+        raise BadInput(
+            f"kv_cache_dtype {kv_cache_dtype!r} on the CPU platform is not modelled (CPU_ATTN's fp8 "
+            f"caches depend on the CPU's instruction set; modelled: {', '.join(B.CPU_ATTN.kv_cache_dtypes)})"
+        )
     return B.CPU_ATTN
 
 
@@ -41,11 +52,18 @@ def build_target(s: TargetSettings) -> Target:
         raise SimulatedError("AssertionError", "num_attention_heads not divisible by TP")
     kv_heads = kv_heads_per_rank(int(required(tc, "num_key_value_heads")), tp, "num_key_value_heads")
     t_dtype = s.kv_storage_dtype
-    spec = FullAttentionSpec(block_size=0, num_kv_heads=kv_heads, head_size=head_size, head_size_v=head_size,
-                dtype_bytes=DTYPE_BYTES[t_dtype], dtype=t_dtype)
+    spec = FullAttentionSpec(
+        block_size=0,
+        num_kv_heads=kv_heads,
+        head_size=head_size,
+        head_size_v=head_size,
+        dtype_bytes=DTYPE_BYTES[t_dtype],
+        dtype=t_dtype,
+    )
     attn = attention_builder(spec, backend)
-    layers = tuple(Layer(f"model.layers.{i}.self_attn.attn", "target", "attention", backend, attn)
-                   for i in range(s.num_layers))
+    layers = tuple(
+        Layer(f"model.layers.{i}.self_attn.attn", "target", "attention", backend, attn) for i in range(s.num_layers)
+    )
     return Target(layers, use_mla=False, head_size=head_size, num_kv_heads=kv_heads, mamba_page=0)
 
 
@@ -57,8 +75,9 @@ def full_attention_check(model: str, if_missing: Mapping[str, str]) -> Callable[
         heads = r.integer("num_attention_heads")
         for key in ("num_key_value_heads", "head_dim"):
             if key not in r.cfg:
-                raise r.fail(key, f"required field is missing (vLLM would take {if_missing[key]}, "
-                                  "which the gate does not model)")
+                raise r.fail(
+                    key, f"required field is missing (vLLM would take {if_missing[key]}, which the gate does not model)"
+                )
         kv_heads = r.integer("num_key_value_heads")
         if heads % kv_heads:
             raise r.fail("num_key_value_heads", f"{kv_heads} does not divide num_attention_heads {heads}")

@@ -13,10 +13,13 @@ from __future__ import annotations
 from ..architecture import Architecture
 from .qwen3 import build_target, full_attention_check
 
-check = full_attention_check("a Qwen3-MoE", {
-    "num_key_value_heads": "transformers' Qwen3MoeConfig default",
-    "head_dim": "hidden_size // num_attention_heads (Qwen3MoeConfig has no head_dim)",
-})
+check = full_attention_check(
+    "a Qwen3-MoE",
+    {
+        "num_key_value_heads": "transformers' Qwen3MoeConfig default",
+        "head_dim": "hidden_size // num_attention_heads (Qwen3MoeConfig has no head_dim)",
+    },
+)
 
 
 ARCHITECTURE = Architecture(

@@ -7,8 +7,17 @@ from .. import backends as B
 from ..architecture import Architecture
 from ..config_reader import ConfigReader, require_attention
 from ..kv_spec import DTYPE_BYTES, FullAttentionSpec, SimulatedError
-from ..model_parts import (Layer, MambaState, Target, TargetSettings, attention_builder,
-                          check_flash_attn_head_size, kv_heads_per_rank, mamba_builder, required)
+from ..model_parts import (
+    Layer,
+    MambaState,
+    Target,
+    TargetSettings,
+    attention_builder,
+    check_flash_attn_head_size,
+    kv_heads_per_rank,
+    mamba_builder,
+    required,
+)
 
 # transformers' Qwen3NextConfig default, which vLLM reads when the config has no num_key_value_heads.
 DEFAULT_KV_HEADS = 2
@@ -40,8 +49,7 @@ def build_target(s: TargetSettings) -> Target:
     layer_types = s.layer_types
     if not layer_types:
         interval = int(tc.get("full_attention_interval", DEFAULT_ATTENTION_INTERVAL))
-        layer_types = tuple("linear_attention" if (i + 1) % interval else "full_attention"
-                            for i in range(s.num_layers))
+        layer_types = tuple("linear_attention" if (i + 1) % interval else "full_attention" for i in range(s.num_layers))
     heads = int(required(tc, "num_attention_heads"))
     kvh = int(tc.get("num_key_value_heads", DEFAULT_KV_HEADS))
     head_size = int(required(tc, "head_dim"))
@@ -51,8 +59,14 @@ def build_target(s: TargetSettings) -> Target:
     kv_heads = kv_heads_per_rank(kvh, tp, "num_key_value_heads")
     state = gdn_state(tc, tp, s.num_spec, s.model_dtype)
     t_dtype = s.kv_storage_dtype
-    spec = FullAttentionSpec(block_size=0, num_kv_heads=kv_heads, head_size=head_size, head_size_v=head_size,
-                dtype_bytes=DTYPE_BYTES[t_dtype], dtype=t_dtype)
+    spec = FullAttentionSpec(
+        block_size=0,
+        num_kv_heads=kv_heads,
+        head_size=head_size,
+        head_size_v=head_size,
+        dtype_bytes=DTYPE_BYTES[t_dtype],
+        dtype=t_dtype,
+    )
     gdn = mamba_builder(state, s.max_model_len)
     attn = attention_builder(spec, B.FLASH_ATTN)
     layers = []
@@ -62,8 +76,7 @@ def build_target(s: TargetSettings) -> Target:
             layers.append(Layer(p + ".linear_attn", "target", "gdn", B.SSM, gdn))
         else:
             layers.append(Layer(p + ".self_attn.attn", "target", "attention", B.FLASH_ATTN, attn))
-    return Target(tuple(layers), use_mla=False, head_size=head_size, num_kv_heads=kv_heads,
-                  mamba_page=state.bytes)
+    return Target(tuple(layers), use_mla=False, head_size=head_size, num_kv_heads=kv_heads, mamba_page=state.bytes)
 
 
 def check(r: ConfigReader, n_layers: int) -> None:
@@ -71,8 +84,11 @@ def check(r: ConfigReader, n_layers: int) -> None:
     r.integer("num_key_value_heads", required=False)
     if "head_dim" not in r.cfg:
         # Not hidden_size // num_attention_heads: transformers fills in its default.
-        raise r.fail("head_dim", "required field is missing (transformers' Qwen3NextConfig then takes 256, "
-                                 "whose FLASH_ATTN pages are not modelled)")
+        raise r.fail(
+            "head_dim",
+            "required field is missing (transformers' Qwen3NextConfig then takes 256, "
+            "whose FLASH_ATTN pages are not modelled)",
+        )
     r.integer("head_dim")
     for key in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim"):
         r.integer(key)

@@ -21,5 +21,11 @@ stdlib-importable up to here); its functions import them.
 from .engine_core import ENGINE_CORE_DEFAULTS, engine_core_plan, engine_core_summary
 from .plan import blocks_per_request, compare_reports, plan_with_vllm
 
-__all__ = ["ENGINE_CORE_DEFAULTS", "blocks_per_request", "compare_reports", "engine_core_plan",
-           "engine_core_summary", "plan_with_vllm"]
+__all__ = [
+    "ENGINE_CORE_DEFAULTS",
+    "blocks_per_request",
+    "compare_reports",
+    "engine_core_plan",
+    "engine_core_summary",
+    "plan_with_vllm",
+]

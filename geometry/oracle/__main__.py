@@ -17,10 +17,15 @@ from .engine_core import BadEngineCoreCase, engine_core_parameters, engine_core_
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m geometry.oracle",
-                                 description="Plan with the imported vLLM's engine core.")
-    ap.add_argument("--engine-core", required=True, metavar="CASES",
-                    help="a JSON object or list of objects (keys of ENGINE_CORE_DEFAULTS)")
+    ap = argparse.ArgumentParser(
+        prog="python -m geometry.oracle", description="Plan with the imported vLLM's engine core."
+    )
+    ap.add_argument(
+        "--engine-core",
+        required=True,
+        metavar="CASES",
+        help="a JSON object or list of objects (keys of ENGINE_CORE_DEFAULTS)",
+    )
     args = ap.parse_args(argv)
     try:
         cases = json.loads(args.engine_core)

@@ -29,24 +29,34 @@ def _count(cfg, kvc, tokens: int) -> dict:
     planned_len = cfg.model_config.max_model_len
     cfg.model_config.max_model_len = tokens
     try:
-        per_group = [cdiv(g.kv_cache_spec.max_memory_usage_bytes(cfg), g.kv_cache_spec.page_size_bytes)
-                     for g in kvc.kv_cache_groups]
+        per_group = [
+            cdiv(g.kv_cache_spec.max_memory_usage_bytes(cfg), g.kv_cache_spec.page_size_bytes)
+            for g in kvc.kv_cache_groups
+        ]
         logged = get_max_concurrency_for_kv_cache_config(cfg, kvc)
     finally:
         cfg.model_config.max_model_len = planned_len
     scheduler_block, hash_block = resolve_kv_cache_block_sizes(kvc, cfg)
-    manager = KVCacheManager(kvc, max_model_len=planned_len, scheduler_block_size=scheduler_block,
-                             hash_block_size=hash_block, max_in_flight_tokens=cfg.max_in_flight_tokens,
-                             enable_caching=cfg.cache_config.enable_prefix_caching)
+    manager = KVCacheManager(
+        kvc,
+        max_model_len=planned_len,
+        scheduler_block_size=scheduler_block,
+        hash_block_size=hash_block,
+        max_in_flight_tokens=cfg.max_in_flight_tokens,
+        enable_caching=cfg.cache_config.enable_prefix_caching,
+    )
     pool = manager.block_pool
     held = 0
     while pool.get_num_free_blocks() >= sum(per_group):
         for n in per_group:
             pool.get_new_blocks(n)
         held += 1
-    return {"requests": held, "blocks_per_request": sum(per_group),
-            "vllm_max_concurrency": round(logged, 2),
-            "in_flight_tokens": cfg.max_in_flight_tokens}
+    return {
+        "requests": held,
+        "blocks_per_request": sum(per_group),
+        "vllm_max_concurrency": round(logged, 2),
+        "in_flight_tokens": cfg.max_in_flight_tokens,
+    }
 
 
 def requests_until_refused(inputs: GeometryInputs, contexts: list[int]) -> dict:

@@ -24,6 +24,7 @@ import sys
 import types
 from typing import Any
 
+
 def import_glm5next() -> None:
     """Make ``vllm.models.glm5next``'s submodules importable, with its ``__init__``
     skipped if that fails here."""
@@ -127,7 +128,8 @@ class Glm5NextStateShim:
         return MambaStateDtypeCalculator.kda_state_dtype(
             vllm_config.model_config.dtype,
             vllm_config.cache_config.mamba_cache_dtype,
-            vllm_config.cache_config.mamba_ssm_cache_dtype)
+            vllm_config.cache_config.mamba_ssm_cache_dtype,
+        )
 
     @classmethod
     def get_mamba_state_shape_from_config(cls, vllm_config):
@@ -136,9 +138,12 @@ class Glm5NextStateShim:
         hf = vllm_config.model_config.hf_text_config
         spec = vllm_config.speculative_config
         return MambaStateShapeCalculator.kda_state_shape(
-            vllm_config.parallel_config.tensor_parallel_size, hf.linear_num_heads,
-            hf.linear_head_dim, conv_kernel_size=hf.linear_conv_kernel_dim,
-            num_spec=spec.num_speculative_tokens if spec else 0)
+            vllm_config.parallel_config.tensor_parallel_size,
+            hf.linear_num_heads,
+            hf.linear_head_dim,
+            conv_kernel_size=hf.linear_conv_kernel_dim,
+            num_spec=spec.num_speculative_tokens if spec else 0,
+        )
 
 
 # The fallback is announced once per process (the first plan that needs it).
@@ -183,12 +188,14 @@ def model_registry_fallback():
             if not _SHIM_NOTED:
                 _SHIM_NOTED.append(arch)
                 reason = capture.errors[-1] if capture.errors else f"{type(exc).__name__}: {exc}"
-                print(f"oracle: vLLM cannot load {arch} here ({reason}); its state shape and dtype "
-                      "come from vLLM's own calculators instead", file=sys.stderr)
+                print(
+                    f"oracle: vLLM cannot load {arch} here ({reason}); its state shape and dtype "
+                    "come from vLLM's own calculators instead",
+                    file=sys.stderr,
+                )
             return Glm5NextStateShim, arch
         finally:
             registry_log.removeFilter(capture)
 
     with patched(ModelRegistry, "resolve_model_cls", resolve):
         yield
-

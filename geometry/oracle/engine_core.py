@@ -46,7 +46,6 @@ import sys
 from .layer_objects import bare_layer
 from .serving_platform import serving_platform
 
-
 ENGINE_CORE_DEFAULTS = {
     # GLM-5.3-Flash target (transformers Glm5NextTextConfig defaults).
     "num_hidden_layers": 45,
@@ -96,8 +95,7 @@ def engine_core_parameters(params) -> dict:
     """``params`` over ``ENGINE_CORE_DEFAULTS``; BadEngineCoreCase for a key the defaults
     do not have (it would change nothing) or a case that is not an object."""
     if not isinstance(params, dict):
-        raise BadEngineCoreCase(f"a case is an object of engine-core keys, not {type(params).__name__} "
-                                f"{params!r}")
+        raise BadEngineCoreCase(f"a case is an object of engine-core keys, not {type(params).__name__} {params!r}")
     for key in params:
         if key not in ENGINE_CORE_DEFAULTS:
             raise BadEngineCoreCase(f"unknown key {key!r} (keys: {', '.join(ENGINE_CORE_DEFAULTS)})")
@@ -240,9 +238,7 @@ def _hybrid_block(p: dict, cache_config):
     block = align * cdiv(mamba_page, align * mla_bpt)
     cache_config.block_size = block
     cache_config.mamba_block_size = block
-    cache_config.mamba_page_size_padded = (
-        block * mla_bpt if block * mla_bpt != mamba_page else None
-    )
+    cache_config.mamba_page_size_padded = block * mla_bpt if block * mla_bpt != mamba_page else None
     return block, mla_bpt, (kda_shapes, kda_dtypes, kda_alignment)
 
 
@@ -350,9 +346,7 @@ def _layer_specs(p: dict, vllm_config, kda) -> dict:
                     Attention,
                     attn_type=AttentionType.DECODER,
                     kv_cache_dtype=p["draft_kv_dtype"],
-                    kv_cache_torch_dtype=(
-                        torch.bfloat16 if p["draft_kv_dtype"] == "auto" else torch.uint8
-                    ),
+                    kv_cache_torch_dtype=(torch.bfloat16 if p["draft_kv_dtype"] == "auto" else torch.uint8),
                     sliding_window=p["draft_sliding_window"],
                     attn_backend=FlashAttentionBackend,
                     num_kv_heads=dtp,
@@ -413,9 +407,7 @@ def engine_core_summary(params: dict) -> dict:
 
     from vllm.v1.core.kv_cache_planning import _get_kv_cache_bytes_per_block
 
-    bytes_per_block = _get_kv_cache_bytes_per_block(
-        cfg.kv_cache_groups, cache_config.get_resolved_kv_cache_layout()
-    )
+    bytes_per_block = _get_kv_cache_bytes_per_block(cfg.kv_cache_groups, cache_config.get_resolved_kv_cache_layout())
     groups = []
     draft_padded = False
     for g in cfg.kv_cache_groups:
@@ -424,9 +416,7 @@ def engine_core_summary(params: dict) -> dict:
         layer_specs = list(iter_layer_specs(g.kv_cache_spec))
         is_draft = all(n.startswith("draft_model.") for n in g.layer_names)
         if is_draft:
-            draft_padded |= any(
-                getattr(s, "page_size_padded", None) is not None for s in layer_specs
-            )
+            draft_padded |= any(getattr(s, "page_size_padded", None) is not None for s in layer_specs)
         groups.append(
             {
                 "layers": len(g.layer_names),

@@ -32,9 +32,11 @@ def backend_classes(family: int):
         FlashInferMLASparseSM90Backend,
     )
 
-    mla = {100: fims.FlashInferMLASparseTRTLLMBackend,
-           120: fims.FlashInferMLASparseSM120Backend,
-           90: FlashInferMLASparseSM90Backend}.get(family)
+    mla = {
+        100: fims.FlashInferMLASparseTRTLLMBackend,
+        120: fims.FlashInferMLASparseSM120Backend,
+        90: FlashInferMLASparseSM90Backend,
+    }.get(family)
     return mla, FlashAttentionBackend
 
 
@@ -43,8 +45,17 @@ def attention_layer(backend, name, kv_heads, head_size, kv_str, kv_dtype, window
     from vllm.model_executor.layers.attention.attention import Attention
     from vllm.v1.attention.backend import AttentionType
 
-    return bare_layer(Attention, layer_name=name, attn_type=AttentionType.DECODER,
-                      kv_cache_dtype=kv_str, kv_cache_torch_dtype=kv_dtype,
-                      sliding_window=window, attn_backend=backend, num_kv_heads=kv_heads,
-                      head_size=head_size, head_size_v=head_size,
-                      kv_sharing_target_layer_name=None, is_draft_layer=is_draft)
+    return bare_layer(
+        Attention,
+        layer_name=name,
+        attn_type=AttentionType.DECODER,
+        kv_cache_dtype=kv_str,
+        kv_cache_torch_dtype=kv_dtype,
+        sliding_window=window,
+        attn_backend=backend,
+        num_kv_heads=kv_heads,
+        head_size=head_size,
+        head_size_v=head_size,
+        kv_sharing_target_layer_name=None,
+        is_draft_layer=is_draft,
+    )

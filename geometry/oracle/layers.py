@@ -53,13 +53,21 @@ def _drafter_layers(inputs: GeometryInputs, cfg, drafter: dict, ctx, fa_cls) -> 
     if not _drafter_backend_takes(fa_cls, d_kv_str, inputs.capability_family):
         raise ValueError(  # CudaPlatform.get_attn_backend_cls, selected backend
             f"Selected backend {fa_cls.get_name()} is not valid for this "
-            "configuration. Reason: ['kv_cache_dtype not supported']")
+            "configuration. Reason: ['kv_cache_dtype not supported']"
+        )
     hd = drafter.get("head_dim") or drafter["hidden_size"] // heads
     for i, window in enumerate(drafter_sliding_windows(drafter)):
         name = f"drafter.model.layers.{i}.self_attn.attn"
         ctx[name] = attention_layer(
-            fa_cls, name, max(1, total_kv // inputs.tensor_parallel_size), hd, d_kv_str,
-            kv_cache_dtype_str_to_dtype(d_kv_str, cfg.model_config), window, True)
+            fa_cls,
+            name,
+            max(1, total_kv // inputs.tensor_parallel_size),
+            hd,
+            d_kv_str,
+            kv_cache_dtype_str_to_dtype(d_kv_str, cfg.model_config),
+            window,
+            True,
+        )
 
 
 def _drafter_backend_takes(fa_cls, kv_cache_dtype: str, family: int) -> bool:
@@ -72,5 +80,3 @@ def _drafter_backend_takes(fa_cls, kv_cache_dtype: str, family: int) -> bool:
     if family == 120:
         return fa_cls.supports_kv_cache_dtype(kv_cache_dtype)
     return kv_cache_dtype in fa_cls.supported_kv_cache_dtypes
-
-

@@ -6,8 +6,17 @@ from __future__ import annotations
 class ModelConfigStandIn:
     """Stand-in for vllm.config.ModelConfig with what the planning reads."""
 
-    def __init__(self, hf, arch: str, dtype, max_model_len: int, use_mla: bool,
-                 head_size: int, total_kv_heads: int, is_hybrid: bool = True):
+    def __init__(
+        self,
+        hf,
+        arch: str,
+        dtype,
+        max_model_len: int,
+        use_mla: bool,
+        head_size: int,
+        total_kv_heads: int,
+        is_hybrid: bool = True,
+    ):
         self.hf_config = hf
         self.hf_text_config = hf
         self.architecture = arch

@@ -21,8 +21,8 @@ from .. import record
 from ..inputs import GeometryInputs
 from ..prefix_cache import PrefixCache, can_hit
 from ..report import GeometryReport, GroupRow, LayerRow, Plan
-from ..vllm_versions import public_version
 from ..simulate import simulate
+from ..vllm_versions import public_version
 from .cpu_shims import model_registry_fallback
 from .layers import register_layers
 from .serving_platform import serving_platform
@@ -65,8 +65,7 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Plan:
                 for g in groups:
                     gs = g.kv_cache_spec
                     for n in g.layer_names:
-                        final[n] = (gs.kv_cache_specs[n]
-                                    if isinstance(gs, UniformTypeKVCacheSpecs) else gs)
+                        final[n] = gs.kv_cache_specs[n] if isinstance(gs, UniformTypeKVCacheSpecs) else gs
                 rows = _rows(final, owners, specs)
                 kvc = P.get_kv_cache_config_from_groups(cfg, groups, inputs.kv_cache_memory_bytes)
                 bpb = P._get_kv_cache_bytes_per_block(groups, layout)
@@ -75,23 +74,50 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Plan:
             for i, g in enumerate(groups):
                 gs = g.kv_cache_spec
                 layer_specs = [final[n] for n in g.layer_names]
-                grows.append(GroupRow(
-                    i, type(layer_specs[0]).__name__,
-                    tuple(sorted({_role(n, final[n]) for n in g.layer_names})),
-                    tuple(g.layer_names), layer_specs[0].block_size,
-                    sum(s.page_size_bytes for s in layer_specs),
-                    (any(s.is_draft for s in layer_specs)
-                     if isinstance(gs, UniformTypeKVCacheSpecs) else gs.is_draft)))
+                grows.append(
+                    GroupRow(
+                        i,
+                        type(layer_specs[0]).__name__,
+                        tuple(sorted({_role(n, final[n]) for n in g.layer_names})),
+                        tuple(g.layer_names),
+                        layer_specs[0].block_size,
+                        sum(s.page_size_bytes for s in layer_specs),
+                        (
+                            any(s.is_draft for s in layer_specs)
+                            if isinstance(gs, UniformTypeKVCacheSpecs)
+                            else gs.is_draft
+                        ),
+                    )
+                )
             block_size = cache.block_size
             prefix = _prefix_cache(cfg, kvc)
             return Plan(
-                block_size, cache.mamba_page_size_padded, layout.name,
-                _path(groups, specs, layout), rows, tuple(grows), bpb,
-                kvc.num_blocks, kvc.num_blocks * t_rows[0].block_size,
-                t_rows[0].real_page_bytes, prefix_cache=prefix)
+                block_size,
+                cache.mamba_page_size_padded,
+                layout.name,
+                _path(groups, specs, layout),
+                rows,
+                tuple(grows),
+                bpb,
+                kvc.num_blocks,
+                kvc.num_blocks * t_rows[0].block_size,
+                t_rows[0].real_page_bytes,
+                prefix_cache=prefix,
+            )
         except (AssertionError, ValueError, NotImplementedError) as exc:
-            return Plan(cache.block_size, cache.mamba_page_size_padded, None, None, rows,
-                          (), None, None, None, None, error=_error(exc))
+            return Plan(
+                cache.block_size,
+                cache.mamba_page_size_padded,
+                None,
+                None,
+                rows,
+                (),
+                None,
+                None,
+                None,
+                None,
+                error=_error(exc),
+            )
 
 
 def _prefix_cache(cfg, kvc) -> PrefixCache:
@@ -109,17 +135,18 @@ def _prefix_cache(cfg, kvc) -> PrefixCache:
     scheduler_cfg = generate_scheduler_kv_cache_config([kvc])
     groups = scheduler_cfg.kv_cache_groups
     if groups:
-        participating = [g.kv_cache_spec.block_size for g in groups
-                         if g.kv_cache_spec.prefix_cacheable]
-        cfg.cache_config.block_size = min(
-            participating or [g.kv_cache_spec.block_size for g in groups])
+        participating = [g.kv_cache_spec.block_size for g in groups if g.kv_cache_spec.prefix_cacheable]
+        cfg.cache_config.block_size = min(participating or [g.kv_cache_spec.block_size for g in groups])
     scheduler_block, hash_block = resolve_kv_cache_block_sizes(scheduler_cfg, cfg)
-    alignment = resolve_cache_hit_alignment_tokens(scheduler_cfg, cfg, scheduler_block,
-                                                   hash_block)
+    alignment = resolve_cache_hit_alignment_tokens(scheduler_cfg, cfg, scheduler_block, hash_block)
     enabled = bool(cfg.cache_config.enable_prefix_caching)
-    return PrefixCache(enabled=enabled, hash_block_size=hash_block,
-                       scheduler_block_size=scheduler_block, hit_alignment_tokens=alignment,
-                       can_hit=can_hit(enabled, alignment, cfg.model_config.max_model_len))
+    return PrefixCache(
+        enabled=enabled,
+        hash_block_size=hash_block,
+        scheduler_block_size=scheduler_block,
+        hit_alignment_tokens=alignment,
+        can_hit=can_hit(enabled, alignment, cfg.model_config.max_model_len),
+    )
 
 
 def _resolve_layout(cfg, specs):
@@ -176,19 +203,44 @@ def _rows(final: dict, owners: dict, order: dict) -> tuple:
         s = final[name]
         if isinstance(s, MambaSpec):
             dtype = "/".join(str(d).replace("torch.", "") for d in s.dtypes)
-            rows.append(LayerRow(name, owners[name], _role(name, s), type(s).__name__,
-                                   s.block_size, 0, 0, dtype, 0, s.real_page_size_bytes,
-                                   s.page_size_bytes, s.page_size_bytes != s.real_page_size_bytes,
-                                   s.get_block_stride_alignment()))
+            rows.append(
+                LayerRow(
+                    name,
+                    owners[name],
+                    _role(name, s),
+                    type(s).__name__,
+                    s.block_size,
+                    0,
+                    0,
+                    dtype,
+                    0,
+                    s.real_page_size_bytes,
+                    s.page_size_bytes,
+                    s.page_size_bytes != s.real_page_size_bytes,
+                    s.get_block_stride_alignment(),
+                )
+            )
             continue
         assert isinstance(s, AttentionSpec)
         tps = int(s.tokens_per_state) if s.tokens_per_state > 0 else 1
         bpt = s.num_heads * s.state_content_size_bytes // tps
-        rows.append(LayerRow(
-            name, owners[name], _role(name, s), type(s).__name__, s.block_size,
-            s.num_kv_heads, s.head_size, str(s.dtype).replace("torch.", ""), bpt,
-            s.real_page_size_bytes, s.page_size_bytes,
-            s.page_size_bytes != s.real_page_size_bytes, s.get_block_stride_alignment()))
+        rows.append(
+            LayerRow(
+                name,
+                owners[name],
+                _role(name, s),
+                type(s).__name__,
+                s.block_size,
+                s.num_kv_heads,
+                s.head_size,
+                str(s.dtype).replace("torch.", ""),
+                bpt,
+                s.real_page_size_bytes,
+                s.page_size_bytes,
+                s.page_size_bytes != s.real_page_size_bytes,
+                s.get_block_stride_alignment(),
+            )
+        )
     return tuple(rows)
 
 
@@ -224,9 +276,14 @@ def blocks_per_request(inputs: GeometryInputs) -> list[tuple[str, int, int]]:
     with serving_platform(inputs.capability_family):
         cfg, scheduler = scheduler_kv_cache_config(inputs, inputs.has_drafter, inputs.num_speculative_tokens)
         with set_current_vllm_config(cfg):
-            return [(type(g.kv_cache_spec).__name__, g.kv_cache_spec.block_size,
-                     cdiv(g.kv_cache_spec.max_memory_usage_bytes(cfg), g.kv_cache_spec.page_size_bytes))
-                    for g in scheduler.kv_cache_groups]
+            return [
+                (
+                    type(g.kv_cache_spec).__name__,
+                    g.kv_cache_spec.block_size,
+                    cdiv(g.kv_cache_spec.max_memory_usage_bytes(cfg), g.kv_cache_spec.page_size_bytes),
+                )
+                for g in scheduler.kv_cache_groups
+            ]
 
 
 def _require_release(inputs: GeometryInputs) -> None:
@@ -249,8 +306,13 @@ def plan_with_vllm(inputs: GeometryInputs) -> GeometryReport:
     else:
         without = same = with_d
     sim = simulate(inputs)  # descriptive fields (backend names, dtypes) only
-    return dc_replace(sim, with_drafter=with_d, without_drafter=without,
-                      target_only_same_spec=same, notes=("planned by the imported vLLM",))
+    return dc_replace(
+        sim,
+        with_drafter=with_d,
+        without_drafter=without,
+        target_only_same_spec=same,
+        notes=("planned by the imported vLLM",),
+    )
 
 
 def compare_reports(sim: GeometryReport, vllm: GeometryReport) -> tuple[str, ...]:

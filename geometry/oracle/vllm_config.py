@@ -12,7 +12,6 @@ The architecture's own ``verify_and_update_config`` hooks then run on it as
 from __future__ import annotations
 
 import types
-
 from typing import Any, Mapping
 
 from ..inputs import GeometryInputs
@@ -69,10 +68,13 @@ def build_vllm_config(inputs: GeometryInputs, with_drafter: bool, num_spec: int)
     spec_cfg = None
     if num_spec or drafter is not None:
         spec_cfg = types.SimpleNamespace(
-            method="dflash", num_speculative_tokens=num_spec,
+            method="dflash",
+            num_speculative_tokens=num_spec,
             kv_cache_dtype=inputs.drafter_kv_cache_dtype if drafter is not None else None,
-            attention_backend=inputs.drafter_attention_backend, draft_model_config=None,
-            parallel_drafting=True)  # DFlash drafts all positions in one pass
+            attention_backend=inputs.drafter_attention_backend,
+            draft_model_config=None,
+            parallel_drafting=True,
+        )  # DFlash drafts all positions in one pass
     cfg.speculative_config = spec_cfg
 
     if arch.verify is not None:
@@ -84,7 +86,9 @@ def build_vllm_config(inputs: GeometryInputs, with_drafter: bool, num_spec: int)
     if mc.is_hybrid:
         HybridAttentionMambaModelConfig.verify_and_update_config(cfg)
     if cache.mamba_cache_mode != inputs.mamba_cache_mode:
-        raise ValueError(f"vLLM runs mamba_cache_mode {cache.mamba_cache_mode!r} with prefix "
-                         f"caching {inputs.enable_prefix_caching}, the input says "
-                         f"{inputs.mamba_cache_mode!r}")
+        raise ValueError(
+            f"vLLM runs mamba_cache_mode {cache.mamba_cache_mode!r} with prefix "
+            f"caching {inputs.enable_prefix_caching}, the input says "
+            f"{inputs.mamba_cache_mode!r}"
+        )
     return cfg, hf

@@ -29,16 +29,36 @@ from .configs import ConfigUnusable, MountedConfig, read_config
 from .fingerprint import Fingerprint, of_check
 from .memory import Budget, kv_budget
 from .mounted import CheckpointMismatch, Mounted, check_mounted
-from .outcome import (EXIT_CONFIG, EXIT_GEOMETRY, EXIT_MISMATCH, EXIT_SERVE_FLAGS, EXIT_UNCHECKED, PASSED, PREFIX,
-                      Outcome, refused)
+from .outcome import (
+    EXIT_CONFIG,
+    EXIT_GEOMETRY,
+    EXIT_MISMATCH,
+    EXIT_SERVE_FLAGS,
+    EXIT_UNCHECKED,
+    PASSED,
+    PREFIX,
+    Outcome,
+    refused,
+)
 from .serve_flags import ServeFlags, ServeFlagsRejected, parse_serve_flags
 
 # The speculative method the simulator models (DFlash / DFlash2 drafters).
 MODELLED_METHOD = "dflash"
 # Gate-input fields the argv decides (the rest come from the build: GPU family, behaviour).
-_SHOWN = ("tensor_parallel_size", "kv_cache_dtype", "drafter_kv_cache_dtype", "num_speculative_tokens",
-          "block_size", "max_model_len", "enable_prefix_caching", "mamba_cache_mode", "drafter_attention_backend",
-          "kv_cache_memory_bytes", "max_num_seqs", "max_num_batched_tokens")
+_SHOWN = (
+    "tensor_parallel_size",
+    "kv_cache_dtype",
+    "drafter_kv_cache_dtype",
+    "num_speculative_tokens",
+    "block_size",
+    "max_model_len",
+    "enable_prefix_caching",
+    "mamba_cache_mode",
+    "drafter_attention_backend",
+    "kv_cache_memory_bytes",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+)
 
 
 class Unchecked(Exception):
@@ -58,9 +78,11 @@ def snapshot_warnings(checked: CheckedServe, target: MountedConfig, drafter: Opt
     out = []
     for mounted, model in ((target, checked.target), (drafter, checked.drafter)):
         if mounted is not None and mounted.sha256 != model.config_sha256:
-            out.append(f"{PREFIX} warning: {mounted.path} has sha256 {_short(mounted.sha256)}, not that of the "
-                       f"{mounted.role} snapshot the build checked ({_short(model.config_sha256)}, {model.id} "
-                       f"{_pinned(model)}): its geometry decides")
+            out.append(
+                f"{PREFIX} warning: {mounted.path} has sha256 {_short(mounted.sha256)}, not that of the "
+                f"{mounted.role} snapshot the build checked ({_short(model.config_sha256)}, {model.id} "
+                f"{_pinned(model)}): its geometry decides"
+            )
     return out
 
 
@@ -72,8 +94,7 @@ def build_defaults(built, kv_cache_memory_bytes: int) -> ServeDefaults:
     return replace(ServeDefaults.of(built), kv_cache_memory_bytes=kv_cache_memory_bytes)
 
 
-def derive_inputs(flags: ServeFlags, target: MountedConfig, drafter: Optional[MountedConfig],
-                  defaults: ServeDefaults):
+def derive_inputs(flags: ServeFlags, target: MountedConfig, drafter: Optional[MountedConfig], defaults: ServeDefaults):
     """The gate input (geometry.inputs.GeometryInputs) for what this argv and these configs will run,
     ``defaults`` for what no flag says; Unchecked for what is not modelled, BadInput for values the
     simulator does not take."""
@@ -88,12 +109,16 @@ def derive_inputs(flags: ServeFlags, target: MountedConfig, drafter: Optional[Mo
             raise Unchecked("--speculative-config has no num_speculative_tokens: give it explicitly")
     if flags.max_model_len is not None and flags.max_model_len <= 0:
         raise Unchecked(f"--max-model-len {flags.max_model_len} (fit to memory) is not modelled: give a length")
-    return build_inputs(flags.settings(defaults), target_config=target.data,
-                        drafter_config=drafter.data if drafter is not None else None)
+    return build_inputs(
+        flags.settings(defaults),
+        target_config=target.data,
+        drafter_config=drafter.data if drafter is not None else None,
+    )
 
 
-def differences(checked: CheckedServe, argv: Sequence[str], inputs, target: MountedConfig,
-                drafter: Optional[MountedConfig]) -> str:
+def differences(
+    checked: CheckedServe, argv: Sequence[str], inputs, target: MountedConfig, drafter: Optional[MountedConfig]
+) -> str:
     """What differs from the build (``inputs``: the GeometryInputs re-checked), in one phrase."""
     out = []
     if not checked.as_built(tuple(argv)):
@@ -127,8 +152,10 @@ def _read_configs(flags: ServeFlags, locate: Callable[[str], str]):
         try:
             check_one(mounted.data)
         except ConfigInvalid as exc:
-            raise ConfigUnusable(f"the {mounted.role} config {mounted.path}: "
-                                 + (f"{exc.key}: {exc.problem}" if exc.key else exc.problem)) from None
+            raise ConfigUnusable(
+                f"the {mounted.role} config {mounted.path}: "
+                + (f"{exc.key}: {exc.problem}" if exc.key else exc.problem)
+            ) from None
     return target, drafter
 
 
@@ -146,8 +173,14 @@ def asks_for_help(argv: Sequence[str]) -> bool:
     return any(a in ("-h", "--help") or a.startswith("--help=") for a in argv)
 
 
-def check(argv: Sequence[str], checked: CheckedServe, *, locate: Callable[[str], str],
-          overlay_manifest: Optional[str], progress: Callable[[str], None] = lambda line: None) -> Outcome:
+def check(
+    argv: Sequence[str],
+    checked: CheckedServe,
+    *,
+    locate: Callable[[str], str],
+    overlay_manifest: Optional[str],
+    progress: Callable[[str], None] = lambda line: None,
+) -> Outcome:
     """The verdict for starting ``vllm serve ARGV`` (``locate``: an argv model path -> the directory to read;
     ``progress``: told once when the slow path starts)."""
     argv = tuple(argv)
@@ -163,8 +196,10 @@ def check(argv: Sequence[str], checked: CheckedServe, *, locate: Callable[[str],
         if fast:
             flags = checked.flags
         else:
-            progress(f"{PREFIX} {'the configs differ' if same_argv else 'the argv differs'} from the build's: "
-                     "re-checking with vLLM's serve parser, the simulator and vLLM's planner (seconds)")
+            progress(
+                f"{PREFIX} {'the configs differ' if same_argv else 'the argv differs'} from the build's: "
+                "re-checking with vLLM's serve parser, the simulator and vLLM's planner (seconds)"
+            )
             flags = _parse(argv)
             target, drafter = _read_configs(flags, locate)
         mounted = check_mounted(checked, flags, target, drafter, locate)
@@ -179,10 +214,13 @@ def check(argv: Sequence[str], checked: CheckedServe, *, locate: Callable[[str],
     from geometry.errors import BadInput
 
     warnings = [*mounted.notices, *snapshot_warnings(checked, target, drafter)]
-    budget = kv_budget(kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
-                       gpu_memory_utilization=flags.gpu_memory_utilization,
-                       tensor_parallel_size=flags.tensor_parallel_size, weights_bytes=mounted.tensor_bytes,
-                       recipe_bytes=checked.gate_input.kv_cache_memory_bytes)
+    budget = kv_budget(
+        kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
+        gpu_memory_utilization=flags.gpu_memory_utilization,
+        tensor_parallel_size=flags.tensor_parallel_size,
+        weights_bytes=mounted.tensor_bytes,
+        recipe_bytes=checked.gate_input.kv_cache_memory_bytes,
+    )
     if budget.kv_cache_memory_bytes <= 0:
         return refused(EXIT_GEOMETRY, f"no memory is left for the KV cache: {budget.source}", *warnings)
     if fast:
@@ -203,13 +241,18 @@ def check(argv: Sequence[str], checked: CheckedServe, *, locate: Callable[[str],
     return replace(outcome, fingerprint=fingerprint(mounted, target, drafter, inputs, flags))
 
 
-def fingerprint(mounted: Mounted, target: MountedConfig, drafter: Optional[MountedConfig], judged,
-                flags: ServeFlags) -> Fingerprint:
+def fingerprint(
+    mounted: Mounted, target: MountedConfig, drafter: Optional[MountedConfig], judged, flags: ServeFlags
+) -> Fingerprint:
     """What this start checked, for the ranks of a group to compare (the image's part is run.py's)."""
-    return of_check(target_revision=mounted.target.snapshot.commit, target_config_sha256=target.sha256,
-                    drafter_revision=mounted.drafter.snapshot.commit if mounted.drafter is not None else None,
-                    drafter_config_sha256=drafter.sha256 if drafter is not None else None,
-                    geometry=judged, flags=flags)
+    return of_check(
+        target_revision=mounted.target.snapshot.commit,
+        target_config_sha256=target.sha256,
+        drafter_revision=mounted.drafter.snapshot.commit if mounted.drafter is not None else None,
+        drafter_config_sha256=drafter.sha256 if drafter is not None else None,
+        geometry=judged,
+        flags=flags,
+    )
 
 
 def _parse(argv: Sequence[str]) -> ServeFlags:
@@ -223,24 +266,47 @@ def _parse(argv: Sequence[str]) -> ServeFlags:
 
 
 def _as_built_phrase(checked: CheckedServe, target: MountedConfig, drafter: MountedConfig) -> str:
-    return (f"the geometry the build checked (argv as built, target and drafter config.json "
-            f"are the recipe's snapshots {_short(target.sha256)} / {_short(drafter.sha256)}; "
-            f"{checked.target.id} {_pinned(checked.target)}, {checked.drafter.id} {_pinned(checked.drafter)})")
+    return (
+        f"the geometry the build checked (argv as built, target and drafter config.json "
+        f"are the recipe's snapshots {_short(target.sha256)} / {_short(drafter.sha256)}; "
+        f"{checked.target.id} {_pinned(checked.target)}, {checked.drafter.id} {_pinned(checked.drafter)})"
+    )
 
 
-def _as_built(checked: CheckedServe, target: MountedConfig, drafter: MountedConfig, mounted: Mounted,
-              budget: Budget, warnings: list[str]) -> Outcome:
-    return Outcome(PASSED, (f"{PREFIX} PASS: {_as_built_phrase(checked, target, drafter)}; {mounted.summary()}; "
-                            f"KV budget: {budget.source}", *warnings))
+def _as_built(
+    checked: CheckedServe,
+    target: MountedConfig,
+    drafter: MountedConfig,
+    mounted: Mounted,
+    budget: Budget,
+    warnings: list[str],
+) -> Outcome:
+    return Outcome(
+        PASSED,
+        (
+            f"{PREFIX} PASS: {_as_built_phrase(checked, target, drafter)}; {mounted.summary()}; "
+            f"KV budget: {budget.source}",
+            *warnings,
+        ),
+    )
 
 
 def _fit(verdict) -> str:
-    return (f"{verdict.num_blocks_with:,} blocks of {verdict.bytes_per_block_with:,} B"
-            if verdict.num_blocks_with is not None else "no KV blocks")
+    return (
+        f"{verdict.num_blocks_with:,} blocks of {verdict.bytes_per_block_with:,} B"
+        if verdict.num_blocks_with is not None
+        else "no KV blocks"
+    )
 
 
-def _rejudged(checked: CheckedServe, target: MountedConfig, drafter: MountedConfig, mounted: Mounted,
-              budget: Budget, warnings: list[str]) -> Outcome:
+def _rejudged(
+    checked: CheckedServe,
+    target: MountedConfig,
+    drafter: MountedConfig,
+    mounted: Mounted,
+    budget: Budget,
+    warnings: list[str],
+) -> Outcome:
     """The build's geometry with the KV budget this start has: the simulator and the gate's serving
     limits (stdlib; the build's cross-check stands, the pages do not depend on the budget)."""
     from geometry.gate_run import run_gate
@@ -248,19 +314,29 @@ def _rejudged(checked: CheckedServe, target: MountedConfig, drafter: MountedConf
     verdict = run_gate(checked.gate_input.replace(kv_cache_memory_bytes=budget.kv_cache_memory_bytes)).verdict
     if not verdict.passed:
         more = len(verdict.reasons) - 1
-        return refused(EXIT_GEOMETRY, f"with the KV budget at start ({budget.source}): {verdict.reasons[0]}"
-                       + (f" (and {more} more below)" if more else ""),
-                       *(f"  - {r}" for r in verdict.reasons[1:]), *warnings)
-    return Outcome(PASSED, (f"{PREFIX} PASS: {_as_built_phrase(checked, target, drafter)}; {mounted.summary()}; "
-                            f"{_fit(verdict)} with the KV budget at start: {budget.source}", *warnings))
+        return refused(
+            EXIT_GEOMETRY,
+            f"with the KV budget at start ({budget.source}): {verdict.reasons[0]}"
+            + (f" (and {more} more below)" if more else ""),
+            *(f"  - {r}" for r in verdict.reasons[1:]),
+            *warnings,
+        )
+    return Outcome(
+        PASSED,
+        (
+            f"{PREFIX} PASS: {_as_built_phrase(checked, target, drafter)}; {mounted.summary()}; "
+            f"{_fit(verdict)} with the KV budget at start: {budget.source}",
+            *warnings,
+        ),
+    )
 
 
 def _geometry(inputs, changed: str, warnings: list[str], overlay_manifest: Optional[str], mounted: str) -> Outcome:
     """The gate (geometry.gate_run) on the re-derived ``inputs``, then the cross-check: the installed vLLM
     plans the same inputs and the simulator must agree field by field when it models that vLLM (the
     image: patched; a host venv: stock). A geometry that does not fit is refused without it."""
-    from geometry.gate_run import CrossCheck, run_gate
     from geometry.errors import BadInput
+    from geometry.gate_run import CrossCheck, run_gate
 
     installed, unreadable = None, None
     try:
@@ -275,21 +351,32 @@ def _geometry(inputs, changed: str, warnings: list[str], overlay_manifest: Optio
     verdict, oracle = run.verdict, run.oracle
     if not verdict.passed:
         more = len(verdict.reasons) - 1
-        return refused(EXIT_GEOMETRY, f"re-checked ({changed}): {verdict.reasons[0]}"
-                       + (f" (and {more} more below)" if more else ""),
-                       *(f"  - {r}" for r in verdict.reasons[1:]), *warnings)
+        return refused(
+            EXIT_GEOMETRY,
+            f"re-checked ({changed}): {verdict.reasons[0]}" + (f" (and {more} more below)" if more else ""),
+            *(f"  - {r}" for r in verdict.reasons[1:]),
+            *warnings,
+        )
     failure = unreadable or oracle.failure
     if failure is not None:
-        return refused(EXIT_UNCHECKED, f"re-checked ({changed}): the installed vLLM could not plan it: {failure}",
-                       *warnings)
+        return refused(
+            EXIT_UNCHECKED, f"re-checked ({changed}): the installed vLLM could not plan it: {failure}", *warnings
+        )
     diffs = oracle.differences
     if diffs:
-        return refused(EXIT_UNCHECKED, f"re-checked ({changed}): the simulator and the installed vLLM disagree: "
-                                       f"{diffs[0]}" + (f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""),
-                       *warnings)
+        return refused(
+            EXIT_UNCHECKED,
+            f"re-checked ({changed}): the simulator and the installed vLLM disagree: "
+            f"{diffs[0]}" + (f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""),
+            *warnings,
+        )
     fit = _fit(verdict)
-    agrees = ("the installed vLLM agrees" if installed == inputs.vllm_behaviour
-              else f"the installed vLLM ({installed}) agrees with the simulator's {installed} model")
-    return Outcome(PASSED, (f"{PREFIX} PASS: re-checked ({changed}): every drafter page fits, {fit}; {mounted}; "
-                            f"{agrees}",
-                            *warnings))
+    agrees = (
+        "the installed vLLM agrees"
+        if installed == inputs.vllm_behaviour
+        else f"the installed vLLM ({installed}) agrees with the simulator's {installed} model"
+    )
+    return Outcome(
+        PASSED,
+        (f"{PREFIX} PASS: re-checked ({changed}): every drafter page fits, {fit}; {mounted}; {agrees}", *warnings),
+    )

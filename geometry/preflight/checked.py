@@ -98,8 +98,9 @@ class CheckedServe:
             "flags": self.flags.to_json(),
         }
         if self.roles:  # a single-node record stays as it was
-            data["roles"] = [{"role": r.role, "nnodes": r.nnodes, "argv": list(r.argv), "slots": dict(r.slots)}
-                             for r in self.roles]
+            data["roles"] = [
+                {"role": r.role, "nnodes": r.nnodes, "argv": list(r.argv), "slots": dict(r.slots)} for r in self.roles
+            ]
         return data
 
     @classmethod

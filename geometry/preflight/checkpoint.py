@@ -64,8 +64,9 @@ def snapshot_of(directory: str) -> Snapshot:
                 continue  # a ref that is a directory (refs/pr/...) or unreadable names nothing here
     except OSError:
         pass
-    return Snapshot(directory=real, commit=commit, repo=repo_name[len(CACHE_REPO_PREFIX):].replace("--", "/", 1),
-                    refs=tuple(refs))
+    return Snapshot(
+        directory=real, commit=commit, repo=repo_name[len(CACHE_REPO_PREFIX) :].replace("--", "/", 1), refs=tuple(refs)
+    )
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,9 @@ def _shard_name(name, index_path: str) -> str:
         raise CheckpointUnusable(f"{index_path}: weight_map names a shard {name!r}, not a file name")
     norm = os.path.normpath(name)
     if os.path.isabs(name) or norm == ".." or norm.startswith(".." + os.sep):
-        raise CheckpointUnusable(f"{index_path}: weight_map names the shard {name!r}, which is outside the "
-                                 "checkpoint directory")
+        raise CheckpointUnusable(
+            f"{index_path}: weight_map names the shard {name!r}, which is outside the checkpoint directory"
+        )
     return norm
 
 
@@ -135,20 +137,25 @@ def scan(role: str, directory: str) -> Checkpoint:
             for name in sorted(by_shard):
                 path = os.path.join(directory, name)
                 if not os.path.lexists(path):
-                    raise CheckpointUnusable(f"{path} is missing ({INDEX} places {len(by_shard[name]):,} tensors "
-                                             "there): is the download complete?")
+                    raise CheckpointUnusable(
+                        f"{path} is missing ({INDEX} places {len(by_shard[name]):,} tensors "
+                        "there): is the download complete?"
+                    )
                 header = read_header(path, path)
                 missing = [t for t in by_shard[name] if t not in header.tensors]
                 if missing:
                     more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-                    raise CheckpointUnusable(f"{header.path}: has no tensor {missing[0]!r}{more}, which {INDEX} "
-                                             "places there")
+                    raise CheckpointUnusable(
+                        f"{header.path}: has no tensor {missing[0]!r}{more}, which {INDEX} places there"
+                    )
                 shards.append(header)
             return Checkpoint(role, directory, snapshot, INDEX, tuple(shards))
         single = os.path.join(directory, SINGLE_FILE)
         if not os.path.lexists(single):
-            raise CheckpointUnusable(f"the {role} checkpoint {directory} has neither {INDEX} nor {SINGLE_FILE}: "
-                                     "no safetensors weights (is the download complete?)")
+            raise CheckpointUnusable(
+                f"the {role} checkpoint {directory} has neither {INDEX} nor {SINGLE_FILE}: "
+                "no safetensors weights (is the download complete?)"
+            )
         return Checkpoint(role, directory, snapshot, SINGLE_FILE, (read_header(single, single),))
     except ShardUnusable as exc:
         raise CheckpointUnusable(str(exc)) from None

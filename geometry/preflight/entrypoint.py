@@ -4,6 +4,7 @@
 Lives in the payload directory's geometry/preflight/, next to the record of what the
 build checked; GLM53_PREFLIGHT=enforce (default) | warn | off.
 """
+
 import os
 import sys
 

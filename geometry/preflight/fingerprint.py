@@ -48,10 +48,15 @@ class Fingerprint:
     served_flags: Mapping[str, Any]
     kv_cache_memory_bytes: Optional[int] = None  # this rank's KV budget at start (NOT_COMPARED)
 
-    def with_image(self, labels: Optional[Mapping[str, str]], digest: Optional[str],
-                   series_sha256: Optional[str]) -> "Fingerprint":
-        return replace(self, image_labels=None if labels is None else dict(labels), image_digest=digest,
-                       series_sha256=series_sha256)
+    def with_image(
+        self, labels: Optional[Mapping[str, str]], digest: Optional[str], series_sha256: Optional[str]
+    ) -> "Fingerprint":
+        return replace(
+            self,
+            image_labels=None if labels is None else dict(labels),
+            image_digest=digest,
+            series_sha256=series_sha256,
+        )
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {"schema": SCHEMA}
@@ -78,17 +83,25 @@ class Fingerprint:
         unknown = sorted(set(data) - set(names) - {"schema"})
         missing = [n for n in names if n not in data]
         if unknown or missing:
-            raise FingerprintUnreadable(f"{where}: {'unknown' if unknown else 'missing'} key "
-                                        f"{(unknown or missing)[0]!r}")
+            raise FingerprintUnreadable(
+                f"{where}: {'unknown' if unknown else 'missing'} key {(unknown or missing)[0]!r}"
+            )
         for name in ("geometry", "served_flags"):
             if not isinstance(data[name], Mapping):
                 raise FingerprintUnreadable(f"{where}: {name}: not a JSON object")
         labels = data["image_labels"]
-        if labels is not None and not (isinstance(labels, Mapping)
-                                       and all(isinstance(v, str) for v in labels.values())):
+        if labels is not None and not (
+            isinstance(labels, Mapping) and all(isinstance(v, str) for v in labels.values())
+        ):
             raise FingerprintUnreadable(f"{where}: image_labels: not an object of strings")
-        for name in ("image_digest", "series_sha256", "target_revision", "target_config_sha256",
-                     "drafter_revision", "drafter_config_sha256"):
+        for name in (
+            "image_digest",
+            "series_sha256",
+            "target_revision",
+            "target_config_sha256",
+            "drafter_revision",
+            "drafter_config_sha256",
+        ):
             if data[name] is not None and not isinstance(data[name], str):
                 raise FingerprintUnreadable(f"{where}: {name}: not a string")
         if data["target_config_sha256"] is None:
@@ -99,16 +112,30 @@ class Fingerprint:
         return cls(**{n: dict(data[n]) if isinstance(data[n], Mapping) else data[n] for n in names})
 
 
-def of_check(*, target_revision: Optional[str], target_config_sha256: str, drafter_revision: Optional[str],
-             drafter_config_sha256: Optional[str], geometry, flags) -> Fingerprint:
+def of_check(
+    *,
+    target_revision: Optional[str],
+    target_config_sha256: str,
+    drafter_revision: Optional[str],
+    drafter_config_sha256: Optional[str],
+    geometry,
+    flags,
+) -> Fingerprint:
     """The fingerprint of what the check saw (``geometry``: the GeometryInputs it judged; ``flags``: the
     ServeFlags), the image not yet known. Both pass through JSON, so it equals what another rank reads."""
     gate = {k: v for k, v in geometry.to_json().items() if k not in _NOT_GEOMETRY}
-    return Fingerprint(image_labels=None, image_digest=None, series_sha256=None,
-                       target_revision=target_revision, target_config_sha256=target_config_sha256,
-                       drafter_revision=drafter_revision, drafter_config_sha256=drafter_config_sha256,
-                       geometry=json.loads(json.dumps(gate)), served_flags=json.loads(json.dumps(flags.to_json())),
-                       kv_cache_memory_bytes=geometry.kv_cache_memory_bytes)
+    return Fingerprint(
+        image_labels=None,
+        image_digest=None,
+        series_sha256=None,
+        target_revision=target_revision,
+        target_config_sha256=target_config_sha256,
+        drafter_revision=drafter_revision,
+        drafter_config_sha256=drafter_config_sha256,
+        geometry=json.loads(json.dumps(gate)),
+        served_flags=json.loads(json.dumps(flags.to_json())),
+        kv_cache_memory_bytes=geometry.kv_cache_memory_bytes,
+    )
 
 
 @dataclass(frozen=True)
@@ -129,7 +156,7 @@ def _shown(value: Any) -> str:
     if isinstance(value, Mapping):
         return f"{len(value)} entries"
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
-    return text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN - 3] + "..."
+    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
 
 
 def first_difference(here: Fingerprint, there: Fingerprint) -> Optional[Difference]:

@@ -15,8 +15,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Optional
 
-GIB = 2 ** 30
-MIB = 2 ** 20
+GIB = 2**30
+MIB = 2**20
 # An estimate of what vLLM keeps beside the weights and the KV cache on each rank at start
 # (activations of the profiling run, CUDA graphs, the sampler): stated, never measured here.
 ACTIVATION_RESERVE_BYTES = 4 * GIB
@@ -66,19 +66,32 @@ def _gib(n: int) -> str:
     return f"{n / GIB:,.1f} GiB"
 
 
-def kv_budget(*, kv_cache_memory_bytes: Optional[int], gpu_memory_utilization: float, tensor_parallel_size: int,
-              weights_bytes: int, recipe_bytes: int, gpu: Optional[GpuMemory] = None) -> Budget:
+def kv_budget(
+    *,
+    kv_cache_memory_bytes: Optional[int],
+    gpu_memory_utilization: float,
+    tensor_parallel_size: int,
+    weights_bytes: int,
+    recipe_bytes: int,
+    gpu: Optional[GpuMemory] = None,
+) -> Budget:
     """The budget for these served flags; ``gpu`` defaults to asking nvidia-smi."""
     if kv_cache_memory_bytes is not None:
         return Budget(kv_cache_memory_bytes, f"--kv-cache-memory-bytes {kv_cache_memory_bytes:,}")
     gpu = gpu if gpu is not None else gpu_memory()
     if gpu.total_bytes is None:
-        return Budget(recipe_bytes, f"the recipe's geometry.kv_cache_memory_gib {_gib(recipe_bytes)} ({gpu.why_not})",
-                      from_recipe=True)
+        return Budget(
+            recipe_bytes,
+            f"the recipe's geometry.kv_cache_memory_gib {_gib(recipe_bytes)} ({gpu.why_not})",
+            from_recipe=True,
+        )
     per_rank = weights_bytes // max(tensor_parallel_size, 1)
     usable = int(gpu_memory_utilization * gpu.total_bytes)
     budget = usable - per_rank - ACTIVATION_RESERVE_BYTES
-    return Budget(budget, f"--gpu-memory-utilization {gpu_memory_utilization:g} x {gpu.total_bytes // MIB:,} MiB "
-                          f"(nvidia-smi) = {_gib(usable)}, minus weights {_gib(per_rank)} per rank (safetensors "
-                          f"headers / TP {tensor_parallel_size}) minus an activation reserve of "
-                          f"{_gib(ACTIVATION_RESERVE_BYTES)} (an estimate) = {_gib(budget)}")
+    return Budget(
+        budget,
+        f"--gpu-memory-utilization {gpu_memory_utilization:g} x {gpu.total_bytes // MIB:,} MiB "
+        f"(nvidia-smi) = {_gib(usable)}, minus weights {_gib(per_rank)} per rank (safetensors "
+        f"headers / TP {tensor_parallel_size}) minus an activation reserve of "
+        f"{_gib(ACTIVATION_RESERVE_BYTES)} (an estimate) = {_gib(budget)}",
+    )

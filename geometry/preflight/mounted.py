@@ -53,33 +53,49 @@ class Mounted:
         for ckpt in (self.target, self.drafter):
             if ckpt is not None:
                 commit = ckpt.snapshot.commit
-                parts.append(f"{ckpt.role} {len(ckpt.shards)} shard{'s' if len(ckpt.shards) != 1 else ''}, "
-                             + (f"snapshot {commit[:12]}" if commit else "a plain directory: no commit"))
+                parts.append(
+                    f"{ckpt.role} {len(ckpt.shards)} shard{'s' if len(ckpt.shards) != 1 else ''}, "
+                    + (f"snapshot {commit[:12]}" if commit else "a plain directory: no commit")
+                )
         return "weights headers complete (" + "; ".join(parts) + ")"
 
 
 # --- 1. identity -------------------------------------------------------------------------
 
+
 def identity(ckpt: Checkpoint, model: CheckedModel) -> list[str]:
     """CheckpointMismatch for a commit other than the pinned one; notices for what cannot be compared."""
     snap = ckpt.snapshot
     if snap.commit is None:  # the outcome's summary says "a plain directory: no commit"
-        return [f"{PREFIX} notice: {snap.describe()}: the pinned {ckpt.role}.revision {model.revision[:12]} "
-                "cannot be compared"] if model.revision else []
+        return (
+            [
+                f"{PREFIX} notice: {snap.describe()}: the pinned {ckpt.role}.revision {model.revision[:12]} "
+                "cannot be compared"
+            ]
+            if model.revision
+            else []
+        )
     out = []
     if snap.repo is not None and snap.repo.lower() != model.id.lower():
-        out.append(f"{PREFIX} notice: the {ckpt.role} {ckpt.directory} is a snapshot of {snap.repo}, "
-                   f"not of the recipe's {model.id}")
+        out.append(
+            f"{PREFIX} notice: the {ckpt.role} {ckpt.directory} is a snapshot of {snap.repo}, "
+            f"not of the recipe's {model.id}"
+        )
     if model.revision is None:
-        out.append(f"{PREFIX} notice: the {ckpt.role} is {snap.describe()}, the recipe pins no {ckpt.role}.revision: "
-                   f"`build.py pin --recipe R --models-dir DIR` writes {snap.commit}")
+        out.append(
+            f"{PREFIX} notice: the {ckpt.role} is {snap.describe()}, the recipe pins no {ckpt.role}.revision: "
+            f"`build.py pin --recipe R --models-dir DIR` writes {snap.commit}"
+        )
     elif model.revision != snap.commit:
-        raise CheckpointMismatch(f"the {ckpt.role} {ckpt.directory} is {snap.describe()}, not the recipe's "
-                                 f"{ckpt.role}.revision {model.revision}")
+        raise CheckpointMismatch(
+            f"the {ckpt.role} {ckpt.directory} is {snap.describe()}, not the recipe's "
+            f"{ckpt.role}.revision {model.revision}"
+        )
     return out
 
 
 # --- 3. quantization and precision --------------------------------------------------------
+
 
 def _modelopt_name(algo) -> str:
     return MODELOPT_NAMES.get(str(algo).upper(), f"modelopt ({algo})")
@@ -110,23 +126,33 @@ def target_quantization(directory: str, config: MountedConfig) -> tuple[str, str
         producer = data.get("producer") if isinstance(data.get("producer"), dict) else {}
         quant = data.get("quantization") if isinstance(data.get("quantization"), dict) else {}
         if str(producer.get("name", "")).lower() != "modelopt" or "quant_algo" not in quant:
-            raise CheckpointUnusable(f"{quant_file}: expected ModelOpt's producer.name modelopt and "
-                                     "quantization.quant_algo")
-        found.append((_modelopt_name(quant["quant_algo"]), f"{quant_file} quantization.quant_algo "
-                                                           f"{quant['quant_algo']}"))
+            raise CheckpointUnusable(
+                f"{quant_file}: expected ModelOpt's producer.name modelopt and quantization.quant_algo"
+            )
+        found.append(
+            (_modelopt_name(quant["quant_algo"]), f"{quant_file} quantization.quant_algo {quant['quant_algo']}")
+        )
     qc = config.data.get("quantization_config")
     if isinstance(qc, dict):
         method = str(qc.get("quant_method", "")).lower()
-        algo = qc.get("quant_algo", (qc.get("quantization") or {}).get("quant_algo")
-                      if isinstance(qc.get("quantization"), dict) else None)
+        algo = qc.get(
+            "quant_algo",
+            (qc.get("quantization") or {}).get("quant_algo") if isinstance(qc.get("quantization"), dict) else None,
+        )
         name = _modelopt_name(algo) if method == "modelopt" and algo is not None else method or "unknown"
-        found.append((name, f"{config.path} quantization_config.quant_method {method}"
-                            + (f" quant_algo {algo}" if algo is not None else "")))
+        found.append(
+            (
+                name,
+                f"{config.path} quantization_config.quant_method {method}"
+                + (f" quant_algo {algo}" if algo is not None else ""),
+            )
+        )
     if not found:
         return UNQUANTIZED, f"{directory} has no {QUANT_FILE} and config.json no quantization_config"
     if len({name for name, _ in found}) > 1:
-        raise CheckpointMismatch(f"the target's quantization files disagree: {found[0][1]} is {found[0][0]}, "
-                                 f"{found[1][1]} is {found[1][0]}")
+        raise CheckpointMismatch(
+            f"the target's quantization files disagree: {found[0][1]} is {found[0][0]}, {found[1][1]} is {found[1][0]}"
+        )
     return found[0]
 
 
@@ -135,8 +161,9 @@ def check_quantization(ckpt: Checkpoint, config: MountedConfig, model: CheckedMo
         return
     name, where = target_quantization(ckpt.directory, config)
     if name != model.quantization:
-        raise CheckpointMismatch(f"{where}: the target is {name}, the recipe's target.quantization is "
-                                 f"{model.quantization}")
+        raise CheckpointMismatch(
+            f"{where}: the target is {name}, the recipe's target.quantization is {model.quantization}"
+        )
 
 
 def check_precision(ckpt: Checkpoint, model: CheckedModel) -> None:
@@ -149,18 +176,22 @@ def check_precision(ckpt: Checkpoint, model: CheckedModel) -> None:
         other = sorted(d for d in dtypes if d not in ("BF16", "F32"))
         if other or "BF16" not in dtypes:
             d = other[0] if other else next(iter(sorted(dtypes)), "no")
-            raise CheckpointMismatch(f"{where} holds {d} tensors (e.g. {dtypes.get(d, '-')}), not the BF16 of "
-                                     "drafter.precision bf16")
+            raise CheckpointMismatch(
+                f"{where} holds {d} tensors (e.g. {dtypes.get(d, '-')}), not the BF16 of drafter.precision bf16"
+            )
     elif model.precision == "mxfp8":
-        scales = [n for s in ckpt.shards for n, t in s.tensors.items()
-                  if n.endswith("scale") and t.dtype in ("U8", "F8_E8M0")]
+        scales = [
+            n for s in ckpt.shards for n, t in s.tensors.items() if n.endswith("scale") and t.dtype in ("U8", "F8_E8M0")
+        ]
         if "F8_E4M3" not in dtypes or not scales:
             missing = "no F8_E4M3 tensor" if "F8_E4M3" not in dtypes else "no E8M0 block scales (U8 / F8_E8M0 *scale)"
-            raise CheckpointMismatch(f"{where} has {missing}: not the MXFP8 of drafter.precision mxfp8 "
-                                     f"(dtypes: {', '.join(sorted(dtypes))})")
+            raise CheckpointMismatch(
+                f"{where} has {missing}: not the MXFP8 of drafter.precision mxfp8 (dtypes: {', '.join(sorted(dtypes))})"
+            )
 
 
 # --- 4. drafter wiring --------------------------------------------------------------------
+
 
 def check_wiring(target: MountedConfig, drafter: MountedConfig, flags: ServeFlags) -> None:
     text = text_config(target.data)
@@ -172,26 +203,35 @@ def check_wiring(target: MountedConfig, drafter: MountedConfig, flags: ServeFlag
             raise CheckpointMismatch(f"{drafter.path}: dflash_config.target_layer_ids: not a list of layer numbers")
         for i in ids:
             if not isinstance(i, int) or isinstance(i, bool) or i < 0 or (isinstance(layers, int) and i >= layers):
-                raise CheckpointMismatch(f"{drafter.path}: dflash_config.target_layer_ids: layer {i!r} is not one of "
-                                         f"the target's {layers} layers (0-{layers - 1 if isinstance(layers, int) else '?'}, "
-                                         f"num_hidden_layers of {target.path})")
+                raise CheckpointMismatch(
+                    f"{drafter.path}: dflash_config.target_layer_ids: layer {i!r} is not one of "
+                    f"the target's {layers} layers (0-{layers - 1 if isinstance(layers, int) else '?'}, "
+                    f"num_hidden_layers of {target.path})"
+                )
     width = drafter.data.get("target_hidden_size")
     if width is not None and hidden is not None and width != hidden:
-        raise CheckpointMismatch(f"{drafter.path}: target_hidden_size {width} is not the target's hidden_size "
-                                 f"{hidden} ({target.path})")
+        raise CheckpointMismatch(
+            f"{drafter.path}: target_hidden_size {width} is not the target's hidden_size {hidden} ({target.path})"
+        )
     block = dflash.get("block_size")
     served = flags.num_speculative_tokens
     if isinstance(block, int) and served is not None and served != block - 1:
-        raise CheckpointMismatch(f"--speculative-config num_speculative_tokens {served}: the drafter's "
-                                 f"dflash_config.block_size {block} ({drafter.path}) drafts {block - 1} "
-                                 "(its block minus the target's own token)")
+        raise CheckpointMismatch(
+            f"--speculative-config num_speculative_tokens {served}: the drafter's "
+            f"dflash_config.block_size {block} ({drafter.path}) drafts {block - 1} "
+            "(its block minus the target's own token)"
+        )
 
 
 # --- 5. tokenizer and chat template -------------------------------------------------------
 
+
 def check_tokenizer(flags: ServeFlags, target_dir: str, locate: Callable[[str], str]) -> list[str]:
-    parsers = [f"--{name.replace('_', '-')} {value}" for name, value in
-               (("tool_call_parser", flags.tool_call_parser), ("reasoning_parser", flags.reasoning_parser)) if value]
+    parsers = [
+        f"--{name.replace('_', '-')} {value}"
+        for name, value in (("tool_call_parser", flags.tool_call_parser), ("reasoning_parser", flags.reasoning_parser))
+        if value
+    ]
     if not parsers:
         return []
     directory = target_dir if flags.tokenizer is None else locate(flags.tokenizer)
@@ -205,14 +245,22 @@ def check_tokenizer(flags: ServeFlags, target_dir: str, locate: Callable[[str], 
     config = os.path.join(directory, TOKENIZER_CONFIG)
     if os.path.lexists(config) and _read_json(config).get("chat_template"):
         return []
-    raise CheckpointUnusable(f"{directory} has no chat template ({', '.join(TEMPLATE_FILES)} or "
-                             f"{TOKENIZER_CONFIG} chat_template), which {need} needs (or give --chat-template)")
+    raise CheckpointUnusable(
+        f"{directory} has no chat template ({', '.join(TEMPLATE_FILES)} or "
+        f"{TOKENIZER_CONFIG} chat_template), which {need} needs (or give --chat-template)"
+    )
 
 
 # --- all of them ---------------------------------------------------------------------------
 
-def check_mounted(checked: CheckedServe, flags: ServeFlags, target: MountedConfig, drafter: Optional[MountedConfig],
-                  locate: Callable[[str], str]) -> Mounted:
+
+def check_mounted(
+    checked: CheckedServe,
+    flags: ServeFlags,
+    target: MountedConfig,
+    drafter: Optional[MountedConfig],
+    locate: Callable[[str], str],
+) -> Mounted:
     """Items 1-5 in order; CheckpointUnusable / CheckpointMismatch for the first that fails."""
     target_dir = os.path.dirname(target.path)
     target_ckpt = scan("target", target_dir)

@@ -28,7 +28,16 @@ from geometry.image_contract import ContractError, read_image_labels
 
 from .fingerprint import IMAGE_DIGEST_ENV, Fingerprint, FingerprintUnreadable, first_difference
 from .launch import PORT_OFFSET, Launch
-from .outcome import EXIT_BAD_MODE, EXIT_LEADER_SILENT, EXIT_RANKS_DIFFER, EXIT_UNCHECKED, PASSED, PREFIX, Outcome, refused
+from .outcome import (
+    EXIT_BAD_MODE,
+    EXIT_LEADER_SILENT,
+    EXIT_RANKS_DIFFER,
+    EXIT_UNCHECKED,
+    PASSED,
+    PREFIX,
+    Outcome,
+    refused,
+)
 
 PORT_ENV = "GLM53_FINGERPRINT_PORT"
 TIMEOUT_ENV = "GLM53_FINGERPRINT_TIMEOUT_S"
@@ -65,8 +74,9 @@ def timeout_s(environ: Mapping[str, str]) -> float:
     return value
 
 
-def with_image(fingerprint: Fingerprint, *, labels_path: str, overlay_manifest: Optional[str],
-               environ: Mapping[str, str]) -> Fingerprint:
+def with_image(
+    fingerprint: Fingerprint, *, labels_path: str, overlay_manifest: Optional[str], environ: Mapping[str, str]
+) -> Fingerprint:
     """``fingerprint`` with the image's labels (the build's file), its digest (the deployment's
     environment) and the overlay series the patch step applied (its manifest), where known."""
     from geometry.gate_main import read_manifest
@@ -112,12 +122,13 @@ def kv_pool_line(leader: Optional[int], workers: Mapping[int, Optional[int]]) ->
         return f"{PREFIX} KV budget: {_gib(smallest)} on every rank that sent one (node rank(s) {_ranks(budgets)})"
     rank = min(r for r, b in budgets.items() if b == smallest)
     here = f"; this rank has {_gib(leader)}" if leader is not None else ""
-    return (f"{PREFIX} KV budget: the ranks' differ; vLLM plans every rank with the smallest, "
-            f"{_gib(smallest)} ({smallest:,} B, node rank {rank}){here}")
+    return (
+        f"{PREFIX} KV budget: the ranks' differ; vLLM plans every rank with the smallest, "
+        f"{_gib(smallest)} ({smallest:,} B, node rank {rank}){here}"
+    )
 
 
-def offer(fingerprint: Fingerprint, launch: Launch, port: int, window_s: float,
-          say: Callable[[str], None]) -> Outcome:
+def offer(fingerprint: Fingerprint, launch: Launch, port: int, window_s: float, say: Callable[[str], None]) -> Outcome:
     """The leader: answer ``/fingerprint?node_rank=R`` until every worker rank sent its own or the window ends."""
     body = fingerprint.to_bytes()
     waiting = set(range(1, launch.nnodes))
@@ -161,15 +172,19 @@ def offer(fingerprint: Fingerprint, launch: Launch, port: int, window_s: float,
             fetched.add(rank)
             sent_own.add(rank)
             try:
-                theirs = _received(sent, f"node rank {rank}'s fingerprint", f"node rank {rank} sent no JSON fingerprint")
+                theirs = _received(
+                    sent, f"node rank {rank}'s fingerprint", f"node rank {rank} sent no JSON fingerprint"
+                )
             except FingerprintUnreadable as exc:
                 differences[rank] = str(exc)
                 return
             budgets[rank] = theirs.kv_cache_memory_bytes
             diff = first_difference(fingerprint, theirs)
             if diff is not None:
-                differences[rank] = (f"node rank {rank} differs from this leader at {diff.field}: "
-                                     f"leader {diff.here}, node rank {rank} {diff.there}")
+                differences[rank] = (
+                    f"node rank {rank} differs from this leader at {diff.field}: "
+                    f"leader {diff.here}, node rank {rank} {diff.there}"
+                )
 
         def log_message(self, *args) -> None:  # the outcome lines say what happened
             pass
@@ -177,10 +192,15 @@ def offer(fingerprint: Fingerprint, launch: Launch, port: int, window_s: float,
     try:
         server = http.server.HTTPServer(("", port), Handler)
     except OSError as exc:
-        return refused(EXIT_LEADER_SILENT, f"the leader cannot offer its fingerprint on port {port}: "
-                                           f"{exc.strerror or exc} (set {PORT_ENV} to a free port on every node)")
-    say(f"{PREFIX} offering this rank's fingerprint to node rank(s) {_ranks(waiting)} on port {port} "
-        f"(up to {window_s:g} s, {TIMEOUT_ENV})")
+        return refused(
+            EXIT_LEADER_SILENT,
+            f"the leader cannot offer its fingerprint on port {port}: "
+            f"{exc.strerror or exc} (set {PORT_ENV} to a free port on every node)",
+        )
+    say(
+        f"{PREFIX} offering this rank's fingerprint to node rank(s) {_ranks(waiting)} on port {port} "
+        f"(up to {window_s:g} s, {TIMEOUT_ENV})"
+    )
     server.timeout = _RETRY_S
     deadline = time.monotonic() + window_s
     try:
@@ -196,13 +216,28 @@ def offer(fingerprint: Fingerprint, launch: Launch, port: int, window_s: float,
     details = (pool,) if pool is not None else ()
     if fetched == waiting:
         unsent = waiting - sent_own
-        return Outcome(PASSED, (f"{PREFIX} every worker (node rank(s) {_ranks(waiting)}) fetched the leader's "
-                                "fingerprint" + (" and sent its own, the same" if not unsent else
-                                                 f"; node rank(s) {_ranks(unsent)} sent none (compared on their "
-                                                 "side only)"), *details))
-    return Outcome(PASSED, (f"{PREFIX} notice: node rank(s) {_ranks(waiting - fetched)} did not fetch the leader's "
-                            f"fingerprint within {window_s:g} s (a worker with GLM53_PREFLIGHT=off never does): "
-                            "their ranks are not compared", *details))
+        return Outcome(
+            PASSED,
+            (
+                f"{PREFIX} every worker (node rank(s) {_ranks(waiting)}) fetched the leader's "
+                "fingerprint"
+                + (
+                    " and sent its own, the same"
+                    if not unsent
+                    else f"; node rank(s) {_ranks(unsent)} sent none (compared on their side only)"
+                ),
+                *details,
+            ),
+        )
+    return Outcome(
+        PASSED,
+        (
+            f"{PREFIX} notice: node rank(s) {_ranks(waiting - fetched)} did not fetch the leader's "
+            f"fingerprint within {window_s:g} s (a worker with GLM53_PREFLIGHT=off never does): "
+            "their ranks are not compared",
+            *details,
+        ),
+    )
 
 
 def _url(launch: Launch, port: int) -> str:
@@ -216,8 +251,9 @@ class LeaderSilent(Exception):
 
 def fetch(launch: Launch, port: int, timeout: float, mine: bytes) -> bytes:
     """A worker: its own fingerprint ``mine`` sent, the leader's answer back, retried until ``timeout`` seconds."""
-    request = urllib.request.Request(_url(launch, port), data=mine, method="POST",
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        _url(launch, port), data=mine, method="POST", headers={"Content-Type": "application/json"}
+    )
     url = request.full_url
     deadline = time.monotonic() + timeout
     last = "nothing tried"
@@ -244,22 +280,39 @@ def compare(here: Fingerprint, answer: bytes, where: str, rank: int) -> Outcome:
         return refused(EXIT_RANKS_DIFFER, f"node rank {rank}: {exc}")
     diff = first_difference(here, leader)
     if diff is not None:
-        return refused(EXIT_RANKS_DIFFER, f"node rank {rank} differs from its leader ({where}) at {diff.field}: "
-                                          f"here {diff.here}, leader {diff.there}")
-    return Outcome(PASSED, (f"{PREFIX} ranks agree: node rank {rank}'s fingerprint is its leader's ({where}): "
-                            "image, overlay series, checkpoints, geometry and served flags",))
+        return refused(
+            EXIT_RANKS_DIFFER,
+            f"node rank {rank} differs from its leader ({where}) at {diff.field}: "
+            f"here {diff.here}, leader {diff.there}",
+        )
+    return Outcome(
+        PASSED,
+        (
+            f"{PREFIX} ranks agree: node rank {rank}'s fingerprint is its leader's ({where}): "
+            "image, overlay series, checkpoints, geometry and served flags",
+        ),
+    )
 
 
-def agree(fingerprint: Optional[Fingerprint], launch: Launch, *, labels_path: str, overlay_manifest: Optional[str],
-          environ: Mapping[str, str], say: Callable[[str], None]) -> Outcome:
+def agree(
+    fingerprint: Optional[Fingerprint],
+    launch: Launch,
+    *,
+    labels_path: str,
+    overlay_manifest: Optional[str],
+    environ: Mapping[str, str],
+    say: Callable[[str], None],
+) -> Outcome:
     """This rank's part: the leader answers and compares what each worker sends; a worker sends and compares."""
     try:
         port, window = fingerprint_port(launch, environ), timeout_s(environ)
     except BadSetting as exc:
         return refused(EXIT_BAD_MODE, str(exc))
     if fingerprint is None:
-        return refused(EXIT_UNCHECKED, "this rank's check stopped before its geometry was known: no fingerprint "
-                                       "to compare with the other ranks")
+        return refused(
+            EXIT_UNCHECKED,
+            "this rank's check stopped before its geometry was known: no fingerprint to compare with the other ranks",
+        )
     try:
         mine = with_image(fingerprint, labels_path=labels_path, overlay_manifest=overlay_manifest, environ=environ)
     except ContractError as exc:
@@ -270,7 +323,10 @@ def agree(fingerprint: Optional[Fingerprint], launch: Launch, *, labels_path: st
     try:
         answer = fetch(launch, port, window, mine.to_bytes())
     except LeaderSilent as exc:
-        return refused(EXIT_LEADER_SILENT, f"node rank {launch.node_rank}: the leader's fingerprint did not come "
-                                           f"from {where} within {window:g} s (last: {exc}); is the leader started "
-                                           f"with GLM53_PREFLIGHT on? ({TIMEOUT_ENV} sets the wait)")
+        return refused(
+            EXIT_LEADER_SILENT,
+            f"node rank {launch.node_rank}: the leader's fingerprint did not come "
+            f"from {where} within {window:g} s (last: {exc}); is the leader started "
+            f"with GLM53_PREFLIGHT on? ({TIMEOUT_ENV} sets the wait)",
+        )
     return compare(mine, answer, where, launch.node_rank)

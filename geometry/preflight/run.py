@@ -54,9 +54,15 @@ def _quietly(work: Callable[[Callable[[str], None]], Outcome]) -> Outcome:
             os.close(fd)
 
 
-def preflight(argv: Sequence[str], *, checked_path: str, overlay_manifest: Optional[str],
-              locate: Callable[[str], str] = lambda path: path,
-              checked: Optional["checked_mod.CheckedServe"] = None, progress: bool = False) -> Outcome:
+def preflight(
+    argv: Sequence[str],
+    *,
+    checked_path: str,
+    overlay_manifest: Optional[str],
+    locate: Callable[[str], str] = lambda path: path,
+    checked: Optional["checked_mod.CheckedServe"] = None,
+    progress: bool = False,
+) -> Outcome:
     """The outcome for ``vllm serve ARGV``; ``checked`` given (the host) or read from ``checked_path`` (the image).
 
     ``overlay_manifest``: the image's overlay manifest, which says whether the installed
@@ -64,6 +70,7 @@ def preflight(argv: Sequence[str], *, checked_path: str, overlay_manifest: Optio
     ``progress``: say on stderr when the slow path starts (the host; in the image the
     outcome must be the log's first line).
     """
+
     def work(say: Callable[[str], None]) -> Outcome:
         from .check import check
 
@@ -71,14 +78,18 @@ def preflight(argv: Sequence[str], *, checked_path: str, overlay_manifest: Optio
             record = checked if checked is not None else checked_mod.load(checked_path)
         except checked_mod.CheckedUnreadable as exc:
             return refused(EXIT_UNCHECKED, f"the image's record of what the build checked is unusable: {exc}")
-        return check(argv, record, locate=locate, overlay_manifest=overlay_manifest,
-                     progress=say if progress else (lambda line: None))
+        return check(
+            argv,
+            record,
+            locate=locate,
+            overlay_manifest=overlay_manifest,
+            progress=say if progress else (lambda line: None),
+        )
 
     return _quietly(work)
 
 
-def _ranks_agree(argv: Sequence[str], outcome: Outcome, payload_dir: str, manifest: str,
-                 environment: dict) -> Outcome:
+def _ranks_agree(argv: Sequence[str], outcome: Outcome, payload_dir: str, manifest: str, environment: dict) -> Outcome:
     """A rank of a multi-node group (``--nnodes`` > 1) agrees with its leader; a single node passes at once."""
     from . import ranks
 
@@ -88,8 +99,14 @@ def _ranks_agree(argv: Sequence[str], outcome: Outcome, payload_dir: str, manife
         return refused(EXIT_SERVE_FLAGS, str(exc))
     if launch is None:
         return Outcome(PASSED, ())
-    return ranks.agree(outcome.fingerprint, launch, labels_path=payload_path(IMAGE_LABELS, payload_dir),
-                       overlay_manifest=manifest, environ=environment, say=_say)
+    return ranks.agree(
+        outcome.fingerprint,
+        launch,
+        labels_path=payload_path(IMAGE_LABELS, payload_dir),
+        overlay_manifest=manifest,
+        environ=environment,
+        say=_say,
+    )
 
 
 def _report(outcome: Outcome, mode: str) -> Optional[int]:

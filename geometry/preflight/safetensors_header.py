@@ -44,8 +44,9 @@ def _open(path: str, shown: str):
     try:
         return open(path, "rb")
     except FileNotFoundError:
-        raise ShardUnusable(f"{shown} does not exist" + (" (a dangling symlink)" if os.path.islink(path) else "")) \
-            from None
+        raise ShardUnusable(
+            f"{shown} does not exist" + (" (a dangling symlink)" if os.path.islink(path) else "")
+        ) from None
     except IsADirectoryError:
         raise ShardUnusable(f"{shown} is a directory, not a safetensors file") from None
     except OSError as exc:  # ELOOP (a symlink loop), EACCES, ...
@@ -58,11 +59,15 @@ def _tensor(name: str, entry, shown: str) -> Tensor:
     offsets, dtype = entry.get("data_offsets"), entry.get("dtype")
     if not isinstance(dtype, str):
         raise ShardUnusable(f"{shown}: header entry {name!r} has no dtype")
-    if (not isinstance(offsets, list) or len(offsets) != 2
-            or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
-            or not 0 <= offsets[0] <= offsets[1]):
-        raise ShardUnusable(f"{shown}: header entry {name!r} has data_offsets {offsets!r}, not [begin, end] "
-                            "with 0 <= begin <= end")
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+        or not 0 <= offsets[0] <= offsets[1]
+    ):
+        raise ShardUnusable(
+            f"{shown}: header entry {name!r} has data_offsets {offsets!r}, not [begin, end] with 0 <= begin <= end"
+        )
     return Tensor(dtype=dtype, nbytes=offsets[1] - offsets[0])
 
 
@@ -77,11 +82,14 @@ def read_header(path: str, shown: str) -> ShardHeader:
                 raise ShardUnusable(f"{shown} is {size} bytes: truncated (no 8-byte header length)")
             (length,) = struct.unpack("<Q", fh.read(8))
             if length > size - 8:
-                raise ShardUnusable(f"{shown}: the header length {length:,} is longer than the file ({size:,} bytes): "
-                                    "truncated or not a safetensors file")
+                raise ShardUnusable(
+                    f"{shown}: the header length {length:,} is longer than the file ({size:,} bytes): "
+                    "truncated or not a safetensors file"
+                )
             if length > MAX_HEADER_BYTES:
-                raise ShardUnusable(f"{shown}: the header length {length:,} is above {MAX_HEADER_BYTES:,} bytes: "
-                                    "not a safetensors file")
+                raise ShardUnusable(
+                    f"{shown}: the header length {length:,} is above {MAX_HEADER_BYTES:,} bytes: not a safetensors file"
+                )
             raw = fh.read(length)
         except OSError as exc:
             raise ShardUnusable(f"{shown} cannot be read: {exc.strerror}") from None
@@ -97,6 +105,7 @@ def read_header(path: str, shown: str) -> ShardHeader:
     expected = 8 + length + end
     if size != expected:
         what = "truncated" if size < expected else "longer than its header says"
-        raise ShardUnusable(f"{shown} is {size:,} bytes, the header says {expected:,} (8 + {length:,} header + "
-                            f"{end:,} data): {what}")
+        raise ShardUnusable(
+            f"{shown} is {size:,} bytes, the header says {expected:,} (8 + {length:,} header + {end:,} data): {what}"
+        )
     return ShardHeader(path=path, size=size, tensors=tensors)

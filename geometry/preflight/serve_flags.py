@@ -72,8 +72,10 @@ class ServeFlags:
         )
 
     def to_json(self) -> dict:
-        return {name: (dict(value) if isinstance(value, Mapping) else value)
-                for name, value in ((f, getattr(self, f)) for f in self.__dataclass_fields__)}
+        return {
+            name: (dict(value) if isinstance(value, Mapping) else value)
+            for name, value in ((f, getattr(self, f)) for f in self.__dataclass_fields__)
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ServeFlags":
@@ -91,7 +93,7 @@ def _argparse_error(stderr: str) -> str:
     lines = stderr.strip().splitlines()
     for i, line in enumerate(lines):
         if ": error: " in line:
-            return one_line(" ".join([line.split(": error: ", 1)[1], *lines[i + 1:]]))
+            return one_line(" ".join([line.split(": error: ", 1)[1], *lines[i + 1 :]]))
     return one_line(stderr) or "the parser exited without a message"
 
 
@@ -135,13 +137,21 @@ def _multinode_statements():
 
     source = textwrap.dedent(inspect.getsource(EngineArgs.create_engine_config))
     body = ast.parse(source).body[0].body
-    reads = [i for i, node in enumerate(body)
-             if isinstance(node, ast.If)
-             and any(isinstance(n, ast.Attribute) and n.attr == "nnodes" and isinstance(n.value, ast.Name)
-                     and n.value.id == "self" for n in ast.walk(node.test))]
+    reads = [
+        i
+        for i, node in enumerate(body)
+        if isinstance(node, ast.If)
+        and any(
+            isinstance(n, ast.Attribute)
+            and n.attr == "nnodes"
+            and isinstance(n.value, ast.Name)
+            and n.value.id == "self"
+            for n in ast.walk(node.test)
+        )
+    ]
     if not reads:
         raise RuntimeError("vLLM's create_engine_config has no --nnodes checks to run")
-    module = ast.Module(body=body[reads[0]:reads[-1] + 1], type_ignores=[])
+    module = ast.Module(body=body[reads[0] : reads[-1] + 1], type_ignores=[])
     return compile(module, "<vllm.engine.arg_utils.EngineArgs.create_engine_config>", "exec")
 
 
@@ -151,6 +161,7 @@ def check_multinode(args: argparse.Namespace) -> None:
     if getattr(args, "nnodes", 1) == 1 and getattr(args, "node_rank", 0) == 0:
         return
     import copy
+
     import vllm.engine.arg_utils as arg_utils
 
     engine_args = arg_utils.AsyncEngineArgs.from_cli_args(copy.copy(args))

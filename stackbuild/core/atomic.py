@@ -4,6 +4,7 @@ Each new file is written to a temporary file beside its path (same directory, so
 move is a rename), every temporary file is written (and checked) before the first move,
 and a failure anywhere leaves every path as it was and no temporary file behind.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,9 +51,12 @@ def _keep(path: Path) -> Optional[Path]:
     return keep
 
 
-def replace_files(writes: Mapping[Path, Callable[[Path], None]],
-                  check: Optional[Callable[[Mapping[Path, Path]], T]] = None, *,
-                  mode: Optional[int] = None) -> Optional[T]:
+def replace_files(
+    writes: Mapping[Path, Callable[[Path], None]],
+    check: Optional[Callable[[Mapping[Path, Path]], T]] = None,
+    *,
+    mode: Optional[int] = None,
+) -> Optional[T]:
     """Replace every path of ``writes`` with what its ``write(tmp)`` writes, all of them or none.
 
     Every ``write(tmp)`` runs first (``mode``, when given, is then set on each temporary file), then
@@ -117,8 +121,9 @@ def replace_text(path: Path, text: str) -> None:
     replace_file(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
-def replace_texts(texts: Mapping[Path, str], check: Optional[Callable[[Mapping[Path, Path]], T]] = None,
-                  *, mode: Optional[int] = None) -> Optional[T]:
+def replace_texts(
+    texts: Mapping[Path, str], check: Optional[Callable[[Mapping[Path, Path]], T]] = None, *, mode: Optional[int] = None
+) -> Optional[T]:
     """:func:`replace_files` with each path's text as UTF-8."""
     writes = {Path(p): (lambda tmp, t=text: tmp.write_text(t, encoding="utf-8")) for p, text in texts.items()}
     return replace_files(writes, check, mode=mode)

@@ -5,6 +5,7 @@ generators read it back (the pushed digest and owner). Schema 2 records the
 engine as :class:`BuildEngine` (schema 1 had a one-line string) and the pushed
 image's config digest as the registry names it.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,19 +23,21 @@ REPORT_SCHEMA = 2
 class BuildEngine:
     """The container engine a build ran on, as it describes itself (``docker version`` / ``docker info``)."""
 
-    name: str            # "Docker Engine"
-    version: str         # the server's version ("20.10.24", "29.0.1")
-    api_version: str     # the API version spoken ("1.41")
+    name: str  # "Docker Engine"
+    version: str  # the server's version ("20.10.24", "29.0.1")
+    api_version: str  # the API version spoken ("1.41")
     storage_driver: str  # "overlay2"; "overlayfs" under the containerd image store
-    image_store: str     # "containerd" when images live in containerd's content store, else "classic"
-    platform: str        # the engine's own os/architecture
-    endpoint: str        # where it answers (DOCKER_HOST or the default socket)
+    image_store: str  # "containerd" when images live in containerd's content store, else "classic"
+    platform: str  # the engine's own os/architecture
+    endpoint: str  # where it answers (DOCKER_HOST or the default socket)
 
     @property
     def line(self) -> str:
         """One line for logs and the provenance's builder id."""
-        return (f"{self.name} {self.version} (API {self.api_version}, {self.storage_driver}, {self.image_store} image "
-                f"store, {self.platform}) at {self.endpoint}")
+        return (
+            f"{self.name} {self.version} (API {self.api_version}, {self.storage_driver}, {self.image_store} image "
+            f"store, {self.platform}) at {self.endpoint}"
+        )
 
     def to_json(self) -> dict:
         return asdict(self)

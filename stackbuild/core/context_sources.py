@@ -9,13 +9,13 @@ and generates (``stackbuild/``) and the recipe's own files
 (:func:`context_sources`). A file present on disk counts whether or not git
 tracks it: it reaches the image either way.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
 from geometry.image_contract import NORMALISE_MTIMES, PREFLIGHT_PACKAGE
-
 from stackbuild.core.output import GENERATED_SUFFIXES
 from stackbuild.core.recipe import REPO_ROOT, Recipe
 
@@ -58,15 +58,18 @@ PAYLOAD_TREES = (
 class PayloadFile:
     """One repository file copied into the build context."""
 
-    source: Path       # the file on this machine
-    name: str          # its path in the repository
-    payload: str       # the build-context directory it goes into
-    destination: str   # its path under that payload's payload root
+    source: Path  # the file on this machine
+    name: str  # its path in the repository
+    payload: str  # the build-context directory it goes into
+    destination: str  # its path under that payload's payload root
 
 
 def _payload_wanted(relative: Path) -> bool:
-    return (not any(part in PAYLOAD_SKIP for part in relative.parts) and relative.name not in PAYLOAD_SKIP_FILES
-            and not relative.name.endswith(PAYLOAD_SKIP_SUFFIXES))
+    return (
+        not any(part in PAYLOAD_SKIP for part in relative.parts)
+        and relative.name not in PAYLOAD_SKIP_FILES
+        and not relative.name.endswith(PAYLOAD_SKIP_SUFFIXES)
+    )
 
 
 def _not_cache(relative: Path) -> bool:
@@ -113,4 +116,3 @@ def context_sources(recipe: Recipe, repo: Path = REPO_ROOT) -> dict[str, Path]:
     if recipe.drafter is not None:
         files["drafter.config"] = (recipe.directory / recipe.drafter.config).resolve()
     return files
-

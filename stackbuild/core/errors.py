@@ -3,6 +3,7 @@
 Every error carries a one-line message that names the file, key, step or
 patch at fault, and the exit code the CLI returns for it.
 """
+
 from __future__ import annotations
 
 from geometry.preflight import outcome as _preflight
@@ -143,7 +144,8 @@ class ComposeInvalid(StackBuildError):
 
 
 class ComposeVersionError(StackBuildError):
-    """The Docker Compose binary that would check the generated file is older than the file needs (or says no version)."""
+    """The Docker Compose binary that would check the generated file is older than the file needs
+    (or says no version)."""
 
     exit_code = 29
 
@@ -266,20 +268,32 @@ class PreflightUnchecked(StackBuildError):
 
 
 # The error each of the pre-flight's exit codes stands for on the host (build.py preflight).
-PREFLIGHT_ERRORS = {cls.exit_code: cls for cls in (GeometryGateFailed, ServeArgsRejected, MountedConfigUnusable,
-                                                    PreflightUnchecked, MountedCheckpointMismatch)}
+PREFLIGHT_ERRORS = {
+    cls.exit_code: cls
+    for cls in (
+        GeometryGateFailed,
+        ServeArgsRejected,
+        MountedConfigUnusable,
+        PreflightUnchecked,
+        MountedCheckpointMismatch,
+    )
+}
 
 
 # What each exit code means to a user, as the documentation's table shows it (generated from here).
 EXIT_CODES = {
-    2: ("the recipe, a config it names, the lock or the oracle record; or the command line: an unknown or "
+    2: (
+        "the recipe, a config it names, the lock or the oracle record; or the command line: an unknown or "
         "malformed flag, `verify` or `qualify --attach` given a tag instead of a digest or text that is not an "
-        "image reference (refused before anything is measured or attached), a push without an image owner"),
+        "image reference (refused before anything is measured or attached), a push without an image owner"
+    ),
     3: "no Docker engine (or the engine refused a request)",
     4: "a build step",
     5: "the geometry gate (page geometry or capacity)",
-    6: ("the architecture: the build runs on another machine than the recipe's platform needs (the patch step "
-        "checks `uname -m` first), or the built image's os/architecture is not the recipe's"),
+    6: (
+        "the architecture: the build runs on another machine than the recipe's platform needs (the patch step "
+        "checks `uname -m` first), or the built image's os/architecture is not the recipe's"
+    ),
     7: "registry authentication",
     8: "registry unreachable",
     9: "push or pull refused; `qualify --attach`: the registry has no manifest of that digest",
@@ -288,38 +302,61 @@ EXIT_CODES = {
     12: "vLLM's serve parser cannot run",
     13: "Docker Compose rejects the generated file",
     14: "a pinned tag already names another image in the registry (`--force` re-points it, logged)",
-    15: ("an output path (`-o`): its directory is missing or unwritable, it is a directory, or it is a file git "
-         "tracks that is not this command's output for this recipe"),
-    16: ("pre-flight: a model config.json the serve command points at is missing, unreadable, not a JSON object, "
-         "or one the simulator would misread (the key named); or a checkpoint file is: a shard missing, truncated "
-         "or with a header that does not parse, a tensor the index names absent, no tokenizer or chat template "
-         "for a served parser (the file named)"),
-    17: ("pre-flight: the geometry cannot be checked (a setup the simulator does not model, the simulator and the "
-         "installed vLLM disagree, no vLLM to parse the flags)"),
+    15: (
+        "an output path (`-o`): its directory is missing or unwritable, it is a directory, or it is a file git "
+        "tracks that is not this command's output for this recipe"
+    ),
+    16: (
+        "pre-flight: a model config.json the serve command points at is missing, unreadable, not a JSON object, "
+        "or one the simulator would misread (the key named); or a checkpoint file is: a shard missing, truncated "
+        "or with a header that does not parse, a tensor the index names absent, no tokenizer or chat template "
+        "for a served parser (the file named)"
+    ),
+    17: (
+        "pre-flight: the geometry cannot be checked (a setup the simulator does not model, the simulator and the "
+        "installed vLLM disagree, no vLLM to parse the flags)"
+    ),
     18: "`deploy`: a generated Kubernetes manifest fails the Kubernetes schemas or the LeaderWorkerSet schema",
-    19: ("`fit`: no setting it searches (block size, drafter KV dtype, prefix caching, num_speculative_tokens) "
-         "passes the geometry gate; the one line says why (a recipe that fails but can be fixed exits 5 with "
-         "the lines to change)"),
-    20: ("`qualify`: nothing answers at the URL, or no generation streamed its first token within the readiness "
-         "timeout"),
+    19: (
+        "`fit`: no setting it searches (block size, drafter KV dtype, prefix caching, num_speculative_tokens) "
+        "passes the geometry gate; the one line says why (a recipe that fails but can be fixed exits 5 with "
+        "the lines to change)"
+    ),
+    20: (
+        "`qualify`: nothing answers at the URL, or no generation streamed its first token within the readiness timeout"
+    ),
     21: "`qualify`: the server is not a vLLM OpenAI server (no `/v1/models`, or no `vllm:` counters in `/metrics`)",
     22: "`qualify`: the server refused the API key (HTTP 401/403): none given, or the wrong one (`--api-key-env`)",
     23: "`qualify`: the model name (`--model`, or the recipe's `served_model_name`) is not one the server serves",
-    24: ("`qualify`: the deployment misbehaves: speculation configured but no drafts or acceptance near zero, prefix "
-         "caching hitting less than predicted, empty, non-UTF-8 or degenerate output (each finding with its numbers)"),
-    25: "`qualify`: a measured figure is below the recipe's `qualify.min_decode_tokens_per_s` / `qualify.min_acceptance`",
-    26: ("pre-flight: the mounted checkpoints are not the recipe's or do not fit each other: a snapshot commit "
-         "other than the pinned revision, another quantization than target.quantization, drafter tensors not of "
-         "drafter.precision, drafter target layers or hidden size the target lacks, num_speculative_tokens not "
-         "the drafter block minus one"),
-    27: ("pre-flight, multi-node: a worker's fingerprint (image labels and digest, overlay series, checkpoint "
-         "revisions and config sha256s, the checked geometry, the served flags) differs from its leader's; the "
-         "worker and the leader both refuse, each line naming the first field that differs and both values"),
-    28: ("pre-flight, multi-node: the leader's fingerprint did not reach a worker within GLM53_FINGERPRINT_TIMEOUT_S "
-         "(the leader not started, not reachable on its fingerprint port, or started with GLM53_PREFLIGHT=off), "
-         "or the leader cannot offer it on that port"),
-    29: ("Docker Compose older than 2.24 (the generated files' `env_file` entries say `required: false`), or a "
-         "Compose binary that does not say its version: checking a generated file needs it, writing one does not"),
-    70: ("internal error: an exception nobody expected, reported as one line asking for a bug report (never a "
-         "traceback)"),
+    24: (
+        "`qualify`: the deployment misbehaves: speculation configured but no drafts or acceptance near zero, prefix "
+        "caching hitting less than predicted, empty, non-UTF-8 or degenerate output (each finding with its numbers)"
+    ),
+    25: (
+        "`qualify`: a measured figure is below the recipe's `qualify.min_decode_tokens_per_s` / "
+        "`qualify.min_acceptance`"
+    ),
+    26: (
+        "pre-flight: the mounted checkpoints are not the recipe's or do not fit each other: a snapshot commit "
+        "other than the pinned revision, another quantization than target.quantization, drafter tensors not of "
+        "drafter.precision, drafter target layers or hidden size the target lacks, num_speculative_tokens not "
+        "the drafter block minus one"
+    ),
+    27: (
+        "pre-flight, multi-node: a worker's fingerprint (image labels and digest, overlay series, checkpoint "
+        "revisions and config sha256s, the checked geometry, the served flags) differs from its leader's; the "
+        "worker and the leader both refuse, each line naming the first field that differs and both values"
+    ),
+    28: (
+        "pre-flight, multi-node: the leader's fingerprint did not reach a worker within GLM53_FINGERPRINT_TIMEOUT_S "
+        "(the leader not started, not reachable on its fingerprint port, or started with GLM53_PREFLIGHT=off), "
+        "or the leader cannot offer it on that port"
+    ),
+    29: (
+        "Docker Compose older than 2.24 (the generated files' `env_file` entries say `required: false`), or a "
+        "Compose binary that does not say its version: checking a generated file needs it, writing one does not"
+    ),
+    70: (
+        "internal error: an exception nobody expected, reported as one line asking for a bug report (never a traceback)"
+    ),
 }

@@ -1,5 +1,6 @@
 """`build.py fit`: the search for settings that pass the geometry gate (geometry/fit.py) run on a recipe,
 and its outcome as an exit: none when the recipe passes, 5 when only other settings do, 19 when none does."""
+
 from __future__ import annotations
 
 from geometry.errors import BadInput

@@ -1,4 +1,5 @@
 """The geometry gate of a recipe on the host: its gate input, and the gate (geometry.gate_run) run on it."""
+
 from __future__ import annotations
 
 from stackbuild.core.errors import GeometryGateFailed, RecipeError
@@ -16,10 +17,14 @@ def serve_defaults(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
     from geometry.serve_settings import ServeDefaults
 
     s = recipe.serving
-    return ServeDefaults(nodes=s.nodes, capability_family=recipe.hardware.capability_family,
-                         vllm_behaviour=vllm_behaviour, vllm_version=recipe.base.vllm_version,
-                         kv_cache_memory_bytes=int(recipe.geometry.kv_cache_memory_gib * GIB),
-                         max_num_batched_tokens=serve_batched_tokens(recipe.hardware.gpu, s.tensor_parallel_size))
+    return ServeDefaults(
+        nodes=s.nodes,
+        capability_family=recipe.hardware.capability_family,
+        vllm_behaviour=vllm_behaviour,
+        vllm_version=recipe.base.vllm_version,
+        kv_cache_memory_bytes=int(recipe.geometry.kv_cache_memory_gib * GIB),
+        max_num_batched_tokens=serve_batched_tokens(recipe.hardware.gpu, s.tensor_parallel_size),
+    )
 
 
 def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
@@ -43,8 +48,8 @@ def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
 def recipe_geometry(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
     """The gate run (geometry.gate_run.GateRun: inputs, report, verdict) of a recipe on the host;
     what the simulator does not model is a RecipeError."""
-    from geometry.gate_run import run_gate
     from geometry.errors import BadInput
+    from geometry.gate_run import run_gate
 
     inputs = gate_input(recipe, vllm_behaviour=vllm_behaviour)
     try:
@@ -72,4 +77,3 @@ def require_passing(recipe: Recipe):
     run = recipe_geometry(recipe)
     refuse_failed(recipe, run)
     return run
-

@@ -5,6 +5,7 @@ platforms they come in. A GPU not listed here is accepted when the recipe gives 
 ``none`` is a host without a GPU: vLLM's CPU platform serves (the CI's real server). Its
 capability ``0.0`` (family 0) is how the geometry gate names that platform
 (geometry/backends.py ``CPU_FAMILY``); a compose file for it reserves no GPU."""
+
 from __future__ import annotations
 
 import re
@@ -29,19 +30,22 @@ class GpuModel:
 
 
 ARM64, AMD64 = "linux/arm64", "linux/amd64"
-KNOWN_GPUS = tuple(GpuModel(*row) for row in (
-    ("H100", "9.0", (AMD64,), 8192),  # 80-94 GB
-    ("H200", "9.0", (AMD64,), 8192),  # 141 GB
-    ("GH200", "9.0", (ARM64,), 8192),  # 96-144 GB
-    ("B200", "10.0", (AMD64,), 16384),  # 180 GB
-    ("GB200", "10.0", (ARM64,), 16384),  # 186 GB
-    ("B300", "10.3", (AMD64,), 16384),  # 288 GB
-    ("GB300", "10.3", (ARM64,), 16384),  # 288 GB
-    ("RTX PRO 6000 Blackwell", "12.0", (AMD64,), 8192),  # 96 GB
-    ("RTX 5090", "12.0", (AMD64,), 2048),  # 32 GB
-    ("GB10", "12.1", (ARM64,), 2048),  # 128 GB unified, kept on the small tier
-    ("none", "0.0", (AMD64, ARM64), 2048),
-))
+KNOWN_GPUS = tuple(
+    GpuModel(*row)
+    for row in (
+        ("H100", "9.0", (AMD64,), 8192),  # 80-94 GB
+        ("H200", "9.0", (AMD64,), 8192),  # 141 GB
+        ("GH200", "9.0", (ARM64,), 8192),  # 96-144 GB
+        ("B200", "10.0", (AMD64,), 16384),  # 180 GB
+        ("GB200", "10.0", (ARM64,), 16384),  # 186 GB
+        ("B300", "10.3", (AMD64,), 16384),  # 288 GB
+        ("GB300", "10.3", (ARM64,), 16384),  # 288 GB
+        ("RTX PRO 6000 Blackwell", "12.0", (AMD64,), 8192),  # 96 GB
+        ("RTX 5090", "12.0", (AMD64,), 2048),  # 32 GB
+        ("GB10", "12.1", (ARM64,), 2048),  # 128 GB unified, kept on the small tier
+        ("none", "0.0", (AMD64, ARM64), 2048),
+    )
+)
 NO_GPU = KNOWN_GPUS[-1]
 
 

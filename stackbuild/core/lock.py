@@ -7,6 +7,7 @@ to the recipe. Every build after that reads the lock; nothing ever invents a
 digest. A multi-platform recipe pins one digest, the base's image index;
 each platform's build takes its image from it.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,7 +57,11 @@ def read_lock(recipe: Recipe) -> Optional[dict]:
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise RecipeError(path, "base", f"unreadable lock file ({exc}); delete it and run `build.py lock`") from None
     if not isinstance(entry["digest"], str) or not DIGEST_RE.match(entry["digest"]):
-        raise RecipeError(path, "base.digest", f"not a digest: expected 'sha256:' followed by 64 lowercase hex digits, got {entry['digest']!r}")
+        raise RecipeError(
+            path,
+            "base.digest",
+            f"not a digest: expected 'sha256:' followed by 64 lowercase hex digits, got {entry['digest']!r}",
+        )
     return entry
 
 
@@ -69,12 +74,15 @@ def pinned_base(recipe: Recipe, *, allow_unpinned: bool = False) -> PinnedBase:
         locked = (lock["image"], lock["tag"], lock["platforms"])
         if locked != wanted:
             raise LockError(
-                f"{lock_path(recipe)}: base: the lock pins {ImageReference(lock['image'], lock['tag'])} for {', '.join(lock['platforms'])}, "
-                f"the recipe asks for {base.reference} for {', '.join(recipe.platforms)}; run `build.py lock --recipe {recipe.path}`"
+                f"{lock_path(recipe)}: base: the lock pins {ImageReference(lock['image'], lock['tag'])} "
+                f"for {', '.join(lock['platforms'])}, "
+                f"the recipe asks for {base.reference} for {', '.join(recipe.platforms)}; "
+                f"run `build.py lock --recipe {recipe.path}`"
             )
         if base.digest is not None and base.digest != lock["digest"]:
             raise LockError(
-                f"{recipe.path}: base.digest: {base.digest} differs from the lock's {lock['digest']} ({lock_path(recipe).name}); keep one of them"
+                f"{recipe.path}: base.digest: {base.digest} differs from the lock's {lock['digest']} "
+                f"({lock_path(recipe).name}); keep one of them"
             )
         return PinnedBase(base.image, base.tag, lock["digest"], recipe.platform, "lock")
     if base.digest is not None:

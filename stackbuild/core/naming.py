@@ -12,6 +12,7 @@ namespace the user pushes to (``--owner`` or ``IMAGE_OWNER``). A
 multi-platform recipe's per-platform images are pushed under the pinned
 tags suffixed with the architecture (:meth:`ImageName.for_architecture`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,8 +48,9 @@ def check_owner(owner: str, origin: str = "--owner") -> str:
     guess = re.sub(r"[^a-z0-9._-]+", "-", owner.strip().lower()).strip("._-")
     guess = re.sub(r"[._-]{2,}", "-", guess)
     hint = f"; use {guess!r}" if guess and OWNER_RE.match(guess) else ""
-    raise UsageError(f"{origin} {owner!r}: not a valid registry namespace (lowercase letters, digits, "
-                     f"and . _ - between them){hint}")
+    raise UsageError(
+        f"{origin} {owner!r}: not a valid registry namespace (lowercase letters, digits, and . _ - between them){hint}"
+    )
 
 
 @dataclass(frozen=True)
@@ -61,8 +63,10 @@ class ImageName:
     def require_owner(self, recipe: Recipe, action: str) -> None:
         """Raise :class:`OwnerMissing` when ``action`` (a push) would go to a stand-in owner."""
         if self.owner_missing:
-            raise OwnerMissing(f"{recipe.path}: image.repository: {recipe.image.repository} has no owner to {action}: "
-                               f"pass --owner or set {OWNER_VARIABLE} (the registry namespace you push to)")
+            raise OwnerMissing(
+                f"{recipe.path}: image.repository: {recipe.image.repository} has no owner to {action}: "
+                f"pass --owner or set {OWNER_VARIABLE} (the registry namespace you push to)"
+            )
 
     @property
     def registry(self) -> str:
@@ -92,8 +96,8 @@ class SourceRevision:
     """The source a build comes from: the commit, and whether the build inputs are exactly that commit's."""
 
     commit: Optional[str]  # full hex, None without git
-    tree_clean: bool       # no tracked file differs from the commit
-    inputs_committed: bool # and every build input is a committed file, SOURCE_DATE_EPOCH the commit's
+    tree_clean: bool  # no tracked file differs from the commit
+    inputs_committed: bool  # and every build input is a committed file, SOURCE_DATE_EPOCH the commit's
 
     @property
     def label(self) -> str:
@@ -150,7 +154,8 @@ def _all_committed(paths: list[Path], repo: Path) -> bool:
 
 
 def inputs_digest(files: dict[str, Path], epoch: int, revision_label: str, base_digest: Optional[str]) -> str:
-    """sha256 over the build inputs' names and bytes, the base digest, the epoch and the revision label (in the labels)."""
+    """sha256 over the build inputs' names and bytes, the base digest, the epoch and the revision label
+    (in the labels)."""
     digest = hashlib.sha256()
     for name in sorted(files):
         digest.update(f"{name}\0{hashlib.sha256(files[name].read_bytes()).hexdigest()}\n".encode())
@@ -164,13 +169,17 @@ def source_revision(recipe: Recipe, epoch: int, repo: Path = REPO_ROOT) -> Sourc
         return SourceRevision(None, False, False)
     tracked = _git(repo, "status", "--porcelain", "--untracked-files=no")
     tree_clean = tracked is not None and not tracked.strip()
-    committed = (tree_clean and epoch == _commit_time(repo)
-                 and _all_committed(list(context_sources(recipe, repo).values()), repo))
+    committed = (
+        tree_clean
+        and epoch == _commit_time(repo)
+        and _all_committed(list(context_sources(recipe, repo).values()), repo)
+    )
     return SourceRevision(head.strip(), tree_clean, committed)
 
 
-def revision_tag_field(recipe: Recipe, epoch: int, source: SourceRevision, base_digest: Optional[str],
-                       repo: Path = REPO_ROOT) -> str:
+def revision_tag_field(
+    recipe: Recipe, epoch: int, source: SourceRevision, base_digest: Optional[str], repo: Path = REPO_ROOT
+) -> str:
     """``{rev}``: the commit's first 12 hex digits, or ``x`` + 11 of the inputs' digest."""
     if source.inputs_committed and source.commit:
         return source.commit[:12]
@@ -180,14 +189,25 @@ def revision_tag_field(recipe: Recipe, epoch: int, source: SourceRevision, base_
 def format_tags(recipe: Recipe, *, epoch: int, rev: str) -> tuple[str, ...]:
     """The one formatter of the recipe's tag templates."""
     when = datetime.fromtimestamp(epoch, tz=timezone.utc)
-    fields = {"date": when.strftime("%Y%m%d"), "family": recipe.hardware.capability_family,
-              "gpu": recipe.hardware.gpu_tag, "rev": rev}
+    fields = {
+        "date": when.strftime("%Y%m%d"),
+        "family": recipe.hardware.capability_family,
+        "gpu": recipe.hardware.gpu_tag,
+        "rev": rev,
+    }
     return tuple(dict.fromkeys(t.format(**fields) for t in recipe.image.tags))
 
 
-def image_name(recipe: Recipe, *, owner: str | None = None, repository: str | None = None, epoch: int | None = None,
-               source: Optional[SourceRevision] = None, base_digest: Optional[str] = None,
-               owner_fallback: str = LOCAL_OWNER) -> ImageName:
+def image_name(
+    recipe: Recipe,
+    *,
+    owner: str | None = None,
+    repository: str | None = None,
+    epoch: int | None = None,
+    source: Optional[SourceRevision] = None,
+    base_digest: Optional[str] = None,
+    owner_fallback: str = LOCAL_OWNER,
+) -> ImageName:
     """Resolve the recipe's repository template and tag templates (``base_digest``: default, the recipe's or lock's).
 
     Without an owner (``owner``, else IMAGE_OWNER) ``{owner}`` becomes ``owner_fallback`` and the
@@ -251,9 +271,15 @@ def require_real_source(recipe: Recipe, source: str) -> None:
     """Refuse a push whose source label still holds a placeholder (GHCR links the package by it)."""
     found = SOURCE_PLACEHOLDER_RE.search(source)
     if found:
-        fill = ("pass --owner or set " + OWNER_VARIABLE) if found.group(0) == "{owner}" else "write the repository's URL"
-        raise RecipeError(recipe.path, "image.source", f"{source} still holds the placeholder {found.group(0)}; {fill} "
-                                                       "(it names the repository the registry links the image to)")
+        fill = (
+            ("pass --owner or set " + OWNER_VARIABLE) if found.group(0) == "{owner}" else "write the repository's URL"
+        )
+        raise RecipeError(
+            recipe.path,
+            "image.source",
+            f"{source} still holds the placeholder {found.group(0)}; {fill} "
+            "(it names the repository the registry links the image to)",
+        )
 
 
 def checkout_label(repo: Path = REPO_ROOT) -> str:

@@ -13,6 +13,7 @@ that holds this machine's values (``compose --models-dir``, ``--gpus``,
 ``--port``) is a git-ignored ``*.local.compose.yaml``, so a command run in a clean
 tree leaves its pinned tag as it was.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,12 @@ GENERATED_SUFFIXES = (COMPOSE_SUFFIX, K8S_SUFFIX)
 def tracked_by_git(path: Path) -> bool:
     """Whether ``path`` is a file git tracks in the work tree that holds it (False without git)."""
     try:
-        proc = subprocess.run(["git", "-C", str(path.parent), "ls-files", "--error-unmatch", "--", path.name],
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            ["git", "-C", str(path.parent), "ls-files", "--error-unmatch", "--", path.name],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.SubprocessError):
         return False
     return proc.returncode == 0
@@ -61,8 +66,10 @@ def check_output(path: Path, flag: str, *, ours: Optional[Callable[[str], bool]]
         except (OSError, UnicodeDecodeError):
             text = ""
         if ours is None or not ours(text):
-            raise OutputError(f"{flag} {path}: git tracks this file and it is not this command's output for this recipe; "
-                              "write elsewhere, or remove it first (git rm) if it should be replaced")
+            raise OutputError(
+                f"{flag} {path}: git tracks this file and it is not this command's output for this recipe; "
+                "write elsewhere, or remove it first (git rm) if it should be replaced"
+            )
     return path
 
 

@@ -5,16 +5,16 @@ reader): the compose command the recipe generates, where it mounts the two
 checkpoints, the sha256 of the config snapshots the gate checked, the pinned
 revisions, the gate input itself, and a multi-node recipe's per-role argvs.
 """
+
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
 
-from stackbuild.core.serve_args import role_commands, serve_argv, served_flags
 from geometry.inputs import GeometryInputs
 from geometry.preflight.checked import CheckedModel, CheckedRole, CheckedServe
-
 from stackbuild.core.recipe import Recipe
+from stackbuild.core.serve_args import role_commands, serve_argv, served_flags
 
 
 def snapshot_path(recipe: Recipe, relative: str) -> Path:
@@ -27,14 +27,28 @@ def file_sha256(path: Path) -> str:
 
 def checked_serve(recipe: Recipe, gate_input: GeometryInputs) -> CheckedServe:
     models = {}
-    for role, model in (("target", recipe.target), ("drafter", recipe.require_drafter("the image's pre-flight record"))):
-        models[role] = CheckedModel(id=model.id, path=model.path, revision=model.revision,
-                                    config_sha256=file_sha256(snapshot_path(recipe, model.config)),
-                                    quantization=getattr(model, "quantization", None),
-                                    precision=getattr(model, "precision", None))
+    for role, model in (
+        ("target", recipe.target),
+        ("drafter", recipe.require_drafter("the image's pre-flight record")),
+    ):
+        models[role] = CheckedModel(
+            id=model.id,
+            path=model.path,
+            revision=model.revision,
+            config_sha256=file_sha256(snapshot_path(recipe, model.config)),
+            quantization=getattr(model, "quantization", None),
+            precision=getattr(model, "precision", None),
+        )
     # Recorded as the contract type (a RoleCommand is a CheckedRole that can also fill its slots).
-    roles = tuple(CheckedRole(role=c.role, nnodes=c.nnodes, argv=c.argv, slots=dict(c.slots))
-                  for c in role_commands(recipe))
-    return CheckedServe(recipe=recipe.name, argv=tuple(serve_argv(recipe)), target=models["target"],
-                        drafter=models["drafter"], gate_input=gate_input, flags=served_flags(recipe),
-                        roles=roles)
+    roles = tuple(
+        CheckedRole(role=c.role, nnodes=c.nnodes, argv=c.argv, slots=dict(c.slots)) for c in role_commands(recipe)
+    )
+    return CheckedServe(
+        recipe=recipe.name,
+        argv=tuple(serve_argv(recipe)),
+        target=models["target"],
+        drafter=models["drafter"],
+        gate_input=gate_input,
+        flags=served_flags(recipe),
+        roles=roles,
+    )

@@ -12,6 +12,7 @@ fail: a failing qualification is recorded too, with its findings in the result),
 (decode tok/s, acceptance, per-position acceptance) and the whole result JSON `qualify --json`
 prints (schema glm53.qualify/v1).
 """
+
 from __future__ import annotations
 
 import math
@@ -64,8 +65,9 @@ class QualificationRecord:
                 "qualifiedOn": self.qualified_on,
                 "verdict": self.verdict,
                 "server": {"url": self.url, "model": self.model, "vllmVersion": self.vllm_version},
-                "recipe": ({"name": self.recipe_name, "sha256": self.recipe_sha256}
-                           if self.recipe_name is not None else None),
+                "recipe": (
+                    {"name": self.recipe_name, "sha256": self.recipe_sha256} if self.recipe_name is not None else None
+                ),
                 "hardware": dict(self.hardware),
                 "servedFlags": list(self.served_flags),
                 "figures": {
@@ -85,8 +87,10 @@ class QualificationRecord:
         """The record a statement holds; :class:`RecordInvalid` naming the first key that is not as written."""
         r = _Reader(document, "")
         if r.text("_type") != STATEMENT_TYPE or r.text("predicateType") != PREDICATE_TYPE:
-            raise RecordInvalid(f"not an in-toto statement with the {PREDICATE_TYPE} predicate "
-                                f"({document.get('_type')}, {document.get('predicateType')})")
+            raise RecordInvalid(
+                f"not an in-toto statement with the {PREDICATE_TYPE} predicate "
+                f"({document.get('_type')}, {document.get('predicateType')})"
+            )
         subjects = r.items("subject")
         if len(subjects) != 1:
             raise RecordInvalid(f"subject: {len(subjects)} entries, expected one")
@@ -101,8 +105,13 @@ class QualificationRecord:
         server, figures = p.mapping("server"), p.mapping("figures")
         recipe = p.mapping("recipe", optional=True)
         return cls(
-            repository=subject.text("name"), digest=digest, qualified_on=p.text("qualifiedOn"), verdict=verdict,
-            url=server.text("url"), model=server.text("model"), vllm_version=server.text("vllmVersion", optional=True),
+            repository=subject.text("name"),
+            digest=digest,
+            qualified_on=p.text("qualifiedOn"),
+            verdict=verdict,
+            url=server.text("url"),
+            model=server.text("model"),
+            vllm_version=server.text("vllmVersion", optional=True),
             recipe_name=recipe.text("name") if recipe else None,
             recipe_sha256=recipe.text("sha256", optional=True) if recipe else None,
             hardware=MappingProxyType(dict(p.mapping("hardware").data)),
@@ -118,19 +127,30 @@ class QualificationRecord:
 
     def summary(self) -> dict:
         """What `verify` lists: when, the verdict, the key figures, the recipe and the server."""
-        return {"qualified_on": self.qualified_on, "verdict": self.verdict,
-                "decode_tokens_per_s": self.decode_tokens_per_s, "acceptance_rate": self.acceptance_rate,
-                "mean_accepted_length": self.mean_accepted_length,
-                "acceptance_per_position": list(self.acceptance_per_position),
-                "recipe": self.recipe_name, "recipe_sha256": self.recipe_sha256, "model": self.model,
-                "vllm_version": self.vllm_version, "url": self.url, "findings": list(self.findings)}
+        return {
+            "qualified_on": self.qualified_on,
+            "verdict": self.verdict,
+            "decode_tokens_per_s": self.decode_tokens_per_s,
+            "acceptance_rate": self.acceptance_rate,
+            "mean_accepted_length": self.mean_accepted_length,
+            "acceptance_per_position": list(self.acceptance_per_position),
+            "recipe": self.recipe_name,
+            "recipe_sha256": self.recipe_sha256,
+            "model": self.model,
+            "vllm_version": self.vllm_version,
+            "url": self.url,
+            "findings": list(self.findings),
+        }
+
 
 def summary_line(summary: Mapping[str, Any]) -> str:
     """One line of `verify`'s text output from a :meth:`QualificationRecord.summary` (as verify's JSON holds it)."""
     rate = summary.get("acceptance_rate")
-    line = (f"qualification {summary['qualified_on']}: {summary['verdict']}, decode "
-            f"{summary['decode_tokens_per_s']:.1f} tok/s, acceptance {'n/a' if rate is None else f'{rate:.1%}'} "
-            f"({summary['model']}, recipe {summary.get('recipe') or 'none'}, vLLM {summary.get('vllm_version') or '?'})")
+    line = (
+        f"qualification {summary['qualified_on']}: {summary['verdict']}, decode "
+        f"{summary['decode_tokens_per_s']:.1f} tok/s, acceptance {'n/a' if rate is None else f'{rate:.1%}'} "
+        f"({summary['model']}, recipe {summary.get('recipe') or 'none'}, vLLM {summary.get('vllm_version') or '?'})"
+    )
     if summary.get("recipe_matches_image") is False:
         line += "; measured with another recipe file than the image was built from"
     return line

@@ -8,6 +8,7 @@ distribution reference grammar as docker-image-py implements it. A value
 built from parts already checked (a recipe's repository, a digest the
 registry sent) is formatted as it is; only text from outside is parsed.
 """
+
 from __future__ import annotations
 
 import re
@@ -101,9 +102,13 @@ def by_digest(text: str, what: str) -> ImageReference:
     try:
         reference = ImageReference.parse(text)
     except ImageReferenceInvalid as exc:
-        raise UsageError(f"{what}: not an image reference ({exc.reason}); give the image by digest "
-                         "(REPOSITORY@sha256:...), as the build report's pushed_reference records it") from None
+        raise UsageError(
+            f"{what}: not an image reference ({exc.reason}); give the image by digest "
+            "(REPOSITORY@sha256:...), as the build report's pushed_reference records it"
+        ) from None
     if reference.digest is None or not DIGEST_RE.match(reference.digest):
-        raise UsageError(f"{what}: give the image by digest (REPOSITORY@sha256:...), "
-                         "as the build report's pushed_reference records it")
+        raise UsageError(
+            f"{what}: give the image by digest (REPOSITORY@sha256:...), "
+            "as the build report's pushed_reference records it"
+        )
     return reference.by_digest()

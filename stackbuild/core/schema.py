@@ -4,6 +4,7 @@ A small typed walker rather than a schema library: the messages are the
 product here (``<file>: <key path>: <why>``), and the dataclasses stay the
 single description of what a recipe holds.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -82,7 +83,9 @@ def convert(source: object, path: str, hint: Any, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise RecipeError(source, path, f"expected a number, got {_describe(value)}")
         if abs(value) > MAX_INTEGER or not math.isfinite(value):
-            raise RecipeError(source, path, f"expected a finite number of at most {MAX_INTEGER:,}, got {_describe(value)}")
+            raise RecipeError(
+                source, path, f"expected a finite number of at most {MAX_INTEGER:,}, got {_describe(value)}"
+            )
         return float(value)
     if hint in (str, int, bool):
         # bool is an int in Python; a recipe's `true` is never a count.

@@ -14,6 +14,7 @@ address, a worker's rank) is a named slot, and every deploy target (the compose
 files, the Kubernetes manifests, the host pre-flight) fills it with
 ``RoleCommand.filled``.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,12 @@ def speculative_config(recipe: Recipe) -> dict:
     serving = recipe.serving
     if recipe.drafter is None:  # ngram: prompt lookup, no drafter model
         spec = recipe.speculation
-        return {"method": spec.method, "num_speculative_tokens": serving.num_speculative_tokens,
-                "prompt_lookup_max": spec.prompt_lookup_max, "prompt_lookup_min": spec.prompt_lookup_min}
+        return {
+            "method": spec.method,
+            "num_speculative_tokens": serving.num_speculative_tokens,
+            "prompt_lookup_max": spec.prompt_lookup_max,
+            "prompt_lookup_min": spec.prompt_lookup_min,
+        }
     config = {
         "method": recipe.drafter.method,
         "model": recipe.drafter.path,
@@ -97,8 +102,11 @@ def argv_parts(recipe: Recipe) -> list[ArgvPart]:
     if s.enable_prefix_caching is not None:
         flag = "--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching"
         parts.append(ArgvPart((flag,), "enable_prefix_caching", s.enable_prefix_caching))
-    parts.append(ArgvPart(("--speculative-config", speculative_config_json(recipe)), "speculative_config",
-                          speculative_config(recipe)))
+    parts.append(
+        ArgvPart(
+            ("--speculative-config", speculative_config_json(recipe)), "speculative_config", speculative_config(recipe)
+        )
+    )
     if s.tool_call_parser:
         parts.append(_flag("--tool-call-parser", "tool_call_parser", s.tool_call_parser))
     if s.reasoning_parser:
@@ -115,8 +123,7 @@ def serve_argv(recipe: Recipe) -> list[str]:
 
 # What vLLM's serve parser reads for a flag the recipe's argv may leave out: its default (the
 # ServeFlags fields with a default say theirs).
-UNWRITTEN = {"block_size": None, "enable_prefix_caching": None, "mamba_cache_mode": None,
-             "kv_cache_memory_bytes": None}
+UNWRITTEN = {"block_size": None, "enable_prefix_caching": None, "mamba_cache_mode": None, "kv_cache_memory_bytes": None}
 
 
 def served_flags(recipe: Recipe) -> ServeFlags:

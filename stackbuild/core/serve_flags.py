@@ -1,5 +1,6 @@
 """The `vllm serve` flags the recipe's own keys generate (stackbuild/core/serve_args.py writes them),
 and the one rule about them: ``serving.extra_args`` may not repeat one."""
+
 from __future__ import annotations
 
 from typing import Optional

@@ -1,5 +1,6 @@
 """What ``build.py --version`` reports: this project's version, the checkout's commit, and the
 vLLM release the geometry gate models."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -11,6 +11,7 @@ with ``replace=False``, one entry per artifact: the qualifications, several
 per image). :func:`referring` asks the referrers API first and falls back to
 that tag.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,26 +43,47 @@ def fallback_tag(subject_digest: str) -> str:
 @dataclass(frozen=True)
 class Attached:
     artifact_type: str
-    digest: str       # the artifact manifest's digest
-    via: str          # "referrers API" or "tag sha256-..."
+    digest: str  # the artifact manifest's digest
+    via: str  # "referrers API" or "tag sha256-..."
 
 
-def attach(client: RegistryClient, subject: dict, artifact_type: str, document: bytes, annotations: dict, *,
-           media_type: Optional[str] = None, replace: bool = True) -> Attached:
+def attach(
+    client: RegistryClient,
+    subject: dict,
+    artifact_type: str,
+    document: bytes,
+    annotations: dict,
+    *,
+    media_type: Optional[str] = None,
+    replace: bool = True,
+) -> Attached:
     """Push ``document`` (of ``media_type``; default: ``artifact_type``) as an artifact referring to
     ``subject`` (a manifest descriptor); ``replace``: it takes the place of an earlier one of its type."""
     config = client.push_blob(EMPTY_CONFIG, EMPTY_MEDIA_TYPE)
     layer = client.push_blob(document, media_type or artifact_type)
-    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": artifact_type, "config": config,
-                "layers": [layer], "subject": subject, "annotations": annotations}
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": artifact_type,
+        "config": config,
+        "layers": [layer],
+        "subject": subject,
+        "annotations": annotations,
+    }
     descriptor, response = client.push_manifest(manifest)
     if response.headers.get("OCI-Subject") == subject["digest"]:
         return Attached(artifact_type, descriptor["digest"], "referrers API")
     tag = fallback_tag(subject["digest"])
     found = client.manifest(tag)
-    entries = [m for m in (found.document.get("manifests") or [])
-               if m.get("digest") != descriptor["digest"] and not (replace and m.get("artifactType") == artifact_type)
-               ] if found else []
+    entries = (
+        [
+            m
+            for m in (found.document.get("manifests") or [])
+            if m.get("digest") != descriptor["digest"] and not (replace and m.get("artifactType") == artifact_type)
+        ]
+        if found
+        else []
+    )
     entries.append({**descriptor, "artifactType": artifact_type, "annotations": annotations})
     client.push_manifest({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}, tag)
     return Attached(artifact_type, descriptor["digest"], f"tag {tag}")
@@ -89,8 +111,9 @@ def fetch_document(client: RegistryClient, subject_digest: str, artifact_type: s
     return read_artifact(client, subject_digest, matching[0]["digest"], what, where), matching[0]["digest"]
 
 
-def fetch_documents(client: RegistryClient, subject_digest: str, artifact_type: str,
-                    what: str) -> tuple[list[tuple[str, bytes | VerifyError]], str]:
+def fetch_documents(
+    client: RegistryClient, subject_digest: str, artifact_type: str, what: str
+) -> tuple[list[tuple[str, bytes | VerifyError]], str]:
     """Every document of ``artifact_type`` referring to the subject, in the order listed: (artifact
     digest, its bytes or the VerifyError saying why it cannot be read); and where they were found."""
     descriptors, where = referring(client, subject_digest)
@@ -113,12 +136,16 @@ def read_artifact(client: RegistryClient, subject_digest: str, artifact_digest: 
         raise VerifyError(f"{artifact}: the {what} manifest named by {where} is missing")
     manifest = found.document
     if (manifest.get("subject") or {}).get("digest") != subject_digest:
-        raise VerifyError(f"{artifact}: the {what} manifest's subject is "
-                          f"{(manifest.get('subject') or {}).get('digest')}, not {subject_digest}")
+        raise VerifyError(
+            f"{artifact}: the {what} manifest's subject is "
+            f"{(manifest.get('subject') or {}).get('digest')}, not {subject_digest}"
+        )
     layers = manifest.get("layers") or []
     if len(layers) != 1:
         raise VerifyError(f"{artifact}: the {what} artifact has {len(layers)} layers; expected one")
     data: Optional[bytes] = client.blob(layers[0]["digest"])
     if data is None:
-        raise VerifyError(f"{ImageReference(client.repository, digest=layers[0]['digest'])}: the {what} document is missing")
+        raise VerifyError(
+            f"{ImageReference(client.repository, digest=layers[0]['digest'])}: the {what} document is missing"
+        )
     return data

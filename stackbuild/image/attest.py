@@ -9,6 +9,7 @@ image: subject digests, labels (recipe and series sha256, base digest,
 revision), the gate verdict and the sha256 of the image's gate report, and
 the overlay files' sha256 as they are in the image.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -17,15 +18,14 @@ from datetime import datetime, timezone
 from typing import Optional
 
 from geometry.image_contract import GATE_REPORT, ContractError, payload_path
-
-from stackbuild.image.attach import NotAttached, attach, fetch_document
-from stackbuild.image.engine_api import ContainerEngine
 from stackbuild.core.errors import BuildStepFailed, VerifyError
 from stackbuild.core.labels import OCI_BASE_DIGEST, OCI_CREATED, OCI_REVISION, OVERLAY_SERIES_SHA256, RECIPE_SHA256
+from stackbuild.core.reference import ImageReference
+from stackbuild.image.attach import NotAttached, attach, fetch_document
+from stackbuild.image.engine_api import ContainerEngine
 from stackbuild.image.plan import BuildPlan
 from stackbuild.image.progress import Progress
 from stackbuild.image.provenance import PREDICATE_TYPE, PROVENANCE_MEDIA_TYPE, STATEMENT_TYPE, builder, make_statement
-from stackbuild.core.reference import ImageReference
 from stackbuild.image.registry import RegistryClient, registry_client
 from stackbuild.image.report import geometry_verdict
 from stackbuild.image.sbom import SBOM_MEDIA_TYPE, Inventory, make_sbom, overlay_files_of, read_inventory
@@ -39,13 +39,16 @@ def gate_report_sha256(engine: ContainerEngine, image: str, payload_dir: str) ->
     return hashlib.sha256(raw).hexdigest(), raw
 
 
-def attest_image(engine: ContainerEngine, plan: BuildPlan, image_id: str, image_digest: str, progress: Progress) -> dict:
+def attest_image(
+    engine: ContainerEngine, plan: BuildPlan, image_id: str, image_digest: str, progress: Progress
+) -> dict:
     """Push the SBOM and the provenance of ``repository@image_digest``; return where they are."""
     client = registry_client(engine, plan.image.repository, progress)
     subject = client.manifest(image_digest)
     if subject is None:
-        raise BuildStepFailed("attest", f"{plan.image.reference(digest=image_digest)}: "
-                                        "the registry does not have the pushed manifest")
+        raise BuildStepFailed(
+            "attest", f"{plan.image.reference(digest=image_digest)}: the registry does not have the pushed manifest"
+        )
     inventory = read_inventory(engine, image_id, plan.payload_dir, plan.recipe.platform)
     report_sha, raw = gate_report_sha256(engine, image_id, plan.payload_dir)
     try:
@@ -53,21 +56,36 @@ def attest_image(engine: ContainerEngine, plan: BuildPlan, image_id: str, image_
     except (ValueError, ContractError):  # not JSON, or not the gate's report
         verdict = "unknown"
     finished = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    statement = make_statement(plan, image_digest=image_digest, gate_verdict=verdict, gate_report_sha256=report_sha,
-                               gate_report_path=payload_path(GATE_REPORT, plan.payload_dir),
-                               builder_info=builder(engine.about().line), finished_on=finished)
+    statement = make_statement(
+        plan,
+        image_digest=image_digest,
+        gate_verdict=verdict,
+        gate_report_sha256=report_sha,
+        gate_report_path=payload_path(GATE_REPORT, plan.payload_dir),
+        builder_info=builder(engine.about().line),
+        finished_on=finished,
+    )
     annotations = {OCI_CREATED: finished}
-    sbom = attach(client, subject.descriptor, SBOM_MEDIA_TYPE, make_sbom(inventory, plan.image.repository, image_digest),
-                  annotations)
-    provenance = attach(client, subject.descriptor, PROVENANCE_MEDIA_TYPE,
-                        json.dumps(statement, sort_keys=True).encode(), annotations)
-    progress.note(f"attached SBOM {sbom.digest} ({len(inventory.distributions)} packages, "
-                  f"{len(inventory.overlay_files)} overlay files) and provenance {provenance.digest} ({sbom.via})")
+    sbom = attach(
+        client,
+        subject.descriptor,
+        SBOM_MEDIA_TYPE,
+        make_sbom(inventory, plan.image.repository, image_digest),
+        annotations,
+    )
+    provenance = attach(
+        client, subject.descriptor, PROVENANCE_MEDIA_TYPE, json.dumps(statement, sort_keys=True).encode(), annotations
+    )
+    progress.note(
+        f"attached SBOM {sbom.digest} ({len(inventory.distributions)} packages, "
+        f"{len(inventory.overlay_files)} overlay files) and provenance {provenance.digest} ({sbom.via})"
+    )
     return {"sbom": sbom.digest, "provenance": provenance.digest, "found_via": sbom.via}
 
 
-def attestation_problems(client: RegistryClient, image_digest: str, labels: dict, report_sha: str,
-                         inventory: Inventory) -> list[str]:
+def attestation_problems(
+    client: RegistryClient, image_digest: str, labels: dict, report_sha: str, inventory: Inventory
+) -> list[str]:
     """Fetch both documents referring to ``image_digest``; what in them does not match the image."""
     hex_digest = image_digest.removeprefix("sha256:")
     fetched: dict[str, tuple[Optional[dict], Optional[VerifyError]]] = {}
@@ -84,8 +102,11 @@ def attestation_problems(client: RegistryClient, image_digest: str, labels: dict
     errors = [error for _document, error in fetched.values() if error is not None]
     if len(errors) == 2 and all(isinstance(error, NotAttached) for error in errors):
         # Nothing refers to the image: one cause, one line.
-        return [f"{ImageReference(client.repository, digest=image_digest)}: no SBOM and no provenance refer to it ({errors[0].where}); "
-                "this project did not push it"]
+        return [
+            f"{ImageReference(client.repository, digest=image_digest)}: no SBOM and no provenance refer to it "
+            f"({errors[0].where}); "
+            "this project did not push it"
+        ]
     problems = [str(error) for error in errors]
     statement, _ = fetched["provenance"]
     if statement is not None:
@@ -99,8 +120,10 @@ def attestation_problems(client: RegistryClient, image_digest: str, labels: dict
 def _provenance_problems(statement: dict, hex_digest: str, labels: dict, report_sha: str) -> list[str]:
     problems = []
     if statement.get("_type") != STATEMENT_TYPE or statement.get("predicateType") != PREDICATE_TYPE:
-        problems.append(f"provenance: not an in-toto statement with a SLSA provenance predicate "
-                        f"({statement.get('_type')}, {statement.get('predicateType')})")
+        problems.append(
+            f"provenance: not an in-toto statement with a SLSA provenance predicate "
+            f"({statement.get('_type')}, {statement.get('predicateType')})"
+        )
     subjects = [s.get("digest", {}).get("sha256") for s in statement.get("subject") or []]
     if hex_digest not in subjects:
         problems.append(f"provenance: subject is {subjects}, not the image's sha256:{hex_digest}")
@@ -111,14 +134,33 @@ def _provenance_problems(statement: dict, hex_digest: str, labels: dict, report_
     expected = {
         "recipe sha256": (((external.get("recipe") or {}).get("sha256")), labels.get(RECIPE_SHA256)),
         "series sha256": (((external.get("overlay") or {}).get("series_sha256")), labels.get(OVERLAY_SERIES_SHA256)),
-        "base digest": (next((("sha256:" + d["digest"]["sha256"]) for d in dependencies
-                              if str(d.get("uri", "")).startswith("docker://") and (d.get("digest") or {}).get("sha256")), None),
-                        labels.get(OCI_BASE_DIGEST)),
-        "source revision": (next(((d.get("digest") or {}).get("gitCommit") for d in dependencies
-                                  if str(d.get("uri", "")).startswith("git+")), None),
-                            labels.get(OCI_REVISION)),
+        "base digest": (
+            next(
+                (
+                    ("sha256:" + d["digest"]["sha256"])
+                    for d in dependencies
+                    if str(d.get("uri", "")).startswith("docker://") and (d.get("digest") or {}).get("sha256")
+                ),
+                None,
+            ),
+            labels.get(OCI_BASE_DIGEST),
+        ),
+        "source revision": (
+            next(
+                (
+                    (d.get("digest") or {}).get("gitCommit")
+                    for d in dependencies
+                    if str(d.get("uri", "")).startswith("git+")
+                ),
+                None,
+            ),
+            labels.get(OCI_REVISION),
+        ),
         "gate verdict": (((internal.get("gate") or {}).get("verdict")), "pass"),
-        "gate report sha256": ((((internal.get("gate") or {}).get("report") or {}).get("digest") or {}).get("sha256"), report_sha),
+        "gate report sha256": (
+            (((internal.get("gate") or {}).get("report") or {}).get("digest") or {}).get("sha256"),
+            report_sha,
+        ),
     }
     for what, (says, image_has) in expected.items():
         if says != image_has:
@@ -138,6 +180,8 @@ def _sbom_problems(sbom: dict, image_digest: str, inventory: Inventory) -> list[
         problems.append(f"SBOM: overlay files differ from the image's ({len(differ)} entries, first {differ[0][0]})")
     packages = {c.get("name"): c.get("version") for c in sbom.get("components") or [] if c.get("type") == "library"}
     if packages != dict(inventory.distributions):
-        problems.append(f"SBOM: Python packages differ from the image's ({len(packages)} listed, "
-                        f"{len(inventory.distributions)} in the image)")
+        problems.append(
+            f"SBOM: Python packages differ from the image's ({len(packages)} listed, "
+            f"{len(inventory.distributions)} in the image)"
+        )
     return problems

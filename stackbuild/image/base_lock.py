@@ -1,5 +1,6 @@
 """`build.py lock`: the base tag resolved to a digest in its registry (offering every platform of the
 recipe) and written to the recipe's lock (stackbuild/core/lock.py)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,6 +23,10 @@ class BaseLock:
 
 def lock_base(recipe: Recipe, *, json_progress: bool = False) -> BaseLock:
     engine = connect()
-    digest, platforms = engine.registry_digest(recipe.base.reference, recipe.platforms, deadline=LOCK_DEADLINE_SECONDS,
-                                               on_retry=Progress(json_lines=json_progress).retry_event)
+    digest, platforms = engine.registry_digest(
+        recipe.base.reference,
+        recipe.platforms,
+        deadline=LOCK_DEADLINE_SECONDS,
+        on_retry=Progress(json_lines=json_progress).retry_event,
+    )
     return BaseLock(write_lock(recipe, digest, platforms), digest, platforms)

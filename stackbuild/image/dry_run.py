@@ -1,5 +1,6 @@
 """What ``build --dry-run`` shows: the plan's base, platforms, registry, tags, geometry verdict and
 oracle record, and the Dockerfile a real build would render; no daemon is asked."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,13 +34,15 @@ def dry_run(plans: Sequence[BuildPlan]) -> DryRun:
         "labels": dict(plan.labels),
         "dockerfile": render_dockerfile(plan),
     }
-    several = (f" (one image each, an index under every tag; Dockerfile for {plan.recipe.platform})"
-               if len(plans) > 1 else "")
-    text = (f"# base      {data['base']}\n# platform  {', '.join(data['platforms'])}"
-            + several
-            + f"\n# registry  {data['registry']}\n"
-            f"# tags      {', '.join(plan.image.references)}\n"
-            f"# geometry  {plan.geometry_verdict}: {plan.geometry_summary}\n"
-            f"# oracle    {plan.oracle_record_note}\n\n"
-            + data["dockerfile"])
+    several = (
+        f" (one image each, an index under every tag; Dockerfile for {plan.recipe.platform})" if len(plans) > 1 else ""
+    )
+    text = (
+        f"# base      {data['base']}\n# platform  {', '.join(data['platforms'])}"
+        + several
+        + f"\n# registry  {data['registry']}\n"
+        f"# tags      {', '.join(plan.image.references)}\n"
+        f"# geometry  {plan.geometry_verdict}: {plan.geometry_summary}\n"
+        f"# oracle    {plan.oracle_record_note}\n\n" + data["dockerfile"]
+    )
     return DryRun(data, text.rstrip("\n"))

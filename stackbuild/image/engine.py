@@ -19,6 +19,7 @@ are classified as authentication refused, final (denied, unknown) or
 transient (retried with backoff by the caller's policy, see
 :func:`registry_retry`).
 """
+
 from __future__ import annotations
 
 import io
@@ -36,9 +37,17 @@ import requests
 import tenacity
 
 from geometry.errors import one_line
-from stackbuild.core.errors import (EngineError, EngineUnavailable, LockError, PullError, PushError, RegistryAuthError,
-                     RegistryUnavailable, StackBuildError)
 from stackbuild.core.build_report import BuildEngine
+from stackbuild.core.errors import (
+    EngineError,
+    EngineUnavailable,
+    LockError,
+    PullError,
+    PushError,
+    RegistryAuthError,
+    RegistryUnavailable,
+    StackBuildError,
+)
 from stackbuild.core.reference import DOCKER_HUB, ImageReference
 from stackbuild.image.engine_api import BuildOutcome, Event, EventSink, ImageInfo, run_settings
 
@@ -47,12 +56,14 @@ DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 CONNECT_TIMEOUT = 15
 REQUEST_TIMEOUT = int(os.environ.get("STACKBUILD_DOCKER_TIMEOUT", "600"))
 
-MANIFEST_ACCEPT = ", ".join((
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-))
+MANIFEST_ACCEPT = ", ".join(
+    (
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+    )
+)
 
 # What a registry error says, and what it means for a retry.
 _AUTH_PATTERNS = re.compile(
@@ -105,7 +116,8 @@ class RegistryTransient(StackBuildError):
 
 
 def unreachable(text: str) -> bool:
-    """Whether an error says nobody answers at the registry's address (a refused connection, a name that does not resolve)."""
+    """Whether an error says nobody answers at the registry's address
+    (a refused connection, a name that does not resolve)."""
     return bool(_UNREACHABLE_PATTERNS.search(text))
 
 
@@ -120,7 +132,9 @@ def classify_registry_error(what: str, message: str, registry: str = "", final: 
         return RegistryUnavailable(f"{what}: registry unreachable (not retried): {text}")
     if _AUTH_PATTERNS.search(text):
         login = f"docker login {registry}" if registry and registry != DOCKER_HUB else "docker login"
-        return RegistryAuthError(f"{what}: the registry refused the credentials from the Docker config ({text}); run `{login}`")
+        return RegistryAuthError(
+            f"{what}: the registry refused the credentials from the Docker config ({text}); run `{login}`"
+        )
     if _FINAL_PATTERNS.search(text):
         return final(f"{what}: {text}")
     if _TRANSIENT_PATTERNS.search(text):
@@ -128,7 +142,9 @@ def classify_registry_error(what: str, message: str, registry: str = "", final: 
     return final(f"{what}: {text}")
 
 
-def registry_retry(what: str, on_retry: Optional[EventSink] = None, deadline: Optional[float] = None) -> tenacity.Retrying:
+def registry_retry(
+    what: str, on_retry: Optional[EventSink] = None, deadline: Optional[float] = None
+) -> tenacity.Retrying:
     """Backoff for transient registry errors; everything else is raised at once.
 
     ``STACKBUILD_REGISTRY_ATTEMPTS`` (default 5) and ``STACKBUILD_REGISTRY_BACKOFF``
@@ -144,9 +160,16 @@ def registry_retry(what: str, on_retry: Optional[EventSink] = None, deadline: Op
     def before_sleep(state: tenacity.RetryCallState) -> None:
         if on_retry is not None:
             exc = state.outcome.exception() if state.outcome else None
-            on_retry({"event": "retry", "what": what, "attempt": state.attempt_number, "of": attempts,
-                      "wait_seconds": round(state.next_action.sleep if state.next_action else 0, 1),
-                      "error": str(getattr(exc, "reason", exc))})
+            on_retry(
+                {
+                    "event": "retry",
+                    "what": what,
+                    "attempt": state.attempt_number,
+                    "of": attempts,
+                    "wait_seconds": round(state.next_action.sleep if state.next_action else 0, 1),
+                    "error": str(getattr(exc, "reason", exc)),
+                }
+            )
 
     def give_up(state: tenacity.RetryCallState):
         exc = state.outcome.exception() if state.outcome else None
@@ -200,7 +223,8 @@ class DockerEngine:
 
     # ----------------------------------------------------------------- queries
     def about(self) -> BuildEngine:
-        """``docker version`` and ``docker info``: the server's version and API version, its storage driver and image store."""
+        """``docker version`` and ``docker info``: the server's version and API version,
+        its storage driver and image store."""
         version, info = self.api.version(), self.api.info()
         return engine_of(version, info, self.endpoint)
 
@@ -214,8 +238,14 @@ class DockerEngine:
                 return None
             raise
 
-    def registry_digest(self, reference: ImageReference, platforms: tuple[str, ...], *, deadline: Optional[float] = None,
-                        on_retry: Optional[EventSink] = None) -> tuple[str, tuple[str, ...]]:
+    def registry_digest(
+        self,
+        reference: ImageReference,
+        platforms: tuple[str, ...],
+        *,
+        deadline: Optional[float] = None,
+        on_retry: Optional[EventSink] = None,
+    ) -> tuple[str, tuple[str, ...]]:
         """What ``reference`` points to in its registry, and the platforms it offers.
 
         Asked through the daemon (distribution inspect), so the standard
@@ -232,8 +262,9 @@ class DockerEngine:
             except docker.errors.APIError as exc:
                 raise classify_registry_error(what, _api_error_text(exc), registry, LockError) from None
             except requests.exceptions.Timeout:
-                raise RegistryUnavailable(f"{what}: no answer from the registry within {deadline:g} s "
-                                          "(the engine asks it)") from None
+                raise RegistryUnavailable(
+                    f"{what}: no answer from the registry within {deadline:g} s (the engine asks it)"
+                ) from None
 
         saved = self.api.timeout
         if deadline is not None:
@@ -251,12 +282,15 @@ class DockerEngine:
         plain = {"/".join(o.split("/")[:2]) for o in offered}
         for platform in platforms:
             if platform not in offered and platform not in plain:
-                raise LockError(f"{reference}: the registry offers {', '.join(sorted(offered)) or 'no platform'}, not {platform}")
+                raise LockError(
+                    f"{reference}: the registry offers {', '.join(sorted(offered)) or 'no platform'}, not {platform}"
+                )
         return digest, tuple(sorted(set(offered)))
 
     # ------------------------------------------------------------------- pull
-    def pull(self, reference: ImageReference, platform: str, on_event: EventSink,
-             on_retry: Optional[EventSink] = None) -> ImageInfo:
+    def pull(
+        self, reference: ImageReference, platform: str, on_event: EventSink, on_retry: Optional[EventSink] = None
+    ) -> ImageInfo:
         """Pull ``reference`` (by its digest when it has one) for ``platform``; return the image pulled."""
         local = reference.by_digest_or_tag()
         what = f"pull {reference}"
@@ -264,8 +298,9 @@ class DockerEngine:
 
         def attempt() -> None:
             try:
-                for message in self.api.pull(local.repository, tag=local.digest or local.tag, stream=True, decode=True,
-                                             platform=platform):
+                for message in self.api.pull(
+                    local.repository, tag=local.digest or local.tag, stream=True, decode=True, platform=platform
+                ):
                     error = _stream_error(message)
                     if error:
                         raise classify_registry_error(what, error, registry, PullError)
@@ -286,8 +321,16 @@ class DockerEngine:
         ``on_event`` gets ``{"step": n, "total": m, "instruction": ...}`` when a
         step starts and ``{"output": line}`` for each line it prints.
         """
-        stream = self.api.build(path=context_dir, platform=platform, decode=True, rm=True, forcerm=True,
-                                pull=False, nocache=nocache, timeout=None)
+        stream = self.api.build(
+            path=context_dir,
+            platform=platform,
+            decode=True,
+            rm=True,
+            forcerm=True,
+            pull=False,
+            nocache=nocache,
+            timeout=None,
+        )
         image_id = None
         step: dict = {}
         output: list[str] = []
@@ -297,8 +340,15 @@ class DockerEngine:
             if error:
                 if pending.strip():
                     output.append(ANSI_RE.sub("", pending).rstrip())
-                return BuildOutcome(None, error, step.get("n"), step.get("total"), step.get("instruction"), tuple(output),
-                                    _exit_status(message))
+                return BuildOutcome(
+                    None,
+                    error,
+                    step.get("n"),
+                    step.get("total"),
+                    step.get("instruction"),
+                    tuple(output),
+                    _exit_status(message),
+                )
             aux = message.get("aux")
             if isinstance(aux, dict) and aux.get("ID"):
                 image_id = aux["ID"]
@@ -313,7 +363,11 @@ class DockerEngine:
                 line = ANSI_RE.sub("", line).rstrip("\r")
                 match = STEP_RE.match(line)
                 if match:
-                    step = {"n": int(match.group(1)), "total": int(match.group(2)), "instruction": match.group(3).strip()}
+                    step = {
+                        "n": int(match.group(1)),
+                        "total": int(match.group(2)),
+                        "instruction": match.group(3).strip(),
+                    }
                     output = []
                     on_event({"step": step["n"], "total": step["total"], "instruction": step["instruction"]})
                     continue
@@ -329,15 +383,23 @@ class DockerEngine:
             found = self.inspect_image(image_id)
             image_id = found.id if found else image_id
         if not image_id:
-            return BuildOutcome(None, "the builder finished without an image id", step.get("n"), step.get("total"),
-                                step.get("instruction"), tuple(output))
+            return BuildOutcome(
+                None,
+                "the builder finished without an image id",
+                step.get("n"),
+                step.get("total"),
+                step.get("instruction"),
+                tuple(output),
+            )
         return BuildOutcome(image_id, None, step.get("n"), step.get("total"), step.get("instruction"), tuple(output))
 
     # -------------------------------------------------------------- tag, push
     def tag(self, image_id: str, repository: str, tag: str) -> None:
         self.api.tag(image_id, repository, tag, force=True)
 
-    def push(self, repository: str, tag: str, on_event: EventSink, on_retry: Optional[EventSink] = None) -> Optional[str]:
+    def push(
+        self, repository: str, tag: str, on_event: EventSink, on_retry: Optional[EventSink] = None
+    ) -> Optional[str]:
         """Push ``repository:tag``; return the manifest digest the engine reports (``aux.Digest``)."""
         reference = ImageReference(repository, tag=tag)
         what = f"push {reference}"
@@ -393,10 +455,14 @@ class DockerEngine:
         finally:
             self.api.remove_container(container["Id"], force=True)
 
-    def run(self, image: str, entrypoint: list[str], args: list[str], platform: Optional[str] = None) -> tuple[int, str, str]:
+    def run(
+        self, image: str, entrypoint: list[str], args: list[str], platform: Optional[str] = None
+    ) -> tuple[int, str, str]:
         """``docker run --rm --entrypoint ... IMAGE args``: exit code, stdout, stderr."""
         kwargs = {"platform": platform} if platform else {}
-        container = self.api.create_container(image, command=args, entrypoint=entrypoint, network_disabled=True, **kwargs)
+        container = self.api.create_container(
+            image, command=args, entrypoint=entrypoint, network_disabled=True, **kwargs
+        )
         try:
             self.api.start(container["Id"])
             status = self.api.wait(container["Id"], timeout=None)
@@ -415,9 +481,14 @@ def _image_info(inspected: dict) -> ImageInfo:
     """
     config = inspected.get("Config") or {}
     layers = (inspected.get("RootFS") or {}).get("Layers") or ()
-    return ImageInfo(id=inspected["Id"], os=inspected.get("Os") or "", architecture=inspected.get("Architecture") or "",
-                     labels=MappingProxyType(dict(config.get("Labels") or {})), layers=tuple(layers),
-                     run=run_settings(config))
+    return ImageInfo(
+        id=inspected["Id"],
+        os=inspected.get("Os") or "",
+        architecture=inspected.get("Architecture") or "",
+        labels=MappingProxyType(dict(config.get("Labels") or {})),
+        layers=tuple(layers),
+        run=run_settings(config),
+    )
 
 
 CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"
@@ -429,14 +500,23 @@ def engine_of(version: dict, info: dict, endpoint: str) -> BuildEngine:
     Docker's containerd image store shows as ``DriverStatus``'s ``driver-type``
     being containerd's snapshotter (its ``Driver`` is the snapshotter, e.g. ``overlayfs``).
     """
-    status = {str(row[0]): str(row[1]) for row in info.get("DriverStatus") or () if isinstance(row, (list, tuple)) and len(row) == 2}
+    status = {
+        str(row[0]): str(row[1])
+        for row in info.get("DriverStatus") or ()
+        if isinstance(row, (list, tuple)) and len(row) == 2
+    }
     store = "containerd" if status.get("driver-type") == CONTAINERD_SNAPSHOTTER else "classic"
     components = [c for c in version.get("Components") or () if isinstance(c, dict) and c.get("Name")]
     name = str(components[0]["Name"]) if components else "Engine"  # Docker says "Engine", Podman "Podman Engine"
-    return BuildEngine(name="Docker Engine" if name == "Engine" else name, version=str(version.get("Version") or ""),
-                       api_version=str(version.get("ApiVersion") or ""), storage_driver=str(info.get("Driver") or ""),
-                       image_store=store, platform=f"{version.get('Os') or ''}/{version.get('Arch') or ''}",
-                       endpoint=endpoint)
+    return BuildEngine(
+        name="Docker Engine" if name == "Engine" else name,
+        version=str(version.get("Version") or ""),
+        api_version=str(version.get("ApiVersion") or ""),
+        storage_driver=str(info.get("Driver") or ""),
+        image_store=store,
+        platform=f"{version.get('Os') or ''}/{version.get('Arch') or ''}",
+        endpoint=endpoint,
+    )
 
 
 def _api_error_text(exc: docker.errors.APIError) -> str:
@@ -456,7 +536,10 @@ def connect() -> DockerEngine:
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         reason = re.sub(r"\s+", " ", reason)[:300]
-        raise EngineUnavailable(f"no Docker engine answers at {where}: {reason}; start the Docker engine (e.g. `sudo systemctl start docker`; none installed: https://docs.docker.com/engine/install/) or set DOCKER_HOST") from None
+        raise EngineUnavailable(
+            f"no Docker engine answers at {where}: {reason}; start the Docker engine "
+            "(e.g. `sudo systemctl start docker`; none installed: https://docs.docker.com/engine/install/) "
+            "or set DOCKER_HOST"
+        ) from None
     client.api.timeout = REQUEST_TIMEOUT
     return DockerEngine(client, endpoint)
-

@@ -15,6 +15,7 @@ manifest's or index's digest. What a push put in the registry is read back
 from the registry (:mod:`stackbuild.image.registry`); whether a registry's
 image is a local one is decided by content (:meth:`ImageInfo.same_content`).
 """
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,8 @@ def run_settings(config: Optional[Mapping[str, Any]]) -> tuple[tuple[str, str], 
 class ImageInfo:
     """An image, as the engine (its inspect data) or a registry (its config blob) describes it."""
 
-    id: str                   # the engine's name for it (classic store: the config digest; containerd's: the
-                              # manifest or index digest), or the config digest for a registry's config blob
+    id: str  # the engine's name for it (classic store: the config digest; containerd's: the
+    # manifest or index digest), or the config digest for a registry's config blob
     os: str
     architecture: str
     labels: Mapping[str, str]
@@ -64,8 +65,13 @@ class ImageInfo:
         they agree on these; the ids are not compared (an engine's id need not be
         the config's digest). Unknown layers on either side are never the same.
         """
-        return (bool(self.layers) and self.layers == other.layers and self.platform == other.platform
-                and dict(self.labels) == dict(other.labels) and self.run == other.run)
+        return (
+            bool(self.layers)
+            and self.layers == other.layers
+            and self.platform == other.platform
+            and dict(self.labels) == dict(other.labels)
+            and self.run == other.run
+        )
 
 
 @dataclass(frozen=True)
@@ -91,13 +97,20 @@ class ContainerEngine(Protocol):
     def inspect_image(self, reference: str) -> Optional[ImageInfo]:
         """The local image ``reference`` (a tag, a digest reference or an id) names; None if there is none."""
 
-    def registry_digest(self, reference: ImageReference, platforms: tuple[str, ...], *, deadline: Optional[float] = None,
-                        on_retry: Optional[EventSink] = None) -> tuple[str, tuple[str, ...]]:
+    def registry_digest(
+        self,
+        reference: ImageReference,
+        platforms: tuple[str, ...],
+        *,
+        deadline: Optional[float] = None,
+        on_retry: Optional[EventSink] = None,
+    ) -> tuple[str, tuple[str, ...]]:
         """What ``reference`` points to in its registry, and the platforms it offers; LockError without one of
         ``platforms``. With a ``deadline`` (seconds) the look-up, retries included, ends within it."""
 
-    def pull(self, reference: ImageReference, platform: str, on_event: EventSink,
-             on_retry: Optional[EventSink] = None) -> ImageInfo:
+    def pull(
+        self, reference: ImageReference, platform: str, on_event: EventSink, on_retry: Optional[EventSink] = None
+    ) -> ImageInfo:
         """Pull ``reference`` (by its digest when it has one) for ``platform``."""
 
     def build(self, context_dir: str, platform: str, on_event: EventSink, *, nocache: bool = False) -> BuildOutcome:
@@ -106,7 +119,9 @@ class ContainerEngine(Protocol):
     def tag(self, image_id: str, repository: str, tag: str) -> None:
         """Point ``repository:tag`` at the image, moving it if it named another."""
 
-    def push(self, repository: str, tag: str, on_event: EventSink, on_retry: Optional[EventSink] = None) -> Optional[str]:
+    def push(
+        self, repository: str, tag: str, on_event: EventSink, on_retry: Optional[EventSink] = None
+    ) -> Optional[str]:
         """Push ``repository:tag``; the manifest digest, when the engine reports it (the registry has the last word)."""
 
     def plain_http(self, host: str) -> bool:
@@ -115,5 +130,7 @@ class ContainerEngine(Protocol):
     def read_file(self, image: str, path: str) -> Optional[bytes]:
         """A file's bytes from an image, without running it; None if the image has no such file."""
 
-    def run(self, image: str, entrypoint: list[str], args: list[str], platform: Optional[str] = None) -> tuple[int, str, str]:
+    def run(
+        self, image: str, entrypoint: list[str], args: list[str], platform: Optional[str] = None
+    ) -> tuple[int, str, str]:
         """Run the image once with this entrypoint and arguments, no network: exit code, stdout, stderr."""

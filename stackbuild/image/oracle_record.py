@@ -8,6 +8,7 @@ the imported packages' versions); ``build.py record`` copies it from a built
 image to the recipe, and later builds ship it to the gate, which uses it only
 when every part of the key is that image's, and otherwise imports vLLM again.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,7 +18,6 @@ from typing import Mapping, Optional
 from geometry import record as record_mod
 from geometry.image_contract import ORACLE_RECORD, payload_path
 from geometry.inputs import GeometryInputs
-
 from stackbuild.core.atomic import replace_file
 from stackbuild.core.errors import OracleRecordError
 from stackbuild.core.recipe import REPO_ROOT, Recipe
@@ -56,8 +56,11 @@ def _check_belongs(record: Mapping, gate_input: GeometryInputs, where: str) -> O
 def choose(recipe: Recipe, gate_input: GeometryInputs) -> RecordChoice:
     path = record_path(recipe)
     if not path.is_file():
-        return RecordChoice(None, f"no {RECORD_NAME}: the gate imports vLLM to check the simulator "
-                                  "(`build.py record` keeps its answer for later cold builds)")
+        return RecordChoice(
+            None,
+            f"no {RECORD_NAME}: the gate imports vLLM to check the simulator "
+            "(`build.py record` keeps its answer for later cold builds)",
+        )
     try:
         record = record_mod.load(str(path))
     except record_mod.RecordError as exc:
@@ -65,12 +68,16 @@ def choose(recipe: Recipe, gate_input: GeometryInputs) -> RecordChoice:
     why = _check_belongs(record, gate_input, str(path))
     if why:
         return RecordChoice(None, f"{why}: not used, the gate imports vLLM")
-    return RecordChoice(path, f"{path}: the gate uses vLLM's recorded answer if the image's vLLM tree "
-                              "and packages are the recorded ones, else imports vLLM")
+    return RecordChoice(
+        path,
+        f"{path}: the gate uses vLLM's recorded answer if the image's vLLM tree "
+        "and packages are the recorded ones, else imports vLLM",
+    )
 
 
-def save_from_image(engine: ContainerEngine, image: str, recipe: Recipe, gate_input: GeometryInputs,
-                    payload_dir: str) -> tuple[Path, dict]:
+def save_from_image(
+    engine: ContainerEngine, image: str, recipe: Recipe, gate_input: GeometryInputs, payload_dir: str
+) -> tuple[Path, dict]:
     """Read the record the gate left in ``image``, check it and write it next to the recipe (atomically)."""
     path = payload_path(ORACLE_RECORD, payload_dir)
     where = f"{image}:{path}"

@@ -18,6 +18,7 @@ names another image, unless ``--force``), ``tag`` (``latest`` and the pinned
 tag), ``push``, ``attest`` (SBOM and provenance pushed as artifacts
 referring to each pushed digest) and, for several platforms, ``index``.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,11 +27,25 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional, Sequence
 
-from geometry.image_contract import (ARCHITECTURE_MISMATCH_STATUS, GATE_REPORT, GATE_STEP, PATCH_STEP, ContractError, gate_reason,
-                                     payload_path, step_name)
-
+from geometry.image_contract import (
+    ARCHITECTURE_MISMATCH_STATUS,
+    GATE_REPORT,
+    GATE_STEP,
+    PATCH_STEP,
+    ContractError,
+    gate_reason,
+    payload_path,
+    step_name,
+)
 from stackbuild.core.build_report import REPORT_SCHEMA, read_report
-from stackbuild.core.errors import ArchitectureMismatch, BuildStepFailed, GeometryGateFailed, PullError, PushError, StackBuildError
+from stackbuild.core.errors import (
+    ArchitectureMismatch,
+    BuildStepFailed,
+    GeometryGateFailed,
+    PullError,
+    PushError,
+    StackBuildError,
+)
 from stackbuild.core.labels import RECIPE_SHA256
 from stackbuild.core.naming import ImageName
 from stackbuild.core.reference import ImageReference
@@ -64,14 +79,18 @@ def ensure_base(engine: ContainerEngine, plan: BuildPlan, progress: Progress) ->
         progress.note(f"base {reference} is already in the engine")
         return None
     if found is None:
-        engine.pull(plan.base.reference, plan.recipe.platform, lambda m: progress.layer_event("pull", m), progress.retry_event)
+        engine.pull(
+            plan.base.reference, plan.recipe.platform, lambda m: progress.layer_event("pull", m), progress.retry_event
+        )
         return None
     child = platform_manifest(engine, plan, progress)
     if child is None:  # one image, of another platform: the build's architecture check says so
         return None
     by_platform = ImageReference(plan.base.image, digest=child)
-    progress.note(f"base {reference} in the engine is {found.architecture}: building FROM its "
-                  f"{plan.recipe.platform} manifest {child}")
+    progress.note(
+        f"base {reference} in the engine is {found.architecture}: building FROM its "
+        f"{plan.recipe.platform} manifest {child}"
+    )
     local = engine.inspect_image(str(by_platform))
     if local is None or local.architecture != plan.recipe.architecture:
         engine.pull(by_platform, plan.recipe.platform, lambda m: progress.layer_event("pull", m), progress.retry_event)
@@ -92,8 +111,10 @@ def platform_manifest(engine: ContainerEngine, plan: BuildPlan, progress: Progre
         return None
     offered = index_platforms(found.document)
     if plan.recipe.platform not in offered:
-        raise PullError(f"{base.reference}: the base index offers {', '.join(sorted(offered)) or 'nothing'}, "
-                        f"not {plan.recipe.platform}")
+        raise PullError(
+            f"{base.reference}: the base index offers {', '.join(sorted(offered)) or 'nothing'}, "
+            f"not {plan.recipe.platform}"
+        )
     return offered[plan.recipe.platform]
 
 
@@ -116,9 +137,11 @@ def build_image(engine: ContainerEngine, plan: BuildPlan, progress: Progress, *,
     where = f"step {outcome.step_number}/{outcome.step_total}" if outcome.step_number else "before the first step"
     if name == PATCH_STEP and outcome.exit_status == ARCHITECTURE_MISMATCH_STATUS:
         recipe = plan.recipe
-        raise ArchitectureMismatch(f"{recipe.path}: architecture check ({name}, {where}): the recipe's platform "
-                                   f"{recipe.platform} needs the machine {recipe.uname_machine}, the engine ran "
-                                   "the build on another (the step's output names it); nothing was tagged")
+        raise ArchitectureMismatch(
+            f"{recipe.path}: architecture check ({name}, {where}): the recipe's platform "
+            f"{recipe.platform} needs the machine {recipe.uname_machine}, the engine ran "
+            "the build on another (the step's output names it); nothing was tagged"
+        )
     detail = f"{_short_error(outcome)} ({where})"
     reason = gate_reason(outcome.step_output) if name == GATE_STEP else None
     if reason:
@@ -132,8 +155,10 @@ def build_image(engine: ContainerEngine, plan: BuildPlan, progress: Progress, *,
 
 def check_architecture(image: ImageInfo, plan: BuildPlan) -> None:
     if (image.os, image.architecture) != ("linux", plan.recipe.architecture):
-        raise ArchitectureMismatch(f"{image.id[:19]}: the image is {image.platform}, the recipe's platform is "
-                                   f"{plan.recipe.platform}; nothing was tagged")
+        raise ArchitectureMismatch(
+            f"{image.id[:19]}: the image is {image.platform}, the recipe's platform is "
+            f"{plan.recipe.platform}; nothing was tagged"
+        )
 
 
 def read_geometry_report(engine: ContainerEngine, image_id: str, plan: BuildPlan) -> dict:
@@ -149,7 +174,9 @@ def read_geometry_report(engine: ContainerEngine, image_id: str, plan: BuildPlan
     except ContractError as exc:
         raise BuildStepFailed(GATE_STEP, f"{path}: {exc}") from None
     if verdict != "pass":
-        raise GeometryGateFailed(f"{plan.recipe.path}: the in-image gate report says {verdict} ({path}); nothing was tagged")
+        raise GeometryGateFailed(
+            f"{plan.recipe.path}: the in-image gate report says {verdict} ({path}); nothing was tagged"
+        )
     return report
 
 
@@ -168,9 +195,17 @@ def tagged_plan(plan: BuildPlan, index: Optional[ImageName]) -> BuildPlan:
     return plan if index is None else platform_plan(plan)
 
 
-def run_build(plans: Sequence[BuildPlan], *, push: bool = False, report_path: Optional[Path] = None,
-              json_progress: bool = False, nocache: bool = False, keep_record: bool = False, force: bool = False,
-              engine: Optional[ContainerEngine] = None) -> dict:
+def run_build(
+    plans: Sequence[BuildPlan],
+    *,
+    push: bool = False,
+    report_path: Optional[Path] = None,
+    json_progress: bool = False,
+    nocache: bool = False,
+    keep_record: bool = False,
+    force: bool = False,
+    engine: Optional[ContainerEngine] = None,
+) -> dict:
     """Build each platform's image and check it, then tag (and push) them all: one image, or an index over several.
 
     ``engine``: the engine to use (default: the one at DOCKER_HOST or the default socket).
@@ -182,8 +217,10 @@ def run_build(plans: Sequence[BuildPlan], *, push: bool = False, report_path: Op
             progress.note(engine.about().line)
             index = index_name(plans)
             if index is not None:
-                progress.note(f"{plans[0].recipe.name}: {len(plans)} platforms ({', '.join(p.recipe.platform for p in plans)}), "
-                              "each built and gated before anything is tagged")
+                progress.note(
+                    f"{plans[0].recipe.name}: {len(plans)} platforms ({', '.join(p.recipe.platform for p in plans)}), "
+                    "each built and gated before anything is tagged"
+                )
             built = [build_checked(engine, plan, progress, nocache=nocache, keep_record=keep_record) for plan in plans]
             built = [replace(b, plan=tagged_plan(b.plan, index)) for b in built]
             return publish(engine, built, index, progress, push=push, report_path=report_path, force=force)
@@ -204,12 +241,14 @@ def keep_oracle_record(engine: ContainerEngine, image_id: str, plan: BuildPlan, 
     return path
 
 
-def build_checked(engine: ContainerEngine, plan: BuildPlan, progress: Progress, *, nocache: bool,
-                  keep_record: bool) -> PlatformImage:
+def build_checked(
+    engine: ContainerEngine, plan: BuildPlan, progress: Progress, *, nocache: bool, keep_record: bool
+) -> PlatformImage:
     """Pull the base, build, check the architecture and the gate's report; tag nothing."""
     if plan.geometry_verdict != "pass":
-        progress.note(f"the host-side gate says the drafter does not fit ({plan.geometry_summary}); "
-                      "the in-image gate decides")
+        progress.note(
+            f"the host-side gate says the drafter does not fit ({plan.geometry_summary}); the in-image gate decides"
+        )
     progress.note(plan.oracle_record_note)
     with progress.phase("pull", f"{plan.base.reference} for {plan.recipe.platform}"):
         from_reference = ensure_base(engine, plan, progress)
@@ -226,25 +265,41 @@ def build_checked(engine: ContainerEngine, plan: BuildPlan, progress: Progress, 
     if keep_record:
         with progress.phase("keep-record", str(record_path(plan.recipe))):
             kept = keep_oracle_record(engine, image_id, plan, geometry)
-        progress.note(f"wrote {kept} (the image's oracle record)" if kept
-                      else f"left {plan.oracle_record} as it is: the gate checked against it")
+        progress.note(
+            f"wrote {kept} (the image's oracle record)"
+            if kept
+            else f"left {plan.oracle_record} as it is: the gate checked against it"
+        )
     return PlatformImage(plan, image, geometry, kept)
 
 
-def check_tags(engine: ContainerEngine, built: Sequence[PlatformImage], index: Optional[ImageName], progress: Progress, *,
-               force: bool) -> None:
+def check_tags(
+    engine: ContainerEngine,
+    built: Sequence[PlatformImage],
+    index: Optional[ImageName],
+    progress: Progress,
+    *,
+    force: bool,
+) -> None:
     """Refuse (PinnedTagTaken) before anything is tagged: a pinned tag of any image, or of the index, naming another."""
     with progress.phase("check-tags", built[0].plan.image.repository):
         for b in built:
             check_pinned_tags(engine, b.plan.image, b.image, b.platform, progress, force=force)
         if index is not None:
-            check_index_tags(registry_client(engine, index.repository, progress), index,
-                             {b.platform: b.image for b in built}, progress, force=force)
+            check_index_tags(
+                registry_client(engine, index.repository, progress),
+                index,
+                {b.platform: b.image for b in built},
+                progress,
+                force=force,
+            )
 
 
-def push_attested(engine: ContainerEngine, built: Sequence[PlatformImage], index: Optional[ImageName],
-                  progress: Progress) -> tuple[list[PlatformImage], Optional[str]]:
-    """Push each image's tags and attest it by its digest, then put the index (if any); the images pushed, the index's digest.
+def push_attested(
+    engine: ContainerEngine, built: Sequence[PlatformImage], index: Optional[ImageName], progress: Progress
+) -> tuple[list[PlatformImage], Optional[str]]:
+    """Push each image's tags and attest it by its digest, then put the index (if any);
+    the images pushed, the index's digest.
 
     What each push put in the registry is read back from it (:func:`push_tags`).
     """
@@ -252,19 +307,33 @@ def push_attested(engine: ContainerEngine, built: Sequence[PlatformImage], index
     with progress.phase("push", repository):
         built = [replace(b, pushed=push_tags(engine, b.plan.image, b.image, b.platform, progress)) for b in built]
     with progress.phase("attest", ", ".join(str(b.plan.image.reference(digest=b.pushed_digest)) for b in built)):
-        built = [replace(b, attestations=attest_image(engine, b.plan, b.image.id, b.pushed_digest, progress))
-                 for b in built]
+        built = [
+            replace(b, attestations=attest_image(engine, b.plan, b.image.id, b.pushed_digest, progress)) for b in built
+        ]
     if index is None:
         return built, None
     with progress.phase("index", ", ".join(index.references)):
-        digest = push_index(registry_client(engine, repository, progress), index,
-                            {b.platform: b.pushed.platform_manifest for b in built}, progress)
+        digest = push_index(
+            registry_client(engine, repository, progress),
+            index,
+            {b.platform: b.pushed.platform_manifest for b in built},
+            progress,
+        )
     return built, digest
 
 
-def publish(engine: ContainerEngine, built: Sequence[PlatformImage], index: Optional[ImageName], progress: Progress, *,
-            push: bool, report_path: Optional[Path], force: bool) -> dict:
-    """Tag every image (checking the pinned tags first, with ``push``); write the report; push, attest, index, report again.
+def publish(
+    engine: ContainerEngine,
+    built: Sequence[PlatformImage],
+    index: Optional[ImageName],
+    progress: Progress,
+    *,
+    push: bool,
+    report_path: Optional[Path],
+    force: bool,
+) -> dict:
+    """Tag every image (checking the pinned tags first, with ``push``); write the report;
+    push, attest, index, report again.
 
     The report is written before the push too: should the push fail,
     ``build.py push`` completes it.
@@ -277,8 +346,7 @@ def publish(engine: ContainerEngine, built: Sequence[PlatformImage], index: Opti
     about = engine.about()
 
     def report(images: Sequence[PlatformImage], index_digest: Optional[str] = None) -> dict:
-        data = build_report(images, phases=progress.phase_seconds, engine=about, index=index,
-                            index_digest=index_digest)
+        data = build_report(images, phases=progress.phase_seconds, engine=about, index=index, index_digest=index_digest)
         written = write_report(data, report_path)
         progress.note(f"wrote {written} ({data['status']})", report=str(written))
         return data
@@ -290,8 +358,14 @@ def publish(engine: ContainerEngine, built: Sequence[PlatformImage], index: Opti
     return report(pushed, index_digest)
 
 
-def run_push(plans: Sequence[BuildPlan], *, json_progress: bool = False, report_path: Optional[Path] = None,
-             force: bool = False, engine: Optional[ContainerEngine] = None) -> dict:
+def run_push(
+    plans: Sequence[BuildPlan],
+    *,
+    json_progress: bool = False,
+    report_path: Optional[Path] = None,
+    force: bool = False,
+    engine: Optional[ContainerEngine] = None,
+) -> dict:
     """Push the local image(s) the plans' tags name, attested; several platforms get their index too.
 
     One platform's push completes the build report if it describes that
@@ -317,8 +391,10 @@ def local_built(engine: ContainerEngine, plan: BuildPlan) -> PlatformImage:
     """The local image the plan's tags name, with the gate's report read from it; refused if another recipe built it."""
     image = local_image_of(engine, plan.image)
     if image.labels.get(RECIPE_SHA256) != plan.labels[RECIPE_SHA256]:
-        raise PushError(f"{plan.image.references[0]}: the local image was built from another recipe "
-                        f"({RECIPE_SHA256}={image.labels.get(RECIPE_SHA256)!r}); rebuild it first")
+        raise PushError(
+            f"{plan.image.references[0]}: the local image was built from another recipe "
+            f"({RECIPE_SHA256}={image.labels.get(RECIPE_SHA256)!r}); rebuild it first"
+        )
     raw = engine.read_file(image.id, payload_path(GATE_REPORT, plan.payload_dir))
     return PlatformImage(plan, image, json.loads(raw) if raw else {})
 
@@ -326,22 +402,38 @@ def local_built(engine: ContainerEngine, plan: BuildPlan) -> PlatformImage:
 def _complete_report(pushed: PlatformImage, progress: Progress, report_path: Optional[Path]) -> dict:
     """What one image's push did; the build report updated with it when it describes that image."""
     plan, digest = pushed.plan, pushed.pushed_digest
-    result = {"image": plan.image.repository, "tags": list(plan.image.tags), "image_id": pushed.image.id,
-              "config_digest": pushed.pushed.image_digest, "pushed_digest": digest,
-              "pushed_reference": str(plan.image.reference(digest=digest)),
-              "attestations": pushed.attestations, "phase_seconds": dict(progress.phase_seconds)}
+    result = {
+        "image": plan.image.repository,
+        "tags": list(plan.image.tags),
+        "image_id": pushed.image.id,
+        "config_digest": pushed.pushed.image_digest,
+        "pushed_digest": digest,
+        "pushed_reference": str(plan.image.reference(digest=digest)),
+        "attestations": pushed.attestations,
+        "phase_seconds": dict(progress.phase_seconds),
+    }
     report = read_report(report_path)
     # The report describes this image when the same engine built it (the ids are that engine's names).
     if report and report.get("schema") == REPORT_SCHEMA and report.get("image_id") == pushed.image.id:
-        report.update(status="pushed", pushed_digest=digest, pushed_reference=result["pushed_reference"],
-                      config_digest=pushed.pushed.image_digest, attestations=pushed.attestations)
+        report.update(
+            status="pushed",
+            pushed_digest=digest,
+            pushed_reference=result["pushed_reference"],
+            config_digest=pushed.pushed.image_digest,
+            attestations=pushed.attestations,
+        )
         report.setdefault("phase_seconds", {})["push"] = progress.phase_seconds["push"]
         result["report"] = str(write_report(report, report_path))
     return result
 
 
-def run_index(plans: Sequence[BuildPlan], *, json_progress: bool = False, force: bool = False,
-              engine: Optional[ContainerEngine] = None) -> dict:
+def run_index(
+    plans: Sequence[BuildPlan],
+    *,
+    json_progress: bool = False,
+    force: bool = False,
+    engine: Optional[ContainerEngine] = None,
+) -> dict:
     """Put the index over the platforms' images already in the registry under ``<pinned tag>-<arch>``."""
     progress = Progress(json_lines=json_progress)
     try:
@@ -354,8 +446,10 @@ def run_index(plans: Sequence[BuildPlan], *, json_progress: bool = False, force:
 
 def _index(plans: Sequence[BuildPlan], progress: Progress, force: bool, engine: Optional[ContainerEngine]) -> dict:
     if len(plans) < 2:
-        raise PushError(f"{plans[0].recipe.path}: one platform ({plans[0].recipe.platform}): `build --push` pushes its image "
-                        "under the recipe's tags; there is no index to put")
+        raise PushError(
+            f"{plans[0].recipe.path}: one platform ({plans[0].recipe.platform}): `build --push` pushes its image "
+            "under the recipe's tags; there is no index to put"
+        )
     engine = engine or engine_mod.connect()
     name = plans[0].image
     client = registry_client(engine, name.repository, progress)
@@ -365,18 +459,27 @@ def _index(plans: Sequence[BuildPlan], progress: Progress, force: bool, engine: 
             tag = tagged_plan(plan, name).image.tags[0]
             remote = client.image(tag, plan.recipe.platform)
             if remote is None:
-                raise PushError(f"{name.reference(tag)}: not in the registry; push the {plan.recipe.platform} image "
-                                f"first (build --platform {plan.recipe.platform} --push)")
+                raise PushError(
+                    f"{name.reference(tag)}: not in the registry; push the {plan.recipe.platform} image "
+                    f"first (build --platform {plan.recipe.platform} --push)"
+                )
             config = client.image_content(remote)
             labels = config.labels if config is not None else {}
             if labels.get(RECIPE_SHA256) != plan.labels[RECIPE_SHA256]:
-                raise PushError(f"{name.reference(tag)}: the image was built from another recipe "
-                                f"({RECIPE_SHA256}={labels.get(RECIPE_SHA256)!r})")
+                raise PushError(
+                    f"{name.reference(tag)}: the image was built from another recipe "
+                    f"({RECIPE_SHA256}={labels.get(RECIPE_SHA256)!r})"
+                )
             digests[plan.recipe.platform], configs[plan.recipe.platform] = remote.platform_manifest, config
         check_index_tags(client, name, configs, progress, force=force)
     with progress.phase("index", ", ".join(name.references)):
         digest = push_index(client, name, digests, progress)
-    return {"image": name.repository, "tags": list(name.tags), "platforms": list(digests),
-            "images": {p: {"pushed_digest": d, "config_digest": configs[p].id} for p, d in digests.items()},
-            "pushed_digest": digest, "pushed_reference": str(name.reference(digest=digest)),
-            "phase_seconds": dict(progress.phase_seconds)}
+    return {
+        "image": name.repository,
+        "tags": list(name.tags),
+        "platforms": list(digests),
+        "images": {p: {"pushed_digest": d, "config_digest": configs[p].id} for p, d in digests.items()},
+        "pushed_digest": digest,
+        "pushed_reference": str(name.reference(digest=digest)),
+        "phase_seconds": dict(progress.phase_seconds),
+    }

@@ -5,6 +5,7 @@ the labels, the gate's inputs and the host-side geometry verdict. Rendering
 and building both start from it, so ``build --dry-run`` shows exactly what a
 real build would do.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,19 +14,23 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping, Optional
 
-from stackbuild.core import labels as label
-from stackbuild.core.lock import PinnedBase, pinned_base
 from geometry.image_contract import PAYLOAD_DIR
 from geometry.inputs import GeometryInputs
-
-from stackbuild.core.naming import (ImageName, image_name, image_source, require_real_source, source_date_epoch,
-                                    source_revision)
-from stackbuild.image.oracle_record import NOT_READ
-from stackbuild.image.oracle_record import choose as choose_oracle_record
+from stackbuild.core import labels as label
 from stackbuild.core.gate import recipe_geometry, summarise_reasons
+from stackbuild.core.lock import PinnedBase, pinned_base
+from stackbuild.core.naming import (
+    ImageName,
+    image_name,
+    image_source,
+    require_real_source,
+    source_date_epoch,
+    source_revision,
+)
 from stackbuild.core.recipe import Recipe
 from stackbuild.core.reference import ImageReference
-
+from stackbuild.image.oracle_record import NOT_READ
+from stackbuild.image.oracle_record import choose as choose_oracle_record
 
 
 @dataclass(frozen=True)
@@ -60,8 +65,14 @@ class BuildPlan:
         return next(iter(self.image.pinned_tags), self.image.tags[0])
 
 
-def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | None = None, allow_unpinned: bool = False,
-              read_oracle_record: bool = True) -> BuildPlan:
+def make_plan(
+    recipe: Recipe,
+    *,
+    owner: str | None = None,
+    repository: str | None = None,
+    allow_unpinned: bool = False,
+    read_oracle_record: bool = True,
+) -> BuildPlan:
     """``read_oracle_record=False`` for commands that build nothing (push, verify, record): they
     neither read nor fail on the recipe's recipe.oracle.json (record replaces it)."""
     from overlay.lock import series_sha256
@@ -110,7 +121,9 @@ def make_plan(recipe: Recipe, *, owner: str | None = None, repository: str | Non
         series_sha256=series_hash,
         gate_input=run.inputs,
         geometry_verdict="pass" if verdict.passed else "fail",
-        geometry_summary=summarise_reasons(verdict.reasons) if not verdict.passed else "all drafter pages fit the target's attention page",
+        geometry_summary=summarise_reasons(verdict.reasons)
+        if not verdict.passed
+        else "all drafter pages fit the target's attention page",
         labels=MappingProxyType(labels),
         oracle_record=record.path,
         oracle_record_note=record.note,

@@ -4,6 +4,7 @@
 plan every platform of an image already built, checking first that it can be pushed; ``record``
 reads the image a plan names.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -19,18 +20,30 @@ def selected_platforms(recipe: Recipe, platform: Optional[str]) -> tuple[str, ..
     if platform is None:
         return recipe.platforms
     if platform not in recipe.platforms:
-        raise RecipeError(recipe.path, "platforms" if len(recipe.platforms) > 1 else "platform",
-                          f"--platform {platform} is not one of the recipe's ({', '.join(recipe.platforms)})")
+        raise RecipeError(
+            recipe.path,
+            "platforms" if len(recipe.platforms) > 1 else "platform",
+            f"--platform {platform} is not one of the recipe's ({', '.join(recipe.platforms)})",
+        )
     return (platform,)
 
 
-def build_plans(recipe: Recipe, platform: Optional[str], *, owner: Optional[str], repository: Optional[str],
-                allow_unpinned: bool, push: bool) -> list[BuildPlan]:
+def build_plans(
+    recipe: Recipe,
+    platform: Optional[str],
+    *,
+    owner: Optional[str],
+    repository: Optional[str],
+    allow_unpinned: bool,
+    push: bool,
+) -> list[BuildPlan]:
     """What ``build`` builds: a plan per selected platform; ``--platform`` of a multi-platform recipe
     builds that one image of the index, tagged ``<pinned tag>-<arch>``. With ``push``, the first plan
     must be pushable (a dry run refuses what the real push would)."""
-    plans = [make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
-             for p in selected_platforms(recipe, platform)]
+    plans = [
+        make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
+        for p in selected_platforms(recipe, platform)
+    ]
     if platform and len(recipe.platforms) > 1:
         plans = [platform_plan(plans[0])]
     if push:
@@ -38,12 +51,21 @@ def build_plans(recipe: Recipe, platform: Optional[str], *, owner: Optional[str]
     return plans
 
 
-def publish_plans(recipe: Recipe, *, owner: Optional[str], repository: Optional[str],
-                  allow_unpinned: bool) -> list[BuildPlan]:
+def publish_plans(
+    recipe: Recipe, *, owner: Optional[str], repository: Optional[str], allow_unpinned: bool
+) -> list[BuildPlan]:
     """What ``push`` and ``index`` publish: every platform's plan of an image already built (the
     recipe's oracle record is neither read nor required), refused first unless it can be pushed."""
-    plans = [make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned,
-                       read_oracle_record=False) for p in recipe.platforms]
+    plans = [
+        make_plan(
+            recipe.for_platform(p),
+            owner=owner,
+            repository=repository,
+            allow_unpinned=allow_unpinned,
+            read_oracle_record=False,
+        )
+        for p in recipe.platforms
+    ]
     plans[0].require_pushable()
     return plans
 

@@ -6,6 +6,7 @@ and pushes report each layer's status once per change, not every byte.
 With ``--json`` the same events are JSON lines on stderr, so stdout keeps
 only the final report.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,15 @@ class Progress:
     def failure(self, exc: Exception) -> None:
         """A machine-readable record of the error (people get the CLI's `error:` line)."""
         if self.json_lines:
-            self._emit({"event": "error", "type": type(exc).__name__, "message": str(exc),
-                        "exit_code": getattr(exc, "exit_code", 1)}, None)
+            self._emit(
+                {
+                    "event": "error",
+                    "type": type(exc).__name__,
+                    "message": str(exc),
+                    "exit_code": getattr(exc, "exit_code", 1),
+                },
+                None,
+            )
 
     def note(self, message: str, **fields) -> None:
         self._emit({"event": "note", "message": message, **fields}, message)
@@ -50,8 +58,10 @@ class Progress:
     # ---------------------------------------------------------------- phases
     @contextmanager
     def phase(self, name: str, detail: str = "") -> Iterator[None]:
-        self._emit({"event": "phase", "phase": name, "status": "start", "detail": detail},
-                   f"==> {name}" + (f": {detail}" if detail else ""))
+        self._emit(
+            {"event": "phase", "phase": name, "status": "start", "detail": detail},
+            f"==> {name}" + (f": {detail}" if detail else ""),
+        )
         started = time.monotonic()
         self._layer_status = {}
         ok = False
@@ -63,20 +73,33 @@ class Progress:
             seconds = round(time.monotonic() - started, 3)
             self.phase_seconds[name] = round(self.phase_seconds.get(name, 0.0) + seconds, 3)
             status = "done" if ok else "failed"
-            self._emit({"event": "phase", "phase": name, "status": status, "seconds": seconds},
-                       f"<== {name} {status} in {seconds:.1f}s")
+            self._emit(
+                {"event": "phase", "phase": name, "status": status, "seconds": seconds},
+                f"<== {name} {status} in {seconds:.1f}s",
+            )
 
     # ----------------------------------------------------------- build steps
     def build_event(self, event: dict) -> None:
         if "step" in event:
             self.end_step()
-            self._step = {"n": event["step"], "total": event["total"], "instruction": event["instruction"],
-                          "name": step_name(event["step"])}
+            self._step = {
+                "n": event["step"],
+                "total": event["total"],
+                "instruction": event["instruction"],
+                "name": step_name(event["step"]),
+            }
             self._step_started = time.monotonic()
             shown = event["instruction"] if len(event["instruction"]) <= 160 else event["instruction"][:157] + "..."
-            self._emit({"event": "step", "step": event["step"], "total": event["total"], "name": self._step["name"],
-                        "instruction": event["instruction"]},
-                       f"Step {event['step']}/{event['total']} : {shown}  [{self._step['name']}]")
+            self._emit(
+                {
+                    "event": "step",
+                    "step": event["step"],
+                    "total": event["total"],
+                    "name": self._step["name"],
+                    "instruction": event["instruction"],
+                },
+                f"Step {event['step']}/{event['total']} : {shown}  [{self._step['name']}]",
+            )
         elif "output" in event:
             step = self._step["n"] if self._step else None
             self._emit({"event": "output", "step": step, "line": event["output"]}, f"    | {event['output']}")
@@ -87,8 +110,10 @@ class Progress:
         seconds = round(time.monotonic() - self._step_started, 3)
         step, self._step = self._step, None
         status = "failed" if failed else "done"
-        self._emit({"event": "step_" + status, "step": step["n"], "name": step["name"], "seconds": seconds},
-                   f"    {step['name']} {status} in {seconds:.1f}s")
+        self._emit(
+            {"event": "step_" + status, "step": step["n"], "name": step["name"], "seconds": seconds},
+            f"    {step['name']} {status} in {seconds:.1f}s",
+        )
 
     # ------------------------------------------------------------ pull, push
     def layer_event(self, action: str, message: dict) -> None:
@@ -109,5 +134,8 @@ class Progress:
 
     def retry_event(self, event: dict) -> None:
         """A transient registry error: which attempt failed, of how many, and the wait before the next."""
-        self._emit(event, f"    {event['what']}: {event['error']} "
-                          f"(attempt {event['attempt']}/{event['of']}, next in {event['wait_seconds']:g}s)")
+        self._emit(
+            event,
+            f"    {event['what']}: {event['error']} "
+            f"(attempt {event['attempt']}/{event['of']}, next in {event['wait_seconds']:g}s)",
+        )

@@ -7,6 +7,7 @@ resolved dependencies are the base image (by digest) and the source
 revision. The builder is the GitHub Actions workflow run when there is one,
 else this driver on the local engine.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,13 +27,23 @@ def builder(engine_description: str, environ: Mapping[str, str] = os.environ) ->
     if environ.get("GITHUB_ACTIONS") == "true":
         server = environ.get("GITHUB_SERVER_URL", "https://github.com")
         run = f"{server}/{environ.get('GITHUB_REPOSITORY', '')}/actions/runs/{environ.get('GITHUB_RUN_ID', '')}"
-        return {"id": f"{server}/{environ.get('GITHUB_WORKFLOW_REF', '')}",
-                "invocation": f"{run}/attempts/{environ.get('GITHUB_RUN_ATTEMPT', '1')}"}
+        return {
+            "id": f"{server}/{environ.get('GITHUB_WORKFLOW_REF', '')}",
+            "invocation": f"{run}/attempts/{environ.get('GITHUB_RUN_ATTEMPT', '1')}",
+        }
     return {"id": f"urn:glm53-dflash2-images:local:{engine_description}", "invocation": ""}
 
 
-def make_statement(plan: BuildPlan, *, image_digest: str, gate_verdict: str, gate_report_sha256: str,
-                   gate_report_path: str, builder_info: dict, finished_on: Optional[str] = None) -> dict:
+def make_statement(
+    plan: BuildPlan,
+    *,
+    image_digest: str,
+    gate_verdict: str,
+    gate_report_sha256: str,
+    gate_report_path: str,
+    builder_info: dict,
+    finished_on: Optional[str] = None,
+) -> dict:
     base_hex = (plan.base.digest or "").removeprefix("sha256:")
     source = plan.labels[OCI_SOURCE]
     metadata = {"invocationId": builder_info["invocation"]} if builder_info.get("invocation") else {}
@@ -46,14 +57,19 @@ def make_statement(plan: BuildPlan, *, image_digest: str, gate_verdict: str, gat
             "buildDefinition": {
                 "buildType": BUILD_TYPE,
                 "externalParameters": {
-                    "recipe": {"name": plan.recipe.name, "path": str(plan.recipe.path),
-                               "sha256": plan.labels[RECIPE_SHA256]},
+                    "recipe": {
+                        "name": plan.recipe.name,
+                        "path": str(plan.recipe.path),
+                        "sha256": plan.labels[RECIPE_SHA256],
+                    },
                     "platform": plan.recipe.platform,
                     "overlay": {"series": plan.recipe.overlay.series, "series_sha256": plan.series_sha256},
                 },
                 "internalParameters": {
-                    "gate": {"verdict": gate_verdict, "report": {"path": gate_report_path,
-                                                               "digest": {"sha256": gate_report_sha256}}},
+                    "gate": {
+                        "verdict": gate_verdict,
+                        "report": {"path": gate_report_path, "digest": {"sha256": gate_report_sha256}},
+                    },
                 },
                 "resolvedDependencies": [
                     {"uri": f"docker://{plan.base.reference.by_tag()}", "digest": {"sha256": base_hex}},

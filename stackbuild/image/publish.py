@@ -18,6 +18,7 @@ labels), not by comparing the engine's image id with a registry digest:
 the classic image store's id is the config digest, the containerd store's
 is a manifest's. ``latest`` always moves.
 """
+
 from __future__ import annotations
 
 from stackbuild.core.errors import PinnedTagTaken, PushError
@@ -27,8 +28,15 @@ from stackbuild.image.progress import Progress
 from stackbuild.image.registry import RemoteImage, registry_client
 
 
-def check_pinned_tags(engine: ContainerEngine, name: ImageName, image: ImageInfo, platform: str, progress: Progress, *,
-                      force: bool = False) -> None:
+def check_pinned_tags(
+    engine: ContainerEngine,
+    name: ImageName,
+    image: ImageInfo,
+    platform: str,
+    progress: Progress,
+    *,
+    force: bool = False,
+) -> None:
     """Refuse (PinnedTagTaken) to re-point a pinned tag the registry already has for another image."""
     reader = registry_client(engine, name.repository, progress)
     for tag in name.pinned_tags:
@@ -37,10 +45,15 @@ def check_pinned_tags(engine: ContainerEngine, name: ImageName, image: ImageInfo
             continue
         held = f"{remote.manifest_digest} (image {remote.image_digest or 'none for ' + platform})"
         if not force:
-            raise PinnedTagTaken(f"{name.reference(tag)}: the pinned tag already points at {held}, not this build's "
-                                 f"image {image.id}; pinned tags are immutable (--force re-points it); nothing was tagged or pushed")
-        progress.note(f"--force: re-pointing the pinned tag {name.reference(tag)} from {held} to image {image.id}",
-                      forced_tag=str(name.reference(tag)), previous_digest=remote.manifest_digest)
+            raise PinnedTagTaken(
+                f"{name.reference(tag)}: the pinned tag already points at {held}, not this build's "
+                f"image {image.id}; pinned tags are immutable (--force re-points it); nothing was tagged or pushed"
+            )
+        progress.note(
+            f"--force: re-pointing the pinned tag {name.reference(tag)} from {held} to image {image.id}",
+            forced_tag=str(name.reference(tag)),
+            previous_digest=remote.manifest_digest,
+        )
 
 
 def tag_image(engine: ContainerEngine, image_id: str, name: ImageName) -> list[str]:
@@ -64,7 +77,9 @@ def local_image_of(engine: ContainerEngine, name: ImageName) -> ImageInfo:
     return next(iter(ids.values()))
 
 
-def push_tags(engine: ContainerEngine, name: ImageName, image: ImageInfo, platform: str, progress: Progress) -> RemoteImage:
+def push_tags(
+    engine: ContainerEngine, name: ImageName, image: ImageInfo, platform: str, progress: Progress
+) -> RemoteImage:
     """Push every tag of ``name``; return what the registry then holds under them (one manifest, ``image``'s config)."""
     client = registry_client(engine, name.repository, progress)
     held: dict[str, RemoteImage] = {}
@@ -74,14 +89,18 @@ def push_tags(engine: ContainerEngine, name: ImageName, image: ImageInfo, platfo
         if remote is None:
             raise PushError(f"{name.reference(tag)}: pushed, but the registry has no such tag")
         if reported and reported != remote.manifest_digest:
-            raise PushError(f"{name.reference(tag)}: the engine pushed {reported}, the registry holds "
-                            f"{remote.manifest_digest} under the tag (another push in between?)")
+            raise PushError(
+                f"{name.reference(tag)}: the engine pushed {reported}, the registry holds "
+                f"{remote.manifest_digest} under the tag (another push in between?)"
+            )
         held[tag] = remote
     digests = {tag: remote.manifest_digest for tag, remote in held.items()}
     if len(set(digests.values())) != 1:
         raise PushError(f"{name.repository}: tags were pushed with different digests: {digests}")
     pushed = next(iter(held.values()))
     if not client.holds(pushed, image):
-        raise PushError(f"{name.reference(digest=pushed.manifest_digest)}: the registry's {platform} image "
-                        f"({pushed.image_digest or 'none'}) is not the local image {image.id} that was pushed")
+        raise PushError(
+            f"{name.reference(digest=pushed.manifest_digest)}: the registry's {platform} image "
+            f"({pushed.image_digest or 'none'}) is not the local image {image.id} that was pushed"
+        )
     return pushed

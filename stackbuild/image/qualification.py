@@ -6,6 +6,7 @@ there), then :func:`attach_record` pushes the statement (stackbuild/core/qualifi
 way the SBOM and the provenance are attached (stackbuild/image/attach.py), keeping the earlier ones.
 `build.py verify` lists them with :func:`records`. Credentials: the Docker config, as for a push.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,9 @@ def attach_target(engine: ContainerEngine, reference: ImageReference) -> AttachT
     client = RegistryClient(reference.repository, plain_http=engine.plain_http(reference.registry))
     found = client.manifest(reference.digest)
     if found is None:
-        raise PushError(f"qualify --attach {reference}: the registry has no such manifest; "
-                        "nothing was measured or attached")
+        raise PushError(
+            f"qualify --attach {reference}: the registry has no such manifest; nothing was measured or attached"
+        )
     return AttachTarget(reference, client, found.descriptor)
 
 
@@ -52,14 +54,25 @@ def target_of(attach_to: str) -> AttachTarget:
 
 def attach_record(target: AttachTarget, record: QualificationRecord) -> Attached:
     document = json.dumps(record.statement(), sort_keys=True).encode()
-    return attach(target.client, target.descriptor, ARTIFACT_TYPE, document, {OCI_CREATED: record.qualified_on},
-                  media_type=DOCUMENT_MEDIA_TYPE, replace=False)
+    return attach(
+        target.client,
+        target.descriptor,
+        ARTIFACT_TYPE,
+        document,
+        {OCI_CREATED: record.qualified_on},
+        media_type=DOCUMENT_MEDIA_TYPE,
+        replace=False,
+    )
 
 
 def attached_json(target: AttachTarget, attached: Attached, record: QualificationRecord) -> dict:
     """What ``qualify --json`` says under ``attached``: the image, the artifact pushed, how it was found."""
-    return {"image": str(target.reference), "artifact": attached.digest, "found_via": attached.via,
-            "verdict": record.verdict}
+    return {
+        "image": str(target.reference),
+        "artifact": attached.digest,
+        "found_via": attached.via,
+        "verdict": record.verdict,
+    }
 
 
 def records(client: RegistryClient, digest: str) -> tuple[list[QualificationRecord], list[str]]:

@@ -9,6 +9,7 @@ plain http. Transient errors are retried by :func:`engine.registry_retry`,
 not by oras's own loop; a refused connection or a name that does not
 resolve is reported at once.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,11 +28,17 @@ import oras.provider
 import requests
 
 from geometry.errors import one_line
-from stackbuild.image.engine import MANIFEST_ACCEPT, RegistryTransient, classify_registry_error, registry_retry, unreachable
-from stackbuild.image.engine_api import ContainerEngine, EventSink, ImageInfo, run_settings
-from stackbuild.image.progress import Progress
 from stackbuild.core.errors import PushError, RegistryAuthError, RegistryUnavailable
 from stackbuild.core.reference import ImageReference
+from stackbuild.image.engine import (
+    MANIFEST_ACCEPT,
+    RegistryTransient,
+    classify_registry_error,
+    registry_retry,
+    unreachable,
+)
+from stackbuild.image.engine_api import ContainerEngine, EventSink, ImageInfo, run_settings
+from stackbuild.image.progress import Progress
 
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
 
@@ -40,9 +47,11 @@ INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docke
 class RemoteImage:
     """What a tag names in the registry for one platform: the tag's manifest, the platform's manifest, its config."""
 
-    reference: str          # repository:tag as asked
-    manifest_digest: str    # what the tag points to (an index's digest when it is an index)
-    image_digest: str       # the platform's image config digest, as its manifest names it; "" if the index lacks the platform
+    reference: str  # repository:tag as asked
+    manifest_digest: str  # what the tag points to (an index's digest when it is an index)
+    image_digest: (
+        str  # the platform's image config digest, as its manifest names it; "" if the index lacks the platform
+    )
     platform_manifest: str  # the platform's image manifest: manifest_digest itself, or the index's entry for it
 
 
@@ -63,9 +72,14 @@ def image_info_of_config(digest: str, config: dict) -> ImageInfo:
     :class:`ImageInfo` whose id is the config's digest."""
     settings = config.get("config") or {}
     layers = (config.get("rootfs") or {}).get("diff_ids") or ()
-    return ImageInfo(id=digest, os=str(config.get("os") or ""), architecture=str(config.get("architecture") or ""),
-                     labels=MappingProxyType(dict(settings.get("Labels") or {})),
-                     layers=tuple(str(layer) for layer in layers), run=run_settings(settings))
+    return ImageInfo(
+        id=digest,
+        os=str(config.get("os") or ""),
+        architecture=str(config.get("architecture") or ""),
+        labels=MappingProxyType(dict(settings.get("Labels") or {})),
+        layers=tuple(str(layer) for layer in layers),
+        run=run_settings(settings),
+    )
 
 
 class _OrasRegistry(oras.provider.Registry):
@@ -126,11 +140,15 @@ class RegistryClient:
             client = self._oras()
             client.auth.load_configs(self._container("latest"))
             if isinstance(client.auth, oras.auth.BasicAuth) and not getattr(client.auth, "_basic_auth", None):
-                raise RegistryAuthError(f"{what}: no basic auth credentials for {self.registry} in the Docker config; "
-                                        f"run `docker login {self.registry}`")
+                raise RegistryAuthError(
+                    f"{what}: no basic auth credentials for {self.registry} in the Docker config; "
+                    f"run `docker login {self.registry}`"
+                )
             response = send(client)
         except requests.exceptions.SSLError as exc:
-            raise PushError(f"{what}: TLS failed ({exc.__class__.__name__}); is {self.registry} an insecure registry of the engine?") from None
+            raise PushError(
+                f"{what}: TLS failed ({exc.__class__.__name__}); is {self.registry} an insecure registry of the engine?"
+            ) from None
         except requests.exceptions.RequestException as exc:
             problem = f"{self.host}: {_connection_problem(exc)}"
             if unreachable(problem):
@@ -141,11 +159,14 @@ class RegistryClient:
                 raise RegistryAuthError(f"{what}: {exc}; run `docker login {self.registry}`") from None
             raise PushError(f"{what}: {' '.join(str(exc).split())[:300]}") from None
         if response.status_code in (401, 403):
-            raise RegistryAuthError(f"{what}: the registry refused the credentials from the Docker config "
-                                    f"(HTTP {response.status_code}); run `docker login {self.registry}`")
+            raise RegistryAuthError(
+                f"{what}: the registry refused the credentials from the Docker config "
+                f"(HTTP {response.status_code}); run `docker login {self.registry}`"
+            )
         if response.status_code >= 400 and response.status_code != 404:
-            raise classify_registry_error(what, f"HTTP {response.status_code} {response.reason} {response.text[:200]}",
-                                          self.registry)
+            raise classify_registry_error(
+                what, f"HTTP {response.status_code} {response.reason} {response.text[:200]}", self.registry
+            )
         return response
 
     def _retried(self, what: str, send) -> requests.Response:
@@ -157,8 +178,14 @@ class RegistryClient:
     def manifest(self, reference: str) -> Optional[Manifest]:
         """The manifest (or index) a tag or digest names, retried on transient errors; None if unknown."""
         what = self._what(reference, "manifest GET")
-        response = self._retried(what, lambda client: client.do_request(
-            f"{client.prefix}://{self._container(reference).manifest_url()}", "GET", headers={"Accept": MANIFEST_ACCEPT}))
+        response = self._retried(
+            what,
+            lambda client: client.do_request(
+                f"{client.prefix}://{self._container(reference).manifest_url()}",
+                "GET",
+                headers={"Accept": MANIFEST_ACCEPT},
+            ),
+        )
         if response.status_code == 404:
             return None
         digest = "sha256:" + hashlib.sha256(response.content).hexdigest()
@@ -195,26 +222,39 @@ class RegistryClient:
 
     def push_blob(self, data: bytes, media_type: str) -> dict:
         """Upload ``data`` (oras: skipped when the registry has it); return its OCI descriptor."""
-        descriptor = {"mediaType": media_type, "digest": "sha256:" + hashlib.sha256(data).hexdigest(), "size": len(data)}
+        descriptor = {
+            "mediaType": media_type,
+            "digest": "sha256:" + hashlib.sha256(data).hexdigest(),
+            "size": len(data),
+        }
         what = self._what(descriptor["digest"], "blob upload")
         with tempfile.TemporaryDirectory(prefix="stackbuild-blob-") as tmp:
             path = os.path.join(tmp, "blob")
             with open(path, "wb") as handle:
                 handle.write(data)
-            response = self._retried(what, lambda client: client.upload_blob(path, self._container("latest"), dict(descriptor)))
+            response = self._retried(
+                what, lambda client: client.upload_blob(path, self._container("latest"), dict(descriptor))
+            )
         if response.status_code not in (200, 201, 202):
             raise PushError(f"{what}: HTTP {response.status_code}")
         return descriptor
 
     def push_manifest(self, document: dict, reference: Optional[str] = None) -> tuple[dict, requests.Response]:
-        """PUT a manifest or index (by its digest, or under the tag ``reference``); return its descriptor and the response."""
+        """PUT a manifest or index (by its digest, or under the tag ``reference``);
+        return its descriptor and the response."""
         data = json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         target = reference or digest
         what = self._what(target, "manifest PUT")
-        response = self._retried(what, lambda client: client.do_request(
-            f"{client.prefix}://{self._container(target).manifest_url()}", "PUT",
-            headers={"Content-Type": document["mediaType"]}, data=data))
+        response = self._retried(
+            what,
+            lambda client: client.do_request(
+                f"{client.prefix}://{self._container(target).manifest_url()}",
+                "PUT",
+                headers={"Content-Type": document["mediaType"]},
+                data=data,
+            ),
+        )
         if response.status_code not in (200, 201, 202):
             raise PushError(f"{what}: HTTP {response.status_code} {response.text[:200]}")
         return {"mediaType": document["mediaType"], "digest": digest, "size": len(data)}, response
@@ -222,9 +262,14 @@ class RegistryClient:
     def referrers(self, digest: str) -> Optional[dict]:
         """The OCI 1.1 referrers index of ``digest``; None when the registry has no referrers API."""
         what = self._what(digest, "referrers GET")
-        response = self._retried(what, lambda client: client.do_request(
-            f"{client.prefix}://{self.host}/v2/{self.name}/referrers/{digest}", "GET",
-            headers={"Accept": "application/vnd.oci.image.index.v1+json"}))
+        response = self._retried(
+            what,
+            lambda client: client.do_request(
+                f"{client.prefix}://{self.host}/v2/{self.name}/referrers/{digest}",
+                "GET",
+                headers={"Accept": "application/vnd.oci.image.index.v1+json"},
+            ),
+        )
         if response.status_code == 404 or "json" not in response.headers.get("Content-Type", ""):
             return None
         try:
@@ -242,9 +287,15 @@ class RegistryClient:
         manifest = document
         if document.get("mediaType") in INDEX_TYPES or "manifests" in document:
             os_name, _, arch = platform.partition("/")
-            entry = next((m for m in document.get("manifests") or []
-                          if (m.get("platform") or {}).get("os") == os_name
-                          and (m.get("platform") or {}).get("architecture") == arch.split("/")[0]), None)
+            entry = next(
+                (
+                    m
+                    for m in document.get("manifests") or []
+                    if (m.get("platform") or {}).get("os") == os_name
+                    and (m.get("platform") or {}).get("architecture") == arch.split("/")[0]
+                ),
+                None,
+            )
             if entry is None:  # an index without this platform: another image
                 return RemoteImage(reference, digest, image_digest="", platform_manifest="")
             child = self.manifest(entry["digest"])
@@ -269,5 +320,8 @@ class RegistryClient:
 def registry_client(engine: ContainerEngine, repository: str, progress: Optional[Progress] = None) -> RegistryClient:
     """The registry of ``repository``, over plain http when the engine speaks it so (loopback, its insecure
     registries); retries are shown by ``progress``."""
-    return RegistryClient(repository, plain_http=engine.plain_http(ImageReference(repository).registry),
-                          on_retry=progress.retry_event if progress else None)
+    return RegistryClient(
+        repository,
+        plain_http=engine.plain_http(ImageReference(repository).registry),
+        on_retry=progress.retry_event if progress else None,
+    )

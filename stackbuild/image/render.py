@@ -1,4 +1,5 @@
 """Render the Dockerfile and lay out the build context; no daemon involved."""
+
 from __future__ import annotations
 
 import json
@@ -11,13 +12,12 @@ import jinja2
 
 from geometry import image_contract as contract
 from geometry.preflight import checked as checked_mod
-
-from stackbuild.core.errors import InternalError
-from stackbuild.image.plan import BuildPlan
-from stackbuild.core.preflight_record import checked_serve
 from stackbuild.core.context_sources import GATE_PAYLOAD, PATCH_PAYLOAD, PREFLIGHT_PAYLOAD, payload_files
 from stackbuild.core.context_sources import TEMPLATE as TEMPLATE_NAME
+from stackbuild.core.errors import InternalError
+from stackbuild.core.preflight_record import checked_serve
 from stackbuild.core.recipe import REPO_ROOT
+from stackbuild.image.plan import BuildPlan
 
 TEMPLATE = REPO_ROOT / TEMPLATE_NAME
 
@@ -76,8 +76,10 @@ def render(plan: BuildPlan) -> str:
     keywords = instruction_keywords(text)
     expected = [step.keyword for step in contract.BUILD_STEPS]
     if keywords != expected:
-        raise InternalError(f"{TEMPLATE.name}: its instructions {' '.join(keywords)} are not the build steps "
-                          f"geometry/image_contract.py names ({' '.join(expected)})")
+        raise InternalError(
+            f"{TEMPLATE.name}: its instructions {' '.join(keywords)} are not the build steps "
+            f"geometry/image_contract.py names ({' '.join(expected)})"
+        )
     return text
 
 

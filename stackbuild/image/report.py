@@ -9,6 +9,7 @@ credentials: the driver never sees any.
 :mod:`stackbuild.image.engine_api`); ``pushed_digest`` and ``config_digest``
 are what the registry holds after the push, read back from it.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,6 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from geometry.image_contract import GateReport
-
 from stackbuild.core.atomic import replace_text
 from stackbuild.core.build_report import DEFAULT_REPORT, REPORT_SCHEMA, BuildEngine
 from stackbuild.core.naming import ImageName
@@ -44,10 +44,10 @@ def geometry_verdict(report: Mapping[str, Any]) -> str:
 class PlatformImage:
     """One platform's image of a build: built and checked, then (with a push) pushed and attested."""
 
-    plan: BuildPlan                  # the platform's plan, named as its image is tagged
+    plan: BuildPlan  # the platform's plan, named as its image is tagged
     image: ImageInfo
     geometry: Optional[Mapping[str, Any]]  # the in-image gate's report
-    kept: Optional[Path] = None      # the oracle record written, with --keep-record
+    kept: Optional[Path] = None  # the oracle record written, with --keep-record
     pushed: Optional[RemoteImage] = None  # what the registry holds under its tags after the push
     attestations: Optional[Mapping[str, Any]] = None
 
@@ -60,8 +60,14 @@ class PlatformImage:
         return self.pushed.manifest_digest if self.pushed else None
 
 
-def build_report(images: Sequence[PlatformImage], *, phases: Mapping[str, float], engine: BuildEngine,
-                 index: Optional[ImageName] = None, index_digest: Optional[str] = None) -> dict:
+def build_report(
+    images: Sequence[PlatformImage],
+    *,
+    phases: Mapping[str, float],
+    engine: BuildEngine,
+    index: Optional[ImageName] = None,
+    index_digest: Optional[str] = None,
+) -> dict:
     """The report of a build: its one image's, or (``index``, several platforms) the index's with each image's inside.
 
     The index's report names the recipe's tags and the index's digest, and

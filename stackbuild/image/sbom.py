@@ -6,6 +6,7 @@ lists every distribution its ``sys.path`` holds (their dist-info, through
 (``<payload>/manifest.json``) says the patch series changed, as it is in
 the image. The document is built with cyclonedx-python-lib (spec 1.6).
 """
+
 from __future__ import annotations
 
 import json
@@ -18,9 +19,8 @@ from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 
 from geometry.image_contract import OVERLAY_MANIFEST, payload_path
-
-from stackbuild.image.engine_api import ContainerEngine
 from stackbuild.core.errors import BuildStepFailed
+from stackbuild.image.engine_api import ContainerEngine
 
 SBOM_MEDIA_TYPE = "application/vnd.cyclonedx+json"
 
@@ -57,8 +57,12 @@ class Inventory:
 
 def read_inventory(engine: ContainerEngine, image: str, payload_dir: str, platform: str) -> Inventory:
     """Ask the image's python3 for its distributions and the overlay's changed files."""
-    code, out, err = engine.run(image, ["env"], [f"PYTHONPATH={payload_dir}", "python3", "-c", INVENTORY_SCRIPT,
-                                                 payload_path(OVERLAY_MANIFEST, payload_dir)], platform=platform)
+    code, out, err = engine.run(
+        image,
+        ["env"],
+        [f"PYTHONPATH={payload_dir}", "python3", "-c", INVENTORY_SCRIPT, payload_path(OVERLAY_MANIFEST, payload_dir)],
+        platform=platform,
+    )
     if code != 0:
         tail = " | ".join(line for line in err.splitlines() if line.strip())[-400:]
         raise BuildStepFailed("sbom", f"listing the image's Python packages failed (exit code {code}): {tail}")
@@ -77,15 +81,30 @@ def read_inventory(engine: ContainerEngine, image: str, payload_dir: str, platfo
 def make_sbom(inventory: Inventory, repository: str, image_digest: str) -> bytes:
     """The CycloneDX 1.6 JSON document describing the image ``repository@image_digest``."""
     bom = Bom()
-    root = Component(type=ComponentType.CONTAINER, name=repository, version=image_digest, bom_ref=f"image:{image_digest}")
+    root = Component(
+        type=ComponentType.CONTAINER, name=repository, version=image_digest, bom_ref=f"image:{image_digest}"
+    )
     bom.metadata.component = root
     parts = []
     for name, version in inventory.distributions:
-        parts.append(Component(type=ComponentType.LIBRARY, name=name, version=version,
-                               purl=PackageURL(type="pypi", name=name, version=version), bom_ref=f"pypi:{name}@{version}"))
+        parts.append(
+            Component(
+                type=ComponentType.LIBRARY,
+                name=name,
+                version=version,
+                purl=PackageURL(type="pypi", name=name, version=version),
+                bom_ref=f"pypi:{name}@{version}",
+            )
+        )
     for path, sha256 in inventory.overlay_files:
-        parts.append(Component(type=ComponentType.FILE, name=path, bom_ref=f"file:{path}",
-                               hashes=[HashType(alg=HashAlgorithm.SHA_256, content=sha256)]))
+        parts.append(
+            Component(
+                type=ComponentType.FILE,
+                name=path,
+                bom_ref=f"file:{path}",
+                hashes=[HashType(alg=HashAlgorithm.SHA_256, content=sha256)],
+            )
+        )
     for part in parts:
         bom.components.add(part)
     bom.register_dependency(root, parts)

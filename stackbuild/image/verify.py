@@ -13,24 +13,24 @@ recipe's platforms, and each platform's image is checked as above against
 the recipe's view of that platform. Any difference is a :class:`VerifyError`
 listing every mismatch, prefixed with its platform for an index.
 """
+
 from __future__ import annotations
 
 import json
 from typing import Optional
 
 from geometry.image_contract import PAYLOAD_DIR, ContractError, gate_argv
-
-from stackbuild.image import engine as engine_mod
-from stackbuild.image.engine_api import ContainerEngine
-from stackbuild.image.attest import attestation_problems, gate_report_sha256
 from stackbuild.core.errors import VerifyError
 from stackbuild.core.labels import OCI_CREATED, OCI_REVISION, OCI_VERSION, RECIPE_SHA256
+from stackbuild.core.recipe import Recipe
+from stackbuild.core.reference import DIGEST_RE, ImageReference, by_digest
+from stackbuild.image import engine as engine_mod
+from stackbuild.image.attest import attestation_problems, gate_report_sha256
+from stackbuild.image.engine_api import ContainerEngine
 from stackbuild.image.index import index_platforms
 from stackbuild.image.plan import make_plan
 from stackbuild.image.progress import Progress
 from stackbuild.image.qualification import records as qualification_records
-from stackbuild.core.recipe import Recipe
-from stackbuild.core.reference import DIGEST_RE, ImageReference, by_digest
 from stackbuild.image.registry import RegistryClient, registry_client
 from stackbuild.image.report import geometry_verdict
 from stackbuild.image.sbom import read_inventory
@@ -58,11 +58,14 @@ def label_mismatches(expected: dict, actual: dict) -> list[str]:
 
 
 def image_by_digest(image: str) -> ImageReference:
-    """``REPOSITORY@sha256:...`` -> the image by digest (a tag beside the digest is dropped); a tag alone is a usage error."""
+    """``REPOSITORY@sha256:...`` -> the image by digest (a tag beside the digest is dropped);
+    a tag alone is a usage error."""
     return by_digest(image, f"verify {image}")
 
 
-def verify_image(image: str, recipe: Recipe, *, json_progress: bool = False, engine: Optional[ContainerEngine] = None) -> dict:
+def verify_image(
+    image: str, recipe: Recipe, *, json_progress: bool = False, engine: Optional[ContainerEngine] = None
+) -> dict:
     with engine_mod.engine_errors(f"verify {image}"):
         return _verify(image, recipe, json_progress, engine)
 
@@ -82,8 +85,10 @@ def _verify(image: str, recipe: Recipe, json_progress: bool, engine: Optional[Co
     if len(recipe.platforms) > 1:  # one platform's image of a multi-platform recipe, verified on its own
         platform = _config_platform(client, top.document, image)
         if platform not in recipe.platforms:
-            raise VerifyError(f"{image} does not match {recipe.path}:\n  platform: image is {platform}, "
-                              f"recipe says {', '.join(recipe.platforms)}")
+            raise VerifyError(
+                f"{image} does not match {recipe.path}:\n  platform: image is {platform}, "
+                f"recipe says {', '.join(recipe.platforms)}"
+            )
         view = recipe.for_platform(platform)
     result = _verify_platform(repository, digest, view, client, engine, progress)
     if result["mismatches"]:
@@ -99,31 +104,52 @@ def _config_platform(client: RegistryClient, manifest: dict, image: str) -> str:
     return config.platform
 
 
-def _verify_index(image: str, reference: ImageReference, recipe: Recipe, index: dict, client: RegistryClient,
-                  engine: ContainerEngine, progress: Progress) -> dict:
+def _verify_index(
+    image: str,
+    reference: ImageReference,
+    recipe: Recipe,
+    index: dict,
+    client: RegistryClient,
+    engine: ContainerEngine,
+    progress: Progress,
+) -> dict:
     """Every platform of the recipe: its entry in the index, then the image it names, checked as one image is."""
     repository, digest = reference.repository, reference.digest
     entries = index_platforms(index)
     problems = [f"index: no image for {platform}" for platform in recipe.platforms if platform not in entries]
-    problems += [f"index: {platform} is not one of the recipe's platforms ({', '.join(recipe.platforms)})"
-                 for platform in entries if platform not in recipe.platforms]
+    problems += [
+        f"index: {platform} is not one of the recipe's platforms ({', '.join(recipe.platforms)})"
+        for platform in entries
+        if platform not in recipe.platforms
+    ]
     found, unreadable = qualification_records(client, digest)
     problems += unreadable
     platforms = {}
     for platform in recipe.platforms:
         if platform not in entries:
             continue
-        result = _verify_platform(repository, entries[platform], recipe.for_platform(platform), client, engine, progress)
+        result = _verify_platform(
+            repository, entries[platform], recipe.for_platform(platform), client, engine, progress
+        )
         platforms[platform] = result
         problems += [f"{platform}: {problem}" for problem in result["mismatches"]]
     if problems:
         raise VerifyError(f"{image} does not match {recipe.path}:\n  " + "\n  ".join(problems))
-    return {"image": image, "digest": digest, "index": True, "platforms": platforms, "mismatches": [], "verdict": "pass",
-            "geometry_verdict": "pass", "qualifications": [r.summary() for r in found]}
+    return {
+        "image": image,
+        "digest": digest,
+        "index": True,
+        "platforms": platforms,
+        "mismatches": [],
+        "verdict": "pass",
+        "geometry_verdict": "pass",
+        "qualifications": [r.summary() for r in found],
+    }
 
 
-def _verify_platform(repository: str, digest: str, recipe: Recipe, client: RegistryClient,
-                     engine: ContainerEngine, progress: Progress) -> dict:
+def _verify_platform(
+    repository: str, digest: str, recipe: Recipe, client: RegistryClient, engine: ContainerEngine, progress: Progress
+) -> dict:
     """One image (``recipe`` is the view of its platform): labels, platform, attestations, then the gate.
 
     The gate (a cold import of vLLM, minutes under emulation) runs only on an
@@ -132,8 +158,9 @@ def _verify_platform(repository: str, digest: str, recipe: Recipe, client: Regis
     plan = make_plan(recipe, read_oracle_record=False)
     reference = ImageReference(repository, digest=digest)
     with progress.phase("pull", f"{reference} for {recipe.platform}"):
-        inspected = engine.pull(reference, recipe.platform, lambda m: progress.layer_event("pull", m),
-                                progress.retry_event)
+        inspected = engine.pull(
+            reference, recipe.platform, lambda m: progress.layer_event("pull", m), progress.retry_event
+        )
     labels = dict(inspected.labels)
     problems = label_mismatches(dict(plan.labels), labels)
     platform = inspected.platform
@@ -160,7 +187,10 @@ def _verify_platform(repository: str, digest: str, recipe: Recipe, client: Regis
             gate = None
         if code != 0 or verdict != "pass":
             tail = " | ".join([line for line in (err or out).splitlines() if line.strip()][-5:])
-            problems.append(f"geometry gate: exit code {code}, verdict {verdict or 'unreadable'}" + (f" ({tail})" if tail and verdict is None else ""))
+            problems.append(
+                f"geometry gate: exit code {code}, verdict {verdict or 'unreadable'}"
+                + (f" ({tail})" if tail and verdict is None else "")
+            )
             verdict = verdict or "fail"
     return {
         "digest": digest,
@@ -172,6 +202,7 @@ def _verify_platform(repository: str, digest: str, recipe: Recipe, client: Regis
         "geometry_verdict": verdict,
         "geometry_report": gate,
         # Whether each was measured with the recipe file this image was built from (its recipe sha256 label).
-        "qualifications": [{**r.summary(), "recipe_matches_image": r.recipe_sha256 == labels.get(RECIPE_SHA256)}
-                           for r in found],
+        "qualifications": [
+            {**r.summary(), "recipe_matches_image": r.recipe_sha256 == labels.get(RECIPE_SHA256)} for r in found
+        ],
     }

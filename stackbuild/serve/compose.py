@@ -8,6 +8,7 @@ pure: no daemon, no files written, no subprocess. ``write_compose`` adds the che
 pass or are skipped with a notice. The multi-node files (multinode.py) are built from
 the same parts.
 """
+
 from __future__ import annotations
 
 import os
@@ -67,8 +68,11 @@ def reserve_gpus(recipe: Recipe, gpus: Optional[str]) -> dict:
     if gpus:
         ids = parse_gpu_ids(gpus)
         if len(ids) != count:
-            why = (f"serving.tensor_parallel_size is {count}" if recipe.serving.nodes == 1 else
-                   f"each node runs {count} rank(s) (serving.tensor_parallel_size / serving.nodes)")
+            why = (
+                f"serving.tensor_parallel_size is {count}"
+                if recipe.serving.nodes == 1
+                else f"each node runs {count} rank(s) (serving.tensor_parallel_size / serving.nodes)"
+            )
             raise ComposeOverrideError(f"--gpus: {len(ids)} GPU(s) given but {why}")
         device["device_ids"] = list(ids)
     else:
@@ -108,7 +112,9 @@ class Service:
     command: tuple[str, ...]  # as Compose reads it: literals escaped, a slot may hold a Compose variable
     published_port: Optional[int]  # the host port published on serving.host_ip; None: host networking
     probe_host: Optional[str]  # the address the health check asks /health at; None: no check (no API server)
-    environment: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # Compose text, after the recipe's
+    environment: Mapping[str, str] = field(
+        default_factory=lambda: MappingProxyType({})
+    )  # Compose text, after the recipe's
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # after the recipe's
 
 
@@ -116,19 +122,31 @@ def single_node_service(recipe: Recipe, *, port: Optional[int] = None) -> Servic
     """The one service of a single-node recipe: the serve argv, its port published on serving.host_ip."""
     if port is not None and not 0 < int(port) < 65536:
         raise ComposeOverrideError(f"--port: must be a TCP port, got {port}")
-    return Service(name=SERVICE, project=project_name(recipe), command=tuple(escape(a) for a in serve_argv(recipe)),
-                   published_port=int(port) if port is not None else recipe.serving.port, probe_host=LOOPBACK)
+    return Service(
+        name=SERVICE,
+        project=project_name(recipe),
+        command=tuple(escape(a) for a in serve_argv(recipe)),
+        published_port=int(port) if port is not None else recipe.serving.port,
+        probe_host=LOOPBACK,
+    )
 
 
-def service_document(recipe: Recipe, service: Service, *, image: ImagePin, models_dir: Optional[str] = None,
-                     gpus: Optional[str] = None, gpu_reservation: bool = True) -> dict:
+def service_document(
+    recipe: Recipe,
+    service: Service,
+    *,
+    image: ImagePin,
+    models_dir: Optional[str] = None,
+    gpus: Optional[str] = None,
+    gpu_reservation: bool = True,
+) -> dict:
     """One compose document (one service) as plain data (pure)."""
     s = recipe.serving
     mount = recipe.model_mount_point
     host_models = _host_models_dir(models_dir, mount)
 
     environment = {**CACHE_ENV, "HF_HUB_OFFLINE": "1", **dict(s.env)}
-    cache_key = (image.digest.split(":", 1)[1][:12] if image.digest else image.tag)
+    cache_key = image.digest.split(":", 1)[1][:12] if image.digest else image.tag
     gpu = recipe.hardware.has_gpu
     if gpus is not None and not gpu:
         raise ComposeOverrideError(f"--gpus: {recipe.path.name} runs on a host without a GPU (hardware.gpu: none)")
@@ -140,13 +158,19 @@ def service_document(recipe: Recipe, service: Service, *, image: ImagePin, model
     if gpu:  # pinned memory for the GPU's DMA, deep stacks for its compiler threads
         spec["ulimits"] = {"memlock": -1, "stack": 67108864}
     spec["volumes"] = [
-            {"type": "bind", "source": escape(host_models), "target": mount, "read_only": True,
-             "bind": {"create_host_path": False}},
-            {"type": "volume", "source": "kernel-cache", "target": CACHE_MOUNT},
+        {
+            "type": "bind",
+            "source": escape(host_models),
+            "target": mount,
+            "read_only": True,
+            "bind": {"create_host_path": False},
+        },
+        {"type": "volume", "source": "kernel-cache", "target": CACHE_MOUNT},
     ]
     if service.published_port is not None:
-        spec["ports"] = [{"target": s.port, "published": str(service.published_port), "host_ip": s.host_ip,
-                          "protocol": "tcp"}]
+        spec["ports"] = [
+            {"target": s.port, "published": str(service.published_port), "host_ip": s.host_ip, "protocol": "tcp"}
+        ]
     spec["environment"] = {**{k: escape(str(v)) for k, v in environment.items()}, **service.environment}
     # Secrets (HF_TOKEN, VLLM_API_KEY, ...) go in this file next to the compose file; never inlined here,
     # never in the command. Optional (`required: false`: Compose >= validate.MIN_COMPOSE_VERSION).
@@ -169,8 +193,15 @@ def service_document(recipe: Recipe, service: Service, *, image: ImagePin, model
     spec["labels"] = {
         RECIPE_NAME: recipe.name,
         TARGET_ID: recipe.target.id,
-        **({DRAFTER_ID: drafter.id, DRAFTER_LICENSE: drafter.license,
-            DRAFTER_WEIGHTS: "mounted from the host, never baked into the image"} if drafter else {}),
+        **(
+            {
+                DRAFTER_ID: drafter.id,
+                DRAFTER_LICENSE: drafter.license,
+                DRAFTER_WEIGHTS: "mounted from the host, never baked into the image",
+            }
+            if drafter
+            else {}
+        ),
         IMAGE_PINNED: "digest" if image.digest else "tag-only",
         **service.labels,
     }
@@ -181,16 +212,30 @@ def service_document(recipe: Recipe, service: Service, *, image: ImagePin, model
     return {
         "name": service.project,
         "services": {service.name: spec},
-        "volumes": {"kernel-cache": {"name": f"{project_name(recipe)}-kernels-{re.sub(r'[^A-Za-z0-9_.-]', '-', cache_key)}"}},
+        "volumes": {
+            "kernel-cache": {"name": f"{project_name(recipe)}-kernels-{re.sub(r'[^A-Za-z0-9_.-]', '-', cache_key)}"}
+        },
     }
 
 
-def compose_document(recipe: Recipe, *, image: ImagePin, models_dir: Optional[str] = None,
-                     port: Optional[int] = None, gpus: Optional[str] = None,
-                     gpu_reservation: bool = True) -> dict:
+def compose_document(
+    recipe: Recipe,
+    *,
+    image: ImagePin,
+    models_dir: Optional[str] = None,
+    port: Optional[int] = None,
+    gpus: Optional[str] = None,
+    gpu_reservation: bool = True,
+) -> dict:
     """The single-node compose document as plain data (pure)."""
-    return service_document(recipe, single_node_service(recipe, port=port), image=image, models_dir=models_dir,
-                            gpus=gpus, gpu_reservation=gpu_reservation)
+    return service_document(
+        recipe,
+        single_node_service(recipe, port=port),
+        image=image,
+        models_dir=models_dir,
+        gpus=gpus,
+        gpu_reservation=gpu_reservation,
+    )
 
 
 @dataclass(frozen=True)
@@ -212,16 +257,21 @@ def header(recipe: Recipe, image: ImagePin) -> Header:
     drafter = recipe.drafter
     if drafter is not None:
         licence = LICENCE_NAMES.get(drafter.license, drafter.license)
-        serves = (f"# Serves {recipe.target.id} with the {drafter.id} drafter ({drafter.method}) on {recipe.hardware.serves_on}.",
-                  "#",
-                  f"# LICENCE: the drafter {drafter.id} is {licence}.",
-                  "#   Its weights are mounted read-only from the host models directory, never baked into",
-                  "#   the image; respect its terms (non-commercial use only).")
+        serves = (
+            f"# Serves {recipe.target.id} with the {drafter.id} drafter ({drafter.method}) "
+            f"on {recipe.hardware.serves_on}.",
+            "#",
+            f"# LICENCE: the drafter {drafter.id} is {licence}.",
+            "#   Its weights are mounted read-only from the host models directory, never baked into",
+            "#   the image; respect its terms (non-commercial use only).",
+        )
     else:
-        serves = (f"# Serves {recipe.target.id} with {recipe.speculation.method} speculation (no drafter) "
-                  f"on {recipe.hardware.serves_on}.",
-                  "#",
-                  "# The model's weights are mounted read-only from the host models directory.")
+        serves = (
+            f"# Serves {recipe.target.id} with {recipe.speculation.method} speculation (no drafter) "
+            f"on {recipe.hardware.serves_on}.",
+            "#",
+            "# The model's weights are mounted read-only from the host models directory.",
+        )
     about = (
         COMPOSE.first_line(recipe),
         *serves,
@@ -239,8 +289,8 @@ def header(recipe: Recipe, image: ImagePin) -> Header:
     return Header(
         about=about,
         reach=f"# The port is published on {recipe.serving.host_ip} only (serving.host_ip in the recipe).",
-        start="# Start: docker compose -f <this file> up -d" + ("   (needs the NVIDIA container toolkit)"
-                                                              if recipe.hardware.has_gpu else ""),
+        start="# Start: docker compose -f <this file> up -d"
+        + ("   (needs the NVIDIA container toolkit)" if recipe.hardware.has_gpu else ""),
         role=(),
         image=tuple(pin),
     )
@@ -267,14 +317,24 @@ def compose_text(recipe: Recipe, image: ImagePin, head: Header, document: dict) 
     return "\n".join(head.lines() + out) + "\n"
 
 
-def render_compose(recipe: Recipe, *, owner: Optional[str] = None, repository: Optional[str] = None,
-                   models_dir: Optional[str] = None, port: Optional[int] = None, gpus: Optional[str] = None,
-                   digest: Optional[str] = None, report_path: Optional[Path] = None,
-                   gpu_reservation: bool = True, image: Optional[ImagePin] = None) -> str:
+def render_compose(
+    recipe: Recipe,
+    *,
+    owner: Optional[str] = None,
+    repository: Optional[str] = None,
+    models_dir: Optional[str] = None,
+    port: Optional[int] = None,
+    gpus: Optional[str] = None,
+    digest: Optional[str] = None,
+    report_path: Optional[Path] = None,
+    gpu_reservation: bool = True,
+    image: Optional[ImagePin] = None,
+) -> str:
     """The compose file's text (pure apart from reading the build report)."""
     image = image or resolve_image(recipe, owner=owner, repository=repository, digest=digest, report_path=report_path)
-    doc = compose_document(recipe, image=image, models_dir=models_dir, port=port, gpus=gpus,
-                           gpu_reservation=gpu_reservation)
+    doc = compose_document(
+        recipe, image=image, models_dir=models_dir, port=port, gpus=gpus, gpu_reservation=gpu_reservation
+    )
     return compose_text(recipe, image, header(recipe, image), doc)
 
 
@@ -298,16 +358,27 @@ def machine_values(models_dir: Optional[str], port: Optional[int], gpus: Optiona
     return tuple(flag for flag, value in given if value is not None)
 
 
-def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optional[str] = None,
-                  repository: Optional[str] = None, models_dir: Optional[str] = None, port: Optional[int] = None,
-                  gpus: Optional[str] = None, digest: Optional[str] = None, report_path: Optional[Path] = None,
-                  validate: bool = True, gpu_reservation: bool = True) -> dict:
+def write_compose(
+    recipe: Recipe,
+    *,
+    output: Optional[Path] = None,
+    owner: Optional[str] = None,
+    repository: Optional[str] = None,
+    models_dir: Optional[str] = None,
+    port: Optional[int] = None,
+    gpus: Optional[str] = None,
+    digest: Optional[str] = None,
+    report_path: Optional[Path] = None,
+    validate: bool = True,
+    gpu_reservation: bool = True,
+) -> dict:
     """Render, check with vLLM's parser and Docker Compose, then write. Nothing is written on failure."""
     from stackbuild.serve.validate import ComposeInvalid, check_compose_file, check_serve_args
 
     image = resolve_image(recipe, owner=owner, repository=repository, digest=digest, report_path=report_path)
-    text = render_compose(recipe, models_dir=models_dir, port=port, gpus=gpus,
-                          gpu_reservation=gpu_reservation, image=image)
+    text = render_compose(
+        recipe, models_dir=models_dir, port=port, gpus=gpus, gpu_reservation=gpu_reservation, image=image
+    )
     argv = serve_argv(recipe)
     flag = "-o" if output else "compose"
     local = machine_values(models_dir, port, gpus)
@@ -336,10 +407,13 @@ def write_compose(recipe: Recipe, *, output: Optional[Path] = None, owner: Optio
 
     notices = list(image.notices)
     if flag == "compose" and output.name.endswith(LOCAL_COMPOSE_SUFFIX):
-        notices.append(f"{', '.join(local)} hold(s) this machine's values: wrote {output.name} (git-ignored), "
-                       f"not the committed {default_output(recipe).name}")
-    checks = write_documents(recipe, [Document(output, text, partial(COMPOSE.wrote, recipe=recipe))], flag,
-                             check=check, notices=notices)
+        notices.append(
+            f"{', '.join(local)} hold(s) this machine's values: wrote {output.name} (git-ignored), "
+            f"not the committed {default_output(recipe).name}"
+        )
+    checks = write_documents(
+        recipe, [Document(output, text, partial(COMPOSE.wrote, recipe=recipe))], flag, check=check, notices=notices
+    )
     return {
         "path": str(output),
         **image.summary(),

@@ -3,6 +3,7 @@ command that wrote it, and the recipe-name label (and any other label given) is 
 
 A file git tracks is replaced only when it is such a file (stackbuild/core/output.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,8 +33,9 @@ class Generator:
 
     def wrote(self, text: str, recipe: Recipe, labels: Mapping[str, str] = MappingProxyType({})) -> bool:
         """Whether ``text`` is a file this command generated for ``recipe`` (carrying ``labels`` too)."""
-        return (text.startswith(GENERATED_BY + self.command)
-                and all(f"{key}: {value}\n" in text for key, value in {RECIPE_NAME: recipe.name, **labels}.items()))
+        return text.startswith(GENERATED_BY + self.command) and all(
+            f"{key}: {value}\n" in text for key, value in {RECIPE_NAME: recipe.name, **labels}.items()
+        )
 
 
 COMPOSE = Generator("compose")

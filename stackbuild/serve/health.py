@@ -24,6 +24,7 @@ Liveness (and Kubernetes' startup probe) is ``/health`` alone: a server that ans
 
 The script prints one line of status codes (never the key) and exits 0 when both answer 200.
 """
+
 from __future__ import annotations
 
 HEALTH_PATH = "/health"
@@ -55,8 +56,14 @@ def readiness_script(host: str, port: int, *, timeout_s: int = 4) -> str:
 
     It holds no ``$`` (Compose interpolates it) and no ``$(`` (Kubernetes expands it).
     """
-    return _SCRIPT.format(host=host, port=int(port), timeout=int(timeout_s), health=HEALTH_PATH,
-                          models=MODELS_PATH, variable=API_KEY_VARIABLE)
+    return _SCRIPT.format(
+        host=host,
+        port=int(port),
+        timeout=int(timeout_s),
+        health=HEALTH_PATH,
+        models=MODELS_PATH,
+        variable=API_KEY_VARIABLE,
+    )
 
 
 def readiness_command(host: str, port: int, *, timeout_s: int = 4) -> list[str]:

@@ -4,6 +4,7 @@ By digest from --digest (with this tree's pinned tag) or from a build report of 
 pushed to this repository (with the pinned tag that build pushed); else the recipe's moving
 tag (``latest``), marked UNPINNED, with the reason why.
 """
+
 from __future__ import annotations
 
 import re
@@ -19,8 +20,9 @@ from stackbuild.core.reference import DIGEST_RE, ImageReference
 
 # The image owner when none is given or found in a build report: Compose reads IMAGE_OWNER
 # when the file is used, and refuses to start without it.
-OWNER_FROM_ENV = ("${" + OWNER_VARIABLE + ":?set " + OWNER_VARIABLE
-                  + " to the registry namespace the image was pushed to}")
+OWNER_FROM_ENV = (
+    "${" + OWNER_VARIABLE + ":?set " + OWNER_VARIABLE + " to the registry namespace the image was pushed to}"
+)
 
 
 @dataclass(frozen=True)
@@ -82,8 +84,14 @@ def _unpinned_because(recipe: Recipe, report: Optional[dict], report_path: Path,
     return ""
 
 
-def resolve_image(recipe: Recipe, *, owner: Optional[str] = None, repository: Optional[str] = None,
-                  digest: Optional[str] = None, report_path: Optional[Path] = None) -> ImagePin:
+def resolve_image(
+    recipe: Recipe,
+    *,
+    owner: Optional[str] = None,
+    repository: Optional[str] = None,
+    digest: Optional[str] = None,
+    report_path: Optional[Path] = None,
+) -> ImagePin:
     """The image by digest from --digest (with this tree's pinned tag) or the last build report
     (with the tag that build pushed).
 
@@ -106,12 +114,15 @@ def resolve_image(recipe: Recipe, *, owner: Optional[str] = None, repository: Op
             name = image_name(recipe, owner=reported, repository=repository)
             owner_note = f"image owner {reported!r} taken from {report_path}"
         else:
-            owner_note = (f"no image owner given (--owner, {OWNER_VARIABLE}) or found in {report_path}: "
-                          f"the compose file reads {OWNER_VARIABLE} when it is used")
+            owner_note = (
+                f"no image owner given (--owner, {OWNER_VARIABLE}) or found in {report_path}: "
+                f"the compose file reads {OWNER_VARIABLE} when it is used"
+            )
     if digest is not None:
         if not DIGEST_RE.match(digest):
             raise ComposeOverrideError(
-                f"--digest: expected 'sha256:' followed by 64 lowercase hex digits, got {digest!r}")
+                f"--digest: expected 'sha256:' followed by 64 lowercase hex digits, got {digest!r}"
+            )
         pinned = next(iter(name.pinned_tags), name.tags[0])
         return ImagePin(name.repository, pinned, digest, "--digest", owner_note=owner_note)
     tag = next((t for t in name.tags if t in MOVING_TAGS), name.tags[0])

@@ -7,6 +7,7 @@ LWS_LEADER_ADDRESS, its node rank from LWS_WORKER_INDEX (Kubernetes expands $(VA
 args). The container's args are the serve argv only: the image's entrypoint (the
 start-time pre-flight) stays, so the pre-flight runs in every pod.
 """
+
 from __future__ import annotations
 
 import re
@@ -21,9 +22,17 @@ from stackbuild.core.labels import NODE_ROLE, RECIPE_NAME
 from stackbuild.core.naming import OWNER_VARIABLE
 from stackbuild.core.output import K8S_SUFFIX
 from stackbuild.core.recipe import Recipe
-from stackbuild.core.serve_args import (CONTAINER_HOST, FINGERPRINT_PORT, LEADER, SlotValues, ranks_per_node,
-                                        role_commands, serve_argv)
-from stackbuild.serve.compose import CACHE_ENV, CACHE_MOUNT, LOOPBACK, output_dir as default_output_dir
+from stackbuild.core.serve_args import (
+    CONTAINER_HOST,
+    FINGERPRINT_PORT,
+    LEADER,
+    SlotValues,
+    ranks_per_node,
+    role_commands,
+    serve_argv,
+)
+from stackbuild.serve.compose import CACHE_ENV, CACHE_MOUNT, LOOPBACK
+from stackbuild.serve.compose import output_dir as default_output_dir
 from stackbuild.serve.generated import DEPLOY
 from stackbuild.serve.health import API_KEY_VARIABLE, HEALTH_PATH, readiness_command
 from stackbuild.serve.image_pin import ImagePin, resolve_image
@@ -110,8 +119,9 @@ def node_placement(recipe: Recipe) -> dict:
     if len(arches) == 1:
         return {"nodeSelector": {ARCH_LABEL: arches[0]}}
     term = {"matchExpressions": [{"key": ARCH_LABEL, "operator": "In", "values": list(arches)}]}
-    return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [term]}}}}
+    return {
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    }
 
 
 def _k8s_escape(value: str) -> str:
@@ -119,8 +129,17 @@ def _k8s_escape(value: str) -> str:
     return value.replace("$(", "$$(")
 
 
-def _container(recipe: Recipe, image: str, args: list[str], *, serves_api: bool, multinode: bool,
-               ifname: str, api_key_secret: str, image_digest: Optional[str] = None) -> dict:
+def _container(
+    recipe: Recipe,
+    image: str,
+    args: list[str],
+    *,
+    serves_api: bool,
+    multinode: bool,
+    ifname: str,
+    api_key_secret: str,
+    image_digest: Optional[str] = None,
+) -> dict:
     s = recipe.serving
     mount = recipe.model_mount_point
     env = {**CACHE_ENV, "HF_HUB_OFFLINE": "1", **dict(s.env)}
@@ -144,18 +163,34 @@ def _container(recipe: Recipe, image: str, args: list[str], *, serves_api: bool,
         container["resources"] = {"limits": {GPU_RESOURCE: gpus}, "requests": {GPU_RESOURCE: gpus}}
     if serves_api:
         # vLLM reads VLLM_API_KEY: from the Secret when it exists (optional: no Secret, no key), never in args.
-        container["env"].append({"name": API_KEY_VARIABLE, "valueFrom": {"secretKeyRef": {
-            "name": api_key_secret, "key": API_KEY_SECRET_KEY, "optional": True}}})
+        container["env"].append(
+            {
+                "name": API_KEY_VARIABLE,
+                "valueFrom": {"secretKeyRef": {"name": api_key_secret, "key": API_KEY_SECRET_KEY, "optional": True}},
+            }
+        )
         port = {"port": s.port}
         container["ports"] = [{"name": "http", "containerPort": s.port, "protocol": "TCP"}]
         # Startup and liveness: /health, the engine's own health (no key needed). Readiness: /health, then
         # /v1/models with the key from the container's environment (health.py says why not a generation).
-        container["startupProbe"] = {"httpGet": {"path": HEALTH_PATH, **port}, "periodSeconds": STARTUP_PERIOD_S,
-                                     "failureThreshold": STARTUP_FAILURES, "timeoutSeconds": 5}
-        container["readinessProbe"] = {"exec": {"command": readiness_command(LOOPBACK, s.port)},
-                                       "periodSeconds": 10, "timeoutSeconds": 10, "failureThreshold": 3}
-        container["livenessProbe"] = {"httpGet": {"path": HEALTH_PATH, **port}, "periodSeconds": 30,
-                                      "timeoutSeconds": 10, "failureThreshold": 3}
+        container["startupProbe"] = {
+            "httpGet": {"path": HEALTH_PATH, **port},
+            "periodSeconds": STARTUP_PERIOD_S,
+            "failureThreshold": STARTUP_FAILURES,
+            "timeoutSeconds": 5,
+        }
+        container["readinessProbe"] = {
+            "exec": {"command": readiness_command(LOOPBACK, s.port)},
+            "periodSeconds": 10,
+            "timeoutSeconds": 10,
+            "failureThreshold": 3,
+        }
+        container["livenessProbe"] = {
+            "httpGet": {"path": HEALTH_PATH, **port},
+            "periodSeconds": 30,
+            "timeoutSeconds": 10,
+            "failureThreshold": 3,
+        }
     return container
 
 
@@ -172,9 +207,17 @@ def _pod_spec(recipe: Recipe, container: dict, volume: ModelVolume, pull_secrets
     }
 
 
-def manifests(recipe: Recipe, *, image: str, volume: ModelVolume, ifname: str = DEFAULT_IFNAME,
-              namespace: Optional[str] = None, api_key_secret: Optional[str] = None,
-              image_pull_secrets: tuple[str, ...] = (), image_digest: Optional[str] = None) -> list[dict]:
+def manifests(
+    recipe: Recipe,
+    *,
+    image: str,
+    volume: ModelVolume,
+    ifname: str = DEFAULT_IFNAME,
+    namespace: Optional[str] = None,
+    api_key_secret: Optional[str] = None,
+    image_pull_secrets: tuple[str, ...] = (),
+    image_digest: Optional[str] = None,
+) -> list[dict]:
     """The manifests as plain data (pure); ``image_digest``: the digest ``image`` pins, if any."""
     s = recipe.serving
     api_key_secret = api_key_secret or default_api_key_secret(recipe)
@@ -185,34 +228,64 @@ def manifests(recipe: Recipe, *, image: str, volume: ModelVolume, ifname: str = 
     if s.nodes == 1:
         args = [_k8s_escape(a) for a in serve_argv(recipe)]
         workload = {
-            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta,
             "spec": {
                 "replicas": 1,
                 "strategy": {"type": "Recreate"},  # the GPUs are held until the old pod is gone
                 "selector": {"matchLabels": {APP_LABEL: name}},
-                "template": {"metadata": {"labels": labels},
-                             "spec": _pod_spec(recipe, _container(recipe, image, args, serves_api=True,
-                                                                  multinode=False, ifname=ifname,
-                                                                  api_key_secret=api_key_secret), volume, pull)},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": _pod_spec(
+                        recipe,
+                        _container(
+                            recipe,
+                            image,
+                            args,
+                            serves_api=True,
+                            multinode=False,
+                            ifname=ifname,
+                            api_key_secret=api_key_secret,
+                        ),
+                        volume,
+                        pull,
+                    ),
+                },
             },
         }
         selector = {APP_LABEL: name}
     else:
         # Kubernetes expands the slots' $(VAR) in every pod (the LWS controller sets both variables).
-        values = SlotValues(host=CONTAINER_HOST, master_addr=f"$({LEADER_ADDRESS_ENV})",
-                            node_rank=f"$({WORKER_INDEX_ENV})")
+        values = SlotValues(
+            host=CONTAINER_HOST, master_addr=f"$({LEADER_ADDRESS_ENV})", node_rank=f"$({WORKER_INDEX_ENV})"
+        )
         templates = {}
         for command in role_commands(recipe):
             args = command.filled(values, literal=_k8s_escape)
             leader = command.role == LEADER
             templates["leaderTemplate" if leader else "workerTemplate"] = {
                 "metadata": {"labels": {**labels, NODE_ROLE: command.role}},
-                "spec": _pod_spec(recipe, _container(recipe, image, args, serves_api=leader, multinode=True,
-                                                     ifname=ifname, api_key_secret=api_key_secret,
-                                                     image_digest=image_digest), volume, pull),
+                "spec": _pod_spec(
+                    recipe,
+                    _container(
+                        recipe,
+                        image,
+                        args,
+                        serves_api=leader,
+                        multinode=True,
+                        ifname=ifname,
+                        api_key_secret=api_key_secret,
+                        image_digest=image_digest,
+                    ),
+                    volume,
+                    pull,
+                ),
             }
         workload = {
-            "apiVersion": LWS_API, "kind": "LeaderWorkerSet", "metadata": meta,
+            "apiVersion": LWS_API,
+            "kind": "LeaderWorkerSet",
+            "metadata": meta,
             "spec": {
                 "replicas": 1,
                 "startupPolicy": "LeaderCreated",
@@ -222,26 +295,44 @@ def manifests(recipe: Recipe, *, image: str, volume: ModelVolume, ifname: str = 
         selector = {LWS_NAME_LABEL: name, LWS_INDEX_LABEL: "0"}  # the leader pods serve the API
     # Not the workload's own name: the LWS controller makes a headless Service of that name for the group.
     service = {
-        "apiVersion": "v1", "kind": "Service", "metadata": {**meta, "name": f"{name}{SERVICE_SUFFIX}"},
-        "spec": {"type": "ClusterIP", "selector": selector,
-                 "ports": [{"name": "http", "port": s.port, "targetPort": "http", "protocol": "TCP"}]},
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {**meta, "name": f"{name}{SERVICE_SUFFIX}"},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [{"name": "http", "port": s.port, "targetPort": "http", "protocol": "TCP"}],
+        },
     }
     return [workload, service]
 
 
 def _header(recipe: Recipe, image: ImagePin) -> list[str]:
     s = recipe.serving
-    lines = [DEPLOY.first_line(recipe, "--target k8s"),
-             *((f"# Serves {recipe.target.id} with the {recipe.drafter.id} drafter on {recipe.hardware.serves_on}.",
-                f"# The drafter is {recipe.drafter.license}: its weights come from the models volume, never the image.")
-               if recipe.drafter is not None else
-               (f"# Serves {recipe.target.id} with {recipe.speculation.method} speculation (no drafter) on {recipe.hardware.serves_on}.",)),
-             "# The image's entrypoint (the start-time pre-flight, GLM53_PREFLIGHT) runs in every pod before vLLM."]
+    lines = [
+        DEPLOY.first_line(recipe, "--target k8s"),
+        *(
+            (
+                f"# Serves {recipe.target.id} with the {recipe.drafter.id} drafter on {recipe.hardware.serves_on}.",
+                f"# The drafter is {recipe.drafter.license}: its weights come from the models volume, never the image.",
+            )
+            if recipe.drafter is not None
+            else (
+                f"# Serves {recipe.target.id} with {recipe.speculation.method} speculation (no drafter) "
+                f"on {recipe.hardware.serves_on}.",
+            )
+        ),
+        "# The image's entrypoint (the start-time pre-flight, GLM53_PREFLIGHT) runs in every pod before vLLM.",
+    ]
     if s.nodes > 1:
-        lines += [f"# A LeaderWorkerSet group of {s.nodes} pods (one per node, {ranks_per_node(recipe)} GPU(s) each)"
-                  " needs the LWS controller (leaderworkerset.x-k8s.io/v1) installed;",
-                  f"#   the leader serves the API, workers join headless via $({LEADER_ADDRESS_ENV}), rank $({WORKER_INDEX_ENV});",
-                  f"#   before vLLM starts, each worker's pre-flight fetches the leader's fingerprint on port {FINGERPRINT_PORT}."]
+        lines += [
+            f"# A LeaderWorkerSet group of {s.nodes} pods (one per node, {ranks_per_node(recipe)} GPU(s) each)"
+            " needs the LWS controller (leaderworkerset.x-k8s.io/v1) installed;",
+            f"#   the leader serves the API, workers join headless via $({LEADER_ADDRESS_ENV}), "
+            f"rank $({WORKER_INDEX_ENV});",
+            "#   before vLLM starts, each worker's pre-flight fetches the leader's fingerprint "
+            f"on port {FINGERPRINT_PORT}.",
+        ]
     if not image.digest:
         lines.append("# UNPINNED: no digest was given (--digest) or found in out/build-report.json; the tag can move.")
     return lines
@@ -257,16 +348,24 @@ def output_path(recipe: Recipe, directory: Optional[Path]) -> Path:
     return Path(directory or default_output_dir(recipe)) / f"{recipe.name}{K8S_SUFFIX}"
 
 
-def write_manifests(recipe: Recipe, *, output_dir: Optional[Path] = None, owner: Optional[str] = None,
-                    repository: Optional[str] = None, digest: Optional[str] = None,
-                    report_path: Optional[Path] = None, models_host_path: Optional[str] = None,
-                    models_pvc: Optional[str] = None, ifname: str = DEFAULT_IFNAME,
-                    namespace: Optional[str] = None, api_key_secret: Optional[str] = None,
-                    image_pull_secrets: tuple[str, ...] = ()) -> dict:
+def write_manifests(
+    recipe: Recipe,
+    *,
+    output_dir: Optional[Path] = None,
+    owner: Optional[str] = None,
+    repository: Optional[str] = None,
+    digest: Optional[str] = None,
+    report_path: Optional[Path] = None,
+    models_host_path: Optional[str] = None,
+    models_pvc: Optional[str] = None,
+    ifname: str = DEFAULT_IFNAME,
+    namespace: Optional[str] = None,
+    api_key_secret: Optional[str] = None,
+    image_pull_secrets: tuple[str, ...] = (),
+) -> dict:
     """Build, check (Kubernetes schemas, LWS schema, vLLM's serve parser), then write one file."""
-    from stackbuild.serve.validate import check_serve_args, run_serve_parser_cases
-
     from stackbuild.serve.k8s_validate import validate
+    from stackbuild.serve.validate import check_serve_args, run_serve_parser_cases
 
     if not IFNAME_RE.match(ifname):
         raise DeployOptionError(f"--ifname: {ifname!r} is not a network interface name (or a comma-separated list)")
@@ -280,12 +379,21 @@ def write_manifests(recipe: Recipe, *, output_dir: Optional[Path] = None, owner:
         raise OutputError(f"-o {output_dir}: not an existing directory")
     image = resolve_image(recipe, owner=owner, repository=repository, digest=digest, report_path=report_path)
     if image.owner_from_env:
-        raise OwnerMissing(f"deploy: no image owner given (--owner, {OWNER_VARIABLE}) or found in a build report; "
-                           "Kubernetes manifests name the image in full")
+        raise OwnerMissing(
+            f"deploy: no image owner given (--owner, {OWNER_VARIABLE}) or found in a build report; "
+            "Kubernetes manifests name the image in full"
+        )
     volume = model_volume(recipe, models_host_path, models_pvc)
-    objects = manifests(recipe, image=image.reference, volume=volume, ifname=ifname, namespace=namespace,
-                        api_key_secret=api_key_secret, image_pull_secrets=tuple(image_pull_secrets),
-                        image_digest=image.digest)
+    objects = manifests(
+        recipe,
+        image=image.reference,
+        volume=volume,
+        ifname=ifname,
+        namespace=namespace,
+        api_key_secret=api_key_secret,
+        image_pull_secrets=tuple(image_pull_secrets),
+        image_digest=image.digest,
+    )
     path = output_path(recipe, output_dir)
     text = render(recipe, objects, image)
 
@@ -305,18 +413,30 @@ def write_manifests(recipe: Recipe, *, output_dir: Optional[Path] = None, owner:
                         args = [_expand(a, env) for a in templates[key]["spec"]["containers"][0]["args"]]
                         cases.append((f"{key} (LWS_WORKER_INDEX {index})", args, env))
         verdicts = run_serve_parser_cases([args for _w, args, _e in cases])
-        serve_checks = {where: check_serve_args(args, where=f"{recipe.path} ({where})", result=verdict).status
-                        for (where, args, _env), verdict in zip(cases, verdicts)}
+        serve_checks = {
+            where: check_serve_args(args, where=f"{recipe.path} ({where})", result=verdict).status
+            for (where, args, _env), verdict in zip(cases, verdicts)
+        }
         return checked, serve_checks
 
     ours = partial(DEPLOY.wrote, recipe=recipe)
-    checked, serve_checks = write_documents(recipe, [Document(path, text, ours)], "-o" if output_dir else "deploy",
-                                            check=check)
-    return {"path": str(path), "image": image.reference, "pinned": bool(image.digest),
-            "kinds": [o["kind"] for o in objects], "schemas": checked, "serve_args": serve_checks}
+    checked, serve_checks = write_documents(
+        recipe, [Document(path, text, ours)], "-o" if output_dir else "deploy", check=check
+    )
+    return {
+        "path": str(path),
+        "image": image.reference,
+        "pinned": bool(image.digest),
+        "kinds": [o["kind"] for o in objects],
+        "schemas": checked,
+        "serve_args": serve_checks,
+    }
 
 
 def _expand(value: str, env: dict) -> str:
     """Kubernetes' $(VAR) expansion of container args ($$ is a literal $)."""
-    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
-                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), value)
+    return re.sub(
+        r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+        lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)),
+        value,
+    )

@@ -2,6 +2,7 @@
 (kubernetes-validate, strict: unknown fields refused), a LeaderWorkerSet against
 leaderworkerset.v1.schema.json (written from the LWS API types) with its pod templates
 checked as core PodTemplates."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,9 @@ def _core(obj: dict, where: str) -> None:
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
     except kubernetes_validate.ValidationError as exc:
         path = ".".join(str(p) for p in exc.path)
-        raise ManifestInvalid(f"{where}: Kubernetes {KUBERNETES_VERSION} schema: {path or '(top)'}: "
-                              f"{' '.join(exc.message.split())}") from None
+        raise ManifestInvalid(
+            f"{where}: Kubernetes {KUBERNETES_VERSION} schema: {path or '(top)'}: {' '.join(exc.message.split())}"
+        ) from None
     except (kubernetes_validate.SchemaNotFoundError, kubernetes_validate.InvalidSchemaError) as exc:
         raise ManifestInvalid(f"{where}: no Kubernetes {KUBERNETES_VERSION} schema: {exc}") from None
 
@@ -39,8 +41,12 @@ def _leaderworkerset(obj: dict, where: str) -> None:
     templates = obj["spec"]["leaderWorkerTemplate"]
     for key in ("leaderTemplate", "workerTemplate"):
         if key in templates:
-            pod_template = {"apiVersion": "v1", "kind": "PodTemplate",
-                            "metadata": {"name": f"{obj['metadata']['name']}-{key.lower()}"}, "template": templates[key]}
+            pod_template = {
+                "apiVersion": "v1",
+                "kind": "PodTemplate",
+                "metadata": {"name": f"{obj['metadata']['name']}-{key.lower()}"},
+                "template": templates[key],
+            }
             _core(pod_template, f"{where} spec.leaderWorkerTemplate.{key}")
 
 

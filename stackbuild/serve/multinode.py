@@ -12,6 +12,7 @@ compose.Header per role). ``role_document`` and ``render_role`` are pure;
 multi-node checks included) and each file with Docker Compose, then writes all of
 them or none.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -24,8 +25,16 @@ from stackbuild.core.errors import ComposeOverrideError, OutputError
 from stackbuild.core.labels import NODE_ROLE
 from stackbuild.core.output import COMPOSE_SUFFIX, LOCAL_COMPOSE_SUFFIX
 from stackbuild.core.recipe import Recipe
-from stackbuild.core.serve_args import (FINGERPRINT_PORT, LEADER, MASTER_PORT, WORKER, RoleCommand, SlotValues,
-                                        ranks_per_node, role_commands)
+from stackbuild.core.serve_args import (
+    FINGERPRINT_PORT,
+    LEADER,
+    MASTER_PORT,
+    WORKER,
+    RoleCommand,
+    SlotValues,
+    ranks_per_node,
+    role_commands,
+)
 from stackbuild.serve import compose as generate
 from stackbuild.serve.generated import COMPOSE
 from stackbuild.serve.image_pin import ImagePin, resolve_image
@@ -46,8 +55,10 @@ def _required(name: str, why: str) -> str:
 
 
 LEADER_ADDRESS = _required(LEADER_ADDRESS_VARIABLE, "the leader machine's address on the network between the nodes")
-INTERFACE = {name: _required(name, "the network interface that reaches the other nodes (ip -br addr)")
-             for name in INTERFACE_VARIABLES}
+INTERFACE = {
+    name: _required(name, "the network interface that reaches the other nodes (ip -br addr)")
+    for name in INTERFACE_VARIABLES
+}
 
 
 def worker_rank(recipe: Recipe) -> str:
@@ -64,8 +75,11 @@ def slot_values(recipe: Recipe) -> SlotValues:
 
 def resolved_slot_values(recipe: Recipe, variables: dict[str, str]) -> SlotValues:
     """The slot values once Compose has read ``variables`` (what a container of the role receives)."""
-    return SlotValues(host=recipe.serving.host_ip, master_addr=variables[LEADER_ADDRESS_VARIABLE],
-                      node_rank="1" if recipe.serving.nodes == 2 else variables.get(NODE_RANK_VARIABLE))
+    return SlotValues(
+        host=recipe.serving.host_ip,
+        master_addr=variables[LEADER_ADDRESS_VARIABLE],
+        node_rank="1" if recipe.serving.nodes == 2 else variables.get(NODE_RANK_VARIABLE),
+    )
 
 
 @dataclass(frozen=True)
@@ -99,17 +113,26 @@ def role_service(recipe: Recipe, command: RoleCommand, image: ImagePin) -> gener
         # Slot values carry Compose variables: they are not escaped; every literal is.
         command=tuple(command.filled(slot_values(recipe), literal=generate.escape)),
         published_port=None,  # host networking: the API server binds serving.host_ip itself (--host)
-        probe_host=(generate.LOOPBACK if s.host_ip == "0.0.0.0" else s.host_ip) if serves_api else None,  # headless: no API
+        probe_host=(generate.LOOPBACK if s.host_ip == "0.0.0.0" else s.host_ip)
+        if serves_api
+        else None,  # headless: no API
         environment={**INTERFACE, **image_environment(image)},
         labels={NODE_ROLE: command.role},
     )
 
 
-def role_document(recipe: Recipe, command: RoleCommand, *, image: ImagePin,
-                  models_dir: Optional[str] = None, gpus: Optional[str] = None) -> dict:
+def role_document(
+    recipe: Recipe,
+    command: RoleCommand,
+    *,
+    image: ImagePin,
+    models_dir: Optional[str] = None,
+    gpus: Optional[str] = None,
+) -> dict:
     """One role's compose document as plain data (pure)."""
-    return generate.service_document(recipe, role_service(recipe, command, image), image=image,
-                                     models_dir=models_dir, gpus=gpus)
+    return generate.service_document(
+        recipe, role_service(recipe, command, image), image=image, models_dir=models_dir, gpus=gpus
+    )
 
 
 def role_header(recipe: Recipe, command: RoleCommand, image: ImagePin) -> generate.Header:
@@ -132,20 +155,32 @@ def role_header(recipe: Recipe, command: RoleCommand, image: ImagePin) -> genera
     ]
     if command.role == WORKER and nodes > 2:
         lines.append(f"#     {NODE_RANK_VARIABLE}  this worker's node rank (1 to {nodes - 1}, each worker its own)")
-    lines.append(f"#   The leader listens for the group on {LEADER_ADDRESS_VARIABLE}:{MASTER_PORT} and, until every worker "
-                 f"has fetched its pre-flight fingerprint, on :{FINGERPRINT_PORT} (TCP; open both between the nodes).")
+    lines.append(
+        f"#   The leader listens for the group on {LEADER_ADDRESS_VARIABLE}:{MASTER_PORT} and, until every worker "
+        f"has fetched its pre-flight fingerprint, on :{FINGERPRINT_PORT} (TCP; open both between the nodes)."
+    )
     return replace(
         generate.header(recipe, image),
-        reach=(f"# The leader's API server binds {s.host_ip}:{s.port} on the host "
-               "(serving.host_ip; host networking, nothing is published)."),
-        start=(f"# Start: docker compose -f <this file> up -d   (on the {command.role} machine; "
-               "needs the NVIDIA container toolkit)"),
+        reach=(
+            f"# The leader's API server binds {s.host_ip}:{s.port} on the host "
+            "(serving.host_ip; host networking, nothing is published)."
+        ),
+        start=(
+            f"# Start: docker compose -f <this file> up -d   (on the {command.role} machine; "
+            "needs the NVIDIA container toolkit)"
+        ),
         role=tuple(lines),
     )
 
 
-def render_role(recipe: Recipe, command: RoleCommand, *, image: ImagePin,
-                models_dir: Optional[str] = None, gpus: Optional[str] = None) -> str:
+def render_role(
+    recipe: Recipe,
+    command: RoleCommand,
+    *,
+    image: ImagePin,
+    models_dir: Optional[str] = None,
+    gpus: Optional[str] = None,
+) -> str:
     doc = role_document(recipe, command, image=image, models_dir=models_dir, gpus=gpus)
     return generate.compose_text(recipe, image, role_header(recipe, command, image), doc)
 
@@ -174,25 +209,45 @@ def _serve_cases(recipe: Recipe, commands) -> list[tuple[str, list[str]]]:
     return cases
 
 
-def write_role_files(recipe: Recipe, *, output_dir: Optional[Path] = None, owner: Optional[str] = None,
-                     repository: Optional[str] = None, models_dir: Optional[str] = None, port: Optional[int] = None,
-                     gpus: Optional[str] = None, digest: Optional[str] = None, report_path: Optional[Path] = None,
-                     validate: bool = True) -> dict:
+def write_role_files(
+    recipe: Recipe,
+    *,
+    output_dir: Optional[Path] = None,
+    owner: Optional[str] = None,
+    repository: Optional[str] = None,
+    models_dir: Optional[str] = None,
+    port: Optional[int] = None,
+    gpus: Optional[str] = None,
+    digest: Optional[str] = None,
+    report_path: Optional[Path] = None,
+    validate: bool = True,
+) -> dict:
     """Render each role's file, check them (vLLM's serve parser, Docker Compose), then write all or none."""
     from stackbuild.serve.validate import ComposeInvalid, check_compose_file, check_serve_args, run_serve_parser_cases
 
     if port is not None:
-        raise ComposeOverrideError("--port: a multi-node recipe's leader binds serving.port on the host "
-                                   "(host networking); set serving.port in the recipe")
+        raise ComposeOverrideError(
+            "--port: a multi-node recipe's leader binds serving.port on the host "
+            "(host networking); set serving.port in the recipe"
+        )
     flag = "-o" if output_dir else "compose"
     if output_dir is not None and not Path(output_dir).is_dir():
-        raise OutputError(f"-o {output_dir}: a multi-node recipe writes one file per role into a directory; "
-                          "this is not an existing directory")
+        raise OutputError(
+            f"-o {output_dir}: a multi-node recipe writes one file per role into a directory; "
+            "this is not an existing directory"
+        )
     image = resolve_image(recipe, owner=owner, repository=repository, digest=digest, report_path=report_path)
     commands = role_commands(recipe)
     local = bool(generate.machine_values(models_dir, port, gpus))
-    files = [RoleFile(c.role, default_path(recipe, c.role, Path(output_dir) if output_dir else None, local=local),
-                      render_role(recipe, c, image=image, models_dir=models_dir, gpus=gpus), c) for c in commands]
+    files = [
+        RoleFile(
+            c.role,
+            default_path(recipe, c.role, Path(output_dir) if output_dir else None, local=local),
+            render_role(recipe, c, image=image, models_dir=models_dir, gpus=gpus),
+            c,
+        )
+        for c in commands
+    ]
 
     def check(temps) -> dict[str, dict]:
         """vLLM's serve parser's verdict on every argv, Docker Compose's on every file (none without ``validate``)."""
@@ -221,8 +276,9 @@ def write_role_files(recipe: Recipe, *, output_dir: Optional[Path] = None, owner
         return checks
 
     # A tracked file is replaced only when it is this recipe's file of the same role.
-    documents = [Document(f.path, f.text, partial(COMPOSE.wrote, recipe=recipe, labels={NODE_ROLE: f.role}))
-                 for f in files]
+    documents = [
+        Document(f.path, f.text, partial(COMPOSE.wrote, recipe=recipe, labels={NODE_ROLE: f.role})) for f in files
+    ]
     checks = write_documents(recipe, documents, flag, check=check, notices=image.notices)
     return {
         "paths": {f.role: str(f.path) for f in files},
@@ -231,6 +287,6 @@ def write_role_files(recipe: Recipe, *, output_dir: Optional[Path] = None, owner
         "commands": {f.role: list(f.command.argv) for f in files},
         "slots": {f.role: dict(f.command.slots) for f in files},
         "variables": [LEADER_ADDRESS_VARIABLE, *INTERFACE_VARIABLES]
-                     + ([NODE_RANK_VARIABLE] if recipe.serving.nodes > 2 else []),
+        + ([NODE_RANK_VARIABLE] if recipe.serving.nodes > 2 else []),
         "checks": checks,
     }

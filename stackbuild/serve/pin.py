@@ -8,6 +8,7 @@ under ``target:`` / ``drafter:``, added after the block's last key when absent),
 comments stay; the new text must load as a recipe with those values before it replaces
 the file (atomically).
 """
+
 from __future__ import annotations
 
 import re
@@ -45,8 +46,10 @@ def _found(recipe: Recipe, models_dir: Path) -> list[Pinned]:
         directory = locate(model.path)
         snapshot = snapshot_of(directory)
         if snapshot.commit is None:
-            raise UsageError(f"--models-dir: the {role} {directory}: {snapshot.describe()}; nothing to pin "
-                             "(a Hugging Face cache snapshot names its commit: models--ORG--NAME/snapshots/<commit>/)")
+            raise UsageError(
+                f"--models-dir: the {role} {directory}: {snapshot.describe()}; nothing to pin "
+                "(a Hugging Face cache snapshot names its commit: models--ORG--NAME/snapshots/<commit>/)"
+            )
         try:
             config = read_config(role, directory, model.path)
         except ConfigUnusable as exc:
@@ -55,7 +58,8 @@ def _found(recipe: Recipe, models_dir: Path) -> list[Pinned]:
         if config.sha256 != snapshot_sha:
             raise MountedCheckpointMismatch(
                 f"{config.path} has sha256 {config.sha256}, not that of the recipe's snapshot {model.config} "
-                f"({snapshot_sha}) the geometry gate checks: copy it there and re-run the gate before pinning")
+                f"({snapshot_sha}) the geometry gate checks: copy it there and re-run the gate before pinning"
+            )
         changed = (model.revision, model.config_sha256) != (snapshot.commit, config.sha256)
         out.append(Pinned(role, directory, snapshot.commit, config.sha256, changed))
     return out
@@ -72,14 +76,15 @@ def _block(lines: list[str], role: str, path: Path) -> tuple[int, int, str]:
     end = start + 1
     while end < len(lines) and (not lines[end].strip() or lines[end][0] in " \t#"):
         end += 1
-    keys = [line for line in lines[start + 1:end] if line.strip() and not line.lstrip().startswith("#")]
+    keys = [line for line in lines[start + 1 : end] if line.strip() and not line.lstrip().startswith("#")]
     if not keys:
         raise RecipeError(path, role, "is empty")
     return start + 1, end, keys[0][: len(keys[0]) - len(keys[0].lstrip())]
 
 
 def pinned_text(text: str, path: Path, values: dict[str, dict[str, str]]) -> str:
-    """``text`` with ``values[role][key]`` written as ``key: "value"`` (quoted: a commit of digits alone is a string) under each role's block."""
+    """``text`` with ``values[role][key]`` written as ``key: "value"``
+    (quoted: a commit of digits alone is a string) under each role's block."""
     lines = text.splitlines(keepends=True)
     for role, keys in values.items():
         for key, value in keys.items():
@@ -89,12 +94,12 @@ def pinned_text(text: str, path: Path, values: dict[str, dict[str, str]]) -> str
             if at is not None:
                 m = pattern.match(lines[at])
                 if m.group(1).strip().strip("'\"") != value:  # a line that already says it stays as it is
-                    lines[at] = f"{indent}{key}: \"{value}\"{m.group(2) or ''}{m.group(3) or ''}"
+                    lines[at] = f'{indent}{key}: "{value}"{m.group(2) or ""}{m.group(3) or ""}'
             else:
                 last = max(i for i in range(start, end) if lines[i].strip() and not lines[i].lstrip().startswith("#"))
                 if not lines[last].endswith("\n"):
                     lines[last] += "\n"
-                lines.insert(last + 1, f"{indent}{key}: \"{value}\"\n")
+                lines.insert(last + 1, f'{indent}{key}: "{value}"\n')
     return "".join(lines)
 
 
@@ -116,6 +121,17 @@ def pin(recipe_path: Path, models_dir: Path) -> dict:
         except RecipeError:
             replace_text(path, old)
             raise
-    return {"recipe": str(path), "changed": new != old,
-            "pins": [{"role": p.role, "directory": p.directory, "revision": p.revision,
-                      "config_sha256": p.config_sha256, "changed": p.changed} for p in found]}
+    return {
+        "recipe": str(path),
+        "changed": new != old,
+        "pins": [
+            {
+                "role": p.role,
+                "directory": p.directory,
+                "revision": p.revision,
+                "config_sha256": p.config_sha256,
+                "changed": p.changed,
+            }
+            for p in found
+        ],
+    }

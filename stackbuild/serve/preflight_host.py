@@ -48,13 +48,26 @@ class HostPreflight:
 
     def to_json(self) -> dict:
         failed = self.failed
-        return {"recipe": self.recipe, "passed": failed is None, "exit_code": failed.exit_code if failed else 0,
-                "checks": [{"role": c.role, "argv": list(c.argv), "passed": c.passed, "exit_code": c.exit_code,
-                            "lines": list(c.lines),
-                            **({"fingerprint": c.fingerprint.to_json(),
-                                "fingerprint_sha256": c.fingerprint.compared_sha256()}
-                               if c.role != SINGLE_NODE and c.fingerprint is not None else {})}
-                           for c in self.checks]}
+        return {
+            "recipe": self.recipe,
+            "passed": failed is None,
+            "exit_code": failed.exit_code if failed else 0,
+            "checks": [
+                {
+                    "role": c.role,
+                    "argv": list(c.argv),
+                    "passed": c.passed,
+                    "exit_code": c.exit_code,
+                    "lines": list(c.lines),
+                    **(
+                        {"fingerprint": c.fingerprint.to_json(), "fingerprint_sha256": c.fingerprint.compared_sha256()}
+                        if c.role != SINGLE_NODE and c.fingerprint is not None
+                        else {}
+                    ),
+                }
+                for c in self.checks
+            ],
+        }
 
     def report_lines(self) -> list[str]:
         """What stdout shows: every passing check's lines; a failing check's verdict goes to the error line.
@@ -64,9 +77,12 @@ class HostPreflight:
         for check in self.checks:
             lines = check.lines if check.passed else check.lines[1:]
             if check.role != SINGLE_NODE and check.fingerprint is not None:
-                lines = (*lines, f"pre-flight: fingerprint sha256:{check.fingerprint.compared_sha256()} (checkpoints, "
-                                 "geometry, served flags; the image's part is the container's): run this on every "
-                                 "node, ranks that agree print the same")
+                lines = (
+                    *lines,
+                    f"pre-flight: fingerprint sha256:{check.fingerprint.compared_sha256()} (checkpoints, "
+                    "geometry, served flags; the image's part is the container's): run this on every "
+                    "node, ranks that agree print the same",
+                )
             out += [f"{check.role}: {line}" if several else line for line in lines]
         return out
 
@@ -77,14 +93,22 @@ class HostPreflight:
             raise PREFLIGHT_ERRORS[failed.exit_code](f"{failed.role}: {verdict}" if len(self.checks) > 1 else verdict)
 
 
-def _commands(recipe: Recipe, checked, role: Optional[str], leader_address: str, node_rank: int,
-              explicit_role_options: tuple[str, ...]) -> list[tuple[str, list[str]]]:
+def _commands(
+    recipe: Recipe,
+    checked,
+    role: Optional[str],
+    leader_address: str,
+    node_rank: int,
+    explicit_role_options: tuple[str, ...],
+) -> list[tuple[str, list[str]]]:
     """(role, argv) for every command to check."""
     commands = role_commands(recipe)
     if not commands:
         if explicit_role_options:
-            raise UsageError(f"{explicit_role_options[0]}: recipe {recipe.name} serves on one node "
-                             f"(serving.nodes: {recipe.serving.nodes}); it has no node roles")
+            raise UsageError(
+                f"{explicit_role_options[0]}: recipe {recipe.name} serves on one node "
+                f"(serving.nodes: {recipe.serving.nodes}); it has no node roles"
+            )
         return [(SINGLE_NODE, list(checked.argv))]
     if role == LEADER and "--node-rank" in explicit_role_options:
         raise UsageError("--node-rank: the leader is node rank 0; give --role worker to check a worker's rank")
@@ -101,15 +125,22 @@ def host_locator(recipe: Recipe, models_dir: Path) -> Callable[[str], str]:
 
     def locate(path: str) -> str:
         if path == mount or path.startswith(mount.rstrip("/") + "/"):
-            return host_dir + path[len(mount):]
+            return host_dir + path[len(mount) :]
         return path
 
     return locate
 
 
-def check_on_host(recipe: Recipe, models_dir: Path, *, role: Optional[str] = None, leader_address: str = "127.0.0.1",
-                  node_rank: int = 1, explicit_role_options: tuple[str, ...] = (),
-                  extra_args: tuple[str, ...] = ()) -> HostPreflight:
+def check_on_host(
+    recipe: Recipe,
+    models_dir: Path,
+    *,
+    role: Optional[str] = None,
+    leader_address: str = "127.0.0.1",
+    node_rank: int = 1,
+    explicit_role_options: tuple[str, ...] = (),
+    extra_args: tuple[str, ...] = (),
+) -> HostPreflight:
     """Check the recipe's command(s) plus ``extra_args`` against the configs under ``models_dir``.
 
     ``explicit_role_options``: the role options the user gave (refused for a single-node recipe).
@@ -121,8 +152,21 @@ def check_on_host(recipe: Recipe, models_dir: Path, *, role: Optional[str] = Non
     results = []
     for name, argv in _commands(recipe, checked, role, leader_address, node_rank, explicit_role_options):
         full = (*argv, *extra_args)
-        outcome = run_preflight(list(full), checked=checked, checked_path="(built from the recipe)",
-                                overlay_manifest=None, locate=locate, progress=True)
-        results.append(CommandChecked(role=name, argv=tuple(full), exit_code=outcome.code, lines=tuple(outcome.lines),
-                                      fingerprint=outcome.fingerprint))
+        outcome = run_preflight(
+            list(full),
+            checked=checked,
+            checked_path="(built from the recipe)",
+            overlay_manifest=None,
+            locate=locate,
+            progress=True,
+        )
+        results.append(
+            CommandChecked(
+                role=name,
+                argv=tuple(full),
+                exit_code=outcome.code,
+                lines=tuple(outcome.lines),
+                fingerprint=outcome.fingerprint,
+            )
+        )
     return HostPreflight(recipe=recipe.name, checks=tuple(results))

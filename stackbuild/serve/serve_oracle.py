@@ -10,6 +10,7 @@ Writes {"status": "passed"|"rejected"|"unavailable"|"broken", ...} to
 RESULT.json; the exit code is 0 whatever the verdict, non-zero only if this
 script itself could not write its result.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,9 +30,20 @@ from geometry.errors import one_line  # noqa: E402
 from geometry.preflight.serve_flags import ServeFlagsRejected, parse_serve_args  # noqa: E402
 
 PARSED_FIELDS = (
-    "model_tag", "served_model_name", "tensor_parallel_size", "max_model_len", "kv_cache_dtype",
-    "gpu_memory_utilization", "block_size", "enable_prefix_caching", "speculative_config", "tool_call_parser",
-    "reasoning_parser", "enable_auto_tool_choice", "host", "port",
+    "model_tag",
+    "served_model_name",
+    "tensor_parallel_size",
+    "max_model_len",
+    "kv_cache_dtype",
+    "gpu_memory_utilization",
+    "block_size",
+    "enable_prefix_caching",
+    "speculative_config",
+    "tool_call_parser",
+    "reasoning_parser",
+    "enable_auto_tool_choice",
+    "host",
+    "port",
 )
 
 
@@ -43,10 +55,10 @@ def parse(argv: list) -> dict:
             return {"status": "unavailable", "reason": f"vLLM is not installed for {sys.executable}"}
         return {"status": "broken", "reason": f"importing vllm failed: {exc!r}"}
     try:
+        from vllm.config.cache import CacheConfig
+        from vllm.config.speculative import SpeculativeConfig
         from vllm.entrypoints.cli.serve import ServeSubcommand  # noqa: F401 - a broken install is named here
         from vllm.entrypoints.common import cli_args as common_cli_args
-        from vllm.config.speculative import SpeculativeConfig
-        from vllm.config.cache import CacheConfig
     except Exception as exc:  # noqa: BLE001 - any import failure means the oracle is incomplete
         return {"status": "broken", "reason": f"importing vLLM's serve parser failed: {type(exc).__name__}: {exc}"}
 
@@ -69,21 +81,30 @@ def parse(argv: list) -> dict:
     spec = args.speculative_config
     if spec is not None:
         if not isinstance(spec, dict):
-            return {"status": "rejected", "vllm_version": version,
-                    "error": f"--speculative-config did not parse to a JSON object: {spec!r}"}
+            return {
+                "status": "rejected",
+                "vllm_version": version,
+                "error": f"--speculative-config did not parse to a JSON object: {spec!r}",
+            }
         known = {f.name for f in dataclasses.fields(SpeculativeConfig)}
         unknown = sorted(set(spec) - known)
         if unknown:
-            return {"status": "rejected", "vllm_version": version,
-                    "error": f"--speculative-config: unknown SpeculativeConfig field(s): {', '.join(unknown)}"}
+            return {
+                "status": "rejected",
+                "vllm_version": version,
+                "error": f"--speculative-config: unknown SpeculativeConfig field(s): {', '.join(unknown)}",
+            }
 
     # SpeculativeConfig's own parsing of a backend name (AttentionBackendEnum[NAME]).
     if spec and spec.get("attention_backend") is not None:
         try:
             SpeculativeConfig._parse_attention_backend(spec["attention_backend"])
         except (KeyError, AttributeError, ValueError) as exc:
-            return {"status": "rejected", "vllm_version": version,
-                    "error": f"--speculative-config attention_backend: unknown attention backend {exc}"}
+            return {
+                "status": "rejected",
+                "vllm_version": version,
+                "error": f"--speculative-config attention_backend: unknown attention backend {exc}",
+            }
 
     # The parser takes any string for a KV dtype (backends may register more);
     # vLLM's CacheConfig refuses unknown ones when the engine config is built.
@@ -121,7 +142,7 @@ def main() -> int:
         cases = request["cases"] if isinstance(request, dict) else [request]
         for argv in cases:
             if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-                raise ValueError("stdin must hold a JSON list of strings, or {\"cases\": [lists of strings]}")
+                raise ValueError('stdin must hold a JSON list of strings, or {"cases": [lists of strings]}')
         results = [parse(argv) for argv in cases]
         result = {"cases": results} if isinstance(request, dict) else results[0]
     except Exception:  # noqa: BLE001 - reported to the caller, never swallowed

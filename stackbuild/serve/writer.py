@@ -5,6 +5,7 @@ runs the recipe's gate, checks every path may be written (stackbuild/core/output
 document to a temporary file beside its path, runs the writer's checks on those files, and moves
 them all in place or none (stackbuild/core/atomic.py); last, the writer's notices go to stderr.
 """
+
 from __future__ import annotations
 
 import sys
@@ -36,9 +37,14 @@ def notice(message: str) -> None:
     print(f"notice: {message}", file=sys.stderr)
 
 
-def write_documents(recipe: Recipe, documents: Sequence[Document], flag: str, *,
-                    check: Optional[Callable[[Mapping[Path, Path]], T]] = None,
-                    notices: Sequence[str] = ()) -> Optional[T]:
+def write_documents(
+    recipe: Recipe,
+    documents: Sequence[Document],
+    flag: str,
+    *,
+    check: Optional[Callable[[Mapping[Path, Path]], T]] = None,
+    notices: Sequence[str] = (),
+) -> Optional[T]:
     """Gate, check the paths, write every document, ``check(temps)``, then move them all in place; print ``notices``.
 
     ``check`` gets each document's path -> its temporary file (in the path's directory, so a relative

@@ -6,6 +6,7 @@ probe's script) as a literal block, and no anchors or aliases: an object the doc
 twice is written out twice (some consumers, kubectl's strict decoding among them, refuse
 or mishandle aliases).
 """
+
 from __future__ import annotations
 
 import yaml
@@ -20,8 +21,11 @@ class _Dumper(yaml.SafeDumper):
 
 
 def _string(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value and value.endswith("\n") and not any(
-        line != line.rstrip() for line in value.splitlines()) else None
+    style = (
+        "|"
+        if "\n" in value and value.endswith("\n") and not any(line != line.rstrip() for line in value.splitlines())
+        else None
+    )
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 

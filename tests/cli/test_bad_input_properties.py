@@ -5,6 +5,7 @@ and non-finite numbers, paths, deletions, damaged files) and runs `geometry` and
 `build --dry-run` on each copy. Never a traceback, never the internal-error code, the exit
 code in the documented set, exactly one `error:` line on a refusal, and nothing written.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,15 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from bad_input_helpers import DEFAULT_OUTPUT_DIRS, INPUT_EXIT_CODES, INTERNAL_ERROR, invoke, snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from bad_input_helpers import DEFAULT_OUTPUT_DIRS, INPUT_EXIT_CODES, INTERNAL_ERROR, invoke, snapshot
 from recipe_copies import DEFAULT_RECIPE_DIR, TEST_DIGEST, copy_recipe
 
 RECIPE = yaml.safe_load((DEFAULT_RECIPE_DIR / "recipe.yaml").read_text())
-CONFIGS = {which: json.loads((DEFAULT_RECIPE_DIR / "configs" / f"{which}.config.json").read_text())
-           for which in ("target", "drafter")}
+CONFIGS = {
+    which: json.loads((DEFAULT_RECIPE_DIR / "configs" / f"{which}.config.json").read_text())
+    for which in ("target", "drafter")
+}
 COMMANDS = (["geometry"], ["build", "--dry-run"])
 # geometry and build --dry-run write nothing, so a refusal and an acceptance alike leave every file as it was.
 EXIT_CODES = {0} | INPUT_EXIT_CODES
@@ -50,17 +52,41 @@ values = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.sampled_from([0.0, -0.0, 1e-300, 1e300, 0.5, 1.0, 8.0]),
     st.text(max_size=12),
-    st.sampled_from(["../x", "../../etc/passwd", "/etc/passwd", "a/../../b", "", " ", "..", ".", "{owner}", "{date}",
-                     "NUL\x00", "Upper/Case", "with space", "configs", "configs/target.config.json", "sha256:" + "0" * 64,
-                     "linux/arm64", "vllm-0.33.0", "--flag value", "x" * 300]),
+    st.sampled_from(
+        [
+            "../x",
+            "../../etc/passwd",
+            "/etc/passwd",
+            "a/../../b",
+            "",
+            " ",
+            "..",
+            ".",
+            "{owner}",
+            "{date}",
+            "NUL\x00",
+            "Upper/Case",
+            "with space",
+            "configs",
+            "configs/target.config.json",
+            "sha256:" + "0" * 64,
+            "linux/arm64",
+            "vllm-0.33.0",
+            "--flag value",
+            "x" * 300,
+        ]
+    ),
     st.lists(st.sampled_from([0, "a", None, 1.5, "--x y"]), max_size=3),
     st.dictionaries(st.text(max_size=4), st.integers(-2, 2), max_size=2),
 )
 mutations = st.one_of(
     st.tuples(st.just("set"), st.sampled_from(PATHS), values),
     st.tuples(st.just("delete"), st.sampled_from(PATHS), st.none()),
-    st.tuples(st.just("damage"), st.sampled_from(["target", "drafter"]),
-              st.sampled_from(["binary", "empty", "directory", "loop", "truncated", "not-object"])),
+    st.tuples(
+        st.just("damage"),
+        st.sampled_from(["target", "drafter"]),
+        st.sampled_from(["binary", "empty", "directory", "loop", "truncated", "not-object"]),
+    ),
 )
 
 
@@ -71,7 +97,13 @@ def _apply(data: dict[str, Any], mutation: tuple) -> None:
     doc, path = where
     node = data[doc]
     for key in path[:-1]:
-        if isinstance(node, dict) and key in node or isinstance(node, list) and isinstance(key, int) and key < len(node):
+        if (
+            isinstance(node, dict)
+            and key in node
+            or isinstance(node, list)
+            and isinstance(key, int)
+            and key < len(node)
+        ):
             node = node[key]
         else:
             return  # an earlier mutation removed or replaced the parent
@@ -125,8 +157,12 @@ def _write(root: Path, mutated: list[tuple]) -> Path:
     return recipe
 
 
-@settings(max_examples=120, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=120,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(st.lists(mutations, min_size=1, max_size=3))
 def test_broken_recipes_and_configs_are_refused_cleanly(mutated):
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,5 +1,6 @@
 """The habits of the tools users know: `--version`, a bare `build.py` printing its help, and
 `--json` printing one object on failure too."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "build.py"), *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(REPO / "build.py"), *args], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
 
 
 def test_version_names_project_commit_and_modelled_vllm():
@@ -42,8 +44,9 @@ def test_bare_build_py_prints_help():
         assert re.search(rf"^\s+{name}\s", done.stdout, re.M), name
 
 
-JSON_COMMANDS = sorted(name for name, command in cli.commands.items()
-                       if any(p.name == "as_json" for p in command.params))
+JSON_COMMANDS = sorted(
+    name for name, command in cli.commands.items() if any(p.name == "as_json" for p in command.params)
+)
 
 
 def test_the_json_commands_are_the_ones_that_read():
@@ -54,9 +57,14 @@ def test_the_json_commands_are_the_ones_that_read():
 def test_json_prints_one_object_on_failure(name, tmp_path):
     """A recipe that is not there: exit 2, one line on stderr, and one object on stdout."""
     missing = str(tmp_path / "nowhere" / "recipe.yaml")
-    args = {"verify": ["127.0.0.1:5000/a/b@sha256:" + "0" * 64], "preflight": ["--models-dir", str(tmp_path)],
-            "pin": ["--models-dir", str(tmp_path)], "record": ["--image", "x:1"], "deploy": ["--target", "k8s"],
-            "qualify": ["--url", "http://127.0.0.1:1"]}.get(name, [])
+    args = {
+        "verify": ["127.0.0.1:5000/a/b@sha256:" + "0" * 64],
+        "preflight": ["--models-dir", str(tmp_path)],
+        "pin": ["--models-dir", str(tmp_path)],
+        "record": ["--image", "x:1"],
+        "deploy": ["--target", "k8s"],
+        "qualify": ["--url", "http://127.0.0.1:1"],
+    }.get(name, [])
     done = run(name, *args, "--recipe", missing, "--json")
     assert done.returncode == 2, (done.stdout, done.stderr)
     data = json.loads(done.stdout)
@@ -87,9 +95,14 @@ def test_dry_run_push_without_owner_exits_as_the_push_would(tmp_path):
     from recipe_copies import copy_recipe, pinned
 
     recipe = copy_recipe(tmp_path, pinned)
-    done = subprocess.run([sys.executable, str(REPO / "build.py"), "build", "--recipe", str(recipe), "--dry-run", "--push"],
-                          capture_output=True, text=True, cwd=REPO, timeout=300,
-                          env={k: v for k, v in os.environ.items() if k != "IMAGE_OWNER"})
+    done = subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "build", "--recipe", str(recipe), "--dry-run", "--push"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "IMAGE_OWNER"},
+    )
     assert done.returncode == 2
     assert done.stderr.startswith(f"error: {recipe}: image.repository: ") and "no owner to push to" in done.stderr
     assert done.stdout == ""
@@ -98,10 +111,13 @@ def test_dry_run_push_without_owner_exits_as_the_push_would(tmp_path):
 DIGEST = "sha256:" + "ab" * 32
 
 
-@pytest.mark.parametrize("command", [
-    ("compose", "--digest", DIGEST, "-o", "{tmp}/c.compose.yaml"),
-    ("deploy", "--target", "k8s", "--owner", "acme", "--digest", DIGEST, "-o", "{tmp}"),
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("compose", "--digest", DIGEST, "-o", "{tmp}/c.compose.yaml"),
+        ("deploy", "--target", "k8s", "--owner", "acme", "--digest", DIGEST, "-o", "{tmp}"),
+    ],
+)
 def test_a_long_step_says_so_before_it_starts(tmp_path, command):
     """compose and deploy import vLLM (10-20 s) for the serve-parser check: a line on stderr says so first."""
     from recipe_copies import copy_recipe
@@ -110,7 +126,9 @@ def test_a_long_step_says_so_before_it_starts(tmp_path, command):
     done = run(*(a.replace("{tmp}", str(tmp_path)) for a in command), "--recipe", str(recipe))
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()
-    said = [i for i, line in enumerate(lines) if "vLLM's `vllm serve` parser" in line and "importing vLLM takes" in line]
+    said = [
+        i for i, line in enumerate(lines) if "vLLM's `vllm serve` parser" in line and "importing vLLM takes" in line
+    ]
     assert said, done.stderr
     assert done.stdout.startswith("wrote ")
 
@@ -136,4 +154,5 @@ def test_compose_o_a_directory_is_an_output_error(tmp_path):
     done = run("compose", "--recipe", str(recipe), "--digest", DIGEST, "-o", str(tmp_path))
     assert done.returncode == 15, done.stderr
     assert done.stderr.strip().splitlines() == [
-        f"error: -o {tmp_path}: is a directory; a one-node recipe writes one compose file: give its file name"]
+        f"error: -o {tmp_path}: is a directory; a one-node recipe writes one compose file: give its file name"
+    ]

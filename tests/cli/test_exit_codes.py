@@ -9,6 +9,7 @@ to their code. :data:`UNEXERCISED` names the codes no test reaches through a com
 with why; the test fails when a code is added that nothing exercises, and when one of
 these gains a test (take it off the list).
 """
+
 from __future__ import annotations
 
 import ast
@@ -16,26 +17,36 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-
 from bad_input_helpers import DEFAULT_OUTPUT_DIRS, DIGEST, invoke, snapshot
 from recipe_copies import copy_recipe
+
 from stackbuild.core.errors import EXIT_CODES
 
 TESTS = Path(__file__).resolve().parent.parent
 
 # Codes no test reaches through a command, and why.
 UNEXERCISED = {
-    17: ("pre-flight's 'cannot be checked' needs an installed vLLM that disagrees with the simulator or cannot plan "
-         "the flags; geometry/preflight's tests cover the outcome, tests/geometry/preflight/test_preflight.py the code"),
-    18: ("`deploy` writes only manifests its generator makes, which pass the schemas; tests/serve/test_deploy_k8s.py "
-         "feeds the validator broken ones (ManifestInvalid)"),
-    27: ("the image's entrypoint returns it (a multi-node worker's pre-flight), no build.py command does; "
-         "tests/serve/test_multinode_rendezvous.py asserts it of two containers, tests/geometry/preflight/test_rank_fingerprint.py "
-         "of the exchange"),
-    28: ("the image's entrypoint returns it (a multi-node worker whose leader stays silent), no build.py command does; "
-         "tests/serve/test_multinode_rendezvous.py and tests/geometry/preflight/test_rank_fingerprint.py assert it"),
-    25: ("`qualify` below the recipe's qualify.min_* needs a vLLM server that streams slowly; "
-         "tests/serve/qualify/test_qualify.py checks the figures against the expectations without a server"),
+    17: (
+        "pre-flight's 'cannot be checked' needs an installed vLLM that disagrees with the simulator or cannot plan "
+        "the flags; geometry/preflight's tests cover the outcome, tests/geometry/preflight/test_preflight.py the code"
+    ),
+    18: (
+        "`deploy` writes only manifests its generator makes, which pass the schemas; tests/serve/test_deploy_k8s.py "
+        "feeds the validator broken ones (ManifestInvalid)"
+    ),
+    27: (
+        "the image's entrypoint returns it (a multi-node worker's pre-flight), no build.py command does; "
+        "tests/serve/test_multinode_rendezvous.py asserts it of two containers, "
+        "tests/geometry/preflight/test_rank_fingerprint.py of the exchange"
+    ),
+    28: (
+        "the image's entrypoint returns it (a multi-node worker whose leader stays silent), no build.py command does; "
+        "tests/serve/test_multinode_rendezvous.py and tests/geometry/preflight/test_rank_fingerprint.py assert it"
+    ),
+    25: (
+        "`qualify` below the recipe's qualify.min_* needs a vLLM server that streams slowly; "
+        "tests/serve/qualify/test_qualify.py checks the figures against the expectations without a server"
+    ),
 }
 
 # Helpers of the tests that assert a command's exit code: (helper name, index of the code argument).
@@ -47,8 +58,11 @@ CLI_MARKERS = ("build.py", "invoke(", "CliRunner", "cli(")
 def _codes_asserted(function: ast.FunctionDef) -> set[int]:
     codes: set[int] = set()
     for node in ast.walk(function):
-        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) \
-                and node.left.attr in ("returncode", "exit_code"):
+        if (
+            isinstance(node, ast.Compare)
+            and isinstance(node.left, ast.Attribute)
+            and node.left.attr in ("returncode", "exit_code")
+        ):
             codes |= {c.value for c in node.comparators if isinstance(c, ast.Constant) and type(c.value) is int}
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in CODE_HELPERS:
             at = CODE_HELPERS[node.func.id]
@@ -74,9 +88,11 @@ def exercised_codes() -> dict[int, list[str]]:
 def _compose_stub(tmp_path: Path, config_stderr: str) -> Path:
     """A Compose new enough to be asked (`version --short` 2.40.0) whose `config` refuses with ``config_stderr``."""
     path = tmp_path / "docker-compose"
-    path.write_text("#!/bin/sh\n"
-                    'case "$*" in *"version --short"*) echo 2.40.0; exit 0;; esac\n'
-                    f"echo '{config_stderr}' >&2; exit 15\n")
+    path.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *"version --short"*) echo 2.40.0; exit 0;; esac\n'
+        f"echo '{config_stderr}' >&2; exit 15\n"
+    )
     path.chmod(0o755)
     return path
 
@@ -87,11 +103,20 @@ def _compose(tmp_path: Path) -> list:
 
 # (name, code, command line given tmp_path, environment given tmp_path, words the one error line holds)
 TABLE: list[tuple[str, int, Callable[[Path], list], Callable[[Path], dict], tuple[str, ...]]] = [
-    ("compose, vLLM's parser cannot run", 12, _compose, lambda tmp: {"GLM53_ORACLE_PYTHON": "/bin/false"},
-     ("the serve-parser oracle (/bin/false) exited 1 without a verdict",)),
-    ("compose, Compose rejects the file", 13, _compose,
-     lambda tmp: {"GLM53_COMPOSE_BIN": str(_compose_stub(tmp, "services.vllm.env_file: invalid"))},
-     ("docker compose config rejected the file: services.vllm.env_file: invalid",)),
+    (
+        "compose, vLLM's parser cannot run",
+        12,
+        _compose,
+        lambda tmp: {"GLM53_ORACLE_PYTHON": "/bin/false"},
+        ("the serve-parser oracle (/bin/false) exited 1 without a verdict",),
+    ),
+    (
+        "compose, Compose rejects the file",
+        13,
+        _compose,
+        lambda tmp: {"GLM53_COMPOSE_BIN": str(_compose_stub(tmp, "services.vllm.env_file: invalid"))},
+        ("docker compose config rejected the file: services.vllm.env_file: invalid",),
+    ),
 ]
 
 
@@ -117,7 +142,8 @@ def test_every_documented_code_is_exercised_or_listed_with_why():
     assert documented - exercised == set(UNEXERCISED), (
         "codes no test drives a command to (add a TABLE case, or list it in UNEXERCISED with why): "
         f"{sorted(documented - exercised - set(UNEXERCISED))}; listed but exercised (take off UNEXERCISED): "
-        f"{sorted(set(UNEXERCISED) & exercised)}")
+        f"{sorted(set(UNEXERCISED) & exercised)}"
+    )
     assert set(UNEXERCISED) <= documented
 
 

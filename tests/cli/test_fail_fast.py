@@ -1,6 +1,7 @@
 """`build.py lock` without a registry that answers fails within seconds: a refused connection or a
 name that does not resolve is said at once, and transient errors are retried with the attempt and
 the wait on stderr, all within the lock's bound (stackbuild/core/lock.py LOCK_DEADLINE_SECONDS)."""
+
 from __future__ import annotations
 
 import http.server
@@ -10,9 +11,9 @@ import threading
 import time
 
 import pytest
-
 from recipe_copies import REPO, copy_recipe, set_key
 from stack_e2e import closed_port
+
 from stackbuild.core.lock import LOCK_DEADLINE_SECONDS
 
 pytestmark = [pytest.mark.docker]
@@ -24,10 +25,14 @@ def lock(recipe, **env) -> tuple[subprocess.CompletedProcess, float]:
     import os
 
     started = time.monotonic()
-    done = subprocess.run([sys.executable, str(REPO / "build.py"), "lock", "--recipe", str(recipe)],
-                          capture_output=True, text=True, cwd=REPO, timeout=120,
-                          env={k: v for k, v in {**os.environ, **env}.items()
-                               if not k.startswith("STACKBUILD_REGISTRY_")})
+    done = subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "lock", "--recipe", str(recipe)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        env={k: v for k, v in {**os.environ, **env}.items() if not k.startswith("STACKBUILD_REGISTRY_")},
+    )
     return done, time.monotonic() - started
 
 
@@ -35,10 +40,14 @@ def test_the_bound_is_three_seconds():
     assert LOCK_DEADLINE_SECONDS == 3
 
 
-@pytest.mark.parametrize("image, says", [
-    (f"127.0.0.1:{closed_port()}/acme/base", "connection refused"),
-    ("registry.invalid/acme/base", "registry.invalid"),
-], ids=["closed-port", "unresolvable-name"])
+@pytest.mark.parametrize(
+    "image, says",
+    [
+        (f"127.0.0.1:{closed_port()}/acme/base", "connection refused"),
+        ("registry.invalid/acme/base", "registry.invalid"),
+    ],
+    ids=["closed-port", "unresolvable-name"],
+)
 def test_lock_without_a_registry_fails_at_once(docker_engine, tmp_path, image, says):
     recipe = copy_recipe(tmp_path, set_key("base.image", image))
     done, seconds = lock(recipe)

@@ -5,6 +5,7 @@ other engine package is installed.
 The package managers are replaced by recording shims first on PATH (`apt-get`, `apt`,
 `dpkg`, `sudo`), so the tests see every call the real run would make and install nothing.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from recipe_copies import copy_recipe, pinned
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,8 +29,9 @@ def _shim(directory: Path, name: str, body: str) -> None:
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
-def recording_shims(directory: Path, log: Path, *, installed: set[str] | None,
-                    engine_answers: bool | None) -> dict[str, str]:
+def recording_shims(
+    directory: Path, log: Path, *, installed: set[str] | None, engine_answers: bool | None
+) -> dict[str, str]:
     """Shims for the package managers that log each call to ``log``.
 
     ``installed``: the packages ``dpkg -s`` reports (None: every call fails, as on a host
@@ -43,7 +44,11 @@ def recording_shims(directory: Path, log: Path, *, installed: set[str] | None,
         _shim(directory, "dpkg", record + "exit 1\n")
     else:
         cases = " | ".join(sorted(installed)) or "__none__"
-        _shim(directory, "dpkg", record + f'for p in "$@"; do :; done\ncase "$p" in {cases}) exit 0 ;; *) exit 1 ;; esac\n')
+        _shim(
+            directory,
+            "dpkg",
+            record + f'for p in "$@"; do :; done\ncase "$p" in {cases}) exit 0 ;; *) exit 1 ;; esac\n',
+        )
     _shim(directory, "apt-get", record + "exit 0\n")
     _shim(directory, "apt", record + "exit 0\n")
     _shim(directory, "sudo", record + 'exec "$@"\n')
@@ -61,8 +66,9 @@ def calls(log: Path, program: str) -> list[str]:
 
 
 def make(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        ["make", "--no-print-directory", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_make_image_runs_no_package_manager(tmp_path):
@@ -96,7 +102,7 @@ def _installs(log: Path) -> list[str]:
     for line in calls(log, "apt-get"):
         words = line.split()
         if "install" in words:
-            packages += [w for w in words[words.index("install") + 1:] if not w.startswith("-")]
+            packages += [w for w in words[words.index("install") + 1 :] if not w.startswith("-")]
     return packages
 
 

@@ -2,28 +2,36 @@
 (the patch series written for another vLLM, extra_args repeating a generated flag, model
 paths the one models mount cannot hold) is refused by geometry, render, build --dry-run and
 compose alike, with the same line and exit 2, before anything is written."""
+
 from __future__ import annotations
 
 import subprocess
 import sys
 
 import pytest
-
 from recipe_copies import REPO, copy_recipe, pinned, set_key
 
 COMMANDS = (("geometry",), ("render",), ("build", "--dry-run"), ("compose", "-o", "{out}"))
 
 CASES = {
-    "series for another vLLM": (set_key("base.vllm_version", "0.34.0"),
-                                "base.vllm_version: 0.34.0: the patch series 'vllm-0.33.0' is written for vLLM 0.33.0 "
-                                "(overlay/series/vllm-0.33.0/lock.json)"),
-    "extra_args repeats a flag": (set_key("serving.extra_args", ["--tensor-parallel-size", "2"]),
-                                  "serving.extra_args[0]: --tensor-parallel-size is generated from "
-                                  "serving.tensor_parallel_size; set it there, not in extra_args"),
-    "relative target path": (set_key("target.path", "models/GLM-5.3-Flash-NVFP4"),
-                             "target.path: must be an absolute path inside the container, got 'models/GLM-5.3-Flash-NVFP4'"),
-    "models under two roots": (set_key("drafter.path", "/drafters/DFlash2"),
-                               "drafter.path: target and drafter must live under one models directory"),
+    "series for another vLLM": (
+        set_key("base.vllm_version", "0.34.0"),
+        "base.vllm_version: 0.34.0: the patch series 'vllm-0.33.0' is written for vLLM 0.33.0 "
+        "(overlay/series/vllm-0.33.0/lock.json)",
+    ),
+    "extra_args repeats a flag": (
+        set_key("serving.extra_args", ["--tensor-parallel-size", "2"]),
+        "serving.extra_args[0]: --tensor-parallel-size is generated from "
+        "serving.tensor_parallel_size; set it there, not in extra_args",
+    ),
+    "relative target path": (
+        set_key("target.path", "models/GLM-5.3-Flash-NVFP4"),
+        "target.path: must be an absolute path inside the container, got 'models/GLM-5.3-Flash-NVFP4'",
+    ),
+    "models under two roots": (
+        set_key("drafter.path", "/drafters/DFlash2"),
+        "drafter.path: target and drafter must live under one models directory",
+    ),
 }
 
 
@@ -35,11 +43,16 @@ def test_every_command_refuses_what_the_real_step_would(tmp_path, case):
     lines = set()
     for command in COMMANDS:
         args = [a.replace("{out}", str(out)) for a in command]
-        done = subprocess.run([sys.executable, str(REPO / "build.py"), *args, "--recipe", str(recipe)],
-                              capture_output=True, text=True, cwd=REPO, timeout=300)
+        done = subprocess.run(
+            [sys.executable, str(REPO / "build.py"), *args, "--recipe", str(recipe)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=300,
+        )
         assert done.returncode == 2, (command, done.stderr)
         assert done.stdout == ""
-        line, = done.stderr.strip().splitlines()
+        (line,) = done.stderr.strip().splitlines()
         assert line.startswith(f"error: {recipe}: ") and says in line, (command, line)
         lines.add(line)
     assert len(lines) == 1  # the same line from every command

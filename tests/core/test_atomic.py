@@ -1,4 +1,5 @@
 """Replacing several files all or none (stackbuild/core/atomic.py)."""
+
 from __future__ import annotations
 
 import os
@@ -60,8 +61,7 @@ def test_a_directory_that_cannot_hold_a_temporary_file_is_named(tmp_path):
     missing = tmp_path / "missing" / "a.yaml"
     with pytest.raises(ReplaceFailed) as raised:
         replace_texts({missing: "x"})
-    assert (raised.value.path, raised.value.stage, raised.value.strerror) == (missing, "create",
-                                                                               os.strerror(2))
+    assert (raised.value.path, raised.value.stage, raised.value.strerror) == (missing, "create", os.strerror(2))
 
 
 def test_one_file_raises_what_the_write_raised(tmp_path):

@@ -1,13 +1,13 @@
 """The generated sections of README.md and docs/ are what their sources give today."""
+
 from __future__ import annotations
 
 import difflib
 
-import stackbuild.image.engine  # noqa: F401  (its error classes count too)
-
+import doc_sections
 import pytest
 
-import doc_sections
+import stackbuild.image.engine  # noqa: F401  (its error classes count too)
 from geometry.preflight import outcome
 from stackbuild.core import errors
 
@@ -15,23 +15,29 @@ from stackbuild.core import errors
 def test_every_generated_section_is_fresh():
     """One test for every document: a stale table fails with its diff, and one command rewrites it."""
     stale = doc_sections.stale()
-    diff = "".join(line for path, (old, new) in stale.items()
-                   for line in difflib.unified_diff(old.splitlines(True), new.splitlines(True),
-                                                    f"{path.name} (as is)", f"{path.name} (generated)"))
+    diff = "".join(
+        line
+        for path, (old, new) in stale.items()
+        for line in difflib.unified_diff(
+            old.splitlines(True), new.splitlines(True), f"{path.name} (as is)", f"{path.name} (generated)"
+        )
+    )
     assert not stale, f"stale generated sections; run `{doc_sections.COMMAND}`:\n{diff}"
 
 
 def test_each_generated_section_is_in_a_document():
     """Every table the generator knows is shown somewhere, so none is rendered for nobody."""
-    shown = {m.group("name") for path in doc_sections.DOCUMENTS
-             for m in doc_sections.BEGIN.finditer(path.read_text())}
+    shown = {m.group("name") for path in doc_sections.DOCUMENTS for m in doc_sections.BEGIN.finditer(path.read_text())}
     assert shown == set(doc_sections.SECTIONS)
 
 
-@pytest.mark.parametrize("text,message", [
-    ("<!-- BEGIN generated: nope -->\n<!-- END generated -->\n", "unknown generated section 'nope'"),
-    ("<!-- BEGIN generated: exit-codes -->\nno end\n", "has no '<!-- END generated -->'"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("<!-- BEGIN generated: nope -->\n<!-- END generated -->\n", "unknown generated section 'nope'"),
+        ("<!-- BEGIN generated: exit-codes -->\nno end\n", "has no '<!-- END generated -->'"),
+    ],
+)
 def test_a_broken_marker_is_named(text, message):
     with pytest.raises(ValueError, match=message):
         doc_sections.regenerate(text, {})
@@ -54,7 +60,14 @@ def _error_classes(cls=errors.StackBuildError):
 def test_the_exit_code_table_has_one_row_per_code_the_driver_and_the_preflight_use():
     # The base's code 1 is no user's: an error that keeps it (a retryable registry error) becomes another first.
     used = {cls.exit_code for cls in _error_classes()} - {errors.StackBuildError.exit_code}
-    preflight = {outcome.EXIT_BAD_MODE, outcome.EXIT_GEOMETRY, outcome.EXIT_SERVE_FLAGS, outcome.EXIT_CONFIG,
-                 outcome.EXIT_UNCHECKED, outcome.EXIT_RANKS_DIFFER, outcome.EXIT_LEADER_SILENT}
+    preflight = {
+        outcome.EXIT_BAD_MODE,
+        outcome.EXIT_GEOMETRY,
+        outcome.EXIT_SERVE_FLAGS,
+        outcome.EXIT_CONFIG,
+        outcome.EXIT_UNCHECKED,
+        outcome.EXIT_RANKS_DIFFER,
+        outcome.EXIT_LEADER_SILENT,
+    }
     assert set(errors.EXIT_CODES) == used | preflight
     assert all(meaning and "\n" not in meaning for meaning in errors.EXIT_CODES.values())

@@ -4,6 +4,7 @@ A committed copy of this repository in a temporary directory stands in
 for the project: the expected commit comes from `git rev-parse`, the expected
 digests are compared between states, never copied from the code's output.
 """
+
 from __future__ import annotations
 
 import re
@@ -13,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from recipe_copies import DEFAULT_RECIPE_DIR, REPO, TEST_DIGEST, copy_recipe, pinned
+
 from stackbuild.core.naming import ImageName, format_tags, revision_tag_field, source_revision
 from stackbuild.core.recipe import load_recipe
 from stackbuild.image.plan import make_plan
@@ -24,9 +25,15 @@ EPOCH = 1764460800  # 2025-11-30
 
 
 def git(repo: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.invalid", "GIT_AUTHOR_DATE": f"@{EPOCH} +0000",
-           "GIT_COMMITTER_DATE": f"@{EPOCH} +0000", "PATH": "/usr/bin:/bin"}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.invalid",
+        "GIT_AUTHOR_DATE": f"@{EPOCH} +0000",
+        "GIT_COMMITTER_DATE": f"@{EPOCH} +0000",
+        "PATH": "/usr/bin:/bin",
+    }
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True, env=env).stdout
 
 
@@ -43,7 +50,9 @@ def project(tmp_path) -> Path:
             (repo / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(REPO / name, repo / name)
     recipe_dir = repo / "recipes" / "r"
-    shutil.copytree(DEFAULT_RECIPE_DIR, recipe_dir, ignore=shutil.ignore_patterns("recipe.lock.json", "recipe.oracle.json"))
+    shutil.copytree(
+        DEFAULT_RECIPE_DIR, recipe_dir, ignore=shutil.ignore_patterns("recipe.lock.json", "recipe.oracle.json")
+    )
     data = yaml.safe_load((recipe_dir / "recipe.yaml").read_text())
     pinned(data)
     (recipe_dir / "recipe.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
@@ -148,8 +157,10 @@ def context_source_directories(tmp_path, monkeypatch) -> set[str]:
 
         def shared_tail(name: str) -> int:
             theirs = Path(name).parts
-            return next((n for n in range(min(len(theirs), len(parts))) if theirs[-1 - n] != parts[-1 - n]),
-                        min(len(theirs), len(parts)))
+            return next(
+                (n for n in range(min(len(theirs), len(parts))) if theirs[-1 - n] != parts[-1 - n]),
+                min(len(theirs), len(parts)),
+            )
 
         best = max(shared_tail(c) for c in candidates)
         [source] = [c for c in candidates if shared_tail(c) == best]

@@ -6,12 +6,14 @@ unless this test names what the listing must cover: every top-level directory ho
 those packages that is not Python source, documentation (.md), a make fragment (.mk), a
 .gitignore or a compose file build.py writes into compose/.
 """
+
 from __future__ import annotations
 
 import ast
 import subprocess
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 SETUPTOOLS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
@@ -40,8 +42,11 @@ def top_level_imports(path: Path) -> set[str]:
 def test_every_package_of_the_project_is_listed_and_build_py_is_not():
     listed = set(SETUPTOOLS["packages"])
     # Every package and subpackage with an __init__.py, outside the trees that are not installed.
-    with_init = {".".join(p.parent.relative_to(REPO).parts) for p in tracked("*__init__.py")
-                 if p.parent != REPO and p.parts[len(REPO.parts)] not in ("tests", "bench", ".github")}
+    with_init = {
+        ".".join(p.parent.relative_to(REPO).parts)
+        for p in tracked("*__init__.py")
+        if p.parent != REPO and p.parts[len(REPO.parts)] not in ("tests", "bench", ".github")
+    }
     sources = [p for p in tracked("*.py") if p.parts[len(REPO.parts)] not in ("tests", "bench", ".github")]
     imported = set().union(*(top_level_imports(p) for p in sources))
     ours = {name for name in imported if (REPO / name).is_dir()}
@@ -52,8 +57,13 @@ def test_every_package_of_the_project_is_listed_and_build_py_is_not():
 
 def test_every_file_the_packages_read_is_package_data():
     top = [p for p in SETUPTOOLS["packages"] if "." not in p]
-    data = {p for p in tracked(*top) if p.suffix not in NOT_DATA_SUFFIXES and p.name != ".gitignore"
-            and not (p.parent == REPO / "compose" and p.name.endswith(".compose.yaml"))}
+    data = {
+        p
+        for p in tracked(*top)
+        if p.suffix not in NOT_DATA_SUFFIXES
+        and p.name != ".gitignore"
+        and not (p.parent == REPO / "compose" and p.name.endswith(".compose.yaml"))
+    }
     covered = set()
     for package, patterns in SETUPTOOLS["package-data"].items():
         for pattern in patterns:

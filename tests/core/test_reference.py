@@ -4,6 +4,7 @@ Expectations come from the grammar (distribution/reference's regexp.go, written 
 strategies below) and from Docker's rule for the registry part of a name, not from the code
 under test.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -22,8 +23,10 @@ VALID = [
     ("127.0.0.1:5000/a/b", ("127.0.0.1:5000/a/b", None, None)),  # a registry port is not a tag
     (f"vllm/vllm-openai@{SHA256}", ("vllm/vllm-openai", None, SHA256)),
     ("vllm/vllm-openai:v0.33.0", ("vllm/vllm-openai", "v0.33.0", None)),
-    ("ghcr.io/acme/glm53-flash-dflash2-gb300:sm100-gb300-20251130-0123456789ab",
-     ("ghcr.io/acme/glm53-flash-dflash2-gb300", "sm100-gb300-20251130-0123456789ab", None)),
+    (
+        "ghcr.io/acme/glm53-flash-dflash2-gb300:sm100-gb300-20251130-0123456789ab",
+        ("ghcr.io/acme/glm53-flash-dflash2-gb300", "sm100-gb300-20251130-0123456789ab", None),
+    ),
     ("localhost/x:latest", ("localhost/x", "latest", None)),
     ("[::1]:5000/a:B_1.x", ("[::1]:5000/a", "B_1.x", None)),
     ("ubuntu", ("ubuntu", None, None)),
@@ -146,10 +149,12 @@ def domain_components(draw) -> str:
 
 @st.composite
 def domains(draw) -> str:
-    host = draw(st.one_of(
-        st.lists(domain_components(), min_size=1, max_size=3).map(".".join),
-        st.sampled_from(["[::1]", "[fe80::1]", "localhost", "127.0.0.1"]),
-    ))
+    host = draw(
+        st.one_of(
+            st.lists(domain_components(), min_size=1, max_size=3).map(".".join),
+            st.sampled_from(["[::1]", "[fe80::1]", "localhost", "127.0.0.1"]),
+        )
+    )
     port = draw(st.one_of(st.just(""), st.integers(1, 65535).map(lambda p: f":{p}")))
     return host + port
 
@@ -164,11 +169,12 @@ def repositories(draw) -> str:
     return f"{domain}/{'/'.join(components)}" if domain else "/".join(components)
 
 
-tags = st.builds(lambda first, rest: first + rest, st.sampled_from(TAG_FIRST),
-                 st.text(TAG_FIRST + ".-", max_size=127))
+tags = st.builds(lambda first, rest: first + rest, st.sampled_from(TAG_FIRST), st.text(TAG_FIRST + ".-", max_size=127))
 digests = st.sampled_from(sorted(DIGEST_HEX_LENGTHS)).flatmap(
-    lambda algorithm: st.text(HEX, min_size=DIGEST_HEX_LENGTHS[algorithm], max_size=DIGEST_HEX_LENGTHS[algorithm])
-    .map(lambda hex_digits: f"{algorithm}:{hex_digits}"))
+    lambda algorithm: st.text(HEX, min_size=DIGEST_HEX_LENGTHS[algorithm], max_size=DIGEST_HEX_LENGTHS[algorithm]).map(
+        lambda hex_digits: f"{algorithm}:{hex_digits}"
+    )
+)
 references = st.builds(ImageReference, repositories(), st.one_of(st.none(), tags), st.one_of(st.none(), digests))
 
 # Characters no part of a reference may hold (the grammar's alphabets, written out above, exclude them).
@@ -192,12 +198,18 @@ def test_a_character_outside_the_grammar_anywhere_is_refused(reference, data):
 
 
 @settings(max_examples=300, deadline=None, database=None)
-@given(st.one_of(
-    st.text(max_size=80),
-    st.text(alphabet=ALNUM + "ABC/:@._-[]+", max_size=80),
-    st.builds(lambda r, cut, extra: str(r)[:cut] + extra + str(r)[cut:], references, st.integers(0, 400),
-              st.text(alphabet="/:@._-A+[]", max_size=3)),
-))
+@given(
+    st.one_of(
+        st.text(max_size=80),
+        st.text(alphabet=ALNUM + "ABC/:@._-[]+", max_size=80),
+        st.builds(
+            lambda r, cut, extra: str(r)[:cut] + extra + str(r)[cut:],
+            references,
+            st.integers(0, 400),
+            st.text(alphabet="/:@._-A+[]", max_size=3),
+        ),
+    )
+)
 def test_any_text_is_a_reference_or_refused_with_the_project_error(text):
     try:
         reference = ImageReference.parse(text)

@@ -2,6 +2,7 @@
 
 Expectations from vLLM 0.33.0's multi-node launch flags and the 2x GB10 recipe (TP 2 over 2 nodes).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,8 +13,16 @@ import pytest
 
 from geometry.preflight.checked import HOST_SLOT, MASTER_ADDR_SLOT, NODE_RANK_SLOT
 from stackbuild.core.recipe import load_recipe
-from stackbuild.core.serve_args import (LEADER, MASTER_PORT, WORKER, SlotValues, ranks_per_node, role_commands,
-                                        serve_argv, served_flags)
+from stackbuild.core.serve_args import (
+    LEADER,
+    MASTER_PORT,
+    WORKER,
+    SlotValues,
+    ranks_per_node,
+    role_commands,
+    serve_argv,
+    served_flags,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 MULTI = load_recipe(REPO / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml")
@@ -29,14 +38,35 @@ def test_a_single_node_recipe_has_no_roles():
 def test_filled_puts_each_value_at_its_slot():
     leader, worker = role_commands(MULTI)
     assert (leader.role, worker.role) == (LEADER, WORKER)
-    assert set(leader.slots) == {HOST_SLOT, MASTER_ADDR_SLOT} and set(worker.slots) == {HOST_SLOT, MASTER_ADDR_SLOT, NODE_RANK_SLOT}
+    assert set(leader.slots) == {HOST_SLOT, MASTER_ADDR_SLOT} and set(worker.slots) == {
+        HOST_SLOT,
+        MASTER_ADDR_SLOT,
+        NODE_RANK_SLOT,
+    }
     base = serve_argv(MULTI)
     host_at = base.index("--host") + 1
-    expected_base = base[:host_at] + ["10.0.0.5"] + base[host_at + 1:]
-    assert leader.filled(VALUES) == expected_base + ["--nnodes", "2", "--node-rank", "0", "--master-addr", "10.0.0.1",
-                                                     "--master-port", str(MASTER_PORT)]
-    assert worker.filled(VALUES) == expected_base + ["--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1",
-                                                     "--master-port", str(MASTER_PORT), "--headless"]
+    expected_base = base[:host_at] + ["10.0.0.5"] + base[host_at + 1 :]
+    assert leader.filled(VALUES) == expected_base + [
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "0",
+        "--master-addr",
+        "10.0.0.1",
+        "--master-port",
+        str(MASTER_PORT),
+    ]
+    assert worker.filled(VALUES) == expected_base + [
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--master-addr",
+        "10.0.0.1",
+        "--master-port",
+        str(MASTER_PORT),
+        "--headless",
+    ]
     assert leader.matches(tuple(leader.filled(VALUES))) and worker.matches(tuple(worker.filled(VALUES)))
 
 
@@ -84,18 +114,48 @@ def test_the_record_holds_what_each_flag_the_argv_writes_says(tmp_path):
     assert after("--kv-cache-dtype") == flags.kv_cache_dtype
     assert float(after("--gpu-memory-utilization")) == flags.gpu_memory_utilization
     assert json.loads(after("--speculative-config")) == flags.speculative_config
-    assert (after("--tool-call-parser"), after("--reasoning-parser")) == (flags.tool_call_parser,
-                                                                          flags.reasoning_parser)
+    assert (after("--tool-call-parser"), after("--reasoning-parser")) == (
+        flags.tool_call_parser,
+        flags.reasoning_parser,
+    )
 
 
 def test_a_flag_the_argv_leaves_out_is_recorded_as_vllms_default(tmp_path):
     from recipe_copies import copy_recipe
 
-    recipe = load_recipe(copy_recipe(tmp_path, lambda d: [d["serving"].pop(k, None) for k in (
-        "block_size", "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching", "tool_call_parser")]))
+    recipe = load_recipe(
+        copy_recipe(
+            tmp_path,
+            lambda d: [
+                d["serving"].pop(k, None)
+                for k in (
+                    "block_size",
+                    "max_num_seqs",
+                    "max_num_batched_tokens",
+                    "enable_prefix_caching",
+                    "tool_call_parser",
+                )
+            ],
+        )
+    )
     argv, flags = serve_argv(recipe), served_flags(recipe)
-    for flag in ("--block-size", "--max-num-seqs", "--max-num-batched-tokens", "--enable-prefix-caching",
-                 "--no-enable-prefix-caching", "--tool-call-parser", "--kv-cache-memory-bytes", "--mamba-cache-mode"):
+    for flag in (
+        "--block-size",
+        "--max-num-seqs",
+        "--max-num-batched-tokens",
+        "--enable-prefix-caching",
+        "--no-enable-prefix-caching",
+        "--tool-call-parser",
+        "--kv-cache-memory-bytes",
+        "--mamba-cache-mode",
+    ):
         assert flag not in argv
-    assert (flags.block_size, flags.max_num_seqs, flags.max_num_batched_tokens, flags.enable_prefix_caching,
-            flags.tool_call_parser, flags.kv_cache_memory_bytes, flags.mamba_cache_mode) == (None,) * 7
+    assert (
+        flags.block_size,
+        flags.max_num_seqs,
+        flags.max_num_batched_tokens,
+        flags.enable_prefix_caching,
+        flags.tool_call_parser,
+        flags.kv_cache_memory_bytes,
+        flags.mamba_cache_mode,
+    ) == (None,) * 7

@@ -8,9 +8,9 @@ import json
 import subprocess
 import sys
 
+import geometry_cases as C
 import pytest
 
-import geometry_cases as C
 from geometry.concurrency import ContextTooLong, concurrency, contexts_for
 from geometry.gate import judge
 from geometry.inputs import GeometryInputs
@@ -37,8 +37,12 @@ def test_default_recipe_by_hand():
     c = concurrency(simulate(inputs), inputs)
     assert c.in_flight_tokens == 32768
     million = c.fits["with_drafter"][0]
-    assert (million.blocks_per_request, million.attention_blocks, million.requests,
-            million.vllm_max_concurrency) == (183, 114, 15, 15.8)
+    assert (million.blocks_per_request, million.attention_blocks, million.requests, million.vllm_max_concurrency) == (
+        183,
+        114,
+        15,
+        15.8,
+    )
     # 32K: 4 MLA blocks + 36 + 1 + (ceil(32,768 / 1,152) + 1 = 30) = 71; 2,891 // 71 = 40.
     assert (c.fits["with_drafter"][2].blocks_per_request, c.fits["with_drafter"][2].requests) == (71, 40)
     # Without speculation there is no sliding window: the same 23 whatever the batch.
@@ -52,8 +56,12 @@ def test_default_recipe_at_schedulerconfigs_batch_by_hand():
     c = concurrency(simulate(inputs), inputs)
     assert c.contexts == (1_048_576, 131_072, 32_768)
     million = c.fits["with_drafter"][0]
-    assert (million.blocks_per_request, million.attention_blocks, million.requests,
-            million.vllm_max_concurrency) == (158, 114, 18, 18.3)
+    assert (million.blocks_per_request, million.attention_blocks, million.requests, million.vllm_max_concurrency) == (
+        158,
+        114,
+        18,
+        18.3,
+    )
     # 32K: 4 MLA blocks + 36 + 1 + 7 = 48; 2,891 // 48 = 60.
     assert (c.fits["with_drafter"][2].blocks_per_request, c.fits["with_drafter"][2].requests) == (48, 60)
     # Without speculation: B = 8,576, 3,103 blocks, 4 x (2 + 0) state blocks, no drafter:
@@ -108,14 +116,21 @@ def test_alignment_said_out_loud():
     report = simulate(inputs)
     assert (report.requested_block_size, report.with_drafter.block_size) == (4096, 12288)
     text = render_text(report, judge(report, inputs), concurrency(report, inputs))
-    assert ("block_size 4096 -> 12,288 (vLLM's hybrid alignment: one block's target attention page "
-            "must hold the 4,685,824 B mamba state page, so the block grows in steps of 4,096)") in text
+    assert (
+        "block_size 4096 -> 12,288 (vLLM's hybrid alignment: one block's target attention page "
+        "must hold the 4,685,824 B mamba state page, so the block grows in steps of 4,096)"
+    ) in text
     assert "block_size 9216 ->" not in render_text(simulate(_default()))
 
 
 def test_geometry_json_carries_concurrency_and_the_context_flag():
-    run = subprocess.run([sys.executable, "build.py", "geometry", "--json", "--context", "8192,32K"],
-                         cwd=C.ROOT, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "build.py", "geometry", "--json", "--context", "8192,32K"],
+        cwd=C.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     data = json.loads(run.stdout)
     c = data["concurrency"]
@@ -123,14 +138,20 @@ def test_geometry_json_carries_concurrency_and_the_context_flag():
     # 8K: 1 MLA block + 36 + 1 + (ceil(8,192 / 1,152) + 1 = 9) = 47; 2,891 // 47 = 61.
     assert [f["requests"] for f in c["fits"]["with_drafter"]] == [15, 40, 61]
     assert data["report"]["requested_block_size"] is None
-    bad = subprocess.run([sys.executable, "build.py", "geometry", "--context", "12x"],
-                         cwd=C.ROOT, capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "build.py", "geometry", "--context", "12x"],
+        cwd=C.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and bad.stdout == ""
     assert "'12x' is not a positive token count" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_serving_max_num_seqs_reaches_the_serve_argv_and_the_gate(tmp_path):
     from recipe_copies import copy_recipe
+
     from stackbuild.core.errors import RecipeError
     from stackbuild.core.serve_args import serve_argv
 
@@ -139,12 +160,16 @@ def test_serving_max_num_seqs_reaches_the_serve_argv_and_the_gate(tmp_path):
     argv = serve_argv(recipe)
     assert argv[argv.index("--max-num-seqs") + 1] == "3000"
     assert gate_input(recipe).max_num_seqs == 3000
-    run = subprocess.run([sys.executable, "build.py", "geometry", "--recipe", str(path)],
-                         cwd=C.ROOT, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "build.py", "geometry", "--recipe", str(path)],
+        cwd=C.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 5
     assert "max_num_seqs 3,000 exceeds the 2,892 blocks of the KV pool" in run.stderr
-    twice = copy_recipe(tmp_path / "b", lambda data: data["serving"].update(
-        extra_args=["--max-num-seqs", "8"]))
+    twice = copy_recipe(tmp_path / "b", lambda data: data["serving"].update(extra_args=["--max-num-seqs", "8"]))
     with pytest.raises(RecipeError, match=r"--max-num-seqs is generated from serving.max_num_seqs"):
         load_recipe(twice)
 
@@ -153,23 +178,34 @@ def test_the_batch_vllm_serve_picks_for_the_gpu_unless_the_recipe_says(tmp_path)
     """`vllm serve`'s max_num_batched_tokens (EngineArgs.get_batch_defaults): by the GPU's memory, per
     rank on vLLM's CPU platform, the recipe's serving.max_num_batched_tokens over both."""
     from recipe_copies import copy_recipe
+
     from stackbuild.core.errors import RecipeError
     from stackbuild.core.gpus import serve_batched_tokens
     from stackbuild.core.serve_args import serve_argv
 
     assert [serve_batched_tokens(gpu, 1) for gpu in ("GB300", "B200", "H100", "GB10", "RTX 5090")] == [
-        16384, 16384, 8192, 2048, 2048]
+        16384,
+        16384,
+        8192,
+        2048,
+        2048,
+    ]
     assert serve_batched_tokens("none", 2) == 4096 and serve_batched_tokens("a GPU of tomorrow", 1) is None
-    assert gate_input(load_recipe(C.ROOT / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml")
-                      ).max_num_batched_tokens == 2048
+    assert (
+        gate_input(
+            load_recipe(C.ROOT / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml")
+        ).max_num_batched_tokens
+        == 2048
+    )
     path = copy_recipe(tmp_path, lambda data: data["serving"].update(max_num_batched_tokens=4096))
     recipe = load_recipe(path)
     argv = serve_argv(recipe)
     assert argv[argv.index("--max-num-batched-tokens") + 1] == "4096"
     inputs = gate_input(recipe)
     assert inputs.max_num_batched_tokens == 4096 and concurrency(simulate(inputs), inputs).in_flight_tokens == 8192
-    twice = copy_recipe(tmp_path / "b", lambda data: data["serving"].update(
-        extra_args=["--max-num-batched-tokens", "8192"]))
+    twice = copy_recipe(
+        tmp_path / "b", lambda data: data["serving"].update(extra_args=["--max-num-batched-tokens", "8192"])
+    )
     with pytest.raises(RecipeError, match=r"--max-num-batched-tokens is generated from serving.max_num_batched_tokens"):
         load_recipe(twice)
     zero = copy_recipe(tmp_path / "c", lambda data: data["serving"].update(max_num_batched_tokens=0))

@@ -13,6 +13,7 @@ included) from the checks or the simulator, or a verdict; any other exception is
 
 More examples: CONFIG_PROPERTY_EXAMPLES=5000 .venv/bin/python -m pytest -q tests/test_config_properties.py
 """
+
 from __future__ import annotations
 
 import copy
@@ -20,15 +21,15 @@ import json
 import os
 import random
 
+from geometry_cases import kimi_linear_config, qwen3_next_target, recipe_configs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from geometry import model_config, table
 from geometry.architectures import BY_KIND
-from geometry.gate_run import run_gate
 from geometry.errors import BadInput
+from geometry.gate_run import run_gate
 from geometry.inputs import GeometryInputs
-from geometry_cases import kimi_linear_config, qwen3_next_target, recipe_configs
 from geometry.preflight.check import Unchecked, derive_inputs
 from geometry.preflight.configs import MountedConfig
 from geometry.preflight.serve_flags import ServeFlags
@@ -40,12 +41,42 @@ QWEN = qwen3_next_target(random.Random(0))
 KIMI = kimi_linear_config()
 
 # Counts a config may carry: tiny, odd, powers of two, not dividing, and near the checker's bound.
-counts = st.one_of(st.sampled_from([1, 2, 3, 5, 7, 8, 12, 16, 24, 31, 32, 48, 64, 96, 100, 127, 128, 256, 257,
-                                     512, 576, 1000, 4096, model_config.MAX_COUNT]),
-                   st.integers(min_value=1, max_value=300))
+counts = st.one_of(
+    st.sampled_from(
+        [
+            1,
+            2,
+            3,
+            5,
+            7,
+            8,
+            12,
+            16,
+            24,
+            31,
+            32,
+            48,
+            64,
+            96,
+            100,
+            127,
+            128,
+            256,
+            257,
+            512,
+            576,
+            1000,
+            4096,
+            model_config.MAX_COUNT,
+        ]
+    ),
+    st.integers(min_value=1, max_value=300),
+)
 small_counts = st.one_of(st.sampled_from([1, 2, 3, 4, 5, 8, 16]), st.integers(min_value=1, max_value=40))
-tokens = st.one_of(st.sampled_from([0, 1, 2, 3, 16, 127, 2048, 1 << 20, model_config.MAX_TOKENS]),
-                   st.integers(min_value=0, max_value=1 << 24))
+tokens = st.one_of(
+    st.sampled_from([0, 1, 2, 3, 16, 127, 2048, 1 << 20, model_config.MAX_TOKENS]),
+    st.integers(min_value=0, max_value=1 << 24),
+)
 
 
 def _layer_pattern(kinds: tuple[str, str]):
@@ -54,8 +85,11 @@ def _layer_pattern(kinds: tuple[str, str]):
     return st.one_of(
         st.builds(lambda n, k: [k] * n, small_counts, st.sampled_from(kinds)),
         st.lists(st.sampled_from(kinds), min_size=1, max_size=40),
-        st.builds(lambda n, k: [attention if (i + 1) % k == 0 else linear for i in range(n)],
-                  small_counts, st.integers(min_value=1, max_value=8)),
+        st.builds(
+            lambda n, k: [attention if (i + 1) % k == 0 else linear for i in range(n)],
+            small_counts,
+            st.integers(min_value=1, max_value=8),
+        ),
     )
 
 
@@ -78,14 +112,18 @@ def glm_target(draw):
     elif draw(st.booleans()):
         t.pop("layer_types")
         t["num_hidden_layers"] = draw(small_counts)
-    for key, values in (("num_attention_heads", counts), ("kv_lora_rank", counts),
-                        ("qk_rope_head_dim", st.one_of(st.just(0), counts, st.none())),
-                        ("linear_num_heads", counts), ("linear_head_dim", counts),
-                        ("linear_conv_kernel_dim", small_counts),
-                        ("index_topk", st.one_of(st.none(), counts)),
-                        ("index_kpool", st.one_of(st.sampled_from([1, 2, 3, 4, 5, 16, 64, 1000]), counts)),
-                        ("index_head_dim", st.one_of(st.sampled_from([1, 64, 100, 127, 128, 129, 256]), counts)),
-                        ("max_position_embeddings", st.one_of(st.none(), tokens))):
+    for key, values in (
+        ("num_attention_heads", counts),
+        ("kv_lora_rank", counts),
+        ("qk_rope_head_dim", st.one_of(st.just(0), counts, st.none())),
+        ("linear_num_heads", counts),
+        ("linear_head_dim", counts),
+        ("linear_conv_kernel_dim", small_counts),
+        ("index_topk", st.one_of(st.none(), counts)),
+        ("index_kpool", st.one_of(st.sampled_from([1, 2, 3, 4, 5, 16, 64, 1000]), counts)),
+        ("index_head_dim", st.one_of(st.sampled_from([1, 64, 100, 127, 128, 129, 256]), counts)),
+        ("max_position_embeddings", st.one_of(st.none(), tokens)),
+    ):
         _perturb(draw, t, key, values)
     return t
 
@@ -101,12 +139,18 @@ def qwen_target(draw):
         t["num_hidden_layers"] = draw(small_counts)
         if draw(st.booleans()):
             t["full_attention_interval"] = draw(small_counts)
-    for key, values in (("num_attention_heads", counts), ("num_key_value_heads", counts),
-                        ("head_dim", st.one_of(st.none(), counts)), ("hidden_size", counts),
-                        ("linear_num_key_heads", counts), ("linear_num_value_heads", counts),
-                        ("linear_key_head_dim", counts), ("linear_value_head_dim", counts),
-                        ("linear_conv_kernel_dim", small_counts),
-                        ("max_position_embeddings", st.one_of(st.none(), tokens))):
+    for key, values in (
+        ("num_attention_heads", counts),
+        ("num_key_value_heads", counts),
+        ("head_dim", st.one_of(st.none(), counts)),
+        ("hidden_size", counts),
+        ("linear_num_key_heads", counts),
+        ("linear_num_value_heads", counts),
+        ("linear_key_head_dim", counts),
+        ("linear_value_head_dim", counts),
+        ("linear_conv_kernel_dim", small_counts),
+        ("max_position_embeddings", st.one_of(st.none(), tokens)),
+    ):
         _perturb(draw, t, key, values)
     return t
 
@@ -130,12 +174,17 @@ def kimi_target(draw):
         lac["full_attn_layers"] = lac["full_attn_layers"] * 2
         lac["kda_layers"] = lac["kda_layers"] + lac["kda_layers"][:1]
     elif how == "one-kind":
-        lac["kda_layers"], lac["full_attn_layers"] = draw(st.sampled_from([
-            (list(range(1, n + 1)), [n]), ([], list(range(1, n + 1))), (list(range(1, n + 1)), [])]))
-    for key, values in (("kv_lora_rank", counts), ("qk_nope_head_dim", counts), ("v_head_dim", counts),
-                        ("qk_rope_head_dim", st.one_of(st.just(0), counts)),
-                        ("mla_use_nope", st.booleans()),
-                        ("max_position_embeddings", st.one_of(st.none(), tokens))):
+        lac["kda_layers"], lac["full_attn_layers"] = draw(
+            st.sampled_from([(list(range(1, n + 1)), [n]), ([], list(range(1, n + 1))), (list(range(1, n + 1)), [])])
+        )
+    for key, values in (
+        ("kv_lora_rank", counts),
+        ("qk_nope_head_dim", counts),
+        ("v_head_dim", counts),
+        ("qk_rope_head_dim", st.one_of(st.just(0), counts)),
+        ("mla_use_nope", st.booleans()),
+        ("max_position_embeddings", st.one_of(st.none(), tokens)),
+    ):
         if draw(st.integers(0, 3)) == 0:
             t[key] = draw(values)
     for key, values in (("num_heads", counts), ("head_dim", counts), ("short_conv_kernel_size", small_counts)):
@@ -153,12 +202,20 @@ def drafter(draw):
     if kind == "none":
         d.pop("layer_types")
     else:
-        d["layer_types"] = (["sliding_attention"] * n if kind == "sliding" else ["full_attention"] * n
-                            if kind == "full" else draw(st.lists(st.sampled_from(model_config.DRAFTER_LAYER_TYPES),
-                                                                 min_size=n, max_size=n)))
-    for key, values in (("num_attention_heads", counts), ("num_key_value_heads", st.one_of(st.none(), counts)),
-                        ("head_dim", st.one_of(st.none(), counts)), ("hidden_size", counts),
-                        ("sliding_window", st.one_of(st.none(), st.sampled_from([1, 2, 16, 2048]), tokens))):
+        d["layer_types"] = (
+            ["sliding_attention"] * n
+            if kind == "sliding"
+            else ["full_attention"] * n
+            if kind == "full"
+            else draw(st.lists(st.sampled_from(model_config.DRAFTER_LAYER_TYPES), min_size=n, max_size=n))
+        )
+    for key, values in (
+        ("num_attention_heads", counts),
+        ("num_key_value_heads", st.one_of(st.none(), counts)),
+        ("head_dim", st.one_of(st.none(), counts)),
+        ("hidden_size", counts),
+        ("sliding_window", st.one_of(st.none(), st.sampled_from([1, 2, 16, 2048]), tokens)),
+    ):
         _perturb(draw, d, key, values)
     dflash = d["dflash_config"]
     if draw(st.integers(0, 3)) == 0:
@@ -186,24 +243,31 @@ def target(draw):
 
 
 dtypes = st.sampled_from(["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16", "fp8_ds_mla"])
-gate_inputs = st.fixed_dictionaries({
-    "target_config": target(),
-    "drafter_config": st.one_of(st.none(), drafter()),
-    "tensor_parallel_size": st.sampled_from([1, 1, 2, 3, 4, 6, 8, 16, 64, 1024]),
-    "kv_cache_dtype": dtypes,
-    "drafter_kv_cache_dtype": st.one_of(st.none(), dtypes),
-    "num_speculative_tokens": st.one_of(st.sampled_from([0, 1, 7, 15, 16, 100]), st.integers(0, 4096)),
-    "capability_family": st.sampled_from([80, 89, 90, 100, 103, 110, 120, 121]),
-    "enable_prefix_caching": st.booleans(),
-    "block_size": st.one_of(st.none(), st.sampled_from([-16, 0, 1, 2, 3, 16, 64, 128, 256, 1000, 1024, 1 << 20])),
-    "max_model_len": st.one_of(st.none(), st.sampled_from([-1, 0, 1, 2, 16, 4096, 1 << 20, 1 << 30]),
-                               st.integers(1, 1 << 22)),
-    "kv_cache_memory_bytes": st.one_of(st.sampled_from([0, 1, 4096, 1 << 30, 200 << 30, 1 << 60]),
-                                       st.integers(0, 1 << 45)),
-    "drafter_attention_backend": st.sampled_from([None, "auto", "FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"]),
-    "vllm_behaviour": st.sampled_from(["stock", "overlay"]),
-}).flatmap(lambda raw: st.sampled_from([n for n in (1, 1, 2, 3, 4, 8) if raw["tensor_parallel_size"] % n == 0])
-            .map(lambda nodes: dict(raw, nodes=nodes)))
+gate_inputs = st.fixed_dictionaries(
+    {
+        "target_config": target(),
+        "drafter_config": st.one_of(st.none(), drafter()),
+        "tensor_parallel_size": st.sampled_from([1, 1, 2, 3, 4, 6, 8, 16, 64, 1024]),
+        "kv_cache_dtype": dtypes,
+        "drafter_kv_cache_dtype": st.one_of(st.none(), dtypes),
+        "num_speculative_tokens": st.one_of(st.sampled_from([0, 1, 7, 15, 16, 100]), st.integers(0, 4096)),
+        "capability_family": st.sampled_from([80, 89, 90, 100, 103, 110, 120, 121]),
+        "enable_prefix_caching": st.booleans(),
+        "block_size": st.one_of(st.none(), st.sampled_from([-16, 0, 1, 2, 3, 16, 64, 128, 256, 1000, 1024, 1 << 20])),
+        "max_model_len": st.one_of(
+            st.none(), st.sampled_from([-1, 0, 1, 2, 16, 4096, 1 << 20, 1 << 30]), st.integers(1, 1 << 22)
+        ),
+        "kv_cache_memory_bytes": st.one_of(
+            st.sampled_from([0, 1, 4096, 1 << 30, 200 << 30, 1 << 60]), st.integers(0, 1 << 45)
+        ),
+        "drafter_attention_backend": st.sampled_from([None, "auto", "FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"]),
+        "vllm_behaviour": st.sampled_from(["stock", "overlay"]),
+    }
+).flatmap(
+    lambda raw: st.sampled_from([n for n in (1, 1, 2, 3, 4, 8) if raw["tensor_parallel_size"] % n == 0]).map(
+        lambda nodes: dict(raw, nodes=nodes)
+    )
+)
 
 
 def _gate(raw: dict) -> None:
@@ -220,27 +284,49 @@ def _preflight(raw: dict) -> None:
         model_config.check_drafter(raw["drafter_config"])
     spec = None
     if raw["drafter_config"] is not None:
-        spec = {"method": "dflash", "model": "/drafter", "num_speculative_tokens": raw["num_speculative_tokens"],
-                "kv_cache_dtype": raw["drafter_kv_cache_dtype"],
-                "attention_backend": raw["drafter_attention_backend"]}
-    flags = ServeFlags(model="/target", tensor_parallel_size=raw["tensor_parallel_size"],
-                       kv_cache_dtype=raw["kv_cache_dtype"], block_size=raw["block_size"],
-                       max_model_len=raw["max_model_len"], enable_prefix_caching=raw["enable_prefix_caching"],
-                       mamba_cache_mode=None, kv_cache_memory_bytes=None, speculative_config=spec,
-                       gpu_memory_utilization=0.9)
+        spec = {
+            "method": "dflash",
+            "model": "/drafter",
+            "num_speculative_tokens": raw["num_speculative_tokens"],
+            "kv_cache_dtype": raw["drafter_kv_cache_dtype"],
+            "attention_backend": raw["drafter_attention_backend"],
+        }
+    flags = ServeFlags(
+        model="/target",
+        tensor_parallel_size=raw["tensor_parallel_size"],
+        kv_cache_dtype=raw["kv_cache_dtype"],
+        block_size=raw["block_size"],
+        max_model_len=raw["max_model_len"],
+        enable_prefix_caching=raw["enable_prefix_caching"],
+        mamba_cache_mode=None,
+        kv_cache_memory_bytes=None,
+        speculative_config=spec,
+        gpu_memory_utilization=0.9,
+    )
+
     def mounted(role, data):
         return None if data is None else MountedConfig(role, f"/{role}/config.json", "0" * 64, data)
-    built = ServeDefaults(nodes=raw["nodes"], capability_family=raw["capability_family"],
-                          kv_cache_memory_bytes=raw["kv_cache_memory_bytes"], vllm_behaviour=raw["vllm_behaviour"],
-                          max_num_batched_tokens=raw.get("max_num_batched_tokens"),
-                          vllm_version=raw.get("vllm_version", "0.33.0"))
-    inputs = derive_inputs(flags, mounted("target", raw["target_config"]), mounted("drafter", raw["drafter_config"]),
-                           built)
+
+    built = ServeDefaults(
+        nodes=raw["nodes"],
+        capability_family=raw["capability_family"],
+        kv_cache_memory_bytes=raw["kv_cache_memory_bytes"],
+        vllm_behaviour=raw["vllm_behaviour"],
+        max_num_batched_tokens=raw.get("max_num_batched_tokens"),
+        vllm_version=raw.get("vllm_version", "0.33.0"),
+    )
+    inputs = derive_inputs(
+        flags, mounted("target", raw["target_config"]), mounted("drafter", raw["drafter_config"]), built
+    )
     run_gate(inputs)
 
 
-@settings(max_examples=EXAMPLES, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(gate_inputs)
 def test_odd_configs_and_gate_inputs_are_refused_or_judged(raw):
     raw = dict(raw, mamba_cache_mode="align" if raw["enable_prefix_caching"] else "none")

@@ -13,13 +13,13 @@ import shutil
 import subprocess
 import sys
 
-import pytest
-
 import geometry_cases as C
-from geometry.fit import search
-from geometry.inputs import GeometryInputs
+import pytest
 from models_support import misfit_drafter
 from recipe_copies import copy_recipe
+
+from geometry.fit import search
+from geometry.inputs import GeometryInputs
 from stackbuild.core.gate import gate_input
 from stackbuild.core.recipe import load_recipe
 
@@ -37,8 +37,13 @@ def _inputs(path, **changes) -> GeometryInputs:
 
 
 def _build(*args, cwd=C.ROOT):
-    return subprocess.run([sys.executable, str(C.ROOT / "build.py"), *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(C.ROOT / "build.py"), *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_gb10_without_block_size_finds_6144_or_better():
@@ -48,7 +53,9 @@ def test_gb10_without_block_size_finds_6144_or_better():
     assert 6144 in passing
     best = result.ranked[0]
     assert (best.requests_at_max_model_len, best.kv_tokens) >= (
-        passing[6144].requests_at_max_model_len, passing[6144].kv_tokens)
+        passing[6144].requests_at_max_model_len,
+        passing[6144].kv_tokens,
+    )
     assert best.changes[0][0] == "serving.block_size"
 
 
@@ -58,8 +65,9 @@ def test_fit_exit_codes_and_lines(tmp_path):
     assert ok.stdout.startswith("recipe: PASS  block_size 9,216  requests of max_model_len at once 15")
     gb10 = tmp_path / "gb10"
     gb10.mkdir()
-    (gb10 / "recipe.yaml").write_text("\n".join(
-        l for l in GB10.read_text().splitlines() if not l.startswith("  block_size:")))
+    (gb10 / "recipe.yaml").write_text(
+        "\n".join(line for line in GB10.read_text().splitlines() if not line.startswith("  block_size:"))
+    )
     shutil.copytree(GB10.parent / "configs", gb10 / "configs")
     fails = _build("fit", "--recipe", gb10 / "recipe.yaml")
     assert fails.returncode == 5, fails.stderr
@@ -72,8 +80,9 @@ def test_fit_exit_codes_and_lines(tmp_path):
 def test_a_drafter_no_setting_fits_says_why_in_one_line(tmp_path):
     result = search(_inputs(DEFAULT, drafter_config=UNFITTABLE))
     assert result.ranked == ()
-    assert result.why_none.startswith("no setting passes: the drafter's 6,944 B/token fills the "
-                                      "target's attention page (512 B/token x block) exactly")
+    assert result.why_none.startswith(
+        "no setting passes: the drafter's 6,944 B/token fills the target's attention page (512 B/token x block) exactly"
+    )
     assert "multiples of 27,776, beyond 2 x vLLM's hybrid block 9,216" in result.why_none
     assert "\n" not in result.why_none
     recipe = copy_recipe(tmp_path, lambda data: data["drafter"].pop("config_sha256"))
@@ -129,23 +138,43 @@ def test_every_suggestion_passes_when_vllm_plans_it(tmp_path):
     site = copy_tree(pristine_dir(), tmp_path / "site")
     done = run_apply("--site-packages", site)
     assert done.returncode == 0, done.stderr
-    cases = [_inputs(DEFAULT), _inputs(GB10, block_size=None),
-             _inputs(DEFAULT, drafter_config=misfit_drafter()), _inputs(DEFAULT)]
+    cases = [
+        _inputs(DEFAULT),
+        _inputs(GB10, block_size=None),
+        _inputs(DEFAULT, drafter_config=misfit_drafter()),
+        _inputs(DEFAULT),
+    ]
     keep = [frozenset(), frozenset(), frozenset(), frozenset({"serving.enable_prefix_caching"})]
     suggested = [search(inputs, keep=kept) for inputs, kept in zip(cases, keep)]
-    data = [inputs.replace(block_size=c.setting.block_size,
-                           drafter_kv_cache_dtype=c.setting.drafter_kv_cache_dtype,
-                           enable_prefix_caching=c.setting.enable_prefix_caching,
-                           mamba_cache_mode="align" if c.setting.enable_prefix_caching else "none",
-                           num_speculative_tokens=c.setting.num_speculative_tokens).to_json()
-            for inputs, result in zip(cases, suggested) for c in result.ranked[:3]]
+    data = [
+        inputs.replace(
+            block_size=c.setting.block_size,
+            drafter_kv_cache_dtype=c.setting.drafter_kv_cache_dtype,
+            enable_prefix_caching=c.setting.enable_prefix_caching,
+            mamba_cache_mode="align" if c.setting.enable_prefix_caching else "none",
+            num_speculative_tokens=c.setting.num_speculative_tokens,
+        ).to_json()
+        for inputs, result in zip(cases, suggested)
+        for c in result.ranked[:3]
+    ]
     assert len(data) >= 10
-    env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", PYTHONDONTWRITEBYTECODE="1",
-               PYTHONPATH=os.pathsep.join([str(site), str(C.ROOT)]))
-    run = subprocess.run([oracle_python(), "-c", _REPLAN], input=json.dumps(data), cwd=C.ROOT,
-                         capture_output=True, text=True, env=env, timeout=1800)
+    env = dict(
+        os.environ,
+        VLLM_TARGET_DEVICE="cpu",
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONPATH=os.pathsep.join([str(site), str(C.ROOT)]),
+    )
+    run = subprocess.run(
+        [oracle_python(), "-c", _REPLAN],
+        input=json.dumps(data),
+        cwd=C.ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
-    out = json.loads(next(l for l in run.stdout.splitlines() if l.startswith("REPLAN "))[7:])
+    out = json.loads(next(line for line in run.stdout.splitlines() if line.startswith("REPLAN "))[7:])
     assert out["vllm"].startswith(str(site)), out["vllm"]
     for case, (passed, reasons) in zip(data, out["verdicts"]):
         assert passed, (case["block_size"], case["drafter_kv_cache_dtype"], reasons)

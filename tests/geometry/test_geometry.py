@@ -23,14 +23,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+import default_recipe_figures as F  # noqa: E402
 import geometry_cases as C  # noqa: E402
+
 from geometry.errors import BadInput  # noqa: E402
 from geometry.gate import check  # noqa: E402
 from geometry.image_contract import GateReport  # noqa: E402
 from geometry.inputs import GeometryInputs  # noqa: E402
 from geometry.simulate import simulate  # noqa: E402
 from geometry.table import render_text, to_json  # noqa: E402
-import default_recipe_figures as F  # noqa: E402
 from stackbuild.core.gate import gate_input  # noqa: E402
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
 
@@ -95,9 +96,14 @@ def test_default_recipe_figures_from_config_arithmetic():
     raw = gate_input(load_recipe(DEFAULT_RECIPE)).to_json()
     # the recipe the figures describe: GB300 (family 100), TP1, fp8 target KV,
     # drafter KV auto (bf16 for a non-MTP drafter), num_spec 7, 150 GiB
-    assert (raw["capability_family"], raw["tensor_parallel_size"], raw["kv_cache_dtype"],
-            raw["drafter_kv_cache_dtype"], raw["num_speculative_tokens"],
-            raw["kv_cache_memory_bytes"]) == (100, 1, "fp8", "auto", 7, 150 * C.GIB)
+    assert (
+        raw["capability_family"],
+        raw["tensor_parallel_size"],
+        raw["kv_cache_dtype"],
+        raw["drafter_kv_cache_dtype"],
+        raw["num_speculative_tokens"],
+        raw["kv_cache_memory_bytes"],
+    ) == (100, 1, "fp8", "auto", 7, 150 * C.GIB)
     tp, num_spec, memory = 1, 7, 150 * C.GIB
     # KDA state (mamba_utils.kda_state_shape / kda_state_dtype): conv state
     # (H*D + 2*H*D)/tp x (k - 1 + num_spec) in bf16, recurrent H/tp x D x D in fp32
@@ -141,9 +147,10 @@ def test_default_recipe_figures_from_config_arithmetic():
     without = stride * -(-mla_group // stride)
     assert without == 103 * stride == 55_689_216
     assert (table.STOCK.bytes_per_block_with, table.STOCK.bytes_per_block_without) == (
-        stride * -(-stock_drafter_group // stride), without)
-    assert (table.OVERLAY.bytes_per_block_with, table.OVERLAY.bytes_per_block_without) == (
-        without, without)
+        stride * -(-stock_drafter_group // stride),
+        without,
+    )
+    assert (table.OVERLAY.bytes_per_block_with, table.OVERLAY.bytes_per_block_without) == (without, without)
 
     assert table.DRAFTER_BYTES_PER_TOKEN == drafter_per_token == 4_096
     assert memory == table.MEMORY_GIB * C.GIB
@@ -163,13 +170,22 @@ def test_default_recipe_figures_from_config_arithmetic():
     for behaviour, column in (("stock", table.STOCK), ("overlay", table.OVERLAY)):
         report = simulate(gate_input(load_recipe(DEFAULT_RECIPE), vllm_behaviour=behaviour))
         plan, alone = report.with_drafter, report.target_only_same_spec
-        rows = {(r.role, r.block_size, r.real_page_bytes, r.page_bytes) for r in plan.layers
-                if r.role in ("kda", "mla_latent", "sliding_window")}
-        assert rows == {("kda", block, kda, page), ("mla_latent", block, page, page),
-                        ("sliding_window", column.drafter_block, column.drafter_page,
-                         column.drafter_page)}, behaviour
+        rows = {
+            (r.role, r.block_size, r.real_page_bytes, r.page_bytes)
+            for r in plan.layers
+            if r.role in ("kda", "mla_latent", "sliding_window")
+        }
+        assert rows == {
+            ("kda", block, kda, page),
+            ("mla_latent", block, page, page),
+            ("sliding_window", column.drafter_block, column.drafter_page, column.drafter_page),
+        }, behaviour
         assert (plan.block_size, plan.bytes_per_block, plan.num_blocks, plan.tokens_fit) == (
-            column.target_block, column.bytes_per_block_with, column.blocks, column.kv_token_slots)
+            column.target_block,
+            column.bytes_per_block_with,
+            column.blocks,
+            column.kv_token_slots,
+        )
         assert alone.bytes_per_block == column.bytes_per_block_without
         assert check(report).passed is column.passed
 
@@ -188,8 +204,11 @@ def test_default_recipe_prefix_caching_from_arithmetic():
     # state block is max_model_len. Hash block: the gcd of the prefix-cacheable
     # groups' blocks (resolve_kv_cache_block_sizes)
     assert off.scheduler_block == math.lcm(max_model_len, block) == 9_437_184 and off.hash_block is None
-    assert (on.scheduler_block, on.hash_block) == (math.lcm(block, drafter_block),
-                                                   math.gcd(block, drafter_block)) == (9216, 1152)
+    assert (
+        (on.scheduler_block, on.hash_block)
+        == (math.lcm(block, drafter_block), math.gcd(block, drafter_block))
+        == (9216, 1152)
+    )
     # hits land on the hash block: the overlay's drafter block, stock's 9,216
     # (its drafter takes the target block)
     assert (off.hits_every_overlay, off.hits_every_stock) == (None, None)
@@ -215,7 +234,10 @@ def test_default_recipe_prefix_caching_from_arithmetic():
                     assert pc.hash_block_size == on.hash_block
                 # the plan does not change with the mode
                 assert (plan.block_size, plan.num_blocks, plan.tokens_fit) == (
-                    block, overlay.blocks, overlay.kv_token_slots)
+                    block,
+                    overlay.blocks,
+                    overlay.kv_token_slots,
+                )
             # the verdict: the overlay passes, stock fails, in both modes
             assert check(report).passed is (behaviour == "overlay")
 
@@ -252,14 +274,13 @@ def test_family_120_runs_fp8_ds_mla(requested):
     MLAAttention writes that back to the cache config; a drafter without its
     own dtype loads after the target and inherits it, which FLASH_ATTN's
     supported_kv_cache_dtypes (auto, float16, bfloat16, fp8, fp8_e4m3) refuse."""
-    inherit = simulate(_inputs(C.recipe_input("stock", capability_family=120,
-                                              kv_cache_dtype=requested)))
+    inherit = simulate(_inputs(C.recipe_input("stock", capability_family=120, kv_cache_dtype=requested)))
     assert (inherit.target_kv_dtype, inherit.drafter_kv_dtype) == ("fp8_ds_mla", "fp8_ds_mla")
     assert inherit.with_drafter.error.startswith("ValueError")
     assert not inherit.target_only_same_spec.error  # the target alone still plans
-    own = simulate(_inputs(C.recipe_input("stock", capability_family=120,
-                                          kv_cache_dtype=requested,
-                                          drafter_kv_cache_dtype="auto")))
+    own = simulate(
+        _inputs(C.recipe_input("stock", capability_family=120, kv_cache_dtype=requested, drafter_kv_cache_dtype="auto"))
+    )
     assert (own.target_kv_dtype, own.drafter_kv_dtype) == ("fp8_ds_mla", "auto")
     mla = [r for r in own.with_drafter.layers if r.role == "mla_latent"]
     # the packed layout: 512 B NoPE + 16 B scales + 128 B RoPE per token
@@ -271,9 +292,9 @@ def test_family_120_runs_fp8_ds_mla(requested):
 def test_family_120_rejects_other_target_kv_dtypes(requested):
     """FLASHINFER_MLA_SPARSE_SM120 is the only sparse MLA backend vLLM lists
     for SM12x, and it does not take these dtypes: vLLM finds no backend."""
-    report = simulate(_inputs(C.recipe_input("stock", capability_family=120,
-                                             kv_cache_dtype=requested,
-                                             drafter_kv_cache_dtype="auto")))
+    report = simulate(
+        _inputs(C.recipe_input("stock", capability_family=120, kv_cache_dtype=requested, drafter_kv_cache_dtype="auto"))
+    )
     for plan in (report.with_drafter, report.without_drafter, report.target_only_same_spec):
         assert plan.error.startswith("ValueError: No valid attention backend")
 
@@ -296,7 +317,9 @@ def test_simulator_is_stdlib_only():
     overlay manifest and JSON shape readers the gate reads (stdlib only too)."""
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
     geometry = ROOT / "geometry"
-    files = [p for p in sorted(geometry.rglob("*.py")) if p.relative_to(geometry).parts[0] not in ("oracle", "preflight")]
+    files = [
+        p for p in sorted(geometry.rglob("*.py")) if p.relative_to(geometry).parts[0] not in ("oracle", "preflight")
+    ]
     assert geometry / "architectures" / "qwen3_next.py" in files and geometry / "kv_spec.py" in files
     for path in (*files, ROOT / "overlay" / "manifest.py", ROOT / "overlay" / "json_shape.py"):
         tree = ast.parse(path.read_text())
@@ -316,16 +339,30 @@ def test_simulator_is_stdlib_only():
 def _run_cli(tmp_path, data, *args):
     p = tmp_path / "gate-input.json"
     p.write_text(json.dumps(data))
-    return subprocess.run([sys.executable, "-m", GATE_MODULE, "--input", str(p), *args],
-                          cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.run(
+        [sys.executable, "-m", GATE_MODULE, "--input", str(p), *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 def _manifest(patches=(), files=()):
     """An overlay manifest of the shape overlay/apply.py writes (overlay.manifest.OverlayManifest)."""
-    return {"schema": "glm53-overlay-manifest/1", "package": "vllm", "version": "0.33.0",
-            "package_dir": "/usr/lib/python3/site-packages/vllm", "series": "/opt/glm53-overlay/overlay/series/x",
-            "series_sha256": "0" * 64, "patches": list(patches), "files": list(files), "bytecode": [],
-            "stale_bytecode": {"kept": [], "removed": []}, "python": "3.12.3"}
+    return {
+        "schema": "glm53-overlay-manifest/1",
+        "package": "vllm",
+        "version": "0.33.0",
+        "package_dir": "/usr/lib/python3/site-packages/vllm",
+        "series": "/opt/glm53-overlay/overlay/series/x",
+        "series_sha256": "0" * 64,
+        "patches": list(patches),
+        "files": list(files),
+        "bytecode": [],
+        "stale_bytecode": {"kept": [], "removed": []},
+        "python": "3.12.3",
+    }
 
 
 def test_cli_exit_codes(tmp_path):
@@ -333,11 +370,15 @@ def test_cli_exit_codes(tmp_path):
     stock = _run_cli(tmp_path, C.recipe_input("overlay"), "--overlay-manifest", str(manifest))
     assert stock.returncode == 1, stock.stderr
     assert "no overlay manifest" in stock.stdout and "VERDICT (stock): FAIL" in stock.stdout
-    manifest.write_text(json.dumps(_manifest(patches=[
-        {"name": "0001-worker-fit-draft-block-size-to-target-page.patch", "sha256": "x"}])))
+    manifest.write_text(
+        json.dumps(
+            _manifest(patches=[{"name": "0001-worker-fit-draft-block-size-to-target-page.patch", "sha256": "x"}])
+        )
+    )
     out = tmp_path / "report.json"
-    ok = _run_cli(tmp_path, C.recipe_input("stock"), "--overlay-manifest", str(manifest),
-                  "--json", "--report-out", str(out))
+    ok = _run_cli(
+        tmp_path, C.recipe_input("stock"), "--overlay-manifest", str(manifest), "--json", "--report-out", str(out)
+    )
     assert ok.returncode == 0, ok.stderr
     data = json.loads(ok.stdout)
     assert data["verdict"]["passed"] and json.loads(out.read_text())["verdict"]["passed"]
@@ -354,11 +395,26 @@ def test_cli_exit_codes(tmp_path):
 
 def test_cli_import_check_names_the_module_or_the_manifest_at_fault(tmp_path):
     manifest = tmp_path / "manifest.json"
-    manifest.write_text(json.dumps(_manifest(files=[{"file": "glm53_no_such_package/kv_cache_utils.py",
-                                                     "sha256_before": "a", "sha256_after": "b", "patches": []}])))
+    manifest.write_text(
+        json.dumps(
+            _manifest(
+                files=[
+                    {
+                        "file": "glm53_no_such_package/kv_cache_utils.py",
+                        "sha256_before": "a",
+                        "sha256_after": "b",
+                        "patches": [],
+                    }
+                ]
+            )
+        )
+    )
     failed = _run_cli(tmp_path, C.recipe_input("overlay"), "--overlay-manifest", str(manifest), "--import-patched")
     assert failed.returncode == 4, failed.stderr
-    assert "smoke import of patched module glm53_no_such_package.kv_cache_utils failed: ModuleNotFoundError" in failed.stderr
+    assert (
+        "smoke import of patched module glm53_no_such_package.kv_cache_utils failed: ModuleNotFoundError"
+        in failed.stderr
+    )
     manifest.write_text(json.dumps(_manifest(files=[{"path": "vllm/config.py"}])))
     broken = _run_cli(tmp_path, C.recipe_input("overlay"), "--overlay-manifest", str(manifest), "--import-patched")
     assert broken.returncode == 3, broken.stderr
@@ -387,11 +443,21 @@ def test_cli_runs_from_a_copied_directory(tmp_path):
     p = tmp_path / "in.json"
     p.write_text(json.dumps(C.recipe_input("overlay")))
     clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    as_module = subprocess.run([sys.executable, "-m", GATE_MODULE, "--input", str(p), "--behaviour", "overlay"],
-                               cwd="/", capture_output=True, text=True, env={**clean, "PYTHONPATH": str(payload)})
+    as_module = subprocess.run(
+        [sys.executable, "-m", GATE_MODULE, "--input", str(p), "--behaviour", "overlay"],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        env={**clean, "PYTHONPATH": str(payload)},
+    )
     assert as_module.returncode == 0, as_module.stderr + as_module.stdout
-    as_script = subprocess.run([sys.executable, str(payload / "geometry" / COMPAT_SCRIPT), "--input", str(p),
-                                "--behaviour", "overlay"], cwd="/", capture_output=True, text=True, env=clean)
+    as_script = subprocess.run(
+        [sys.executable, str(payload / "geometry" / COMPAT_SCRIPT), "--input", str(p), "--behaviour", "overlay"],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        env=clean,
+    )
     assert as_script.returncode == 0, as_script.stderr + as_script.stdout
     assert as_script.stdout == as_module.stdout
 
@@ -412,21 +478,26 @@ def test_kimi_linear_numbers_from_config_arithmetic():
         assert base.target_attention_page == block * 576
         assert base.mamba_page_size_padded == block * 576
         assert base.grouping_path == "unified" and base.layout == "LBNHC"
-        kda_rows = [l for l in base.layers if l.role == "kda"]
+        kda_rows = [row for row in base.layers if row.role == "kda"]
         assert len(kda_rows) == 20 and kda_rows[0].real_page_bytes == kda
         if behaviour == "stock":  # the drafter's page is the largest, MLA cannot be padded
             assert r.with_drafter.error.startswith("NotImplementedError")
         else:
-            d = [l for l in r.with_drafter.layers if l.owner == "drafter"]
-            assert {l.block_size for l in d} == {block * 576 // 2048}
+            d = [row for row in r.with_drafter.layers if row.owner == "drafter"]
+            assert {row.block_size for row in d} == {block * 576 // 2048}
 
 
 def _kimi(behaviour: str, drafter_layers: int, prefix_caching: bool, **changes) -> dict:
     _, d = C.recipe_configs()
-    d = dict(d, num_hidden_layers=drafter_layers,
-             layer_types=["sliding_attention"] * drafter_layers)
-    return C.recipe_input(behaviour, target_config=C.kimi_linear_config(), kv_cache_dtype="fp8",
-                          drafter_config=d, **C.prefix_caching(prefix_caching), **changes)
+    d = dict(d, num_hidden_layers=drafter_layers, layer_types=["sliding_attention"] * drafter_layers)
+    return C.recipe_input(
+        behaviour,
+        target_config=C.kimi_linear_config(),
+        kv_cache_dtype="fp8",
+        drafter_config=d,
+        **C.prefix_caching(prefix_caching),
+        **changes,
+    )
 
 
 def test_capacity_rule_when_the_drafter_makes_blocks_smaller():
@@ -442,8 +513,8 @@ def test_capacity_rule_when_the_drafter_makes_blocks_smaller():
     assert v5.kv_tokens_with == w.num_blocks * 4096 // 2
     assert v5.kv_tokens_without == base.num_blocks * 4096
     assert not v5.passed and v5.reasons[0].startswith(
-        f"KV capacity {v5.kv_tokens_with:,} tokens with the drafter vs "
-        f"{v5.kv_tokens_without:,} for the target alone")
+        f"KV capacity {v5.kv_tokens_with:,} tokens with the drafter vs {v5.kv_tokens_without:,} for the target alone"
+    )
     # a one-layer drafter: every group holds one layer, 7 MLA groups of 1/7 the
     # bytes each; capacity = blocks x 4096 / 7 holds, and the gate passes
     one = simulate(_inputs(_kimi("overlay", 1, False)))
@@ -471,7 +542,8 @@ def test_prefix_cache_gate():
     assert vk.reasons == (
         "prefix caching: drafter block 576 does not divide the target block 4096 "
         "(hash block 64, scheduler block 36864)",
-        "prefix caching: cache hits land every 36,864 tokens, more than the target block 4096")
+        "prefix caching: cache hits land every 36,864 tokens, more than the target block 4096",
+    )
     # the same with prefix caching off passes (capacity holds, see above) and says so
     off = simulate(_inputs(_kimi("overlay", 1, False, drafter_kv_cache_dtype="bfloat16")))
     voff = check(off)
@@ -484,32 +556,46 @@ def test_prefix_cache_in_json():
     data = json.loads(json.dumps(to_json(report, check(report)), default=str))
     for label in ("with_drafter", "without_drafter", "target_only_same_spec"):
         assert set(data["report"][label]["prefix_cache"]) == {
-            "enabled", "hash_block_size", "scheduler_block_size", "hit_alignment_tokens",
-            "can_hit"}
+            "enabled",
+            "hash_block_size",
+            "scheduler_block_size",
+            "hit_alignment_tokens",
+            "can_hit",
+        }
 
 
 def test_align_not_modelled_for_gdn_targets():
     import random
 
-    data = C.recipe_input("stock", target_config=C.qwen3_next_target(random.Random(1)),
-                          **C.prefix_caching(True))
+    data = C.recipe_input("stock", target_config=C.qwen3_next_target(random.Random(1)), **C.prefix_caching(True))
     with pytest.raises(BadInput, match="Qwen3-Next"):
         simulate(_inputs(data))
 
 
-@pytest.mark.parametrize("nodes,why", [(0, "nodes must be a positive integer, got 0"),
-                                       (True, "nodes must be a positive integer, got True"),
-                                       (4, "tensor_parallel_size 2 is not a multiple of nodes 4")])
+@pytest.mark.parametrize(
+    "nodes,why",
+    [
+        (0, "nodes must be a positive integer, got 0"),
+        (True, "nodes must be a positive integer, got True"),
+        (4, "tensor_parallel_size 2 is not a multiple of nodes 4"),
+    ],
+)
 def test_nodes_must_split_the_tp_group(nodes, why):
     with pytest.raises(BadInput, match=why):
         _inputs(C.recipe_input("stock", tensor_parallel_size=2, nodes=nodes))
 
 
 def test_nodes_do_not_change_the_per_rank_geometry():
-    one = simulate(_inputs(C.recipe_input("stock", capability_family=120, tensor_parallel_size=4,
-                                          drafter_kv_cache_dtype="auto")))
-    two = simulate(_inputs(C.recipe_input("stock", capability_family=120, tensor_parallel_size=4,
-                                          drafter_kv_cache_dtype="auto", nodes=2)))
+    one = simulate(
+        _inputs(C.recipe_input("stock", capability_family=120, tensor_parallel_size=4, drafter_kv_cache_dtype="auto"))
+    )
+    two = simulate(
+        _inputs(
+            C.recipe_input(
+                "stock", capability_family=120, tensor_parallel_size=4, drafter_kv_cache_dtype="auto", nodes=2
+            )
+        )
+    )
     assert (two.nodes, two.ranks_per_node) == (2, 2)
     assert two.with_drafter == one.with_drafter
 
@@ -521,17 +607,28 @@ def test_the_simulator_classifies_the_target_as_the_gate_does():
     from geometry.inputs import resolve_prefix_caching
     from geometry.model_config import ConfigInvalid, check_target
 
-    target = dict(C.qwen3_next_target(random.Random(0)),
-                  architectures=["LlamaForCausalLM", "Qwen3NextForCausalLM"])
-    data = C.recipe_input("stock", target_config=target, drafter_config=None, drafter_kv_cache_dtype=None,
-                          num_speculative_tokens=0, drafter_attention_backend=None, **C.prefix_caching(False))
+    target = dict(C.qwen3_next_target(random.Random(0)), architectures=["LlamaForCausalLM", "Qwen3NextForCausalLM"])
+    data = C.recipe_input(
+        "stock",
+        target_config=target,
+        drafter_config=None,
+        drafter_kv_cache_dtype=None,
+        num_speculative_tokens=0,
+        drafter_attention_backend=None,
+        **C.prefix_caching(False),
+    )
     message = "target config: architectures: LlamaForCausalLM is not modelled"
-    for refuse in (lambda: check_target(target), lambda: resolve_prefix_caching(target, None),
-                   lambda: simulate(_inputs(data))):
+    for refuse in (
+        lambda: check_target(target),
+        lambda: resolve_prefix_caching(target, None),
+        lambda: simulate(_inputs(data)),
+    ):
         with pytest.raises(ConfigInvalid, match=message):
             refuse()
-    assert simulate(_inputs(dict(data, target_config=dict(target, architectures=["Qwen3NextForCausalLM"])))
-                    ).model_kind == "qwen3_next"
+    assert (
+        simulate(_inputs(dict(data, target_config=dict(target, architectures=["Qwen3NextForCausalLM"])))).model_kind
+        == "qwen3_next"
+    )
 
 
 def _qwen3_moe_input(**target_changes) -> dict:
@@ -539,12 +636,15 @@ def _qwen3_moe_input(**target_changes) -> dict:
     return dict(C.qwen3_moe_matrix("stock")[0], target_config=target)
 
 
-@pytest.mark.parametrize("changes,key,why", [
-    (dict(num_key_value_heads=None), "num_key_value_heads", "transformers' Qwen3MoeConfig default"),
-    (dict(head_dim=None), "head_dim", "hidden_size // num_attention_heads"),
-    (dict(num_key_value_heads=3), "num_key_value_heads", "3 does not divide num_attention_heads 8"),
-    (dict(use_sliding_window=True), "use_sliding_window", "sliding-window layers of a Qwen3-MoE are not modelled"),
-])
+@pytest.mark.parametrize(
+    "changes,key,why",
+    [
+        (dict(num_key_value_heads=None), "num_key_value_heads", "transformers' Qwen3MoeConfig default"),
+        (dict(head_dim=None), "head_dim", "hidden_size // num_attention_heads"),
+        (dict(num_key_value_heads=3), "num_key_value_heads", "3 does not divide num_attention_heads 8"),
+        (dict(use_sliding_window=True), "use_sliding_window", "sliding-window layers of a Qwen3-MoE are not modelled"),
+    ],
+)
 def test_qwen3_moe_config_the_simulator_would_misread_is_refused_naming_the_key(changes, key, why):
     """A Qwen3-MoE target without num_key_value_heads or head_dim (vLLM would take Qwen3MoeConfig's
     4 KV heads, or hidden_size // num_attention_heads), with KV heads not dividing its heads or with

@@ -17,7 +17,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from infra.fixtures import in_ci
 
 pytestmark = pytest.mark.oracle
@@ -30,13 +29,12 @@ except ImportError as exc:
     pytest.skip(f"vLLM is not importable ({exc}): run `make oracle`", allow_module_level=True)
 
 import geometry_cases as C  # noqa: E402
+
 from geometry.errors import BadInput  # noqa: E402
 from geometry.inputs import GeometryInputs, resolve_prefix_caching  # noqa: E402
 
-PREFIX_FLAGS = {None: [], True: ["--enable-prefix-caching"],
-                False: ["--no-enable-prefix-caching"]}
-MODE_FLAGS = {None: [], "align": ["--mamba-cache-mode", "align"],
-              "none": ["--mamba-cache-mode", "none"]}
+PREFIX_FLAGS = {None: [], True: ["--enable-prefix-caching"], False: ["--no-enable-prefix-caching"]}
+MODE_FLAGS = {None: [], "align": ["--mamba-cache-mode", "align"], "none": ["--mamba-cache-mode", "none"]}
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +67,7 @@ def engine_config():
 def test_resolution_matches_vllm_engine_config(target, engine_config, tmp_path):
     import random
 
-    cfg = (C.qwen3_next_target(random.Random(1)) if target == "qwen3_next"
-           else C.kimi_linear_config())
+    cfg = C.qwen3_next_target(random.Random(1)) if target == "qwen3_next" else C.kimi_linear_config()
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     seen = set()
     for prefix, pflags in PREFIX_FLAGS.items():
@@ -88,8 +85,7 @@ def test_glm5next_is_hybrid_in_vllm_source():
     import vllm
 
     src = Path(vllm.__file__).parent / "models" / "glm5next" / "common" / "model.py"
-    classes = {n.name: n for n in ast.walk(ast.parse(src.read_text()))
-               if isinstance(n, ast.ClassDef)}
+    classes = {n.name: n for n in ast.walk(ast.parse(src.read_text())) if isinstance(n, ast.ClassDef)}
     bases = {getattr(b, "id", None) for b in classes["Glm5NextForCausalLM"].bases}
     assert "IsHybrid" in bases
     target, _ = C.recipe_configs()

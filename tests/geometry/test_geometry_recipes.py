@@ -1,6 +1,7 @@
 """Every recipe under recipes/: its KV-geometry gate runs on the host through
 build.py at the recipe's TP (per rank, with the per-node picture), and render
 and build --dry-run work, before any engine is asked."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,14 @@ DEAD_DOCKER = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 
 
 def build_py(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "build.py"), *args], cwd=ROOT, env=DEAD_DOCKER,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "build.py"), *args],
+        cwd=ROOT,
+        env=DEAD_DOCKER,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_recipes_are_found():
@@ -40,7 +47,10 @@ def test_recipe_gates_renders_and_plans(path):
     report = data["report"]
     assert data["verdict"]["passed"]
     assert (report["tensor_parallel_size"], report["nodes"], report["ranks_per_node"]) == (
-        s.tensor_parallel_size, s.nodes, s.tensor_parallel_size // s.nodes)
+        s.tensor_parallel_size,
+        s.nodes,
+        s.tensor_parallel_size // s.nodes,
+    )
     assert report["capability_family"] == recipe.hardware.capability_family
     assert report["kv_cache_memory_bytes"] == int(recipe.geometry.kv_cache_memory_gib * (1 << 30))
     render = build_py("render", "--allow-unpinned", "--recipe", str(path))

@@ -5,6 +5,7 @@ venv's pristine vLLM 0.33.0, on the default recipe's gate input in stock mode
 (where simulator and vLLM must agree). ``python -X importtime`` shows whether
 vLLM was imported.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from infra.fixtures import in_ci
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,8 +27,10 @@ except ImportError as exc:
         raise  # CI=true: the oracle is required, never skipped
     pytest.skip(f"vLLM's own planning code is not importable ({exc}): run `make oracle`", allow_module_level=True)
 
-from geometry import record  # noqa: E402
-from geometry import gate_main  # noqa: E402
+from geometry import (  # noqa: E402
+    gate_main,
+    record,
+)
 from stackbuild.core.gate import gate_input  # noqa: E402
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
 
@@ -37,14 +39,34 @@ pytestmark = pytest.mark.oracle
 
 def run_gate(workdir: Path, record_name: str, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-X", "importtime", str(GATE), "--input", "gate-input.json", "--behaviour", "stock",
-         "--oracle", "--oracle-record", record_name, "--report-out", f"report-{record_name}", *extra],
-        cwd=workdir, capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            str(GATE),
+            "--input",
+            "gate-input.json",
+            "--behaviour",
+            "stock",
+            "--oracle",
+            "--oracle-record",
+            record_name,
+            "--report-out",
+            f"report-{record_name}",
+            *extra,
+        ],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def imported_vllm(run: subprocess.CompletedProcess) -> bool:
-    return any(line.startswith("import time:") and line.rstrip().endswith((" vllm", " torch"))
-               for line in run.stderr.splitlines())
+    return any(
+        line.startswith("import time:") and line.rstrip().endswith((" vllm", " torch"))
+        for line in run.stderr.splitlines()
+    )
 
 
 def report(workdir: Path, record_name: str) -> dict:
@@ -90,7 +112,8 @@ def test_the_simulator_is_held_to_the_recorded_numbers(recorded):
     assert not imported_vllm(run)
     assert report(workdir, "edited.json")["oracle"]["differences"] == [
         f"with_drafter.num_blocks: simulator={edited['vllm']['with_drafter']['num_blocks'] - 1} "
-        f"vllm={edited['vllm']['with_drafter']['num_blocks']}"]
+        f"vllm={edited['vllm']['with_drafter']['num_blocks']}"
+    ]
     assert "ORACLE DISAGREEMENT (simulator vs vLLM's recorded answer)" in run.stdout
 
 
@@ -115,12 +138,15 @@ def test_an_unreadable_record_is_bad_input_naming_the_file(recorded):
     assert not imported_vllm(run)
 
 
-@pytest.mark.parametrize("part, edit, why", [
-    ("inputs", lambda raw: raw.update(num_speculative_tokens=raw["num_speculative_tokens"] + 1), "inputs differs"),
-    ("vllm_tree", None, "the vLLM tree differs"),
-    ("python", None, "python differs"),
-    ("geometry_code", None, "geometry_code differs"),
-])
+@pytest.mark.parametrize(
+    "part, edit, why",
+    [
+        ("inputs", lambda raw: raw.update(num_speculative_tokens=raw["num_speculative_tokens"] + 1), "inputs differs"),
+        ("vllm_tree", None, "the vLLM tree differs"),
+        ("python", None, "python differs"),
+        ("geometry_code", None, "geometry_code differs"),
+    ],
+)
 def test_every_part_of_the_key_is_checked(recorded, part, edit, why):
     workdir, _, raw = recorded
     kept = json.loads((workdir / "first.json").read_text())

@@ -37,7 +37,7 @@ def imported_names(path: Path, root: Path) -> set[str]:
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package[:len(package) - (node.level - 1)]
+                base = package[: len(package) - (node.level - 1)]
                 module = ".".join(base + ([node.module] if node.module else []))
             else:
                 module = node.module or ""
@@ -106,22 +106,28 @@ def _in(module: str, package: str) -> bool:
 def layer_violations(graph: dict[str, set[str]]) -> list[str]:
     problems = []
     for module, deps in sorted(graph.items()):
+
         def imports(package: str) -> list[str]:
             return sorted(d for d in deps if _in(d, package))
 
         if _in(module, "geometry") or _in(module, "overlay"):
-            problems += [f"{module} imports {d} (geometry/ and overlay/ import nothing of stackbuild)"
-                         for d in imports("stackbuild")]
+            problems += [
+                f"{module} imports {d} (geometry/ and overlay/ import nothing of stackbuild)"
+                for d in imports("stackbuild")
+            ]
         if _in(module, "stackbuild.core"):
             for upper in ("stackbuild.image", "stackbuild.serve", "stackbuild.cli"):
                 problems += [f"{module} imports {d} (stackbuild.core is below {upper})" for d in imports(upper)]
         for one, other in (("stackbuild.image", "stackbuild.serve"), ("stackbuild.serve", "stackbuild.image")):
             if _in(module, one):
-                problems += [f"{module} imports {d} ({one} and {other} never import each other)"
-                             for d in imports(other)]
+                problems += [
+                    f"{module} imports {d} ({one} and {other} never import each other)" for d in imports(other)
+                ]
         if module != "stackbuild.cli":
             if imports("stackbuild.image") and imports("stackbuild.serve"):
-                problems.append(f"{module} imports both stackbuild.image and stackbuild.serve (only stackbuild/cli.py does)")
+                problems.append(
+                    f"{module} imports both stackbuild.image and stackbuild.serve (only stackbuild/cli.py does)"
+                )
             problems += [f"{module} imports {d} (nothing imports the CLI)" for d in imports("stackbuild.cli")]
     return problems
 
@@ -149,30 +155,60 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 
 def test_a_cycle_through_an_import_inside_a_function_is_found(tmp_path):
     """The circle geometry/ had: a module-level import one way, a function-level one back."""
-    root = _tree(tmp_path, {
-        "geometry/__init__.py": "",
-        "geometry/inputs.py": "def resolve():\n    from .model import model_kind\n",
-        "geometry/model.py": "from . import drafter\n",
-        "geometry/drafter.py": "from .inputs import BadInput\n",
-        "geometry/table.py": "from geometry.model import x\n",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "geometry/__init__.py": "",
+            "geometry/inputs.py": "def resolve():\n    from .model import model_kind\n",
+            "geometry/model.py": "from . import drafter\n",
+            "geometry/drafter.py": "from .inputs import BadInput\n",
+            "geometry/table.py": "from geometry.model import x\n",
+        },
+    )
     assert cycles(import_graph(root, ("geometry",))) == [["geometry.drafter", "geometry.inputs", "geometry.model"]]
 
 
-@pytest.mark.parametrize("module,text,problem", [
-    ("geometry/gate.py", "def f():\n    import stackbuild.core.errors\n", "geometry.gate imports stackbuild.core.errors"),
-    ("overlay/apply.py", "from stackbuild import cli\n", "overlay.apply imports stackbuild"),
-    ("stackbuild/core/recipe.py", "from ..image import plan\n", "stackbuild.core.recipe imports stackbuild.image"),
-    ("stackbuild/image/plan.py", "from stackbuild.serve.compose import x\n", "stackbuild.image.plan imports stackbuild.serve.compose"),
-    ("stackbuild/serve/compose.py", "def f():\n    from stackbuild.image import render\n", "stackbuild.serve.compose imports stackbuild.image"),
-    ("stackbuild/__init__.py", "import stackbuild.image.plan\nimport stackbuild.serve.k8s\n", "stackbuild imports both"),
-    ("stackbuild/image/plan.py", "from stackbuild.cli import main\n", "stackbuild.image.plan imports stackbuild.cli"),
-])
+@pytest.mark.parametrize(
+    "module,text,problem",
+    [
+        (
+            "geometry/gate.py",
+            "def f():\n    import stackbuild.core.errors\n",
+            "geometry.gate imports stackbuild.core.errors",
+        ),
+        ("overlay/apply.py", "from stackbuild import cli\n", "overlay.apply imports stackbuild"),
+        ("stackbuild/core/recipe.py", "from ..image import plan\n", "stackbuild.core.recipe imports stackbuild.image"),
+        (
+            "stackbuild/image/plan.py",
+            "from stackbuild.serve.compose import x\n",
+            "stackbuild.image.plan imports stackbuild.serve.compose",
+        ),
+        (
+            "stackbuild/serve/compose.py",
+            "def f():\n    from stackbuild.image import render\n",
+            "stackbuild.serve.compose imports stackbuild.image",
+        ),
+        (
+            "stackbuild/__init__.py",
+            "import stackbuild.image.plan\nimport stackbuild.serve.k8s\n",
+            "stackbuild imports both",
+        ),
+        (
+            "stackbuild/image/plan.py",
+            "from stackbuild.cli import main\n",
+            "stackbuild.image.plan imports stackbuild.cli",
+        ),
+    ],
+)
 def test_an_import_against_the_layers_is_found(tmp_path, module, text, problem):
-    files = {f"{p}/__init__.py": "" for p in ("geometry", "overlay", "stackbuild", "stackbuild/core",
-                                              "stackbuild/image", "stackbuild/serve")}
+    files = {
+        f"{p}/__init__.py": ""
+        for p in ("geometry", "overlay", "stackbuild", "stackbuild/core", "stackbuild/image", "stackbuild/serve")
+    }
     files["stackbuild/cli.py"] = "from stackbuild.image import plan\nfrom stackbuild.serve import compose\n"
     root = _tree(tmp_path, files)
     assert layer_violations(import_graph(root)) == []
     _tree(root, {module: text})
-    assert any(p.startswith(problem) for p in layer_violations(import_graph(root))), layer_violations(import_graph(root))
+    assert any(p.startswith(problem) for p in layer_violations(import_graph(root))), layer_violations(
+        import_graph(root)
+    )

@@ -10,6 +10,7 @@ holds 9,216 tokens and costs 55,689,216 B; the target's attention page is 4,718,
 from the code under test. The pre-flight parses its argv with vLLM's serve parser (marked
 ``oracle``: 20-60 s each); the geometry fails, so the planner's cross-check is not run.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from bad_input_helpers import DIGEST, assert_refused, invoke
 from models_support import misfit_drafter, models_dir
 from recipe_copies import REPO, copy_recipe, pinned, set_key
@@ -30,7 +30,8 @@ from recipe_copies import REPO, copy_recipe, pinned, set_key
 GIB = 1024**3
 GATE_FAILED = 5  # README: the geometry gate refuses (host CLI, build, pre-flight)
 MISMATCH = 1  # geometry/gate_main.py: the geometry does not fit
-# `build.py geometry` / `compose` / `build --dry-run` say how many more reasons the table shows, the pre-flight lists them below.
+# `build.py geometry` / `compose` / `build --dry-run` say how many more reasons the table shows; the pre-flight
+# lists them below.
 MORE = re.compile(r" \(and \d+ more(; `build.py geometry` shows all| below)\)$")
 
 
@@ -51,22 +52,35 @@ def _misfit_recipe(data: dict, recipe_dir: Path) -> None:
 
 _MEMORY = 1_000_000_000  # 17 blocks of 55,689,216 B (18 would take 1,002,405,888 B)
 CASES = [
-    Case("max-model-len-above-max-positions", set_key("serving.max_model_len", 2_097_152),
-         ("--max-model-len", "2097152"), None,
-         "max_model_len 2,097,152 is above the target's max_position_embeddings 1,048,576"),
+    Case(
+        "max-model-len-above-max-positions",
+        set_key("serving.max_model_len", 2_097_152),
+        ("--max-model-len", "2097152"),
+        None,
+        "max_model_len 2,097,152 is above the target's max_position_embeddings 1,048,576",
+    ),
     # 1e9 B is 1953125 / 2**21 GiB exactly: the recipe's GiB and the flag's bytes are the same number.
-    Case("kv-budget-below-one-request", set_key("geometry.kv_cache_memory_gib", _MEMORY / GIB),
-         ("--kv-cache-memory-bytes", str(_MEMORY)), None,
-         # ceil(1,048,576 / 9,216) = 114 blocks; 17 x 9,216 = 156,672 tokens
-         "one request of max_model_len 1,048,576 tokens needs at least 114 blocks of 9,216 tokens, but the KV "
-         "cache (1,000,000,000 B at 55,689,216 B per block) holds 17 blocks (156,672 tokens)"),
+    Case(
+        "kv-budget-below-one-request",
+        set_key("geometry.kv_cache_memory_gib", _MEMORY / GIB),
+        ("--kv-cache-memory-bytes", str(_MEMORY)),
+        None,
+        # ceil(1,048,576 / 9,216) = 114 blocks; 17 x 9,216 = 156,672 tokens
+        "one request of max_model_len 1,048,576 tokens needs at least 114 blocks of 9,216 tokens, but the KV "
+        "cache (1,000,000,000 B at 55,689,216 B per block) holds 17 blocks (156,672 tokens)",
+    ),
     # 4 KV heads x 80 x 2 (K, V) x 2 B = 1,280 B/token; at the target's block 9,216: 11,796,480 B
-    Case("misfit-drafter", "misfit", (), misfit_drafter(),
-         "drafter layer drafter.model.layers.0.self_attn.attn (SlidingWindowSpec, 4 KV heads x head 80, bfloat16: "
-         "1280 B/token) at block 9216 has a real page of 11,796,480 B, but the target attention page P is "
-         "4,718,592 B; no drafter block fits exactly (4,718,592 is not a multiple of 1280) "
-         # the drafter's five layers alike: one reason, with their count
-         "[5x: also drafter.model.layers.1.self_attn.attn to drafter.model.layers.4.self_attn.attn]"),
+    Case(
+        "misfit-drafter",
+        "misfit",
+        (),
+        misfit_drafter(),
+        "drafter layer drafter.model.layers.0.self_attn.attn (SlidingWindowSpec, 4 KV heads x head 80, bfloat16: "
+        "1280 B/token) at block 9216 has a real page of 11,796,480 B, but the target attention page P is "
+        "4,718,592 B; no drafter block fits exactly (4,718,592 is not a multiple of 1280) "
+        # the drafter's five layers alike: one reason, with their count
+        "[5x: also drafter.model.layers.1.self_attn.attn to drafter.model.layers.4.self_attn.attn]",
+    ),
 ]
 IDS = [c.name for c in CASES]
 
@@ -80,6 +94,7 @@ def bad_recipe(tmp_path: Path, case: Case) -> Path:
             _misfit_recipe(data, recipe_dir)
         else:
             case.recipe_edit(data)
+
     return copy_recipe(tmp_path, edit)
 
 
@@ -90,7 +105,7 @@ def _first_reason(summary: str) -> str:
 def _host_error(recipe: Path, line: str) -> str:
     prefix = f"error: {recipe}: geometry gate failed: "
     assert line.startswith(prefix), line
-    return _first_reason(line[len(prefix):])
+    return _first_reason(line[len(prefix) :])
 
 
 def _preflight_verdict(line: str) -> tuple[str, str]:
@@ -100,6 +115,7 @@ def _preflight_verdict(line: str) -> tuple[str, str]:
 
 
 # --- the recipe's callers: no vLLM -------------------------------------------------------------
+
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_the_recipes_callers_give_one_verdict(tmp_path, case):
@@ -118,8 +134,8 @@ def test_the_recipes_callers_give_one_verdict(tmp_path, case):
 
     dry = invoke(["build", "--dry-run", "--recipe", recipe])
     assert dry.exit_code == 0, dry.stderr
-    shown = next(l for l in dry.stdout.splitlines() if l.startswith("# geometry  "))
-    word, summary = shown[len("# geometry  "):].split(": ", 1)
+    shown = next(line for line in dry.stdout.splitlines() if line.startswith("# geometry  "))
+    word, summary = shown[len("# geometry  ") :].split(": ", 1)
     verdicts["build --dry-run"] = (word, _first_reason(summary), GATE_FAILED)  # the build's gate step then fails
     dry_json = invoke(["build", "--dry-run", "--json", "--recipe", recipe])
     assert json.loads(dry_json.stdout)["geometry_verdict"] == "fail"
@@ -132,13 +148,21 @@ def test_the_recipes_callers_give_one_verdict(tmp_path, case):
     plan = make_plan(load_recipe(recipe))
     context = write_context(plan, tmp_path / "context")
     payload = context / "gate-payload" / plan.payload_dir.lstrip("/")
-    gate = subprocess.run([sys.executable, "-m", "geometry.gate_main", "--input", "gate-input.json",
-                           "--behaviour", "input"], cwd=payload, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(payload)})
+    gate = subprocess.run(
+        [sys.executable, "-m", "geometry.gate_main", "--input", "gate-input.json", "--behaviour", "input"],
+        cwd=payload,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(payload)},
+    )
     lines = gate.stdout.splitlines()
-    at = next(i for i, l in enumerate(lines) if l.startswith("VERDICT (overlay): "))
-    verdicts["gate_main"] = (lines[at].removeprefix("VERDICT (overlay): ").lower(),
-                             lines[at + 1].removeprefix("  - "), gate.returncode)
+    at = next(i for i, line in enumerate(lines) if line.startswith("VERDICT (overlay): "))
+    verdicts["gate_main"] = (
+        lines[at].removeprefix("VERDICT (overlay): ").lower(),
+        lines[at + 1].removeprefix("  - "),
+        gate.returncode,
+    )
     # The build's error line is the step's reason line (stackbuild/image/pipeline.py reads it).
     from geometry.image_contract import gate_reason
 
@@ -180,8 +204,9 @@ def case_models(tmp_path_factory):
 @pytest.fixture(scope="module")
 def entrypoint_outcomes(case_models):
     cases = [[str(case_models[c.name]), list(c.serve_args)] for c in CASES]
-    run = subprocess.run([sys.executable, "-c", _ENTRYPOINT, json.dumps(cases)], capture_output=True, text=True,
-                         cwd=REPO, timeout=900)
+    run = subprocess.run(
+        [sys.executable, "-c", _ENTRYPOINT, json.dumps(cases)], capture_output=True, text=True, cwd=REPO, timeout=900
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     return dict(zip(IDS, json.loads(run.stdout.strip().splitlines()[-1])))
 
@@ -191,10 +216,24 @@ def entrypoint_outcomes(case_models):
 def test_the_preflight_gives_the_recipes_verdict(tmp_path, case, case_models, entrypoint_outcomes):
     from stackbuild.core.recipe import DEFAULT_RECIPE
 
-    host = subprocess.run([sys.executable, str(REPO / "build.py"), "preflight", "--recipe", str(DEFAULT_RECIPE),
-                           "--models-dir", str(case_models[case.name]), "--", *case.serve_args],
-                          capture_output=True, text=True, cwd=REPO, timeout=900)
-    errors = [l for l in host.stderr.splitlines() if l.startswith("error: ")]
+    host = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "build.py"),
+            "preflight",
+            "--recipe",
+            str(DEFAULT_RECIPE),
+            "--models-dir",
+            str(case_models[case.name]),
+            "--",
+            *case.serve_args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=900,
+    )
+    errors = [line for line in host.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) <= 1, host.stderr
     shown = errors[0].removeprefix("error: ") if errors else host.stdout.splitlines()[0]
     code, lines = entrypoint_outcomes[case.name]

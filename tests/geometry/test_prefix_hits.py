@@ -29,9 +29,6 @@ simulator reports for the plan (``prefix_cache.hit_alignment_tokens``,
 from __future__ import annotations
 
 import pytest
-
-from geometry.inputs import GeometryInputs
-from geometry.simulate import simulate
 from overlay_helpers import (
     RECIPE_CONFIGS,
     copy_tree,
@@ -41,6 +38,9 @@ from overlay_helpers import (
     recipe_params,
     run_apply,
 )
+
+from geometry.inputs import GeometryInputs
+from geometry.simulate import simulate
 
 pytestmark = pytest.mark.oracle
 
@@ -204,9 +204,7 @@ def test_requests_ran_through_the_scheduler(hits):
         assert r["free_blocks_after_a"] == r["num_blocks"] - 1  # all but the null block
 
 
-@pytest.mark.parametrize(
-    "tree,behaviour", [("stock", "stock"), ("patched", "overlay")]
-)
+@pytest.mark.parametrize("tree,behaviour", [("stock", "stock"), ("patched", "overlay")])
 @pytest.mark.parametrize("case,drafter", [("drafter", True), ("no_drafter", False)])
 def test_hits_equal_what_the_report_predicts(hits, tree, behaviour, case, drafter):
     r = hits[tree][case]

@@ -1,24 +1,43 @@
 """The one path from serve settings to the gate input (geometry/serve_settings.py, geometry.inputs.build_inputs):
 a flag given decides, a flag not given takes what applies without it, on the host as at container start."""
+
 from __future__ import annotations
 
 import dataclasses
 
+from geometry_cases import recipe_configs
+
 from geometry.inputs import build_inputs
 from geometry.preflight.check import build_defaults
 from geometry.serve_settings import ServeDefaults, ServeSettings
-from geometry_cases import recipe_configs
 from stackbuild.core.gate import gate_input, serve_defaults
 from stackbuild.core.gpus import serve_batched_tokens
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 
 TARGET, DRAFTER = recipe_configs()
-DEFAULTS = ServeDefaults(nodes=1, capability_family=100, vllm_behaviour="overlay", kv_cache_memory_bytes=3 << 30,
-                         max_num_batched_tokens=16384, vllm_version="0.33.0")
-UNSET = ServeSettings(tensor_parallel_size=1, kv_cache_dtype="auto", drafter_kv_cache_dtype=None,
-                      num_speculative_tokens=7, drafter_attention_backend="FLASH_ATTN", enable_prefix_caching=None,
-                      mamba_cache_mode=None, block_size=None, max_model_len=None, max_num_seqs=None,
-                      max_num_batched_tokens=None, kv_cache_memory_bytes=None, defaults=DEFAULTS)
+DEFAULTS = ServeDefaults(
+    nodes=1,
+    capability_family=100,
+    vllm_behaviour="overlay",
+    kv_cache_memory_bytes=3 << 30,
+    max_num_batched_tokens=16384,
+    vllm_version="0.33.0",
+)
+UNSET = ServeSettings(
+    tensor_parallel_size=1,
+    kv_cache_dtype="auto",
+    drafter_kv_cache_dtype=None,
+    num_speculative_tokens=7,
+    drafter_attention_backend="FLASH_ATTN",
+    enable_prefix_caching=None,
+    mamba_cache_mode=None,
+    block_size=None,
+    max_model_len=None,
+    max_num_seqs=None,
+    max_num_batched_tokens=None,
+    kv_cache_memory_bytes=None,
+    defaults=DEFAULTS,
+)
 
 
 def _inputs(settings: ServeSettings):
@@ -33,8 +52,15 @@ def test_a_flag_not_given_takes_what_applies_without_it():
 
 
 def test_a_flag_given_decides():
-    inputs = _inputs(dataclasses.replace(UNSET, max_num_batched_tokens=2048, kv_cache_memory_bytes=5 << 30,
-                                         enable_prefix_caching=False, max_num_seqs=3))
+    inputs = _inputs(
+        dataclasses.replace(
+            UNSET,
+            max_num_batched_tokens=2048,
+            kv_cache_memory_bytes=5 << 30,
+            enable_prefix_caching=False,
+            max_num_seqs=3,
+        )
+    )
     assert (inputs.max_num_batched_tokens, inputs.kv_cache_memory_bytes) == (2048, 5 << 30)
     assert (inputs.enable_prefix_caching, inputs.mamba_cache_mode, inputs.max_num_seqs) == (False, "none", 3)
 
@@ -42,8 +68,9 @@ def test_a_flag_given_decides():
 def test_the_host_takes_the_gpus_batch_and_the_recipes_budget():
     recipe = load_recipe(DEFAULT_RECIPE)
     defaults = serve_defaults(recipe)
-    assert defaults.max_num_batched_tokens == serve_batched_tokens(recipe.hardware.gpu,
-                                                                   recipe.serving.tensor_parallel_size)
+    assert defaults.max_num_batched_tokens == serve_batched_tokens(
+        recipe.hardware.gpu, recipe.serving.tensor_parallel_size
+    )
     assert defaults.kv_cache_memory_bytes == int(recipe.geometry.kv_cache_memory_gib * 2**30)
     assert defaults.capability_family == recipe.hardware.capability_family
 
@@ -52,5 +79,9 @@ def test_the_start_takes_the_builds_values_and_its_own_budget():
     built = gate_input(load_recipe(DEFAULT_RECIPE))
     defaults = build_defaults(built, 12345)
     assert defaults == dataclasses.replace(ServeDefaults.of(built), kv_cache_memory_bytes=12345)
-    assert (defaults.nodes, defaults.capability_family, defaults.vllm_behaviour, defaults.max_num_batched_tokens) \
-        == (built.nodes, built.capability_family, built.vllm_behaviour, built.max_num_batched_tokens)
+    assert (defaults.nodes, defaults.capability_family, defaults.vllm_behaviour, defaults.max_num_batched_tokens) == (
+        built.nodes,
+        built.capability_family,
+        built.vllm_behaviour,
+        built.max_num_batched_tokens,
+    )

@@ -11,9 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import geometry_cases as C
 import pytest
 
-import geometry_cases as C
 from geometry.inputs import GeometryInputs
 from geometry.vllm_versions import RELEASES, VllmVersionNotModelled, release
 from stackbuild.core.errors import RecipeError
@@ -35,7 +35,9 @@ def test_the_recipes_release_is_the_gate_inputs():
 
 def test_a_release_without_an_entry_is_refused_by_name():
     assert NOT_MODELLED not in RELEASES
-    with pytest.raises(VllmVersionNotModelled, match=r"^vLLM 9\.99\.0 is not modelled by the geometry gate \(modelled: 0\.33\.0\)$"):
+    with pytest.raises(
+        VllmVersionNotModelled, match=r"^vLLM 9\.99\.0 is not modelled by the geometry gate \(modelled: 0\.33\.0\)$"
+    ):
         GeometryInputs.from_json(dict(C.recipe_input("overlay"), vllm_version=NOT_MODELLED))
     with pytest.raises(VllmVersionNotModelled):
         GeometryInputs.from_json(dict(C.recipe_input("overlay"), vllm_version=0.33))
@@ -50,8 +52,13 @@ def test_a_local_build_label_names_the_same_release():
 def test_the_in_image_gate_refuses_an_unmodelled_release_in_one_line(tmp_path):
     p = tmp_path / "gate-input.json"
     p.write_text(json.dumps(dict(C.recipe_input("overlay"), vllm_version=NOT_MODELLED)))
-    run = subprocess.run([sys.executable, "-m", "geometry.gate_main", "--input", str(p)], cwd=tmp_path,
-                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    run = subprocess.run(
+        [sys.executable, "-m", "geometry.gate_main", "--input", str(p)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert run.returncode == 3, run.stderr
     assert "Traceback" not in run.stderr
     assert "vLLM 9.99.0 is not modelled by the geometry gate" in run.stderr

@@ -6,6 +6,7 @@ expect is read independently: the registry with plain HTTP requests, the
 overlay's patched sha256 from the series' lock.json, the base digest from
 the infra's record, the gate report from the image with `docker cp`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -16,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import requests
-
 from stack_e2e import PAYLOAD_DIR, REPO, cli, json_events, recipe_copy, repository_name, unique_repository
+
 from stackbuild.image.engine import MANIFEST_ACCEPT
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
@@ -41,8 +42,12 @@ class Pushed:
 
 
 def get(registry, repository: str, path: str, accept: str = MANIFEST_ACCEPT) -> requests.Response:
-    return requests.get(f"http://{registry.address}/v2/{repository_name(repository)}/{path}",
-                        headers={"Accept": accept}, auth=(registry.username, registry.password), timeout=30)
+    return requests.get(
+        f"http://{registry.address}/v2/{repository_name(repository)}/{path}",
+        headers={"Accept": accept},
+        auth=(registry.username, registry.password),
+        timeout=30,
+    )
 
 
 def artifacts(registry, pushed: Pushed) -> dict[str, dict]:
@@ -61,8 +66,9 @@ def artifacts(registry, pushed: Pushed) -> dict[str, dict]:
 
 
 def image_file(reference: str, path: str) -> bytes:
-    container = subprocess.run(["docker", "create", reference, "/nonexistent"], capture_output=True, text=True,
-                               check=True).stdout.strip()
+    container = subprocess.run(
+        ["docker", "create", reference, "/nonexistent"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     try:
         return subprocess.run(["docker", "cp", f"{container}:{path}", "-"], capture_output=True, check=True).stdout
     finally:
@@ -82,8 +88,18 @@ def build_and_push(registry, base, tmp: Path, stem: str) -> Pushed:
     recipe = recipe_copy(tmp, "b200-amd64", base=base.image, tag=base.tag, digest=base.digest)
     repository = unique_repository(registry.address, stem)
     report = tmp / "build-report.json"
-    run = cli("build", "--recipe", str(recipe), "--repository", repository, "--push", "--json", "--report", str(report),
-              docker_config_dir=registry.docker_config)
+    run = cli(
+        "build",
+        "--recipe",
+        str(recipe),
+        "--repository",
+        repository,
+        "--push",
+        "--json",
+        "--report",
+        str(report),
+        docker_config_dir=registry.docker_config,
+    )
     assert run.returncode == 0, run.stderr[-6000:]
     data = json.loads(report.read_text())
     assert set(data["attestations"]) == {"sbom", "provenance", "found_via"}
@@ -123,12 +139,18 @@ def test_the_provenance_records_what_the_image_was_made_from(registry, pushed, s
     statement = artifacts(registry, pushed)[IN_TOTO]["document"]
     assert statement["_type"] == "https://in-toto.io/Statement/v1"
     assert statement["predicateType"] == "https://slsa.dev/provenance/v1"
-    assert statement["subject"] == [{"name": pushed.repository, "digest": {"sha256": pushed.digest.removeprefix("sha256:")}}]
+    assert statement["subject"] == [
+        {"name": pushed.repository, "digest": {"sha256": pushed.digest.removeprefix("sha256:")}}
+    ]
     definition = statement["predicate"]["buildDefinition"]
-    assert definition["externalParameters"]["recipe"]["sha256"] == hashlib.sha256(pushed.recipe.read_bytes()).hexdigest()
+    assert (
+        definition["externalParameters"]["recipe"]["sha256"] == hashlib.sha256(pushed.recipe.read_bytes()).hexdigest()
+    )
     config = json.loads(get(registry, pushed.repository, "blobs/" + pushed.image_id, accept="*/*").content)
     labels = config["config"]["Labels"]
-    assert definition["externalParameters"]["overlay"]["series_sha256"] == labels["io.github.glm53.overlay.series.sha256"]
+    assert (
+        definition["externalParameters"]["overlay"]["series_sha256"] == labels["io.github.glm53.overlay.series.sha256"]
+    )
     base = next(d for d in definition["resolvedDependencies"] if d["uri"].startswith("docker://"))
     assert "sha256:" + base["digest"]["sha256"] == synthetic_base_amd64.digest
     gate = definition["internalParameters"]["gate"]
@@ -137,18 +159,29 @@ def test_the_provenance_records_what_the_image_was_made_from(registry, pushed, s
     assert gate["report"]["digest"]["sha256"] == hashlib.sha256(report).hexdigest()
 
 
-def qualification(pushed: Pushed, when: str, verdict: str, tokens_per_s: float, acceptance: float,
-                  recipe_sha256: str):
+def qualification(pushed: Pushed, when: str, verdict: str, tokens_per_s: float, acceptance: float, recipe_sha256: str):
     from stackbuild.core.qualification_record import QualificationRecord
 
     return QualificationRecord(
-        repository=pushed.repository, digest=pushed.digest, qualified_on=when, verdict=verdict,
-        url="http://gb300.example:8000", model="glm-5.3-flash", vllm_version="0.33.0", recipe_name="b200-amd64",
-        recipe_sha256=recipe_sha256, hardware={"gpu": "B200"}, served_flags=("/models/target",),
-        decode_tokens_per_s=tokens_per_s, speculation_configured=True, acceptance_rate=acceptance,
-        mean_accepted_length=1 + 6 * acceptance, acceptance_per_position=(0.8, 0.6, 0.4),
+        repository=pushed.repository,
+        digest=pushed.digest,
+        qualified_on=when,
+        verdict=verdict,
+        url="http://gb300.example:8000",
+        model="glm-5.3-flash",
+        vllm_version="0.33.0",
+        recipe_name="b200-amd64",
+        recipe_sha256=recipe_sha256,
+        hardware={"gpu": "B200"},
+        served_flags=("/models/target",),
+        decode_tokens_per_s=tokens_per_s,
+        speculation_configured=True,
+        acceptance_rate=acceptance,
+        mean_accepted_length=1 + 6 * acceptance,
+        acceptance_per_position=(0.8, 0.6, 0.4),
         findings=() if verdict == "pass" else ("qualify.min_acceptance: measured 0.1, expected at least 0.5",),
-        result={"schema": "glm53.qualify/v1"})
+        result={"schema": "glm53.qualify/v1"},
+    )
 
 
 def test_verify_checks_both_and_lists_the_qualifications(registry, pushed, monkeypatch):
@@ -167,15 +200,21 @@ def test_verify_checks_both_and_lists_the_qualifications(registry, pushed, monke
     assert [e["artifactType"] for e in found].count("application/vnd.glm53.qualification.v1+json") == 2
     assert {CYCLONEDX, IN_TOTO} <= {e["artifactType"] for e in found}  # the SBOM and provenance stay
 
-    run = cli("verify", pushed.reference, "--recipe", str(pushed.recipe), "--json", docker_config_dir=pushed.docker_config)
+    run = cli(
+        "verify", pushed.reference, "--recipe", str(pushed.recipe), "--json", docker_config_dir=pushed.docker_config
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     phases = [(e["phase"], e["status"]) for e in json_events(run.stderr) if e["event"] == "phase"]
     assert ("attestations", "done") in phases
     result = json.loads(run.stdout)
-    listed = [(q["qualified_on"], q["verdict"], q["decode_tokens_per_s"], q["acceptance_rate"], q["recipe_matches_image"])
-              for q in result["qualifications"]]
-    assert listed == [("2026-03-01T09:00:00Z", "pass", 412.25, 0.6, False),
-                      ("2026-03-02T10:00:00Z", "fail", 140.5, 0.1, True)]
+    listed = [
+        (q["qualified_on"], q["verdict"], q["decode_tokens_per_s"], q["acceptance_rate"], q["recipe_matches_image"])
+        for q in result["qualifications"]
+    ]
+    assert listed == [
+        ("2026-03-01T09:00:00Z", "pass", 412.25, 0.6, False),
+        ("2026-03-02T10:00:00Z", "fail", 140.5, 0.1, True),
+    ]
     assert result["qualifications"][1]["findings"] == ["qualify.min_acceptance: measured 0.1, expected at least 0.5"]
     lines = qualification_lines(result)
     assert lines[0].startswith("qualification 2026-03-01T09:00:00Z: pass, decode 412.2 tok/s, acceptance 60.0%")
@@ -194,11 +233,25 @@ def artifacts_all(registry, pushed: Pushed) -> list[dict]:
 def second_copy(registry, pushed) -> Pushed:
     """The same image pushed with `build.py push` to another repository of this test (attested there too)."""
     repository = unique_repository(registry.address, "attested-copy")
-    for reference in subprocess.run(["docker", "image", "inspect", "--format", "{{join .RepoTags \"\\n\"}}", pushed.image_id],
-                                    capture_output=True, text=True, check=True).stdout.split():
+    for reference in subprocess.run(
+        ["docker", "image", "inspect", "--format", '{{join .RepoTags "\\n"}}', pushed.image_id],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split():
         if reference.startswith(pushed.repository + ":"):
-            subprocess.run(["docker", "tag", pushed.image_id, repository + reference[len(pushed.repository):]], check=True)
-    run = cli("push", "--recipe", str(pushed.recipe), "--repository", repository, "--json", docker_config_dir=pushed.docker_config)
+            subprocess.run(
+                ["docker", "tag", pushed.image_id, repository + reference[len(pushed.repository) :]], check=True
+            )
+    run = cli(
+        "push",
+        "--recipe",
+        str(pushed.recipe),
+        "--repository",
+        repository,
+        "--json",
+        docker_config_dir=pushed.docker_config,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     result = json.loads(run.stdout)
     assert result["pushed_digest"] == pushed.digest and result["attestations"]["found_via"].startswith("tag sha256-")
@@ -209,7 +262,7 @@ def verify_problems(run: subprocess.CompletedProcess) -> list[str]:
     """The problem lines under verify's `error: ... does not match ...:` line."""
     lines = run.stderr.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("error: ") and "does not match" in line)
-    return [line.strip() for line in lines[start + 1:] if line.startswith("  ")]
+    return [line.strip() for line in lines[start + 1 :] if line.startswith("  ")]
 
 
 def test_a_provenance_with_another_series_sha256_fails_verify_in_one_line(registry, second_copy, monkeypatch):
@@ -227,7 +280,13 @@ def test_a_provenance_with_another_series_sha256_fails_verify_in_one_line(regist
     attach(client, descriptor, IN_TOTO, json.dumps(statement).encode(), {})
     assert artifacts(registry, second_copy)[IN_TOTO]["document"] == statement
 
-    run = cli("verify", second_copy.reference, "--recipe", str(second_copy.recipe), docker_config_dir=second_copy.docker_config)
+    run = cli(
+        "verify",
+        second_copy.reference,
+        "--recipe",
+        str(second_copy.recipe),
+        docker_config_dir=second_copy.docker_config,
+    )
 
     assert run.returncode == 10, run.stderr[-4000:]
     assert verify_problems(run) == [f"provenance: series sha256 is {forged!r}, the image has {real!r}"]
@@ -237,13 +296,25 @@ def test_an_image_without_its_sbom_fails_verify(registry, second_copy):
     tag = f"sha256-{second_copy.digest.removeprefix('sha256:')}"
     index = get(registry, second_copy.repository, f"manifests/{tag}").json()
     index["manifests"] = [m for m in index["manifests"] if m["artifactType"] != CYCLONEDX]
-    put = requests.put(f"http://{registry.address}/v2/{repository_name(second_copy.repository)}/manifests/{tag}",
-                       data=json.dumps(index), headers={"Content-Type": index["mediaType"]},
-                       auth=(registry.username, registry.password), timeout=30)
+    put = requests.put(
+        f"http://{registry.address}/v2/{repository_name(second_copy.repository)}/manifests/{tag}",
+        data=json.dumps(index),
+        headers={"Content-Type": index["mediaType"]},
+        auth=(registry.username, registry.password),
+        timeout=30,
+    )
     assert put.status_code == 201, put.text
 
-    run = cli("verify", second_copy.reference, "--recipe", str(second_copy.recipe), docker_config_dir=second_copy.docker_config)
+    run = cli(
+        "verify",
+        second_copy.reference,
+        "--recipe",
+        str(second_copy.recipe),
+        docker_config_dir=second_copy.docker_config,
+    )
 
     assert run.returncode == 10, run.stderr[-4000:]
     (problem,) = verify_problems(run)
-    assert problem.startswith(f"{second_copy.repository}@{second_copy.digest}: no SBOM ({CYCLONEDX}) refers to it (tag {tag})")
+    assert problem.startswith(
+        f"{second_copy.repository}@{second_copy.digest}: no SBOM ({CYCLONEDX}) refers to it (tag {tag})"
+    )

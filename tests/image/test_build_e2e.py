@@ -4,6 +4,7 @@ No mocks: `build.py` runs in a subprocess against the Docker engine and the
 authenticated local registry the infra fixtures start; checks read the
 registry over HTTP and the image through the docker CLI.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -15,11 +16,22 @@ import tarfile
 from pathlib import PurePosixPath
 
 import pytest
+from stack_e2e import (
+    PAYLOAD_DIR,
+    SOURCE_DATE_EPOCH,
+    cli,
+    docker_config,
+    json_events,
+    local_tags,
+    recipe_copy,
+    registry_tags,
+    remove_image_tags,
+    repository_name,
+    unique_repository,
+)
 
-from stack_e2e import (PAYLOAD_DIR, SOURCE_DATE_EPOCH, cli, docker_config, json_events, local_tags, recipe_copy, registry_tags,
-                       remove_image_tags, repository_name, unique_repository)
-from stackbuild.image.plan import make_plan
 from stackbuild.core.recipe import load_recipe
+from stackbuild.image.plan import make_plan
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 
@@ -56,13 +68,20 @@ def test_happy_path_build_push_and_pull_back(amd64_build, registry, synthetic_ba
     assert set(report["phase_seconds"]) >= {"pull", "build", "verify-arch", "tag", "push"}
     # Both tags, and the tag holding the index of the SBOM and provenance that refer to the digest.
     attestations_tag = "sha256-" + report["pushed_digest"].removeprefix("sha256:")
-    assert registry_tags(registry.address, registry.username, registry.password,
-                         repository_name(build.repository)) == sorted(EXPECTED_TAGS + [attestations_tag])
+    assert registry_tags(
+        registry.address, registry.username, registry.password, repository_name(build.repository)
+    ) == sorted(EXPECTED_TAGS + [attestations_tag])
 
     # Progress: every step as it started, named, with its output and time, as JSON lines on stderr.
     events = json_events(build.run.stderr)
     steps = [e for e in events if e["event"] == "step"]
-    assert [s["name"] for s in steps][:5] == ["base image", "patch payload copy", "patch series", "gate payload copy", "geometry gate"]
+    assert [s["name"] for s in steps][:5] == [
+        "base image",
+        "patch payload copy",
+        "patch series",
+        "gate payload copy",
+        "geometry gate",
+    ]
     assert all(s["total"] == len(steps) for s in steps)
     assert sum(e["event"] == "step_done" for e in events) == len(steps)
     assert {e["phase"] for e in events if e["event"] == "phase"} >= {"pull", "build", "verify-arch", "tag", "push"}
@@ -108,7 +127,8 @@ def test_happy_path_build_push_and_pull_back(amd64_build, registry, synthetic_ba
 
 
 def test_the_engine_digest_is_the_registry_digest(amd64_build, registry):
-    """The report's pushed digest and config digest are what the registry serves under each tag (asked over HTTP here)."""
+    """The report's pushed digest and config digest are what the registry serves under each tag
+    (asked over HTTP here)."""
     from stack_e2e import registry_manifest
 
     for tag in EXPECTED_TAGS:
@@ -117,7 +137,9 @@ def test_the_engine_digest_is_the_registry_digest(amd64_build, registry):
         assert manifest["config"]["digest"] == amd64_build.report["config_digest"]
 
 
-def test_drafter_that_does_not_fit_fails_at_the_gate_and_nothing_moves(registry, synthetic_base_amd64, logged_in, tmp_path):
+def test_drafter_that_does_not_fit_fails_at_the_gate_and_nothing_moves(
+    registry, synthetic_base_amd64, logged_in, tmp_path
+):
     base = synthetic_base_amd64
     recipe = recipe_copy(tmp_path, "drafter-misfit", base=base.image, tag=base.tag, digest=base.digest)
     repository = unique_repository(registry.address, "misfit")
@@ -128,8 +150,17 @@ def test_drafter_that_does_not_fit_fails_at_the_gate_and_nothing_moves(registry,
     before = registry_tags(registry.address, registry.username, registry.password, repository_name(repository))
     assert before == ["previous"]
 
-    run = cli("build", "--recipe", str(recipe), "--repository", repository, "--push", "--report", str(tmp_path / "r.json"),
-              docker_config_dir=logged_in)
+    run = cli(
+        "build",
+        "--recipe",
+        str(recipe),
+        "--repository",
+        repository,
+        "--push",
+        "--report",
+        str(tmp_path / "r.json"),
+        docker_config_dir=logged_in,
+    )
     assert run.returncode == 5, run.stderr
     last = run.stderr.strip().splitlines()
     error = next(line for line in last if line.startswith("error: "))
@@ -172,7 +203,9 @@ def test_a_failed_step_tags_nothing_even_without_push(synthetic_base_amd64, tmp_
     assert errors[0].startswith(f"error: {recipe}: architecture check (patch series, step 3/"), errors[0]
     assert "the recipe's platform linux/arm64 needs the machine aarch64" in errors[0]
     # The step's own line names the machine it ran on; the series never started.
-    assert "| architecture check: this build runs on x86_64, the recipe's platform linux/arm64 needs aarch64" in run.stderr
+    assert (
+        "| architecture check: this build runs on x86_64, the recipe's platform linux/arm64 needs aarch64" in run.stderr
+    )
     assert "| overlay: " not in run.stderr
     assert local_tags(repository) == []
 
@@ -183,8 +216,18 @@ def test_arm64_build_through_qemu(registry, synthetic_base_arm64, logged_in, tmp
     recipe = recipe_copy(tmp_path, "glm53-flash-dflash2-gb300", base=base.image, tag=base.tag, digest=base.digest)
     repository = unique_repository(registry.address, "gb300")
     report_path = tmp_path / "report.json"
-    run = cli("build", "--recipe", str(recipe), "--repository", repository, "--push", "--report", str(report_path),
-              docker_config_dir=logged_in, timeout=3600)
+    run = cli(
+        "build",
+        "--recipe",
+        str(recipe),
+        "--repository",
+        repository,
+        "--push",
+        "--report",
+        str(report_path),
+        docker_config_dir=logged_in,
+        timeout=3600,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     report = json.loads(report_path.read_text())
     assert (report["os"], report["architecture"], report["platform"]) == ("linux", "arm64", "linux/arm64")
@@ -197,11 +240,14 @@ def test_arm64_build_through_qemu(registry, synthetic_base_arm64, logged_in, tmp
     # The recipe copy lies outside the repository: {rev} is the inputs' digest.
     pinned = report["tags"][1]
     assert re.fullmatch(r"sm100-gb300-20251130-x[0-9a-f]{11}", pinned), report["tags"]
-    assert registry_tags(registry.address, registry.username, registry.password,
-                         repository_name(repository)) == sorted(["latest", pinned, attestations_tag])
+    assert registry_tags(registry.address, registry.username, registry.password, repository_name(repository)) == sorted(
+        ["latest", pinned, attestations_tag]
+    )
 
 
-def test_a_base_missing_locally_is_pulled_with_the_docker_config_credentials(registry, synthetic_base_amd64, logged_in, tmp_path):
+def test_a_base_missing_locally_is_pulled_with_the_docker_config_credentials(
+    registry, synthetic_base_amd64, logged_in, tmp_path
+):
     """The base under another name, absent from the engine: refused without valid credentials, pulled with them."""
     base = synthetic_base_amd64
     elsewhere = unique_repository(registry.address, "base")
@@ -217,10 +263,21 @@ def test_a_base_missing_locally_is_pulled_with_the_docker_config_credentials(reg
     refused = cli("build", "--recipe", str(recipe), "--repository", repository, docker_config_dir=wrong)
     assert refused.returncode == 7, refused.stderr
     assert "==> build" not in refused.stderr
-    assert f"error: pull {elsewhere}:v0.33.0-amd64@{base.digest}: the registry refused the credentials" in refused.stderr
+    assert (
+        f"error: pull {elsewhere}:v0.33.0-amd64@{base.digest}: the registry refused the credentials" in refused.stderr
+    )
 
-    run = cli("build", "--recipe", str(recipe), "--repository", repository, "--json", "--report", str(tmp_path / "r.json"),
-              docker_config_dir=logged_in)
+    run = cli(
+        "build",
+        "--recipe",
+        str(recipe),
+        "--repository",
+        repository,
+        "--json",
+        "--report",
+        str(tmp_path / "r.json"),
+        docker_config_dir=logged_in,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     pulls = [e for e in json_events(run.stderr) if e["event"] == "pull"]
     assert pulls and any("Digest: " + base.digest in e["status"] for e in pulls)
@@ -236,13 +293,31 @@ def test_the_2x_gb10_recipe_builds_and_gates_on_arm64(registry, synthetic_base_a
     recipe = recipe_copy(tmp_path, "glm53-flash-dflash2-2x-gb10", base=base.image, tag=base.tag, digest=base.digest)
     repository = unique_repository(registry.address, "gb10")
     report_path = tmp_path / "report.json"
-    run = cli("build", "--recipe", str(recipe), "--repository", repository, "--no-push", "--report", str(report_path),
-              timeout=3600)
+    run = cli(
+        "build",
+        "--recipe",
+        str(recipe),
+        "--repository",
+        repository,
+        "--no-push",
+        "--report",
+        str(report_path),
+        timeout=3600,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     report = json.loads(report_path.read_text())
     assert (report["platform"], report["geometry_verdict"]) == ("linux/arm64", "pass")
-    gate = json.loads(docker("run", "--rm", "--entrypoint", "cat", f"{repository}:latest",
-                             "/opt/glm53-overlay/geometry-report.json", text=True).stdout)
+    gate = json.loads(
+        docker(
+            "run",
+            "--rm",
+            "--entrypoint",
+            "cat",
+            f"{repository}:latest",
+            "/opt/glm53-overlay/geometry-report.json",
+            text=True,
+        ).stdout
+    )
     planned = gate["report"]
     assert (planned["capability_family"], planned["tensor_parallel_size"], planned["nodes"]) == (120, 2, 2)
     assert planned["target_kv_dtype"] == "fp8_ds_mla" and gate["verdict"]["passed"] is True

@@ -11,6 +11,7 @@ decide what was pushed, and whether a pinned tag already names this image,
 from the registry alone. The session's build (amd64_build) makes every build
 step a cache hit.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,8 +20,8 @@ from dataclasses import replace
 from typing import Optional
 
 import pytest
-
 from stack_e2e import SOURCE_DATE_EPOCH, registry_manifest, tag_locally, unique_repository, variant_of
+
 from stackbuild.core.build_report import REPORT_SCHEMA, report_engine
 from stackbuild.core.errors import PinnedTagTaken
 from stackbuild.core.recipe import load_recipe
@@ -77,8 +78,9 @@ def environment(amd64_build, monkeypatch):
     monkeypatch.setenv("STACKBUILD_REGISTRY_ATTEMPTS", "3")
 
 
-def test_build_push_and_the_pinned_tag_check_go_by_the_registry_not_the_engines_id(amd64_build, registry, environment,
-                                                                                 tmp_path):
+def test_build_push_and_the_pinned_tag_check_go_by_the_registry_not_the_engines_id(
+    amd64_build, registry, environment, tmp_path
+):
     repository = unique_repository(registry.address, "containerd-ids")
     recipe = load_recipe(amd64_build.recipe)
     plans = [make_plan(recipe.for_platform(p), repository=repository) for p in recipe.platforms]

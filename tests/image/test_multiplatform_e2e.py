@@ -7,6 +7,7 @@ and pins the recipe to it with `build.py lock`. One build of both platforms
 every test in this module. What the registry holds is read back with plain
 HTTP requests, not through the driver's registry code.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -20,8 +21,8 @@ from pathlib import Path
 
 import pytest
 import requests
-
 from stack_e2e import cli, docker_login, json_events, recipe_copy, repository_name, unique_repository
+
 from stackbuild.image.engine import MANIFEST_ACCEPT
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.arm64]
@@ -36,8 +37,14 @@ PINNED_RE = re.compile(r"sm100-20251130-x[0-9a-f]{11}")
 
 def http(registry, method: str, repository: str, path: str, **kwargs) -> requests.Response:
     headers = kwargs.pop("headers", {"Accept": MANIFEST_ACCEPT})
-    return requests.request(method, f"http://{registry.address}/v2/{repository}/{path}", headers=headers,
-                            auth=(registry.username, registry.password), timeout=60, **kwargs)
+    return requests.request(
+        method,
+        f"http://{registry.address}/v2/{repository}/{path}",
+        headers=headers,
+        auth=(registry.username, registry.password),
+        timeout=60,
+        **kwargs,
+    )
 
 
 def manifest(registry, repository: str, reference: str) -> tuple[str, dict, bytes]:
@@ -78,8 +85,13 @@ def own_base(registry, base, config: Path) -> str:
     arch = base.arch
     reference = f"{base.image}:{BASE_INDEX_TAG}-{arch}"
     dockerfile = f"FROM {base.pinned}\nLABEL org.glm53.test.multiplatform-base={arch}\n"
-    subprocess.run(["docker", "build", "-q", "--platform", f"linux/{arch}", "-t", reference, "-"],
-                   input=dockerfile.encode(), capture_output=True, check=True, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    subprocess.run(
+        ["docker", "build", "-q", "--platform", f"linux/{arch}", "-t", reference, "-"],
+        input=dockerfile.encode(),
+        capture_output=True,
+        check=True,
+        env={**os.environ, "DOCKER_BUILDKIT": "0"},
+    )
     subprocess.run(["docker", "--config", str(config), "push", reference], check=True, capture_output=True)
     return manifest(registry, repository_name(base.image), f"{BASE_INDEX_TAG}-{arch}")[0]
 
@@ -95,8 +107,14 @@ def base_index(registry, synthetic_base_amd64, synthetic_base_arm64, tmp_path_fa
     for arch, base in bases.items():
         digest = own_base(registry, base, config)
         _digest, document, content = manifest(registry, name, digest)
-        entries.append({"mediaType": document["mediaType"], "digest": digest, "size": len(content),
-                        "platform": {"os": "linux", "architecture": arch}})
+        entries.append(
+            {
+                "mediaType": document["mediaType"],
+                "digest": digest,
+                "size": len(content),
+                "platform": {"os": "linux", "architecture": arch},
+            }
+        )
     return synthetic_base_amd64.image, put_index(registry, name, BASE_INDEX_TAG, entries)
 
 
@@ -115,8 +133,19 @@ def multi_build(registry, base_index, tmp_path_factory) -> MultiBuild:
     repository = unique_repository(registry.address, "glm53-sm100")
     report_path = tmp / "build-report.json"
     started = time.monotonic()
-    run = cli("build", "--recipe", str(recipe), "--repository", repository, "--push", "--json",
-              "--report", str(report_path), docker_config_dir=config, timeout=5400)
+    run = cli(
+        "build",
+        "--recipe",
+        str(recipe),
+        "--repository",
+        repository,
+        "--push",
+        "--json",
+        "--report",
+        str(report_path),
+        docker_config_dir=config,
+        timeout=5400,
+    )
     seconds = time.monotonic() - started
     assert run.returncode == 0, run.stderr[-6000:]
     print(f"\n[multi-platform e2e] build --push of linux/amd64 + linux/arm64: {seconds:.0f} s")
@@ -138,8 +167,12 @@ def test_the_index_holds_both_platforms_with_the_digests_the_builds_produced(reg
         arch = platform.split("/")[1]
         image_id = report["images"][platform]["image_id"]
         # The engine's image, as the build left it under its per-platform tag, is the one the index names.
-        local = subprocess.run(["docker", "image", "inspect", f"{multi_build.repository}:{report['tags'][1]}-{arch}"],
-                               capture_output=True, text=True, check=True)
+        local = subprocess.run(
+            ["docker", "image", "inspect", f"{multi_build.repository}:{report['tags'][1]}-{arch}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         (inspected,) = json.loads(local.stdout)
         assert (inspected["Id"], inspected["Os"], inspected["Architecture"]) == (image_id, "linux", arch)
         digest, child, _content = manifest(registry, name, pushed[platform])
@@ -150,16 +183,27 @@ def test_the_index_holds_both_platforms_with_the_digests_the_builds_produced(reg
         assert config["config"]["Labels"]["io.github.glm53.platform"] == platform
         # Its SBOM and provenance refer to its own digest.
         attached = manifest(registry, name, "sha256-" + digest.removeprefix("sha256:"))[1]
-        assert sorted(m["artifactType"] for m in attached["manifests"]) == ["application/vnd.cyclonedx+json",
-                                                                             "application/vnd.in-toto+json"]
-    phases = [e["phase"] for e in json_events(multi_build.run.stderr) if e["event"] == "phase" and e["status"] == "done"]
+        assert sorted(m["artifactType"] for m in attached["manifests"]) == [
+            "application/vnd.cyclonedx+json",
+            "application/vnd.in-toto+json",
+        ]
+    phases = [
+        e["phase"] for e in json_events(multi_build.run.stderr) if e["event"] == "phase" and e["status"] == "done"
+    ]
     assert phases.count("build") == 2 and phases.count("geometry-report") == 2
     assert phases.index("index") > phases.index("attest") > phases.index("push") > phases.index("tag")
 
 
 def test_verify_passes_for_every_platform(multi_build):
-    run = cli("verify", multi_build.report["pushed_reference"], "--recipe", str(multi_build.recipe), "--json",
-              docker_config_dir=multi_build.docker_config, timeout=3600)
+    run = cli(
+        "verify",
+        multi_build.report["pushed_reference"],
+        "--recipe",
+        str(multi_build.recipe),
+        "--json",
+        docker_config_dir=multi_build.docker_config,
+        timeout=3600,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     result = json.loads(run.stdout)
     assert result["verdict"] == "pass" and result["index"] is True and sorted(result["platforms"]) == PLATFORMS
@@ -168,13 +212,17 @@ def test_verify_passes_for_every_platform(multi_build):
         assert checked["digest"] == multi_build.report["images"][platform]["pushed_digest"]
         assert checked["image_id"] == multi_build.report["images"][platform]["image_id"]
         assert (checked["platform"], checked["verdict"], checked["geometry_verdict"]) == (platform, "pass", "pass")
-    gates = [e for e in json_events(run.stderr) if e["event"] == "phase" and e["phase"] == "geometry gate" and e["status"] == "done"]
+    gates = [
+        e
+        for e in json_events(run.stderr)
+        if e["event"] == "phase" and e["phase"] == "geometry gate" and e["status"] == "done"
+    ]
     assert len(gates) == 2
 
 
 @dataclass
 class Swapped:
-    image_digest: str    # the other arm64 image's manifest
+    image_digest: str  # the other arm64 image's manifest
     entries: list[dict]  # the build's index entries, arm64 re-pointed at it
 
 
@@ -184,17 +232,30 @@ def swapped(registry, multi_build) -> Swapped:
     report, name = multi_build.report, repository_name(multi_build.repository)
     arm64 = report["images"]["linux/arm64"]["image_id"]
     dockerfile = f"FROM {arm64}\nLABEL org.glm53.test.swapped={uuid.uuid4().hex}\n"
-    built = subprocess.run(["docker", "build", "-q", "-"], input=dockerfile.encode(), capture_output=True, check=True,
-                           env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    built = subprocess.run(
+        ["docker", "build", "-q", "-"],
+        input=dockerfile.encode(),
+        capture_output=True,
+        check=True,
+        env={**os.environ, "DOCKER_BUILDKIT": "0"},
+    )
     swapped_id = built.stdout.decode().split()[-1]
     swapped_ref = f"{multi_build.repository}:swapped-arm64"
     subprocess.run(["docker", "tag", swapped_id, swapped_ref], check=True)
-    subprocess.run(["docker", "--config", str(multi_build.docker_config), "push", swapped_ref], check=True, capture_output=True)
+    subprocess.run(
+        ["docker", "--config", str(multi_build.docker_config), "push", swapped_ref], check=True, capture_output=True
+    )
     digest, document, content = manifest(registry, name, "swapped-arm64")
     assert document["config"]["digest"] == swapped_id
     _digest, index, _content = manifest(registry, name, report["pushed_digest"])
-    entries = [({**m, "mediaType": document["mediaType"], "digest": digest, "size": len(content)}
-                if m["platform"]["architecture"] == "arm64" else m) for m in index["manifests"]]
+    entries = [
+        (
+            {**m, "mediaType": document["mediaType"], "digest": digest, "size": len(content)}
+            if m["platform"]["architecture"] == "arm64"
+            else m
+        )
+        for m in index["manifests"]
+    ]
     return Swapped(digest, entries)
 
 
@@ -204,21 +265,40 @@ def test_verify_fails_in_one_line_when_one_platforms_image_is_swapped(registry, 
     digest = put_index(registry, name, "swapped", swapped.entries)
     swapped_digest = swapped.image_digest
 
-    run = cli("verify", f"{multi_build.repository}@{digest}", "--recipe", str(multi_build.recipe),
-              docker_config_dir=multi_build.docker_config, timeout=3600)
+    run = cli(
+        "verify",
+        f"{multi_build.repository}@{digest}",
+        "--recipe",
+        str(multi_build.recipe),
+        docker_config_dir=multi_build.docker_config,
+        timeout=3600,
+    )
 
     assert run.returncode == 10, run.stderr[-4000:]
     lines = run.stderr.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("error: ") and "does not match" in line)
-    problems = [line.strip() for line in lines[start + 1:] if line.startswith("  ")]
-    assert problems == [f"linux/arm64: {multi_build.repository}@{swapped_digest}: no SBOM and no provenance refer to it "
-                        f"(tag sha256-{swapped_digest.removeprefix('sha256:')}); this project did not push it"]
+    problems = [line.strip() for line in lines[start + 1 :] if line.startswith("  ")]
+    assert problems == [
+        f"linux/arm64: {multi_build.repository}@{swapped_digest}: no SBOM and no provenance refer to it "
+        f"(tag sha256-{swapped_digest.removeprefix('sha256:')}); this project did not push it"
+    ]
 
 
 def test_building_the_same_inputs_again_gives_the_same_tags_and_index(multi_build, tmp_path):
     """The engine's cache makes it quick; the pinned tags name the same images, so the push is accepted."""
-    run = cli("build", "--recipe", str(multi_build.recipe), "--repository", multi_build.repository, "--push", "--json",
-              "--report", str(tmp_path / "again.json"), docker_config_dir=multi_build.docker_config, timeout=3600)
+    run = cli(
+        "build",
+        "--recipe",
+        str(multi_build.recipe),
+        "--repository",
+        multi_build.repository,
+        "--push",
+        "--json",
+        "--report",
+        str(tmp_path / "again.json"),
+        docker_config_dir=multi_build.docker_config,
+        timeout=3600,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     again = json.loads(run.stdout)
     assert again["tags"] == multi_build.report["tags"]
@@ -227,24 +307,40 @@ def test_building_the_same_inputs_again_gives_the_same_tags_and_index(multi_buil
 
 def test_build_py_index_puts_the_same_index_over_the_pushed_platform_images(multi_build):
     """What CI's index job runs after each platform was pushed on its own runner (`build --platform P --push`)."""
-    run = cli("index", "--recipe", str(multi_build.recipe), "--repository", multi_build.repository, "--json",
-              docker_config_dir=multi_build.docker_config)
+    run = cli(
+        "index",
+        "--recipe",
+        str(multi_build.recipe),
+        "--repository",
+        multi_build.repository,
+        "--json",
+        docker_config_dir=multi_build.docker_config,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     result = json.loads(run.stdout)
     assert result["pushed_digest"] == multi_build.report["pushed_digest"]
     assert {p: i["pushed_digest"] for p, i in result["images"].items()} == {
-        p: multi_build.report["images"][p]["pushed_digest"] for p in PLATFORMS}
+        p: multi_build.report["images"][p]["pushed_digest"] for p in PLATFORMS
+    }
 
 
 def test_build_py_index_without_a_platforms_image_is_one_line(registry, multi_build):
     repository = unique_repository(registry.address, "glm53-sm100-empty")
-    run = cli("index", "--recipe", str(multi_build.recipe), "--repository", repository,
-              docker_config_dir=multi_build.docker_config)
+    run = cli(
+        "index",
+        "--recipe",
+        str(multi_build.recipe),
+        "--repository",
+        repository,
+        docker_config_dir=multi_build.docker_config,
+    )
     assert run.returncode == 9, run.stderr
     (line,) = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
     pinned = multi_build.report["tags"][1]
-    assert line == (f"error: {repository}:{pinned}-amd64: not in the registry; push the linux/amd64 image first "
-                    "(build --platform linux/amd64 --push)")
+    assert line == (
+        f"error: {repository}:{pinned}-amd64: not in the registry; push the linux/amd64 image first "
+        "(build --platform linux/amd64 --push)"
+    )
 
 
 def test_push_puts_the_built_platform_images_and_their_index_into_another_repository(registry, multi_build):
@@ -254,14 +350,26 @@ def test_push_puts_the_built_platform_images_and_their_index_into_another_reposi
     name = repository_name(repository)
     for platform in PLATFORMS:  # the engine's tags of each platform's image, under the new repository
         image_id = multi_build.report["images"][platform]["image_id"]
-        tags = subprocess.run(["docker", "image", "inspect", "--format", "{{join .RepoTags \"\\n\"}}", image_id],
-                              capture_output=True, text=True, check=True).stdout.split()
+        tags = subprocess.run(
+            ["docker", "image", "inspect", "--format", '{{join .RepoTags "\\n"}}', image_id],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         for reference in tags:
             if reference.startswith(multi_build.repository + ":"):
-                subprocess.run(["docker", "tag", image_id, repository + reference[len(multi_build.repository):]],
-                               check=True)
-    run = cli("push", "--recipe", str(multi_build.recipe), "--repository", repository, "--json",
-              docker_config_dir=multi_build.docker_config)
+                subprocess.run(
+                    ["docker", "tag", image_id, repository + reference[len(multi_build.repository) :]], check=True
+                )
+    run = cli(
+        "push",
+        "--recipe",
+        str(multi_build.recipe),
+        "--repository",
+        repository,
+        "--json",
+        docker_config_dir=multi_build.docker_config,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     result = json.loads(run.stdout)
     assert result["tags"] == multi_build.report["tags"]
@@ -278,8 +386,10 @@ def test_push_puts_the_built_platform_images_and_their_index_into_another_reposi
         assert image["config"]["digest"] == multi_build.report["images"][platform]["image_id"]
         assert result["images"][platform]["pushed_digest"] == digest
         attached = manifest(registry, name, "sha256-" + digest.removeprefix("sha256:"))[1]
-        assert sorted(m["artifactType"] for m in attached["manifests"]) == ["application/vnd.cyclonedx+json",
-                                                                             "application/vnd.in-toto+json"]
+        assert sorted(m["artifactType"] for m in attached["manifests"]) == [
+            "application/vnd.cyclonedx+json",
+            "application/vnd.in-toto+json",
+        ]
 
 
 def test_a_pinned_tag_naming_other_images_is_refused_and_the_registry_is_unchanged(registry, multi_build, swapped):
@@ -289,8 +399,14 @@ def test_a_pinned_tag_naming_other_images_is_refused_and_the_registry_is_unchang
     put_index(registry, name, pinned, swapped.entries)
     before = {tag: manifest(registry, name, tag)[0] for tag in report["tags"]}
 
-    run = cli("push", "--recipe", str(multi_build.recipe), "--repository", multi_build.repository,
-              docker_config_dir=multi_build.docker_config)
+    run = cli(
+        "push",
+        "--recipe",
+        str(multi_build.recipe),
+        "--repository",
+        multi_build.repository,
+        docker_config_dir=multi_build.docker_config,
+    )
 
     assert run.returncode == 14, run.stderr[-4000:]
     (line,) = [line for line in run.stderr.splitlines() if line.startswith("error: ")]

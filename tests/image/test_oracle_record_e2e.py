@@ -5,12 +5,12 @@ in the image. Copied next to a recipe copy, it spares the next build's gate
 that import, and the gate still holds the simulator to it: an edited record
 fails the build. Records that belong to nothing here are refused.
 """
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
 from stack_e2e import cli, local_tags, recipe_copy, unique_repository
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
@@ -31,16 +31,35 @@ def recorded_copy(amd64_build, synthetic_base_amd64, tmp_path, name="b200-amd64"
     return recipe
 
 
-def test_the_next_build_checks_against_the_record_instead_of_importing_vllm(amd64_build, synthetic_base_amd64, registry, tmp_path):
-    assert amd64_build.report["oracle_record"] == {"shipped": None, "gate_checked_against": "imported vLLM", "kept": None}
+def test_the_next_build_checks_against_the_record_instead_of_importing_vllm(
+    amd64_build, synthetic_base_amd64, registry, tmp_path
+):
+    assert amd64_build.report["oracle_record"] == {
+        "shipped": None,
+        "gate_checked_against": "imported vLLM",
+        "kept": None,
+    }
     recipe = recorded_copy(amd64_build, synthetic_base_amd64, tmp_path)
     repository = unique_repository(registry.address, "recorded")
     # --no-cache: the gate step must run here, not come from an earlier build of the same context.
-    run = cli("build", "--recipe", str(recipe), "--repository", repository, "--json", "--no-cache",
-              "--report", str(tmp_path / "r.json"))
+    run = cli(
+        "build",
+        "--recipe",
+        str(recipe),
+        "--repository",
+        repository,
+        "--json",
+        "--no-cache",
+        "--report",
+        str(tmp_path / "r.json"),
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     report = json.loads(run.stdout)
-    assert report["oracle_record"] == {"shipped": str(recipe.with_name("recipe.oracle.json")), "gate_checked_against": "record", "kept": None}
+    assert report["oracle_record"] == {
+        "shipped": str(recipe.with_name("recipe.oracle.json")),
+        "gate_checked_against": "record",
+        "kept": None,
+    }
     assert report["geometry_report"]["oracle"] == {"agrees": True, "differences": [], "source": "record"}
     assert "vLLM not imported" in run.stderr
     # Same simulator verdict and numbers as the build that imported vLLM.
@@ -64,11 +83,19 @@ def test_an_edited_record_fails_the_gate_and_tags_nothing(amd64_build, synthetic
     assert local_tags(repository) == []
 
 
-def test_a_record_for_another_recipe_or_from_an_image_without_one_is_refused(amd64_build, synthetic_base_amd64, tmp_path):
+def test_a_record_for_another_recipe_or_from_an_image_without_one_is_refused(
+    amd64_build, synthetic_base_amd64, tmp_path
+):
     base = synthetic_base_amd64
     built = f"{amd64_build.repository}:{amd64_build.report['tags'][-1]}"
-    other = recipe_copy(tmp_path, "b200-amd64", base=base.image, tag=base.tag, digest=base.digest,
-                        edit=lambda data: data["geometry"].update(kv_cache_memory_gib=data["geometry"]["kv_cache_memory_gib"] + 1))
+    other = recipe_copy(
+        tmp_path,
+        "b200-amd64",
+        base=base.image,
+        tag=base.tag,
+        digest=base.digest,
+        edit=lambda data: data["geometry"].update(kv_cache_memory_gib=data["geometry"]["kv_cache_memory_gib"] + 1),
+    )
     run = cli("record", "--recipe", str(other), "--image", built)
     assert run.returncode == 2
     assert "is for another gate input" in error_line(run) and "rebuild the image" in error_line(run)
@@ -85,7 +112,10 @@ def test_an_unreadable_record_next_to_the_recipe_is_a_one_line_error(synthetic_b
     recipe.with_name("recipe.oracle.json").write_text("[]")
     run = cli("build", "--recipe", str(recipe), "--dry-run")
     assert run.returncode == 2
-    assert error_line(run) == f"error: oracle record {recipe.with_name('recipe.oracle.json')}: schema is not glm53-oracle-record/1"
+    assert (
+        error_line(run)
+        == f"error: oracle record {recipe.with_name('recipe.oracle.json')}: schema is not glm53-oracle-record/1"
+    )
 
 
 def test_record_replaces_an_unreadable_record(amd64_build, synthetic_base_amd64, tmp_path):
@@ -98,15 +128,26 @@ def test_record_replaces_an_unreadable_record(amd64_build, synthetic_base_amd64,
     assert json.loads(recipe.with_name("recipe.oracle.json").read_text())["schema"] == "glm53-oracle-record/1"
 
 
-def test_keep_record_writes_the_record_a_build_made_and_replaces_a_stale_one(amd64_build, synthetic_base_amd64, registry, tmp_path):
+def test_keep_record_writes_the_record_a_build_made_and_replaces_a_stale_one(
+    amd64_build, synthetic_base_amd64, registry, tmp_path
+):
     base = synthetic_base_amd64
     recipe = recipe_copy(tmp_path, "b200-amd64", base=base.image, tag=base.tag, digest=base.digest)
     path = recipe.with_name("recipe.oracle.json")
     repository = unique_repository(registry.address, "kept")
 
     def build() -> dict:
-        run = cli("build", "--recipe", str(recipe), "--repository", repository, "--keep-record", "--json",
-                  "--report", str(tmp_path / "r.json"))
+        run = cli(
+            "build",
+            "--recipe",
+            str(recipe),
+            "--repository",
+            repository,
+            "--keep-record",
+            "--json",
+            "--report",
+            str(tmp_path / "r.json"),
+        )
         assert run.returncode == 0, run.stderr[-4000:]
         return json.loads(run.stdout)
 
@@ -135,7 +176,12 @@ def test_a_record_that_cannot_be_written_is_a_one_line_error(amd64_build, synthe
     base = synthetic_base_amd64
     recipe = recipe_copy(tmp_path, "b200-amd64", base=base.image, tag=base.tag, digest=base.digest)
     recipe.with_name("recipe.oracle.json").mkdir()  # in the way, even for root
-    run = cli("record", "--recipe", str(recipe), "--image", f"{amd64_build.repository}:{amd64_build.report['tags'][-1]}")
+    run = cli(
+        "record", "--recipe", str(recipe), "--image", f"{amd64_build.repository}:{amd64_build.report['tags'][-1]}"
+    )
     assert run.returncode == 2
-    assert error_line(run) == f"error: {recipe.with_name('recipe.oracle.json')}: cannot write the oracle record: Is a directory"
+    assert (
+        error_line(run)
+        == f"error: {recipe.with_name('recipe.oracle.json')}: cannot write the oracle record: Is a directory"
+    )
     assert sorted(p.name for p in recipe.parent.iterdir()) == ["configs", "recipe.oracle.json", "recipe.yaml"]

@@ -6,6 +6,7 @@ own; the `build --push` test builds the recipe on the synthetic base.
 What the registry holds is read back with plain HTTP requests, not through
 the driver's registry code.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,18 @@ from pathlib import Path
 
 import pytest
 import requests
-
-from stack_e2e import (SOURCE_DATE_EPOCH, cli, json_events, local_tags, recipe_copy, registry_manifest, repository_name,
-                       tag_locally, unique_repository, variant_of)
+from stack_e2e import (
+    SOURCE_DATE_EPOCH,
+    cli,
+    json_events,
+    local_tags,
+    recipe_copy,
+    registry_manifest,
+    repository_name,
+    tag_locally,
+    unique_repository,
+    variant_of,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 
@@ -29,8 +39,11 @@ NEXT_DAY_PINNED = "sm100-b200-20251201"
 
 
 def registry_tags(registry, repository: str) -> list[str]:
-    response = requests.get(f"http://{registry.address}/v2/{repository_name(repository)}/tags/list",
-                            auth=(registry.username, registry.password), timeout=30)
+    response = requests.get(
+        f"http://{registry.address}/v2/{repository_name(repository)}/tags/list",
+        auth=(registry.username, registry.password),
+        timeout=30,
+    )
     if response.status_code == 404:
         return []
     response.raise_for_status()
@@ -38,12 +51,17 @@ def registry_tags(registry, repository: str) -> list[str]:
 
 
 def local_image_id(reference: str) -> str:
-    return subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", reference],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Id}}", reference], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
-def push(recipe: Path, repository: str, docker_config: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return cli("push", "--recipe", str(recipe), "--repository", repository, *extra, docker_config_dir=docker_config, env=env)
+def push(
+    recipe: Path, repository: str, docker_config: Path, *extra: str, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    return cli(
+        "push", "--recipe", str(recipe), "--repository", repository, *extra, docker_config_dir=docker_config, env=env
+    )
 
 
 def error_lines(run: subprocess.CompletedProcess) -> list[str]:
@@ -61,7 +79,8 @@ class Published:
 
 @pytest.fixture
 def published(registry, amd64_build) -> Published:
-    """A variant of the session's build pushed with `build.py push` to a repository of this test (latest, pinned tag)."""
+    """A variant of the session's build pushed with `build.py push` to a repository of this test
+    (latest, pinned tag)."""
     repository = unique_repository(registry.address, "pinned-tags")
     image_id = variant_of(amd64_build.report["image_id"])
     tag_locally(image_id, repository, ["latest", PINNED])
@@ -131,7 +150,9 @@ def test_latest_moves_when_the_pinned_tag_is_new(registry, published):
     assert registry_manifest(registry, repository, PINNED)[0] == digest  # the old pinned tag stays
 
 
-def test_build_push_onto_a_taken_pinned_tag_tags_and_pushes_nothing(synthetic_base_amd64, registry, published, tmp_path):
+def test_build_push_onto_a_taken_pinned_tag_tags_and_pushes_nothing(
+    synthetic_base_amd64, registry, published, tmp_path
+):
     """A real build (the gate included) of the recipe with --push into that repository: refused before tagging."""
     repository, digest = published.repository, published.digest
     base = synthetic_base_amd64
@@ -139,8 +160,16 @@ def test_build_push_onto_a_taken_pinned_tag_tags_and_pushes_nothing(synthetic_ba
     before = {tag: registry_manifest(registry, repository, tag) for tag in ("latest", PINNED)}
     local_before = {tag: local_image_id(f"{repository}:{tag}") for tag in local_tags(repository)}
 
-    run = cli("build", "--recipe", str(recipe), "--repository", repository, "--push", "--json",
-              docker_config_dir=published.docker_config)
+    run = cli(
+        "build",
+        "--recipe",
+        str(recipe),
+        "--repository",
+        repository,
+        "--push",
+        "--json",
+        docker_config_dir=published.docker_config,
+    )
 
     assert run.returncode == 14, run.stderr[-4000:]
     phases = [event.get("phase") for event in json_events(run.stderr) if event.get("event") == "phase"]
@@ -181,8 +210,12 @@ def test_an_unreachable_registry_is_reported_at_once(registry, published, tmp_pa
     repository = f"127.0.0.1:9/e2e-{uuid.uuid4().hex[:10]}/pinned-tags"
     tag_locally(published.image_id, repository, ["latest", PINNED])
     try:
-        run = push(published.recipe, repository, published.docker_config,
-                   env={"STACKBUILD_REGISTRY_ATTEMPTS": "3", "STACKBUILD_REGISTRY_BACKOFF": "0.2"})
+        run = push(
+            published.recipe,
+            repository,
+            published.docker_config,
+            env={"STACKBUILD_REGISTRY_ATTEMPTS": "3", "STACKBUILD_REGISTRY_BACKOFF": "0.2"},
+        )
     finally:
         for tag in ("latest", PINNED):
             subprocess.run(["docker", "rmi", f"{repository}:{tag}"], capture_output=True)

@@ -1,4 +1,5 @@
 """The rendered Dockerfile, read as instructions rather than as bytes."""
+
 from __future__ import annotations
 
 import json
@@ -8,12 +9,19 @@ import subprocess
 import sys
 
 import pytest
-
-from geometry.image_contract import (ARCHITECTURE_MISMATCH_STATUS, IMAGE_LABELS, ContractError, ImageLabels, gate_argv,
-                                     read_image_labels, step_name)
 from recipe_copies import REPO, TEST_DIGEST, copy_recipe, pinned
-from stackbuild.image.plan import make_plan
+
+from geometry.image_contract import (
+    ARCHITECTURE_MISMATCH_STATUS,
+    IMAGE_LABELS,
+    ContractError,
+    ImageLabels,
+    gate_argv,
+    read_image_labels,
+    step_name,
+)
 from stackbuild.core.recipe import load_recipe
+from stackbuild.image.plan import make_plan
 from stackbuild.image.render import render, write_context
 
 
@@ -55,7 +63,10 @@ def test_steps_run_in_order_and_fail_hard(plan):
     assert f"exit {ARCHITECTURE_MISMATCH_STATUS};" in arch and "apply.py" not in arch and "mktemp" not in arch
     assert "overlay/apply.py" in series and "--series /opt/glm53-overlay/overlay/series/vllm-0.33.0" in series
     # The gate runs as a module, the payload root on its path, with the command line the contract builds.
-    assert "env PYTHONPATH=/opt/glm53-overlay python3 -m geometry.gate_main --input /opt/glm53-overlay/gate-input.json" in gate
+    assert (
+        "env PYTHONPATH=/opt/glm53-overlay python3 -m geometry.gate_main --input /opt/glm53-overlay/gate-input.json"
+        in gate
+    )
     assert shlex.join(gate_argv(build=True)) in gate and "--oracle" in gate
     # No step may swallow a failure of the patch or the gate.
     for step in (patch, gate):
@@ -72,10 +83,17 @@ def test_steps_run_in_order_and_fail_hard(plan):
 
 def test_steps_are_named_for_people(plan):
     """Progress and failures name step N of the rendered Dockerfile from the contract's step list."""
-    named = (("FROM ", "base image"), ("COPY patch-payload/", "patch payload copy"),
-             ("overlay/apply.py", "patch series"), ("COPY gate-payload/", "gate payload copy"),
-             ("-m geometry.gate_main", "geometry gate"), ("ENV GLM53_OVERLAY_STRICT=1", "strict overlay"),
-             ("COPY preflight-payload/", "pre-flight payload copy"), ("ENTRYPOINT ", "entrypoint"), ("LABEL ", "labels"))
+    named = (
+        ("FROM ", "base image"),
+        ("COPY patch-payload/", "patch payload copy"),
+        ("overlay/apply.py", "patch series"),
+        ("COPY gate-payload/", "gate payload copy"),
+        ("-m geometry.gate_main", "geometry gate"),
+        ("ENV GLM53_OVERLAY_STRICT=1", "strict overlay"),
+        ("COPY preflight-payload/", "pre-flight payload copy"),
+        ("ENTRYPOINT ", "entrypoint"),
+        ("LABEL ", "labels"),
+    )
     steps = [f"{word} {args}" for word, args in instructions(render(plan))]
     assert len(steps) == len(named)
     for number, (instruction, (needle, name)) in enumerate(zip(steps, named), start=1):
@@ -139,13 +157,18 @@ def test_context_carries_no_credentials_or_weights(plan, tmp_path, monkeypatch):
     # modules it imports, not the maintainers' refresh.py), every series, the mtime script.
     series = sorted(
         f"patch-payload/opt/glm53-overlay/{q.relative_to(REPO).as_posix()}"
-        for q in (REPO / "overlay" / "series").rglob("*") if q.is_file()
+        for q in (REPO / "overlay" / "series").rglob("*")
+        if q.is_file()
     )
-    applier = [f"patch-payload/opt/glm53-overlay/overlay/{q.name}" for q in (REPO / "overlay").glob("*.py")
-               if q.name != "refresh.py"]
+    applier = [
+        f"patch-payload/opt/glm53-overlay/overlay/{q.name}"
+        for q in (REPO / "overlay").glob("*.py")
+        if q.name != "refresh.py"
+    ]
     assert "patch-payload/opt/glm53-overlay/overlay/__init__.py" in applier
     assert [f for f in files if f.startswith("patch-payload/")] == sorted(
-        [*applier, "patch-payload/opt/glm53-overlay/normalise-mtimes.sh", *series])
+        [*applier, "patch-payload/opt/glm53-overlay/normalise-mtimes.sh", *series]
+    )
     assert not [f for f in files if f.endswith((".safetensors", ".bin", ".pt", "config.json"))]
     assert not [f for f in files if "docker/config" in f or f.endswith((".htpasswd", ".netrc"))]
     times = {p.stat().st_mtime for p in ctx.rglob("*")}
@@ -155,8 +178,21 @@ def test_context_carries_no_credentials_or_weights(plan, tmp_path, monkeypatch):
 def test_render_cli_writes_the_same_text(tmp_path, plan, monkeypatch):
     out = tmp_path / "Dockerfile"
     result = subprocess.run(
-        [sys.executable, str(REPO / "build.py"), "render", "--recipe", str(plan.recipe.path), "--owner", "acme", "-o", str(out)],
-        capture_output=True, text=True, cwd=REPO, env={**__import__("os").environ, "SOURCE_DATE_EPOCH": "1764460800"},
+        [
+            sys.executable,
+            str(REPO / "build.py"),
+            "render",
+            "--recipe",
+            str(plan.recipe.path),
+            "--owner",
+            "acme",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**__import__("os").environ, "SOURCE_DATE_EPOCH": "1764460800"},
     )
     assert result.returncode == 0, result.stderr
     assert out.read_text() == render(plan)
@@ -164,8 +200,20 @@ def test_render_cli_writes_the_same_text(tmp_path, plan, monkeypatch):
 
 def test_dry_run_json_needs_no_daemon(plan):
     result = subprocess.run(
-        [sys.executable, str(REPO / "build.py"), "build", "--dry-run", "--json", "--recipe", str(plan.recipe.path), "--owner", "acme"],
-        capture_output=True, text=True, cwd=REPO,
+        [
+            sys.executable,
+            str(REPO / "build.py"),
+            "build",
+            "--dry-run",
+            "--json",
+            "--recipe",
+            str(plan.recipe.path),
+            "--owner",
+            "acme",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
         env={**__import__("os").environ, "DOCKER_HOST": "unix:///nonexistent.sock", "SOURCE_DATE_EPOCH": "1764460800"},
     )
     assert result.returncode == 0, result.stderr
@@ -185,11 +233,14 @@ def test_the_image_holds_its_labels_as_a_file_the_preflight_reads(plan, tmp_path
     assert read_image_labels(str(tmp_path / "none.json")) is None
 
 
-@pytest.mark.parametrize("data, named", [
-    ([], "expected a JSON object, got list"),
-    ({"labels": {}, "more": 1}, "unknown key 'more'"),
-    ({"labels": {"a": 1}}, "labels: a: expected a string"),
-])
+@pytest.mark.parametrize(
+    "data, named",
+    [
+        ([], "expected a JSON object, got list"),
+        ({"labels": {}, "more": 1}, "unknown key 'more'"),
+        ({"labels": {"a": 1}}, "labels: a: expected a string"),
+    ],
+)
 def test_a_malformed_labels_file_is_named(tmp_path, data, named):
     path = tmp_path / IMAGE_LABELS
     path.write_text(json.dumps(data))

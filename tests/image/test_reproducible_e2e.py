@@ -1,6 +1,7 @@
 """Two builds from clean state with the same inputs give the same overlay layers,
 with and without an oracle record among those inputs, and on a base that ships the
 caches vLLM, Triton and torch inductor write (the build leaves them as they are)."""
+
 from __future__ import annotations
 
 import os
@@ -9,13 +10,13 @@ import subprocess
 
 import docker
 import pytest
-
 from stack_e2e import SOURCE_DATE_EPOCH, cli, recipe_copy, unique_repository
+
+from stackbuild.core.recipe import load_recipe
 from stackbuild.image import engine as engine_mod
 from stackbuild.image.pipeline import build_image
 from stackbuild.image.plan import make_plan
 from stackbuild.image.progress import Progress
-from stackbuild.core.recipe import load_recipe
 
 pytestmark = [pytest.mark.docker]
 
@@ -24,7 +25,7 @@ def _overlay_layers(client, image_id: str, base_id: str) -> list[str]:
     layers = client.images.get(image_id).attrs["RootFS"]["Layers"]
     base_layers = client.images.get(base_id).attrs["RootFS"]["Layers"]
     assert layers[: len(base_layers)] == base_layers
-    return layers[len(base_layers):]
+    return layers[len(base_layers) :]
 
 
 # What must differ between two builds with the classic builder: the image and parent ids
@@ -84,8 +85,9 @@ def test_two_clean_builds_give_identical_overlay_layers(docker_engine, synthetic
     _two_clean_builds(docker_engine, base.pinned, plan)
 
 
-def test_two_clean_builds_with_an_oracle_record_give_identical_overlay_layers(amd64_build, docker_engine, synthetic_base_amd64,
-                                                                             tmp_path, monkeypatch):
+def test_two_clean_builds_with_an_oracle_record_give_identical_overlay_layers(
+    amd64_build, docker_engine, synthetic_base_amd64, tmp_path, monkeypatch
+):
     monkeypatch.setenv("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH)
     base = synthetic_base_amd64
     path = recipe_copy(tmp_path, "b200-amd64", base=base.image, tag=base.tag, digest=base.digest)
@@ -110,11 +112,13 @@ def base_with_caches(docker_engine, registry, synthetic_base_amd64, tmp_path):
     reference = f"{repository}:v0.33.0-amd64"
     context = tmp_path / "base-with-caches"
     context.mkdir()
-    (context / "Dockerfile").write_text(CACHE_BASE_DOCKERFILE.format(
-        base=synthetic_base_amd64.pinned, caches=" ".join(BASE_CACHES)))
+    (context / "Dockerfile").write_text(
+        CACHE_BASE_DOCKERFILE.format(base=synthetic_base_amd64.pinned, caches=" ".join(BASE_CACHES))
+    )
     env = {**registry.env, "DOCKER_BUILDKIT": "0"}
-    build = subprocess.run(["docker", "build", "-q", "-t", reference, str(context)], env=env,
-                           capture_output=True, text=True)
+    build = subprocess.run(
+        ["docker", "build", "-q", "-t", reference, str(context)], env=env, capture_output=True, text=True
+    )
     assert build.returncode == 0, build.stderr
     push = subprocess.run(["docker", "push", reference], env=env, capture_output=True, text=True)
     assert push.returncode == 0, push.stderr
@@ -127,13 +131,16 @@ def _paths(docker_engine, image: str, *roots: str) -> dict[str, str]:
 
     Through the CLI, attached before the container starts: the whole output, where reading
     the container's log afterwards lost its start under load."""
-    run = subprocess.run(["docker", "run", "--rm", "--entrypoint", "find", image, *roots, "-xdev", "-printf",
-                          r"%p\t%y %s %T@\n"], capture_output=True, check=True, timeout=600)
+    run = subprocess.run(
+        ["docker", "run", "--rm", "--entrypoint", "find", image, *roots, "-xdev", "-printf", r"%p\t%y %s %T@\n"],
+        capture_output=True,
+        check=True,
+        timeout=600,
+    )
     return dict(line.split("\t", 1) for line in run.stdout.decode().splitlines())
 
 
-def test_a_base_with_caches_keeps_them_and_builds_reproducibly(docker_engine, base_with_caches, tmp_path,
-                                                               monkeypatch):
+def test_a_base_with_caches_keeps_them_and_builds_reproducibly(docker_engine, base_with_caches, tmp_path, monkeypatch):
     monkeypatch.setenv("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH)
     repository, digest = base_with_caches
     base = f"{repository}@{digest}"

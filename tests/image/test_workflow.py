@@ -5,6 +5,7 @@ built-in copy (both pinned in pyproject.toml's test extra); the schema check run
 with every proxy pointed at a closed port, so it cannot reach the network.
 Each checker is also shown a broken copy, which it must reject.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -26,12 +27,19 @@ OFFLINE = {"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:
 
 
 def actionlint(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "actionlint"), "-no-color", str(path)], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(BIN / "actionlint"), "-no-color", str(path)], capture_output=True, text=True, timeout=120
+    )
 
 
 def schema_check(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(path)],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, **OFFLINE})
+    return subprocess.run(
+        [str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **OFFLINE},
+    )
 
 
 def workflow() -> dict:
@@ -84,9 +92,13 @@ def test_publish_pushes_to_ghcr_with_the_workflow_token_and_only_outside_pull_re
     assert publish["if"] == "github.event_name != 'pull_request'"
     assert publish["runs-on"] == "${{ matrix.runner }}"
     login = next(step for step in publish["steps"] if str(step.get("uses", "")).startswith("docker/login-action@"))
-    assert login["with"] == {"registry": "ghcr.io", "username": "${{ github.actor }}", "password": "${{ secrets.GITHUB_TOKEN }}"}
+    assert login["with"] == {
+        "registry": "ghcr.io",
+        "username": "${{ github.actor }}",
+        "password": "${{ secrets.GITHUB_TOKEN }}",
+    }
     runs = "\n".join(step.get("run", "") for step in publish["steps"])
-    assert 'IMAGE_OWNER=${GITHUB_REPOSITORY_OWNER,,}' in runs  # bash lowercases the owner
+    assert "IMAGE_OWNER=${GITHUB_REPOSITORY_OWNER,,}" in runs  # bash lowercases the owner
     assert '--owner "$IMAGE_OWNER" --push' in runs
     assert "build.py verify" in runs
 
@@ -103,7 +115,9 @@ def test_pull_requests_run_the_host_side_checks_for_every_recipe():
 
 
 def matrix_outputs() -> dict:
-    run = subprocess.run([sys.executable, str(MATRIX_SCRIPT)], capture_output=True, text=True, cwd=str(REPO), timeout=120)
+    run = subprocess.run(
+        [sys.executable, str(MATRIX_SCRIPT)], capture_output=True, text=True, cwd=str(REPO), timeout=120
+    )
     assert run.returncode == 0, run.stderr
     lines = dict(line.split("=", 1) for line in run.stdout.strip().splitlines())
     assert set(lines) == {"matrix", "recipes", "indexes", "has_indexes"}
@@ -125,7 +139,9 @@ def test_the_matrix_has_every_recipe_and_platform_on_a_native_runner():
     assert [entry["runner"] for entry in gb300] == ["ubuntu-24.04-arm"]
     sm100 = {entry["platform"]: entry["runner"] for entry in entries if entry["name"] == "glm53-flash-dflash2-sm100"}
     assert sm100 == {"linux/amd64": "ubuntu-24.04", "linux/arm64": "ubuntu-24.04-arm"}
-    assert sorted(e["recipe"] for e in outputs["recipes"]["include"]) == [p.relative_to(REPO).as_posix() for p in recipes]
+    assert sorted(e["recipe"] for e in outputs["recipes"]["include"]) == [
+        p.relative_to(REPO).as_posix() for p in recipes
+    ]
     assert [e["name"] for e in outputs["indexes"]["include"]] == ["glm53-flash-dflash2-sm100"]
     assert outputs["has_indexes"] == "true"
 
@@ -140,7 +156,9 @@ def test_each_platform_is_built_on_its_runner_and_the_index_job_puts_the_index()
     assert index["if"] == "github.event_name != 'pull_request' && needs.recipes.outputs.has_indexes == 'true'"
     assert index["permissions"] == {"contents": "read", "packages": "write"}
     assert index["strategy"]["matrix"] == "${{ fromJSON(needs.recipes.outputs.indexes) }}"
-    assert 'build.py index --recipe "$RECIPE" --owner "$IMAGE_OWNER"' in "\n".join(step.get("run", "") for step in index["steps"])
+    assert 'build.py index --recipe "$RECIPE" --owner "$IMAGE_OWNER"' in "\n".join(
+        step.get("run", "") for step in index["steps"]
+    )
 
 
 def matrix_module():

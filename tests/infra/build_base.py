@@ -25,6 +25,7 @@ with `docker load`.
 Entrypoint: ["vllm", "serve"], where /usr/local/bin/vllm is a small stub (the real
 CLI needs the CUDA build); `vllm --version` prints the installed vLLM version.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,8 +70,12 @@ DEB_INCLUDE = ["python3", "python3-minimal", "ca-certificates"]
 LAYOUT_VERSION = 2
 LABEL_HASH = "org.glm53.test.input-hash"
 LABEL_KIND = "org.glm53.test.synthetic-base"
-GATE_MODULES = ["vllm.v1.core.kv_cache_planning", "vllm.v1.kv_cache_interface",
-                "vllm.platforms.interface", "vllm.model_executor.layers.mamba.mamba_utils"]
+GATE_MODULES = [
+    "vllm.v1.core.kv_cache_planning",
+    "vllm.v1.kv_cache_interface",
+    "vllm.platforms.interface",
+    "vllm.model_executor.layers.mamba.mamba_utils",
+]
 
 ARCHES = {
     "amd64": {"machine": "x86_64", "torch": _pin("torch"), "tag": f"v{VLLM_VERSION}-amd64"},
@@ -82,10 +87,20 @@ WRONG_TAG = f"v{WRONG_VLLM_VERSION}-synthetic"
 # --no-deps; the rest are GPU-only weights the KV-cache imports do not need.
 EXCLUDE = re.compile(r"^(torch|triton|pytorch-triton.*|nvidia-.*|cuda-.*|vllm)$")
 # import name -> distribution, for discovering what an import still misses.
-MODULE_DIST = {"yaml": "pyyaml", "zmq": "pyzmq", "PIL": "pillow", "cpuinfo": "py-cpuinfo",
-               "google": "protobuf", "cv2": "opencv-python-headless", "pydantic_core": "pydantic",
-               "openai_harmony": "openai-harmony", "typing_extensions": "typing-extensions",
-               "jinja2": "jinja2", "sklearn": "scikit-learn", "attr": "attrs"}
+MODULE_DIST = {
+    "yaml": "pyyaml",
+    "zmq": "pyzmq",
+    "PIL": "pillow",
+    "cpuinfo": "py-cpuinfo",
+    "google": "protobuf",
+    "cv2": "opencv-python-headless",
+    "pydantic_core": "pydantic",
+    "openai_harmony": "openai-harmony",
+    "typing_extensions": "typing-extensions",
+    "jinja2": "jinja2",
+    "sklearn": "scikit-learn",
+    "attr": "attrs",
+}
 
 VLLM_STUB = """#!/usr/bin/python3
 # Stand-in for vLLM's console script in the synthetic test base (the real CLI
@@ -208,11 +223,28 @@ def rootfs_tar(arch: str) -> Path:
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix=f"rootfs-{arch}-", dir=out.parent) as tmp:
         root = Path(tmp) / "root"
-        run(["debootstrap", f"--arch={arch}", "--variant=minbase", "--include=" + ",".join(DEB_INCLUDE),
-             SUITE, root, mirror], stdout=subprocess.DEVNULL)
+        run(
+            [
+                "debootstrap",
+                f"--arch={arch}",
+                "--variant=minbase",
+                "--include=" + ",".join(DEB_INCLUDE),
+                SUITE,
+                root,
+                mirror,
+            ],
+            stdout=subprocess.DEVNULL,
+        )
         # Slim it down: apt lists and caches, docs, man pages, locales.
-        for sub in ("var/lib/apt/lists", "var/cache/apt", "usr/share/doc", "usr/share/man",
-                    "usr/share/info", "usr/share/locale", "var/log"):
+        for sub in (
+            "var/lib/apt/lists",
+            "var/cache/apt",
+            "usr/share/doc",
+            "usr/share/man",
+            "usr/share/info",
+            "usr/share/locale",
+            "var/log",
+        ):
             p = root / sub
             if p.exists():
                 shutil.rmtree(p)
@@ -243,11 +275,29 @@ def resolve(arch: str, reqs: list[str]) -> list[str]:
         rfile, cfile, report = Path(tmp) / "r.txt", Path(tmp) / "c.txt", Path(tmp) / "report.json"
         rfile.write_text("\n".join(reqs) + "\n")
         cfile.write_text(f"torch=={ARCHES[arch]['torch']}\n")
-        run(pip("install", "-q", "--dry-run", "--ignore-installed", "--report", report,
-                "--target", Path(tmp) / "t", *platform_args(arch), "-r", rfile, "-c", cfile))
+        run(
+            pip(
+                "install",
+                "-q",
+                "--dry-run",
+                "--ignore-installed",
+                "--report",
+                report,
+                "--target",
+                Path(tmp) / "t",
+                *platform_args(arch),
+                "-r",
+                rfile,
+                "-c",
+                cfile,
+            )
+        )
         data = json.loads(report.read_text())
-    pins = sorted(f"{i['metadata']['name']}=={i['metadata']['version']}" for i in data["install"]
-                  if not EXCLUDE.match(normalize(i["metadata"]["name"])))
+    pins = sorted(
+        f"{i['metadata']['name']}=={i['metadata']['version']}"
+        for i in data["install"]
+        if not EXCLUDE.match(normalize(i["metadata"]["name"]))
+    )
     cached.write_text("\n".join(pins) + "\n")
     return pins
 
@@ -260,8 +310,9 @@ def download(arch: str, specs: list[str]) -> Path:
     def present(spec: str) -> bool:
         name, _, ver = spec.partition("==")
         n = normalize(name)
-        return any(h.startswith(n + "==") and (h.split("==")[1] == ver or h.split("==")[1].split("+")[0] == ver)
-                   for h in have)
+        return any(
+            h.startswith(n + "==") and (h.split("==")[1] == ver or h.split("==")[1].split("+")[0] == ver) for h in have
+        )
 
     missing = [s for s in specs if not present(s)]
     if missing:
@@ -279,8 +330,22 @@ def python_layer(arch: str, reqs: tuple[list[str], dict[str, str]], workdir: Pat
     stage = workdir / "stage"
     site = stage / SITE
     site.mkdir(parents=True)
-    run(pip("install", "-q", "--no-deps", "--no-index", "--find-links", wheels, "--no-compile",
-            "--target", site, *platform_args(arch), *pins, *core))
+    run(
+        pip(
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--find-links",
+            wheels,
+            "--no-compile",
+            "--target",
+            site,
+            *platform_args(arch),
+            *pins,
+            *core,
+        )
+    )
     # target installs may leave console scripts here; the image has its own stub
     shutil.rmtree(site / "bin", ignore_errors=True)
     # Prune what the KV-cache classes never load: vLLM's compiled kernels (CUDA),
@@ -299,8 +364,24 @@ def python_layer(arch: str, reqs: tuple[list[str], dict[str, str]], workdir: Pat
     # under qemu costs minutes. checked-hash pycs stay correct when an overlay edits a file.
     if sys.version_info[:2] == tuple(int(x) for x in PY_MM.split(".")):
         t0 = time.time()
-        run([sys.executable, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "checked-hash",
-             "-x", r"/tests?/", site], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        run(
+            [
+                sys.executable,
+                "-m",
+                "compileall",
+                "-q",
+                "-j",
+                "0",
+                "--invalidation-mode",
+                "checked-hash",
+                "-x",
+                r"/tests?/",
+                site,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
         log(f"byte-compiled in {time.time() - t0:.0f} s")
     else:
         log(f"host python is not {PY_MM}: images are left without .pyc files (slower first import)")
@@ -328,26 +409,33 @@ def docker_archive(layers: list[Path], arch: str, ref: str, labels: dict, out: P
         **({"variant": "v8"} if arch == "arm64" else {}),
         "created": created,
         "config": {
-            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                    "LANG=C.UTF-8", "PYTHONUNBUFFERED=1"],
+            "Env": [
+                "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "LANG=C.UTF-8",
+                "PYTHONUNBUFFERED=1",
+            ],
             "Entrypoint": ["vllm", "serve"],
             "WorkingDir": "/",
             "Labels": labels,
         },
         "rootfs": {"type": "layers", "diff_ids": diff_ids},
-        "history": [{"created": created, "created_by": "debootstrap --variant=minbase " + SUITE},
-                    {"created": created, "created_by": f"vllm {VLLM_VERSION} python tree + cpu torch"}],
+        "history": [
+            {"created": created, "created_by": "debootstrap --variant=minbase " + SUITE},
+            {"created": created, "created_by": f"vllm {VLLM_VERSION} python tree + cpu torch"},
+        ],
     }
     config_bytes = json.dumps(config, sort_keys=True).encode()
     config_name = hashlib.sha256(config_bytes).hexdigest() + ".json"
     names = [d.split(":")[1] + "/layer.tar" for d in diff_ids]
     manifest = [{"Config": config_name, "RepoTags": [ref], "Layers": names}]
     with tarfile.open(out, "w") as tar:
+
         def add_bytes(name: str, data: bytes) -> None:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             info.mtime = 0
             tar.addfile(info, io.BytesIO(data))
+
         add_bytes(config_name, config_bytes)
         for layer, name in zip(layers, names):
             tar.add(layer, arcname=name)
@@ -355,8 +443,7 @@ def docker_archive(layers: list[Path], arch: str, ref: str, labels: dict, out: P
 
 
 def docker(*args, capture=False, check=True, input_=None) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", *args], check=check, text=True, input=input_,
-                          capture_output=capture)
+    return subprocess.run(["docker", *args], check=check, text=True, input=input_, capture_output=capture)
 
 
 def image_label(ref: str, label: str) -> str | None:
@@ -380,12 +467,25 @@ def gate(ref: str, arch: str) -> tuple[bool, str, float]:
     if QUICK_CHECK:
         code = "import platform, importlib.metadata as m; print(platform.machine(), m.version('vllm'))"
     else:
-        code = ("import platform, importlib.metadata as m; "
-                + "; ".join(f"import {mod}" for mod in GATE_MODULES)
-                + "; import vllm; print(platform.machine(), m.version('vllm'), vllm.__file__)")
+        code = (
+            "import platform, importlib.metadata as m; "
+            + "; ".join(f"import {mod}" for mod in GATE_MODULES)
+            + "; import vllm; print(platform.machine(), m.version('vllm'), vllm.__file__)"
+        )
     t0 = time.time()
-    r = docker("run", "--rm", "--platform", f"linux/{arch}", "--entrypoint", "python3", ref, "-c", code,
-               capture=True, check=False)
+    r = docker(
+        "run",
+        "--rm",
+        "--platform",
+        f"linux/{arch}",
+        "--entrypoint",
+        "python3",
+        ref,
+        "-c",
+        code,
+        capture=True,
+        check=False,
+    )
     out = r.stdout.strip() if r.returncode == 0 else (r.stdout + r.stderr).strip()
     return r.returncode == 0, out, time.time() - t0
 
@@ -393,8 +493,22 @@ def gate(ref: str, arch: str) -> tuple[bool, str, float]:
 def input_hash(arch: str, reqs: list[str]) -> str:
     h = hashlib.sha256()
     # Bump LAYOUT_VERSION when the image layout (prune list, stub, config) changes.
-    h.update(json.dumps([LAYOUT_VERSION, arch, reqs, ARCHES[arch], debian_mirror(), SUITE, DEB_INCLUDE,
-                         VLLM_STUB, EXCLUDE.pattern, VLLM_VERSION]).encode())
+    h.update(
+        json.dumps(
+            [
+                LAYOUT_VERSION,
+                arch,
+                reqs,
+                ARCHES[arch],
+                debian_mirror(),
+                SUITE,
+                DEB_INCLUDE,
+                VLLM_STUB,
+                EXCLUDE.pattern,
+                VLLM_VERSION,
+            ]
+        ).encode()
+    )
     return h.hexdigest()
 
 
@@ -409,8 +523,18 @@ def credentials() -> dict:
 def push(ref: str, arch: str, name: str, extra: dict) -> dict:
     creds = credentials()
     with tempfile.TemporaryDirectory(prefix="docker-config-") as cfg:
-        r = docker("--config", cfg, "login", creds["url"], "-u", creds["username"], "--password-stdin",
-                   input_=creds["password"], capture=True, check=False)
+        r = docker(
+            "--config",
+            cfg,
+            "login",
+            creds["url"],
+            "-u",
+            creds["username"],
+            "--password-stdin",
+            input_=creds["password"],
+            capture=True,
+            check=False,
+        )
         if r.returncode != 0:
             sys.exit(f"[build_base] docker login {creds['url']} failed: {r.stderr.strip()}")
         digest = None
@@ -425,8 +549,16 @@ def push(ref: str, arch: str, name: str, extra: dict) -> dict:
         if not digest:
             sys.exit(f"[build_base] push of {ref} failed")
     repo, _, tag = ref.rpartition(":")
-    info = {"reference": ref, "digest": digest, "arch": arch, "repository": repo, "tag": tag,
-            "image": repo, "pinned": f"{repo}@{digest}", **extra}
+    info = {
+        "reference": ref,
+        "digest": digest,
+        "arch": arch,
+        "repository": repo,
+        "tag": tag,
+        "image": repo,
+        "pinned": f"{repo}@{digest}",
+        **extra,
+    }
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     out = STATE_DIR / f"base-{name}.json"
     out.write_text(json.dumps(info, indent=2) + "\n")
@@ -451,10 +583,13 @@ def build_arch(arch: str, force: bool = False) -> dict:
         with tempfile.TemporaryDirectory(prefix=f"base-{arch}-", dir=CACHE_DIR) as tmp:
             work = Path(tmp)
             layer = python_layer(arch, reqs, work)
-            labels = {LABEL_HASH: ihash, LABEL_KIND: arch,
-                      "org.glm53.test.vllm-version": VLLM_VERSION,
-                      "org.glm53.test.torch-version": ARCHES[arch]["torch"],
-                      "org.opencontainers.image.title": "synthetic vllm/vllm-openai stand-in (tests only)"}
+            labels = {
+                LABEL_HASH: ihash,
+                LABEL_KIND: arch,
+                "org.glm53.test.vllm-version": VLLM_VERSION,
+                "org.glm53.test.torch-version": ARCHES[arch]["torch"],
+                "org.opencontainers.image.title": "synthetic vllm/vllm-openai stand-in (tests only)",
+            }
             archive = work / "image.tar"
             docker_archive([rootfs, layer], arch, ref, labels, archive)
             layer.unlink()
@@ -478,8 +613,12 @@ def build_arch(arch: str, force: bool = False) -> dict:
     if arch_seen != arch:
         sys.exit(f"[build_base] {ref} records architecture {arch_seen}, expected {arch}")
     size = int(docker("image", "inspect", "--format", "{{.Size}}", ref, capture=True).stdout.strip())
-    info = push(ref, arch, arch, {"input_hash": ihash, "size_bytes": size, "built": built,
-                                   "seconds": round(time.time() - t0, 1)})
+    info = push(
+        ref,
+        arch,
+        arch,
+        {"input_hash": ihash, "size_bytes": size, "built": built, "seconds": round(time.time() - t0, 1)},
+    )
     log(f"{arch} base done in {time.time() - t0:.0f} s ({size >> 20} MiB)")
     return info
 
@@ -505,9 +644,15 @@ def build_wrong(force: bool = False) -> dict:
     ihash = hashlib.sha256((base_hash + WRONG_DOCKERFILE + WRONG_VLLM_VERSION).encode()).hexdigest()
     built = False
     if force or image_label(ref, LABEL_HASH) != ihash:
-        text = WRONG_DOCKERFILE.format(base=base_ref, good=VLLM_VERSION, bad=WRONG_VLLM_VERSION,
-                                       good_re=VLLM_VERSION.replace(".", r"\."), label=LABEL_HASH,
-                                       kind=LABEL_KIND, ihash=ihash)
+        text = WRONG_DOCKERFILE.format(
+            base=base_ref,
+            good=VLLM_VERSION,
+            bad=WRONG_VLLM_VERSION,
+            good_re=VLLM_VERSION.replace(".", r"\."),
+            label=LABEL_HASH,
+            kind=LABEL_KIND,
+            ihash=ihash,
+        )
         with tempfile.TemporaryDirectory() as ctx:
             Path(ctx, "Dockerfile").write_text(text)
             env = {**os.environ, "DOCKER_BUILDKIT": "0"}
@@ -518,14 +663,31 @@ def build_wrong(force: bool = False) -> dict:
         built = True
     else:
         log(f"{ref}: up to date, not rebuilt")
-    r = docker("run", "--rm", "--entrypoint", "python3", ref, "-c",
-               "import importlib.metadata as m; print(m.version('vllm'))", capture=True)
+    r = docker(
+        "run",
+        "--rm",
+        "--entrypoint",
+        "python3",
+        ref,
+        "-c",
+        "import importlib.metadata as m; print(m.version('vllm'))",
+        capture=True,
+    )
     if r.stdout.strip() != WRONG_VLLM_VERSION:
         sys.exit(f"[build_base] {ref} reports vLLM {r.stdout.strip()!r}")
     size = int(docker("image", "inspect", "--format", "{{.Size}}", ref, capture=True).stdout.strip())
-    return push(ref, "amd64", "wrong-version", {"input_hash": ihash, "size_bytes": size, "built": built,
-                                                "vllm_version": WRONG_VLLM_VERSION,
-                                                "seconds": round(time.time() - t0, 1)})
+    return push(
+        ref,
+        "amd64",
+        "wrong-version",
+        {
+            "input_hash": ihash,
+            "size_bytes": size,
+            "built": built,
+            "vllm_version": WRONG_VLLM_VERSION,
+            "seconds": round(time.time() - t0, 1),
+        },
+    )
 
 
 def main() -> None:
@@ -535,8 +697,11 @@ def main() -> None:
     g.add_argument("--wrong-version", action="store_true")
     g.add_argument("--all", action="store_true")
     ap.add_argument("--force", action="store_true", help="rebuild even if the input hash matches")
-    ap.add_argument("--quick-check", action="store_true",
-                    help="check the image's machine and vLLM version only, not the vLLM import")
+    ap.add_argument(
+        "--quick-check",
+        action="store_true",
+        help="check the image's machine and vLLM version only, not the vLLM import",
+    )
     a = ap.parse_args()
     global QUICK_CHECK
     QUICK_CHECK = a.quick_check

@@ -16,6 +16,7 @@ When something is missing: with CI=true the test fails, else it is skipped with 
 message saying which command brings it up (tests/infra/services.sh up,
 tests/infra/build_base.sh ...).  INFRA_AUTO_BUILD=1 builds a missing base on demand.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,15 @@ try:  # imported as infra.fixtures or with tests/infra on sys.path
 except ImportError:  # pragma: no cover
     import harness  # type: ignore
 
-__all__ = ["docker_engine", "registry", "synthetic_base_amd64", "synthetic_base_arm64", "wrong_vllm_base",
-           "RegistryLogin", "unavailable"]
+__all__ = [
+    "docker_engine",
+    "registry",
+    "synthetic_base_amd64",
+    "synthetic_base_arm64",
+    "wrong_vllm_base",
+    "RegistryLogin",
+    "unavailable",
+]
 
 
 def in_ci() -> bool:
@@ -118,8 +126,7 @@ def _checked_base(arch: str, engine) -> "harness.SyntheticBase":
     try:
         engine.images.get(base.reference)
     except Exception as exc:  # noqa: BLE001
-        unavailable(f"synthetic base {base.reference} not in the local engine ({exc}): "
-                    f"run tests/infra/build_base.sh")
+        unavailable(f"synthetic base {base.reference} not in the local engine ({exc}): run tests/infra/build_base.sh")
     return base
 
 
@@ -151,8 +158,10 @@ def cpu_serving_base(docker_engine) -> str:
     try:
         labels = docker_engine.images.get(CPU_SERVING_BASE).labels or {}
     except Exception as exc:  # noqa: BLE001
-        unavailable(f"CPU serving base {CPU_SERVING_BASE} not in the local engine ({exc}): "
-                    "run tests/infra/build_serving_base.sh")
+        unavailable(
+            f"CPU serving base {CPU_SERVING_BASE} not in the local engine ({exc}): "
+            "run tests/infra/build_serving_base.sh"
+        )
     if "org.glm53.test.input-hash" not in labels:
         unavailable(f"{CPU_SERVING_BASE} was not built by tests/infra/build_serving_base.sh (no input-hash label)")
     return CPU_SERVING_BASE

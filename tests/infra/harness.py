@@ -10,6 +10,7 @@ and the synthetic bases (tests/infra/build_base.py).
 State dir: $INFRA_STATE_DIR (default: services.sh's).  Nothing here
 prints or logs the password; Credentials' repr hides it.
 """
+
 from __future__ import annotations
 
 import functools
@@ -145,7 +146,9 @@ def wait_for_base(name: str, poll_seconds: float = 2.0) -> None:
         time.sleep(poll_seconds)
     if rc.exists() and rc.read_text().strip() != "0":
         tail = log.read_text(errors="replace").splitlines()[-20:] if log.exists() else []
-        raise InfraUnavailable(f"the {name} base build failed (exit {rc.read_text().strip()}, {log}):\n" + "\n".join(tail))
+        raise InfraUnavailable(
+            f"the {name} base build failed (exit {rc.read_text().strip()}, {log}):\n" + "\n".join(tail)
+        )
 
 
 def base_image(arch: str) -> SyntheticBase:
@@ -154,7 +157,8 @@ def base_image(arch: str) -> SyntheticBase:
     if not path.exists():
         raise InfraUnavailable(
             f"no synthetic base {arch!r} ({path} missing): run tests/infra/build_base.sh "
-            + ("--wrong-version" if arch == "wrong-version" else f"--arch {arch}"))
+            + ("--wrong-version" if arch == "wrong-version" else f"--arch {arch}")
+        )
     return SyntheticBase(json.loads(path.read_text()))
 
 
@@ -179,6 +183,10 @@ def services(command: str, check: bool = True) -> subprocess.CompletedProcess:
 def docker_login(config_dir: Path, creds: Optional[Credentials] = None) -> subprocess.CompletedProcess:
     """`docker --config CONFIG_DIR login` with the password on stdin; returns the result."""
     creds = creds or registry_credentials()
-    return subprocess.run(["docker", "--config", str(config_dir), "login", creds.url, "-u", creds.username,
-                           "--password-stdin"], input=creds.password, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        ["docker", "--config", str(config_dir), "login", creds.url, "-u", creds.username, "--password-stdin"],
+        input=creds.password,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from overlay_helpers import (
     APPLY,
     SERIES,
@@ -124,8 +123,9 @@ def test_write_bytecode_is_hash_based(site, tmp_path):
 def _pyc(source: Path, mode: str, tmp: Path) -> bytes:
     """Bytecode of ``source`` as py_compile writes it in ``mode``."""
     out = tmp / f"{source.stem}-{mode}.pyc"
-    py_compile.compile(str(source), cfile=str(out), doraise=True,
-                       invalidation_mode=py_compile.PycInvalidationMode[mode])
+    py_compile.compile(
+        str(source), cfile=str(out), doraise=True, invalidation_mode=py_compile.PycInvalidationMode[mode]
+    )
     return out.read_bytes()
 
 
@@ -150,8 +150,13 @@ def test_python_rejects_only_bytecode_it_cannot_load(tmp_path):
         pyc.write_bytes(data)
         assert bool(python_rejects(pyc, source)) is rejected, name
         if rejected:  # and the interpreter agrees: it runs the new source, not the bytecode
-            run = subprocess.run([sys.executable, "-c", "import mod; print(mod.x)"], cwd=where,
-                                 capture_output=True, text=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+            run = subprocess.run(
+                [sys.executable, "-c", "import mod; print(mod.x)"],
+                cwd=where,
+                capture_output=True,
+                text=True,
+                env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+            )
             assert run.stdout.strip() == source.decode().split("=")[1].strip(), (name, run.stderr)
 
 
@@ -300,9 +305,7 @@ def test_failure_after_files_were_replaced_rolls_back(site, tmp_path):
     if subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0:
         pytest.skip("python3 can import torch; no failing interpreter at hand")
     manifest = tmp_path / "m" / "manifest.json"
-    proc = run_apply(
-        "--site-packages", site, "--smoke-import", "--manifest", manifest, python=python
-    )
+    proc = run_apply("--site-packages", site, "--smoke-import", "--manifest", manifest, python=python)
     assert proc.returncode == 1
     assert "smoke import" in proc.stderr
     assert tree_digest(site) == before

@@ -23,14 +23,11 @@ import json
 import os
 import subprocess
 
-import pytest
-
 import default_recipe_figures as F
-from stackbuild.core.gate import gate_input
-from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
+import pytest
 from overlay_helpers import (
-    REPO,
     RECIPE_CONFIGS,
+    REPO,
     copy_tree,
     oracle_python,
     plan,
@@ -38,6 +35,9 @@ from overlay_helpers import (
     recipe_params,
     run_apply,
 )
+
+from stackbuild.core.gate import gate_input
+from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 
 GIB = 1 << 30
 TPS = (1, 2, 4)
@@ -62,17 +62,11 @@ def trees(tmp_path_factory):
 @pytest.fixture(scope="module")
 def harness(trees):
     base = dict(recipe_params(), kv_memory_gib=MEMORY_GIB)
-    cases = [
-        dict(base, tp=tp, num_spec=ns, with_drafter=w)
-        for tp, ns in GRID
-        for w in (True, False)
-    ]
+    cases = [dict(base, tp=tp, num_spec=ns, with_drafter=w) for tp, ns in GRID for w in (True, False)]
     out = {}
     for name in ("stock", "patched"):
         results, log = plan(trees[name], cases, trees["python"])
-        out[name] = {
-            (c["tp"], c["num_spec"], c["with_drafter"]): r for c, r in zip(cases, results)
-        }
+        out[name] = {(c["tp"], c["num_spec"], c["with_drafter"]): r for c, r in zip(cases, results)}
         out[name + "_log"] = log
     return out
 
@@ -138,8 +132,9 @@ def oracle(trees):
                 trees["python"],
                 "-c",
                 ORACLE_DRIVER,
-                json.dumps([str(RECIPE_CONFIGS), GRID, MEMORY_GIB * GIB,
-                            gate_input(load_recipe(DEFAULT_RECIPE)).to_json()]),
+                json.dumps(
+                    [str(RECIPE_CONFIGS), GRID, MEMORY_GIB * GIB, gate_input(load_recipe(DEFAULT_RECIPE)).to_json()]
+                ),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -148,9 +143,7 @@ def oracle(trees):
             timeout=900,
         )
         assert proc.returncode == 0, proc.stderr[-6000:]
-        lines = dict(
-            line.split(" ", 1) for line in proc.stdout.splitlines() if line.startswith("ORACLE")
-        )
+        lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line.startswith("ORACLE"))
         assert lines["ORACLE_VLLM"].startswith(str(site)), lines["ORACLE_VLLM"]
         out[name] = dict(zip(GRID, json.loads(lines["ORACLE"])))
         out[name + "_recipe"] = json.loads(lines["ORACLE_RECIPE"])
@@ -203,9 +196,7 @@ def test_stock_drafter_inflates_blocks(harness, tp, ns):
 
 
 def test_fit_is_logged(harness):
-    assert "Draft KV cache: layer draft_model.model.layers.0.self_attn.attn" in (
-        harness["patched_log"]
-    )
+    assert "Draft KV cache: layer draft_model.model.layers.0.self_attn.attn" in (harness["patched_log"])
     assert "Draft KV cache" not in harness["stock_log"]
 
 
@@ -221,9 +212,7 @@ def test_no_exact_fit_keeps_stock_and_logs(trees):
     assert "no exact fit" in log and "no drafter block fits exactly" in log
     assert patched["bytes_per_block"] == stock["bytes_per_block"]
     assert patched["num_blocks"] == stock["num_blocks"]
-    assert [g["block_size"] for g in _draft_groups(patched)] == [
-        g["block_size"] for g in _draft_groups(stock)
-    ]
+    assert [g["block_size"] for g in _draft_groups(patched)] == [g["block_size"] for g in _draft_groups(stock)]
 
 
 @pytest.mark.parametrize("tp,ns", GRID)
@@ -272,7 +261,9 @@ def test_default_recipe_figures_are_what_vllm_plans(oracle, tree):
     assert (with_d["draft_blocks"], with_d["draft_pages"]) == ([column.drafter_block], [column.drafter_page])
     assert column.drafter_page == column.drafter_block * F.DRAFTER_BYTES_PER_TOKEN
     assert (with_d["bytes_per_block"], alone["bytes_per_block"]) == (
-        column.bytes_per_block_with, column.bytes_per_block_without)
+        column.bytes_per_block_with,
+        column.bytes_per_block_without,
+    )
     assert (with_d["num_blocks"], with_d["tokens_fit"]) == (column.blocks, column.kv_token_slots)
 
 
@@ -281,9 +272,10 @@ def test_patch_0002_is_needed(trees, tmp_path):
     block size (cache_config.block_size) below the target's block."""
     import shutil
 
+    from overlay_helpers import SERIES
+
     from overlay import refresh
     from overlay.lock import read_series
-    from overlay_helpers import SERIES
 
     series = tmp_path / "series" / SERIES.name
     shutil.copytree(SERIES, series)

@@ -11,7 +11,6 @@ keeps the stock block with a warning in the same words.
 from __future__ import annotations
 
 import pytest
-
 from overlay_helpers import (
     copy_tree,
     oracle_python,
@@ -52,7 +51,9 @@ def test_strict_raises_with_the_gates_words(patched):
     proc = run_plan(patched, [_params(**MISFIT)], oracle_python(), {ENV: "1"})
     assert proc.returncode != 0
     assert "OVERLAY_PLAN" not in proc.stdout
-    (line,) = [l for l in proc.stderr.splitlines() if l.startswith("vllm.v1.worker.utils.DraftKVCacheFitError")]
+    (line,) = [
+        line for line in proc.stderr.splitlines() if line.startswith("vllm.v1.worker.utils.DraftKVCacheFitError")
+    ]
     assert f"layer {LAYER} (SlidingWindowSpec, 8 KV heads x head 80, {MISFIT_BPT} B/token)" in line
     assert f"at block 9216 (page {MISFIT_PAGE:,} B)" in line
     assert f"target MLA page P of {P:,} B" in line
@@ -91,10 +92,11 @@ def test_other_values_are_refused(patched):
 def test_image_is_strict(tmp_path, monkeypatch):
     """The rendered Dockerfile sets strict mode for the served image."""
     from recipe_copies import copy_recipe, pinned
-    from stackbuild.image.plan import make_plan
+
     from stackbuild.core.recipe import load_recipe
+    from stackbuild.image.plan import make_plan
     from stackbuild.image.render import render
 
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764460800")
     text = render(make_plan(load_recipe(copy_recipe(tmp_path, pinned)), owner="acme"))
-    assert [l for l in text.splitlines() if ENV in l and l.startswith("ENV")] == [f"ENV {ENV}=1"]
+    assert [line for line in text.splitlines() if ENV in line and line.startswith("ENV")] == [f"ENV {ENV}=1"]

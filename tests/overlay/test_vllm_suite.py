@@ -23,7 +23,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
 from infra.fixtures import unavailable
 from overlay_helpers import REPO, VERSION, copy_tree, oracle_python, pristine_dir, run_apply
 
@@ -65,17 +64,21 @@ def exclusions() -> list[tuple[str, str]]:
     return _entries("exclusions.txt")
 
 
-def _session(
-    python: str, site: Path, suite: Path, junit: Path, tests: list[str] | None = None
-) -> subprocess.Popen:
+def _session(python: str, site: Path, suite: Path, junit: Path, tests: list[str] | None = None) -> subprocess.Popen:
     """pytest on ``tests`` (default: the selection less the exclusions) with
     ``site``'s vLLM first on sys.path; the outcome goes to ``junit``."""
     args = [
-        python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        python,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
         # vLLM's top-level tests/conftest.py imports the whole serving stack
         # (LLM, multimodal assets); tests/v1/core needs none of it.
         "--confcutdir=tests/v1",
-        "-o", "addopts=",
+        "-o",
+        "addopts=",
         f"--junitxml={junit}",
     ]
     if tests is not None:
@@ -105,9 +108,9 @@ def _outcomes(junit: Path) -> dict[str, str]:
     for case in ET.parse(junit).getroot().iter("testcase"):
         name = f"{case.get('classname')}::{case.get('name')}"
         kinds = {child.tag for child in case}
-        out[name] = next(
-            (k for k in ("error", "failure", "skipped") if k in kinds), "passed"
-        ).replace("failure", "failed")
+        out[name] = next((k for k in ("error", "failure", "skipped") if k in kinds), "passed").replace(
+            "failure", "failed"
+        )
     return out
 
 
@@ -151,7 +154,8 @@ def sessions(tmp_path_factory):
     # test that failed on either tree runs again on both; the second answer
     # is the one compared.
     suspects = [
-        t for t, o in out["stock"].items()
+        t
+        for t, o in out["stock"].items()
         if o in ("failed", "error") or out["patched"].get(t) in ("failed", "error", None)
     ]
     if suspects:
@@ -185,7 +189,8 @@ def test_patched_passes_everything_pristine_passes(sessions):
         f"{len(broken)} of {len(passed)} tests that pass on the pristine tree do not "
         "pass with the series:\n"
         + "\n".join(f"{t}: {patched.get(t, 'not run')}" for t in broken[:50])
-        + "\n" + sessions["patched_log"][-4000:]
+        + "\n"
+        + sessions["patched_log"][-4000:]
     )
 
 

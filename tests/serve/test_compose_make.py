@@ -5,6 +5,7 @@ test's virtualenv (VENV=..., its install step taken as done). The vLLM
 serve-parser check runs when that venv can import vLLM (in the Makefile's
 .venv: after `make oracle`, the .oracle marker), else it says it skipped.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -14,11 +15,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from compose_support import REPO, require_compose_binary
 
-from stackbuild.core.serve_args import serve_argv
 from stackbuild.core.recipe import load_recipe
+from stackbuild.core.serve_args import serve_argv
 
 
 def test_make_compose_on_a_fresh_checkout(tmp_path):
@@ -34,14 +34,27 @@ def test_make_compose_on_a_fresh_checkout(tmp_path):
     target = checkout / "compose" / f"{recipe.name}.compose.yaml"
     target.unlink(missing_ok=True)
 
-    proc = subprocess.run(["make", "-C", str(checkout), "compose", f"VENV={venv}", "-o", f"{venv}/.installed"],
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        ["make", "-C", str(checkout), "compose", f"VENV={venv}", "-o", f"{venv}/.installed"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"wrote {target}" in proc.stdout + proc.stderr
     doc = yaml.safe_load(target.read_text())
     assert doc["services"]["vllm"]["command"] == serve_argv(recipe)
     skipped = "notice: vLLM serve-parser check skipped" in proc.stderr
-    has_vllm = subprocess.run([str(venv / "bin" / "python"), "-c", "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 1)"]).returncode == 0
+    has_vllm = (
+        subprocess.run(
+            [
+                str(venv / "bin" / "python"),
+                "-c",
+                "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 1)",
+            ]
+        ).returncode
+        == 0
+    )
     assert skipped is not has_vllm, proc.stderr
     if (venv / ".oracle").exists():
         assert has_vllm

@@ -4,6 +4,7 @@ The oracle interpreter is GLM53_ORACLE_PYTHON, else this interpreter (the
 .venv after `make oracle`). Each parse imports vLLM: 20-60 s on a small host,
 so the tests share results where they can.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,13 +13,12 @@ import sys
 
 import pytest
 import yaml
-
 from compose_support import DIGEST, NO_REPORT, REPO, SOURCE_DATE_EPOCH, recipe, require_compose_binary, require_oracle
 
-from stackbuild.serve.compose import write_compose
-from stackbuild.core.serve_args import serve_argv, speculative_config
-from stackbuild.serve.validate import check_serve_args, run_serve_parser_cases
 from stackbuild.core.errors import ServeArgsRejected
+from stackbuild.core.serve_args import serve_argv, speculative_config
+from stackbuild.serve.compose import write_compose
+from stackbuild.serve.validate import check_serve_args, run_serve_parser_cases
 
 pytestmark = pytest.mark.oracle
 
@@ -29,8 +29,14 @@ def _fixed_date(monkeypatch):
 
 
 def _cli(*args, env=None):
-    return subprocess.run([sys.executable, str(REPO / "build.py"), "compose", *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=900, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "compose", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=900,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_default_recipe_command_is_accepted_by_vllm_serve(tmp_path):
@@ -48,7 +54,11 @@ def test_default_recipe_command_is_accepted_by_vllm_serve(tmp_path):
     assert command == serve_argv(r) == result["command"]
     assert parsed["model_tag"] == "/models/GLM-5.3-Flash-NVFP4"
     spec = parsed["speculative_config"]
-    assert (spec["method"], spec["model"], spec["num_speculative_tokens"]) == ("dflash", "/models/GLM-5.3-Flash-DFlash2", 7)
+    assert (spec["method"], spec["model"], spec["num_speculative_tokens"]) == (
+        "dflash",
+        "/models/GLM-5.3-Flash-DFlash2",
+        7,
+    )
     assert spec == speculative_config(r)
     assert parsed["kv_cache_dtype"] == "fp8"
     assert parsed["max_model_len"] == 1048576
@@ -70,13 +80,22 @@ def test_drafter_kv_dtype_is_a_speculative_config_field_vllm_accepts(tmp_path):
 
 REJECTED = {
     "bad-kv-dtype": (["/models/m", "--kv-cache-dtype", "fp7"], "Invalid kv_cache_dtype: 'fp7'"),
-    "bad-spec-field": (["/models/m", "--speculative-config", '{"method":"dflash","model":"/models/d","num_spec_tokens":7}'],
-                       "unknown SpeculativeConfig field(s): num_spec_tokens"),
-    "bad-tool-parser": (["/models/m", "--enable-auto-tool-choice", "--tool-call-parser", "glm99"],
-                        "invalid tool call parser: glm99"),
-    "bad-drafter-backend": (["/models/m", "--speculative-config",
-                             '{"attention_backend":"FLASH_ATTENTION_9","method":"dflash","model":"/models/d"}'],
-                            "unknown attention backend"),
+    "bad-spec-field": (
+        ["/models/m", "--speculative-config", '{"method":"dflash","model":"/models/d","num_spec_tokens":7}'],
+        "unknown SpeculativeConfig field(s): num_spec_tokens",
+    ),
+    "bad-tool-parser": (
+        ["/models/m", "--enable-auto-tool-choice", "--tool-call-parser", "glm99"],
+        "invalid tool call parser: glm99",
+    ),
+    "bad-drafter-backend": (
+        [
+            "/models/m",
+            "--speculative-config",
+            '{"attention_backend":"FLASH_ATTENTION_9","method":"dflash","model":"/models/d"}',
+        ],
+        "unknown attention backend",
+    ),
     "unknown-flag": (["/models/m", "--frobnicate"], "unrecognized arguments: --frobnicate"),
 }
 
@@ -102,13 +121,17 @@ def test_vllm_rejects_with_its_own_message(rejected_verdicts, case):
 
 def test_cli_refuses_a_recipe_vllm_rejects_and_writes_nothing(tmp_path):
     require_oracle()
-    r_path = recipe(tmp_path, lambda d: d["serving"].__setitem__("extra_args", ["--enable-auto-tool-choice", "--frobnicate"])).path
+    r_path = recipe(
+        tmp_path, lambda d: d["serving"].__setitem__("extra_args", ["--enable-auto-tool-choice", "--frobnicate"])
+    ).path
     out = tmp_path / "out" / "x.compose.yaml"
     out.parent.mkdir()
     proc = _cli("--recipe", str(r_path), "-o", str(out), "--digest", DIGEST)
     assert proc.returncode == ServeArgsRejected.exit_code, proc.stderr
     error_lines = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert error_lines == [f"error: {r_path}: vLLM 0.33.0 `vllm serve` rejected the command: unrecognized arguments: --frobnicate"]
+    assert error_lines == [
+        f"error: {r_path}: vLLM 0.33.0 `vllm serve` rejected the command: unrecognized arguments: --frobnicate"
+    ]
     assert not out.exists()
     assert list(out.parent.iterdir()) == []
 
@@ -118,10 +141,26 @@ def test_cli_writes_the_file_with_overrides(tmp_path):
     require_compose_binary()
     r_path = recipe(tmp_path).path
     out = tmp_path / "served.compose.yaml"
-    proc = _cli("--recipe", str(r_path), "-o", str(out), "--digest", DIGEST, "--models-dir", str(tmp_path / "w"),
-                "--port", "18001", "--gpus", "3", "--owner", "acme", "--json")
+    proc = _cli(
+        "--recipe",
+        str(r_path),
+        "-o",
+        str(out),
+        "--digest",
+        DIGEST,
+        "--models-dir",
+        str(tmp_path / "w"),
+        "--port",
+        "18001",
+        "--gpus",
+        "3",
+        "--owner",
+        "acme",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     import json
+
     result = json.loads(proc.stdout)
     assert result["path"] == str(out) and result["pinned"] is True
     assert result["checks"]["serve_args"]["status"] == "passed"
@@ -135,8 +174,15 @@ def test_cli_writes_the_file_with_overrides(tmp_path):
 def test_oracle_without_vllm_is_skipped_with_a_notice(tmp_path):
     """An interpreter without vLLM: the file is still written, the check says it was skipped."""
     require_compose_binary()
-    bare = subprocess.run(["python3", "-c", "import importlib.util,sys; print(sys.executable if not importlib.util.find_spec('vllm') else '')"],
-                          capture_output=True, text=True).stdout.strip()
+    bare = subprocess.run(
+        [
+            "python3",
+            "-c",
+            "import importlib.util,sys; print(sys.executable if not importlib.util.find_spec('vllm') else '')",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     if not bare:
         pytest.skip("no interpreter without vLLM on PATH")
     out = tmp_path / "x.compose.yaml"
@@ -160,6 +206,7 @@ def test_prefix_caching_key_is_the_flag_vllm_reads_and_the_gate_input_resolves_i
                 d["serving"].pop("enable_prefix_caching", None)
             else:
                 d["serving"]["enable_prefix_caching"] = value
+
         return edit
 
     recipes = {}
@@ -175,11 +222,18 @@ def test_prefix_caching_key_is_the_flag_vllm_reads_and_the_gate_input_resolves_i
         assert verdict["parsed"]["enable_prefix_caching"] is value
         gate = gate_input(r)
         assert (gate.enable_prefix_caching, gate.mamba_cache_mode) == resolve_prefix_caching(
-            r.target_config, verdict["parsed"]["enable_prefix_caching"])
+            r.target_config, verdict["parsed"]["enable_prefix_caching"]
+        )
     # vLLM 0.33.0 turns it on for this hybrid target when no flag says otherwise: align.
-    assert (gate_input(recipes[None]).enable_prefix_caching, gate_input(recipes[None]).mamba_cache_mode) == (True, "align")
+    assert (gate_input(recipes[None]).enable_prefix_caching, gate_input(recipes[None]).mamba_cache_mode) == (
+        True,
+        "align",
+    )
 
 
 def test_extra_args_may_not_repeat_the_prefix_caching_flag(tmp_path):
-    with pytest.raises(Exception, match=r"serving.extra_args\[0\]: --enable-prefix-caching is generated from serving.enable_prefix_caching"):
+    with pytest.raises(
+        Exception,
+        match=r"serving.extra_args\[0\]: --enable-prefix-caching is generated from serving.enable_prefix_caching",
+    ):
         recipe(tmp_path, lambda d: d["serving"].__setitem__("extra_args", ["--enable-prefix-caching"]))

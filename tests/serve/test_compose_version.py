@@ -6,16 +6,17 @@ anything else, and nothing is written. The old Compose is a stand-in script answ
 `version --short` as Compose does (no Compose older than 2.24 is installed here); the
 version the real binary reports is read from the real binary.
 """
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
 import pytest
-
 from bad_input_helpers import DEFAULT_OUTPUT_DIRS, DIGEST, assert_refused, invoke, snapshot
 from compose_support import require_compose_binary
 from recipe_copies import copy_recipe
+
 from stackbuild.core.errors import ComposeVersionError
 from stackbuild.serve.validate import compose_version
 
@@ -23,19 +24,24 @@ from stackbuild.serve.validate import compose_version
 def compose_answering(tmp_path: Path, answer: str, status: int = 0) -> Path:
     """An executable that answers `version --short` with ``answer`` and exits ``status``; any other use fails."""
     path = tmp_path / "docker-compose"
-    path.write_text("#!/bin/sh\n"
-                    f'if [ "$1 $2" = "version --short" ]; then printf "%s\\n" "{answer}"; exit {status}; fi\n'
-                    "echo 'asked more than its version' >&2; exit 99\n")
+    path.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1 $2" = "version --short" ]; then printf "%s\\n" "{answer}"; exit {status}; fi\n'
+        "echo 'asked more than its version' >&2; exit 99\n"
+    )
     path.chmod(0o755)
     return path
 
 
-@pytest.mark.parametrize("answer, status, needle", [
-    ("2.23.3", 0, "Docker Compose 2.23.3 is older than 2.24, which the generated files need"),
-    ("v2.20.2", 0, "Docker Compose v2.20.2 is older than 2.24"),
-    ("1.29.2", 0, "Docker Compose 1.29.2 is older than 2.24"),
-    ("", 1, "no Docker Compose version in its answer"),
-])
+@pytest.mark.parametrize(
+    "answer, status, needle",
+    [
+        ("2.23.3", 0, "Docker Compose 2.23.3 is older than 2.24, which the generated files need"),
+        ("v2.20.2", 0, "Docker Compose v2.20.2 is older than 2.24"),
+        ("1.29.2", 0, "Docker Compose 1.29.2 is older than 2.24"),
+        ("", 1, "no Docker Compose version in its answer"),
+    ],
+)
 def test_an_older_compose_is_refused_in_one_line_and_nothing_is_written(tmp_path, answer, status, needle):
     binary = compose_answering(tmp_path, answer, status)
     recipe = copy_recipe(tmp_path)

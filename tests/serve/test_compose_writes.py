@@ -1,6 +1,7 @@
 """Writes stay where they belong: `compose` writes into the repository only for the repository's own
 recipe files (a copy elsewhere writes next to itself), and a compose file holding this machine's
 values (`--models-dir`) never modifies the committed one, so the tree's pinned tag stays."""
+
 from __future__ import annotations
 
 import json
@@ -9,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from recipe_copies import REPO, copy_recipe
 
 RECIPE = Path("recipes") / "glm53-flash-dflash2-gb300" / "recipe.yaml"
@@ -17,8 +17,9 @@ COMMITTED = Path("compose") / "glm53-flash-dflash2-gb300.compose.yaml"
 
 
 def build_py(checkout: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(checkout / "build.py"), *args], capture_output=True, text=True,
-                          cwd=checkout, timeout=600)
+    return subprocess.run(
+        [sys.executable, str(checkout / "build.py"), *args], capture_output=True, text=True, cwd=checkout, timeout=600
+    )
 
 
 def test_a_recipe_elsewhere_writes_next_to_itself(tmp_path):
@@ -49,8 +50,9 @@ def pinned_tag(checkout: Path) -> str:
 
 
 def test_models_dir_leaves_the_committed_file_and_the_pinned_tag(checkout, tmp_path):
-    head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     tag = pinned_tag(checkout)
     assert tag.endswith("-" + head[:12])  # the clean tree's tag: the commit's
     models = tmp_path / "models"
@@ -61,7 +63,8 @@ def test_models_dir_leaves_the_committed_file_and_the_pinned_tag(checkout, tmp_p
     assert f"wrote {local}" in done.stdout
     assert str(models) in local.read_text()
     assert "--models-dir hold(s) this machine's values" in done.stderr
-    status = subprocess.run(["git", "-C", str(checkout), "status", "--porcelain"], capture_output=True, text=True,
-                            check=True).stdout
+    status = subprocess.run(
+        ["git", "-C", str(checkout), "status", "--porcelain"], capture_output=True, text=True, check=True
+    ).stdout
     assert status == ""  # nothing tracked changed, nothing untracked shows
     assert pinned_tag(checkout) == tag

@@ -4,6 +4,7 @@ Expectations from the recipes (2x GB10: TP 2 over 2 nodes, one GPU per pod; GB30
 machine), from vLLM's multi-node launch (rank 0 serves, others --headless) and from the
 LWS API (LWS_LEADER_ADDRESS, LWS_WORKER_INDEX, the leader's worker-index label 0).
 """
+
 from __future__ import annotations
 
 import copy
@@ -16,15 +17,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stackbuild.core.serve_args import serve_argv
-from stackbuild.serve.health import readiness_command
-from stackbuild.serve.k8s import ModelVolume, _expand, manifests, render
-from stackbuild.serve.image_pin import ImagePin
-from stackbuild.serve.k8s_validate import validate
 from stackbuild.core.errors import ManifestInvalid
 from stackbuild.core.gate import gate_input
 from stackbuild.core.preflight_record import checked_serve
 from stackbuild.core.recipe import load_recipe
+from stackbuild.core.serve_args import serve_argv
+from stackbuild.serve.health import readiness_command
+from stackbuild.serve.image_pin import ImagePin
+from stackbuild.serve.k8s import ModelVolume, _expand, manifests, render
+from stackbuild.serve.k8s_validate import validate
 
 REPO = Path(__file__).resolve().parents[2]
 MULTI = REPO / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml"
@@ -35,8 +36,9 @@ IMAGE = "ghcr.io/someone/x:tag"
 
 
 def build(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "build.py"), *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=900, env=env)
+    return subprocess.run(
+        [sys.executable, str(REPO / "build.py"), *args], capture_output=True, text=True, cwd=REPO, timeout=900, env=env
+    )
 
 
 def objects(recipe_path: Path, **kw):
@@ -67,8 +69,9 @@ def test_leaderworkerset_for_two_nodes():
     assert leader["readinessProbe"]["exec"]["command"] == readiness_command("127.0.0.1", 8000)
     assert leader["livenessProbe"]["httpGet"]["path"] == "/health"
     assert leader["startupProbe"]["httpGet"]["path"] == "/health"
-    assert _api_key_env(leader) == {"secretKeyRef": {"name": "glm53-flash-dflash2-2x-gb10-api-key", "key": "api-key",
-                                                     "optional": True}}
+    assert _api_key_env(leader) == {
+        "secretKeyRef": {"name": "glm53-flash-dflash2-2x-gb10-api-key", "key": "api-key", "optional": True}
+    }
     assert _api_key_env(worker) is None  # headless: no API, no key
     startup = leader["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 30 * 60  # weights load for minutes
@@ -127,8 +130,11 @@ def test_api_key_secret_pull_secrets_and_architecture(recipe_path):
     specs = _pod_specs(workload)
     for spec in specs:
         assert spec["imagePullSecrets"] == [{"name": "ghcr-pull"}, {"name": "other"}]
-    assert _api_key_env(specs[0]["containers"][0])["secretKeyRef"] == {"name": "vllm-key", "key": "api-key",
-                                                                       "optional": True}
+    assert _api_key_env(specs[0]["containers"][0])["secretKeyRef"] == {
+        "name": "vllm-key",
+        "key": "api-key",
+        "optional": True,
+    }
     assert validate([workload, service], "test")
 
 
@@ -137,12 +143,15 @@ def test_two_platforms_schedule_on_either_architecture():
     spec = deployment["spec"]["template"]["spec"]
     assert "nodeSelector" not in spec
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms == [{"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In",
-                                            "values": ["amd64", "arm64"]}]}]
+    assert terms == [
+        {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]}]}
+    ]
     assert validate([deployment, service], "test")
 
 
-@pytest.mark.parametrize("recipe_path", [SINGLE, MULTI, TWO_PLATFORMS], ids=["deployment", "leaderworkerset", "two-platforms"])
+@pytest.mark.parametrize(
+    "recipe_path", [SINGLE, MULTI, TWO_PLATFORMS], ids=["deployment", "leaderworkerset", "two-platforms"]
+)
 def test_rendered_manifests_have_no_anchors_or_aliases(recipe_path):
     """The objects share dicts (the labels in metadata and the pod template, the probes' port): each is
     written out where it is used, never as an anchor (&) and an alias (*)."""
@@ -159,15 +168,28 @@ def _lws_edit(obj, key, value):
     obj["spec"]["leaderWorkerTemplate"][key] = value
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda o: _lws_edit(o, "restartPolicy", "Always"), "LeaderWorkerSet schema: spec.leaderWorkerTemplate.restartPolicy"),
-    (lambda o: _lws_edit(o, "size", 0), "LeaderWorkerSet schema: spec.leaderWorkerTemplate.size"),
-    (lambda o: _lws_edit(o, "groupSize", 2), "LeaderWorkerSet schema"),
-    (lambda o: o["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0].update(gpus=1),
-     "Kubernetes 1.33.0 schema"),
-    (lambda o: o["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["volumes"][1]["emptyDir"].update(medium=3),
-     "Kubernetes 1.33.0 schema"),
-], ids=["restart-policy", "size-0", "unknown-field", "unknown-container-field", "medium-not-string"])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda o: _lws_edit(o, "restartPolicy", "Always"),
+            "LeaderWorkerSet schema: spec.leaderWorkerTemplate.restartPolicy",
+        ),
+        (lambda o: _lws_edit(o, "size", 0), "LeaderWorkerSet schema: spec.leaderWorkerTemplate.size"),
+        (lambda o: _lws_edit(o, "groupSize", 2), "LeaderWorkerSet schema"),
+        (
+            lambda o: o["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0].update(gpus=1),
+            "Kubernetes 1.33.0 schema",
+        ),
+        (
+            lambda o: o["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["volumes"][1]["emptyDir"].update(
+                medium=3
+            ),
+            "Kubernetes 1.33.0 schema",
+        ),
+    ],
+    ids=["restart-policy", "size-0", "unknown-field", "unknown-container-field", "medium-not-string"],
+)
 def test_schemas_refuse_a_broken_leaderworkerset(edit, message):
     lws, _service = objects(MULTI)
     broken = copy.deepcopy(lws)
@@ -196,31 +218,83 @@ def test_preflight_fast_path_knows_the_pods_args():
 
 
 def test_cli_writes_and_refuses(tmp_path):
-    run = build("deploy", "--target", "k8s", "--recipe", str(MULTI), "-o", str(tmp_path), "--owner", "someone",
-                "--models-pvc", "glm-models", "--json")
+    run = build(
+        "deploy",
+        "--target",
+        "k8s",
+        "--recipe",
+        str(MULTI),
+        "-o",
+        str(tmp_path),
+        "--owner",
+        "someone",
+        "--models-pvc",
+        "glm-models",
+        "--json",
+    )
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
-    assert result["serve_args"] == {"leaderTemplate (LWS_WORKER_INDEX 0)": "passed",
-                                    "workerTemplate (LWS_WORKER_INDEX 1)": "passed"}
+    assert result["serve_args"] == {
+        "leaderTemplate (LWS_WORKER_INDEX 0)": "passed",
+        "workerTemplate (LWS_WORKER_INDEX 1)": "passed",
+    }
     docs = [d for d in yaml.safe_load_all(Path(result["path"]).read_text()) if d]
     assert [d["kind"] for d in docs] == ["LeaderWorkerSet", "Service"]
     volumes = docs[0]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["volumes"]
     assert volumes[0] == {"name": "models", "persistentVolumeClaim": {"claimName": "glm-models", "readOnly": True}}
-    both = build("deploy", "--target", "k8s", "--recipe", str(MULTI), "-o", str(tmp_path), "--owner", "someone",
-                 "--models-pvc", "m", "--models-host-path", "/models")
+    both = build(
+        "deploy",
+        "--target",
+        "k8s",
+        "--recipe",
+        str(MULTI),
+        "-o",
+        str(tmp_path),
+        "--owner",
+        "someone",
+        "--models-pvc",
+        "m",
+        "--models-host-path",
+        "/models",
+    )
     assert both.returncode == 2 and both.stderr.count("\n") == 1 and "give one, not both" in both.stderr
     env = {k: v for k, v in os.environ.items() if k != "IMAGE_OWNER"}
     no_owner = build("deploy", "--target", "k8s", "--recipe", str(MULTI), "-o", str(tmp_path), env=env)
     assert no_owner.returncode == 2 and "no image owner" in no_owner.stderr
     for option in ("--api-key-secret", "--image-pull-secret"):
-        bad = build("deploy", "--target", "k8s", "--recipe", str(MULTI), "-o", str(tmp_path), "--owner", "someone",
-                    option, "Not_A_Name")
+        bad = build(
+            "deploy",
+            "--target",
+            "k8s",
+            "--recipe",
+            str(MULTI),
+            "-o",
+            str(tmp_path),
+            "--owner",
+            "someone",
+            option,
+            "Not_A_Name",
+        )
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and f"{option}: 'Not_A_Name'" in bad.stderr
 
 
 def test_cli_wires_the_api_key_secret_and_pull_secret(tmp_path):
-    run = build("deploy", "--target", "k8s", "--recipe", str(SINGLE), "-o", str(tmp_path), "--owner", "someone",
-                "--api-key-secret", "glm-key", "--image-pull-secret", "ghcr-pull", "--json")
+    run = build(
+        "deploy",
+        "--target",
+        "k8s",
+        "--recipe",
+        str(SINGLE),
+        "-o",
+        str(tmp_path),
+        "--owner",
+        "someone",
+        "--api-key-secret",
+        "glm-key",
+        "--image-pull-secret",
+        "ghcr-pull",
+        "--json",
+    )
     assert run.returncode == 0, run.stderr
     text = Path(json.loads(run.stdout)["path"]).read_text()
     deployment = [d for d in yaml.safe_load_all(text) if d][0]

@@ -13,6 +13,7 @@ so the test takes minutes, not half an hour; the API server is kept up after the
 port; the container is not restarted (restart: no) so the status it ends with can be read. One container
 at a time.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from compose_support import require_compose_binary
 from cpu_serving import CPU_IMAGE_REPOSITORY, build_cpu_image
 from tiny_model import write_tiny_model
@@ -149,8 +149,9 @@ def test_generated_health_check_proves_the_engine_with_an_api_key(tmp_path, cpu_
         up = subprocess.run([*base, "up", "-d", "--pull", "never"], capture_output=True, text=True, timeout=300)
         assert up.returncode == 0, up.stderr
         assert key not in up.stdout + up.stderr
-        container = subprocess.run([*base, "ps", "-q", SERVICE], capture_output=True, text=True,
-                                   timeout=60).stdout.strip()
+        container = subprocess.run(
+            [*base, "ps", "-q", SERVICE], capture_output=True, text=True, timeout=60
+        ).stdout.strip()
         assert container
 
         state = _wait_for(container, "healthy", START_TIMEOUT_S)
@@ -182,6 +183,10 @@ def test_generated_health_check_proves_the_engine_with_an_api_key(tmp_path, cpu_
         logs = _docker("logs", container, timeout=120)
         assert key not in logs.stdout + logs.stderr
     finally:
-        down = subprocess.run([*base, "down", "--volumes", "--remove-orphans", "--timeout", "10"],
-                              capture_output=True, text=True, timeout=300)
+        down = subprocess.run(
+            [*base, "down", "--volumes", "--remove-orphans", "--timeout", "10"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert down.returncode == 0, down.stderr

@@ -4,6 +4,7 @@ Expectations come from vLLM 0.33.0's multi-node launch as its arg_utils.py reads
 (every node: --nnodes N --node-rank R --master-addr ADDR --master-port P; rank 0 serves,
 the others add --headless) and from the 2x GB10 recipe's own numbers (TP 2 over 2 nodes).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -15,25 +16,30 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from stackbuild.serve.multinode import LEADER_ADDRESS_VARIABLE
-from stackbuild.serve.validate import compose_binary, compose_config, run_serve_parser_cases
-from geometry.preflight.run import preflight
 from models_support import add_weights
+
+from geometry.preflight.run import preflight
 from stackbuild.core.gate import gate_input
 from stackbuild.core.preflight_record import checked_serve
 from stackbuild.core.recipe import load_recipe
+from stackbuild.serve.multinode import LEADER_ADDRESS_VARIABLE
+from stackbuild.serve.validate import compose_binary, compose_config, run_serve_parser_cases
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml"
 SINGLE = REPO / "recipes" / "glm53-flash-dflash2-gb300" / "recipe.yaml"
-VARIABLES = {LEADER_ADDRESS_VARIABLE: "10.1.2.3", "NCCL_SOCKET_IFNAME": "enp1s0f0np0", "GLOO_SOCKET_IFNAME": "enp1s0f0np0"}
+VARIABLES = {
+    LEADER_ADDRESS_VARIABLE: "10.1.2.3",
+    "NCCL_SOCKET_IFNAME": "enp1s0f0np0",
+    "GLOO_SOCKET_IFNAME": "enp1s0f0np0",
+}
 needs_compose = pytest.mark.skipif(compose_binary() is None, reason="no Docker Compose v2 binary")
 
 
 def build(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "build.py"), *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=900)
+    return subprocess.run(
+        [sys.executable, str(REPO / "build.py"), *args], capture_output=True, text=True, cwd=REPO, timeout=900
+    )
 
 
 @pytest.fixture(scope="module")
@@ -57,11 +63,16 @@ def flag(argv: list, name: str):
 @needs_compose
 def test_one_file_per_role_with_vllms_multinode_launch(role_files):
     out, result = role_files
-    assert sorted(p.name for p in out.iterdir()) == ["glm53-flash-dflash2-2x-gb10.leader.compose.yaml",
-                                                     "glm53-flash-dflash2-2x-gb10.worker.compose.yaml"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "glm53-flash-dflash2-2x-gb10.leader.compose.yaml",
+        "glm53-flash-dflash2-2x-gb10.worker.compose.yaml",
+    ]
     assert {k: v["status"] for k, v in result["checks"].items()} == {
-        "serve_args leader": "passed", "serve_args worker (node rank 1)": "passed",
-        "compose_config leader": "passed", "compose_config worker": "passed"}
+        "serve_args leader": "passed",
+        "serve_args worker (node rank 1)": "passed",
+        "compose_config leader": "passed",
+        "compose_config worker": "passed",
+    }
     expected = {"leader": ("0", False), "worker": ("1", True)}  # rank 0 serves; the other node is headless
     for role, (rank, headless) in expected.items():
         service = resolved(Path(result["paths"][role]), VARIABLES)["services"][role]
@@ -84,16 +95,23 @@ def test_each_variable_is_required(role_files, missing):
     env = {k: v for k, v in VARIABLES.items() if k != missing}
     for path in result["paths"].values():
         # compose_config starts from os.environ: the variable must not leak in from it
-        proc = subprocess.run([compose_binary(), "-f", path, "config"], capture_output=True, text=True,
-                              env={"PATH": "/usr/bin:/bin", "IMAGE_OWNER": "x", **env}, timeout=120)
+        proc = subprocess.run(
+            [compose_binary(), "-f", path, "config"],
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", "IMAGE_OWNER": "x", **env},
+            timeout=120,
+        )
         assert proc.returncode != 0 and missing in proc.stderr
 
 
 @pytest.mark.oracle
 def test_vllm_refuses_a_rank_out_of_range_and_a_tp_nnodes_mismatch(role_files):
     _out, result = role_files
-    worker = [a.replace("{master_addr}", "10.1.2.3").replace("{host}", "0.0.0.0").replace("{node_rank}", "1")
-              for a in result["commands"]["worker"]]
+    worker = [
+        a.replace("{master_addr}", "10.1.2.3").replace("{host}", "0.0.0.0").replace("{node_rank}", "1")
+        for a in result["commands"]["worker"]
+    ]
     bad_rank = list(worker)
     bad_rank[bad_rank.index("--node-rank") + 1] = "2"
     bad_nnodes = list(worker)
@@ -122,8 +140,11 @@ def test_preflight_fast_path_knows_each_roles_argv(tmp_path):
         assert out.passed and "the geometry the build checked" in out.lines[0], out.lines
     # Out of range or a different fixed element: not the build's argv (the slow path decides).
     argv = [values[a[1:-1]] if i in worker.slots.values() else a for i, a in enumerate(worker.argv)]
-    for index, value in ((worker.slots["node_rank"], "2"), (worker.slots["node_rank"], "0"),
-                         (argv.index("--master-port") + 1, "29502")):
+    for index, value in (
+        (worker.slots["node_rank"], "2"),
+        (worker.slots["node_rank"], "0"),
+        (argv.index("--master-port") + 1, "29502"),
+    ):
         edited = list(argv)
         edited[index] = value
         assert not checked.as_built(tuple(edited))
@@ -189,8 +210,13 @@ print(json.dumps(out))
 def test_preflight_slow_path_on_a_worker_argv():
     """Off the fast path a worker's argv (--headless, --nnodes ...) is re-checked: a flag that leaves the
     geometry alone passes, a rank vLLM refuses is exit 11 with vLLM's words."""
-    run = subprocess.run([sys.executable, "-c", _SLOW_PATH, str(RECIPE), str(Path(__file__).resolve().parents[1])], capture_output=True,
-                         text=True, timeout=900, env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
+    run = subprocess.run(
+        [sys.executable, "-c", _SLOW_PATH, str(RECIPE), str(Path(__file__).resolve().parents[1])],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"},
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
     assert out["extra-flag"]["code"] == 0 and "PASS: re-checked (argv edited" in out["extra-flag"]["lines"][0], out
@@ -199,6 +225,7 @@ def test_preflight_slow_path_on_a_worker_argv():
 
 
 # --- `build.py preflight` for each node role -------------------------------------------
+
 
 def snapshot_models(root: Path, recipe_path: Path) -> Path:
     """A host models directory laid out as `compose --models-dir` mounts it, holding the recipe's snapshots."""
@@ -212,8 +239,9 @@ def snapshot_models(root: Path, recipe_path: Path) -> Path:
 
 def test_host_preflight_checks_the_leader_and_a_worker_as_compose_starts_them(tmp_path):
     models = snapshot_models(tmp_path / "models", RECIPE)
-    run = build("preflight", "--recipe", str(RECIPE), "--models-dir", str(models), "--json",
-                "--leader-address", "10.1.2.3")
+    run = build(
+        "preflight", "--recipe", str(RECIPE), "--models-dir", str(models), "--json", "--leader-address", "10.1.2.3"
+    )
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
     assert result["passed"] is True and result["exit_code"] == 0
@@ -242,12 +270,18 @@ def test_host_preflight_checks_the_leader_and_a_worker_as_compose_starts_them(tm
     assert checks[0]["fingerprint_sha256"] != worker["fingerprint_sha256"], there.stderr
 
 
-@pytest.mark.parametrize("args, named", [
-    (("--recipe", str(SINGLE), "--role", "leader"), "--role: recipe glm53-flash-dflash2-gb300 serves on one node"),
-    (("--recipe", str(SINGLE), "--node-rank", "1"), "--node-rank: recipe glm53-flash-dflash2-gb300 serves on one node"),
-    (("--recipe", str(RECIPE), "--role", "leader", "--node-rank", "1"), "--node-rank: the leader is node rank 0"),
-    (("--recipe", str(RECIPE), "--role", "primary"), "--role"),
-])
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (("--recipe", str(SINGLE), "--role", "leader"), "--role: recipe glm53-flash-dflash2-gb300 serves on one node"),
+        (
+            ("--recipe", str(SINGLE), "--node-rank", "1"),
+            "--node-rank: recipe glm53-flash-dflash2-gb300 serves on one node",
+        ),
+        (("--recipe", str(RECIPE), "--role", "leader", "--node-rank", "1"), "--node-rank: the leader is node rank 0"),
+        (("--recipe", str(RECIPE), "--role", "primary"), "--role"),
+    ],
+)
 def test_host_preflight_role_options_that_do_not_fit_the_recipe(tmp_path, args, named):
     models = snapshot_models(tmp_path / "models", RECIPE)
     run = build("preflight", "--models-dir", str(models), *args)
@@ -259,10 +293,26 @@ def test_host_preflight_role_options_that_do_not_fit_the_recipe(tmp_path, args, 
 def test_host_preflight_worker_rank_vllm_refuses(tmp_path):
     """Rank 2 of 2 is off the fast path; vLLM's own parser refuses it: exit 11 with its words in one line."""
     models = snapshot_models(tmp_path / "models", RECIPE)
-    run = subprocess.run([sys.executable, str(REPO / "build.py"), "preflight", "--recipe", str(RECIPE),
-                          "--models-dir", str(models), "--role", "worker", "--node-rank", "2"],
-                         capture_output=True, text=True, cwd=REPO, timeout=900,
-                         env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "build.py"),
+            "preflight",
+            "--recipe",
+            str(RECIPE),
+            "--models-dir",
+            str(models),
+            "--role",
+            "worker",
+            "--node-rank",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=900,
+        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"},
+    )
     assert run.returncode == 11, run.stderr[-2000:]
     progress, error = run.stderr.splitlines()  # the slow path says it started, then one error line
     assert progress.startswith("pre-flight: the argv differs from the build's"), run.stderr
@@ -279,9 +329,23 @@ def test_host_preflight_a_misfit_drafter_fails_every_role(tmp_path):
     data = json.loads(config.read_text())
     data["num_key_value_heads"], data["head_dim"] = 4, 80
     config.write_text(json.dumps(data))
-    run = subprocess.run([sys.executable, str(REPO / "build.py"), "preflight", "--recipe", str(RECIPE),
-                          "--models-dir", str(models), "--json"], capture_output=True, text=True, cwd=REPO,
-                         timeout=900, env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "build.py"),
+            "preflight",
+            "--recipe",
+            str(RECIPE),
+            "--models-dir",
+            str(models),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=900,
+        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"},
+    )
     assert run.returncode == 5, run.stderr[-2000:]
     result = json.loads(run.stdout)
     assert [(c["role"], c["exit_code"]) for c in result["checks"]] == [("leader", 5), ("worker", 5)]
@@ -295,10 +359,10 @@ def test_role_files_share_the_single_node_header_and_reservation():
 
     import yaml
 
-    from stackbuild.serve import compose, multinode
-    from stackbuild.serve.image_pin import resolve_image
     from stackbuild.core.errors import ComposeOverrideError
     from stackbuild.core.serve_args import role_commands
+    from stackbuild.serve import compose, multinode
+    from stackbuild.serve.image_pin import resolve_image
 
     recipe = load_recipe(RECIPE)
     image = resolve_image(recipe, owner="someone", report_path=REPO / "no-such-report.json")

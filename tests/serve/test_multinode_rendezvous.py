@@ -13,6 +13,7 @@ Then the same two containers with the image's own entrypoint and payload (the st
 pre-flight): the ranks agree on their fingerprints before vLLM starts, and a worker on another
 drafter snapshot or another image is refused, as is a worker whose leader never answers.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from stackbuild.core.recipe import load_recipe
 from stackbuild.serve.multinode import LEADER_ADDRESS_VARIABLE, write_role_files
 from stackbuild.serve.validate import compose_binary, compose_config
-from stackbuild.core.recipe import load_recipe
 
 pytestmark = pytest.mark.docker
 
@@ -97,7 +98,9 @@ def wait_until_ready(containers: dict) -> None:
                 del waiting[role]
                 continue
             c.reload()
-            assert c.status in ("created", "running"), f"{role} stopped before joining: {c.logs().decode(errors='replace')[-2000:]}"
+            assert c.status in ("created", "running"), (
+                f"{role} stopped before joining: {c.logs().decode(errors='replace')[-2000:]}"
+            )
         assert time.monotonic() < deadline, f"not ready within {START_TIMEOUT_S} s: {sorted(waiting)}"
         time.sleep(0.2)
 
@@ -113,9 +116,15 @@ def rendezvous(engine, base_ref: str, files: dict) -> dict:
         for role in ("leader", "worker"):
             svc = service(files[role], role, leader_name)
             containers[role] = engine.containers.run(
-                base_ref, entrypoint=["python3", "-c", RENDEZVOUS], command=svc["command"],
-                environment={**svc["environment"], TIMEOUT_VARIABLE: str(TIMEOUT_S)}, name=names[role],
-                hostname=names[role], network=network.name, detach=True)
+                base_ref,
+                entrypoint=["python3", "-c", RENDEZVOUS],
+                command=svc["command"],
+                environment={**svc["environment"], TIMEOUT_VARIABLE: str(TIMEOUT_S)},
+                name=names[role],
+                hostname=names[role],
+                network=network.name,
+                detach=True,
+            )
         wait_until_ready(containers)
         for c in containers.values():
             assert c.exec_run(["touch", GO_FILE]).exit_code == 0
@@ -140,16 +149,21 @@ def test_generated_files_rendezvous(docker_engine, synthetic_base_amd64, role_fi
         assert line == {"rank": rank, "world_size": 2, "sum": 3, "gloo_ifname": "eth0"}
 
 
-@pytest.mark.parametrize("role, pattern, replacement", [
-    # the worker looks for its leader somewhere else (an address nothing answers: TEST-NET-1)
-    ("worker", r"\$\{GLM53_LEADER_ADDRESS:\?[^}]*\}", "192.0.2.1"),
-    # the worker claims the leader's rank
-    ("worker", r"(- --node-rank\n\s+- )'1'", r"\g<1>'0'"),
-    # the leader claims the worker's rank
-    ("leader", r"(- --node-rank\n\s+- )'0'", r"\g<1>'1'"),
-], ids=["worker-address", "worker-rank", "leader-rank"])
-def test_a_wrong_address_or_rank_breaks_it(docker_engine, synthetic_base_amd64, role_files, tmp_path,
-                                           role, pattern, replacement):
+@pytest.mark.parametrize(
+    "role, pattern, replacement",
+    [
+        # the worker looks for its leader somewhere else (an address nothing answers: TEST-NET-1)
+        ("worker", r"\$\{GLM53_LEADER_ADDRESS:\?[^}]*\}", "192.0.2.1"),
+        # the worker claims the leader's rank
+        ("worker", r"(- --node-rank\n\s+- )'1'", r"\g<1>'0'"),
+        # the leader claims the worker's rank
+        ("leader", r"(- --node-rank\n\s+- )'0'", r"\g<1>'1'"),
+    ],
+    ids=["worker-address", "worker-rank", "leader-rank"],
+)
+def test_a_wrong_address_or_rank_breaks_it(
+    docker_engine, synthetic_base_amd64, role_files, tmp_path, role, pattern, replacement
+):
     files = dict(role_files)
     text, count = re.subn(pattern, replacement, files[role].read_text())
     assert count == 1, "the mutation must hit the generated file exactly once"
@@ -220,11 +234,19 @@ def start_preflight(engine, base_ref: str, files: dict, mounts: dict, *, timeout
         for role, (payload_dir, models) in mounts.items():
             svc = service(files[role], role, leader_name)
             containers[role] = engine.containers.run(
-                base_ref, entrypoint=["python3", payload_path(PREFLIGHT_ENTRYPOINT)], command=svc["command"],
-                environment={**svc["environment"], TIMEOUT_ENV: str(timeout_s)}, name=names[role],
-                hostname=names[role], network=network.name, detach=True,
-                volumes={str(payload_dir): {"bind": PAYLOAD_DIR, "mode": "ro"},
-                         str(models): {"bind": mount_point, "mode": "ro"}})
+                base_ref,
+                entrypoint=["python3", payload_path(PREFLIGHT_ENTRYPOINT)],
+                command=svc["command"],
+                environment={**svc["environment"], TIMEOUT_ENV: str(timeout_s)},
+                name=names[role],
+                hostname=names[role],
+                network=network.name,
+                detach=True,
+                volumes={
+                    str(payload_dir): {"bind": PAYLOAD_DIR, "mode": "ro"},
+                    str(models): {"bind": mount_point, "mode": "ro"},
+                },
+            )
         out = {}
         for role, c in containers.items():
             code = c.wait(timeout=START_TIMEOUT_S)["StatusCode"]
@@ -236,27 +258,36 @@ def start_preflight(engine, base_ref: str, files: dict, mounts: dict, *, timeout
         network.remove()
 
 
-def test_same_image_and_checkpoints_agree_and_both_start_vllm(docker_engine, synthetic_base_amd64, role_files,
-                                                             payload, tmp_path):
+def test_same_image_and_checkpoints_agree_and_both_start_vllm(
+    docker_engine, synthetic_base_amd64, role_files, payload, tmp_path
+):
     from models_support import cache_models_dir
 
     models = cache_models_dir(tmp_path / "models")
-    result = start_preflight(docker_engine, synthetic_base_amd64.reference, role_files,
-                             {"leader": (payload, models), "worker": (payload, models)}, timeout_s=AGREE_TIMEOUT_S)
+    result = start_preflight(
+        docker_engine,
+        synthetic_base_amd64.reference,
+        role_files,
+        {"leader": (payload, models), "worker": (payload, models)},
+        timeout_s=AGREE_TIMEOUT_S,
+    )
     leader, worker = result["leader"], result["worker"]
     assert leader[0] == 0 and worker[0] == 0, result
     assert "pre-flight: ranks agree: node rank 1's fingerprint is its leader's" in worker[1], worker[1]
-    assert "every worker (node rank(s) 1) fetched the leader's fingerprint and sent its own, the same" in leader[1], \
+    assert "every worker (node rank(s) 1) fetched the leader's fingerprint and sent its own, the same" in leader[1], (
         leader[1]
+    )
     for _code, log in result.values():
         assert STUB in log.splitlines()[-1]  # vLLM started last, after the agreement
 
 
 @pytest.mark.parametrize("case", ["drafter-revision", "image-label"])
-def test_a_worker_that_differs_from_its_leader_is_refused_before_vllm_starts(docker_engine, synthetic_base_amd64,
-                                                                            role_files, payload, tmp_path, case):
-    from geometry.preflight.outcome import EXIT_RANKS_DIFFER
+def test_a_worker_that_differs_from_its_leader_is_refused_before_vllm_starts(
+    docker_engine, synthetic_base_amd64, role_files, payload, tmp_path, case
+):
     from models_support import COMMIT, cache_models_dir
+
+    from geometry.preflight.outcome import EXIT_RANKS_DIFFER
     from stackbuild.core.labels import OCI_REVISION
 
     models = cache_models_dir(tmp_path / "models")
@@ -269,9 +300,13 @@ def test_a_worker_that_differs_from_its_leader_is_refused_before_vllm_starts(doc
         worker_payload = with_labels(payload, tmp_path, **{OCI_REVISION: "f" * 40})
         leader_value = json.loads((payload / "image-labels.json").read_text())["labels"][OCI_REVISION]
         named = f"at image_labels[{OCI_REVISION}]: here {'f' * 40}, leader {leader_value}"
-    result = start_preflight(docker_engine, synthetic_base_amd64.reference, role_files,
-                             {"leader": (payload, models), "worker": (worker_payload, worker_models)},
-                             timeout_s=AGREE_TIMEOUT_S)
+    result = start_preflight(
+        docker_engine,
+        synthetic_base_amd64.reference,
+        role_files,
+        {"leader": (payload, models), "worker": (worker_payload, worker_models)},
+        timeout_s=AGREE_TIMEOUT_S,
+    )
     code, log = result["worker"]
     assert code == EXIT_RANKS_DIFFER, log
     assert STUB not in log  # refused before vLLM starts
@@ -284,15 +319,22 @@ def test_a_worker_that_differs_from_its_leader_is_refused_before_vllm_starts(doc
     assert "node rank 1 differs from this leader at" in leader_fail, leader_log
 
 
-def test_a_leader_that_never_answers_is_a_timeout_line(docker_engine, synthetic_base_amd64, role_files, payload,
-                                                       tmp_path):
-    from geometry.preflight.outcome import EXIT_LEADER_SILENT
+def test_a_leader_that_never_answers_is_a_timeout_line(
+    docker_engine, synthetic_base_amd64, role_files, payload, tmp_path
+):
     from models_support import cache_models_dir
+
+    from geometry.preflight.outcome import EXIT_LEADER_SILENT
 
     models = cache_models_dir(tmp_path / "models")
     start = time.monotonic()
-    result = start_preflight(docker_engine, synthetic_base_amd64.reference, role_files,
-                             {"worker": (payload, models)}, timeout_s=SILENT_TIMEOUT_S)
+    result = start_preflight(
+        docker_engine,
+        synthetic_base_amd64.reference,
+        role_files,
+        {"worker": (payload, models)},
+        timeout_s=SILENT_TIMEOUT_S,
+    )
     code, log = result["worker"]
     assert code == EXIT_LEADER_SILENT, log
     assert STUB not in log

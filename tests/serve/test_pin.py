@@ -1,4 +1,5 @@
 """`build.py pin`: the commits and config sha256s of the mounted snapshots written into the recipe."""
+
 from __future__ import annotations
 
 import subprocess
@@ -22,8 +23,13 @@ def recipe_copy(tmp_path: Path) -> Path:
 
 
 def pin(recipe: Path, models: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "build.py"), "pin", "--recipe", str(recipe), "--models-dir",
-                           str(models)], capture_output=True, text=True, cwd=REPO, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "pin", "--recipe", str(recipe), "--models-dir", str(models)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
 
 
 def test_pin_writes_the_commits_keeping_every_other_line(tmp_path):
@@ -31,13 +37,16 @@ def test_pin_writes_the_commits_keeping_every_other_line(tmp_path):
     before = recipe.read_text().splitlines()
     run = pin(recipe, cache_models_dir(tmp_path / "models"))
     assert run.returncode == 0, run.stderr
-    assert run.stdout == (f"pinned in {recipe}: target.revision {COMMIT['target']}; "
-                          f"drafter.revision {COMMIT['drafter']}\n")
+    assert run.stdout == (
+        f"pinned in {recipe}: target.revision {COMMIT['target']}; drafter.revision {COMMIT['drafter']}\n"
+    )
     after = recipe.read_text().splitlines()
     changed = [(a, b) for a, b in zip(before, after) if a != b]
     assert len(before) == len(after) and len(changed) == 2
-    assert changed[0][1] == (f'  revision: "{COMMIT["target"]}"  # the Hub commit you downloaded: README '
-                             '"Pinning the checkpoints" (never guessed here)')
+    assert changed[0][1] == (
+        f'  revision: "{COMMIT["target"]}"  # the Hub commit you downloaded: README '
+        '"Pinning the checkpoints" (never guessed here)'
+    )
     loaded = load_recipe(recipe)
     assert (loaded.target.revision, loaded.drafter.revision) == (COMMIT["target"], COMMIT["drafter"])
     assert not list(recipe.parent.glob(".*.tmp"))
@@ -48,8 +57,11 @@ def test_pin_writes_the_commits_keeping_every_other_line(tmp_path):
 
 def test_pin_adds_the_keys_a_recipe_leaves_out(tmp_path):
     recipe = recipe_copy(tmp_path)
-    text = "".join(line for line in recipe.read_text().splitlines(keepends=True)
-                   if not line.lstrip().startswith(("revision:", "config_sha256:")))
+    text = "".join(
+        line
+        for line in recipe.read_text().splitlines(keepends=True)
+        if not line.lstrip().startswith(("revision:", "config_sha256:"))
+    )
     recipe.write_text(text)
     assert pin(recipe, cache_models_dir(tmp_path / "models")).returncode == 0
     loaded = load_recipe(recipe)
@@ -63,9 +75,11 @@ def test_pin_refuses_a_plain_directory(tmp_path):
     models = models_dir(tmp_path / "models")
     run = pin(recipe, models)
     assert run.returncode == 2
-    assert run.stderr == (f"error: --models-dir: the target {models.resolve()}/{TARGET_DIR}: "
-                          f"{models.resolve()}/{TARGET_DIR} is a plain directory (no Hub commit in its path); nothing "
-                          "to pin (a Hugging Face cache snapshot names its commit: models--ORG--NAME/snapshots/<commit>/)\n")
+    assert run.stderr == (
+        f"error: --models-dir: the target {models.resolve()}/{TARGET_DIR}: "
+        f"{models.resolve()}/{TARGET_DIR} is a plain directory (no Hub commit in its path); nothing "
+        "to pin (a Hugging Face cache snapshot names its commit: models--ORG--NAME/snapshots/<commit>/)\n"
+    )
     assert recipe.read_text() == before
 
 

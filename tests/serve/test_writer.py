@@ -1,5 +1,6 @@
 """The writer sequence every serving file goes through (serve/writer.py) and the one check that a file
 is this command's own output for a recipe (serve/generated.py)."""
+
 from __future__ import annotations
 
 from functools import partial

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from ...inputs import GeometryInputs
 from ..architecture import OracleArchitecture
-from ..model_config_stand_in import ModelConfigStandIn
 from ..cpu_shims import import_glm5next, patched
 from ..layer_objects import backend_classes, bare_layer
+from ..model_config_stand_in import ModelConfigStandIn
 
 
 def hf_config_class():
@@ -56,24 +56,46 @@ def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None
         lt = layer_types[i]
         if lt == "linear_attention":
             ctx[p] = bare_layer(
-                Glm5NextLinearAttention, prefix=p, tp_size=tp,
-                num_heads=hf.linear_num_heads, head_dim=hf.linear_head_dim,
-                conv_size=hf.linear_conv_kernel_dim, num_spec=num_spec,
-                model_config=mc, cache_config=cache, vllm_config=cfg,
-                kda_prefill_backend="triton", _checkpoint_alignment=None)
+                Glm5NextLinearAttention,
+                prefix=p,
+                tp_size=tp,
+                num_heads=hf.linear_num_heads,
+                head_dim=hf.linear_head_dim,
+                conv_size=hf.linear_conv_kernel_dim,
+                num_spec=num_spec,
+                model_config=mc,
+                cache_config=cache,
+                vllm_config=cfg,
+                kda_prefill_backend="triton",
+                _checkpoint_alignment=None,
+            )
             continue
-        Glm5NextIndexerCache(head_dim=idx_hd + idx_hd // 128 * 4, dtype=torch.uint8,
-                             prefix=p + ".indexer.k_cache", cache_config=cache,
-                             index_kpool=hf.index_kpool)
-        Glm5NextTailCache(head_dim=idx_hd, dtype=torch.bfloat16,
-                          prefix=p + ".indexer.tail_cache", cache_config=cache,
-                          index_kpool=hf.index_kpool)
+        Glm5NextIndexerCache(
+            head_dim=idx_hd + idx_hd // 128 * 4,
+            dtype=torch.uint8,
+            prefix=p + ".indexer.k_cache",
+            cache_config=cache,
+            index_kpool=hf.index_kpool,
+        )
+        Glm5NextTailCache(
+            head_dim=idx_hd,
+            dtype=torch.bfloat16,
+            prefix=p + ".indexer.tail_cache",
+            cache_config=cache,
+            index_kpool=hf.index_kpool,
+        )
         ctx[p + ".mla_attn"] = bare_layer(
-            MLAAttention, layer_name=p + ".mla_attn", kv_cache_dtype=model_kv,
-            head_size=hf.kv_lora_rank + hf.qk_rope_head_dim, sliding_window=None,
-            topk_buffer_width=None, indexer=object(),
-            non_causal_multi_token_decode=False, attn_backend=mla_cls,
-            kv_sharing_target_layer_name=None)
+            MLAAttention,
+            layer_name=p + ".mla_attn",
+            kv_cache_dtype=model_kv,
+            head_size=hf.kv_lora_rank + hf.qk_rope_head_dim,
+            sliding_window=None,
+            topk_buffer_width=None,
+            indexer=object(),
+            non_causal_multi_token_decode=False,
+            attn_backend=mla_cls,
+            kv_sharing_target_layer_name=None,
+        )
 
 
 def sparse_mla_kv_cache_dtype(mla_cls, cache) -> str:
@@ -88,8 +110,9 @@ def sparse_mla_kv_cache_dtype(mla_cls, cache) -> str:
 
     requested = cache.cache_dtype
     if requested not in mla_cls.supported_kv_cache_dtypes:
-        raise ValueError(f"No valid attention backend found: {mla_cls.get_name()} does not "
-                         f"take kv_cache_dtype {requested!r}")
+        raise ValueError(
+            f"No valid attention backend found: {mla_cls.get_name()} does not take kv_cache_dtype {requested!r}"
+        )
     canonical = _canonicalize_sparse_mla_kv_cache_dtype(mla_cls, requested)
     if canonical != requested:
         cache.cache_dtype = canonical

@@ -5,9 +5,9 @@ from __future__ import annotations
 from ... import backends as B
 from ...inputs import GeometryInputs
 from ..architecture import OracleArchitecture
-from ..model_config_stand_in import ModelConfigStandIn
 from ..cpu_shims import import_kernel_module
 from ..layer_objects import bare_layer
+from ..model_config_stand_in import ModelConfigStandIn
 
 
 def hf_config_class():
@@ -24,8 +24,9 @@ def model_config(hf, architecture: str, dtype, max_model_len: int) -> ModelConfi
 def kimi_mla_backend(inputs: GeometryInputs, hf, kv_str: str):
     """The dense MLA backend class for the family (same table as
     geometry/backends.py::dense_mla_backend)."""
-    name = B.dense_mla_backend(inputs.capability_family, kv_str, hf.qk_nope_head_dim,
-                                 hf.kv_lora_rank + hf.qk_rope_head_dim).name
+    name = B.dense_mla_backend(
+        inputs.capability_family, kv_str, hf.qk_nope_head_dim, hf.kv_lora_rank + hf.qk_rope_head_dim
+    ).name
     module, clsname = {
         "FLASHINFER_MLA": ("flashinfer_mla", "FlashInferMLABackend"),
         "FLASH_ATTN_MLA": ("flashattn_mla", "FlashAttnMLABackend"),
@@ -58,20 +59,33 @@ def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None
         if hf.is_kda_layer(i):
             assert lac["num_heads"] % tp == 0  # as in KimiGatedDeltaNetAttention.__init__
             ctx[p] = bare_layer(
-                KimiGatedDeltaNetAttention, prefix=p, tp_size=tp,
-                num_heads=lac["num_heads"], head_dim=lac["head_dim"],
-                conv_size=lac["short_conv_kernel_size"], num_spec=num_spec,
-                model_config=mc, cache_config=cfg.cache_config, vllm_config=cfg,
-                speculative_config=cfg.speculative_config, _checkpoint_alignment=None)
+                KimiGatedDeltaNetAttention,
+                prefix=p,
+                tp_size=tp,
+                num_heads=lac["num_heads"],
+                head_dim=lac["head_dim"],
+                conv_size=lac["short_conv_kernel_size"],
+                num_spec=num_spec,
+                model_config=mc,
+                cache_config=cfg.cache_config,
+                vllm_config=cfg,
+                speculative_config=cfg.speculative_config,
+                _checkpoint_alignment=None,
+            )
             continue
         assert hf.mla_use_nope, "Kimi-K3 MLA (MultiHeadLatentAttention) is NoPE-only"
         if mla_cls is None:
             mla_cls = kimi_mla_backend(inputs, hf, model_kv)
         ctx[p] = bare_layer(
-            MultiHeadLatentAttention, layer_name=p, kv_cache_dtype=model_kv,
+            MultiHeadLatentAttention,
+            layer_name=p,
+            kv_cache_dtype=model_kv,
             head_size=hf.kv_lora_rank + hf.qk_rope_head_dim,
-            non_causal_multi_token_decode=False, attn_backend=mla_cls,
-            kv_sharing_target_layer_name=None, quant_config=None)
+            non_causal_multi_token_decode=False,
+            attn_backend=mla_cls,
+            kv_sharing_target_layer_name=None,
+            quant_config=None,
+        )
 
 
 ORACLE = OracleArchitecture(hf_config_class, model_config, register_layers)

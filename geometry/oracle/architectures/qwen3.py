@@ -5,8 +5,8 @@ from __future__ import annotations
 from ... import backends as B
 from ...inputs import GeometryInputs
 from ..architecture import OracleArchitecture
-from ..model_config_stand_in import ModelConfigStandIn
 from ..layer_objects import attention_layer, backend_classes
+from ..model_config_stand_in import ModelConfigStandIn
 
 
 def hf_config_class():
@@ -16,8 +16,9 @@ def hf_config_class():
 
 
 def model_config(hf, architecture: str, dtype, max_model_len: int) -> ModelConfigStandIn:
-    return ModelConfigStandIn(hf, architecture, dtype, max_model_len, False, hf.head_dim, hf.num_key_value_heads,
-                              is_hybrid=False)
+    return ModelConfigStandIn(
+        hf, architecture, dtype, max_model_len, False, hf.head_dim, hf.num_key_value_heads, is_hybrid=False
+    )
 
 
 def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None:
@@ -38,8 +39,16 @@ def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None
     assert kv % tp == 0 if kv >= tp else tp % kv == 0
     for i in range(hf.num_hidden_layers):
         name = f"model.layers.{i}.self_attn.attn"
-        ctx[name] = attention_layer(backend, name, mc.get_num_kv_heads(cfg.parallel_config), mc.get_head_size(),
-                               model_kv, kv_cache_dtype_str_to_dtype(model_kv, mc), None, False)
+        ctx[name] = attention_layer(
+            backend,
+            name,
+            mc.get_num_kv_heads(cfg.parallel_config),
+            mc.get_head_size(),
+            model_kv,
+            kv_cache_dtype_str_to_dtype(model_kv, mc),
+            None,
+            False,
+        )
 
 
 ORACLE = OracleArchitecture(hf_config_class, model_config, register_layers)

@@ -22,8 +22,9 @@ def model_config(hf, architecture: str, dtype, max_model_len: int) -> ModelConfi
     # hidden_size // num_attention_heads (Qwen3MoeConfig has no head_dim of its own).
     head_dim = getattr(hf, "head_dim", None)
     head_size = head_dim if head_dim is not None and head_dim > 0 else hf.hidden_size // hf.num_attention_heads
-    return ModelConfigStandIn(hf, architecture, dtype, max_model_len, False, head_size, hf.num_key_value_heads,
-                              is_hybrid=False)
+    return ModelConfigStandIn(
+        hf, architecture, dtype, max_model_len, False, head_size, hf.num_key_value_heads, is_hybrid=False
+    )
 
 
 ORACLE = OracleArchitecture(hf_config_class, model_config, register_layers)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ...inputs import GeometryInputs
 from ..architecture import OracleArchitecture
-from ..model_config_stand_in import ModelConfigStandIn
 from ..layer_objects import attention_layer, backend_classes, bare_layer
+from ..model_config_stand_in import ModelConfigStandIn
 
 
 def hf_config_class():
@@ -35,8 +35,9 @@ def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None
     layer_types = list(getattr(hf, "layer_types", None) or [])
     if not layer_types:
         interval = getattr(hf, "full_attention_interval", 4)
-        layer_types = ["linear_attention" if (i + 1) % interval else "full_attention"
-                       for i in range(hf.num_hidden_layers)]
+        layer_types = [
+            "linear_attention" if (i + 1) % interval else "full_attention" for i in range(hf.num_hidden_layers)
+        ]
     hd = mc.get_head_size()
     if "full_attention" in layer_types:  # Qwen3NextAttention.__init__
         assert hf.num_attention_heads % tp == 0
@@ -46,17 +47,31 @@ def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None
         p = f"model.layers.{i}"
         if layer_types[i] == "linear_attention":
             ctx[p + ".linear_attn"] = bare_layer(
-                QwenGatedDeltaNetAttention, prefix=p + ".linear_attn", tp_size=tp,
+                QwenGatedDeltaNetAttention,
+                prefix=p + ".linear_attn",
+                tp_size=tp,
                 num_k_heads=hf.linear_num_key_heads,
                 num_v_heads=hf.linear_num_value_heads,
-                head_k_dim=hf.linear_key_head_dim, head_v_dim=hf.linear_value_head_dim,
-                conv_kernel_size=hf.linear_conv_kernel_dim, num_spec=num_spec,
-                model_config=mc, cache_config=cache, vllm_config=cfg,
-                _checkpoint_alignment=None)
+                head_k_dim=hf.linear_key_head_dim,
+                head_v_dim=hf.linear_value_head_dim,
+                conv_kernel_size=hf.linear_conv_kernel_dim,
+                num_spec=num_spec,
+                model_config=mc,
+                cache_config=cache,
+                vllm_config=cfg,
+                _checkpoint_alignment=None,
+            )
         else:
             ctx[p + ".self_attn.attn"] = attention_layer(
-                fa_cls, p + ".self_attn.attn", mc.get_num_kv_heads(cfg.parallel_config), hd,
-                model_kv, kv_cache_dtype_str_to_dtype(model_kv, mc), None, False)
+                fa_cls,
+                p + ".self_attn.attn",
+                mc.get_num_kv_heads(cfg.parallel_config),
+                hd,
+                model_kv,
+                kv_cache_dtype_str_to_dtype(model_kv, mc),
+                None,
+                False,
+            )
 
 
 ORACLE = OracleArchitecture(hf_config_class, model_config, register_layers)

@@ -2,6 +2,7 @@
 
 Each reader turns what can go wrong with its file into one RecipeError naming the recipe and the key.
 """
+
 from __future__ import annotations
 
 import errno
@@ -37,7 +38,8 @@ class _StrictLoader(yaml.SafeLoader):
                 continue
             if first is not None:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first at line {first})", key_node.start_mark)
+                    None, None, f"duplicate key {key!r} (first at line {first})", key_node.start_mark
+                )
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
 
@@ -124,8 +126,9 @@ def read_config(recipe_path: Path, key: str, relative: str) -> Mapping[str, Any]
         why = "symlink loop" if exc.errno == errno.ELOOP else exc.strerror
         raise RecipeError(recipe_path, key, f"cannot read {relative}: {why}") from None
     if len(raw) > MAX_CONFIG_BYTES:
-        raise RecipeError(recipe_path, key,
-                          f"{relative} is larger than {MAX_CONFIG_BYTES >> 20} MiB: not a config.json")
+        raise RecipeError(
+            recipe_path, key, f"{relative} is larger than {MAX_CONFIG_BYTES >> 20} MiB: not a config.json"
+        )
     if not raw.strip():
         raise RecipeError(recipe_path, key, f"{relative} is empty")
     try:
@@ -133,8 +136,13 @@ def read_config(recipe_path: Path, key: str, relative: str) -> Mapping[str, Any]
     except UnicodeDecodeError:
         raise RecipeError(recipe_path, key, f"{relative} is not UTF-8 text (a binary file?)") from None
     try:
-        data = json.loads(text, object_pairs_hook=_json_object, parse_constant=_json_constant,
-                          parse_int=_json_int, parse_float=_json_float)
+        data = json.loads(
+            text,
+            object_pairs_hook=_json_object,
+            parse_constant=_json_constant,
+            parse_int=_json_int,
+            parse_float=_json_float,
+        )
     except json.JSONDecodeError as exc:
         raise RecipeError(recipe_path, key, f"{relative} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except (ValueError, RecursionError) as exc:

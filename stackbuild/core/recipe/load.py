@@ -1,4 +1,5 @@
 """Loading a recipe: its YAML read and typed, the GPU's facts filled in, the configs read, the rules checked."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -28,8 +29,11 @@ def load_recipe(path: str | Path) -> Recipe:
     target_config = read_config(path, "target.config", recipe.target.config)
     drafter_config = read_config(path, "drafter.config", recipe.drafter.config) if recipe.drafter is not None else {}
     recipe = Recipe(
-        **{f: getattr(recipe, f) for f in recipe.__dataclass_fields__
-           if not f.startswith("_") and not f.startswith("platform")},
+        **{
+            f: getattr(recipe, f)
+            for f in recipe.__dataclass_fields__
+            if not f.startswith("_") and not f.startswith("platform")
+        },
         platform=platforms[0],
         platforms=platforms,
         _path=path.resolve(),

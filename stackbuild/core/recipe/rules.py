@@ -3,6 +3,7 @@
 :func:`check_rules` runs the sections in a fixed order, so a recipe with several faults is always
 refused for the same one. Every failure is a RecipeError naming the file and the key at fault.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -66,8 +67,12 @@ def check_rules(path: Path, recipe: Recipe, platform_keys: tuple[str, ...]) -> N
 
 def check_name(path: Path, recipe: Recipe) -> None:
     if not NAME_RE.match(recipe.name):
-        raise RecipeError(path, "name", f"must be a safe file name (letters, digits, . _ -, starting with a letter "
-                                        f"or digit, at most 128), got {recipe.name!r}")
+        raise RecipeError(
+            path,
+            "name",
+            f"must be a safe file name (letters, digits, . _ -, starting with a letter "
+            f"or digit, at most 128), got {recipe.name!r}",
+        )
 
 
 def check_repository(path: object, key: str, repository: str) -> None:
@@ -75,25 +80,35 @@ def check_repository(path: object, key: str, repository: str) -> None:
     try:
         parsed = ImageReference.parse(repository)
     except ImageReferenceInvalid as exc:
-        raise RecipeError(path, key, f"{repository!r} is not a valid image repository ({exc.reason}; lowercase "
-                                     f"letters, digits and . _ - separators)") from None
+        raise RecipeError(
+            path,
+            key,
+            f"{repository!r} is not a valid image repository ({exc.reason}; lowercase "
+            f"letters, digits and . _ - separators)",
+        ) from None
     if repository != repository.lower():
-        raise RecipeError(path, key, f"{repository!r} is not a valid image repository (repository names must be "
-                                     f"lowercase)")
+        raise RecipeError(
+            path, key, f"{repository!r} is not a valid image repository (repository names must be lowercase)"
+        )
     if parsed.repository != repository:
-        raise RecipeError(path, key, f"give the repository only (tag and digest have their own keys), "
-                                     f"got {repository!r}")
+        raise RecipeError(
+            path, key, f"give the repository only (tag and digest have their own keys), got {repository!r}"
+        )
 
 
 def check_references(path: Path, recipe: Recipe) -> None:
     """The image references: the base's repository, tag and digest, and the image's repository template."""
     base = recipe.base
     if base.digest is not None and not DIGEST_RE.match(base.digest):
-        raise RecipeError(path, "base.digest", f"not a digest: expected 'sha256:' followed by 64 lowercase hex "
-                                               f"digits, got {base.digest!r}")
+        raise RecipeError(
+            path,
+            "base.digest",
+            f"not a digest: expected 'sha256:' followed by 64 lowercase hex digits, got {base.digest!r}",
+        )
     if "@" in base.image or ":" in base.image.rsplit("/", 1)[-1]:
-        raise RecipeError(path, "base.image", f"give the repository only (tag and digest have their own keys), "
-                                              f"got {base.image!r}")
+        raise RecipeError(
+            path, "base.image", f"give the repository only (tag and digest have their own keys), got {base.image!r}"
+        )
     check_repository(path, "base.image", base.image)
     template = recipe.image.repository
     check_repository(path, "image.repository", template.replace("{owner}", SAMPLE_OWNER))
@@ -111,37 +126,51 @@ def check_hardware(path: Path, recipe: Recipe, platform_keys: tuple[str, ...]) -
             raise RecipeError(path, where, f"{plat} is listed twice")
     for i, plat in enumerate(hw.platforms):
         if not PLATFORM_RE.match(plat):
-            raise RecipeError(path, f"hardware.platforms[{i}]", f"unsupported platform {plat!r} "
-                                                                f"(expected linux/arm64 or linux/amd64)")
+            raise RecipeError(
+                path, f"hardware.platforms[{i}]", f"unsupported platform {plat!r} (expected linux/arm64 or linux/amd64)"
+            )
     cap = CAPABILITY_RE.match(hw.compute_capability)
     if not cap:
-        raise RecipeError(path, "hardware.compute_capability", f"expected MAJOR.MINOR such as '10.3', "
-                                                               f"got {hw.compute_capability!r}")
+        raise RecipeError(
+            path, "hardware.compute_capability", f"expected MAJOR.MINOR such as '10.3', got {hw.compute_capability!r}"
+        )
     family = int(cap.group(1)) * 10
     if hw.capability_family != family:
-        raise RecipeError(path, "hardware.capability_family", f"{hw.capability_family} does not match compute "
-                                                              f"capability {hw.compute_capability} (family {family})")
+        raise RecipeError(
+            path,
+            "hardware.capability_family",
+            f"{hw.capability_family} does not match compute capability {hw.compute_capability} (family {family})",
+        )
     for where, plat in zip(platform_keys, recipe.platforms):
         if plat not in hw.platforms:
             runs = ", ".join(hw.platforms)
             raise RecipeError(path, where, f"{plat} cannot run on {hw.gpu} (its hosts are {runs})")
     if recipe.drafter is not None and recipe.drafter.precision == "mxfp8" and hw.capability_major != 12:
-        raise RecipeError(path, "drafter.precision", f"the MXFP8 drafter needs the B12X kernels, which exist only for "
-                                                     f"SM120/SM121; {hw.gpu} is compute capability "
-                                                     f"{hw.compute_capability}: use bf16")
+        raise RecipeError(
+            path,
+            "drafter.precision",
+            f"the MXFP8 drafter needs the B12X kernels, which exist only for "
+            f"SM120/SM121; {hw.gpu} is compute capability "
+            f"{hw.compute_capability}: use bf16",
+        )
 
 
 def check_serving(path: Path, serving: Serving) -> None:
     """The serve flags' ranges, the extra arguments and the environment."""
     tp = serving.tensor_parallel_size
     if tp < 1 or tp & (tp - 1) or tp > MAX_TENSOR_PARALLEL:
-        raise RecipeError(path, "serving.tensor_parallel_size", f"must be a power of two from 1 to "
-                                                                f"{MAX_TENSOR_PARALLEL}, got {tp}")
+        raise RecipeError(
+            path, "serving.tensor_parallel_size", f"must be a power of two from 1 to {MAX_TENSOR_PARALLEL}, got {tp}"
+        )
     if serving.nodes < 1:
         raise RecipeError(path, "serving.nodes", f"must be a positive integer, got {serving.nodes}")
     if tp % serving.nodes:
-        raise RecipeError(path, "serving.nodes", f"serving.tensor_parallel_size {tp} is not a multiple of "
-                                                 f"{serving.nodes} nodes (every node runs the same number of ranks)")
+        raise RecipeError(
+            path,
+            "serving.nodes",
+            f"serving.tensor_parallel_size {tp} is not a multiple of "
+            f"{serving.nodes} nodes (every node runs the same number of ranks)",
+        )
     for key in ("kv_cache_dtype", "drafter_kv_cache_dtype"):
         value = getattr(serving, key)
         if value is not None and value not in KV_DTYPES:
@@ -149,28 +178,35 @@ def check_serving(path: Path, serving: Serving) -> None:
     if serving.max_model_len < 1:
         raise RecipeError(path, "serving.max_model_len", f"must be positive, got {serving.max_model_len}")
     if serving.block_size is not None and not 1 <= serving.block_size <= MAX_BLOCK_SIZE:
-        raise RecipeError(path, "serving.block_size", f"must be from 1 to {MAX_BLOCK_SIZE:,}, "
-                                                      f"got {serving.block_size}")
+        raise RecipeError(path, "serving.block_size", f"must be from 1 to {MAX_BLOCK_SIZE:,}, got {serving.block_size}")
     if serving.max_num_seqs is not None and serving.max_num_seqs < 1:
         raise RecipeError(path, "serving.max_num_seqs", f"must be positive, got {serving.max_num_seqs}")
     if serving.max_num_batched_tokens is not None and not 1 <= serving.max_num_batched_tokens <= MAX_INTEGER:
-        raise RecipeError(path, "serving.max_num_batched_tokens",
-                          f"must be a positive number of tokens, got {serving.max_num_batched_tokens}")
+        raise RecipeError(
+            path,
+            "serving.max_num_batched_tokens",
+            f"must be a positive number of tokens, got {serving.max_num_batched_tokens}",
+        )
     if not 0.0 < serving.gpu_memory_utilization <= 1.0:
-        raise RecipeError(path, "serving.gpu_memory_utilization", f"must be in (0, 1], "
-                                                                  f"got {serving.gpu_memory_utilization}")
+        raise RecipeError(
+            path, "serving.gpu_memory_utilization", f"must be in (0, 1], got {serving.gpu_memory_utilization}"
+        )
     if not 0 < serving.port < 65536:
         raise RecipeError(path, "serving.port", f"must be a TCP port, got {serving.port}")
     try:
         ipaddress.ip_address(serving.host_ip)
     except ValueError:
-        raise RecipeError(path, "serving.host_ip", f"must be an IP address such as 127.0.0.1 or 0.0.0.0, "
-                                                   f"got {serving.host_ip!r}") from None
+        raise RecipeError(
+            path, "serving.host_ip", f"must be an IP address such as 127.0.0.1 or 0.0.0.0, got {serving.host_ip!r}"
+        ) from None
     for i, arg in enumerate(serving.extra_args):
         flag = arg.split("=", 1)[0]
         if not arg.strip() or any(c.isspace() for c in flag):
-            raise RecipeError(path, f"serving.extra_args[{i}]", f"{arg!r} has whitespace before any '=': give each "
-                                                                f"flag and each value as its own list item")
+            raise RecipeError(
+                path,
+                f"serving.extra_args[{i}]",
+                f"{arg!r} has whitespace before any '=': give each flag and each value as its own list item",
+            )
     repeated = repeated_flag(serving.extra_args)
     if repeated is not None:
         raise RecipeError(path, f"serving.extra_args[{repeated[0]}]", repeated[1])
@@ -178,15 +214,20 @@ def check_serving(path: Path, serving: Serving) -> None:
         if not ENV_NAME_RE.match(name):
             raise RecipeError(path, f"serving.env.{name}", "not a valid environment variable name")
         if SECRET_NAME_RE.search(name):
-            raise RecipeError(path, f"serving.env.{name}", "looks like a secret: recipes are committed and rendered "
-                                                           "into files; pass it at run time (compose env_file) instead")
+            raise RecipeError(
+                path,
+                f"serving.env.{name}",
+                "looks like a secret: recipes are committed and rendered "
+                "into files; pass it at run time (compose env_file) instead",
+            )
 
 
 def check_geometry(path: Path, recipe: Recipe) -> None:
     kv = recipe.geometry.kv_cache_memory_gib
     if not 0 < kv <= MAX_KV_CACHE_GIB:
-        raise RecipeError(path, "geometry.kv_cache_memory_gib", f"must be above 0 and at most {MAX_KV_CACHE_GIB:,}, "
-                                                                f"got {kv}")
+        raise RecipeError(
+            path, "geometry.kv_cache_memory_gib", f"must be above 0 and at most {MAX_KV_CACHE_GIB:,}, got {kv}"
+        )
 
 
 def check_configs(path: Path, recipe: Recipe) -> None:
@@ -208,27 +249,33 @@ def check_speculation(path: Path, recipe: Recipe) -> None:
     spec = recipe.speculation
     if spec.method == "dflash":
         if recipe.drafter is None:
-            raise RecipeError(path, "drafter", "required key is missing (speculation.method dflash drafts with this "
-                                               "checkpoint)")
+            raise RecipeError(
+                path, "drafter", "required key is missing (speculation.method dflash drafts with this checkpoint)"
+            )
         for key in ("prompt_lookup_min", "prompt_lookup_max"):
             if getattr(spec, key) is not None:
                 raise RecipeError(path, f"speculation.{key}", "is a setting of speculation.method ngram, not dflash")
         return
     if recipe.drafter is not None:
-        raise RecipeError(path, "drafter", f"speculation.method {spec.method} proposes from the prompt: "
-                                           f"remove the drafter")
+        raise RecipeError(
+            path, "drafter", f"speculation.method {spec.method} proposes from the prompt: remove the drafter"
+        )
     if recipe.serving.drafter_kv_cache_dtype is not None:
-        raise RecipeError(path, "serving.drafter_kv_cache_dtype", f"speculation.method {spec.method} has no drafter "
-                                                                  f"KV cache")
+        raise RecipeError(
+            path, "serving.drafter_kv_cache_dtype", f"speculation.method {spec.method} has no drafter KV cache"
+        )
     if spec.prompt_lookup_max is None or spec.prompt_lookup_min is None:
         missing = "prompt_lookup_max" if spec.prompt_lookup_max is None else "prompt_lookup_min"
-        raise RecipeError(path, f"speculation.{missing}", f"required key is missing (speculation.method "
-                                                          f"{spec.method})")
+        raise RecipeError(path, f"speculation.{missing}", f"required key is missing (speculation.method {spec.method})")
     if not 1 <= spec.prompt_lookup_min <= spec.prompt_lookup_max <= MAX_NGRAM:
-        raise RecipeError(path, "speculation.prompt_lookup_min", f"needs 1 <= prompt_lookup_min <= prompt_lookup_max "
-                                                                 f"<= {MAX_NGRAM}, "
-                                                                 f"got {spec.prompt_lookup_min} and "
-                                                                 f"{spec.prompt_lookup_max}")
+        raise RecipeError(
+            path,
+            "speculation.prompt_lookup_min",
+            f"needs 1 <= prompt_lookup_min <= prompt_lookup_max "
+            f"<= {MAX_NGRAM}, "
+            f"got {spec.prompt_lookup_min} and "
+            f"{spec.prompt_lookup_max}",
+        )
 
 
 def check_draft_tokens(path: Path, recipe: Recipe) -> None:
@@ -237,19 +284,27 @@ def check_draft_tokens(path: Path, recipe: Recipe) -> None:
     if recipe.drafter is not None:
         block = recipe.drafter_block_size
         if serving.num_speculative_tokens != block - 1:
-            raise RecipeError(path, "serving.num_speculative_tokens", f"must be {block - 1} (the drafter's block "
-                                                                      f"size {block} minus the target's own token), "
-                                                                      f"got {serving.num_speculative_tokens}")
+            raise RecipeError(
+                path,
+                "serving.num_speculative_tokens",
+                f"must be {block - 1} (the drafter's block "
+                f"size {block} minus the target's own token), "
+                f"got {serving.num_speculative_tokens}",
+            )
     elif serving.num_speculative_tokens < 1:
-        raise RecipeError(path, "serving.num_speculative_tokens", f"must be at least 1 (the tokens ngram proposes "
-                                                                  f"per step), got {serving.num_speculative_tokens}")
+        raise RecipeError(
+            path,
+            "serving.num_speculative_tokens",
+            f"must be at least 1 (the tokens ngram proposes per step), got {serving.num_speculative_tokens}",
+        )
 
 
 def check_qualify(path: Path, recipe: Recipe) -> None:
     q = recipe.qualify
     if q.min_decode_tokens_per_s is not None and not 0 < q.min_decode_tokens_per_s < 1e7:
-        raise RecipeError(path, "qualify.min_decode_tokens_per_s", f"must be a positive rate, "
-                                                                   f"got {q.min_decode_tokens_per_s}")
+        raise RecipeError(
+            path, "qualify.min_decode_tokens_per_s", f"must be a positive rate, got {q.min_decode_tokens_per_s}"
+        )
     if q.min_acceptance is not None and not 0 <= q.min_acceptance <= 1:
         raise RecipeError(path, "qualify.min_acceptance", f"must be a fraction from 0 to 1, got {q.min_acceptance}")
 
@@ -258,18 +313,24 @@ def check_overlay(path: Path, recipe: Recipe) -> None:
     """The patch series: a directory of overlay/series/, written for the base's vLLM release (its lock.json)."""
     series_root = OVERLAY_SERIES_DIR.relative_to(REPO_ROOT)
     if not SERIES_RE.match(recipe.overlay.series):
-        raise RecipeError(path, "overlay.series", f"must be the name of a directory in {series_root}/ (no path), "
-                                                  f"got {recipe.overlay.series!r}")
+        raise RecipeError(
+            path,
+            "overlay.series",
+            f"must be the name of a directory in {series_root}/ (no path), got {recipe.overlay.series!r}",
+        )
     if not recipe.series_dir.is_dir():
-        raise RecipeError(path, "overlay.series", f"no patch series named {recipe.overlay.series!r} "
-                                                  f"in {series_root}/")
+        raise RecipeError(path, "overlay.series", f"no patch series named {recipe.overlay.series!r} in {series_root}/")
     where = f"{series_root}/{recipe.overlay.series}/{LOCK_FILE}"
     wanted = str(read_series_lock(path, recipe.series_dir)["version"])
     if recipe.base.vllm_version != wanted:
-        raise RecipeError(path, "base.vllm_version", f"{recipe.base.vllm_version}: the patch series "
-                                                     f"{recipe.overlay.series!r} "
-                                                     f"is written for vLLM {wanted} ({where}); use a base with vLLM "
-                                                     f"{wanted} or a series written for {recipe.base.vllm_version}")
+        raise RecipeError(
+            path,
+            "base.vllm_version",
+            f"{recipe.base.vllm_version}: the patch series "
+            f"{recipe.overlay.series!r} "
+            f"is written for vLLM {wanted} ({where}); use a base with vLLM "
+            f"{wanted} or a series written for {recipe.base.vllm_version}",
+        )
 
 
 def check_vllm_release(path: Path, recipe: Recipe) -> None:
@@ -287,10 +348,15 @@ def check_model_paths(path: Path, recipe: Recipe) -> None:
             raise RecipeError(path, key, f"must be an absolute path inside the container, got {model_path!r}")
     if models_root(*recipe.model_paths) == "/":
         if recipe.drafter is None:
-            raise RecipeError(path, "target.path", f"must lie in a models directory such as /models/NAME, "
-                                                   f"got {recipe.target.path}")
-        raise RecipeError(path, "drafter.path", f"target and drafter must live under one models directory "
-                                                f"(got {recipe.target.path} and {recipe.drafter.path})")
+            raise RecipeError(
+                path, "target.path", f"must lie in a models directory such as /models/NAME, got {recipe.target.path}"
+            )
+        raise RecipeError(
+            path,
+            "drafter.path",
+            f"target and drafter must live under one models directory "
+            f"(got {recipe.target.path} and {recipe.drafter.path})",
+        )
 
 
 def check_image(path: Path, recipe: Recipe) -> None:
@@ -317,17 +383,20 @@ def check_pins(path: Path, recipe: Recipe) -> None:
         if model is None:
             continue
         if model.revision is not None and not REVISION_RE.match(model.revision):
-            raise RecipeError(path, f"{role}.revision", f"expected the checkpoint's 40-hex-digit commit, "
-                                                        f"got {model.revision!r}")
+            raise RecipeError(
+                path, f"{role}.revision", f"expected the checkpoint's 40-hex-digit commit, got {model.revision!r}"
+            )
         if model.config_sha256 is None:
             continue
         if not SHA256_HEX_RE.match(model.config_sha256):
-            raise RecipeError(path, f"{role}.config_sha256", f"expected 64 lowercase hex digits, "
-                                                             f"got {model.config_sha256!r}")
+            raise RecipeError(
+                path, f"{role}.config_sha256", f"expected 64 lowercase hex digits, got {model.config_sha256!r}"
+            )
         actual = hashlib.sha256((path.parent / model.config).resolve().read_bytes()).hexdigest()
         if actual != model.config_sha256:
-            raise RecipeError(path, f"{role}.config_sha256", f"{model.config} has sha256 {actual}, "
-                                                             f"not {model.config_sha256}")
+            raise RecipeError(
+                path, f"{role}.config_sha256", f"{model.config} has sha256 {actual}, not {model.config_sha256}"
+            )
 
 
 def resolve_hardware(path: Path, hw: Hardware) -> Hardware:
@@ -340,19 +409,32 @@ def resolve_hardware(path: Path, hw: Hardware) -> Hardware:
         missing = [k for k in HARDWARE_FACTS if getattr(hw, k) is None]
         if missing:
             known = ", ".join(g.name for g in KNOWN_GPUS if g is not NO_GPU)
-            raise RecipeError(path, "hardware.gpu", f"{hw.gpu!r} is not a GPU this tool knows ({known}): for another "
-                                                    f"GPU give all of hardware.{', hardware.'.join(HARDWARE_FACTS)} "
-                                                    f"(missing: {', '.join(missing)})")
+            raise RecipeError(
+                path,
+                "hardware.gpu",
+                f"{hw.gpu!r} is not a GPU this tool knows ({known}): for another "
+                f"GPU give all of hardware.{', hardware.'.join(HARDWARE_FACTS)} "
+                f"(missing: {', '.join(missing)})",
+            )
         return hw
     table = {"compute_capability": gpu.compute_capability, "capability_family": gpu.capability_family}
     for key, value in table.items():
         given = getattr(hw, key)
         if given is not None and given != value:
-            raise RecipeError(path, f"hardware.{key}", f"{gpu.name} has {key.replace('_', ' ')} {value}, not {given!r} "
-                                                       f"(leave the key out to take it from the GPU table)")
+            raise RecipeError(
+                path,
+                f"hardware.{key}",
+                f"{gpu.name} has {key.replace('_', ' ')} {value}, not {given!r} "
+                f"(leave the key out to take it from the GPU table)",
+            )
     for i, plat in enumerate(hw.platforms or ()):
         if plat not in gpu.platforms:
-            raise RecipeError(path, f"hardware.platforms[{i}]", f"{gpu.name} comes in {', '.join(gpu.platforms)} "
-                                                                f"hosts, not {plat}")
-    return replace(hw, compute_capability=table["compute_capability"], capability_family=table["capability_family"],
-                   platforms=hw.platforms or gpu.platforms)
+            raise RecipeError(
+                path, f"hardware.platforms[{i}]", f"{gpu.name} comes in {', '.join(gpu.platforms)} hosts, not {plat}"
+            )
+    return replace(
+        hw,
+        compute_capability=table["compute_capability"],
+        capability_family=table["capability_family"],
+        platforms=hw.platforms or gpu.platforms,
+    )

@@ -3,6 +3,7 @@
 Each field's type is what stackbuild/core/schema.py checks the YAML against; the loader
 (stackbuild/core/recipe/load.py) fills the fields the YAML does not give.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -234,8 +235,11 @@ class Recipe:
         """The drafter, for ``what`` (a command or a file) that needs one; a RecipeError naming the
         recipe's speculation method when it has none."""
         if self.drafter is None:
-            raise RecipeError(self._path, "speculation.method", f"{self.speculation.method} has no drafter "
-                                                                f"checkpoint, which {what} needs")
+            raise RecipeError(
+                self._path,
+                "speculation.method",
+                f"{self.speculation.method} has no drafter checkpoint, which {what} needs",
+            )
         return self.drafter
 
     @property

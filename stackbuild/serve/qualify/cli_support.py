@@ -1,4 +1,5 @@
 """`build.py qualify`'s options turned into a qualification: the recipe's facts, the API key, the outputs."""
+
 from __future__ import annotations
 
 import json
@@ -21,12 +22,16 @@ def target_of(recipe_path: Optional[Path], model: Optional[str], allow_degenerat
 
     recipe = load_recipe(recipe_path)
     cache = recipe_geometry(recipe).report.with_drafter.prefix_cache
-    return Target(recipe=str(recipe.path), model=model or recipe.serving.served_model_name,
-                  speculation=recipe.serving.num_speculative_tokens > 0,
-                  prefix_caching=bool(cache and cache.can_hit),
-                  hit_alignment_tokens=cache.hit_alignment_tokens if cache else None,
-                  min_decode_tokens_per_s=recipe.qualify.min_decode_tokens_per_s,
-                  min_acceptance=recipe.qualify.min_acceptance, allow_degenerate=allow_degenerate)
+    return Target(
+        recipe=str(recipe.path),
+        model=model or recipe.serving.served_model_name,
+        speculation=recipe.serving.num_speculative_tokens > 0,
+        prefix_caching=bool(cache and cache.can_hit),
+        hit_alignment_tokens=cache.hit_alignment_tokens if cache else None,
+        min_decode_tokens_per_s=recipe.qualify.min_decode_tokens_per_s,
+        min_acceptance=recipe.qualify.min_acceptance,
+        allow_degenerate=allow_degenerate,
+    )
 
 
 def api_key(var: Optional[str]) -> Optional[str]:
@@ -47,13 +52,27 @@ def check_out_dir(out_dir: Optional[Path]) -> None:
         raise OutputError(f"--out {out_dir}: not writable")
 
 
-def run_qualify(*, url, recipe_path, model, api_key_env, baseline_url, out_dir, max_tokens, runs, warmup,
-                ready_timeout, prefix_blocks, allow_degenerate) -> tuple[Qualification, str, list[Path]]:
+def run_qualify(
+    *,
+    url,
+    recipe_path,
+    model,
+    api_key_env,
+    baseline_url,
+    out_dir,
+    max_tokens,
+    runs,
+    warmup,
+    ready_timeout,
+    prefix_blocks,
+    allow_degenerate,
+) -> tuple[Qualification, str, list[Path]]:
     check_out_dir(out_dir)
     key = api_key(api_key_env)
     target = target_of(recipe_path, model, allow_degenerate)
-    settings = measure.Settings(max_tokens=max_tokens, warmup=warmup, runs=runs, ready_timeout_s=ready_timeout,
-                                prefix_blocks=prefix_blocks)
+    settings = measure.Settings(
+        max_tokens=max_tokens, warmup=warmup, runs=runs, ready_timeout_s=ready_timeout, prefix_blocks=prefix_blocks
+    )
     baseline = Server(baseline_url, key, role="--baseline-url") if baseline_url else None
     result = qualify(Server(url, key), target, settings, baseline)
     written = []

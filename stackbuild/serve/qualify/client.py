@@ -1,4 +1,5 @@
 """The HTTP side of `qualify`: one vLLM OpenAI server, its API key, and the errors a user must tell apart."""
+
 from __future__ import annotations
 
 import json
@@ -52,8 +53,9 @@ class Server:
     def _request(self, method: str, path: str, *, retry: bool = False, **kw) -> requests.Response:
         where = f"{self.role} {self.url}{path}"
         try:
-            response = self._session.request(method, self.url + path,
-                                              timeout=(CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S), **kw)
+            response = self._session.request(
+                method, self.url + path, timeout=(CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S), **kw
+            )
         except requests.exceptions.ConnectionError as exc:
             if retry:
                 raise Retryable(f"{where}: nothing answers ({_reason(exc)})") from None
@@ -65,8 +67,9 @@ class Server:
         except requests.exceptions.RequestException as exc:  # an unusable URL (no scheme, bad host)
             raise ServerUnreachable(f"{where}: {type(exc).__name__}: {_reason(exc)}") from None
         if response.status_code in (401, 403):
-            raise ServerAuthRefused(f"{where}: HTTP {response.status_code}: the server refused the API key "
-                                    "(give it with --api-key-env VAR)")
+            raise ServerAuthRefused(
+                f"{where}: HTTP {response.status_code}: the server refused the API key (give it with --api-key-env VAR)"
+            )
         if retry and response.status_code >= 500:
             raise Retryable(f"{where}: HTTP {response.status_code}")
         return response
@@ -75,8 +78,9 @@ class Server:
         try:
             data = response.json()
         except ValueError:
-            raise NotVllmServer(f"{self.role} {self.url}{path}: HTTP {response.status_code}, not JSON: "
-                                "not a vLLM OpenAI server") from None
+            raise NotVllmServer(
+                f"{self.role} {self.url}{path}: HTTP {response.status_code}, not JSON: not a vLLM OpenAI server"
+            ) from None
         if not isinstance(data, dict):
             raise NotVllmServer(f"{self.role} {self.url}{path}: not a JSON object: not a vLLM OpenAI server")
         return data
@@ -86,8 +90,9 @@ class Server:
         """The names /v1/models lists."""
         response = self._request("GET", "/v1/models", retry=retry)
         if response.status_code != 200:
-            raise NotVllmServer(f"{self.role} {self.url}/v1/models: HTTP {response.status_code}: "
-                                "not a vLLM OpenAI server")
+            raise NotVllmServer(
+                f"{self.role} {self.url}/v1/models: HTTP {response.status_code}: not a vLLM OpenAI server"
+            )
         data = self._json(response, "/v1/models").get("data")
         if not isinstance(data, list) or not all(isinstance(m, dict) and "id" in m for m in data):
             raise NotVllmServer(f"{self.role} {self.url}/v1/models: no model list: not a vLLM OpenAI server")
@@ -97,19 +102,24 @@ class Server:
         served = self.models(retry=retry)
         if wanted is None:
             if len(served) != 1:
-                raise ModelNotServed(f"{self.role} {self.url} serves {', '.join(served) or 'no model'}: "
-                                     "name one with --model")
+                raise ModelNotServed(
+                    f"{self.role} {self.url} serves {', '.join(served) or 'no model'}: name one with --model"
+                )
             return served[0]
         if wanted not in served:
-            raise ModelNotServed(f"{self.role} {self.url} does not serve model {wanted!r} "
-                                 f"(it serves {', '.join(served) or 'none'}): --model")
+            raise ModelNotServed(
+                f"{self.role} {self.url} does not serve model {wanted!r} "
+                f"(it serves {', '.join(served) or 'none'}): --model"
+            )
         return wanted
 
     def metrics_text(self) -> str:
         response = self._request("GET", "/metrics")
         if response.status_code != 200:
-            raise NotVllmServer(f"{self.role} {self.url}/metrics: HTTP {response.status_code}: "
-                                "not a vLLM server (qualify reads its counters)")
+            raise NotVllmServer(
+                f"{self.role} {self.url}/metrics: HTTP {response.status_code}: "
+                "not a vLLM server (qualify reads its counters)"
+            )
         return response.text
 
     def version(self) -> Optional[str]:
@@ -123,8 +133,9 @@ class Server:
             return None
 
     def tokenize(self, model: str, text: str) -> list[int]:
-        response = self._request("POST", "/tokenize", json={"model": model, "prompt": text,
-                                                            "add_special_tokens": False})
+        response = self._request(
+            "POST", "/tokenize", json={"model": model, "prompt": text, "add_special_tokens": False}
+        )
         if response.status_code != 200:
             raise NotVllmServer(f"{self.role} {self.url}/tokenize: HTTP {response.status_code}: not a vLLM server")
         return list(self._json(response, "/tokenize")["tokens"])
@@ -137,9 +148,12 @@ class Server:
         seconds = time.perf_counter() - start
         data = self._generation(response, "/v1/chat/completions", model)
         usage = data.get("usage") or {}
-        return Completion(text=data["choices"][0]["message"].get("content") or "",
-                          prompt_tokens=int(usage.get("prompt_tokens", 0)),
-                          completion_tokens=int(usage.get("completion_tokens", 0)), seconds=seconds)
+        return Completion(
+            text=data["choices"][0]["message"].get("content") or "",
+            prompt_tokens=int(usage.get("prompt_tokens", 0)),
+            completion_tokens=int(usage.get("completion_tokens", 0)),
+            seconds=seconds,
+        )
 
     def complete_ids(self, model: str, prompt_ids: list[int], max_tokens: int) -> Completion:
         """A non-streamed completion of a prompt given as token ids (the prefix-cache probe)."""
@@ -149,8 +163,12 @@ class Server:
         seconds = time.perf_counter() - start
         data = self._generation(response, "/v1/completions", model)
         usage = data.get("usage") or {}
-        return Completion(text=data["choices"][0].get("text") or "", prompt_tokens=int(usage.get("prompt_tokens", 0)),
-                          completion_tokens=int(usage.get("completion_tokens", 0)), seconds=seconds)
+        return Completion(
+            text=data["choices"][0].get("text") or "",
+            prompt_tokens=int(usage.get("prompt_tokens", 0)),
+            completion_tokens=int(usage.get("completion_tokens", 0)),
+            seconds=seconds,
+        )
 
     def stream_chat(self, model: str, prompt: str, max_tokens: int, *, retry: bool = False) -> Streamed:
         """A streamed chat generation; the time to the first chunk that carries text."""
@@ -183,8 +201,9 @@ class Server:
         if response.status_code != 200:
             if retry:
                 raise Retryable(f"{self.role} {self.url}{path}: HTTP {response.status_code}")
-            raise NotVllmServer(f"{self.role} {self.url}{path}: HTTP {response.status_code}: "
-                                f"{response.text[:200].strip()}")
+            raise NotVllmServer(
+                f"{self.role} {self.url}{path}: HTTP {response.status_code}: {response.text[:200].strip()}"
+            )
         data = self._json(response, path)
         if not data.get("choices"):
             raise NotVllmServer(f"{self.role} {self.url}{path}: no choices in the answer: not a vLLM OpenAI server")
@@ -192,10 +211,15 @@ class Server:
 
 
 def _chat_body(model: str, prompt: str, max_tokens: int, *, stream: bool) -> dict:
-    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-            "temperature": 0, "stream": stream,
-            # thinking off: GLM's (and Qwen3's) chat templates read this switch; others ignore it
-            "chat_template_kwargs": {"enable_thinking": False}}
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": stream,
+        # thinking off: GLM's (and Qwen3's) chat templates read this switch; others ignore it
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
     if stream:
         body["stream_options"] = {"include_usage": True}
     return body
@@ -219,8 +243,14 @@ def _sse_deltas(response: requests.Response) -> Iterator[str]:
 
 def _reason(exc: Exception) -> str:
     text = str(exc)
-    for marker in ("Connection refused", "Name or service not known", "Connection reset", "timed out",
-                   "No route to host", "Temporary failure in name resolution"):
+    for marker in (
+        "Connection refused",
+        "Name or service not known",
+        "Connection reset",
+        "timed out",
+        "No route to host",
+        "Temporary failure in name resolution",
+    ):
         if marker in text:
             return marker.lower()
     return text.splitlines()[0][:160] if text else type(exc).__name__

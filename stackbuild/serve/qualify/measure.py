@@ -1,4 +1,5 @@
 """One server's figures: readiness, decode throughput per prompt class, the spec-decode and prefix-cache deltas."""
+
 from __future__ import annotations
 
 import random
@@ -40,8 +41,9 @@ def warm_up(server: Server, model: str, settings: Settings) -> None:
             server.chat(model, prompt, settings.max_tokens)
 
 
-def throughput(server: Server, model: str, settings: Settings, readiness_s: float, configured: bool,
-               outputs: list[OutputCheck]) -> Throughput:
+def throughput(
+    server: Server, model: str, settings: Settings, readiness_s: float, configured: bool, outputs: list[OutputCheck]
+) -> Throughput:
     """``runs`` non-streamed generations of every prompt per class (after warm_up); one streamed run for TTFT."""
     classes = []
     for name, prompts in PROMPTS.items():
@@ -53,13 +55,26 @@ def throughput(server: Server, model: str, settings: Settings, readiness_s: floa
                 seconds += done.seconds
             outputs.append(check(name, done.text))
         streamed = server.stream_chat(model, prompts[0], settings.max_tokens)
-        classes.append(ClassThroughput(prompt_class=name, runs=settings.runs * len(prompts), output_tokens=tokens,
-                                       seconds=round(seconds, 4), tokens_per_s=_rate(tokens, seconds),
-                                       ttft_s=round(streamed.ttft_s, 4)))
+        classes.append(
+            ClassThroughput(
+                prompt_class=name,
+                runs=settings.runs * len(prompts),
+                output_tokens=tokens,
+                seconds=round(seconds, 4),
+                tokens_per_s=_rate(tokens, seconds),
+                ttft_s=round(streamed.ttft_s, 4),
+            )
+        )
     all_tokens = sum(c.output_tokens for c in classes)
     all_seconds = sum(c.seconds for c in classes)
-    return Throughput(url=server.url, model=model, readiness_s=round(readiness_s, 3), classes=tuple(classes),
-                      tokens_per_s=_rate(all_tokens, all_seconds), speculation_configured=configured)
+    return Throughput(
+        url=server.url,
+        model=model,
+        readiness_s=round(readiness_s, 3),
+        classes=tuple(classes),
+        tokens_per_s=_rate(all_tokens, all_seconds),
+        speculation_configured=configured,
+    )
 
 
 def spec_decode(before: metrics.Snapshot, after: metrics.Snapshot, configured: bool) -> SpecDecode:
@@ -68,22 +83,34 @@ def spec_decode(before: metrics.Snapshot, after: metrics.Snapshot, configured: b
     accepted = metrics.delta(before, after, metrics.ACCEPTED)
     per_pos = tuple(metrics.delta(before, after, metrics.ACCEPTED_PER_POS, p) for p in after.positions())
     return SpecDecode(
-        configured=configured, drafts=drafts, draft_tokens=draft_tokens, accepted=accepted,
+        configured=configured,
+        drafts=drafts,
+        draft_tokens=draft_tokens,
+        accepted=accepted,
         acceptance_rate=round(accepted / draft_tokens, 4) if draft_tokens else None,
         mean_accepted_length=round(1 + accepted / drafts, 4) if drafts else None,
         accepted_per_position=per_pos,
         acceptance_per_position=tuple(round(n / drafts, 4) if drafts else 0.0 for n in per_pos),
-        per_position_sums_to_accepted=sum(per_pos) == accepted)
+        per_position_sums_to_accepted=sum(per_pos) == accepted,
+    )
 
 
-def prefix_probe(server: Server, model: str, settings: Settings, alignment: Optional[int], source: str,
-                 enabled: bool) -> PrefixCacheProbe:
+def prefix_probe(
+    server: Server, model: str, settings: Settings, alignment: Optional[int], source: str, enabled: bool
+) -> PrefixCacheProbe:
     """Two completions whose prompts (token ids) share k x alignment tokens and differ after; the second's
     hits should be the whole shared prefix (hits count whole alignment units, never the prompt's last token)."""
     if not enabled or not alignment:
-        return PrefixCacheProbe(enabled=enabled, hit_alignment_tokens=alignment, alignment_source=source,
-                                shared_prefix_tokens=0, predicted_hit_tokens=0, first_hit_tokens=0,
-                                second_hit_tokens=0, second_query_tokens=0)
+        return PrefixCacheProbe(
+            enabled=enabled,
+            hit_alignment_tokens=alignment,
+            alignment_source=source,
+            shared_prefix_tokens=0,
+            predicted_hit_tokens=0,
+            first_hit_tokens=0,
+            second_hit_tokens=0,
+            second_query_tokens=0,
+        )
     shared = settings.prefix_blocks * alignment
     rng = random.Random(time.time_ns())  # a prefix no earlier request shares
     ids: list[int] = []
@@ -91,7 +118,7 @@ def prefix_probe(server: Server, model: str, settings: Settings, alignment: Opti
         words = " ".join(rng.choice(PREFIX_WORDS) for _ in range(shared))
         ids += server.tokenize(model, words)
     prefix = ids[:shared]
-    tails = (ids[shared:shared + 4], ids[shared + 4:shared + 8])
+    tails = (ids[shared : shared + 4], ids[shared + 4 : shared + 8])
     hits = []
     queries = 0
     for tail in tails:
@@ -100,9 +127,16 @@ def prefix_probe(server: Server, model: str, settings: Settings, alignment: Opti
         after = snapshot(server)
         hits.append(metrics.delta(before, after, metrics.PREFIX_HITS))
         queries = metrics.delta(before, after, metrics.PREFIX_QUERIES)
-    return PrefixCacheProbe(enabled=True, hit_alignment_tokens=alignment, alignment_source=source,
-                            shared_prefix_tokens=shared, predicted_hit_tokens=shared, first_hit_tokens=hits[0],
-                            second_hit_tokens=hits[1], second_query_tokens=queries)
+    return PrefixCacheProbe(
+        enabled=True,
+        hit_alignment_tokens=alignment,
+        alignment_source=source,
+        shared_prefix_tokens=shared,
+        predicted_hit_tokens=shared,
+        first_hit_tokens=hits[0],
+        second_hit_tokens=hits[1],
+        second_query_tokens=queries,
+    )
 
 
 def _rate(tokens: int, seconds: float) -> float:

@@ -1,4 +1,5 @@
 """vLLM's /metrics, read with the Prometheus text parser: snapshots, and the counters qualify takes deltas of."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -66,8 +67,9 @@ def parse(text: str, where: str) -> Snapshot:
             key = (family.name, sample.labels.get("position"))
             counters[key] = counters.get(key, 0.0) + sample.value
     if (GENERATION_TOKENS, None) not in counters:
-        raise NotVllmServer(f"{where}: no {GENERATION_TOKENS}_total counter: not a vLLM server "
-                            "(qualify reads its /metrics)")
+        raise NotVllmServer(
+            f"{where}: no {GENERATION_TOKENS}_total counter: not a vLLM server (qualify reads its /metrics)"
+        )
     return Snapshot(counters=MappingProxyType(counters), cache_config=MappingProxyType(cache_config))
 
 

@@ -1,4 +1,5 @@
 """The record `qualify` writes: one frozen value, versioned by its schema id, with to_json."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,5 @@
 """The whole qualification of one deployment (and its baseline), and its verdict."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,8 +29,9 @@ class Target:
     allow_degenerate: bool = False
 
 
-def qualify(server: Server, target: Target, settings: measure.Settings,
-            baseline: Optional[Server] = None) -> Qualification:
+def qualify(
+    server: Server, target: Target, settings: measure.Settings, baseline: Optional[Server] = None
+) -> Qualification:
     model = server.pick_model(target.model, retry=False)
     measure.snapshot(server)  # a server without vLLM's counters is refused before any generation
     readiness = measure.ready(server, model, settings)
@@ -53,37 +55,61 @@ def qualify(server: Server, target: Target, settings: measure.Settings,
         base_model = baseline.pick_model(target.model or model)
         base_ready = measure.ready(baseline, base_model, settings)
         measure.warm_up(baseline, base_model, settings)
-        base = measure.throughput(baseline, base_model, settings, base_ready,
-                                  measure.snapshot(baseline).speculation_configured, outputs)
+        base = measure.throughput(
+            baseline, base_model, settings, base_ready, measure.snapshot(baseline).speculation_configured, outputs
+        )
     speedup = round(served.tokens_per_s / base.tokens_per_s, 3) if base and base.tokens_per_s else None
     failures, warnings = _findings(spec, prefix, outputs, target.allow_degenerate)
     expectations = _expectations(target, served.tokens_per_s, spec.acceptance_rate)
-    return Qualification(schema=SCHEMA, url=server.url, model=model, recipe=target.recipe,
-                         vllm_version=server.version(), served=served, baseline=base, speedup=speedup,
-                         spec_decode=spec, prefix_cache=prefix, outputs=tuple(outputs),
-                         expectations=expectations, failures=tuple(failures), warnings=tuple(warnings))
+    return Qualification(
+        schema=SCHEMA,
+        url=server.url,
+        model=model,
+        recipe=target.recipe,
+        vllm_version=server.version(),
+        served=served,
+        baseline=base,
+        speedup=speedup,
+        spec_decode=spec,
+        prefix_cache=prefix,
+        outputs=tuple(outputs),
+        expectations=expectations,
+        failures=tuple(failures),
+        warnings=tuple(warnings),
+    )
 
 
-def _findings(spec: SpecDecode, prefix: PrefixCacheProbe, outputs: list[OutputCheck],
-              allow_degenerate: bool) -> tuple[list[str], list[str]]:
+def _findings(
+    spec: SpecDecode, prefix: PrefixCacheProbe, outputs: list[OutputCheck], allow_degenerate: bool
+) -> tuple[list[str], list[str]]:
     failures, warnings = [], []
     if spec.configured and spec.drafts == 0:
-        failures.append(f"speculative decoding is configured but made no drafts over the runs "
-                        f"(drafts +0, draft tokens +{spec.draft_tokens}, accepted +{spec.accepted})")
+        failures.append(
+            f"speculative decoding is configured but made no drafts over the runs "
+            f"(drafts +0, draft tokens +{spec.draft_tokens}, accepted +{spec.accepted})"
+        )
     elif spec.configured and (spec.acceptance_rate or 0.0) < NEAR_ZERO_ACCEPTANCE:
-        failures.append(f"speculative decoding accepts almost nothing: {spec.accepted} of {spec.draft_tokens} "
-                        f"draft tokens ({(spec.acceptance_rate or 0.0):.1%} < {NEAR_ZERO_ACCEPTANCE:.0%}) over "
-                        f"{spec.drafts} drafts")
+        failures.append(
+            f"speculative decoding accepts almost nothing: {spec.accepted} of {spec.draft_tokens} "
+            f"draft tokens ({(spec.acceptance_rate or 0.0):.1%} < {NEAR_ZERO_ACCEPTANCE:.0%}) over "
+            f"{spec.drafts} drafts"
+        )
     if spec.configured and spec.drafts and not spec.per_position_sums_to_accepted:
-        warnings.append(f"accepted per position {list(spec.accepted_per_position)} does not sum to "
-                        f"accepted {spec.accepted}")
+        warnings.append(
+            f"accepted per position {list(spec.accepted_per_position)} does not sum to accepted {spec.accepted}"
+        )
     if prefix.enabled and prefix.shared_prefix_tokens:
         if prefix.second_hit_tokens < prefix.predicted_hit_tokens:
-            failures.append(f"prefix caching: a prompt sharing {prefix.shared_prefix_tokens} tokens with the one "
-                            f"before hit {prefix.second_hit_tokens} tokens, predicted {prefix.predicted_hit_tokens} "
-                            f"(hits every {prefix.hit_alignment_tokens} tokens, from the {prefix.alignment_source})")
+            failures.append(
+                f"prefix caching: a prompt sharing {prefix.shared_prefix_tokens} tokens with the one "
+                f"before hit {prefix.second_hit_tokens} tokens, predicted {prefix.predicted_hit_tokens} "
+                f"(hits every {prefix.hit_alignment_tokens} tokens, from the {prefix.alignment_source})"
+            )
     elif not prefix.enabled:
-        warnings.append(f"prefix caching not probed: {prefix.alignment_source if prefix.hit_alignment_tokens is None else 'off in the recipe'}")
+        warnings.append(
+            "prefix caching not probed: "
+            f"{prefix.alignment_source if prefix.hit_alignment_tokens is None else 'off in the recipe'}"
+        )
     for out in outputs:
         if out.empty:
             failures.append(f"output ({out.prompt_class} prompt) is empty")
@@ -91,28 +117,47 @@ def _findings(spec: SpecDecode, prefix: PrefixCacheProbe, outputs: list[OutputCh
             failures.append(f"output ({out.prompt_class} prompt) is not valid UTF-8: {out.sample!r}")
         if out.degenerate:
             line = f"output ({out.prompt_class} prompt) repeats one short cycle of tokens: {out.sample!r}"
-            (warnings if allow_degenerate else failures).append(line + (" (allowed: --allow-degenerate)"
-                                                                        if allow_degenerate else ""))
+            (warnings if allow_degenerate else failures).append(
+                line + (" (allowed: --allow-degenerate)" if allow_degenerate else "")
+            )
     return failures, warnings
 
 
 def _expectations(target: Target, tokens_per_s: float, acceptance: Optional[float]) -> tuple[Expectation, ...]:
     out = []
     if target.min_decode_tokens_per_s is not None:
-        out.append(Expectation("qualify.min_decode_tokens_per_s", target.min_decode_tokens_per_s, tokens_per_s,
-                               tokens_per_s >= target.min_decode_tokens_per_s))
+        out.append(
+            Expectation(
+                "qualify.min_decode_tokens_per_s",
+                target.min_decode_tokens_per_s,
+                tokens_per_s,
+                tokens_per_s >= target.min_decode_tokens_per_s,
+            )
+        )
     if target.min_acceptance is not None:
-        out.append(Expectation("qualify.min_acceptance", target.min_acceptance, acceptance,
-                               acceptance is not None and acceptance >= target.min_acceptance))
+        out.append(
+            Expectation(
+                "qualify.min_acceptance",
+                target.min_acceptance,
+                acceptance,
+                acceptance is not None and acceptance >= target.min_acceptance,
+            )
+        )
     return tuple(out)
 
 
 def raise_if_failed(result: Qualification) -> None:
-    """QualifyFailed (exit 24) for a misbehaving deployment; BelowExpectation (exit 25) for figures below the recipe's."""
+    """QualifyFailed (exit 24) for a misbehaving deployment;
+    BelowExpectation (exit 25) for figures below the recipe's."""
     if result.failures:
         raise QualifyFailed("\n".join([f"qualify {result.url}: {len(result.failures)} finding(s)", *result.failures]))
     missed = [e for e in result.expectations if not e.met]
     if missed:
-        raise BelowExpectation("\n".join(
-            [f"qualify {result.url}: below the recipe's expectations ({result.recipe})",
-             *(f"{e.key}: measured {e.measured}, expected at least {e.minimum}" for e in missed)]))
+        raise BelowExpectation(
+            "\n".join(
+                [
+                    f"qualify {result.url}: below the recipe's expectations ({result.recipe})",
+                    *(f"{e.key}: measured {e.measured}, expected at least {e.minimum}" for e in missed),
+                ]
+            )
+        )

@@ -1,4 +1,5 @@
 """Output sanity of the generations qualify saw: non-empty, valid UTF-8, no degenerate repetition."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,9 +36,14 @@ def repeated_cycle(text: str) -> bool:
 
 
 def check(prompt_class: str, text: str) -> OutputCheck:
-    return OutputCheck(prompt_class=prompt_class, characters=len(text), empty=not text.strip(),
-                       invalid_utf8=REPLACEMENT in text or _not_encodable(text),
-                       degenerate=repeated_cycle(text), sample=text[:80])
+    return OutputCheck(
+        prompt_class=prompt_class,
+        characters=len(text),
+        empty=not text.strip(),
+        invalid_utf8=REPLACEMENT in text or _not_encodable(text),
+        degenerate=repeated_cycle(text),
+        sample=text[:80],
+    )
 
 
 def _not_encodable(text: str) -> bool:

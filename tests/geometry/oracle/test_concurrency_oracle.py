@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 
 import pytest
-
 from infra.fixtures import in_ci
 
 pytestmark = pytest.mark.oracle
@@ -27,10 +26,10 @@ try:
 except ImportError as exc:
     if in_ci():
         raise
-    pytest.skip(f"vLLM's own planning code is not importable ({exc}): run `make oracle`",
-                allow_module_level=True)
+    pytest.skip(f"vLLM's own planning code is not importable ({exc}): run `make oracle`", allow_module_level=True)
 
 import geometry_cases as C  # noqa: E402
+
 from geometry.concurrency import concurrency, in_flight_tokens  # noqa: E402
 from geometry.inputs import GeometryInputs  # noqa: E402
 from geometry.oracle.concurrency import requests_until_refused  # noqa: E402
@@ -50,20 +49,29 @@ def _qwen3_next() -> dict:
 
     target = C.qwen3_next_target(random.Random(3))
     target["max_position_embeddings"] = 262144
-    return C.recipe_input("stock", memory=40 * C.GIB, target_config=target,
-                          kv_cache_dtype="auto", drafter_kv_cache_dtype="auto",
-                          **C.prefix_caching(False))
+    return C.recipe_input(
+        "stock",
+        memory=40 * C.GIB,
+        target_config=target,
+        kv_cache_dtype="auto",
+        drafter_kv_cache_dtype="auto",
+        **C.prefix_caching(False),
+    )
 
 
 CASES = {
     "default recipe": _recipe("glm53-flash-dflash2-gb300"),
     "2x GB10 recipe": _recipe("glm53-flash-dflash2-2x-gb10"),
     # bf16 MLA and an fp8 drafter with 4 KV heads: pages that unify (unified grouping).
-    "Kimi-Linear": C.recipe_input("stock", memory=60 * C.GIB,
-                                  target_config=copy.deepcopy(C.kimi_linear_config()),
-                                  drafter_config=dict(C.recipe_configs()[1], num_key_value_heads=4),
-                                  kv_cache_dtype="auto", drafter_kv_cache_dtype="fp8",
-                                  **C.prefix_caching(True)),
+    "Kimi-Linear": C.recipe_input(
+        "stock",
+        memory=60 * C.GIB,
+        target_config=copy.deepcopy(C.kimi_linear_config()),
+        drafter_config=dict(C.recipe_configs()[1], num_key_value_heads=4),
+        kv_cache_dtype="auto",
+        drafter_kv_cache_dtype="fp8",
+        **C.prefix_caching(True),
+    ),
     "Qwen3-Next": _qwen3_next(),
 }
 
@@ -71,8 +79,13 @@ CASES = {
 # The batch each case plans with: `vllm serve`'s default on a GB300 (>= 160 GiB) and on a GB10; the
 # flag given (8,192, H100's default); SchedulerConfig's 2,048 where the input names none.
 CASES["Kimi-Linear, 8,192 batched"] = dict(CASES["Kimi-Linear"], max_num_batched_tokens=8192)
-BATCHED = {"default recipe": 16384, "2x GB10 recipe": 2048, "Kimi-Linear": 2048, "Qwen3-Next": 2048,
-           "Kimi-Linear, 8,192 batched": 8192}
+BATCHED = {
+    "default recipe": 16384,
+    "2x GB10 recipe": 2048,
+    "Kimi-Linear": 2048,
+    "Qwen3-Next": 2048,
+    "Kimi-Linear, 8,192 batched": 8192,
+}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -86,8 +99,10 @@ def test_requests_at_once_equal_vllms_pool(name):
         for fit, vllm in zip(result.fits[label], counted[label], strict=True):
             assert vllm["in_flight_tokens"] == in_flight_tokens(inputs) == 2 * BATCHED[name]
             assert (fit.requests, fit.blocks_per_request, fit.vllm_max_concurrency) == (
-                vllm["requests"], vllm["blocks_per_request"], vllm["vllm_max_concurrency"]), (
-                name, label, fit.tokens)
+                vllm["requests"],
+                vllm["blocks_per_request"],
+                vllm["vllm_max_concurrency"],
+            ), (name, label, fit.tokens)
     # The lengths differ in what they cost: a check that compares something.
     counts = [f.requests for f in result.fits["with_drafter"]]
     assert counts == sorted(counts) and counts[0] < counts[-1], counts

@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from infra.fixtures import in_ci
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -34,6 +33,7 @@ except ImportError as exc:
     pytest.skip(f"vLLM's own planning code is not importable ({exc}): run `make oracle`", allow_module_level=True)
 
 import geometry_cases as C  # noqa: E402
+
 from geometry.errors import BadInput  # noqa: E402
 from geometry.gate import check  # noqa: E402
 from geometry.inputs import GeometryInputs  # noqa: E402
@@ -121,10 +121,12 @@ def test_dense_cpu_by_hand():
 
 
 def _qwen3_moe_id(data: dict) -> str:
-    return (f"f{data['capability_family']}-tp{data['tensor_parallel_size']}"
-            f"-kv{data['target_config']['num_key_value_heads']}"
-            f"-{'dflash' if data['drafter_config'] else 'nodrafter'}"
-            f"-{'prefix' if data['enable_prefix_caching'] else 'noprefix'}")
+    return (
+        f"f{data['capability_family']}-tp{data['tensor_parallel_size']}"
+        f"-kv{data['target_config']['num_key_value_heads']}"
+        f"-{'dflash' if data['drafter_config'] else 'nodrafter'}"
+        f"-{'prefix' if data['enable_prefix_caching'] else 'noprefix'}"
+    )
 
 
 @pytest.mark.parametrize("data", QWEN3_MOE_CASES, ids=[_qwen3_moe_id(d) for d in QWEN3_MOE_CASES])
@@ -183,9 +185,15 @@ def _gb10_tp2_block() -> int:
 def test_gb10_tp2_by_hand(prefix_caching):
     """vLLM's own answer for the GB10 recipe's shape (bf16 drafter KV, the
     only drafter KV FLASH_ATTN takes there) against hand arithmetic."""
-    sim, vllm, diffs = _agree(C.recipe_input(
-        BEHAVIOUR, capability_family=120, tensor_parallel_size=2,
-        drafter_kv_cache_dtype="auto", **C.prefix_caching(prefix_caching)))
+    sim, vllm, diffs = _agree(
+        C.recipe_input(
+            BEHAVIOUR,
+            capability_family=120,
+            tensor_parallel_size=2,
+            drafter_kv_cache_dtype="auto",
+            **C.prefix_caching(prefix_caching),
+        )
+    )
     assert not diffs, "\n".join(diffs[:20])
     block = _gb10_tp2_block()
     assert block == 4608
@@ -200,8 +208,10 @@ def test_gb10_tp2_by_hand(prefix_caching):
     # per rank x (128 + 128) x 2 bytes, 5 layers
     drafter_group = 5 * block * 4 * 256 * 2
     assert mla_page % 2048 == 0 and (mla_page // 2048) % 16
-    for plan, widest in ((vllm.with_drafter, max(target_widest, drafter_group)),
-                         (vllm.target_only_same_spec, target_widest)):
+    for plan, widest in (
+        (vllm.with_drafter, max(target_widest, drafter_group)),
+        (vllm.target_only_same_spec, target_widest),
+    ):
         assert plan.block_size == block
         assert plan.target_attention_page == mla_page == 3_022_848
         assert plan.mamba_page_size_padded == block * 512
@@ -234,8 +244,7 @@ def test_recipe_prefix_cache_by_hand(prefix_caching):
     tail_ring = 16  # kpool 4, span 4 + 7 -> 4 x next power of 2 of ceil(11 / 4)
     plan = vllm.with_drafter
     assert plan.block_size == block
-    assert {g.block_size for g in plan.groups if g.spec_class == "SlidingWindowSpec"} == {
-        drafter_block}
+    assert {g.block_size for g in plan.groups if g.spec_class == "SlidingWindowSpec"} == {drafter_block}
     pc = plan.prefix_cache
     assert pc.enabled is prefix_caching
     if prefix_caching:
@@ -297,8 +306,15 @@ def test_cli_oracle_exit_codes(tmp_path):
     cli = ROOT / "geometry" / "sim_glm5_drafter_hades.py"
     p = tmp_path / "gate-input.json"
     p.write_text(json.dumps(C.recipe_input("stock")))
-    run = lambda *a: subprocess.run([sys.executable, str(cli), "--input", str(p), "--oracle",
-                                     "--json", *a], cwd=tmp_path, capture_output=True, text=True)
+
+    def run(*a):
+        return subprocess.run(
+            [sys.executable, str(cli), "--input", str(p), "--oracle", "--json", *a],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+        )
+
     stock = run("--behaviour", "stock")
     assert stock.returncode == 1, stock.stderr[-2000:]
     assert json.loads(stock.stdout)["oracle"]["agrees"]
@@ -309,11 +325,14 @@ def test_cli_oracle_exit_codes(tmp_path):
 def test_kimi_linear_recipe_agrees():
     """Kimi Linear with the DFlash2-style drafter (stock 0.33.0 raises in
     unify: the MLA page does not divide the drafter's) and alone."""
-    for drafter, prefix_caching in [(d, p) for d in (C.recipe_configs()[1], None)
-                                    for p in (False, True)]:
-        data = C.recipe_input(BEHAVIOUR, target_config=C.kimi_linear_config(),
-                              kv_cache_dtype="fp8", drafter_config=drafter,
-                              **C.prefix_caching(prefix_caching))
+    for drafter, prefix_caching in [(d, p) for d in (C.recipe_configs()[1], None) for p in (False, True)]:
+        data = C.recipe_input(
+            BEHAVIOUR,
+            target_config=C.kimi_linear_config(),
+            kv_cache_dtype="fp8",
+            drafter_config=drafter,
+            **C.prefix_caching(prefix_caching),
+        )
         sim, vllm, diffs = _agree(data)
         assert not diffs, "\n".join(diffs[:20])
         assert vllm.target_only_same_spec.target_attention_page == 4096 * 576
@@ -338,14 +357,22 @@ _, _DRAFTER = C.recipe_configs()
 # plans, or refuses with its own assert: the simulator must say the same.
 ODD_INPUTS = [
     ("qwen3-next-default-kv-heads", dict(target_config=_qwen3_next(num_key_value_heads=None))),
-    ("qwen3-next-default-kv-heads-tp2", dict(target_config=_qwen3_next(num_key_value_heads=None),
-                                             tensor_parallel_size=2)),
-    ("qwen3-next-heads-not-dividing-tp", dict(target_config=_qwen3_next(num_attention_heads=6, num_key_value_heads=2),
-                                              tensor_parallel_size=4)),
-    ("drafter-heads-not-dividing-tp", dict(drafter_config=dict(_DRAFTER, num_attention_heads=12, num_key_value_heads=4),
-                                           tensor_parallel_size=8)),
-    ("drafter-kv-heads-not-dividing-tp", dict(drafter_config=dict(_DRAFTER, num_attention_heads=40, num_key_value_heads=5),
-                                              tensor_parallel_size=4)),
+    (
+        "qwen3-next-default-kv-heads-tp2",
+        dict(target_config=_qwen3_next(num_key_value_heads=None), tensor_parallel_size=2),
+    ),
+    (
+        "qwen3-next-heads-not-dividing-tp",
+        dict(target_config=_qwen3_next(num_attention_heads=6, num_key_value_heads=2), tensor_parallel_size=4),
+    ),
+    (
+        "drafter-heads-not-dividing-tp",
+        dict(drafter_config=dict(_DRAFTER, num_attention_heads=12, num_key_value_heads=4), tensor_parallel_size=8),
+    ),
+    (
+        "drafter-kv-heads-not-dividing-tp",
+        dict(drafter_config=dict(_DRAFTER, num_attention_heads=40, num_key_value_heads=5), tensor_parallel_size=4),
+    ),
     ("kimi-empty-full-attn-layers", dict(target_config=_kimi(lambda lac: lac.__setitem__("full_attn_layers", [])))),
     ("kimi-overlapping-layer-lists", dict(target_config=_kimi(lambda lac: lac["kda_layers"].append(4)))),
 ]
@@ -355,8 +382,9 @@ ODD_INPUTS = [
 def test_odd_inputs_agree_with_vllm(name, changes):
     data = C.recipe_input(BEHAVIOUR, kv_cache_dtype="fp8", **C.prefix_caching(False), **changes)
     if "target_config" in changes:
-        data.update(drafter_config=None, drafter_kv_cache_dtype=None, num_speculative_tokens=0,
-                    drafter_attention_backend=None)
+        data.update(
+            drafter_config=None, drafter_kv_cache_dtype=None, num_speculative_tokens=0, drafter_attention_backend=None
+        )
     _, _, diffs = _agree(data)
     assert not diffs, "\n".join(diffs[:20])
 
@@ -370,13 +398,20 @@ def test_capacity_counts_what_vllm_counts(prefix_caching):
     from geometry.oracle import blocks_per_request
 
     kimi_drafter = C.recipe_configs()[1] if BEHAVIOUR == "overlay" else None
-    cases = [C.recipe_input(BEHAVIOUR, **C.prefix_caching(prefix_caching)),
-             C.recipe_input(BEHAVIOUR, target_config=C.kimi_linear_config(),
-                            kv_cache_dtype="fp8", drafter_config=kimi_drafter,
-                            **C.prefix_caching(prefix_caching))]
+    cases = [
+        C.recipe_input(BEHAVIOUR, **C.prefix_caching(prefix_caching)),
+        C.recipe_input(
+            BEHAVIOUR,
+            target_config=C.kimi_linear_config(),
+            kv_cache_dtype="fp8",
+            drafter_config=kimi_drafter,
+            **C.prefix_caching(prefix_caching),
+        ),
+    ]
     for data in cases:
-        long, short = (blocks_per_request(GeometryInputs.from_json(dict(data, max_model_len=n)))
-                       for n in (1 << 20, 1 << 19))
+        long, short = (
+            blocks_per_request(GeometryInputs.from_json(dict(data, max_model_len=n))) for n in (1 << 20, 1 << 19)
+        )
         assert [c for c, _, _ in long] == [c for c, _, _ in short]
         assert any(spec_kind(c).keeps_every_token for c, _, _ in long)
         for (cls, block, n_long), (_, block_short, n_short) in zip(long, short):
@@ -415,18 +450,29 @@ def _plan_in_a_fresh_interpreter(cases: list, target_device) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "VLLM_TARGET_DEVICE"}
     if target_device is not None:
         env["VLLM_TARGET_DEVICE"] = target_device
-    run = subprocess.run([sys.executable, "-c", _PLAN_IN_A_FRESH_INTERPRETER], input=json.dumps(cases),
-                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=1800)
+    run = subprocess.run(
+        [sys.executable, "-c", _PLAN_IN_A_FRESH_INTERPRETER],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=1800,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
-    out = json.loads(next(l for l in run.stdout.splitlines() if l.startswith("PLANS "))[len("PLANS "):])
+    out = json.loads(next(line for line in run.stdout.splitlines() if line.startswith("PLANS "))[len("PLANS ") :])
     assert out["geometry"].startswith(str(ROOT / "geometry")), out["geometry"]
     return out
 
 
 def _first_with_a_sliding_window_drafter(model_type: str) -> dict:
-    return next(c for c in CASES if c["target_config"]["model_type"] == model_type
-                and c["drafter_config"] is not None
-                and "sliding_attention" in c["drafter_config"].get("layer_types", ()))
+    return next(
+        c
+        for c in CASES
+        if c["target_config"]["model_type"] == model_type
+        and c["drafter_config"] is not None
+        and "sliding_attention" in c["drafter_config"].get("layer_types", ())
+    )
 
 
 def test_the_answer_does_not_depend_on_vllms_platform():
@@ -435,8 +481,10 @@ def test_the_answer_does_not_depend_on_vllms_platform():
     as in the image's build) give the same reports and blocks per request. The CPU platform's
     config hook resets the GDN state to float32 (on AVX512-BF16 CPUs) and turns async
     scheduling off: the oracle must answer for the GPU the image serves on either way."""
-    cases = [dict(_first_with_a_sliding_window_drafter(kind), vllm_behaviour=BEHAVIOUR)
-             for kind in ("glm5_next_text", "kimi_linear", "qwen3_next")]
+    cases = [
+        dict(_first_with_a_sliding_window_drafter(kind), vllm_behaviour=BEHAVIOUR)
+        for kind in ("glm5_next_text", "kimi_linear", "qwen3_next")
+    ]
     on_cpu = _plan_in_a_fresh_interpreter(cases, "cpu")
     detected = _plan_in_a_fresh_interpreter(cases, None)
     assert on_cpu["platform"] == "CpuPlatform"
@@ -476,14 +524,19 @@ def test_engine_core_refuses_a_key_it_does_not_have():
     from geometry.oracle import engine_core_plan
     from geometry.oracle.engine_core import BadEngineCoreCase
 
-    run = subprocess.run([sys.executable, "-m", "geometry.oracle", "--engine-core",
-                          json.dumps([{"tp": 2}, {"tp_size": 2}])],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-m", "geometry.oracle", "--engine-core", json.dumps([{"tp": 2}, {"tp_size": 2}])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 2, run.stderr[-2000:]
     assert run.stdout == ""
     assert run.stderr.splitlines()[0].startswith("usage: python -m geometry.oracle")
     assert run.stderr.splitlines()[-1].startswith(
-        "python -m geometry.oracle: error: --engine-core case 1: unknown key 'tp_size' (keys: ")
+        "python -m geometry.oracle: error: --engine-core case 1: unknown key 'tp_size' (keys: "
+    )
     with pytest.raises(BadEngineCoreCase, match=r"^unknown key 'num_specs' \(keys: "):
         engine_core_plan({"num_specs": 3})
 
@@ -493,7 +546,9 @@ def test_engine_core_refuses_a_key_it_does_not_have():
 # first, exactly), plus the plain ones. vLLM decides: it tries the listed architectures in order
 # and runs the first its registry has (ModelRegistry.inspect_model_cls).
 ARCHITECTURE_LISTS = [
-    ["Glm5NextForCausalLM"], ["Qwen3NextForCausalLM"], ["KimiLinearForCausalLM"],
+    ["Glm5NextForCausalLM"],
+    ["Qwen3NextForCausalLM"],
+    ["KimiLinearForCausalLM"],
     ["LlamaForCausalLM", "Qwen3NextForCausalLM"],  # vLLM runs Llama; model_kind said qwen3_next
     ["Glm5NextMTPModel"],  # vLLM's GLM MTP drafter, no target; model_kind said glm5next
     ["Glm5NextForConditionalGeneration"],  # the multimodal model; model_kind said glm5next
@@ -506,9 +561,10 @@ def test_the_target_kind_is_the_model_vllm_runs_or_a_refusal(architectures):
     """read_target never names a kind other than that of the model vLLM runs; a config listing
     exactly one modelled architecture is that kind. What vLLM would run but the gate cannot tell
     from the config alone (a first architecture it does not know) is refused, never guessed."""
+    from vllm.model_executor.models.registry import ModelRegistry
+
     from geometry.architectures import BY_HF_ARCHITECTURE
     from geometry.model_config import ConfigInvalid, read_target
-    from vllm.model_executor.models.registry import ModelRegistry
 
     supported = ModelRegistry.get_supported_archs()
     runs = next((a for a in architectures if a in supported), None)

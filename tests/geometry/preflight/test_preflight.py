@@ -4,6 +4,7 @@ The fast path (argv and configs as the build checked them) needs no vLLM; the
 rest import vLLM 0.33.0 on the CPU for its serve parser and its planner
 (marked ``oracle``: 20-60 s each on a small host).
 """
+
 from __future__ import annotations
 
 import json
@@ -14,11 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from geometry.gate_run import run_gate
 from geometry.preflight import outcome
 from geometry.preflight.checked import CheckedServe, CheckedUnreadable
-from stackbuild.core.errors import (GeometryGateFailed, MountedCheckpointMismatch, MountedConfigUnusable,
-                                    PreflightUnchecked, ServeArgsRejected)
-from geometry.gate_run import run_gate
+from stackbuild.core.errors import (
+    GeometryGateFailed,
+    MountedCheckpointMismatch,
+    MountedConfigUnusable,
+    PreflightUnchecked,
+    ServeArgsRejected,
+)
 from stackbuild.core.gate import gate_input
 from stackbuild.core.preflight_record import checked_serve
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
@@ -29,11 +35,17 @@ from models_support import CONFIGS, DRAFTER_DIR, TARGET_DIR, misfit_drafter, mod
 
 
 def preflight(*args: str, models: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "build.py"), "preflight", "--models-dir", str(models), *args],
-                          capture_output=True, text=True, cwd=REPO, timeout=900)
+    return subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "preflight", "--models-dir", str(models), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=900,
+    )
 
 
 # --- fast path and bad configs: no vLLM ------------------------------------------
+
 
 def test_snapshot_configs_pass_on_the_fast_path_without_importing_vllm(tmp_path):
     models = models_dir(tmp_path / "models")
@@ -44,17 +56,18 @@ def test_snapshot_configs_pass_on_the_fast_path_without_importing_vllm(tmp_path)
     assert lines[0].startswith("pre-flight: PASS: the geometry the build checked (argv as built")
     assert "revision not pinned" in lines[0]  # the default recipe leaves the commit to the user
     # The same call in a fresh interpreter: vLLM (and torch) never imported.
-    code = ("import sys;"
-            "from geometry.preflight.run import preflight;"
-            "from stackbuild.core.recipe import load_recipe, DEFAULT_RECIPE;"
-            "from stackbuild.core.gate import gate_input;"
-            "from stackbuild.core.preflight_record import checked_serve;"
-            "r = load_recipe(DEFAULT_RECIPE); c = checked_serve(r, gate_input(r));"
-            "o = preflight(c.argv, checked=c, checked_path='-', overlay_manifest=None,"
-            " locate=lambda p: p.replace('/models', sys.argv[1], 1));"
-            "print(o.code, sorted(m for m in ('vllm', 'torch') if m in sys.modules))")
-    probe = subprocess.run([sys.executable, "-c", code, str(models)], capture_output=True, text=True,
-                           timeout=120)
+    code = (
+        "import sys;"
+        "from geometry.preflight.run import preflight;"
+        "from stackbuild.core.recipe import load_recipe, DEFAULT_RECIPE;"
+        "from stackbuild.core.gate import gate_input;"
+        "from stackbuild.core.preflight_record import checked_serve;"
+        "r = load_recipe(DEFAULT_RECIPE); c = checked_serve(r, gate_input(r));"
+        "o = preflight(c.argv, checked=c, checked_path='-', overlay_manifest=None,"
+        " locate=lambda p: p.replace('/models', sys.argv[1], 1));"
+        "print(o.code, sorted(m for m in ('vllm', 'torch') if m in sys.modules))"
+    )
+    probe = subprocess.run([sys.executable, "-c", code, str(models)], capture_output=True, text=True, timeout=120)
     assert probe.stdout.split("\n")[0] == "0 []", probe.stderr
 
 
@@ -81,8 +94,9 @@ def test_unusable_drafter_config_is_one_line_and_exit_15(tmp_path, case):
     run = preflight(models=models)
     assert run.returncode == MountedConfigUnusable.exit_code == 16
     assert run.stdout == ""
-    assert run.stderr == (f"error: pre-flight: FAIL: the drafter config {config} (argv: /models/{DRAFTER_DIR}) "
-                          f"{expected}\n")
+    assert run.stderr == (
+        f"error: pre-flight: FAIL: the drafter config {config} (argv: /models/{DRAFTER_DIR}) {expected}\n"
+    )
 
 
 def test_exit_codes_are_the_drivers(tmp_path):
@@ -93,10 +107,12 @@ def test_exit_codes_are_the_drivers(tmp_path):
     assert outcome.EXIT_UNCHECKED == PreflightUnchecked.exit_code == 17
     # the documents' exit-code table is generated from errors.EXIT_CODES (tests/doc_sections.py)
     table = doc_sections.exit_codes()
-    assert ("| 16 | pre-flight: a model config.json the serve command points at is missing, unreadable, not a JSON "
-            "object, or one the simulator would misread (the key named); or a checkpoint file is: a shard missing, "
-            "truncated or with a header that does not parse, a tensor the index names absent, no tokenizer or chat "
-            "template for a served parser (the file named) |") in table
+    assert (
+        "| 16 | pre-flight: a model config.json the serve command points at is missing, unreadable, not a JSON "
+        "object, or one the simulator would misread (the key named); or a checkpoint file is: a shard missing, "
+        "truncated or with a header that does not parse, a tensor the index names absent, no tokenizer or chat "
+        "template for a served parser (the file named) |"
+    ) in table
     assert outcome.EXIT_MISMATCH == MountedCheckpointMismatch.exit_code == 26
     assert "| 26 | pre-flight: the mounted checkpoints are not the recipe's" in table
     assert "| 26 |" in doc_sections.preflight_exit_codes()
@@ -114,6 +130,7 @@ def test_the_record_round_trips_and_a_bad_one_is_named(tmp_path):
 
 
 # --- the slow path: vLLM's serve parser, the simulator, the gate, the installed vLLM ----
+
 
 @pytest.mark.oracle
 def test_misfitting_drafter_config_fails_naming_a_drafter_layer(tmp_path):
@@ -136,12 +153,19 @@ def _expected_verdict(**changes) -> bool:
 
 
 @pytest.mark.oracle
-@pytest.mark.parametrize("extra,changes,shown", [
-    (["--tensor-parallel-size", "2"], {"tensor_parallel_size": 2}, "tensor_parallel_size 2 (build: 1)"),
-    (["--block-size", "64"], {"block_size": 64}, "block_size 64 (build: None)"),
-    (["--max-num-batched-tokens", "2048"], {"max_num_batched_tokens": 2048},
-     "max_num_batched_tokens 2048 (build: 16384)"),
-], ids=["tp2", "block-size-64", "batched-2048"])
+@pytest.mark.parametrize(
+    "extra,changes,shown",
+    [
+        (["--tensor-parallel-size", "2"], {"tensor_parallel_size": 2}, "tensor_parallel_size 2 (build: 1)"),
+        (["--block-size", "64"], {"block_size": 64}, "block_size 64 (build: None)"),
+        (
+            ["--max-num-batched-tokens", "2048"],
+            {"max_num_batched_tokens": 2048},
+            "max_num_batched_tokens 2048 (build: 16384)",
+        ),
+    ],
+    ids=["tp2", "block-size-64", "batched-2048"],
+)
 def test_edited_flags_are_rechecked_as_the_geometry_says(tmp_path, extra, changes, shown):
     run = preflight("--", *extra, models=models_dir(tmp_path / "models"))
     expected = _expected_verdict(**changes)
@@ -165,8 +189,9 @@ def test_a_qwen3_next_target_passes_the_cross_check(tmp_path):
     (models / TARGET_DIR / "config.json").write_text(json.dumps(qwen))
     # Its own context length: the recipe's 1,048,576 is above its max_position_embeddings (a serving limit).
     length = str(qwen["max_position_embeddings"])
-    run = preflight("--", "--no-enable-prefix-caching", "--speculative-config", "null", "--max-model-len", length,
-                    models=models)
+    run = preflight(
+        "--", "--no-enable-prefix-caching", "--speculative-config", "null", "--max-model-len", length, models=models
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     first = run.stdout.splitlines()[0]
     assert first.startswith("pre-flight: PASS: re-checked (argv edited, "), first
@@ -175,12 +200,20 @@ def test_a_qwen3_next_target_passes_the_cross_check(tmp_path):
 
 
 @pytest.mark.oracle
-@pytest.mark.parametrize("edit,named", [
-    (lambda d: d.__setitem__("layer_types", ["linear_attention"] * len(d["layer_types"])),
-     "layer_types: has no indexed_attention layer: the target needs an attention layer"),
-    (lambda d: d.__setitem__("architectures", ["LlamaForCausalLM"]),
-     "architectures: LlamaForCausalLM is not modelled by the geometry gate"),
-], ids=["no-attention-layer", "foreign-architecture"])
+@pytest.mark.parametrize(
+    "edit,named",
+    [
+        (
+            lambda d: d.__setitem__("layer_types", ["linear_attention"] * len(d["layer_types"])),
+            "layer_types: has no indexed_attention layer: the target needs an attention layer",
+        ),
+        (
+            lambda d: d.__setitem__("architectures", ["LlamaForCausalLM"]),
+            "architectures: LlamaForCausalLM is not modelled by the geometry gate",
+        ),
+    ],
+    ids=["no-attention-layer", "foreign-architecture"],
+)
 def test_a_mounted_config_the_simulator_would_misread_is_exit_16_naming_file_and_key(tmp_path, edit, named):
     """The slow path runs the recipe loader's config checks on what is mounted: one line, the file and the key."""
     models = models_dir(tmp_path / "models")
@@ -191,7 +224,9 @@ def test_a_mounted_config_the_simulator_would_misread_is_exit_16_naming_file_and
     run = preflight(models=models)
     assert run.returncode == MountedConfigUnusable.exit_code == 16, run.stdout + run.stderr
     error = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
-    assert len(error) == 1 and error[0].startswith(f"error: pre-flight: FAIL: the target config {config}: {named}"), error
+    assert len(error) == 1 and error[0].startswith(f"error: pre-flight: FAIL: the target config {config}: {named}"), (
+        error
+    )
     assert run.stdout == ""
 
 
@@ -202,7 +237,8 @@ def test_flag_vllm_rejects_is_exit_11_with_vllms_words(tmp_path):
     assert run.stderr.splitlines() == [
         "pre-flight: the argv differs from the build's: re-checking with vLLM's serve parser, the simulator "
         "and vLLM's planner (seconds)",
-        "error: pre-flight: FAIL: vLLM's serve parser rejects the argv: unrecognized arguments: --frobnicate"]
+        "error: pre-flight: FAIL: vLLM's serve parser rejects the argv: unrecognized arguments: --frobnicate",
+    ]
 
 
 def test_help_is_not_checked(tmp_path):
@@ -219,8 +255,7 @@ def test_prefix_caching_turned_off_is_rechecked_in_mamba_cache_mode_none(tmp_pat
     expected = _expected_verdict(enable_prefix_caching=False, mamba_cache_mode="none")
     assert (run.returncode == 0) is expected, run.stdout + run.stderr
     first = (run.stdout if expected else run.stderr.replace("error: ", "")).splitlines()[0]
-    assert ("argv edited, enable_prefix_caching False (build: True), mamba_cache_mode none (build: align)"
-            in first)
+    assert "argv edited, enable_prefix_caching False (build: True), mamba_cache_mode none (build: align)" in first
 
 
 # Run in a fresh interpreter: vLLM resolves its platform once per process, and other tests in the
@@ -245,15 +280,25 @@ print(json.dumps({"flags": flags.to_json(), "recorded": checked_serve(r, built).
 """
 
 # Every optional flag the recipe's keys write (core/serve_args.argv_parts), each away from vLLM's default.
-_EVERY_FLAG = {"max_num_seqs": 7, "max_num_batched_tokens": 4096, "block_size": 64, "enable_prefix_caching": False,
-               "tool_call_parser": "glm47", "reasoning_parser": "glm45"}
+_EVERY_FLAG = {
+    "max_num_seqs": 7,
+    "max_num_batched_tokens": 4096,
+    "block_size": 64,
+    "enable_prefix_caching": False,
+    "tool_call_parser": "glm47",
+    "reasoning_parser": "glm45",
+}
 
 
 def _derived(tmp_path, recipe_path) -> dict:
     models = models_dir(tmp_path / "models")
-    run = subprocess.run([sys.executable, "-c", _DERIVE, str(models), TARGET_DIR, DRAFTER_DIR, str(recipe_path)],
-                         capture_output=True, text=True, timeout=900,
-                         env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
+    run = subprocess.run(
+        [sys.executable, "-c", _DERIVE, str(models), TARGET_DIR, DRAFTER_DIR, str(recipe_path)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"},
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 
@@ -287,16 +332,26 @@ def test_every_flag_the_recipe_writes_is_recorded_as_vllm_reads_it(tmp_path):
 
 # --- the recipe's pins ---------------------------------------------------------------
 
-@pytest.mark.parametrize("role,key,value,message", [
-    ("drafter", "config_sha256", "0" * 64,
-     "configs/drafter.config.json has sha256 0da6591281a050db5026bb691fd0a59d116bd5b851df1173e1d9284b7418575e, "
-     "not " + "0" * 64),
-    ("target", "config_sha256", "sha256:abc", "expected 64 lowercase hex digits, got 'sha256:abc'"),
-    ("target", "revision", "main", "expected the checkpoint's 40-hex-digit commit, got 'main'"),
-    ("drafter", "revision", "A" * 40, "expected the checkpoint's 40-hex-digit commit, got '" + "A" * 40 + "'"),
-], ids=["sha-mismatch", "sha-malformed", "revision-branch", "revision-uppercase"])
+
+@pytest.mark.parametrize(
+    "role,key,value,message",
+    [
+        (
+            "drafter",
+            "config_sha256",
+            "0" * 64,
+            "configs/drafter.config.json has sha256 0da6591281a050db5026bb691fd0a59d116bd5b851df1173e1d9284b7418575e, "
+            "not " + "0" * 64,
+        ),
+        ("target", "config_sha256", "sha256:abc", "expected 64 lowercase hex digits, got 'sha256:abc'"),
+        ("target", "revision", "main", "expected the checkpoint's 40-hex-digit commit, got 'main'"),
+        ("drafter", "revision", "A" * 40, "expected the checkpoint's 40-hex-digit commit, got '" + "A" * 40 + "'"),
+    ],
+    ids=["sha-mismatch", "sha-malformed", "revision-branch", "revision-uppercase"],
+)
 def test_recipe_pins_are_checked(tmp_path, role, key, value, message):
     from recipe_copies import copy_recipe
+
     from stackbuild.core.errors import RecipeError
 
     path = copy_recipe(tmp_path, lambda d: d[role].__setitem__(key, value))

@@ -5,6 +5,7 @@ Every case runs the check the image's entrypoint runs (geometry.preflight.check.
 default recipe's record: the argv as built, so the fast path (no vLLM) unless a case says so.
 ``nvidia-smi`` is a script of the test's own first on PATH (by default one that finds no GPU).
 """
+
 from __future__ import annotations
 
 import json
@@ -16,20 +17,26 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from models_support import (
+    COMMIT,
+    DRAFTER_DIR,
+    TARGET_DIR,
+    cache_models_dir,
+    drafter_files,
+    models_dir,
+    safetensors_bytes,
+)
 
 from geometry.preflight import outcome
 from geometry.preflight.check import check
 from geometry.preflight.checkpoint import scan, snapshot_of
 from geometry.preflight.configs import read_config
-from geometry.preflight.memory import ACTIVATION_RESERVE_BYTES, GIB, MIB, kv_budget, gpu_memory
+from geometry.preflight.memory import ACTIVATION_RESERVE_BYTES, GIB, MIB, gpu_memory, kv_budget
 from geometry.preflight.mounted import CheckpointMismatch, check_wiring
 from geometry.preflight.safetensors_header import ShardUnusable, read_header
 from stackbuild.core.gate import gate_input
 from stackbuild.core.preflight_record import checked_serve
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
-
-from models_support import (COMMIT, DRAFTER_DIR, TARGET_DIR, cache_models_dir, drafter_files, models_dir,
-                            safetensors_bytes)
 
 REPO = Path(__file__).resolve().parents[3]
 RECIPE = load_recipe(DEFAULT_RECIPE)
@@ -54,15 +61,16 @@ def fake_nvidia_smi(tmp_path: Path, monkeypatch, body: str) -> Path:
 
 
 def run(models: Path, checked=CHECKED, argv=None) -> outcome.Outcome:
-    return check(argv or checked.argv, checked, locate=lambda p: p.replace("/models", str(models), 1),
-                 overlay_manifest=None)
+    return check(
+        argv or checked.argv, checked, locate=lambda p: p.replace("/models", str(models), 1), overlay_manifest=None
+    )
 
 
 def refused_with(result: outcome.Outcome, code: int) -> str:
     assert result.code == code, result.lines
     assert result.lines[0].startswith("pre-flight: FAIL: "), result.lines
     assert "\n" not in result.lines[0] and "Traceback" not in "".join(result.lines)
-    return result.lines[0][len("pre-flight: FAIL: "):]
+    return result.lines[0][len("pre-flight: FAIL: ") :]
 
 
 def pinned(**revisions) -> object:
@@ -71,16 +79,21 @@ def pinned(**revisions) -> object:
 
 # --- the synthetic checkpoints pass -----------------------------------------------------------
 
+
 def test_plain_directories_pass_on_the_fast_path_and_say_they_have_no_commit(tmp_path):
     result = run(models_dir(tmp_path / "models"))
     assert result.passed, result.lines
     assert len(result.lines) == 1
     line = result.lines[0]
     assert line.startswith("pre-flight: PASS: the geometry the build checked (argv as built")
-    assert ("weights headers complete (target 2 shards, a plain directory: no commit; drafter 1 shard, "
-            "a plain directory: no commit)") in line
-    assert line.endswith("KV budget: the recipe's geometry.kv_cache_memory_gib 150.0 GiB "
-                         "(nvidia-smi exited 9 (NVIDIA-SMI has failed: no devices))")
+    assert (
+        "weights headers complete (target 2 shards, a plain directory: no commit; drafter 1 shard, "
+        "a plain directory: no commit)"
+    ) in line
+    assert line.endswith(
+        "KV budget: the recipe's geometry.kv_cache_memory_gib 150.0 GiB "
+        "(nvidia-smi exited 9 (NVIDIA-SMI has failed: no devices))"
+    )
 
 
 def test_a_cache_snapshot_unpinned_gets_one_notice_per_model_with_the_commit(tmp_path):
@@ -92,7 +105,8 @@ def test_a_cache_snapshot_unpinned_gets_one_notice_per_model_with_the_commit(tmp
         f"refs/main, the recipe pins no target.revision: `build.py pin --recipe R --models-dir DIR` writes "
         f"{COMMIT['target']}",
         f"pre-flight: notice: the drafter is snapshot 222222222222 of incoai/GLM-5.3-Flash-DFlash2, refs/main, "
-        f"the recipe pins no drafter.revision: `build.py pin --recipe R --models-dir DIR` writes {COMMIT['drafter']}")
+        f"the recipe pins no drafter.revision: `build.py pin --recipe R --models-dir DIR` writes {COMMIT['drafter']}",
+    )
 
 
 def test_the_pinned_commits_pass_without_a_notice(tmp_path):
@@ -105,16 +119,20 @@ def test_another_revision_than_the_pinned_one_is_refused_exit_19(tmp_path):
     models = cache_models_dir(tmp_path / "models")
     message = refused_with(run(models, pinned(drafter="3" * 40)), 26)
     snapshot = (models / "hub" / "models--incoai--GLM-5.3-Flash-DFlash2" / "snapshots" / COMMIT["drafter"]).resolve()
-    assert message == (f"the drafter {models}/{DRAFTER_DIR} is snapshot 222222222222 of incoai/GLM-5.3-Flash-DFlash2, "
-                       f"refs/main, not the recipe's drafter.revision {'3' * 40}")
+    assert message == (
+        f"the drafter {models}/{DRAFTER_DIR} is snapshot 222222222222 of incoai/GLM-5.3-Flash-DFlash2, "
+        f"refs/main, not the recipe's drafter.revision {'3' * 40}"
+    )
     assert snapshot_of(str(models / DRAFTER_DIR)).directory == str(snapshot)
 
 
 def test_a_pinned_recipe_on_a_plain_directory_says_it_cannot_compare(tmp_path):
     result = run(models_dir(tmp_path / "models"), pinned(target=COMMIT["target"]))
     assert result.passed
-    assert result.lines[1:] == (f"pre-flight: notice: {tmp_path / 'models' / TARGET_DIR} is a plain directory (no Hub "
-                                "commit in its path): the pinned target.revision 111111111111 cannot be compared",)
+    assert result.lines[1:] == (
+        f"pre-flight: notice: {tmp_path / 'models' / TARGET_DIR} is a plain directory (no Hub "
+        "commit in its path): the pinned target.revision 111111111111 cannot be compared",
+    )
 
 
 def test_a_snapshot_of_another_repository_is_named(tmp_path):
@@ -126,19 +144,40 @@ def test_a_snapshot_of_another_repository_is_named(tmp_path):
     (models / DRAFTER_DIR).symlink_to(Path("hub", "models--someone--Other", "snapshots", COMMIT["drafter"]))
     result = run(models)
     assert result.passed
-    assert any("is a snapshot of someone/Other, not of the recipe's incoai/GLM-5.3-Flash-DFlash2" in line
-               for line in result.lines), result.lines
+    assert any(
+        "is a snapshot of someone/Other, not of the recipe's incoai/GLM-5.3-Flash-DFlash2" in line
+        for line in result.lines
+    ), result.lines
 
 
 # --- completeness -------------------------------------------------------------------------------
+
 
 def _shard(models: Path) -> Path:
     return models / TARGET_DIR / SHARD1
 
 
-@pytest.mark.parametrize("case", ["missing", "truncated", "longer", "directory", "not-json", "header-too-long",
-                                  "header-array", "bad-offsets", "tensor-absent", "outside", "absolute",
-                                  "symlink-loop", "dangling", "short", "index-not-json", "no-weights"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing",
+        "truncated",
+        "longer",
+        "directory",
+        "not-json",
+        "header-too-long",
+        "header-array",
+        "bad-offsets",
+        "tensor-absent",
+        "outside",
+        "absolute",
+        "symlink-loop",
+        "dangling",
+        "short",
+        "index-not-json",
+        "no-weights",
+    ],
+)
 def test_a_broken_target_checkpoint_is_one_line_exit_16_naming_the_file(tmp_path, case):
     models = models_dir(tmp_path / "models")
     target = models / TARGET_DIR
@@ -148,9 +187,9 @@ def test_a_broken_target_checkpoint_is_one_line_exit_16_naming_the_file(tmp_path
     (length,) = struct.unpack("<Q", data[:8])
     expected = {
         "missing": f"{shard} is missing (model.safetensors.index.json places 3 tensors there): is the download "
-                   "complete?",
+        "complete?",
         "truncated": f"{shard} is {len(data) - 1:,} bytes, the header says {len(data):,} (8 + {length:,} header + "
-                     f"{len(data) - 8 - length:,} data): truncated",
+        f"{len(data) - 8 - length:,} data): truncated",
         "longer": f"{shard} is {len(data) + 4:,} bytes, the header says {len(data):,}",
         "directory": f"{shard} is a directory, not a safetensors file",
         "not-json": f"{shard}: the header is not JSON (line 1: Expecting value)",
@@ -158,16 +197,16 @@ def test_a_broken_target_checkpoint_is_one_line_exit_16_naming_the_file(tmp_path
         "header-array": f"{shard}: the header is JSON but not an object",
         "bad-offsets": f"{shard}: header entry 'model.layers.0.mlp.weight' has data_offsets [10, 2]",
         "tensor-absent": f"{shard}: has no tensor 'model.layers.0.extra', which model.safetensors.index.json places "
-                         "there",
+        "there",
         "outside": f"{index}: weight_map names the shard '../{DRAFTER_DIR}/model.safetensors', which is outside "
-                   "the checkpoint directory",
+        "the checkpoint directory",
         "absolute": f"{index}: weight_map names the shard '/etc/passwd', which is outside the checkpoint directory",
         "symlink-loop": f"{shard} cannot be opened: Too many levels of symbolic links",
         "dangling": f"{shard} does not exist (a dangling symlink)",
         "short": f"{shard} is 3 bytes: truncated (no 8-byte header length)",
         "index-not-json": f"{index} is not JSON (line 1: Expecting value)",
         "no-weights": f"the target checkpoint {target} has neither model.safetensors.index.json nor "
-                      "model.safetensors: no safetensors weights (is the download complete?)",
+        "model.safetensors: no safetensors weights (is the download complete?)",
     }[case]
     weight_map = json.loads(index.read_text())
     if case == "missing":
@@ -180,17 +219,17 @@ def test_a_broken_target_checkpoint_is_one_line_exit_16_naming_the_file(tmp_path
         shard.unlink()
         shard.mkdir()
     elif case == "not-json":
-        shard.write_bytes(data[:8] + b"x" * length + data[8 + length:])
+        shard.write_bytes(data[:8] + b"x" * length + data[8 + length :])
     elif case == "header-too-long":
         shard.write_bytes(struct.pack("<Q", 4096) + data[8:])
     elif case == "header-array":
         raw = b"[]" + b" " * (length - 2)
-        shard.write_bytes(data[:8] + raw + data[8 + length:])
+        shard.write_bytes(data[:8] + raw + data[8 + length :])
     elif case == "bad-offsets":
-        header = json.loads(data[8:8 + length])
+        header = json.loads(data[8 : 8 + length])
         header["model.layers.0.mlp.weight"]["data_offsets"] = [10, 2]
         raw = json.dumps(header).encode()
-        shard.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + length:])
+        shard.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + length :])
     elif case == "tensor-absent":
         weight_map["weight_map"]["model.layers.0.extra"] = SHARD1
         index.write_text(json.dumps(weight_map))
@@ -240,14 +279,16 @@ def test_a_fifo_is_not_opened(tmp_path):
 
 # --- quantization and precision ---------------------------------------------------------------
 
+
 def test_another_quantization_than_the_recipes_is_exit_19(tmp_path):
     models = models_dir(tmp_path / "models")
     quant = models / TARGET_DIR / "hf_quant_config.json"
     data = json.loads(quant.read_text())
     data["quantization"]["quant_algo"] = "FP8"
     quant.write_text(json.dumps(data))
-    assert refused_with(run(models), 26) == (f"{quant} quantization.quant_algo FP8: the target is modelopt, the "
-                                             "recipe's target.quantization is modelopt_fp4")
+    assert refused_with(run(models), 26) == (
+        f"{quant} quantization.quant_algo FP8: the target is modelopt, the recipe's target.quantization is modelopt_fp4"
+    )
 
 
 def test_an_unquantized_target_is_not_the_nvfp4_one(tmp_path):
@@ -255,7 +296,8 @@ def test_an_unquantized_target_is_not_the_nvfp4_one(tmp_path):
     (models / TARGET_DIR / "hf_quant_config.json").unlink()
     assert refused_with(run(models), 26) == (
         f"{models / TARGET_DIR} has no hf_quant_config.json and config.json no quantization_config: the target is "
-        "none, the recipe's target.quantization is modelopt_fp4")
+        "none, the recipe's target.quantization is modelopt_fp4"
+    )
 
 
 def test_a_recipe_that_states_no_quantization_does_not_check_it(tmp_path):
@@ -272,32 +314,47 @@ def test_quantization_config_and_hf_quant_config_must_agree(tmp_path):
     data = dict(config.data, quantization_config={"quant_method": "modelopt", "quant_algo": "NVFP4"})
     assert target_quantization(str(models / TARGET_DIR), replace(config, data=data))[0] == "modelopt_fp4"
     data["quantization_config"] = {"quant_method": "fp8"}
-    with pytest.raises(CheckpointMismatch, match=r"the target's quantization files disagree: .*hf_quant_config.json "
-                                                 r"quantization.quant_algo NVFP4 is modelopt_fp4, .* is fp8$"):
+    with pytest.raises(
+        CheckpointMismatch,
+        match=r"the target's quantization files disagree: .*hf_quant_config.json "
+        r"quantization.quant_algo NVFP4 is modelopt_fp4, .* is fp8$",
+    ):
         target_quantization(str(models / TARGET_DIR), replace(config, data=data))
 
 
 def test_a_drafter_with_fp8_tensors_is_not_the_bf16_drafter(tmp_path):
     models = models_dir(tmp_path / "models")
-    (models / DRAFTER_DIR / "model.safetensors").write_bytes(safetensors_bytes(
-        {"model.layers.0.self_attn.q_proj.weight": ("F8_E4M3", [8, 8]), "model.norm.weight": ("BF16", [8])}))
+    (models / DRAFTER_DIR / "model.safetensors").write_bytes(
+        safetensors_bytes(
+            {"model.layers.0.self_attn.q_proj.weight": ("F8_E4M3", [8, 8]), "model.norm.weight": ("BF16", [8])}
+        )
+    )
     assert refused_with(run(models), 26) == (
         f"the drafter {models / DRAFTER_DIR} holds F8_E4M3 tensors (e.g. model.layers.0.self_attn.q_proj.weight), "
-        "not the BF16 of drafter.precision bf16")
+        "not the BF16 of drafter.precision bf16"
+    )
 
 
 def test_an_mxfp8_drafter_needs_fp8_weights_and_e8m0_scales(tmp_path):
     models = models_dir(tmp_path / "models")
     mxfp8 = replace(CHECKED, drafter=replace(CHECKED.drafter, precision="mxfp8"))
     assert refused_with(run(models, mxfp8), 26).startswith(
-        f"the drafter {models / DRAFTER_DIR} has no F8_E4M3 tensor: not the MXFP8 of drafter.precision mxfp8")
-    (models / DRAFTER_DIR / "model.safetensors").write_bytes(safetensors_bytes(
-        {"model.layers.0.self_attn.q_proj.weight": ("F8_E4M3", [8, 32]),
-         "model.layers.0.self_attn.q_proj.weight_scale": ("U8", [8, 1]), "model.norm.weight": ("BF16", [8])}))
+        f"the drafter {models / DRAFTER_DIR} has no F8_E4M3 tensor: not the MXFP8 of drafter.precision mxfp8"
+    )
+    (models / DRAFTER_DIR / "model.safetensors").write_bytes(
+        safetensors_bytes(
+            {
+                "model.layers.0.self_attn.q_proj.weight": ("F8_E4M3", [8, 32]),
+                "model.layers.0.self_attn.q_proj.weight_scale": ("U8", [8, 1]),
+                "model.norm.weight": ("BF16", [8]),
+            }
+        )
+    )
     assert run(models, mxfp8).passed
 
 
 # --- drafter wiring ----------------------------------------------------------------------------
+
 
 def _configs(tmp_path: Path, **drafter_changes):
     models = models_dir(tmp_path / "models")
@@ -316,14 +373,29 @@ def test_the_snapshot_drafter_is_wired_to_the_snapshot_target(tmp_path):
     check_wiring(*_configs(tmp_path), CHECKED.flags)
 
 
-@pytest.mark.parametrize("changes,flags,message", [
-    ({"target_layer_ids": [5, 14, 24, 33, 45]}, {},
-     "dflash_config.target_layer_ids: layer 45 is not one of the target's 45 layers (0-44, num_hidden_layers of "),
-    ({"target_layer_ids": [-1]}, {}, "dflash_config.target_layer_ids: layer -1 is not one of the target's 45 layers"),
-    ({"target_hidden_size": 6144}, {}, "target_hidden_size 6144 is not the target's hidden_size 4096"),
-    ({}, {"num_speculative_tokens": 5},
-     "--speculative-config num_speculative_tokens 5: the drafter's dflash_config.block_size 8 ("),
-], ids=["layer-past-the-end", "negative-layer", "hidden-size", "speculative-tokens"])
+@pytest.mark.parametrize(
+    "changes,flags,message",
+    [
+        (
+            {"target_layer_ids": [5, 14, 24, 33, 45]},
+            {},
+            "dflash_config.target_layer_ids: layer 45 is not one of the target's 45 layers "
+            "(0-44, num_hidden_layers of ",
+        ),
+        (
+            {"target_layer_ids": [-1]},
+            {},
+            "dflash_config.target_layer_ids: layer -1 is not one of the target's 45 layers",
+        ),
+        ({"target_hidden_size": 6144}, {}, "target_hidden_size 6144 is not the target's hidden_size 4096"),
+        (
+            {},
+            {"num_speculative_tokens": 5},
+            "--speculative-config num_speculative_tokens 5: the drafter's dflash_config.block_size 8 (",
+        ),
+    ],
+    ids=["layer-past-the-end", "negative-layer", "hidden-size", "speculative-tokens"],
+)
 def test_a_drafter_wired_to_what_the_target_lacks_is_refused(tmp_path, changes, flags, message):
     served = CHECKED.flags
     if flags:
@@ -335,12 +407,14 @@ def test_a_drafter_wired_to_what_the_target_lacks_is_refused(tmp_path, changes, 
 
 # --- tokenizer and chat template ---------------------------------------------------------------
 
+
 def test_a_served_parser_needs_the_tokenizer(tmp_path):
     models = models_dir(tmp_path / "models")
     (models / TARGET_DIR / "tokenizer.json").unlink()
     assert refused_with(run(models), 16) == (
         f"{models / TARGET_DIR} has no tokenizer (tokenizer.json, tokenizer.model, tiktoken.model, vocab.json), "
-        "which --tool-call-parser glm47 and --reasoning-parser glm45 needs")
+        "which --tool-call-parser glm47 and --reasoning-parser glm45 needs"
+    )
 
 
 def test_a_served_parser_needs_a_chat_template(tmp_path):
@@ -364,23 +438,33 @@ def test_no_parser_served_needs_no_tokenizer(tmp_path):
 
 # --- memory as served ----------------------------------------------------------------------------
 
+
 def test_the_visible_gpu_sets_the_kv_budget(tmp_path, monkeypatch):
     fake_nvidia_smi(tmp_path, monkeypatch, "echo 288000")
     result = run(models_dir(tmp_path / "models"))
     assert result.passed, result.lines
     line = result.lines[0]
-    assert "with the KV budget at start: --gpu-memory-utilization 0.9 x 288,000 MiB (nvidia-smi) = 253.1 GiB, minus " \
-           "weights 0.0 GiB per rank (safetensors headers / TP 1) minus an activation reserve of 4.0 GiB (an " \
-           "estimate) = 249.1 GiB" in line, line
+    assert (
+        "with the KV budget at start: --gpu-memory-utilization 0.9 x 288,000 MiB (nvidia-smi) = 253.1 GiB, minus "
+        "weights 0.0 GiB per rank (safetensors headers / TP 1) minus an activation reserve of 4.0 GiB (an "
+        "estimate) = 249.1 GiB" in line
+    ), line
     assert line.startswith("pre-flight: PASS: the geometry the build checked (argv as built")
 
 
-@pytest.mark.parametrize("mib,expected", [
-    (8000, "with the KV budget at start (--gpu-memory-utilization 0.9 x 8,000 MiB (nvidia-smi) = 7.0 GiB, minus "
-           "weights 0.0 GiB per rank (safetensors headers / TP 1) minus an activation reserve of 4.0 GiB (an "
-           "estimate) = 3.0 GiB): one request of max_model_len 1,048,576 tokens needs at least 114 blocks"),
-    (4000, "no memory is left for the KV cache: --gpu-memory-utilization 0.9 x 4,000 MiB (nvidia-smi) = 3.5 GiB"),
-], ids=["too-small-for-one-request", "nothing-left"])
+@pytest.mark.parametrize(
+    "mib,expected",
+    [
+        (
+            8000,
+            "with the KV budget at start (--gpu-memory-utilization 0.9 x 8,000 MiB (nvidia-smi) = 7.0 GiB, minus "
+            "weights 0.0 GiB per rank (safetensors headers / TP 1) minus an activation reserve of 4.0 GiB (an "
+            "estimate) = 3.0 GiB): one request of max_model_len 1,048,576 tokens needs at least 114 blocks",
+        ),
+        (4000, "no memory is left for the KV cache: --gpu-memory-utilization 0.9 x 4,000 MiB (nvidia-smi) = 3.5 GiB"),
+    ],
+    ids=["too-small-for-one-request", "nothing-left"],
+)
 def test_a_gpu_too_small_for_one_request_is_refused_exit_5(tmp_path, monkeypatch, mib, expected):
     fake_nvidia_smi(tmp_path, monkeypatch, f"echo {mib}")
     assert refused_with(run(models_dir(tmp_path / "models")), 5).startswith(expected)
@@ -398,14 +482,32 @@ def test_several_gpus_the_smallest_decides_and_junk_falls_back_to_the_recipe(tmp
 def test_kv_cache_memory_bytes_wins_and_weights_divide_by_tp():
     from geometry.preflight.memory import GpuMemory
 
-    given = kv_budget(kv_cache_memory_bytes=5 * GIB, gpu_memory_utilization=0.9, tensor_parallel_size=1,
-                      weights_bytes=0, recipe_bytes=1, gpu=GpuMemory(100 * GIB))
+    given = kv_budget(
+        kv_cache_memory_bytes=5 * GIB,
+        gpu_memory_utilization=0.9,
+        tensor_parallel_size=1,
+        weights_bytes=0,
+        recipe_bytes=1,
+        gpu=GpuMemory(100 * GIB),
+    )
     assert (given.kv_cache_memory_bytes, given.source) == (5 * GIB, "--kv-cache-memory-bytes 5,368,709,120")
-    tp2 = kv_budget(kv_cache_memory_bytes=None, gpu_memory_utilization=0.5, tensor_parallel_size=2,
-                    weights_bytes=20 * GIB, recipe_bytes=1, gpu=GpuMemory(100 * GIB))
+    tp2 = kv_budget(
+        kv_cache_memory_bytes=None,
+        gpu_memory_utilization=0.5,
+        tensor_parallel_size=2,
+        weights_bytes=20 * GIB,
+        recipe_bytes=1,
+        gpu=GpuMemory(100 * GIB),
+    )
     assert tp2.kv_cache_memory_bytes == 50 * GIB - 10 * GIB - ACTIVATION_RESERVE_BYTES
-    none = kv_budget(kv_cache_memory_bytes=None, gpu_memory_utilization=0.5, tensor_parallel_size=2,
-                     weights_bytes=20 * GIB, recipe_bytes=7, gpu=GpuMemory(None, "no nvidia-smi on PATH"))
+    none = kv_budget(
+        kv_cache_memory_bytes=None,
+        gpu_memory_utilization=0.5,
+        tensor_parallel_size=2,
+        weights_bytes=20 * GIB,
+        recipe_bytes=7,
+        gpu=GpuMemory(None, "no nvidia-smi on PATH"),
+    )
     assert (none.kv_cache_memory_bytes, none.from_recipe) == (7, True)
 
 
@@ -415,13 +517,16 @@ def test_weights_per_rank_come_from_the_headers(tmp_path):
     # 2 shards x (U8 16x8 + F8 16x1 + BF16 16) bytes
     assert target.tensor_bytes == 2 * (128 + 16 + 32)
     assert scan("drafter", str(models / DRAFTER_DIR)).tensor_bytes == sum(
-        read_header(str(models / DRAFTER_DIR / n), n).tensor_bytes for n in drafter_files())
+        read_header(str(models / DRAFTER_DIR / n), n).tensor_bytes for n in drafter_files()
+    )
 
 
 # --- any corruption of a header is one line ------------------------------------------------------
 
+
 def test_corrupted_headers_never_raise_anything_but_one_line(tmp_path):
-    from hypothesis import HealthCheck, given, settings, strategies as st
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
 
     good = safetensors_bytes({"a": ("BF16", [4, 4]), "b": ("F32", [3])})
     path = tmp_path / "shard.safetensors"
@@ -429,7 +534,7 @@ def test_corrupted_headers_never_raise_anything_but_one_line(tmp_path):
     @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(st.integers(0, len(good) - 1), st.binary(min_size=0, max_size=16), st.integers(0, len(good)))
     def corrupted(at, junk, cut):
-        data = (good[:at] + junk + good[at + len(junk):])[:max(cut, 0) or None]
+        data = (good[:at] + junk + good[at + len(junk) :])[: max(cut, 0) or None]
         path.write_bytes(data)
         try:
             header = read_header(str(path), "shard")
@@ -443,14 +548,22 @@ def test_corrupted_headers_never_raise_anything_but_one_line(tmp_path):
 
 # --- the host command, the same code ----------------------------------------------------------------
 
+
 def test_build_py_preflight_refuses_a_missing_shard_with_its_name(tmp_path):
     models = models_dir(tmp_path / "models")
     _shard(models).unlink()
-    run_ = subprocess.run([sys.executable, str(REPO / "build.py"), "preflight", "--models-dir", str(models)],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    run_ = subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "preflight", "--models-dir", str(models)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert run_.returncode == 16, run_.stderr
-    assert run_.stderr == (f"error: pre-flight: FAIL: {_shard(models)} is missing (model.safetensors.index.json "
-                           "places 3 tensors there): is the download complete?\n")
+    assert run_.stderr == (
+        f"error: pre-flight: FAIL: {_shard(models)} is missing (model.safetensors.index.json "
+        "places 3 tensors there): is the download complete?\n"
+    )
 
 
 def test_build_py_preflight_refuses_another_revision_exit_19(tmp_path):
@@ -458,21 +571,34 @@ def test_build_py_preflight_refuses_another_revision_exit_19(tmp_path):
 
     recipe = copy_recipe(tmp_path, lambda d: d["drafter"].__setitem__("revision", "3" * 40))
     models = cache_models_dir(tmp_path / "models")
-    run_ = subprocess.run([sys.executable, str(REPO / "build.py"), "preflight", "--recipe", str(recipe),
-                           "--models-dir", str(models)], capture_output=True, text=True, cwd=REPO, timeout=300)
+    run_ = subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "preflight", "--recipe", str(recipe), "--models-dir", str(models)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert run_.returncode == 26, run_.stderr
-    assert run_.stderr.startswith(f"error: pre-flight: FAIL: the drafter {models.resolve()}/{DRAFTER_DIR} is snapshot "
-                                  "222222222222")
+    assert run_.stderr.startswith(
+        f"error: pre-flight: FAIL: the drafter {models.resolve()}/{DRAFTER_DIR} is snapshot 222222222222"
+    )
 
 
 # --- the slow path (vLLM's serve parser on an edited argv): the same checks ---------------------------
+
 
 def _host(tmp_path: Path, models: Path, *extra: str, path: str | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     if path is not None:
         env["PATH"] = path
-    return subprocess.run([sys.executable, str(REPO / "build.py"), "preflight", "--models-dir", str(models), "--",
-                           *extra], capture_output=True, text=True, cwd=REPO, timeout=900, env=env)
+    return subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "preflight", "--models-dir", str(models), "--", *extra],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=900,
+        env=env,
+    )
 
 
 @pytest.mark.oracle
@@ -488,8 +614,9 @@ def test_gpu_memory_utilization_too_small_for_one_request_is_refused_before_vllm
 
 @pytest.mark.oracle
 def test_a_drafter_whose_target_layers_the_target_lacks_is_refused_exit_19(tmp_path):
-    drafter = json.loads((REPO / "recipes" / "glm53-flash-dflash2-gb300" / "configs" / "drafter.config.json")
-                         .read_text())
+    drafter = json.loads(
+        (REPO / "recipes" / "glm53-flash-dflash2-gb300" / "configs" / "drafter.config.json").read_text()
+    )
     drafter["dflash_config"]["target_layer_ids"][-1] = 45
     models = models_dir(tmp_path / "models", drafter=drafter)
     run_ = _host(tmp_path, models)
@@ -497,4 +624,5 @@ def test_a_drafter_whose_target_layers_the_target_lacks_is_refused_exit_19(tmp_p
     assert run_.stderr.splitlines()[-1] == (
         f"error: pre-flight: FAIL: {models.resolve()}/{DRAFTER_DIR}/config.json: dflash_config.target_layer_ids: "
         f"layer 45 is not one of the target's 45 layers (0-44, num_hidden_layers of "
-        f"{models.resolve()}/{TARGET_DIR}/config.json)")
+        f"{models.resolve()}/{TARGET_DIR}/config.json)"
+    )

@@ -5,6 +5,7 @@ field; the first of several in the definition's order); the exchange runs for re
 loopback sockets (the leader's offer in a thread, the worker's fetch in the test), with short
 timeouts the tests set. The two-container case is tests/serve/test_multinode_rendezvous.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,9 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from models_support import COMMIT, cache_models_dir, models_dir
 
 from geometry.preflight import outcome
 from geometry.preflight.check import check
@@ -28,8 +31,6 @@ from stackbuild.core.preflight_record import checked_serve
 from stackbuild.core.recipe import load_recipe
 from stackbuild.core.serve_args import role_commands
 
-from models_support import COMMIT, cache_models_dir, models_dir
-
 REPO = Path(__file__).resolve().parents[3]
 RECIPE = load_recipe(REPO / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml")
 CHECKED = checked_serve(RECIPE, gate_input(RECIPE))
@@ -38,16 +39,23 @@ MAPPINGS = ("image_labels", "geometry", "served_flags")
 
 # --- the diff ------------------------------------------------------------------------------
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.text(max_size=12))
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-(10**12), 10**12), st.text(max_size=12))
 hexes = st.text("0123456789abcdef", min_size=40, max_size=40)
 text_maps = st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=8), max_size=4)
 value_maps = st.dictionaries(st.text(min_size=1, max_size=8), scalars, max_size=5)
 fingerprints = st.builds(
-    Fingerprint, image_labels=st.one_of(st.none(), text_maps), image_digest=st.one_of(st.none(), hexes),
-    series_sha256=st.one_of(st.none(), hexes), target_revision=st.one_of(st.none(), hexes),
-    target_config_sha256=hexes, drafter_revision=st.one_of(st.none(), hexes),
-    drafter_config_sha256=st.one_of(st.none(), hexes), geometry=value_maps, served_flags=value_maps,
-    kv_cache_memory_bytes=st.one_of(st.none(), st.integers(0, 2**50)))
+    Fingerprint,
+    image_labels=st.one_of(st.none(), text_maps),
+    image_digest=st.one_of(st.none(), hexes),
+    series_sha256=st.one_of(st.none(), hexes),
+    target_revision=st.one_of(st.none(), hexes),
+    target_config_sha256=hexes,
+    drafter_revision=st.one_of(st.none(), hexes),
+    drafter_config_sha256=st.one_of(st.none(), hexes),
+    geometry=value_maps,
+    served_flags=value_maps,
+    kv_cache_memory_bytes=st.one_of(st.none(), st.integers(0, 2**50)),
+)
 
 
 def changed(fp: Fingerprint, name: str, data) -> tuple[Fingerprint, str]:
@@ -98,11 +106,13 @@ def test_the_kv_budget_is_sent_but_never_a_difference(fp, budget):
 
 def test_the_leader_says_which_ranks_budget_vllm_plans_with():
     gib = 2**30
-    assert kv_pool_line(40 * gib, {1: 40 * gib}) == ("pre-flight: KV budget: 40.00 GiB on every rank that sent one "
-                                                    "(node rank(s) 0, 1)")
+    assert kv_pool_line(40 * gib, {1: 40 * gib}) == (
+        "pre-flight: KV budget: 40.00 GiB on every rank that sent one (node rank(s) 0, 1)"
+    )
     assert kv_pool_line(40 * gib, {1: 38 * gib, 2: 39 * gib, 3: None}) == (
         "pre-flight: KV budget: the ranks' differ; vLLM plans every rank with the smallest, 38.00 GiB "
-        f"({38 * gib:,} B, node rank 1); this rank has 40.00 GiB")
+        f"({38 * gib:,} B, node rank 1); this rank has 40.00 GiB"
+    )
     assert kv_pool_line(None, {1: None}) is None
 
 
@@ -120,17 +130,20 @@ def test_the_line_shows_both_values():
     assert (diff.field, diff.here, diff.there) == ("geometry[block_size]", "64", "(absent)")
 
 
-@pytest.mark.parametrize("edit, named", [
-    (lambda d: d.update(schema="glm53-rank-fingerprint/0"), "this image reads"),
-    (lambda d: d.pop("geometry"), "missing key 'geometry'"),
-    (lambda d: d.update(extra=1), "unknown key 'extra'"),
-    (lambda d: d.update(image_labels={"a": 1}), "image_labels: not an object of strings"),
-    (lambda d: d.update(drafter_revision=7), "drafter_revision: not a string"),
-    (lambda d: d.update(served_flags=[]), "served_flags: not a JSON object"),
-    (lambda d: d.update(kv_cache_memory_bytes=-1), "kv_cache_memory_bytes: not a number of bytes"),
-    (lambda d: d.update(kv_cache_memory_bytes=True), "kv_cache_memory_bytes: not a number of bytes"),
-    (lambda d: d.pop("kv_cache_memory_bytes"), "missing key 'kv_cache_memory_bytes'"),
-])
+@pytest.mark.parametrize(
+    "edit, named",
+    [
+        (lambda d: d.update(schema="glm53-rank-fingerprint/0"), "this image reads"),
+        (lambda d: d.pop("geometry"), "missing key 'geometry'"),
+        (lambda d: d.update(extra=1), "unknown key 'extra'"),
+        (lambda d: d.update(image_labels={"a": 1}), "image_labels: not an object of strings"),
+        (lambda d: d.update(drafter_revision=7), "drafter_revision: not a string"),
+        (lambda d: d.update(served_flags=[]), "served_flags: not a JSON object"),
+        (lambda d: d.update(kv_cache_memory_bytes=-1), "kv_cache_memory_bytes: not a number of bytes"),
+        (lambda d: d.update(kv_cache_memory_bytes=True), "kv_cache_memory_bytes: not a number of bytes"),
+        (lambda d: d.pop("kv_cache_memory_bytes"), "missing key 'kv_cache_memory_bytes'"),
+    ],
+)
 def test_a_fingerprint_of_another_shape_is_named(edit, named):
     data = Fingerprint(None, None, None, None, "a" * 64, None, None, {}, {}).to_json()
     assert data["schema"] == SCHEMA
@@ -141,6 +154,7 @@ def test_a_fingerprint_of_another_shape_is_named(edit, named):
 
 # --- what the check puts in it ------------------------------------------------------------
 
+
 def role_argv(role: str, leader: str = "127.0.0.1") -> list[str]:
     from stackbuild.core.serve_args import SlotValues
 
@@ -149,8 +163,9 @@ def role_argv(role: str, leader: str = "127.0.0.1") -> list[str]:
 
 
 def checked_fingerprint(models: Path, role: str = "worker") -> Fingerprint:
-    result = check(role_argv(role), CHECKED, locate=lambda p: p.replace("/models", str(models), 1),
-                   overlay_manifest=None)
+    result = check(
+        role_argv(role), CHECKED, locate=lambda p: p.replace("/models", str(models), 1), overlay_manifest=None
+    )
     assert result.passed, result.lines
     return result.fingerprint
 
@@ -178,6 +193,7 @@ def test_the_check_fingerprints_the_mounted_commits_configs_geometry_and_flags(t
 
 # --- the launch flags ---------------------------------------------------------------------
 
+
 def test_the_launch_flags_as_vllm_spells_them():
     assert launch_of(role_argv("worker", "10.0.0.1")) == Launch(2, 1, "10.0.0.1", DEFAULT_MASTER_PORT)
     assert launch_of(["/m", "-n=3", "--node_rank=2", "--master_addr", "h", "--master_port=1"]) == Launch(3, 2, "h", 1)
@@ -189,34 +205,45 @@ def test_the_launch_flags_as_vllm_spells_them():
 
 # --- the exchange over loopback -----------------------------------------------------------
 
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-FP = Fingerprint({"a": "1"}, None, "c" * 64, "1" * 40, "a" * 64, "2" * 40, "b" * 64, {"block_size": 64},
-                 {"max_model_len": 8})
+FP = Fingerprint(
+    {"a": "1"}, None, "c" * 64, "1" * 40, "a" * 64, "2" * 40, "b" * 64, {"block_size": 64}, {"max_model_len": 8}
+)
 
 
-def rank(fp: Fingerprint, port: int, node_rank: int, nnodes: int, timeout: float, tmp: Path,
-         say=lambda line: None) -> outcome.Outcome:
+def rank(
+    fp: Fingerprint, port: int, node_rank: int, nnodes: int, timeout: float, tmp: Path, say=lambda line: None
+) -> outcome.Outcome:
     """One rank's part as the entrypoint runs it (the image's part from files under ``tmp``: none)."""
     env = {PORT_ENV: str(port), TIMEOUT_ENV: str(timeout)}
-    return agree(fp, Launch(nnodes, node_rank, "127.0.0.1", port - 1), labels_path=str(tmp / "none.json"),
-                 overlay_manifest=None, environ=env, say=say)
+    return agree(
+        fp,
+        Launch(nnodes, node_rank, "127.0.0.1", port - 1),
+        labels_path=str(tmp / "none.json"),
+        overlay_manifest=None,
+        environ=env,
+        say=say,
+    )
 
 
 def leader_thread(fp: Fingerprint, nnodes: int, port: int, window: float, tmp: Path):
     result, said = {}, []
-    thread = threading.Thread(target=lambda: result.update(out=rank(fp, port, 0, nnodes, window, tmp, said.append)),
-                              daemon=True)
+    thread = threading.Thread(
+        target=lambda: result.update(out=rank(fp, port, 0, nnodes, window, tmp, said.append)), daemon=True
+    )
     thread.start()
     return thread, result, said
 
 
-def worker(fp: Fingerprint, port: int, node_rank: int = 1, timeout: float = 5, nnodes: int = 2,
-           tmp=None) -> outcome.Outcome:
+def worker(
+    fp: Fingerprint, port: int, node_rank: int = 1, timeout: float = 5, nnodes: int = 2, tmp=None
+) -> outcome.Outcome:
     return rank(fp, port, node_rank, nnodes, timeout, tmp)
 
 
@@ -248,12 +275,16 @@ def test_a_worker_that_differs_is_refused_naming_the_field_and_both_values(tmp_p
     refused = worker(mine, port, tmp=tmp_path)
     thread.join(5)
     assert refused.code == outcome.EXIT_RANKS_DIFFER == 27
-    assert refused.lines == (f"pre-flight: FAIL: node rank 1 differs from its leader (127.0.0.1:{port}) at "
-                             f"drafter_revision: here {'3' * 40}, leader {'2' * 40}",)
+    assert refused.lines == (
+        f"pre-flight: FAIL: node rank 1 differs from its leader (127.0.0.1:{port}) at "
+        f"drafter_revision: here {'3' * 40}, leader {'2' * 40}",
+    )
     # The leader refuses too: it does not go on into vLLM's rendezvous to wait for a rank that stopped.
     assert not thread.is_alive() and result["out"].code == 27
-    assert result["out"].lines == ("pre-flight: FAIL: node rank 1 differs from this leader at drafter_revision: "
-                                   f"leader {'2' * 40}, node rank 1 {'3' * 40}",)
+    assert result["out"].lines == (
+        "pre-flight: FAIL: node rank 1 differs from this leader at drafter_revision: "
+        f"leader {'2' * 40}, node rank 1 {'3' * 40}",
+    )
 
 
 def test_a_worker_with_a_smaller_kv_budget_agrees_and_the_leader_names_the_pool(tmp_path):
@@ -263,8 +294,10 @@ def test_a_worker_with_a_smaller_kv_budget_agrees_and_the_leader_names_the_pool(
     assert worker(replace(FP, kv_cache_memory_bytes=38 * 2**30), port, tmp=tmp_path).passed
     thread.join(5)
     assert result["out"].passed
-    assert result["out"].lines[1] == ("pre-flight: KV budget: the ranks' differ; vLLM plans every rank with the "
-                                      f"smallest, 38.00 GiB ({38 * 2**30:,} B, node rank 1); this rank has 40.00 GiB")
+    assert result["out"].lines[1] == (
+        "pre-flight: KV budget: the ranks' differ; vLLM plans every rank with the "
+        f"smallest, 38.00 GiB ({38 * 2**30:,} B, node rank 1); this rank has 40.00 GiB"
+    )
 
 
 def test_the_leader_names_the_first_differing_rank_of_several(tmp_path):
@@ -274,8 +307,10 @@ def test_the_leader_names_the_first_differing_rank_of_several(tmp_path):
     assert worker(FP, port, 1, nnodes=4, tmp=tmp_path).passed
     assert worker(replace(FP, target_config_sha256="d" * 64), port, 2, nnodes=4, tmp=tmp_path).code == 27
     thread.join(5)
-    assert result["out"].lines == ("pre-flight: FAIL: node rank 2 differs from this leader at target_config_sha256: "
-                                   f"leader {'a' * 64}, node rank 2 {'d' * 64} (and 1 more node rank(s))",)
+    assert result["out"].lines == (
+        "pre-flight: FAIL: node rank 2 differs from this leader at target_config_sha256: "
+        f"leader {'a' * 64}, node rank 2 {'d' * 64} (and 1 more node rank(s))",
+    )
 
 
 def listening(said: list[str]) -> None:
@@ -290,8 +325,7 @@ def test_what_a_worker_sends_that_is_no_fingerprint_refuses_the_leader(tmp_path)
     port = free_port()
     thread, result, said = leader_thread(FP, 2, port, 10, tmp_path)
     listening(said)
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/fingerprint?node_rank=1", data=b"<html>",
-                                     method="POST")
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/fingerprint?node_rank=1", data=b"<html>", method="POST")
     with urllib.request.urlopen(request, timeout=5) as response:
         assert Fingerprint.from_json(json.loads(response.read()), "answer").geometry == FP.geometry
     thread.join(5)
@@ -339,19 +373,37 @@ def test_a_leader_that_cannot_bind_its_port_says_so():
     assert out.code == 28 and "cannot offer its fingerprint on port" in out.lines[0] and PORT_ENV in out.lines[0]
 
 
-@pytest.mark.parametrize("env, named", [
-    ({PORT_ENV: "0"}, PORT_ENV), ({PORT_ENV: "http"}, PORT_ENV),
-    ({TIMEOUT_ENV: "-1"}, TIMEOUT_ENV), ({TIMEOUT_ENV: "nan"}, TIMEOUT_ENV), ({TIMEOUT_ENV: "soon"}, TIMEOUT_ENV),
-])
+@pytest.mark.parametrize(
+    "env, named",
+    [
+        ({PORT_ENV: "0"}, PORT_ENV),
+        ({PORT_ENV: "http"}, PORT_ENV),
+        ({TIMEOUT_ENV: "-1"}, TIMEOUT_ENV),
+        ({TIMEOUT_ENV: "nan"}, TIMEOUT_ENV),
+        ({TIMEOUT_ENV: "soon"}, TIMEOUT_ENV),
+    ],
+)
 def test_a_bad_setting_is_one_line_and_exit_2(tmp_path, env, named):
-    out = agree(FP, Launch(2, 1, "127.0.0.1", 1), labels_path=str(tmp_path / "x"), overlay_manifest=None,
-                environ=env, say=lambda line: None)
+    out = agree(
+        FP,
+        Launch(2, 1, "127.0.0.1", 1),
+        labels_path=str(tmp_path / "x"),
+        overlay_manifest=None,
+        environ=env,
+        say=lambda line: None,
+    )
     assert out.code == outcome.EXIT_BAD_MODE and len(out.lines) == 1 and named in out.lines[0]
 
 
 def test_no_fingerprint_no_comparison(tmp_path):
-    out = agree(None, Launch(2, 1, "127.0.0.1", 1), labels_path=str(tmp_path / "x"), overlay_manifest=None,
-                environ={}, say=lambda line: None)
+    out = agree(
+        None,
+        Launch(2, 1, "127.0.0.1", 1),
+        labels_path=str(tmp_path / "x"),
+        overlay_manifest=None,
+        environ={},
+        say=lambda line: None,
+    )
     assert out.code == outcome.EXIT_UNCHECKED and "no fingerprint" in out.lines[0]
 
 
@@ -361,11 +413,21 @@ def test_the_image_labels_and_digest_join_the_fingerprint(tmp_path):
 
     labels = tmp_path / "image-labels.json"
     labels.write_text(json.dumps({"labels": {"io.github.glm53.recipe.name": "r"}}))
-    fp = with_image(replace(FP, image_labels=None), labels_path=str(labels), overlay_manifest=str(tmp_path / "no"),
-                    environ={IMAGE_DIGEST_ENV: "sha256:" + "d" * 64})
+    fp = with_image(
+        replace(FP, image_labels=None),
+        labels_path=str(labels),
+        overlay_manifest=str(tmp_path / "no"),
+        environ={IMAGE_DIGEST_ENV: "sha256:" + "d" * 64},
+    )
     assert fp.image_labels == {"io.github.glm53.recipe.name": "r"} and fp.image_digest == "sha256:" + "d" * 64
     assert fp.series_sha256 is None  # no overlay manifest: the patch step did not run
     labels.write_text("{")
-    out = agree(FP, Launch(2, 1, "127.0.0.1", 1), labels_path=str(labels), overlay_manifest=None, environ={},
-                say=lambda line: None)
+    out = agree(
+        FP,
+        Launch(2, 1, "127.0.0.1", 1),
+        labels_path=str(labels),
+        overlay_manifest=None,
+        environ={},
+        say=lambda line: None,
+    )
     assert out.code == outcome.EXIT_UNCHECKED and "labels file is unusable" in out.lines[0]

@@ -1,6 +1,7 @@
 """`build.py qualify` without a vLLM server: its bad input (one line, the documented exit code) against
 small HTTP servers that are not vLLM, and its readings of /metrics text and of output. The real server
 is tests/serve/test_serving_e2e.py."""
+
 from __future__ import annotations
 
 import http.server
@@ -71,7 +72,6 @@ def test_the_default_recipe_carries_the_posts_figures():
     assert "Source: the post" in DEFAULT_RECIPE.read_text()
 
 
-
 class Stub(http.server.BaseHTTPRequestHandler):
     routes: dict = {}
 
@@ -107,8 +107,14 @@ def stub():
 def qualify(*args, env=None):
     import os
 
-    return subprocess.run([sys.executable, str(REPO / "build.py"), "qualify", *args], capture_output=True, text=True,
-                          cwd=REPO, env={**os.environ, **(env or {})}, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "qualify", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+    )
 
 
 def free_port() -> int:
@@ -167,7 +173,11 @@ def test_bad_qualify_key(tmp_path):
     shutil.copytree(src, tmp_path / "r")
     path = tmp_path / "r" / "recipe.yaml"
     path.write_text(path.read_text().replace("min_acceptance: 0.54", "min_acceptance: 54"))
-    r = subprocess.run([sys.executable, str(REPO / "build.py"), "qualify", "--url", "http://127.0.0.1:1",
-                        "--recipe", str(path)], capture_output=True, text=True, cwd=REPO)
+    r = subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "qualify", "--url", "http://127.0.0.1:1", "--recipe", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     one_line(r, 2)
     assert "qualify.min_acceptance" in r.stderr
