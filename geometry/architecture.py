@@ -32,5 +32,8 @@ class Architecture:
     build_target: Callable[[TargetSettings], Target]
     # Whether its attention runs vLLM's sparse MLA (the cache dtype the layers run may change).
     runs_sparse_mla: Callable[[Mapping[str, Any]], bool] = _no_sparse_mla
+    # ``get_mamba_prefill_checkpoint_alignment`` in "align" mode: the LCM of its mamba layers'
+    # ``get_prefill_checkpoint_alignment`` (KDA layers export none: ``MambaBase``'s None).
+    prefill_checkpoint_alignment: int | None = None
     # Why mamba_cache_mode "align" is not modelled for it (None: it is).
     align_mode_not_modelled: str | None = None

@@ -19,7 +19,7 @@ def update_block_size(model: Model, inputs: GeometryInputs) -> CacheConfig:
     vllm = inputs.vllm
     default = vllm.cpu_default_block_size if inputs.capability_family == B.CPU_FAMILY else vllm.default_block_size
     cache = CacheConfig(block_size=inputs.block_size or vllm.default_block_size)
-    backends = model.non_ssm_backends()
+    backends = model.attention_backends
     if not backends:
         return cache
     if not user:
@@ -40,7 +40,7 @@ def update_block_size(model: Model, inputs: GeometryInputs) -> CacheConfig:
                 raise SimulatedError("ValueError", "The attention backends share no supported KV cache block size")
     pre = cache.block_size
     # phase 2: _align_hybrid_block_size with backends[0]
-    attn_1 = model.attn_page_1_token()
+    attn_1 = model.attn_page_1_token
     mamba_page = model.mamba_page
     if mamba_page:
         first = backends[0]
@@ -50,7 +50,7 @@ def update_block_size(model: Model, inputs: GeometryInputs) -> CacheConfig:
             kba = max(kba, 128)
         if inputs.mamba_cache_mode == "align":
             # internal prefill checkpoints land on block boundaries
-            kba = math.lcm(kba, model.prefill_checkpoint_alignment() or 1)
+            kba = math.lcm(kba, model.architecture.prefill_checkpoint_alignment or 1)
         attn_block = kba * cdiv(mamba_page, kba * attn_1)
         attn_block = bba * cdiv(attn_block, bba)
         if cache.block_size < attn_block:

@@ -14,7 +14,7 @@ from .model import Model
 
 
 def resolve_layout(model: Model, specs: dict[str, KVCacheSpec]) -> str:
-    declared = [b.layouts for b in model.non_ssm_backends() if b.layouts is not None]
+    declared = [b.layouts for b in model.attention_backends if b.layouts is not None]
     if not declared:
         cands = list(B.DEFAULT_LAYOUT_PREFERENCE)
     elif all(d == declared[0] for d in declared):

@@ -4,7 +4,7 @@ with their KV dtypes and the facts the block-size alignment reads (stdlib only).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from . import backends as B
 from .architecture import Architecture
@@ -70,33 +70,23 @@ class Model:
     drafter_backend: B.Backend | None = None
     drafter_error: SimulatedError | None = None
 
-    def attn_page_1_token(self) -> int:
-        """The target attention page of one token (``_align_hybrid_block_size``)."""
+    # Derived from the fields above (``__post_init__``): what the block-size alignment reads.
+    attention_backends: tuple[B.Backend, ...] = field(init=False)  # non-SSM, in layer order, each once
+    attn_page_1_token: int = field(init=False)  # the target attention page of one token
+
+    def __post_init__(self) -> None:
+        backends: list[B.Backend] = []
+        for layer in self.layers:
+            if not layer.backend.is_ssm and layer.backend not in backends:
+                backends.append(layer.backend)
+        object.__setattr__(self, "attention_backends", tuple(backends))
         t_bytes = DTYPE_BYTES[kv_dtype_name(self.kv_target, self.model_dtype)]
-        if self.use_mla:
-            return self.head_size * t_bytes
-        return self.num_kv_heads * 2 * self.head_size * t_bytes
+        page = self.head_size * t_bytes if self.use_mla else self.num_kv_heads * 2 * self.head_size * t_bytes
+        object.__setattr__(self, "attn_page_1_token", page)
 
     @property
     def kind(self) -> str:
         return self.architecture.kind
-
-    def prefill_checkpoint_alignment(self) -> int | None:
-        """``get_mamba_prefill_checkpoint_alignment`` in "align" mode: the LCM
-        of the mamba layers' ``get_prefill_checkpoint_alignment``.  KDA layers
-        (GLM-5.3, Kimi Linear) export none (``MambaBase``'s None); an
-        architecture whose alignment is not modelled says why."""
-        if self.architecture.align_mode_not_modelled:
-            raise BadInput(self.architecture.align_mode_not_modelled)
-        return None
-
-    def non_ssm_backends(self) -> list[B.Backend]:
-        """The attention backends in layer order, each once."""
-        out: list[B.Backend] = []
-        for layer in self.layers:
-            if not layer.backend.is_ssm and layer.backend not in out:
-                out.append(layer.backend)
-        return out
 
     def target_only(self) -> Model:
         """The same model without the drafter's layers (same num_spec: nothing

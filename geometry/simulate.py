@@ -47,6 +47,7 @@ message) instead of numbers.
 from __future__ import annotations
 
 from .block_size import update_block_size
+from .errors import BadInput
 from .grouping import bytes_per_block, group_kv_cache, resolve_layout, validate_layout
 from .inputs import GeometryInputs
 from .kv_spec import KVCacheSpec, SimulatedError
@@ -105,6 +106,8 @@ def _plan(
             model = build_model(inputs, with_drafter, num_spec)
         if model.drafter_error is not None:
             raise model.drafter_error
+        if inputs.mamba_cache_mode == "align" and model.architecture.align_mode_not_modelled:
+            raise BadInput(model.architecture.align_mode_not_modelled)
         cache = update_block_size(model, inputs)
         specs = {layer.name: layer.build(cache) for layer in model.layers}
         if inputs.vllm_behaviour == "overlay" and with_drafter:
@@ -166,7 +169,7 @@ def _state_blocks(model: Model, inputs: GeometryInputs, num_spec: int) -> int:
     blocks (one when the layers export a prefill checkpoint alignment)."""
     if inputs.mamba_cache_mode != "align":
         return 1 + num_spec
-    return 2 + num_spec + int(model.prefill_checkpoint_alignment() is not None)
+    return 2 + num_spec + int(model.architecture.prefill_checkpoint_alignment is not None)
 
 
 def _group_rows(model: Model, path: str, groups, state_blocks: int) -> tuple[GroupRow, ...]:
@@ -257,7 +260,7 @@ def simulate(inputs: GeometryInputs) -> GeometryReport:
             _, same_spec = _plan(inputs, False, n, notes, target)
     else:
         without = same_spec = with_d
-    backends = model.non_ssm_backends()
+    backends = model.attention_backends
     db = model.drafter_backend
     return GeometryReport(
         behaviour=inputs.vllm_behaviour,
