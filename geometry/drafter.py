@@ -11,18 +11,14 @@ from .errors import BadInput
 from .inputs import GeometryInputs
 from .kv_spec import (
     DTYPE_BYTES,
-    AttentionSpec,
-    CacheConfig,
     FullAttentionSpec,
-    KVCacheSpec,
     SimulatedError,
     SlidingWindowSpec,
 )
 from .model_parts import (
     Layer,
-    SpecBuilder,
     check_flash_attn_head_size,
-    customize_attention_spec,
+    drafter_attention_builder,
     kv_dtype_name,
     kv_heads_per_rank,
     required,
@@ -67,40 +63,11 @@ def drafter_sliding_windows(dc: Mapping[str, Any]) -> list[int | None]:
     return windows
 
 
-def _largest_kernel_block_within(backend: B.Backend, per_token: int, budget: int, fallback: int) -> int:
-    max_block = budget // per_token
-    cands = [s for s in backend.kernel_block_sizes if isinstance(s, int)]
-    cands += [
-        max(s.base, max_block // s.base * s.base) for s in backend.kernel_block_sizes if isinstance(s, B.Multiple)
-    ]
-    if not cands:
-        return fallback
-    fitting = [b for b in cands if b * per_token <= budget]
-    return max(fitting) if fitting else min(cands)
-
-
-def drafter_layer_builder(proto: AttentionSpec, backend: B.Backend) -> SpecBuilder:
-    """A full-attention layer takes the cache block; a sliding-window layer
-    the largest kernel block of its backend within the cache block's bytes."""
-
-    def build(cache: CacheConfig) -> KVCacheSpec:
-        if isinstance(proto, SlidingWindowSpec):
-            per_token = proto.with_block_size(1).real_page_size_bytes
-            bs = _largest_kernel_block_within(backend, per_token, per_token * cache.block_size, cache.block_size)
-        else:
-            bs = cache.block_size
-        return customize_attention_spec(backend, proto.with_block_size(bs))
-
-    return build
-
-
-def build_drafter(inputs: GeometryInputs, kv_cache_dtype: str, model_dtype: str) -> Drafter:
+def build_drafter(inputs: GeometryInputs, kv_cache_dtype: str, model_dtype: str, backend: B.Backend) -> Drafter:
+    """The drafter's layers on ``backend`` (the speculative config's, model.drafter_backend)."""
     dc = inputs.drafter_config
+    windows = drafter_sliding_windows(dc)
     tp = inputs.tensor_parallel_size
-    try:
-        backend = B.drafter_backend(inputs.drafter_attention_backend, inputs.capability_family)
-    except ValueError as exc:
-        raise BadInput(str(exc)) from exc
     error = None
     if not backend.takes_kv_cache_dtype(kv_cache_dtype):
         if inputs.drafter_attention_backend in (None, "auto"):
@@ -128,7 +95,6 @@ def build_drafter(inputs: GeometryInputs, kv_cache_dtype: str, model_dtype: str)
         error, d_kv_local = exc, max(1, d_kv // tp)
     if error is None and (d_heads // tp) % d_kv_local:
         error = SimulatedError("AssertionError", "drafter num_heads not divisible by num_kv_heads")
-    windows = drafter_sliding_windows(dc)
     layers = []
     for i, window in enumerate(windows):
         shape = dict(
@@ -147,7 +113,7 @@ def build_drafter(inputs: GeometryInputs, kv_cache_dtype: str, model_dtype: str)
                 "drafter",
                 "sliding_window" if window is not None else "attention",
                 backend,
-                drafter_layer_builder(spec, backend),
+                drafter_attention_builder(spec, backend),
             )
         )
     return Drafter(tuple(layers), backend, error)

@@ -137,7 +137,11 @@ def build_model(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Mo
         built.mamba_page,
     )
     if with_drafter and inputs.drafter_config is not None:
-        drafter = build_drafter(inputs, kv_drafter, model_dtype)
+        try:  # the speculative config's attention_backend
+            backend = B.drafter_backend(inputs.drafter_attention_backend, inputs.capability_family)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from exc
+        drafter = build_drafter(inputs, kv_drafter, model_dtype, backend)
         model = replace(
             model, layers=model.layers + drafter.layers, drafter_backend=drafter.backend, drafter_error=drafter.error
         )

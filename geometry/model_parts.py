@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping
 
 from . import backends as B
 from .errors import BadInput
-from .kv_spec import DTYPE_BYTES, AttentionSpec, CacheConfig, KVCacheSpec, MambaSpec, SimulatedError
+from .kv_spec import DTYPE_BYTES, AttentionSpec, CacheConfig, KVCacheSpec, MambaSpec, SimulatedError, SlidingWindowSpec
 
 SpecBuilder = Callable[[CacheConfig], KVCacheSpec]
 
@@ -134,3 +134,30 @@ def mamba_builder(state: MambaState, max_model_len: int) -> SpecBuilder:
         shapes=state.shapes,
         dtypes=state.dtypes,
     )
+
+
+def _largest_kernel_block_within(backend: B.Backend, per_token: int, budget: int, fallback: int) -> int:
+    max_block = budget // per_token
+    cands = [s for s in backend.kernel_block_sizes if isinstance(s, int)]
+    cands += [
+        max(s.base, max_block // s.base * s.base) for s in backend.kernel_block_sizes if isinstance(s, B.Multiple)
+    ]
+    if not cands:
+        return fallback
+    fitting = [b for b in cands if b * per_token <= budget]
+    return max(fitting) if fitting else min(cands)
+
+
+def drafter_attention_builder(proto: AttentionSpec, backend: B.Backend) -> SpecBuilder:
+    """A full-attention layer takes the cache block; a sliding-window layer
+    the largest kernel block of its backend within the cache block's bytes."""
+
+    def build(cache: CacheConfig) -> KVCacheSpec:
+        if isinstance(proto, SlidingWindowSpec):
+            per_token = proto.with_block_size(1).real_page_size_bytes
+            bs = _largest_kernel_block_within(backend, per_token, per_token * cache.block_size, cache.block_size)
+        else:
+            bs = cache.block_size
+        return customize_attention_spec(backend, proto.with_block_size(bs))
+
+    return build
