@@ -8,6 +8,16 @@ CI=true and one is missing. The end-to-end fixtures live in tests/stack_e2e.py.
 from __future__ import annotations
 
 import pytest
+
+# Fixtures, imported to register them (pytest finds a conftest's names).
+from infra.fixtures import (  # noqa: F401
+    cpu_serving_base,
+    docker_engine,
+    registry,
+    synthetic_base_amd64,
+    synthetic_base_arm64,
+    wrong_vllm_base,
+)
 from stack_e2e import amd64_build, forget_session_images, logged_in  # noqa: F401
 
 
