@@ -280,7 +280,7 @@ class MLAAttentionSpec(FullAttentionSpec):
 
     def unified_to(self, page: int, name: str) -> KVCacheSpec:
         if page % self.page_size_bytes == 0:
-            return self.with_block_size(self.block_size * (page // self.page_size_bytes))
+            return super().unified_to(page, name)
         raise SimulatedError(
             "NotImplementedError",
             f"Layer {name}: page size is not divisible by the maximum page size "

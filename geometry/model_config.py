@@ -89,10 +89,10 @@ class TargetModel:
         return self.architecture.runs_sparse_mla(self.text)
 
 
-def _architecture(cfg: Mapping[str, Any]) -> Architecture:
+def _architecture(cfg: Mapping[str, Any], text: Mapping[str, Any]) -> Architecture:
     """As vLLM picks the model class: by ``architectures`` (vLLM takes the first listed one its
     registry has; this takes the first, exactly, and refuses a list whose first is not modelled),
-    and, without ``architectures``, by the text config's ``model_type``."""
+    and, without ``architectures``, by the text config's ``model_type`` (``text``)."""
     modelled = ", ".join(BY_HF_ARCHITECTURE)
     archs = cfg.get("architectures")
     if archs is not None:
@@ -104,7 +104,7 @@ def _architecture(cfg: Mapping[str, Any]) -> Architecture:
                 "target", "architectures", f"{archs[0]} is not modelled by the geometry gate (modelled: {modelled})"
             )
         return arch
-    model_type = text_config(cfg).get("model_type", cfg.get("model_type"))
+    model_type = text.get("model_type", cfg.get("model_type"))
     arch = BY_MODEL_TYPE.get(model_type) if isinstance(model_type, str) else None
     if arch is None:
         raise ConfigInvalid(
@@ -119,7 +119,7 @@ def read_target(cfg: Mapping[str, Any]) -> TargetModel:
         raise ConfigInvalid("target", "", "must be a JSON object")
     tc = text_config(cfg)
     keys = (tc.get("dtype"), tc.get("torch_dtype"), cfg.get("dtype"), cfg.get("torch_dtype"))
-    return TargetModel(_architecture(cfg), tc, keys)
+    return TargetModel(_architecture(cfg, tc), tc, keys)
 
 
 def check_target(cfg: Mapping[str, Any]) -> TargetModel:

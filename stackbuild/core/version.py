@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 
-from geometry import MODELLED_VLLM_VERSION
+from geometry.vllm_versions import DEFAULT_VERSION
 from stackbuild.core.naming import checkout_label
 
 DISTRIBUTION = "glm53-dflash2-images"
@@ -30,4 +30,4 @@ def versions() -> Versions:
         project = version(DISTRIBUTION)
     except PackageNotFoundError:
         project = "not installed"
-    return Versions(project, checkout_label(), MODELLED_VLLM_VERSION)
+    return Versions(project, checkout_label(), DEFAULT_VERSION)
