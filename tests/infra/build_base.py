@@ -696,6 +696,9 @@ def main() -> None:
     g.add_argument("--arch", choices=sorted(ARCHES))
     g.add_argument("--wrong-version", action="store_true")
     g.add_argument("--all", action="store_true")
+    g.add_argument("--push-existing", metavar="REF", help="push the engine's image REF and record it (with --name)")
+    g.add_argument("--registry-address", action="store_true", help="print the test registry's address")
+    ap.add_argument("--name", help="--push-existing: the record's name (base-NAME.json)")
     ap.add_argument("--force", action="store_true", help="rebuild even if the input hash matches")
     ap.add_argument(
         "--quick-check",
@@ -705,7 +708,14 @@ def main() -> None:
     a = ap.parse_args()
     global QUICK_CHECK
     QUICK_CHECK = a.quick_check
-    if a.all:
+    if a.registry_address:
+        print(REGISTRY)
+    elif a.push_existing:
+        if not a.name:
+            ap.error("--push-existing needs --name")
+        arch = docker("image", "inspect", "--format", "{{.Architecture}}", a.push_existing, capture=True).stdout.strip()
+        push(a.push_existing, arch, a.name, {})
+    elif a.all:
         build_arch("amd64", a.force)
         build_wrong(a.force)
         build_arch("arm64", a.force)

