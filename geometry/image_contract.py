@@ -58,12 +58,17 @@ def payload_path(name: str, payload_dir: str = PAYLOAD_DIR) -> str:
 GATE_MODULE = "geometry.gate_main"
 
 
-def gate_argv(payload_dir: str = PAYLOAD_DIR, *, build: bool) -> list[str]:
+def gate_argv(
+    payload_dir: str = PAYLOAD_DIR, *, build: bool, stock: bool = False, failure_allowed: bool = False
+) -> list[str]:
     """The in-image gate's command line.
 
     ``build``: the build's gate step (import every patched module, use or write
     the oracle record, write the gate report); otherwise ``verify``'s re-run
-    (JSON on stdout, nothing written).
+    (JSON on stdout, nothing written). ``stock``: a build without the patch
+    series (no manifest, nothing patched to import: the installed vLLM as it
+    is). ``failure_allowed``: a failed verdict is written to the report and the
+    step exits 0 (a disagreement with vLLM, or bad input, still fails it).
     """
     argv = [
         "env",
@@ -76,15 +81,19 @@ def gate_argv(payload_dir: str = PAYLOAD_DIR, *, build: bool) -> list[str]:
         "--oracle",
     ]
     if build:
+        argv += (
+            ["--behaviour", "stock"]
+            if stock
+            else ["--overlay-manifest", payload_path(OVERLAY_MANIFEST, payload_dir), "--import-patched"]
+        )
         argv += [
-            "--overlay-manifest",
-            payload_path(OVERLAY_MANIFEST, payload_dir),
-            "--import-patched",
             "--oracle-record",
             payload_path(ORACLE_RECORD, payload_dir),
             "--report-out",
             payload_path(GATE_REPORT, payload_dir),
         ]
+        if failure_allowed:
+            argv.append("--verdict-failure-allowed")
     else:
         argv += ["--json"]
     return argv

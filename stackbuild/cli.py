@@ -391,6 +391,18 @@ def fit(recipe_path, as_json, stock, keep):
         "(before tagging)."
     ),
 )
+@click.option(
+    "--stock",
+    is_flag=True,
+    help="Build FROM the base without the patch series (stock vLLM), gated as stock: the image to compare "
+    "the patched one with. Its gate fails wherever the drafter does not fit; see --allow-gate-failure.",
+)
+@click.option(
+    "--allow-gate-failure",
+    is_flag=True,
+    help="Keep and tag the image although the in-image gate's verdict is fail (its report and labels say so): "
+    "for a comparison image, never with --push. A disagreement with vLLM still fails the build.",
+)
 @force_option
 @platform_option
 def build(
@@ -404,6 +416,8 @@ def build(
     report_path,
     no_cache,
     keep_record,
+    stock,
+    allow_gate_failure,
     force,
     platform,
 ):
@@ -416,7 +430,16 @@ def build(
     from stackbuild.image.platform_plans import build_plans
 
     recipe = load_recipe(recipe_path)
-    plans = build_plans(recipe, platform, owner=owner, repository=repository, allow_unpinned=allow_unpinned, push=push)
+    plans = build_plans(
+        recipe,
+        platform,
+        owner=owner,
+        repository=repository,
+        allow_unpinned=allow_unpinned,
+        push=push,
+        stock=stock,
+        gate_failure_allowed=allow_gate_failure,
+    )
     plan = plans[0]
     owner_notice(plan)
     if dry_run:

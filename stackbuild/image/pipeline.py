@@ -173,7 +173,7 @@ def read_geometry_report(engine: ContainerEngine, image_id: str, plan: BuildPlan
         raise BuildStepFailed(GATE_STEP, f"{path} is not JSON ({exc})") from None
     except ContractError as exc:
         raise BuildStepFailed(GATE_STEP, f"{path}: {exc}") from None
-    if verdict != "pass":
+    if verdict != "pass" and not plan.gate_failure_allowed:
         raise GeometryGateFailed(
             f"{plan.recipe.path}: the in-image gate report says {verdict} ({path}); nothing was tagged"
         )
@@ -245,9 +245,16 @@ def build_checked(
     engine: ContainerEngine, plan: BuildPlan, progress: Progress, *, nocache: bool, keep_record: bool
 ) -> PlatformImage:
     """Pull the base, build, check the architecture and the gate's report; tag nothing."""
+    if plan.stock:
+        progress.note("stock comparison build: the base's vLLM without the patch series, gated as stock")
     if plan.geometry_verdict != "pass":
         progress.note(
-            f"the host-side gate says the drafter does not fit ({plan.geometry_summary}); the in-image gate decides"
+            f"the host-side gate says the drafter does not fit ({plan.geometry_summary}); "
+            + (
+                "kept anyway (--allow-gate-failure): for comparison, never pushed"
+                if plan.gate_failure_allowed
+                else "the in-image gate decides"
+            )
         )
     progress.note(plan.oracle_record_note)
     with progress.phase("pull", f"{plan.base.reference} for {plan.recipe.platform}"):

@@ -8,7 +8,7 @@ real build would do.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import MappingProxyType
@@ -32,6 +32,10 @@ from stackbuild.core.reference import ImageReference
 from stackbuild.image.oracle_record import NOT_READ
 from stackbuild.image.oracle_record import choose as choose_oracle_record
 
+# The overlay-series label of a stock comparison build, and what its repository ends with.
+STOCK_SERIES = "none"
+STOCK_REPOSITORY_SUFFIX = "-stock"
+
 
 @dataclass(frozen=True)
 class BuildPlan:
@@ -50,6 +54,10 @@ class BuildPlan:
     # What FROM names when it is not the pinned base itself: the base index's manifest for this
     # platform (the engine keeps one image per digest reference). Set by the pipeline.
     from_reference: Optional[ImageReference] = None
+    # A stock comparison build (`build --stock`): the base's vLLM without the patch series, gated as stock.
+    stock: bool = False
+    # `build --allow-gate-failure`: an image whose in-image verdict is fail is kept (never pushed).
+    gate_failure_allowed: bool = False
 
     @property
     def payload_dir(self) -> str:
@@ -72,6 +80,8 @@ def make_plan(
     repository: str | None = None,
     allow_unpinned: bool = False,
     read_oracle_record: bool = True,
+    stock: bool = False,
+    gate_failure_allowed: bool = False,
 ) -> BuildPlan:
     """``read_oracle_record=False`` for commands that build nothing (push, verify, record): they
     neither read nor fail on the recipe's recipe.oracle.json (record replaces it)."""
@@ -81,8 +91,10 @@ def make_plan(
     epoch = source_date_epoch()
     source = source_revision(recipe, epoch)
     name = image_name(recipe, owner=owner, repository=repository, epoch=epoch, source=source, base_digest=base.digest)
-    series_hash = series_sha256(recipe.series_dir)
-    run = recipe_geometry(recipe)
+    if stock:  # its own repository: a comparison image never takes the patched image's tags
+        name = replace(name, repository=name.repository + STOCK_REPOSITORY_SUFFIX)
+    series_hash = "" if stock else series_sha256(recipe.series_dir)
+    run = recipe_geometry(recipe, vllm_behaviour="stock" if stock else "overlay")
     verdict = run.verdict
     record = choose_oracle_record(recipe, run.inputs) if read_oracle_record else NOT_READ
     revision = source.label
@@ -105,7 +117,7 @@ def make_plan(
         label.HARDWARE_GPU: recipe.hardware.gpu,
         label.HARDWARE_CAPABILITY_FAMILY: str(recipe.hardware.capability_family),
         label.VLLM_VERSION: recipe.base.vllm_version,
-        label.OVERLAY_SERIES: recipe.overlay.series,
+        label.OVERLAY_SERIES: STOCK_SERIES if stock else recipe.overlay.series,
         label.OVERLAY_SERIES_SHA256: series_hash,
         label.GEOMETRY_VERDICT: "pass" if verdict.passed else "fail",
         label.DRAFTER_ID: recipe.require_drafter("an image build (its labels and start-time pre-flight)").id,
@@ -127,4 +139,6 @@ def make_plan(
         labels=MappingProxyType(labels),
         oracle_record=record.path,
         oracle_record_note=record.note,
+        stock=stock,
+        gate_failure_allowed=gate_failure_allowed,
     )

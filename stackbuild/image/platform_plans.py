@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from stackbuild.core.errors import RecipeError
+from stackbuild.core.errors import RecipeError, UsageError
 from stackbuild.core.recipe import Recipe
 from stackbuild.image.pipeline import platform_plan
 from stackbuild.image.plan import BuildPlan, make_plan
@@ -36,12 +36,26 @@ def build_plans(
     repository: Optional[str],
     allow_unpinned: bool,
     push: bool,
+    stock: bool = False,
+    gate_failure_allowed: bool = False,
 ) -> list[BuildPlan]:
     """What ``build`` builds: a plan per selected platform; ``--platform`` of a multi-platform recipe
     builds that one image of the index, tagged ``<pinned tag>-<arch>``. With ``push``, the first plan
-    must be pushable (a dry run refuses what the real push would)."""
+    must be pushable (a dry run refuses what the real push would); an image whose gate failure is
+    allowed never is."""
+    if push and gate_failure_allowed:
+        raise UsageError(
+            "--allow-gate-failure with --push: an image whose gate failed is built for comparison, never pushed"
+        )
     plans = [
-        make_plan(recipe.for_platform(p), owner=owner, repository=repository, allow_unpinned=allow_unpinned)
+        make_plan(
+            recipe.for_platform(p),
+            owner=owner,
+            repository=repository,
+            allow_unpinned=allow_unpinned,
+            stock=stock,
+            gate_failure_allowed=gate_failure_allowed,
+        )
         for p in selected_platforms(recipe, platform)
     ]
     if platform and len(recipe.platforms) > 1:

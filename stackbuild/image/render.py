@@ -22,7 +22,7 @@ from stackbuild.image.plan import BuildPlan
 TEMPLATE = REPO_ROOT / TEMPLATE_NAME
 
 
-def contract_values(payload_dir: str) -> dict:
+def contract_values(payload_dir: str, *, stock: bool = False, failure_allowed: bool = False) -> dict:
     """The in-image contract as the template reads it (``{{ contract.gate_command }}`` ...)."""
     return {
         "payload_dir": payload_dir,
@@ -30,7 +30,9 @@ def contract_values(payload_dir: str) -> dict:
         "overlay_series": contract.payload_path(contract.OVERLAY_SERIES, payload_dir),
         "overlay_manifest": contract.payload_path(contract.OVERLAY_MANIFEST, payload_dir),
         "normalise_mtimes": contract.payload_path(contract.NORMALISE_MTIMES, payload_dir),
-        "gate_command": shlex.join(contract.gate_argv(payload_dir, build=True)),
+        "gate_command": shlex.join(
+            contract.gate_argv(payload_dir, build=True, stock=stock, failure_allowed=failure_allowed)
+        ),
         "preflight_entrypoint": contract.payload_path(contract.PREFLIGHT_ENTRYPOINT, payload_dir),
         "architecture_mismatch_status": contract.ARCHITECTURE_MISMATCH_STATUS,
     }
@@ -62,11 +64,11 @@ def render(plan: BuildPlan) -> str:
     text = template.render(
         recipe_name=recipe.name,
         vllm_version=recipe.base.vllm_version,
-        series_name=recipe.overlay.series,
+        series_name=None if plan.stock else recipe.overlay.series,
         base_reference=str(plan.from_reference or plan.base.reference),
         platform=recipe.platform,
         uname_machine=recipe.uname_machine,
-        contract=contract_values(plan.payload_dir),
+        contract=contract_values(plan.payload_dir, stock=plan.stock, failure_allowed=plan.gate_failure_allowed),
         source_date_epoch=plan.source_date_epoch,
         labels=dict(plan.labels),
         patch_payload=PATCH_PAYLOAD,

@@ -246,3 +246,38 @@ def test_a_malformed_labels_file_is_named(tmp_path, data, named):
     path.write_text(json.dumps(data))
     with pytest.raises(ContractError, match=named):
         read_image_labels(str(path))
+
+
+def test_a_stock_build_applies_no_series_and_gates_as_stock(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764460800")
+    stock = make_plan(load_recipe(copy_recipe(tmp_path, pinned)), owner="acme", stock=True)
+    patch, gate = [args for word, args in instructions(render(stock)) if word == "RUN"]
+    # The machine is still checked; nothing is applied and no manifest is written.
+    assert f"exit {ARCHITECTURE_MISMATCH_STATUS};" in patch
+    assert "apply.py" not in patch and "--manifest" not in patch and "no patch series applied" in patch
+    assert shlex.join(gate_argv(build=True, stock=True)) in gate
+    assert "--behaviour stock" in gate and "--import-patched" not in gate and "--overlay-manifest" not in gate
+    assert "--verdict-failure-allowed" not in gate  # the default recipe's stock build fails at its gate
+    assert stock.gate_input.vllm_behaviour == "stock" and stock.geometry_verdict == "fail"
+    assert stock.labels["io.github.glm53.overlay.series"] == "none"
+    # Its own repository: the patched image's tags never name a stock image.
+    assert stock.image.repository == "ghcr.io/acme/glm53-flash-dflash2-gb300-stock"
+    allowed = make_plan(
+        load_recipe(copy_recipe(tmp_path / "b", pinned)), owner="acme", stock=True, gate_failure_allowed=True
+    )
+    (_, gate) = [args for word, args in instructions(render(allowed)) if word == "RUN"]
+    assert shlex.join(gate_argv(build=True, stock=True, failure_allowed=True)) in gate
+    assert "--verdict-failure-allowed" in gate
+
+
+def test_a_kept_gate_failure_is_never_pushed(tmp_path):
+    recipe = copy_recipe(tmp_path, pinned)
+    r = subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "build", "--recipe", str(recipe), "--owner", "acme"]
+        + ["--stock", "--allow-gate-failure", "--push", "--dry-run"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "error: --allow-gate-failure with --push: an image whose gate failed is built for comparison, never pushed"
+    ]
