@@ -660,3 +660,25 @@ def test_qwen3_moe_config_the_simulator_would_misread_is_refused_naming_the_key(
             refuse()
     run = run_gate(_inputs(_qwen3_moe_input()))
     assert run.report.model_kind == "qwen3_moe" and run.report.with_drafter.num_blocks > 0
+
+
+def test_a_failed_verdict_allowed_exits_0_and_the_report_still_says_fail(tmp_path):
+    # Stock 0.33.0 on the default recipe: the drafter's page is not the target's (exit 1).
+    refused = _run_cli(tmp_path, C.recipe_input("stock"), "--behaviour", "stock", "--report-out", "refused.json")
+    assert refused.returncode == 1, refused.stderr
+    kept = _run_cli(
+        tmp_path,
+        C.recipe_input("stock"),
+        "--behaviour",
+        "stock",
+        "--report-out",
+        "kept.json",
+        "--verdict-failure-allowed",
+    )
+    assert kept.returncode == 0, kept.stderr
+    assert "verdict fail allowed" in kept.stderr.splitlines()[-1]
+    assert json.loads((tmp_path / "kept.json").read_text())["verdict"]["passed"] is False
+    assert (tmp_path / "kept.json").read_text() == (tmp_path / "refused.json").read_text()
+    # Bad input is still bad input.
+    bad = _run_cli(tmp_path, {"nonsense": 1}, "--verdict-failure-allowed")
+    assert bad.returncode == 3
