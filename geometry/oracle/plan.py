@@ -101,7 +101,7 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Plan:
                 bpb,
                 kvc.num_blocks,
                 kvc.num_blocks * t_rows[0].block_size,
-                t_rows[0].real_page_bytes,
+                specs[t_rows[0].name].real_page_size_bytes,  # at the platform's block, before unify
                 prefix_cache=prefix,
             )
         except (AssertionError, ValueError, NotImplementedError) as exc:
