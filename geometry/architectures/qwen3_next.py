@@ -47,7 +47,9 @@ def gdn_state(tc, tp: int, num_spec: int, model_dtype: str, ssm_dtype: str | Non
     conv = (conv_dim // tp, k - 1 + num_spec)
     temporal = (nv // tp, dv, dk)
     ssm_dtype = ssm_dtype or model_dtype
-    total = conv[0] * conv[1] * DTYPE_BYTES[model_dtype] + temporal[0] * temporal[1] * temporal[2] * DTYPE_BYTES[ssm_dtype]
+    total = (
+        conv[0] * conv[1] * DTYPE_BYTES[model_dtype] + temporal[0] * temporal[1] * temporal[2] * DTYPE_BYTES[ssm_dtype]
+    )
     return MambaState((conv, temporal), (model_dtype, ssm_dtype), total)
 
 
