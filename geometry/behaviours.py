@@ -69,8 +69,9 @@ def _fmt(n: int | None) -> str:
 def comparison_lines(c: BehaviourComparison) -> list[str]:
     out = ["== stock vs overlay (with the drafter)"]
     for f in (c.stock, c.overlay):
+        blocks = ", ".join(map(str, f.group_blocks))
         out.append(
-            f"   {f.behaviour:8} {'PASS' if f.passed else 'FAIL'}  group blocks ({', '.join(map(str, f.group_blocks))})  "
+            f"   {f.behaviour:8} {'PASS' if f.passed else 'FAIL'}  group blocks ({blocks})  "
             f"bytes/block {_fmt(f.bytes_per_block)}  blocks {_fmt(f.num_blocks)}  vLLM's KV cache size "
             f"{_fmt(f.vllm_kv_cache_size_tokens)} tokens  KV capacity {_fmt(f.kv_capacity_tokens)} tokens"
         )
