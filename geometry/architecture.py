@@ -37,3 +37,6 @@ class Architecture:
     prefill_checkpoint_alignment: int | None = None
     # Why mamba_cache_mode "align" is not modelled for it (None: it is).
     align_mode_not_modelled: str | None = None
+    # Whether vLLM's CPU platform (CPU_FAMILY) is modelled for it: its attention runs CPU_ATTN and
+    # its layers' modules import on vLLM's CPU build (KDA and MLA targets do not start there).
+    runs_on_cpu: bool = False

@@ -48,7 +48,8 @@ model lives in ``vllm/models/kimi_k3``, its MLA layer asks for
   * family 120: ``TRITON_MLA`` (``MultipleOf(16)``).
   MLA head sizes must be one of the common MLA backends' (320, 512, 576).
 
-Drafter (DFlash / DFlash2, ``Qwen3`` sliding-window layers): ``FLASH_ATTN``
+Drafter (DFlash / DFlash2, ``Qwen3`` sliding-window layers), on vLLM's CPU platform: ``CPU_ATTN``
+(``[MultipleOf(32)]``), what ``CpuPlatform`` gives every decoder layer.  On a GPU: ``FLASH_ATTN``
 (``[MultipleOf(16)]``).  Reason: the drafter attends non-causally inside its
 block; ``_get_backend_priorities`` puts FLASH_ATTN first whenever
 ``use_non_causal`` is set or the GPU is not family 100, and the recipe pins
@@ -235,7 +236,21 @@ CPU_ATTN = Backend("CPU_ATTN", (Multiple(32),), ("LBHNC",), kv_cache_dtypes=("au
 CPU_ATTN_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 
+# CpuPlatform.check_and_update_config turns async scheduling off: one batch in flight.
+CPU_CONCURRENT_BATCHES = 1
+# CpuPlatform.check_and_update_config resets mamba_ssm_cache_dtype "auto" to float32 on a CPU with
+# AVX512-BF16 (the accelerated GDN kernels' state); the simulator assumes such a CPU (the serving
+# hosts here have it; the oracle reads the host's answer).
+CPU_SSM_STATE_DTYPE = "float32"
+
+
 def drafter_backend(requested: str | None, family: int) -> Backend:
+    """The drafter's attention backend: FLASH_ATTN on a GPU family (FA2 on 120), CPU_ATTN on vLLM's
+    CPU platform, the only attention backend CpuPlatform.get_attn_backend_cls returns for a decoder."""
+    if family == CPU_FAMILY:
+        if requested in (None, "CPU_ATTN", "auto"):
+            return CPU_ATTN
+        raise ValueError(f"drafter attention backend {requested!r} is not modelled on the CPU platform (only CPU_ATTN)")
     if requested in (None, "FLASH_ATTN", "auto"):
         return FLASH_ATTN_FA2 if family == 120 else FLASH_ATTN
     raise ValueError(f"drafter attention backend {requested!r} is not modelled (only FLASH_ATTN)")

@@ -15,14 +15,17 @@ from .model import Model
 
 def update_block_size(model: Model, inputs: GeometryInputs) -> CacheConfig:
     user = inputs.block_size is not None
-    # CpuPlatform asks its backends for their preference from 128, the base platform from 16.
+    # CpuPlatform asks its backends for their preference from 128 (0.33.0) or sets 128 in its config
+    # hook (0.32.0, cpu_block_from_backends false); the base platform asks from 16.
     vllm = inputs.vllm
-    default = vllm.cpu_default_block_size if inputs.capability_family == B.CPU_FAMILY else vllm.default_block_size
-    cache = CacheConfig(block_size=inputs.block_size or vllm.default_block_size)
+    cpu = inputs.capability_family == B.CPU_FAMILY
+    default = vllm.cpu_default_block_size if cpu else vllm.default_block_size
+    fixed_by_hook = cpu and not vllm.cpu_block_from_backends
+    cache = CacheConfig(block_size=inputs.block_size or (default if fixed_by_hook else vllm.default_block_size))
     backends = model.attention_backends
     if not backends:
         return cache
-    if not user:
+    if not user and not fixed_by_hook:
         if len(backends) == 1:
             cache.block_size = backends[0].preferred_block_size(default)
         elif all(b.supports_block_size(default) for b in backends):

@@ -37,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from . import backends as B
 from .capacity import kv_token_capacity
 from .inputs import GeometryInputs
 from .report import GeometryReport, Plan
@@ -48,9 +49,22 @@ PLAN_LABELS = ("with_drafter", "target_only_same_spec", "without_drafter")
 
 
 def in_flight_tokens(inputs: GeometryInputs) -> int:
-    """The tokens scheduled but not yet freed (``VllmConfig.max_in_flight_tokens``) for ``inputs``."""
+    """The tokens scheduled but not yet freed (``VllmConfig.max_in_flight_tokens``) for ``inputs``: on
+    vLLM's CPU platform one batch (``CpuPlatform.check_and_update_config`` turns async scheduling off)."""
     vllm = inputs.vllm
-    return vllm.max_concurrent_batches * (inputs.max_num_batched_tokens or vllm.scheduler_max_num_batched_tokens)
+    batches = B.CPU_CONCURRENT_BATCHES if inputs.capability_family == B.CPU_FAMILY else vllm.max_concurrent_batches
+    return batches * (inputs.max_num_batched_tokens or vllm.scheduler_max_num_batched_tokens)
+
+
+def vllm_kv_cache_size_tokens(plan: Plan, max_model_len: int, in_flight: int) -> int | None:
+    """What vLLM logs as "<device> KV cache size: N tokens" (``get_kv_cache_capacity``, the same in
+    0.32.0 and 0.33.0): ``int(max concurrency x max_model_len)``, the max concurrency being
+    ``num_blocks / blocks one request of max_model_len holds`` summed over the groups
+    (``get_max_concurrency_for_kv_cache_config``). None when vLLM cannot plan."""
+    per = blocks_per_request(plan, max_model_len, in_flight)
+    if per is None:
+        return None
+    return int(plan.num_blocks / sum(per) * max_model_len)
 
 
 def blocks_per_request(plan: Plan, tokens: int, in_flight: int) -> tuple[int, ...] | None:
@@ -106,6 +120,8 @@ class Concurrency:
     max_num_seqs: int | None
     refusals: tuple[str, ...]
     warnings: tuple[str, ...]
+    # plan label -> what vLLM logs as its KV cache size in tokens (vllm_kv_cache_size_tokens)
+    vllm_kv_cache_size_tokens: dict | None = None
 
 
 def _fit(plan: Plan, tokens: int, in_flight: int) -> Fit:
@@ -220,4 +236,7 @@ def concurrency(report: GeometryReport, inputs: GeometryInputs, contexts: Iterab
         max_num_seqs=max_num_seqs,
         refusals=max_num_seqs_refusals(report, max_num_seqs),
         warnings=_warnings(max_num_seqs, max_model_len, within),
+        vllm_kv_cache_size_tokens={
+            label: vllm_kv_cache_size_tokens(getattr(report, label), max_model_len, in_flight) for label in PLAN_LABELS
+        },
     )

@@ -17,6 +17,7 @@ from .kv_spec import (
 )
 from .model_parts import (
     Layer,
+    check_cpu_attn,
     check_flash_attn_head_size,
     drafter_attention_builder,
     kv_dtype_name,
@@ -72,7 +73,7 @@ def build_drafter(inputs: GeometryInputs, kv_cache_dtype: str, model_dtype: str,
     if not backend.takes_kv_cache_dtype(kv_cache_dtype):
         if inputs.drafter_attention_backend in (None, "auto"):
             raise BadInput(
-                f"the drafter's KV dtype {kv_cache_dtype!r} rules out FLASH_ATTN; "
+                f"the drafter's KV dtype {kv_cache_dtype!r} rules out {backend.name}; "
                 "vLLM would pick another drafter backend (not modelled)"
             )
         error = SimulatedError(
@@ -85,7 +86,10 @@ def build_drafter(inputs: GeometryInputs, kv_cache_dtype: str, model_dtype: str,
     d_heads = int(required(dc, "num_attention_heads"))
     d_kv = int(dc.get("num_key_value_heads", d_heads) or d_heads)
     d_hd = int(dc.get("head_dim") or int(required(dc, "hidden_size")) // d_heads)
-    check_flash_attn_head_size(d_hd)
+    if backend is B.CPU_ATTN:
+        check_cpu_attn(d_hd, kv_cache_dtype)
+    else:
+        check_flash_attn_head_size(d_hd)
     # Qwen3DFlashAttention.__init__ asserts the head splits before its Attention picks a backend.
     try:
         if d_heads % tp:

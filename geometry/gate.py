@@ -3,7 +3,8 @@
 The gate passes only if, for the vLLM behaviour the image has:
   1. vLLM would raise nothing (with and without the drafter);
   2. every drafter layer's real (unpadded) page equals the target's attention
-     page P (the MLA latent page at the aligned block size);
+     page P (the MLA latent page at the aligned block size, else the first
+     full-attention layer's, before unify can grow it to a drafter's page);
   3. no attention page is padded;
   4. the KV token capacity (geometry/capacity.py: the context the shared
      pool holds, counting every group that keeps all tokens) with the drafter

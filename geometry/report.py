@@ -63,7 +63,7 @@ class Plan:
     bytes_per_block: int | None
     num_blocks: int | None
     tokens_fit: int | None  # num_blocks * target attention block size
-    target_attention_page: int | None  # MLA latent (or full attn) real page
+    target_attention_page: int | None  # MLA latent (or full attn) real page at the platform's block, before unify
     error: str | None = None
     prefix_cache: PrefixCache | None = None  # None when vLLM cannot plan
 

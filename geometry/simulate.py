@@ -31,11 +31,14 @@ What it reproduces, in vLLM's order (the module that does it in brackets):
    block (``_get_kv_cache_bytes_per_block`` including block-stride alignment),
    ``num_blocks = memory // bytes_per_block`` (grouping.py and ``_plan`` here).
 
-Two behaviours are modelled: ``stock`` (pristine 0.33.0) and ``overlay`` (our
+Two behaviours are modelled: ``stock`` (the pristine release) and ``overlay`` (our
 patch series, see geometry/OVERLAY_CONTRACT.md): after hybrid alignment fixes
 the target block B, each drafter attention layer gets block ``P / bytes per
-token`` where P is the MLA latent page at B, when that is an exact integer the
-drafter backend supports; otherwise stock behaviour.
+token`` where P is the target's own attention page at B (the MLA latent page
+when the target has MLA latent layers, else its first full-attention layer's),
+when that is an exact integer the drafter backend supports; otherwise stock
+behaviour. The release (geometry/vllm_versions.py: 0.33.0, and 0.32.0 on the
+CPU platform) is the gate input's.
 
 Backend choices are assumptions (vLLM's choice needs libcuda); see
 geometry/backends.py for what is modelled per GPU family and why.
@@ -59,17 +62,23 @@ from .report import GeometryReport, GroupRow, LayerRow, Plan
 __all__ = ["simulate", "GeometryReport", "Plan", "LayerRow", "GroupRow", "SimulatedError"]
 
 
+def overlay_page(model: Model, specs: dict[str, KVCacheSpec]) -> int | None:
+    """P of geometry/OVERLAY_CONTRACT.md: the page of the target's own attention at the aligned
+    block, the MLA latent page when the target has MLA latent layers (GLM-5.3, Kimi Linear), else the
+    page of its first full-attention layer (Qwen3-Next's GQA layers, a dense Qwen3); None without
+    either."""
+    target = [layer for layer in model.layers if layer.owner == "target"]
+    for roles in (("mla_latent",), ("attention",)):
+        page = next((specs[layer.name].page_size_bytes for layer in target if layer.role in roles), None)
+        if page is not None:
+            return page
+    return None
+
+
 def _apply_overlay(model: Model, specs: dict[str, KVCacheSpec], notes: list[str]) -> dict[str, KVCacheSpec]:
-    """Our patch series: drafter attention page == the target's MLA latent
-    page (targets without MLA latent layers keep stock behaviour)."""
-    p = next(
-        (
-            specs[layer.name].page_size_bytes
-            for layer in model.layers
-            if layer.owner == "target" and layer.role == "mla_latent"
-        ),
-        None,
-    )
+    """Our patch series: each drafter attention layer's page == P, the target's own attention page
+    (overlay_page), where an exact block its backend runs gives it; otherwise stock behaviour."""
+    p = overlay_page(model, specs)
     if p is None or model.drafter_backend is None:
         return specs
     out = dict(specs)
@@ -88,6 +97,9 @@ def _apply_overlay(model: Model, specs: dict[str, KVCacheSpec], notes: list[str]
 
 
 def _target_attention_page(model: Model, specs: dict[str, KVCacheSpec]) -> int | None:
+    """The real page of the target's first attention layer (MLA latent or full attention) at the
+    block the platform fixed, before grouping: the page a drafter layer must equal. Unify may grow
+    that layer's block to a drafter's wider page; the page the drafter had to fit is this one."""
     for layer in model.layers:
         if layer.owner == "target" and layer.role in ("mla_latent", "attention"):
             return specs[layer.name].real_page_size_bytes
@@ -135,11 +147,11 @@ def _plan(
             layout,
             path,
             rows,
-            _group_rows(model, path, groups, _state_blocks(model, inputs, num_spec)),
+            _group_rows(model, path, groups, _state_blocks(model, inputs, num_spec), inputs.vllm.spec_draft_tag),
             bpb,
             num_blocks,
             num_blocks * t_block,
-            _target_attention_page(model, final_specs),
+            _target_attention_page(model, specs),
             prefix_cache=prefix,
         )
     except PrefixCacheError as exc:
@@ -172,7 +184,9 @@ def _state_blocks(model: Model, inputs: GeometryInputs, num_spec: int) -> int:
     return 2 + num_spec + int(model.architecture.prefill_checkpoint_alignment is not None)
 
 
-def _group_rows(model: Model, path: str, groups, state_blocks: int) -> tuple[GroupRow, ...]:
+def _group_rows(model: Model, path: str, groups, state_blocks: int, draft_tag: bool) -> tuple[GroupRow, ...]:
+    """One GroupRow per group; ``draft_tag``: the release's specs carry ``is_draft`` (else no group is
+    a draft group)."""
     roles = {layer.name: layer.role for layer in model.layers}
     return tuple(
         GroupRow(
@@ -182,7 +196,7 @@ def _group_rows(model: Model, path: str, groups, state_blocks: int) -> tuple[Gro
             tuple(names),
             gs[0].block_size,
             sum(s.page_size_bytes for s in gs),
-            _group_is_draft(path, gs),
+            draft_tag and _group_is_draft(path, gs),
             gs[0].per_request(state_blocks),
         )
         for i, (names, gs) in enumerate(groups)

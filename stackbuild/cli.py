@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import click
@@ -316,20 +317,24 @@ def _contexts(_ctx, _param, value):
 )
 def geometry(recipe_path, as_json, stock, contexts):
     """Run the KV-geometry simulator and gate for a recipe on the host."""
+    from geometry.behaviours import compare, comparison_lines, figures
     from geometry.concurrency import ContextTooLong, concurrency
     from geometry.table import render_text, to_json
     from stackbuild.core.gate import recipe_geometry, refuse_failed
 
     recipe = load_recipe(recipe_path)
-    run = recipe_geometry(recipe, vllm_behaviour="stock" if stock else "overlay")
+    runs = {b: recipe_geometry(recipe, vllm_behaviour=b) for b in ("stock", "overlay")}
     try:
-        at_once = concurrency(run.report, run.inputs, contexts)
+        at_once = {b: concurrency(r.report, r.inputs, contexts) for b, r in runs.items()}
     except ContextTooLong as exc:
         raise click.BadParameter(str(exc), param_hint="--context") from None
+    judged = "stock" if stock else "overlay"
+    run = runs[judged]
+    versus = compare(*(figures(runs[b].report, runs[b].verdict, at_once[b]) for b in ("stock", "overlay")))
     if as_json:
-        print_json(to_json(run.report, run.verdict, at_once))
+        print_json({**to_json(run.report, run.verdict, at_once[judged]), "stock_vs_overlay": asdict(versus)})
     else:
-        click.echo(render_text(run.report, run.verdict, at_once))
+        click.echo("\n".join([render_text(run.report, run.verdict, at_once[judged]), *comparison_lines(versus)]))
     refuse_failed(recipe, run)
 
 

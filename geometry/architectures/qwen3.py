@@ -9,45 +9,25 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from .. import backends as B
 from ..architecture import Architecture
 from ..config_reader import ConfigReader
-from ..errors import BadInput
 from ..kv_spec import DTYPE_BYTES, FullAttentionSpec, SimulatedError
 from ..model_parts import (
     Layer,
     Target,
     TargetSettings,
     attention_builder,
-    check_flash_attn_head_size,
+    full_attention_backend,
     kv_heads_per_rank,
     required,
 )
-
-
-def attention_backend(family: int, head_size: int, kv_cache_dtype: str) -> B.Backend:
-    """The backend the target's attention layers run on ``family``."""
-    if family != B.CPU_FAMILY:
-        check_flash_attn_head_size(head_size)
-        return B.FLASH_ATTN
-    if head_size not in B.CPU_ATTN_HEAD_SIZES:
-        raise SimulatedError(
-            "ValueError",
-            f"CPU_ATTN does not take head size {head_size} (it takes {', '.join(map(str, B.CPU_ATTN_HEAD_SIZES))})",
-        )
-    if not B.CPU_ATTN.takes_kv_cache_dtype(kv_cache_dtype):
-        raise BadInput(
-            f"kv_cache_dtype {kv_cache_dtype!r} on the CPU platform is not modelled (CPU_ATTN's fp8 "
-            f"caches depend on the CPU's instruction set; modelled: {', '.join(B.CPU_ATTN.kv_cache_dtypes)})"
-        )
-    return B.CPU_ATTN
 
 
 def build_target(s: TargetSettings) -> Target:
     tc, tp = s.tc, s.tensor_parallel_size
     heads = int(required(tc, "num_attention_heads"))
     head_size = int(required(tc, "head_dim"))
-    backend = attention_backend(s.capability_family, head_size, s.kv_cache_dtype)
+    backend = full_attention_backend(s.capability_family, head_size, s.kv_cache_dtype)
     if heads % tp:  # Qwen3Attention.__init__ (and Qwen3MoeAttention's)
         raise SimulatedError("AssertionError", "num_attention_heads not divisible by TP")
     kv_heads = kv_heads_per_rank(int(required(tc, "num_key_value_heads")), tp, "num_key_value_heads")
@@ -102,4 +82,5 @@ ARCHITECTURE = Architecture(
     hybrid=False,
     check=check,
     build_target=build_target,
+    runs_on_cpu=True,
 )

@@ -30,4 +30,5 @@ ARCHITECTURE = Architecture(
     hybrid=False,
     check=check,
     build_target=build_target,
+    runs_on_cpu=True,
 )

@@ -1,5 +1,12 @@
 """Qwen3-Next (``Qwen3NextForCausalLM``): Gated DeltaNet linear-attention
-layers and full-attention layers (FLASH_ATTN) (stdlib only)."""
+layers and full-attention layers (FLASH_ATTN on a GPU family, CPU_ATTN on vLLM's CPU
+platform) (stdlib only).
+
+On the CPU platform (``CPU_FAMILY``) ``CpuPlatform.check_and_update_config`` resets
+``mamba_ssm_cache_dtype`` "auto" to float32 on a CPU with AVX512-BF16 ("Reset SSM cache type to
+float32 for accelerated GDN mamba backend"): the GDN temporal state is then fp32. The simulator
+assumes such a CPU (backends.CPU_SSM_STATE_DTYPE); on one without AVX512-BF16 the state stays in
+the model dtype."""
 
 from __future__ import annotations
 
@@ -13,7 +20,7 @@ from ..model_parts import (
     Target,
     TargetSettings,
     attention_builder,
-    check_flash_attn_head_size,
+    full_attention_backend,
     kv_heads_per_rank,
     mamba_builder,
     required,
@@ -26,9 +33,9 @@ DEFAULT_ATTENTION_INTERVAL = 4
 LAYER_TYPES = ("linear_attention", "full_attention")
 
 
-def gdn_state(tc, tp: int, num_spec: int, model_dtype: str) -> MambaState:
-    """MambaStateShapeCalculator.gated_delta_net_state_shape (both states in
-    the model dtype)."""
+def gdn_state(tc, tp: int, num_spec: int, model_dtype: str, ssm_dtype: str | None = None) -> MambaState:
+    """MambaStateShapeCalculator.gated_delta_net_state_shape; the conv state in the model dtype, the
+    temporal state in ``ssm_dtype`` (``mamba_ssm_cache_dtype``; None: "auto", the conv state's)."""
     nk = required(tc, "linear_num_key_heads")
     nv = required(tc, "linear_num_value_heads")
     dk = required(tc, "linear_key_head_dim")
@@ -39,9 +46,11 @@ def gdn_state(tc, tp: int, num_spec: int, model_dtype: str) -> MambaState:
         raise SimulatedError("AssertionError", "GDN dims not divisible by TP")
     conv = (conv_dim // tp, k - 1 + num_spec)
     temporal = (nv // tp, dv, dk)
-    b = DTYPE_BYTES[model_dtype]
-    total = conv[0] * conv[1] * b + temporal[0] * temporal[1] * temporal[2] * b
-    return MambaState((conv, temporal), (model_dtype, model_dtype), total)
+    ssm_dtype = ssm_dtype or model_dtype
+    total = (
+        conv[0] * conv[1] * DTYPE_BYTES[model_dtype] + temporal[0] * temporal[1] * temporal[2] * DTYPE_BYTES[ssm_dtype]
+    )
+    return MambaState((conv, temporal), (model_dtype, ssm_dtype), total)
 
 
 def build_target(s: TargetSettings) -> Target:
@@ -53,11 +62,12 @@ def build_target(s: TargetSettings) -> Target:
     heads = int(required(tc, "num_attention_heads"))
     kvh = int(tc.get("num_key_value_heads", DEFAULT_KV_HEADS))
     head_size = int(required(tc, "head_dim"))
-    check_flash_attn_head_size(head_size)
+    backend = full_attention_backend(s.capability_family, head_size, s.kv_cache_dtype)
     if heads % tp:  # Qwen3NextAttention.__init__
         raise SimulatedError("AssertionError", "num_attention_heads not divisible by TP")
     kv_heads = kv_heads_per_rank(kvh, tp, "num_key_value_heads")
-    state = gdn_state(tc, tp, s.num_spec, s.model_dtype)
+    ssm_dtype = B.CPU_SSM_STATE_DTYPE if s.capability_family == B.CPU_FAMILY else None
+    state = gdn_state(tc, tp, s.num_spec, s.model_dtype, ssm_dtype)
     t_dtype = s.kv_storage_dtype
     spec = FullAttentionSpec(
         block_size=0,
@@ -68,14 +78,14 @@ def build_target(s: TargetSettings) -> Target:
         dtype=t_dtype,
     )
     gdn = mamba_builder(state, s.max_model_len)
-    attn = attention_builder(spec, B.FLASH_ATTN)
+    attn = attention_builder(spec, backend)
     layers = []
     for i in range(s.num_layers):
         p = f"model.layers.{i}"
         if layer_types[i] == "linear_attention":
             layers.append(Layer(p + ".linear_attn", "target", "gdn", B.SSM, gdn))
         else:
-            layers.append(Layer(p + ".self_attn.attn", "target", "attention", B.FLASH_ATTN, attn))
+            layers.append(Layer(p + ".self_attn.attn", "target", "attention", backend, attn))
     return Target(tuple(layers), use_mla=False, head_size=head_size, num_kv_heads=kv_heads, mamba_page=state.bytes)
 
 
@@ -112,4 +122,5 @@ ARCHITECTURE = Architecture(
         "mamba_cache_mode 'align' for Qwen3-Next (GDN) targets is not modelled (the prefill checkpoint "
         "alignment depends on the GDN prefill kernel vLLM picks at run time)"
     ),
+    runs_on_cpu=True,
 )

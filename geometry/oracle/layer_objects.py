@@ -25,7 +25,14 @@ def bare_layer(cls, **attrs):
 
 
 def backend_classes(family: int):
-    """(sparse MLA backend class of ``family`` or None, the drafter's FLASH_ATTN class)."""
+    """(sparse MLA backend class of ``family`` or None, the class of the drafter's and the target's
+    full-attention layers: FLASH_ATTN on a GPU family, CPU_ATTN on vLLM's CPU platform)."""
+    from ..backends import CPU_FAMILY
+
+    if family == CPU_FAMILY:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+        return None, CPUAttentionBackend
     from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
     from vllm.v1.attention.backends.mla import flashinfer_mla_sparse as fims
     from vllm.v1.attention.backends.mla.flashinfer_mla_sparse_sm90 import (

@@ -29,6 +29,15 @@ from .serving_platform import serving_platform
 from .vllm_config import build_vllm_config
 
 
+def planning(inputs: GeometryInputs):
+    """The imported vLLM's planning module (``get_kv_cache_groups``, ``get_kv_cache_config_from_groups``,
+    ``_get_kv_cache_bytes_per_block``, ``is_kv_cache_spec_uniform``): where the gate input's release keeps
+    it (``VllmRelease.planning_module``), the one place the oracle branches on the release."""
+    import importlib
+
+    return importlib.import_module(inputs.vllm.planning_module)
+
+
 def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
     """The vLLM config, with the layers in its forward context."""
     cfg, hf = build_vllm_config(inputs, with_drafter, num_spec)
@@ -42,10 +51,10 @@ def _error(exc: BaseException) -> str:
 
 def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Plan:
     from vllm.config import set_current_vllm_config
-    from vllm.v1.core import kv_cache_planning as P
     from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
 
+    P = planning(inputs)
     with serving_platform(inputs.capability_family) as platform:
         try:
             cfg = _build(inputs, with_drafter, num_spec)
@@ -83,9 +92,9 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Plan:
                         layer_specs[0].block_size,
                         sum(s.page_size_bytes for s in layer_specs),
                         (
-                            any(s.is_draft for s in layer_specs)
+                            any(_is_draft(s) for s in layer_specs)
                             if isinstance(gs, UniformTypeKVCacheSpecs)
-                            else gs.is_draft
+                            else _is_draft(gs)
                         ),
                     )
                 )
@@ -95,13 +104,13 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Plan:
                 block_size,
                 cache.mamba_page_size_padded,
                 layout.name,
-                _path(groups, specs, layout),
+                _path(P, groups, specs, layout),
                 rows,
                 tuple(grows),
                 bpb,
                 kvc.num_blocks,
                 kvc.num_blocks * t_rows[0].block_size,
-                t_rows[0].real_page_bytes,
+                specs[t_rows[0].name].real_page_size_bytes,  # at the platform's block, before unify
                 prefix_cache=prefix,
             )
         except (AssertionError, ValueError, NotImplementedError) as exc:
@@ -118,6 +127,11 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Plan:
                 None,
                 error=_error(exc),
             )
+
+
+def _is_draft(spec) -> bool:
+    """The spec's draft tag (``KVCacheSpec.is_draft``; a release whose specs carry none tags nothing)."""
+    return bool(getattr(spec, "is_draft", False))
 
 
 def _prefix_cache(cfg, kvc) -> PrefixCache:
@@ -163,8 +177,7 @@ def _resolve_layout(cfg, specs):
     return resolve_kv_cache_layout(cfg, [names], specs.values())
 
 
-def _path(groups, specs, layout) -> str:
-    from vllm.v1.core import kv_cache_planning as P
+def _path(P, groups, specs, layout) -> str:
     from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
 
     if P.is_kv_cache_spec_uniform(specs):
@@ -249,10 +262,10 @@ def scheduler_kv_cache_config(inputs: GeometryInputs, with_drafter: bool, num_sp
     block size, the specs, the groups, the pool for the KV memory. Call it inside ``serving_platform``."""
     from vllm.config import set_current_vllm_config
     from vllm.platforms import current_platform
-    from vllm.v1.core import kv_cache_planning as P
     from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
 
+    P = planning(inputs)
     cfg = _build(inputs, with_drafter, num_spec)
     with model_registry_fallback():
         type(current_platform).update_block_size_for_backend(cfg)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import types
 from typing import Any, Mapping
 
+from ..backends import CPU_FAMILY
 from ..inputs import GeometryInputs
 from .architecture import OracleArchitecture
 from .architectures import ORACLE_ARCHITECTURES
@@ -28,6 +29,17 @@ def _hf_config(arch: OracleArchitecture, text: Mapping[str, Any]):
         return cls(**tc)
     except Exception as exc:  # noqa: BLE001 - transformers' validation errors share no base but Exception
         raise ValueError(f"{cls.__name__} refuses the target config: {' '.join(str(exc).split())}") from exc
+
+
+def _bind_speculative_methods(spec_cfg) -> None:
+    """``SpeculativeConfig``'s own predicates on the stand-in (the planner of 0.32.0 asks
+    ``use_eagle()`` / ``use_eagle_block_drop()`` to annotate the drafter's groups), as the class has them."""
+    from vllm.config import SpeculativeConfig
+
+    for name in ("use_eagle", "use_eagle_block_drop", "use_dflash"):
+        method = getattr(SpeculativeConfig, name, None)
+        if method is not None:
+            setattr(spec_cfg, name, types.MethodType(method, spec_cfg))
 
 
 def build_vllm_config(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
@@ -74,8 +86,18 @@ def build_vllm_config(inputs: GeometryInputs, with_drafter: bool, num_spec: int)
             attention_backend=inputs.drafter_attention_backend,
             draft_model_config=None,
             parallel_drafting=True,
+            disable_eagle_block_drop=False,
         )  # DFlash drafts all positions in one pass
+        _bind_speculative_methods(spec_cfg)
     cfg.speculative_config = spec_cfg
+    if inputs.capability_family == CPU_FAMILY:
+        # VllmConfig.__post_init__ runs the platform's config hook on the whole config; CpuPlatform's
+        # sets the CPU block (0.32.0: 128 without a block size), resets mamba_ssm_cache_dtype and turns
+        # async scheduling off. Run it again now that the model, cache and speculative configs are the
+        # input's.
+        from vllm.platforms import current_platform
+
+        type(current_platform).check_and_update_config(cfg)
 
     if arch.verify is not None:
         arch.verify(cfg)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ... import backends as B
 from ...inputs import GeometryInputs
 from ..architecture import OracleArchitecture
 from ..layer_objects import attention_layer, backend_classes
@@ -27,10 +26,6 @@ def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None
     from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
 
     _, backend = backend_classes(inputs.capability_family)
-    if inputs.capability_family == B.CPU_FAMILY:
-        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
-
-        backend = CPUAttentionBackend
     tp = inputs.tensor_parallel_size
     mc = cfg.model_config
     model_kv = cfg.cache_config.cache_dtype
