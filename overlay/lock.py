@@ -1,8 +1,9 @@
 """A patch series and its lock.
 
 A series directory holds ``series`` (the patch names in application order),
-the patches, and ``lock.json`` (written by ``refresh``: the package and version
-the series targets, the pristine and patched sha256 of every file it touches,
+the patches, ``distribution`` (the wheel it is made against: ``overlay.pristine``) and
+``lock.json`` (written by ``refresh``: the package directory, the distribution and version
+the series targets, where the pristine files came from, the pristine and patched sha256 of every file it touches,
 and each patch's sha256).
 """
 
@@ -66,7 +67,7 @@ def read_lock(series_dir) -> dict:
         raise OverlayError(f"{path}: missing; run overlay/refresh.py") from None
     except ValueError as exc:
         raise OverlayError(f"{path}: not valid JSON ({exc})") from None
-    for key in ("package", "version", "files", "patches"):
+    for key in ("package", "distribution", "version", "source", "files", "patches"):
         if key not in lock:
             raise OverlayError(f"{path}: no {key!r} entry")
     return lock

