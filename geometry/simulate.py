@@ -96,6 +96,12 @@ def _apply_overlay(model: Model, specs: dict[str, KVCacheSpec], notes: list[str]
     return out
 
 
+def _draft_tagged(inputs: GeometryInputs) -> bool:
+    """Whether a drafter layer's spec carries vLLM's ``is_draft`` tag: the release's own, or the patch
+    series' (every series sets it where the release does not: OVERLAY_CONTRACT.md)."""
+    return inputs.vllm.spec_draft_tag or inputs.vllm_behaviour == "overlay"
+
+
 def _target_attention_page(model: Model, specs: dict[str, KVCacheSpec]) -> int | None:
     """The real page of the target's first attention layer (MLA latent or full attention) at the
     block the platform fixed, before grouping: the page a drafter layer must equal. Unify may grow
@@ -147,7 +153,7 @@ def _plan(
             layout,
             path,
             rows,
-            _group_rows(model, path, groups, _state_blocks(model, inputs, num_spec), inputs.vllm.spec_draft_tag),
+            _group_rows(model, path, groups, _state_blocks(model, inputs, num_spec), _draft_tagged(inputs)),
             bpb,
             num_blocks,
             num_blocks * t_block,
