@@ -54,7 +54,8 @@ def installed_version(pkg_dir: Path, distribution: str) -> tuple:
         )
     if len(metas) > 1:
         raise OverlayError(
-            f"{site}: several {distribution} distributions installed: " + ", ".join(str(m.parent.name) for _, m in metas)
+            f"{site}: several {distribution} distributions installed: "
+            + ", ".join(str(m.parent.name) for _, m in metas)
         )
     return metas[0]
 

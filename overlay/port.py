@@ -224,8 +224,7 @@ def write_series(src: Path, dest: Path, tree: Path, distribution: str, texts: di
         for name, data in texts.items():
             (stage / name).write_bytes(data)
         (stage / DISTRIBUTION_FILE).write_text(
-            "# The PyPI wheel this series is made against (overlay/pristine.py): NAME==VERSION.\n"
-            f"{distribution}\n",
+            f"# The PyPI wheel this series is made against (overlay/pristine.py): NAME==VERSION.\n{distribution}\n",
             encoding="utf-8",
         )
         lock = compute_lock(stage, tree)
