@@ -51,18 +51,18 @@ def api_key(var: Optional[str]) -> Optional[str]:
     return value
 
 
-def prepare_out_dir(out_dir: Optional[Path]) -> None:
-    """--out made when missing (with its parents); one that exists must be a writable directory."""
+def check_out_dir(out_dir: Optional[Path]) -> None:
+    """Before anything is measured: --out is a writable directory, or one that can be made (its nearest existing
+    ancestor a writable directory); it is made when the result is written."""
     if out_dir is None:
         return
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise OutputError(f"--out {out_dir}: not a directory") from None
-    except OSError as exc:
-        raise OutputError(f"--out {out_dir}: cannot create it ({exc.strerror})") from None
-    if not os.access(out_dir, os.W_OK):
-        raise OutputError(f"--out {out_dir}: not writable")
+    existing = out_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OutputError(f"--out {out_dir}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK):
+        raise OutputError(f"--out {out_dir}: {existing} is not writable")
 
 
 def run_qualify(
@@ -84,7 +84,7 @@ def run_qualify(
 ) -> tuple[Qualification, str, list[Path]]:
     key = api_key(api_key_env)
     target = target_of(recipe_path, model, allow_degenerate, stock, server_log)
-    prepare_out_dir(out_dir)
+    check_out_dir(out_dir)
     settings = measure.Settings(
         max_tokens=max_tokens, warmup=warmup, runs=runs, ready_timeout_s=ready_timeout, prefix_blocks=prefix_blocks
     )
@@ -94,6 +94,7 @@ def run_qualify(
     if out_dir is not None:
         from stackbuild.core.atomic import replace_text
 
+        out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / report.JSON_NAME
         replace_text(path, json.dumps(result.to_json(), indent=2, sort_keys=True) + "\n")
         written += [path, report.figure(result, out_dir / report.FIGURE_NAME)]
