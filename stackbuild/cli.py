@@ -15,8 +15,8 @@ Run as ``python build.py COMMAND`` from the checkout::
                                                    # the image's start-time check, here
     python build.py pin --recipe R --models-dir DIR     # write the mounted snapshots' commits and config sha256s into R
     python build.py verify   IMAGE@DIGEST --recipe R            # labels, SBOM, provenance, gate; lists qualifications
-    python build.py qualify  --url URL [--recipe R] [--baseline-url URL] [--json] [--out DIR]
-                             [--attach IMAGE@DIGEST]
+    python build.py qualify  --url URL [--recipe R] [--stock] [--server-log FILE|-] [--baseline-url URL]
+                             [--json] [--out DIR] [--attach IMAGE@DIGEST]
 """
 
 from __future__ import annotations
@@ -756,21 +756,28 @@ def qualification_lines(result: dict) -> list[str]:
 
 @cli.command()
 @click.option("--url", required=True, help="The running vLLM OpenAI server (e.g. http://127.0.0.1:8000).")
+@recipe_option
 @click.option(
-    "--recipe",
-    "recipe_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="The recipe the server runs: its served model name, its gate's prefix-cache alignment and its "
-    "qualify.min_* expectations (default: none; what the server reports).",
+    "--model",
+    help="Model name to request (default: the recipe's serving.served_model_name, or the one the server lists).",
 )
 @click.option(
-    "--model", help="Model name to request (default: the recipe's served_model_name, or the one the server lists)."
+    "--stock",
+    is_flag=True,
+    help="The server runs stock vLLM (no overlay): hold its KV cache to the gate's stock figures "
+    "(default: the overlay, which every image `build.py build` makes applies).",
+)
+@click.option(
+    "--server-log",
+    metavar="FILE",
+    help="The server's log (`-`: standard input, e.g. `docker compose logs vllm | ... --server-log -`): its "
+    "`kv cache group sizes` and `KV cache size: N tokens` are held to the gate's too.",
 )
 @click.option(
     "--api-key-env",
     metavar="VAR",
-    help="Environment variable holding the server's API key (never on the command line).",
+    help="Environment variable holding the server's API key (never on the command line; default: VLLM_API_KEY "
+    "when it is set, as the compose env file names it; else no key).",
 )
 @click.option("--baseline-url", help="The same model served without speculation, for the speed-up.")
 @click.option(
@@ -778,7 +785,7 @@ def qualification_lines(result: dict) -> list[str]:
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Existing directory for qualify.json and the figure qualify.png.",
+    help="Directory for qualify.json and the figure qualify.png (made when missing).",
 )
 @click.option(
     "--max-tokens", type=click.IntRange(1, 1 << 16), default=256, show_default=True, help="Output tokens per request."
@@ -816,6 +823,8 @@ def qualify(
     url,
     recipe_path,
     model,
+    stock,
+    server_log,
     api_key_env,
     baseline_url,
     out_dir,
@@ -828,11 +837,13 @@ def qualify(
     attach_to,
     as_json,
 ):
-    """Measure a running deployment as the published numbers were measured: readiness, decode
-    throughput, speculative decoding and prefix caching from /metrics, output sanity.
+    """Measure a running deployment as the published numbers were measured: its KV cache against the
+    gate's, readiness, end-to-end output tok/s (stream false) and TTFT/TPOT/ITL (streamed), speculative
+    decoding and prefix caching from /metrics, output sanity.
 
-    Exit 0 when everything holds, 24 when the deployment misbehaves, 25 when a figure is below
-    the recipe's qualify.min_* expectations (20-23: the server cannot be measured). With --attach,
+    Exit 0 when everything holds, 30 when the server's KV cache is not the gate's for the recipe, 24
+    when the deployment misbehaves, 25 when a figure is below the recipe's qualify.min_* expectations
+    (20-23: the server cannot be measured). With --attach,
     the image's manifest is looked up before anything is measured (2: not a digest reference;
     7-9: the registry), and the record is attached whatever the verdict."""
     from stackbuild.serve.qualify.cli_support import run_qualify
@@ -847,6 +858,8 @@ def qualify(
         url=url,
         recipe_path=recipe_path,
         model=model,
+        stock=stock,
+        server_log=server_log,
         api_key_env=api_key_env,
         baseline_url=baseline_url,
         out_dir=out_dir,

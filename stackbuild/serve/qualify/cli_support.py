@@ -7,23 +7,29 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from stackbuild.core.errors import UsageError
+from stackbuild.core.errors import OutputError, UsageError
 from stackbuild.core.recipe import load_recipe
-from stackbuild.serve.qualify import measure, report
+from stackbuild.serve.qualify import allocation, measure, report
+from stackbuild.serve.qualify import server_log as server_log_mod
 from stackbuild.serve.qualify.client import Server
 from stackbuild.serve.qualify.result import Qualification
 from stackbuild.serve.qualify.run import Target, qualify
 
+# The variable the generated compose env file and vLLM's --api-key read (docs/serving.md).
+DEFAULT_API_KEY_ENV = "VLLM_API_KEY"
 
-def target_of(recipe_path: Optional[Path], model: Optional[str], allow_degenerate: bool) -> Target:
-    if recipe_path is None:
-        return Target(model=model, allow_degenerate=allow_degenerate)
+
+def target_of(recipe_path: Path, model: Optional[str], allow_degenerate: bool, stock: bool, server_log) -> Target:
+    """The recipe's facts and the gate's prediction (stock vLLM with ``stock``, else the recipe's overlay)."""
     from stackbuild.core.gate import recipe_geometry
 
     recipe = load_recipe(recipe_path)
-    cache = recipe_geometry(recipe).report.with_drafter.prefix_cache
+    run = recipe_geometry(recipe, vllm_behaviour="stock" if stock else "overlay")
+    cache = run.report.with_drafter.prefix_cache
     return Target(
         recipe=str(recipe.path),
+        predicted=allocation.predict(recipe, run),
+        server_log=server_log_mod.read(server_log) if server_log is not None else None,
         model=model or recipe.serving.served_model_name,
         speculation=recipe.serving.num_speculative_tokens > 0,
         prefix_caching=bool(cache and cache.can_hit),
@@ -35,8 +41,10 @@ def target_of(recipe_path: Optional[Path], model: Optional[str], allow_degenerat
 
 
 def api_key(var: Optional[str]) -> Optional[str]:
+    """The key in ``var``; with no --api-key-env, VLLM_API_KEY's, or none when it is unset (a server without a
+    key). A variable named with --api-key-env must be set."""
     if var is None:
-        return None
+        return os.environ.get(DEFAULT_API_KEY_ENV) or None
     value = os.environ.get(var)
     if not value:
         raise UsageError(f"--api-key-env {var}: the environment variable is not set or empty")
@@ -44,12 +52,17 @@ def api_key(var: Optional[str]) -> Optional[str]:
 
 
 def check_out_dir(out_dir: Optional[Path]) -> None:
-    from stackbuild.core.errors import OutputError
-
-    if out_dir is not None and not out_dir.is_dir():
-        raise OutputError(f"--out {out_dir}: not an existing directory")
-    if out_dir is not None and not os.access(out_dir, os.W_OK):
-        raise OutputError(f"--out {out_dir}: not writable")
+    """Before anything is measured: --out is a writable directory, or one that can be made (its nearest existing
+    ancestor a writable directory); it is made when the result is written."""
+    if out_dir is None:
+        return
+    existing = out_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OutputError(f"--out {out_dir}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK):
+        raise OutputError(f"--out {out_dir}: {existing} is not writable")
 
 
 def run_qualify(
@@ -57,6 +70,8 @@ def run_qualify(
     url,
     recipe_path,
     model,
+    stock,
+    server_log,
     api_key_env,
     baseline_url,
     out_dir,
@@ -67,9 +82,9 @@ def run_qualify(
     prefix_blocks,
     allow_degenerate,
 ) -> tuple[Qualification, str, list[Path]]:
-    check_out_dir(out_dir)
     key = api_key(api_key_env)
-    target = target_of(recipe_path, model, allow_degenerate)
+    target = target_of(recipe_path, model, allow_degenerate, stock, server_log)
+    check_out_dir(out_dir)
     settings = measure.Settings(
         max_tokens=max_tokens, warmup=warmup, runs=runs, ready_timeout_s=ready_timeout, prefix_blocks=prefix_blocks
     )
@@ -79,6 +94,7 @@ def run_qualify(
     if out_dir is not None:
         from stackbuild.core.atomic import replace_text
 
+        out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / report.JSON_NAME
         replace_text(path, json.dumps(result.to_json(), indent=2, sort_keys=True) + "\n")
         written += [path, report.figure(result, out_dir / report.FIGURE_NAME)]

@@ -32,11 +32,23 @@ class Completion:
 
 @dataclass(frozen=True)
 class Streamed:
-    """One streamed generation: the time to its first token, its text, the wall time."""
+    """One streamed generation, timed as vLLM's benchmark times it (lib/endpoint_request_func.py): the
+    time to the first chunk that carries a token, the gaps between token chunks, and the latency to the
+    last token chunk; the tokens are the server's usage chunk's (stream_options.include_usage)."""
 
-    ttft_s: float
+    ttft_s: Optional[float]  # None: no chunk carried a token although usage counts some
+    itl_s: tuple[float, ...]
+    latency_s: float
+    prompt_tokens: int
+    completion_tokens: int
     text: str
-    seconds: float
+
+    @property
+    def tpot_s(self) -> Optional[float]:
+        """(latency - TTFT) / (output tokens - 1): vLLM's TPOT (None for one token or no TTFT)."""
+        if self.ttft_s is None or self.completion_tokens <= 1:
+            return None
+        return (self.latency_s - self.ttft_s) / (self.completion_tokens - 1)
 
 
 class Server:
@@ -141,7 +153,7 @@ class Server:
         return list(self._json(response, "/tokenize")["tokens"])
 
     def chat(self, model: str, prompt: str, max_tokens: int) -> Completion:
-        """A non-streamed chat generation at temperature 0, thinking off where the template has the switch."""
+        """A non-streamed chat generation of exactly ``max_tokens`` tokens (_chat_body), timed request to answer."""
         body = _chat_body(model, prompt, max_tokens, stream=False)
         start = time.perf_counter()
         response = self._request("POST", "/v1/chat/completions", json=body)
@@ -171,29 +183,48 @@ class Server:
         )
 
     def stream_chat(self, model: str, prompt: str, max_tokens: int, *, retry: bool = False) -> Streamed:
-        """A streamed chat generation; the time to the first chunk that carries text."""
+        """A streamed chat generation of exactly ``max_tokens`` tokens, with the usage chunk; with ``retry``,
+        one whose usage counts no token is Retryable (the readiness check)."""
         body = _chat_body(model, prompt, max_tokens, stream=True)
         start = time.perf_counter()
         response = self._request("POST", "/v1/chat/completions", json=body, stream=True, retry=retry)
+        ttft, itl, last, parts, usage = None, [], start, [], None
         with response:
             if response.status_code != 200:
                 self._generation(response, "/v1/chat/completions", model, retry=retry)
-            ttft, parts = None, []
             try:
-                for delta in _sse_deltas(response):
-                    if delta and ttft is None:
-                        ttft = time.perf_counter() - start
-                    parts.append(delta)
+                for chunk in _sse_chunks(response):
+                    now = time.perf_counter()
+                    choices = chunk.get("choices") or ()
+                    if choices and _carries_token(choices[0]):
+                        if ttft is None:
+                            ttft = now - start
+                        else:
+                            itl.append(now - last)
+                        last = now  # only token chunks advance the end (the usage chunk carries none)
+                        parts.append((choices[0].get("delta") or {}).get("content") or "")
+                    elif isinstance(chunk.get("usage"), dict):
+                        usage = chunk["usage"]
             except requests.exceptions.RequestException as exc:
                 if retry:
                     raise Retryable(f"{self.role} {self.url}: the stream broke ({_reason(exc)})") from None
                 raise ServerUnreachable(f"{self.role} {self.url}: the stream broke ({_reason(exc)})") from None
-        seconds = time.perf_counter() - start
-        if ttft is None:
-            if retry:
-                raise Retryable(f"{self.role} {self.url}: a streamed generation ended without a token")
-            ttft = seconds
-        return Streamed(ttft_s=ttft, text="".join(parts), seconds=seconds)
+        if usage is None:
+            raise NotVllmServer(
+                f"{self.role} {self.url}/v1/chat/completions: a streamed generation sent no usage chunk "
+                "(stream_options.include_usage): not a vLLM OpenAI server"
+            )
+        tokens = int(usage.get("completion_tokens") or 0)
+        if tokens == 0 and retry:
+            raise Retryable(f"{self.role} {self.url}: a streamed generation ended with usage.completion_tokens 0")
+        return Streamed(
+            ttft_s=ttft,
+            itl_s=tuple(itl),
+            latency_s=(last - start) if ttft is not None else time.perf_counter() - start,
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=tokens,
+            text="".join(parts),
+        )
 
     def _generation(self, response: requests.Response, path: str, model: str, *, retry: bool = False) -> dict:
         if response.status_code == 404 and "model" in response.text.lower():
@@ -211,10 +242,14 @@ class Server:
 
 
 def _chat_body(model: str, prompt: str, max_tokens: int, *, stream: bool) -> dict:
+    """A chat request of exactly ``max_tokens`` output tokens at temperature 0 (ignore_eos and min_tokens, as
+    vLLM's benchmark fixes its run lengths), thinking off where the template has the switch."""
     body = {
         "model": model,
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
+        "min_tokens": max_tokens,
+        "ignore_eos": True,
         "temperature": 0,
         "stream": stream,
         # thinking off: GLM's (and Qwen3's) chat templates read this switch; others ignore it
@@ -225,8 +260,8 @@ def _chat_body(model: str, prompt: str, max_tokens: int, *, stream: bool) -> dic
     return body
 
 
-def _sse_deltas(response: requests.Response) -> Iterator[str]:
-    """The text of each server-sent chunk of a streamed chat generation."""
+def _sse_chunks(response: requests.Response) -> Iterator[dict]:
+    """Each server-sent JSON chunk of a streamed generation (comments and [DONE] skipped)."""
     for line in response.iter_lines():
         if not line or not line.startswith(b"data:"):
             continue
@@ -237,8 +272,19 @@ def _sse_deltas(response: requests.Response) -> Iterator[str]:
             chunk = json.loads(payload)
         except ValueError:
             continue
-        for choice in chunk.get("choices") or ():
-            yield (choice.get("delta") or {}).get("content") or ""
+        if isinstance(chunk, dict):
+            yield chunk
+
+
+def _carries_token(choice: dict) -> bool:
+    """vLLM's benchmark's test (``_choice_has_streamed_output``): a delta with content, reasoning or a tool call,
+    or an empty content without a role (a token that decodes to nothing; the opening chunk carries the role)."""
+    delta = choice.get("delta")
+    if not isinstance(delta, dict):
+        return False
+    if delta.get("content") or delta.get("reasoning") or delta.get("tool_calls") or delta.get("function_call"):
+        return True
+    return delta.get("content") == "" and "role" not in delta
 
 
 def _reason(exc: Exception) -> str:

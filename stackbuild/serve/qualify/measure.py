@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from stackbuild.serve.qualify import metrics
-from stackbuild.serve.qualify.client import Server, wait_until
+from stackbuild.serve.qualify.client import Server, Streamed, wait_until
 from stackbuild.serve.qualify.prompts import PREFIX_WORDS, PROMPTS
-from stackbuild.serve.qualify.result import ClassThroughput, PrefixCacheProbe, SpecDecode, Throughput
+from stackbuild.serve.qualify.result import ClassThroughput, Latency, PrefixCacheProbe, SpecDecode, Throughput
 from stackbuild.serve.qualify.sanity import OutputCheck, check
+
+# The readiness check's output length.
+READINESS_TOKENS = 4
 
 
 @dataclass(frozen=True)
 class Settings:
-    max_tokens: int = 256
+    max_tokens: int = 256  # every run's output length (max_tokens = min_tokens, ignore_eos)
     warmup: int = 1
     runs: int = 3
     ready_timeout_s: float = 300.0
@@ -28,10 +31,11 @@ def snapshot(server: Server) -> metrics.Snapshot:
 
 
 def ready(server: Server, model: str, settings: Settings) -> float:
-    """Seconds until a streamed generation's first token (retried until the readiness timeout)."""
+    """Seconds until a streamed generation's usage counts a token (retried until the readiness timeout). Tokens,
+    not text: dummy weights can generate tokens that detokenize to nothing, from a server that is ready."""
     start = time.monotonic()
     deadline = start + settings.ready_timeout_s
-    wait_until(deadline, lambda: server.stream_chat(model, "Say hello.", 4, retry=True))
+    wait_until(deadline, lambda: server.stream_chat(model, "Say hello.", READINESS_TOKENS, retry=True))
     return time.monotonic() - start
 
 
@@ -41,28 +45,64 @@ def warm_up(server: Server, model: str, settings: Settings) -> None:
             server.chat(model, prompt, settings.max_tokens)
 
 
+def latency(samples_s: list[float]) -> Latency:
+    """Mean, median and p99 in milliseconds, as vLLM's benchmark computes them (numpy)."""
+    import numpy as np
+
+    if not samples_s:
+        return Latency(samples=0, mean_ms=None, median_ms=None, p99_ms=None)
+    ms = np.array(samples_s) * 1000
+    return Latency(
+        samples=len(samples_s),
+        mean_ms=round(float(np.mean(ms)), 3),
+        median_ms=round(float(np.median(ms)), 3),
+        p99_ms=round(float(np.percentile(ms, 99)), 3),
+    )
+
+
+@dataclass
+class _Streams:
+    ttft: list = field(default_factory=list)
+    tpot: list = field(default_factory=list)
+    itl: list = field(default_factory=list)
+
+    def add(self, s: Streamed) -> None:
+        if s.ttft_s is not None:
+            self.ttft.append(s.ttft_s)
+        if s.tpot_s is not None:
+            self.tpot.append(s.tpot_s)
+        self.itl.extend(s.itl_s)
+
+
 def throughput(
     server: Server, model: str, settings: Settings, readiness_s: float, configured: bool, outputs: list[OutputCheck]
 ) -> Throughput:
-    """``runs`` non-streamed generations of every prompt per class (after warm_up); one streamed run for TTFT."""
-    classes = []
+    """Per prompt class, ``runs`` non-streamed generations of every prompt (end-to-end output tok/s) and
+    ``runs`` streamed ones (TTFT, TPOT, ITL), after warm_up; every count is the server's usage."""
+    classes, everything = [], _Streams()
     for name, prompts in PROMPTS.items():
-        tokens, seconds = 0, 0.0
+        tokens, seconds, streams = 0, 0.0, _Streams()
         for prompt in prompts:
             for _ in range(settings.runs):
                 done = server.chat(model, prompt, settings.max_tokens)
                 tokens += done.completion_tokens
                 seconds += done.seconds
-            outputs.append(check(name, done.text))
-        streamed = server.stream_chat(model, prompts[0], settings.max_tokens)
+            outputs.append(check(name, done.text, done.completion_tokens))
+            for _ in range(settings.runs):
+                streamed = server.stream_chat(model, prompt, settings.max_tokens)
+                streams.add(streamed)
+                everything.add(streamed)
         classes.append(
             ClassThroughput(
                 prompt_class=name,
                 runs=settings.runs * len(prompts),
                 output_tokens=tokens,
                 seconds=round(seconds, 4),
-                tokens_per_s=_rate(tokens, seconds),
-                ttft_s=round(streamed.ttft_s, 4),
+                e2e_output_tokens_per_s=_rate(tokens, seconds),
+                streamed_runs=settings.runs * len(prompts),
+                ttft=latency(streams.ttft),
+                tpot=latency(streams.tpot),
+                itl=latency(streams.itl),
             )
         )
     all_tokens = sum(c.output_tokens for c in classes)
@@ -71,8 +111,12 @@ def throughput(
         url=server.url,
         model=model,
         readiness_s=round(readiness_s, 3),
+        run_tokens=settings.max_tokens,
         classes=tuple(classes),
-        tokens_per_s=_rate(all_tokens, all_seconds),
+        e2e_output_tokens_per_s=_rate(all_tokens, all_seconds),
+        ttft=latency(everything.ttft),
+        tpot=latency(everything.tpot),
+        itl=latency(everything.itl),
         speculation_configured=configured,
     )
 

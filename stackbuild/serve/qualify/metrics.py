@@ -23,10 +23,14 @@ CACHE_CONFIG = "vllm:cache_config_info"
 @dataclass(frozen=True)
 class Snapshot:
     """The counters of one /metrics scrape, summed over engines: ``(family, position or None) -> value``;
-    and the labels of vllm:cache_config_info."""
+    and the labels of vllm:cache_config_info, one mapping per engine."""
 
     counters: Mapping[tuple[str, Optional[str]], float]
-    cache_config: Mapping[str, str]
+    cache_configs: tuple[Mapping[str, str], ...]
+
+    @property
+    def cache_config(self) -> Mapping[str, str]:
+        return self.cache_configs[0] if self.cache_configs else MappingProxyType({})
 
     @property
     def speculation_configured(self) -> bool:
@@ -49,15 +53,14 @@ class Snapshot:
 def parse(text: str, where: str) -> Snapshot:
     """A snapshot of a /metrics page; a page without vLLM's counters is NotVllmServer."""
     counters: dict[tuple[str, Optional[str]], float] = {}
-    cache_config: dict[str, str] = {}
+    cache_configs: list[Mapping[str, str]] = []
     try:
         families = list(text_string_to_metric_families(text))
     except (ValueError, TypeError, IndexError) as exc:
         raise NotVllmServer(f"{where}: not Prometheus text ({str(exc)[:120]}): not a vLLM server") from None
     for family in families:
         if family.name == CACHE_CONFIG:
-            for sample in family.samples:
-                cache_config.update(sample.labels)
+            cache_configs += [MappingProxyType(dict(sample.labels)) for sample in family.samples]
             continue
         if family.type != "counter" or not family.name.startswith("vllm:"):
             continue
@@ -70,7 +73,7 @@ def parse(text: str, where: str) -> Snapshot:
         raise NotVllmServer(
             f"{where}: no {GENERATION_TOKENS}_total counter: not a vLLM server (qualify reads its /metrics)"
         )
-    return Snapshot(counters=MappingProxyType(counters), cache_config=MappingProxyType(cache_config))
+    return Snapshot(counters=MappingProxyType(counters), cache_configs=tuple(cache_configs))
 
 
 def delta(before: Snapshot, after: Snapshot, family: str, position: Optional[str] = None) -> int:

@@ -32,9 +32,11 @@ def qualification_record(
         }
     )
     spec = result.spec_decode
-    findings = list(result.failures) + [
-        f"{e.key}: measured {e.measured}, expected at least {e.minimum}" for e in result.expectations if not e.met
-    ]
+    findings = (
+        list(result.kv_cache.differences)
+        + list(result.failures)
+        + [f"{e.key}: measured {e.measured}, expected at least {e.minimum}" for e in result.expectations if not e.met]
+    )
     return QualificationRecord(
         repository=reference.repository,
         digest=reference.digest,
@@ -47,7 +49,7 @@ def qualification_record(
         recipe_sha256=recipe.file_sha256 if recipe else None,
         hardware=hardware,
         served_flags=tuple(serve_argv(recipe)) if recipe else (),
-        decode_tokens_per_s=result.served.tokens_per_s,
+        decode_tokens_per_s=result.served.e2e_output_tokens_per_s,
         speculation_configured=spec.configured,
         acceptance_rate=spec.acceptance_rate,
         mean_accepted_length=spec.mean_accepted_length,

@@ -4,27 +4,57 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stackbuild.serve.qualify.result import Qualification, Throughput
+from stackbuild.serve.qualify.result import KvCacheCheck, Latency, Qualification, Throughput
 
 FIGURE_NAME = "qualify.png"
 JSON_NAME = "qualify.json"
 
 
+def _ms(value) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+def _latency(name: str, lat: Latency) -> str:
+    return f"{name} {_ms(lat.mean_ms)}/{_ms(lat.median_ms)}/{_ms(lat.p99_ms)} ms"
+
+
 def _throughput_lines(label: str, t: Throughput) -> list[str]:
     lines = [
-        f"{label}: {t.url} ({t.model}), ready in {t.readiness_s:.1f} s, "
-        f"speculation {'on' if t.speculation_configured else 'off'}, {t.tokens_per_s:.1f} tok/s overall"
+        f"{label}: {t.url} ({t.model}), ready in {t.readiness_s:.1f} s, speculation "
+        f"{'on' if t.speculation_configured else 'off'}, {t.e2e_output_tokens_per_s:.1f} output tok/s end-to-end "
+        f"(stream false, {t.run_tokens} tokens a run); streamed mean/median/p99: "
+        f"{_latency('TTFT', t.ttft)}, {_latency('TPOT', t.tpot)}, {_latency('ITL', t.itl)}"
     ]
     for c in t.classes:
         lines.append(
-            f"  {c.prompt_class:<8} {c.tokens_per_s:>9.1f} tok/s  {c.output_tokens:>6} tokens in "
-            f"{c.runs} runs  TTFT {c.ttft_s * 1000:.0f} ms"
+            f"  {c.prompt_class:<8} {c.e2e_output_tokens_per_s:>9.1f} tok/s  {c.output_tokens:>6} tokens in "
+            f"{c.runs} runs  TTFT {_ms(c.ttft.mean_ms)} ms  TPOT {_ms(c.tpot.mean_ms)} ms  ITL {_ms(c.itl.mean_ms)} ms"
         )
     return lines
 
 
+def _kv_lines(kv: KvCacheCheck) -> list[str]:
+    lines = [f"KV cache against the gate ({kv.recipe}, vLLM {kv.gate_vllm_version} {kv.behaviour}):"]
+    for f in kv.figures:
+        lines.append(
+            f"  {f.name:<18} served {_n(f.served):>12}  gate {_n(f.predicted):>12}  "
+            f"{'same' if f.matches else 'DIFFERS'}  ({f.source})"
+        )
+    if kv.server_log is None:
+        lines.append("  (no --server-log: the log's group sizes and KV cache tokens not checked)")
+    return lines
+
+
+def _n(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (list, tuple)):
+        return "(" + ", ".join(str(v) for v in value) + ")"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
 def table(result: Qualification) -> str:
-    lines = _throughput_lines("served", result.served)
+    lines = _kv_lines(result.kv_cache) + _throughput_lines("served", result.served)
     if result.baseline:
         lines += _throughput_lines("baseline", result.baseline)
         lines.append(f"speed-up: {result.speedup}x" if result.speedup else "speed-up: n/a")
@@ -57,19 +87,43 @@ def table(result: Qualification) -> str:
     for e in result.expectations:
         lines.append(f"expect {e.key} >= {e.minimum}: measured {e.measured} ({'met' if e.met else 'NOT met'})")
     lines += [f"warning: {w}" for w in result.warnings]
-    lines += [f"FAIL: {f}" for f in result.failures]
+    lines += [f"FAIL: {f}" for f in (*result.kv_cache.differences, *result.failures)]
     lines.append(f"verdict: {'pass' if result.passed else 'fail'}")
     return "\n".join(lines)
 
 
+def _kv_panel(ax, kv: KvCacheCheck) -> None:
+    """Served / gate per figure (1 = what the gate predicts), both numbers written on each bar."""
+    figures = [f for f in kv.figures if f.predicted is not None]
+    names, ratios, colours, notes = [], [], [], []
+    for f in figures:
+        served = sum(f.served) if isinstance(f.served, list) else f.served
+        predicted = sum(f.predicted) if isinstance(f.predicted, list) else f.predicted
+        names.append(f.name.replace("_", " "))
+        ratios.append(served / predicted if served is not None and predicted else 0.0)
+        colours.append("tab:green" if f.matches else "tab:red")
+        notes.append(f"served {_n(f.served)}\ngate {_n(f.predicted)}")
+    ax.bar(range(len(names)), ratios, color=colours)
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    for i, (ratio, note) in enumerate(zip(ratios, notes)):
+        ax.text(i, ratio / 2 if ratio else 0.05, note, ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=15, fontsize=8)
+    ax.set_ylim(0, max([1.2, *(r * 1.1 for r in ratios)]))
+    ax.set_ylabel("served / gate")
+    ax.set_title(f"KV cache: served vs gate ({kv.behaviour})")
+
+
 def figure(result: Qualification, path: Path) -> Path:
-    """Acceptance per draft position, and decode throughput per prompt class with and without speculation."""
+    """The KV cache served against the gate's, acceptance per draft position, and end-to-end output tok/s per
+    prompt class with and without speculation."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (kv_ax, left, right) = plt.subplots(1, 3, figsize=(16, 4.5))
+    _kv_panel(kv_ax, result.kv_cache)
     s = result.spec_decode
     if s.acceptance_per_position:
         left.bar(range(len(s.acceptance_per_position)), [r * 100 for r in s.acceptance_per_position], color="tab:blue")
@@ -90,7 +144,7 @@ def figure(result: Qualification, path: Path) -> Path:
     served_label = "with speculation" if result.served.speculation_configured else "served"
     right.bar(
         [i - shift for i in range(len(names))],
-        [c.tokens_per_s for c in result.served.classes],
+        [c.e2e_output_tokens_per_s for c in result.served.classes],
         width,
         label=served_label,
         color="tab:green",
@@ -98,15 +152,16 @@ def figure(result: Qualification, path: Path) -> Path:
     if result.baseline:
         right.bar(
             [i + shift for i in range(len(names))],
-            [c.tokens_per_s for c in result.baseline.classes],
+            [c.e2e_output_tokens_per_s for c in result.baseline.classes],
             width,
             label="baseline (without)",
             color="tab:gray",
         )
     right.set_xticks(range(len(names)))
     right.set_xticklabels(names)
-    right.set_ylabel("output tokens / s")
-    right.set_title("decode throughput (temperature 0, stream false)")
+    right.set_ylabel("output tokens / s (end-to-end)")
+    speedup = f", speed-up {result.speedup}x" if result.speedup else ""
+    right.set_title(f"output tok/s (temperature 0, stream false{speedup})")
     right.legend()
     fig.suptitle(f"{result.model} at {result.url}: {'pass' if result.passed else 'fail'}")
     fig.tight_layout()

@@ -8,19 +8,36 @@ from typing import Optional
 
 from stackbuild.serve.qualify.sanity import OutputCheck
 
-SCHEMA = "glm53.qualify/v1"
+# v2: latency as vLLM's benchmark names it (TTFT, TPOT, ITL from streamed runs; end-to-end output tok/s
+# from stream false), token counts from the server's usage, and the KV cache checked against the gate.
+SCHEMA = "glm53.qualify/v2"
+
+
+@dataclass(frozen=True)
+class Latency:
+    """One latency over the streamed runs, in milliseconds, as vLLM's benchmark (vllm/benchmarks/serve.py)
+    reports it: mean, median and 99th percentile (numpy's linear percentile); None without a sample."""
+
+    samples: int
+    mean_ms: Optional[float]
+    median_ms: Optional[float]
+    p99_ms: Optional[float]
 
 
 @dataclass(frozen=True)
 class ClassThroughput:
-    """Decode throughput of one prompt class: N non-streamed runs after the warm-up, and a streamed run's TTFT."""
+    """One prompt class: ``runs`` non-streamed generations (end-to-end output tok/s, the post's figure) and
+    ``streamed_runs`` streamed ones (TTFT, TPOT, ITL), each of exactly ``run_tokens`` output tokens."""
 
     prompt_class: str
     runs: int
-    output_tokens: int
-    seconds: float
-    tokens_per_s: float
-    ttft_s: float
+    output_tokens: int  # usage.completion_tokens summed over the non-streamed runs
+    seconds: float  # their wall time, request sent to answer read
+    e2e_output_tokens_per_s: float  # output_tokens / seconds (stream false)
+    streamed_runs: int
+    ttft: Latency  # request sent to the first chunk carrying a token
+    tpot: Latency  # (latency - TTFT) / (usage.completion_tokens - 1) per streamed run
+    itl: Latency  # between consecutive token chunks (a chunk may carry several tokens)
 
 
 @dataclass(frozen=True)
@@ -29,9 +46,13 @@ class Throughput:
 
     url: str
     model: str
-    readiness_s: float  # until the first streamed token of a real generation
+    readiness_s: float  # until a streamed generation reported usage.completion_tokens > 0
+    run_tokens: int  # every run's output length: max_tokens = min_tokens, ignore_eos
     classes: tuple[ClassThroughput, ...]
-    tokens_per_s: float  # all classes: output tokens / seconds
+    e2e_output_tokens_per_s: float  # all classes: output tokens / seconds (stream false)
+    ttft: Latency  # all classes' streamed runs
+    tpot: Latency
+    itl: Latency
     speculation_configured: bool
 
 
@@ -75,15 +96,40 @@ class Expectation:
 
 
 @dataclass(frozen=True)
+class KvFigure:
+    """One allocation figure: the gate's prediction and what the server reports (None: not reported)."""
+
+    name: str  # num_gpu_blocks | block_size | group_block_sizes | kv_cache_tokens
+    predicted: object  # int, or a list of ints for group_block_sizes
+    served: object
+    source: str  # "/metrics", or "--server-log FILE"
+    matches: bool
+
+
+@dataclass(frozen=True)
+class KvCacheCheck:
+    """The server's KV cache against the gate's for the recipe, on the vLLM behaviour named."""
+
+    recipe: str
+    behaviour: str  # "stock" | "overlay"
+    gate_vllm_version: str
+    server_log: Optional[str]
+    log_pool: Optional[str]  # the pool vLLM's log names: GPU, CPU, ...
+    figures: tuple[KvFigure, ...]
+    differences: tuple[str, ...]  # one line each, both numbers named
+
+
+@dataclass(frozen=True)
 class Qualification:
     schema: str
     url: str
     model: str
-    recipe: Optional[str]
+    recipe: str
     vllm_version: Optional[str]
+    kv_cache: KvCacheCheck
     served: Throughput
     baseline: Optional[Throughput]
-    speedup: Optional[float]  # served tok/s / baseline tok/s
+    speedup: Optional[float]  # served / baseline end-to-end output tok/s
     spec_decode: SpecDecode
     prefix_cache: PrefixCacheProbe
     outputs: tuple[OutputCheck, ...]
@@ -93,7 +139,7 @@ class Qualification:
 
     @property
     def passed(self) -> bool:
-        return not self.failures and all(e.met for e in self.expectations)
+        return not self.kv_cache.differences and not self.failures and all(e.met for e in self.expectations)
 
     def to_json(self) -> dict:
         data = dataclasses.asdict(self)

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from stackbuild.core.errors import BelowExpectation, QualifyFailed
-from stackbuild.serve.qualify import measure
+from stackbuild.core.errors import BelowExpectation, QualifyFailed, ServedKvCacheDiffers
+from stackbuild.serve.qualify import allocation, measure
 from stackbuild.serve.qualify.client import Server
 from stackbuild.serve.qualify.result import SCHEMA, Expectation, PrefixCacheProbe, Qualification, SpecDecode
 from stackbuild.serve.qualify.sanity import OutputCheck
+from stackbuild.serve.qualify.server_log import LoggedAllocation
 
 # Acceptance below this is "speculation on but doing nothing" (peer images' silent 0 %).
 NEAR_ZERO_ACCEPTANCE = 0.05
@@ -17,9 +18,11 @@ NEAR_ZERO_ACCEPTANCE = 0.05
 
 @dataclass(frozen=True)
 class Target:
-    """What qualify is told about the deployment: the recipe's facts, when a recipe is given."""
+    """What qualify is told about the deployment: the recipe's facts and the gate's prediction of its KV cache."""
 
-    recipe: Optional[str] = None
+    recipe: str
+    predicted: allocation.Predicted
+    server_log: Optional[LoggedAllocation] = None  # --server-log
     model: Optional[str] = None
     speculation: Optional[bool] = None  # None: what the server's /metrics say
     prefix_caching: Optional[bool] = None  # None: on when the server reports a block size
@@ -35,6 +38,7 @@ def qualify(
     model = server.pick_model(target.model, retry=False)
     measure.snapshot(server)  # a server without vLLM's counters is refused before any generation
     readiness = measure.ready(server, model, settings)
+    kv_cache = allocation.check(target.predicted, measure.snapshot(server).cache_configs, target.server_log)
     outputs: list[OutputCheck] = []
     measure.warm_up(server, model, settings)
     before = measure.snapshot(server)
@@ -58,15 +62,26 @@ def qualify(
         base = measure.throughput(
             baseline, base_model, settings, base_ready, measure.snapshot(baseline).speculation_configured, outputs
         )
-    speedup = round(served.tokens_per_s / base.tokens_per_s, 3) if base and base.tokens_per_s else None
+    speedup = (
+        round(served.e2e_output_tokens_per_s / base.e2e_output_tokens_per_s, 3)
+        if base and base.e2e_output_tokens_per_s
+        else None
+    )
     failures, warnings = _findings(spec, prefix, outputs, target.allow_degenerate)
-    expectations = _expectations(target, served.tokens_per_s, spec.acceptance_rate)
+    version = server.version()
+    if version and version != target.predicted.vllm_version:
+        warnings.append(
+            f"the server runs vLLM {version}; the gate models {target.predicted.vllm_version} "
+            f"(the recipe's base.vllm_version)"
+        )
+    expectations = _expectations(target, served.e2e_output_tokens_per_s, spec.acceptance_rate)
     return Qualification(
         schema=SCHEMA,
         url=server.url,
         model=model,
         recipe=target.recipe,
-        vllm_version=server.version(),
+        vllm_version=version,
+        kv_cache=kv_cache,
         served=served,
         baseline=base,
         speedup=speedup,
@@ -112,7 +127,10 @@ def _findings(
         )
     for out in outputs:
         if out.empty:
-            failures.append(f"output ({out.prompt_class} prompt) is empty")
+            line = f"output ({out.prompt_class} prompt): {out.completion_tokens} tokens decode to no text"
+            (warnings if allow_degenerate else failures).append(
+                line + (" (allowed: --allow-degenerate)" if allow_degenerate else "")
+            )
         if out.invalid_utf8:
             failures.append(f"output ({out.prompt_class} prompt) is not valid UTF-8: {out.sample!r}")
         if out.degenerate:
@@ -147,8 +165,20 @@ def _expectations(target: Target, tokens_per_s: float, acceptance: Optional[floa
 
 
 def raise_if_failed(result: Qualification) -> None:
-    """QualifyFailed (exit 24) for a misbehaving deployment;
-    BelowExpectation (exit 25) for figures below the recipe's."""
+    """ServedKvCacheDiffers (exit 30) for a KV cache other than the gate's, first; QualifyFailed (exit 24) for a
+    misbehaving deployment; BelowExpectation (exit 25) for figures below the recipe's."""
+    kv = result.kv_cache
+    if kv.differences:
+        more = len(result.failures) + sum(not e.met for e in result.expectations)
+        raise ServedKvCacheDiffers(
+            "\n".join(
+                [
+                    f"qualify {result.url}: the server's KV cache is not the gate's for {kv.recipe} "
+                    f"(vLLM behaviour {kv.behaviour})" + (f"; {more} more finding(s) in the table" if more else ""),
+                    *kv.differences,
+                ]
+            )
+        )
     if result.failures:
         raise QualifyFailed("\n".join([f"qualify {result.url}: {len(result.failures)} finding(s)", *result.failures]))
     missed = [e for e in result.expectations if not e.met]

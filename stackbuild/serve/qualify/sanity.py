@@ -16,8 +16,9 @@ class OutputCheck:
     """One generation's checks."""
 
     prompt_class: str
+    completion_tokens: int  # the server's usage
     characters: int
-    empty: bool
+    empty: bool  # tokens generated, no text (dummy weights can do that)
     invalid_utf8: bool
     degenerate: bool
     sample: str  # the first characters, for the report
@@ -35,9 +36,10 @@ def repeated_cycle(text: str) -> bool:
     return False
 
 
-def check(prompt_class: str, text: str) -> OutputCheck:
+def check(prompt_class: str, text: str, completion_tokens: int) -> OutputCheck:
     return OutputCheck(
         prompt_class=prompt_class,
+        completion_tokens=completion_tokens,
         characters=len(text),
         empty=not text.strip(),
         invalid_utf8=REPLACEMENT in text or _not_encodable(text),

@@ -13,13 +13,16 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stackbuild.core.errors import EXIT_CODES
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
-from stackbuild.serve.qualify import measure, metrics
+from stackbuild.serve.qualify import allocation, measure, metrics, server_log
 from stackbuild.serve.qualify.sanity import repeated_cycle
 
 REPO = Path(__file__).resolve().parents[3]
+CPU_RECIPE = REPO / "tests" / "recipes" / "cpu-tiny" / "recipe.yaml"
 
 METRICS = """# TYPE vllm:generation_tokens_total counter
 vllm:generation_tokens_total{{engine="0",model_name="m"}} {gen}
@@ -34,7 +37,7 @@ vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {accepte
 vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="0"}} {p0}
 vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="1"}} {p1}
 # TYPE vllm:cache_config_info gauge
-vllm:cache_config_info{{block_size="128",engine="0"}} 1.0
+vllm:cache_config_info{{block_size="128",engine="0",num_gpu_blocks="8192"}} 1.0
 """
 
 
@@ -104,11 +107,12 @@ def stub():
         s.shutdown()
 
 
-def qualify(*args, env=None):
+def qualify(*args, env=None, stdin=None):
     import os
 
     return subprocess.run(
         [sys.executable, str(REPO / "build.py"), "qualify", *args],
+        input=stdin,
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -143,7 +147,7 @@ def test_not_vllm_no_openai_routes(stub):
 
 
 def test_not_vllm_no_counters(stub):
-    r = qualify("--url", stub({"/v1/models": MODELS, "/metrics": (200, "up 1\n")}))
+    r = qualify("--url", stub({"/v1/models": MODELS, "/metrics": (200, "up 1\n")}), "--model", "m")
     one_line(r, 21)
     assert "vllm:generation_tokens_total" in r.stderr
 
@@ -162,8 +166,31 @@ def test_api_key_env_unset():
     one_line(qualify("--url", "http://127.0.0.1:1", "--api-key-env", "QUALIFY_NO_SUCH_VAR"), 2)
 
 
-def test_out_dir_missing(tmp_path):
-    one_line(qualify("--url", "http://127.0.0.1:1", "--out", str(tmp_path / "missing")), 15)
+def test_api_key_env_defaults_to_vllm_api_key_when_set():
+    # no --api-key-env and VLLM_API_KEY unset: no key, and on to the server (nothing listens: 20)
+    r = qualify("--url", "http://127.0.0.1:1", env={"VLLM_API_KEY": ""})
+    one_line(r, 20)
+
+
+def test_out_dir_is_made_when_missing_but_not_under_a_file(tmp_path):
+    # a missing --out is fine (made when the result is written; nothing is, as nothing listens)
+    one_line(qualify("--url", "http://127.0.0.1:1", "--out", str(tmp_path / "new" / "dir")), 20)
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "file").write_text("")
+    r = qualify("--url", "http://127.0.0.1:1", "--out", str(tmp_path / "file" / "dir"))
+    one_line(r, 15)
+    assert "--out" in r.stderr and "not a directory" in r.stderr
+
+
+def test_server_log_unusable(tmp_path):
+    r = qualify("--url", "http://127.0.0.1:1", "--server-log", str(tmp_path / "none.log"))
+    one_line(r, 2)
+    assert "--server-log" in r.stderr and "no such file" in r.stderr
+    log = tmp_path / "other.log"
+    log.write_text("INFO starting something that is not vLLM\n")
+    r = qualify("--url", "http://127.0.0.1:1", "--server-log", "-", stdin=log.read_text())
+    one_line(r, 2)
+    assert "--server-log stdin" in r.stderr and "KV cache size" in r.stderr
 
 
 def test_bad_qualify_key(tmp_path):
@@ -181,3 +208,97 @@ def test_bad_qualify_key(tmp_path):
     )
     one_line(r, 2)
     assert "qualify.min_acceptance" in r.stderr
+
+
+# ---------------------------------------------------------------- the server's log and the gate's figures
+
+
+def vllm_log_formats() -> tuple[str, str]:
+    """vLLM's own format strings of its two allocation lines, read from the installed vLLM's
+    v1/core/kv_cache_utils.py (0.33.0 here; 0.32.0 logs the same lines)."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None:
+        from infra.fixtures import unavailable
+
+        unavailable("vLLM is not installed for this interpreter")
+    source = (Path(spec.origin).parent / "v1" / "core" / "kv_cache_utils.py").read_text()
+    groups = re.search(r'logger\.info_once\("(kv cache group sizes %s)"', source)
+    size = re.search(
+        r'"(%s KV cache size: %s tokens, )"\s*"(Maximum concurrency for %s tokens per request: %\.2fx)"', source
+    )
+    assert groups and size, "vLLM's allocation log lines changed: read kv_cache_utils.py again"
+    return groups[1], size[1] + size[2]
+
+
+@given(
+    sizes=st.lists(st.sampled_from([16, 32, 64, 128, 256, 512, 1024, 2048]), min_size=2, max_size=6),
+    blocks=st.integers(1, 10**7),
+    per_request=st.integers(1, 64),
+    pool=st.sampled_from(["GPU", "CPU", "XPU", "GPU + host"]),
+    prefix=st.sampled_from(["", "vllm-1  | ", "(EngineCore pid=7) INFO 12-02 01:44:33 [kv_cache_utils.py:2327] "]),
+)
+@settings(max_examples=60, deadline=None)
+def test_server_log_reads_vllms_own_lines(sizes, blocks, per_request, pool, prefix):
+    group_format, size_format = vllm_log_formats()
+    max_len = per_request * 128
+    tokens = int(blocks / per_request * max_len)
+    earlier = prefix + size_format % (pool, f"{tokens + 1:,}", f"{max_len:,}", blocks / per_request)
+    text = "\n".join(
+        [
+            earlier,  # an earlier start of the same server: the last lines are the running one's
+            prefix + group_format % (tuple(sizes),),
+            prefix + size_format % (pool, f"{tokens:,}", f"{max_len:,}", blocks / per_request),
+            "INFO Application startup complete.",
+        ]
+    )
+    got = server_log.parse(text, "x.log")
+    assert got.group_block_sizes == tuple(sizes) and got.kv_cache_tokens == tokens and got.pool == pool
+
+
+@given(st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=300))
+@settings(max_examples=80, deadline=None)
+def test_server_log_without_the_size_line_is_refused(text):
+    from stackbuild.core.errors import UsageError
+
+    if "KV cache size:" in text:
+        return
+    with pytest.raises(UsageError) as exc:
+        server_log.parse(text, "x.log")
+    assert exc.value.exit_code == 2 and "--server-log x.log" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def cpu_tiny_prediction():
+    from stackbuild.core.gate import recipe_geometry
+
+    recipe = load_recipe(CPU_RECIPE)
+    return allocation.predict(recipe, recipe_geometry(recipe, vllm_behaviour="stock"))
+
+
+def test_the_gates_figures_for_the_cpu_recipe():
+    p = cpu_tiny_prediction()
+    config = json.loads((CPU_RECIPE.parent / "configs" / "target.config.json").read_text())
+    # 1 GiB (geometry.kv_cache_memory_gib) in blocks of 128 tokens of 2 (K, V) x heads x head_dim bf16 per layer
+    per_block = config["num_hidden_layers"] * 2 * config["num_key_value_heads"] * config["head_dim"] * 2 * 128
+    assert (p.num_gpu_blocks, p.block_size, p.group_block_sizes) == (1024**3 // per_block, 128, (128,))
+    assert p.kv_cache_tokens == p.num_gpu_blocks * 128 and p.behaviour == "stock"
+
+
+def test_a_served_kv_cache_other_than_the_gates_names_both_numbers():
+    p = cpu_tiny_prediction()
+    log = server_log.LoggedAllocation("x.log", None, p.kv_cache_tokens * 2, "CPU")
+    same = allocation.check(p, ({"block_size": "128", "num_gpu_blocks": str(p.num_gpu_blocks)},), None)
+    assert same.differences == () and all(f.matches for f in same.figures)
+    other = allocation.check(p, ({"block_size": "128", "num_gpu_blocks": str(p.num_gpu_blocks - 1)},), log)
+    where = f"(recipe {CPU_RECIPE}, vLLM 0.33.0 stock)"
+    assert other.differences == (
+        f"served num_gpu_blocks {p.num_gpu_blocks - 1:,} != gate {p.num_gpu_blocks:,} {where}",
+        f"served kv_cache_tokens {p.kv_cache_tokens * 2:,} != gate {p.kv_cache_tokens:,} {where}",
+    )
+    # a second engine with fewer blocks counts; an engine without the label is reported as such
+    two = allocation.check(
+        p, ({"block_size": "128", "num_gpu_blocks": str(p.num_gpu_blocks)}, {"block_size": "128"}), None
+    )
+    assert two.differences[0].startswith("the server reports no num_gpu_blocks (/metrics)")
