@@ -809,7 +809,8 @@ def qualification_lines(result: dict) -> list[str]:
 @click.option(
     "--allow-degenerate",
     is_flag=True,
-    help="Report output that repeats one short cycle of tokens as a warning, not a failure (dummy weights do that).",
+    help="Untrained (dummy or random) weights: report output that repeats one short cycle of tokens, and drafts "
+    "that are almost never accepted, as warnings, not failures (the recipe's min_acceptance still applies).",
 )
 @click.option(
     "--attach",

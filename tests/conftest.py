@@ -12,6 +12,7 @@ import pytest
 # Fixtures, imported to register them (pytest finds a conftest's names).
 from infra.fixtures import (  # noqa: F401
     cpu_serving_base,
+    cpu_serving_base_pushed,
     docker_engine,
     registry,
     synthetic_base_amd64,

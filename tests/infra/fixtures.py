@@ -165,3 +165,14 @@ def cpu_serving_base(docker_engine) -> str:
     if "org.glm53.test.input-hash" not in labels:
         unavailable(f"{CPU_SERVING_BASE} was not built by tests/infra/build_serving_base.sh (no input-hash label)")
     return CPU_SERVING_BASE
+
+
+@pytest.fixture(scope="session")
+def cpu_serving_base_pushed(docker_engine, registry) -> "harness.SyntheticBase":
+    """The CPU serving base as `build.py build` takes it: pushed to the test registry, pinned by digest
+    (build_serving_base.sh pushes it and writes base-serving.json). Not `cpu_serving_base`: its users
+    share a worker (tests/parallel_groups.py), and what builds FROM the pushed base need not."""
+    base = _base("serving")
+    if base.reference.rpartition(":")[2] != "v0.32.0" or not base.digest:
+        unavailable(f"{base.reference}: not the pushed CPU serving base (run tests/infra/build_serving_base.sh)")
+    return base

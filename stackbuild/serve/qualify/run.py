@@ -104,7 +104,7 @@ def _findings(
             f"(drafts +0, draft tokens +{spec.draft_tokens}, accepted +{spec.accepted})"
         )
     elif spec.configured and (spec.acceptance_rate or 0.0) < NEAR_ZERO_ACCEPTANCE:
-        failures.append(
+        (warnings if allow_degenerate else failures).append(
             f"speculative decoding accepts almost nothing: {spec.accepted} of {spec.draft_tokens} "
             f"draft tokens ({(spec.acceptance_rate or 0.0):.1%} < {NEAR_ZERO_ACCEPTANCE:.0%}) over "
             f"{spec.drafts} drafts"

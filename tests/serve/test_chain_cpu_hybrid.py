@@ -1,0 +1,256 @@
+"""The whole chain on a running vLLM: images `build.py build` makes serve DFlash with the start check on,
+and the live server's KV cache is the gate's, stock and patched.
+
+The recipe (tests/recipes/cpu-hybrid-dflash): a Qwen3-Next-shaped hybrid with a 2-layer sliding DFlash
+drafter of twice the target's KV heads, on vLLM's CPU build 0.32.0 (the CPU serving base, pushed to the
+test registry and pinned by digest). Checkpoints: random weights written by the safetensors library
+(tests/hybrid_checkpoints.py), mounted as the GB300 recipe mounts its own.
+
+- Patched: `build.py build --push` applies overlay/series/vllm-0.32.0 and gates in the image against
+  the installed vLLM; `build.py compose` + `docker compose up` serve it with the start check enforcing.
+- Stock: `build.py build --stock` (no series) fails at its in-image gate, as GLM-5.3's stock build does;
+  `--stock --allow-gate-failure` keeps that image (in `<repository>-stock`, never pushed) to compare
+  with. It serves with the start check on in `warn` mode (enforce refuses the failing geometry it was
+  built with, which the test shows first).
+- `build.py qualify` holds each server's `/metrics` and log to the gate's figures for that image; the
+  patched server holds more KV tokens than the stock one by the ratio `build.py geometry` states; the
+  drafts show in `/metrics` (acceptance is measured, not required: the weights are random), and the
+  served figures are those docs/serving.md shows (docs/served/cpu-hybrid-dflash.json).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+from compose_support import require_compose_binary
+from doc_sections import SERVED_RECORD, served_figures
+from hybrid_checkpoints import write_checkpoints
+from stack_e2e import cli, docker_login, recipe_copy, unique_repository
+
+pytestmark = pytest.mark.docker
+
+RECIPE = "cpu-hybrid-dflash"
+SERVED_MODEL = "tiny-hybrid"
+HEALTHY_WITHIN_S = 900  # import, weights, engine init on two busy cores, + the check interval
+KEY = "chain-test-key"
+
+
+@dataclass(frozen=True)
+class Chain:
+    recipe: Path
+    docker_config: Path
+    repository: str
+    models: Path
+    work: Path
+
+
+@dataclass(frozen=True)
+class Served:
+    url: str
+    logs: str  # the container's log when it turned healthy
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def docker(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory, cpu_serving_base_pushed, registry) -> Chain:
+    work = tmp_path_factory.mktemp("chain")
+    base = cpu_serving_base_pushed
+    recipe = recipe_copy(work, RECIPE, base=base.image, tag=base.tag, digest=base.digest)
+    models = work / "models"
+    write_checkpoints(models)
+    for path in [models, *models.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    return Chain(recipe, docker_login(work, registry), unique_repository(registry.address, RECIPE), models, work)
+
+
+def build(chain: Chain, *args: str) -> subprocess.CompletedProcess:
+    return cli(
+        "build", "--recipe", str(chain.recipe), "--repository", chain.repository, *args,
+        docker_config_dir=chain.docker_config,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def patched_image(chain) -> dict:
+    report = chain.work / "patched-report.json"
+    r = build(chain, "--push", "--report", str(report))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(report.read_text())
+
+
+@pytest.fixture(scope="module")
+def stock_image(chain) -> dict:
+    report = chain.work / "stock-report.json"
+    r = build(chain, "--stock", "--allow-gate-failure", "--no-push", "--report", str(report))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "kept anyway (--allow-gate-failure)" in r.stderr
+    return json.loads(report.read_text())
+
+
+@contextlib.contextmanager
+def serving(chain: Chain, name: str, repository: str, env: dict[str, str]):
+    """`build.py compose` for ``repository``'s image, `docker compose up`, and on leaving `down`,
+    which must leave no container or volume of the project."""
+    binary = require_compose_binary()
+    directory = chain.work / name
+    directory.mkdir()
+    port = _free_port()
+    compose = directory / f"{RECIPE}.compose.yaml"
+    wrote = cli(
+        "compose", "--recipe", str(chain.recipe), "-o", str(compose), "--repository", repository,
+        "--models-dir", str(chain.models), "--port", str(port),
+    )  # fmt: skip
+    assert wrote.returncode == 0, wrote.stderr
+    (directory / f"{RECIPE}.env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+    project = f"glm53-chain-{name}-{uuid.uuid4().hex[:8]}"
+    override = directory / "kernel-cache.override.yaml"
+    override.write_text(json.dumps({"volumes": {"kernel-cache": {"name": f"{project}-kernels"}}}))
+    base = [binary, "-f", str(compose), "-f", str(override), "-p", project]
+    try:
+        up = subprocess.run([*base, "up", "-d", "--pull", "never"], capture_output=True, text=True, timeout=300)
+        assert up.returncode == 0, up.stderr
+        container = subprocess.run([*base, "ps", "-a", "-q", "vllm"], capture_output=True, text=True).stdout.strip()
+        assert container
+        status, deadline = "", time.monotonic() + HEALTHY_WITHIN_S
+        while time.monotonic() < deadline:  # until healthy, or no longer running (exited, restarting)
+            status = docker("inspect", "--format", "{{.State.Status}} {{.State.Health.Status}}", container).stdout
+            status = status.strip()
+            if status.endswith(" healthy") or not status.startswith("running"):
+                break
+            time.sleep(3)
+        logs = docker("logs", container)
+        yield Served(f"http://127.0.0.1:{port}", logs.stdout + logs.stderr), status, container
+    finally:
+        down = subprocess.run(
+            [*base, "down", "--volumes", "--remove-orphans", "--timeout", "10"], capture_output=True, text=True
+        )
+        assert down.returncode == 0, down.stderr
+        left = docker("ps", "-a", "-q", "--filter", f"label=com.docker.compose.project={project}").stdout.strip()
+        assert not left, left
+        volumes = docker("volume", "ls", "-q", "--filter", f"label=com.docker.compose.project={project}").stdout
+        assert not volumes.strip(), volumes
+
+
+@pytest.fixture(scope="module")
+def patched_server(chain, patched_image):
+    with serving(chain, "patched", chain.repository, {"VLLM_API_KEY": KEY}) as (served, status, _):
+        assert status == "running healthy", (status, served.logs[-4000:])
+        yield served
+
+
+@pytest.fixture(scope="module")
+def stock_server(chain, stock_image):
+    env = {"VLLM_API_KEY": KEY, "GLM53_PREFLIGHT": "warn"}
+    with serving(chain, "stock", chain.repository + "-stock", env) as (served, status, _):
+        assert status == "running healthy", (status, served.logs[-4000:])
+        yield served
+
+
+def qualify(chain: Chain, served: Served, out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    log = out.parent / f"{out.name}.server.log"
+    log.write_text(served.logs)
+    r = cli(
+        "qualify", "--recipe", str(chain.recipe), "--url", served.url, "--server-log", str(log),
+        "--api-key-env", "CHAIN_TEST_KEY", "--max-tokens", "16", "--runs", "1", "--warmup", "0",
+        "--allow-degenerate", "--json", "--out", str(out), *args,
+        env={"CHAIN_TEST_KEY": KEY},
+    )  # fmt: skip
+    return r, json.loads(r.stdout) if r.stdout.strip().startswith("{") else {}
+
+
+def test_the_stock_build_fails_at_its_in_image_gate(chain):
+    r = build(chain, "--stock", "--no-push")
+    assert r.returncode == 5, r.stderr[-3000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert "nothing was tagged" in last or "geometry" in last, last
+    assert "drafter" in r.stderr and "65,536" in r.stderr  # the target page P the drafter's page misses
+    assert docker("image", "inspect", f"{chain.repository}-stock:latest").returncode != 0
+
+
+def test_the_patched_image_was_gated_against_the_installed_vllm(patched_image):
+    image = patched_image["images"]["linux/amd64"] if "images" in patched_image else patched_image
+    assert patched_image["pushed_digest"].startswith("sha256:")
+    labels = image["labels"]
+    assert labels["io.github.glm53.overlay.series"] == "vllm-0.32.0"
+    assert labels["io.github.glm53.geometry.verdict"] == "pass"
+    assert labels["io.github.glm53.vllm.version"] == "0.32.0"
+
+
+def test_the_patched_server_starts_through_its_start_check_and_serves_the_gates_kv_cache(
+    chain, patched_server, tmp_path
+):
+    first = next(line for line in patched_server.logs.splitlines() if line.startswith("pre-flight:"))
+    assert first.startswith("pre-flight: PASS"), first
+    assert "weights headers complete (target 4 shards" in first and "drafter 1 shard" in first
+    r, result = qualify(chain, patched_server, tmp_path / "patched")
+    assert r.returncode == 0, r.stderr[-3000:]
+    kv = result["kv_cache"]
+    assert kv["behaviour"] == "overlay" and kv["differences"] == []
+    assert {f["name"] for f in kv["figures"]} == {
+        "num_gpu_blocks",
+        "block_size",
+        "group_block_sizes",
+        "kv_cache_tokens",
+    }
+    assert all(f["matches"] and f["served"] == f["predicted"] for f in kv["figures"])
+    # DFlash drafts, measured per position (random weights: nothing need be accepted).
+    spec = result["spec_decode"]
+    assert spec["configured"] and spec["drafts"] > 0 and spec["draft_tokens"] == 3 * spec["drafts"]
+    assert len(spec["accepted_per_position"]) == 3
+    metrics = requests.get(f"{patched_server.url}/metrics", timeout=30).text
+    assert "vllm:spec_decode_num_drafts_total" in metrics
+    assert served_figures(result) == json.loads(SERVED_RECORD.read_text())["overlay"]
+    (chain.work / "patched-qualify.json").write_text(json.dumps(result))
+
+
+def test_the_stock_server_serves_the_gates_stock_kv_cache(chain, stock_server, tmp_path):
+    first = next(line for line in stock_server.logs.splitlines() if line.startswith("pre-flight:"))
+    assert first.startswith("pre-flight: WARN") or "warn" in first.lower(), first
+    r, result = qualify(chain, stock_server, tmp_path / "stock", "--stock")
+    assert r.returncode == 0, r.stderr[-3000:]
+    kv = result["kv_cache"]
+    assert kv["behaviour"] == "stock" and kv["differences"] == []
+    assert all(f["matches"] for f in kv["figures"])
+    assert served_figures(result) == json.loads(SERVED_RECORD.read_text())["stock"]
+    (chain.work / "stock-qualify.json").write_text(json.dumps(result))
+
+
+def test_the_patched_server_holds_more_kv_tokens_by_the_ratio_the_gate_states(chain, patched_server, stock_server):
+    served = {}
+    for behaviour, name in (("overlay", "patched"), ("stock", "stock")):
+        path = chain.work / f"{name}-qualify.json"
+        assert path.exists(), f"the {name} server's qualification did not run"
+        figures = {f["name"]: f["served"] for f in json.loads(path.read_text())["kv_cache"]["figures"]}
+        served[behaviour] = figures["kv_cache_tokens"]
+    geometry = cli("geometry", "--recipe", str(chain.recipe), "--json")
+    assert geometry.returncode == 0, geometry.stderr
+    comparison = json.loads(geometry.stdout)["stock_vs_overlay"]
+    assert served["overlay"] > served["stock"]
+    assert round(served["overlay"] / served["stock"], 4) == comparison["vllm_kv_cache_size_ratio"]
+
+
+def test_an_enforcing_start_check_refuses_the_stock_image_before_vllm_starts(chain, stock_image):
+    with serving(chain, "stock-enforce", chain.repository + "-stock", {}) as (served, status, c):
+        assert not status.startswith("running"), status
+        code = docker("inspect", "--format", "{{.State.ExitCode}}", c).stdout.strip()
+        assert code == "5", (code, served.logs[-3000:])
+        assert "Initializing a V1 LLM engine" not in served.logs
