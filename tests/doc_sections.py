@@ -343,7 +343,8 @@ def served_kv_cache() -> str:
             _table(header, rows)
             + [
                 "",
-                f"Patched over stock: x{ratio[0]:.4f} predicted, x{ratio[1]:.4f} served ({recipe.name}, 1 GiB of KV cache).",
+                f"Patched over stock: x{ratio[0]:.4f} predicted, x{ratio[1]:.4f} served "
+                f"({recipe.name}, 1 GiB of KV cache).",
             ]
         )
         + "\n"

@@ -223,6 +223,13 @@ def check(
     )
     if budget.kv_cache_memory_bytes <= 0:
         return refused(EXIT_GEOMETRY, f"no memory is left for the KV cache: {budget.source}", *warnings)
+    if fast and checked.build_gate_failure is not None:
+        return refused(
+            EXIT_GEOMETRY,
+            "the build's gate failed this geometry and kept the image for comparison "
+            f"(build --allow-gate-failure): {checked.build_gate_failure}",
+            *warnings,
+        )
     if fast:
         judged = checked.gate_input.replace(kv_cache_memory_bytes=budget.kv_cache_memory_bytes)
         if budget.from_recipe:

@@ -82,6 +82,9 @@ class CheckedServe:
     gate_input: GeometryInputs  # what the build's gate checked
     flags: ServeFlags  # what ``argv`` means to vLLM's serve parser (the fast path reads it instead of parsing)
     roles: tuple[CheckedRole, ...] = ()  # a multi-node recipe's per-role argvs (same geometry per rank)
+    # The build's gate failed this geometry and kept the image (`build --allow-gate-failure`, a stock
+    # comparison image): its first reason. None for every image whose gate passed.
+    build_gate_failure: Optional[str] = None
 
     def as_built(self, argv: tuple[str, ...]) -> bool:
         """Whether ``argv`` is a command the build generated and checked (single-node, or a node role)."""
@@ -101,6 +104,8 @@ class CheckedServe:
             data["roles"] = [
                 {"role": r.role, "nnodes": r.nnodes, "argv": list(r.argv), "slots": dict(r.slots)} for r in self.roles
             ]
+        if self.build_gate_failure is not None:  # likewise, a passing image's record
+            data["build_gate_failure"] = self.build_gate_failure
         return data
 
     @classmethod
@@ -119,9 +124,16 @@ class CheckedServe:
                 gate_input=GeometryInputs.from_json(data["gate_input"]),
                 flags=ServeFlags.from_json(data["flags"]),
                 roles=tuple(_role(r) for r in data.get("roles", ())),
+                build_gate_failure=_optional_text(data.get("build_gate_failure")),
             )
         except (KeyError, TypeError, ValueError) as exc:  # BadInput is a ValueError
             raise CheckedUnreadable(f"{where}: malformed {SCHEMA} record: {type(exc).__name__}: {exc}") from None
+
+
+def _optional_text(value: Any) -> Optional[str]:
+    if value is not None and not isinstance(value, str):
+        raise TypeError("build_gate_failure must be a string")
+    return value
 
 
 def _role(data: Any) -> CheckedRole:

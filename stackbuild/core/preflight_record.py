@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Optional
 
 from geometry.inputs import GeometryInputs
 from geometry.preflight.checked import CheckedModel, CheckedRole, CheckedServe
@@ -25,7 +26,7 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def checked_serve(recipe: Recipe, gate_input: GeometryInputs) -> CheckedServe:
+def checked_serve(recipe: Recipe, gate_input: GeometryInputs, build_gate_failure: Optional[str] = None) -> CheckedServe:
     models = {}
     for role, model in (
         ("target", recipe.target),
@@ -51,4 +52,5 @@ def checked_serve(recipe: Recipe, gate_input: GeometryInputs) -> CheckedServe:
         gate_input=gate_input,
         flags=served_flags(recipe),
         roles=roles,
+        build_gate_failure=build_gate_failure,
     )

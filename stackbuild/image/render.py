@@ -109,7 +109,10 @@ def write_context(plan: BuildPlan, directory: Path) -> Path:
     if plan.oracle_record is not None:
         shutil.copyfile(plan.oracle_record, gate_root / contract.ORACLE_RECORD)
     preflight_root = directory / PREFLIGHT_PAYLOAD / inside
-    checked_mod.write(checked_serve(plan.recipe, plan.gate_input), str(preflight_root / contract.PREFLIGHT_CHECKED))
+    kept_failure = plan.geometry_summary if plan.gate_failure_allowed and plan.geometry_verdict != "pass" else None
+    checked_mod.write(
+        checked_serve(plan.recipe, plan.gate_input, kept_failure), str(preflight_root / contract.PREFLIGHT_CHECKED)
+    )
     # The LABEL line's labels, as a file the container can read (the pre-flight's rank fingerprint).
     labels = contract.ImageLabels(dict(plan.labels)).to_json()
     (preflight_root / contract.IMAGE_LABELS).write_text(json.dumps(labels, indent=1, sort_keys=True) + "\n")
