@@ -299,6 +299,19 @@ def blocks_per_request(inputs: GeometryInputs) -> list[tuple[str, int, int]]:
             ]
 
 
+def vllm_kv_cache_size_tokens(inputs: GeometryInputs) -> int:
+    """What the imported vLLM logs as "<device> KV cache size: N tokens" for the with-drafter plan:
+    its own ``get_kv_cache_capacity`` on the worker's KV cache config (max concurrency x max_model_len)."""
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
+
+    _require_release(inputs)
+    with serving_platform(inputs.capability_family):
+        cfg, scheduler = scheduler_kv_cache_config(inputs, inputs.has_drafter, inputs.num_speculative_tokens)
+        with set_current_vllm_config(cfg):
+            return get_kv_cache_capacity(cfg, scheduler)[0]
+
+
 def _require_release(inputs: GeometryInputs) -> None:
     import vllm
 

@@ -191,8 +191,8 @@ BAD_RECIPES = [
     ),
     (
         "unknown-overlay-series",
-        _both(pinned, _set("overlay.series", "vllm-0.32.0")),
-        "overlay.series: no patch series named 'vllm-0.32.0' in overlay/series/",
+        _both(pinned, _set("overlay.series", "vllm-0.31.0")),
+        "overlay.series: no patch series named 'vllm-0.31.0' in overlay/series/",
     ),
     (
         "base-image-with-tag",

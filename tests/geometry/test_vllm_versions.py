@@ -36,7 +36,8 @@ def test_the_recipes_release_is_the_gate_inputs():
 def test_a_release_without_an_entry_is_refused_by_name():
     assert NOT_MODELLED not in RELEASES
     with pytest.raises(
-        VllmVersionNotModelled, match=r"^vLLM 9\.99\.0 is not modelled by the geometry gate \(modelled: 0\.33\.0\)$"
+        VllmVersionNotModelled,
+        match=r"^vLLM 9\.99\.0 is not modelled by the geometry gate \(modelled: 0\.33\.0, 0\.32\.0\)$",
     ):
         GeometryInputs.from_json(dict(C.recipe_input("overlay"), vllm_version=NOT_MODELLED))
     with pytest.raises(VllmVersionNotModelled):

