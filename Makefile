@@ -1,6 +1,7 @@
 # One command per job; each sets itself up.
 #   make image     build, tag and push the default recipe (PUSH=0: no push). Needs a Docker engine
-#                  that answers, Python >= 3.10 and git; creates the venv and installs nothing else.
+#                  that answers, Python >= 3.10 and git; creates the venv with the project's runtime
+#                  dependencies (no test extra) and installs nothing else.
 #   make test      the whole test suite, with its Docker engine and registry (a Debian machine:
 #                  installs the test packages, and Debian's docker.io only where no engine is)
 SHELL := /bin/bash
@@ -22,12 +23,14 @@ pin = $(shell grep -E '^$(1)==' requirements/vllm.txt)
 
 export IMAGE_OWNER
 
-.PHONY: owner host install oracle deps lock record image compose geometry lint test bench pristine clean
+.PHONY: owner host install test-install oracle deps lock record image compose geometry lint test bench pristine clean
 
 include overlay/pristine.mk
 
-# The project itself, editable, with its test tools: the direct dependencies' pins are in
-# pyproject.toml, everything they pull in is pinned by the two constraints files.
+# The project itself, editable: the direct dependencies' pins are in pyproject.toml, everything
+# they pull in is pinned by the two constraints files. `install` (what image, compose, geometry,
+# lock and record run) installs what the project runs with; `test-install` adds the test extra
+# (pytest, hypothesis, ruff, ...) for test, lint and bench.
 CONSTRAINTS := requirements/constraints.txt requirements/oracle.txt
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
@@ -36,17 +39,22 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) >/dev/null || \
 	  { echo "make: $(PYTHON) -m venv failed: install the venv module (Debian, Ubuntu: the python3-venv package)" >&2; exit 2; }
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(addprefix -c ,$(CONSTRAINTS)) -e .
+	touch $@
+
+$(VENV)/.test-installed: $(VENV)/.installed
 	$(PY) -m pip install -q $(addprefix -c ,$(CONSTRAINTS)) -e '.[test]'
 	touch $@
 
 # vLLM's own code on the CPU: the oracle for geometry, patches and serve flags.
-$(VENV)/.oracle: $(VENV)/.installed requirements/vllm.txt requirements/oracle.txt
+$(VENV)/.oracle: $(VENV)/.test-installed requirements/vllm.txt requirements/oracle.txt
 	$(PY) -m pip install -q $(call pin,torch)
 	$(PY) -m pip install -q --no-deps $(call pin,vllm)
 	$(PY) -m pip install -q --no-deps -r requirements/oracle.txt
 	touch $@
 
 install: $(VENV)/.installed
+test-install: $(VENV)/.test-installed
 oracle: $(VENV)/.oracle
 
 # The test machine's Debian packages (make test, .ci/run): the test registry, arm64 emulation, the
@@ -98,14 +106,14 @@ geometry: install
 	$(PY) build.py geometry --recipe $(RECIPE)
 
 # The formatter and the linter on the whole tree (also a test: tests/test_lint.py).
-lint: install
+lint: test-install
 	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
 
-test: deps install oracle pristine-all vllm-tests
+test: deps test-install oracle pristine-all vllm-tests
 	PYTHON_VENV=$(abspath $(PY)) tests/infra/run-tests.sh $(PYTEST_ARGS)
 
-bench: deps install oracle pristine
+bench: deps test-install oracle pristine
 	PYTHON_VENV=$(abspath $(PY)) tests/infra/run-bench.sh
 
 clean:

@@ -374,7 +374,12 @@ def fit(recipe_path, as_json, stock, keep):
 @repository_option("Tag (and with --push, push to)")
 @unpinned_option
 @json_option
-@click.option("--dry-run", is_flag=True, help="Print the plan (Dockerfile, tags, registry); no daemon needed.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the plan (Dockerfile, tags, registry); no daemon needed. Exits as the build would where the host "
+    "knows: 5 when the host-side gate fails.",
+)
 @click.option("--push/--no-push", default=False, help="Push the tags after a successful build.")
 @click.option(
     "--report",
@@ -452,6 +457,8 @@ def build(
 
         summary = dry_run_summary(plans)
         emit(as_json, summary.data, summary.text)
+        if summary.refusal is not None:  # the plan shown, the dry run ends as the build would
+            raise summary.refusal
         return
     from stackbuild.image.pipeline import run_build
 

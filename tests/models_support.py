@@ -20,7 +20,7 @@ def misfit_drafter() -> dict:
     return data
 
 
-# --- synthetic checkpoints: tiny safetensors files written with the stdlib --------------------
+# --- synthetic checkpoints: tiny safetensors files written by the safetensors library ---------
 
 COMMIT = {"target": "1" * 40, "drafter": "2" * 40}  # the snapshot commits of checkpoint_cache()
 REPOS = {"target": "local-inference-lab/GLM-5.3-Flash-NVFP4", "drafter": "incoai/GLM-5.3-Flash-DFlash2"}
@@ -28,23 +28,37 @@ NVFP4_QUANT_CONFIG = {
     "producer": {"name": "modelopt", "version": "0.29.0"},
     "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16},
 }
-DTYPE_BYTES = {"BF16": 2, "F32": 4, "U8": 1, "F8_E4M3": 1, "F8_E8M0": 1}
+# A header dtype -> the library's name for it and the bytes of one element (the library refuses a
+# tensor whose data is not its shape times that width, so a wrong width here fails the writer).
+LIBRARY_DTYPES = {
+    "BF16": ("bfloat16", 2),
+    "F32": ("float32", 4),
+    "U8": ("uint8", 1),
+    "F8_E4M3": ("float8_e4m3fn", 1),
+    "F8_E8M0": ("float8_e8m0fnu", 1),
+}
 
 
-def safetensors_bytes(tensors: dict[str, tuple[str, list[int]]], pad_header_to: int = 8) -> bytes:
-    """A safetensors file: name -> (dtype, shape); the data is zeros."""
-    import struct
+def safetensors_bytes(tensors: dict[str, tuple[str, list[int]]], metadata: dict[str, str] | None = None) -> bytes:
+    """A safetensors file as the safetensors library writes it: name -> (dtype, shape); the data is zeros.
 
-    header, offset = {}, 0
+    The library's own serializer, the one safetensors.numpy.save and safetensors.torch.save call, is
+    given each tensor's bytes directly: numpy has no bfloat16 or float8 arrays to hand it."""
+    import ctypes
+
+    import safetensors
+
+    buffers, specs = [], {}
     for name, (dtype, shape) in tensors.items():
-        n = DTYPE_BYTES[dtype]
+        library_name, width = LIBRARY_DTYPES[dtype]
+        n = width
         for dim in shape:
             n *= dim
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
-        offset += n
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % pad_header_to)
-    return struct.pack("<Q", len(raw)) + raw + bytes(offset)
+        buffers.append(ctypes.create_string_buffer(max(n, 1)))  # alive until serialize returns
+        specs[name] = safetensors.TensorSpec(
+            dtype=library_name, shape=shape, data_ptr=ctypes.addressof(buffers[-1]), data_len=n
+        )
+    return bytes(safetensors.serialize(specs, metadata=metadata))
 
 
 def target_files(shards: int = 2) -> dict[str, bytes]:

@@ -4,8 +4,8 @@ The codes are the build driver's for the same faults (stackbuild/errors.py
 reads them from here): 5 the geometry gate refuses, 11 vLLM's serve parser
 refuses the argv; and the pre-flight's own: 16 a config.json or checkpoint file
 the argv points at is missing, unreadable or corrupt (a shard missing or
-truncated, a safetensors header that does not parse, no tokenizer or chat
-template for a served parser), 26 the checkpoints are whole but not what the
+truncated, a safetensors header that does not parse or does not describe
+its data, no tokenizer or chat template for a served parser), 26 the checkpoints are whole but not what the
 recipe and the argv say (revision, quantization, drafter precision, drafter
 wiring), 17 the geometry cannot be checked (a
 setup the simulator does not model, the simulator and the installed vLLM

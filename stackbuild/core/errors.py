@@ -317,8 +317,10 @@ EXIT_CODES = {
     16: (
         "pre-flight: a model config.json the serve command points at is missing, unreadable, not a JSON object, "
         "or one the simulator would misread (the key named); or a checkpoint file is: a shard missing, truncated "
-        "or with a header that does not parse, a tensor the index names absent, no tokenizer or chat template "
-        "for a served parser (the file named)"
+        "or with a header that does not parse or does not describe its data (a tensor's dtype x shape not the "
+        "bytes of its data_offsets; offsets overlapping, leaving a gap or past the file: what the safetensors "
+        "library refuses), a tensor the index names absent, no tokenizer or chat template for a served parser "
+        "(the file named)"
     ),
     17: (
         "pre-flight: the geometry cannot be checked (a setup the simulator does not model, the simulator and the "

@@ -3,7 +3,8 @@
 Hypothesis mutates the default recipe and its two configs (values of other types, out-of-range
 and non-finite numbers, paths, deletions, damaged files) and runs `geometry` and
 `build --dry-run` on each copy. Never a traceback, never the internal-error code, the exit
-code in the documented set, exactly one `error:` line on a refusal, and nothing written.
+code in the documented set, exactly one `error:` line on a refusal, nothing written, and the
+dry run's code the build's: the gate's where `geometry` gives one.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ CONFIGS = {
     which: json.loads((DEFAULT_RECIPE_DIR / "configs" / f"{which}.config.json").read_text())
     for which in ("target", "drafter")
 }
-COMMANDS = (["geometry"], ["build", "--dry-run"])
+# An owner for the dry run: no notice of the stand-in one on stderr, only a refusal.
+COMMANDS = (["geometry"], ["build", "--dry-run", "--owner", "acme"])
 # geometry and build --dry-run write nothing, so a refusal and an acceptance alike leave every file as it was.
 EXIT_CODES = {0} | INPUT_EXIT_CODES
 
@@ -169,8 +171,10 @@ def test_broken_recipes_and_configs_are_refused_cleanly(mutated):
         root = Path(tmp)
         recipe = _write(root, mutated)
         before = snapshot(root, *DEFAULT_OUTPUT_DIRS)
+        codes = []
         for command in COMMANDS:
             result = invoke([*command, "--recipe", recipe])
+            codes.append(result.exit_code)
             escaped = result.exception if not isinstance(result.exception, (SystemExit, type(None))) else None
             assert escaped is None, f"{command}: {escaped!r}"
             assert "Traceback" not in result.stderr + result.stdout
@@ -181,3 +185,12 @@ def test_broken_recipes_and_configs_are_refused_cleanly(mutated):
                 assert len(errors) == 1 and result.stderr.startswith("error: "), result.stderr
                 assert len(result.stderr.splitlines()) == 1, result.stderr
             assert snapshot(root, *DEFAULT_OUTPUT_DIRS) == before
+        # The dry run exits as the build would: with the gate's verdict (0 or 5, as `geometry`), unless it
+        # refuses first what the build refuses before its gate step (2: the image's name, tags, labels);
+        # and where `geometry` refuses the recipe, so does it.
+        geometry, dry_run = codes
+        assert dry_run == geometry or (dry_run == 2 and geometry in (0, 5)), (geometry, dry_run, result.stderr)
+        if dry_run == 5:
+            assert result.stderr.rstrip("\n").endswith(
+                "; the build would stop at its gate step with this, exit 5 (dry run: nothing built)"
+            ), result.stderr

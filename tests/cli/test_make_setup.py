@@ -1,21 +1,24 @@
-"""What the Makefile's set-up does to the host: `make image` runs no package manager, and the
-test set-up (`make deps`) installs Debian's docker.io only where no engine answers and no
-other engine package is installed.
+"""What the Makefile's set-up does to the host: `make image` runs no package manager and installs
+the project's runtime dependencies only, and the test set-up (`make deps`) installs Debian's
+docker.io only where no engine answers and no other engine package is installed.
 
-The package managers are replaced by recording shims first on PATH (`apt-get`, `apt`,
-`dpkg`, `sudo`), so the tests see every call the real run would make and install nothing.
+The package managers are replaced by shims first on PATH: for `make deps`, recording ones
+(`apt-get`, `apt`, `dpkg`, `sudo`), so the tests see every call the real run would make and
+install nothing; for `make image` (on a fresh clone, with a fresh venv and the real engine),
+ones that record the call and fail (those, `snap`, and `pip`, `pip3`, `python3 -m pip` outside
+the venv).
 """
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from recipe_copies import copy_recipe, pinned
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE_LINE = (REPO / "requirements" / "debian-engine.txt").read_text().split("\n")
@@ -71,18 +74,88 @@ def make(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     )
 
 
-def test_make_image_runs_no_package_manager(tmp_path):
-    """The main job's set-up on a host whose engine answers: no apt-get, apt or dpkg call at all
-    (even `dpkg -s`); a dry run of the build is enough to pass every prerequisite."""
-    if shutil.which("docker") is None or subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
-        pytest.fail("no Docker engine answers: this test needs the test machine's engine (make test starts it)")
+# What a host installs software with; none may run during `make image` (pip and pip3 on PATH are the host's,
+# not the venv's: the Makefile runs the venv's pip as `$(VENV)/bin/python -m pip`).
+PACKAGE_MANAGERS = ("apt", "apt-get", "dpkg", "snap", "pip", "pip3", "sudo")
+TEST_ONLY = ("pytest", "hypothesis", "ruff", "xdist", "safetensors")  # modules of the test extra alone
+
+
+def refusing_shims(directory: Path, log: Path, python: str) -> dict[str, str]:
+    """Every package manager a shim that logs its call and fails; ``python3`` one that refuses
+    ``-m pip`` / ``-m ensurepip`` (a pip run outside any venv) and else runs ``python``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    record = f'echo "$(basename "$0") $*" >> {log}\n'
+    for name in PACKAGE_MANAGERS:
+        _shim(directory, name, record + "exit 100\n")
+    _shim(
+        directory,
+        "python3",
+        f'case "$1 $2" in "-m pip"|"-m ensurepip") {record}exit 100 ;; esac\nexec {python} "$@"\n',
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PIP_REQUIRE_VIRTUALENV")}
+    # the test runner's venv leaves PATH: the build finds only the shims and the host's programs
+    runner_bin = str(Path(sys.prefix) / "bin")
+    env["PATH"] = os.pathsep.join([str(directory), *(p for p in env["PATH"].split(os.pathsep) if p != runner_bin)])
+    return env
+
+
+@pytest.mark.docker
+@pytest.mark.registry
+def test_make_image_on_a_clean_clone_runs_no_package_manager(tmp_path, synthetic_base_amd64, registry):
+    """`make image` in a fresh clone of HEAD: its own new venv with the runtime dependencies only (no test extra),
+    the image built on the synthetic base by the real engine (PUSH=0), and no package manager called at all."""
+    from stack_e2e import docker_login, local_tags, recipe_copy, unique_repository
+
+    base_python = Path(sys.base_prefix) / "bin" / "python3"
+    if sys.base_prefix == sys.prefix or not base_python.exists():
+        pytest.fail(f"the tests run in a venv over a Python with bin/python3 ({sys.prefix}, {sys.base_prefix})")
+    checkout = tmp_path / "checkout"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(checkout)], check=True, timeout=300)
     log = tmp_path / "calls.log"
-    env = recording_shims(tmp_path / "bin", log, installed=set(), engine_answers=None)
-    recipe = copy_recipe(tmp_path, pinned)
-    done = make("image", "PUSH=0", f"RECIPE={recipe}", "BUILD_ARGS=--dry-run", env=env)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "FROM " in done.stdout  # the dry run's plan: the build step ran
-    assert calls(log, "apt-get") == [] and calls(log, "apt") == [] and calls(log, "dpkg") == []
+    env = refusing_shims(tmp_path / "bin", log, str(base_python))
+    env["DOCKER_CONFIG"] = str(docker_login(tmp_path, registry))
+    base = synthetic_base_amd64
+    recipe = recipe_copy(tmp_path, "b200-amd64", base=base.image, tag=base.tag, digest=base.digest)
+    repository = unique_repository(registry.address, "glm53-make-image")
+    done = subprocess.run(
+        [
+            "make",
+            "--no-print-directory",
+            "-C",
+            str(checkout),
+            "image",
+            "PUSH=0",
+            f"PYTHON={tmp_path / 'bin' / 'python3'}",
+            f"RECIPE={recipe}",
+            f"BUILD_ARGS=--repository {repository}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert not log.exists(), log.read_text()  # no package manager, no pip outside the venv
+    image_id = json.loads((checkout / "out" / "build-report.json").read_text())["image_id"]
+    assert f"built {image_id} (linux/amd64)" in done.stdout
+    assert local_tags(repository)  # tagged in the engine, not pushed
+    venv = checkout / ".venv"
+    assert (venv / ".installed").exists() and not (venv / ".test-installed").exists()
+    probe = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import importlib.util, json, sys; import stackbuild, docker, jinja2, oras; "
+            "print(json.dumps([m for m in sys.argv[1:] if importlib.util.find_spec(m)]))",
+            *TEST_ONLY,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert probe.returncode == 0, probe.stderr
+    assert json.loads(probe.stdout) == []  # the runtime dependencies import; the test extra is not there
 
 
 def test_make_image_says_which_python_is_missing(tmp_path):

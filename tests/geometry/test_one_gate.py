@@ -30,6 +30,8 @@ from recipe_copies import REPO, copy_recipe, pinned, set_key
 GIB = 1024**3
 GATE_FAILED = 5  # README: the geometry gate refuses (host CLI, build, pre-flight)
 MISMATCH = 1  # geometry/gate_main.py: the geometry does not fit
+# docs/cli.md: the dry run's error line, after the gate's, says the build would stop at its gate step
+DRY_RUN_TAIL = "; the build would stop at its gate step with this, exit 5 (dry run: nothing built)"
 # `build.py geometry` / `compose` / `build --dry-run` say how many more reasons the table shows; the pre-flight
 # lists them below.
 MORE = re.compile(r" \(and \d+ more(; `build.py geometry` shows all| below)\)$")
@@ -132,13 +134,18 @@ def test_the_recipes_callers_give_one_verdict(tmp_path, case):
     verdicts["compose"] = ("fail", _host_error(recipe, assert_refused(compose, GATE_FAILED)), compose.exit_code)
     assert not out.exists()
 
-    dry = invoke(["build", "--dry-run", "--recipe", recipe])
-    assert dry.exit_code == 0, dry.stderr
+    # The dry run shows the plan, then exits as the build would: its gate step fails (docs/cli.md).
+    dry = invoke(["build", "--dry-run", "--owner", "acme", "--recipe", recipe])
+    line = assert_refused(dry, GATE_FAILED)
+    assert line.endswith(DRY_RUN_TAIL), line
     shown = next(line for line in dry.stdout.splitlines() if line.startswith("# geometry  "))
     word, summary = shown[len("# geometry  ") :].split(": ", 1)
-    verdicts["build --dry-run"] = (word, _first_reason(summary), GATE_FAILED)  # the build's gate step then fails
-    dry_json = invoke(["build", "--dry-run", "--json", "--recipe", recipe])
-    assert json.loads(dry_json.stdout)["geometry_verdict"] == "fail"
+    assert line.removesuffix(DRY_RUN_TAIL) == f"error: {recipe}: geometry gate failed: {summary}"
+    verdicts["build --dry-run"] = (word, _host_error(recipe, line.removesuffix(DRY_RUN_TAIL)), dry.exit_code)
+    dry_json = invoke(["build", "--dry-run", "--json", "--owner", "acme", "--recipe", recipe])
+    assert dry_json.exit_code == GATE_FAILED, dry_json.stderr
+    shown_json = json.loads(dry_json.stdout)
+    assert (shown_json["geometry_verdict"], shown_json["exit_code"]) == ("fail", GATE_FAILED)
 
     # The in-image gate, as the build's gate step runs it: the build context's gate payload, its gate-input.json.
     from stackbuild.core.recipe import load_recipe

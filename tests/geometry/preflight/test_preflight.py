@@ -110,8 +110,10 @@ def test_exit_codes_are_the_drivers(tmp_path):
     assert (
         "| 16 | pre-flight: a model config.json the serve command points at is missing, unreadable, not a JSON "
         "object, or one the simulator would misread (the key named); or a checkpoint file is: a shard missing, "
-        "truncated or with a header that does not parse, a tensor the index names absent, no tokenizer or chat "
-        "template for a served parser (the file named) |"
+        "truncated or with a header that does not parse or does not describe its data (a tensor's dtype x shape "
+        "not the bytes of its data_offsets; offsets overlapping, leaving a gap or past the file: what the "
+        "safetensors library refuses), a tensor the index names absent, no tokenizer or chat template for a "
+        "served parser (the file named) |"
     ) in table
     assert outcome.EXIT_MISMATCH == MountedCheckpointMismatch.exit_code == 26
     assert "| 26 | pre-flight: the mounted checkpoints are not the recipe's" in table

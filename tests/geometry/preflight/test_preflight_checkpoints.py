@@ -1,5 +1,6 @@
 """The start-time check of the mounted checkpoints (geometry/preflight/mounted.py, checkpoint.py,
-safetensors_header.py, memory.py), in process on synthetic checkpoints written with the stdlib.
+safetensors_header.py, memory.py), in process on synthetic checkpoints whose shards the safetensors
+library writes (models_support.py); the library's reader is the oracle of which edited shards are broken.
 
 Every case runs the check the image's entrypoint runs (geometry.preflight.check.check) on the
 default recipe's record: the argv as built, so the fast path (no vLLM) unless a case says so.
@@ -176,6 +177,12 @@ def _shard(models: Path) -> Path:
         "short",
         "index-not-json",
         "no-weights",
+        "shape-not-offsets",
+        "unknown-dtype",
+        "overlap",
+        "gap",
+        "header-length-zero",
+        "metadata-not-strings",
     ],
 )
 def test_a_broken_target_checkpoint_is_one_line_exit_16_naming_the_file(tmp_path, case):
@@ -185,6 +192,10 @@ def test_a_broken_target_checkpoint_is_one_line_exit_16_naming_the_file(tmp_path
     index = target / "model.safetensors.index.json"
     data = shard.read_bytes()
     (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + length])
+    # the tensors in the order the library laid their data out
+    first, second, third = sorted((n for n in header if n != "__metadata__"), key=lambda n: header[n]["data_offsets"])
+    third_at = header[third]["data_offsets"]
     expected = {
         "missing": f"{shard} is missing (model.safetensors.index.json places 3 tensors there): is the download "
         "complete?",
@@ -207,6 +218,17 @@ def test_a_broken_target_checkpoint_is_one_line_exit_16_naming_the_file(tmp_path
         "index-not-json": f"{index} is not JSON (line 1: Expecting value)",
         "no-weights": f"the target checkpoint {target} has neither model.safetensors.index.json nor "
         "model.safetensors: no safetensors weights (is the download complete?)",
+        # model.layers.0.mlp.weight is U8 [16, 8]: one more row is 16 * 9 * 1 bytes
+        "shape-not-offsets": f"{shard}: header entry 'model.layers.0.mlp.weight' is U8 [16, 9]: 144 bytes, not its "
+        f"{128:,}",
+        "unknown-dtype": f"{shard}: header entry {first!r} has dtype 'U7', which is not a safetensors dtype",
+        "overlap": f"{shard}: header entry {second!r} begins at data byte "
+        f"{header[first]['data_offsets'][1] - 1:,}, not at {header[first]['data_offsets'][1]:,} where {first!r} "
+        f"ends: overlapping {first!r}",
+        "gap": f"{shard}: header entry {third!r} begins at data byte {third_at[0] + 4:,}, not at {third_at[0]:,} "
+        f"where {second!r} ends: a gap of 4 bytes",
+        "header-length-zero": f"{shard}: the header length 0 is shorter than a JSON object: not a safetensors file",
+        "metadata-not-strings": f"{shard}: the header's __metadata__ is not an object of strings",
     }[case]
     weight_map = json.loads(index.read_text())
     if case == "missing":
@@ -226,10 +248,25 @@ def test_a_broken_target_checkpoint_is_one_line_exit_16_naming_the_file(tmp_path
         raw = b"[]" + b" " * (length - 2)
         shard.write_bytes(data[:8] + raw + data[8 + length :])
     elif case == "bad-offsets":
-        header = json.loads(data[8 : 8 + length])
         header["model.layers.0.mlp.weight"]["data_offsets"] = [10, 2]
-        raw = json.dumps(header).encode()
-        shard.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + length :])
+        shard.write_bytes(_with_header(header, data[8 + length :]))
+    elif case == "shape-not-offsets":
+        header["model.layers.0.mlp.weight"]["shape"] = [16, 9]
+        shard.write_bytes(_with_header(header, data[8 + length :]))
+    elif case == "unknown-dtype":
+        header[first]["dtype"] = "U7"
+        shard.write_bytes(_with_header(header, data[8 + length :]))
+    elif case == "overlap":
+        header[second]["data_offsets"] = [o - 1 for o in header[second]["data_offsets"]]
+        shard.write_bytes(_with_header(header, data[8 + length :]))
+    elif case == "gap":
+        header[third]["data_offsets"] = [o + 4 for o in third_at]
+        shard.write_bytes(_with_header(header, data[8 + length :] + bytes(4)))
+    elif case == "header-length-zero":
+        shard.write_bytes(struct.pack("<Q", 0) + data[8:])
+    elif case == "metadata-not-strings":
+        header["__metadata__"] = {"format": 1}
+        shard.write_bytes(_with_header(header, data[8 + length :]))
     elif case == "tensor-absent":
         weight_map["weight_map"]["model.layers.0.extra"] = SHARD1
         index.write_text(json.dumps(weight_map))
@@ -252,6 +289,11 @@ def test_a_broken_target_checkpoint_is_one_line_exit_16_naming_the_file(tmp_path
         index.unlink()
     message = refused_with(run(models), outcome.EXIT_CONFIG)
     assert message.startswith(expected), message
+
+
+def _with_header(header: dict, data: bytes) -> bytes:
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + data
 
 
 def test_a_truncated_single_file_drafter_is_refused_with_its_name(tmp_path):
@@ -521,29 +563,109 @@ def test_weights_per_rank_come_from_the_headers(tmp_path):
     )
 
 
-# --- any corruption of a header is one line ------------------------------------------------------
+# --- any corruption of a library-written shard is one line, and the library agrees ----------------
 
 
-def test_corrupted_headers_never_raise_anything_but_one_line(tmp_path):
-    from hypothesis import HealthCheck, given, settings
+def library_refuses(data: bytes) -> bool:
+    """Whether the safetensors library refuses to read ``data`` (as vLLM's loader reads a shard)."""
+    import safetensors
+
+    try:
+        safetensors.deserialize(data)
+    except safetensors.SafetensorError:
+        return True
+    return False
+
+
+def _edits():
+    """Truncations, byte splices and field edits of a safetensors file's header, as functions of its bytes."""
     from hypothesis import strategies as st
 
-    good = safetensors_bytes({"a": ("BF16", [4, 4]), "b": ("F32", [3])})
-    path = tmp_path / "shard.safetensors"
+    from geometry.preflight.safetensors_header import DTYPE_BITS
+
+    def truncate(cut):
+        return lambda data: data[:cut]
+
+    def splice(at, junk):
+        return lambda data: data[:at] + junk + data[at + len(junk) :]
+
+    def field(pick, key, value, length_off):
+        def edit(data):
+            (length,) = struct.unpack("<Q", data[:8])
+            header = json.loads(data[8 : 8 + length])
+            names = sorted(header)
+            entry = header[names[pick % len(names)]]
+            if value is None:
+                entry.pop(key, None)
+            else:
+                entry[key] = value
+            raw = json.dumps(header).encode()
+            return struct.pack("<Q", max(len(raw) + length_off, 0)) + raw + data[8 + length :]
+
+        return edit
+
+    values = {
+        "dtype": st.sampled_from([*DTYPE_BITS, "U7", "bf16", ""]) | st.integers(0, 3),
+        "shape": st.lists(st.integers(-1, 40), max_size=3) | st.text(max_size=3),
+        "data_offsets": st.lists(st.integers(-2, 200), max_size=3) | st.none(),
+    }
+    fields = st.sampled_from(sorted(values)).flatmap(
+        lambda key: st.builds(
+            field, st.integers(0, 5), st.just(key), values[key] | st.none(), st.sampled_from([0, 0, 0, -1, 1, 8])
+        )
+    )
+    metadata = st.builds(
+        field,
+        st.just(0),
+        st.just("__metadata__"),
+        st.dictionaries(st.text(max_size=3), st.text(max_size=3) | st.integers(), max_size=2),
+        st.just(0),
+    )
+    return (
+        st.builds(truncate, st.integers(0, 400))
+        | st.builds(splice, st.integers(0, 300), st.binary(min_size=1, max_size=8))
+        | fields
+        | metadata
+    )
+
+
+def test_edited_library_shards_are_refused_as_the_library_refuses_them_one_line_exit_16(tmp_path):
+    from hypothesis import HealthCheck, given, settings
+
+    models = models_dir(tmp_path / "models")
+    shard = _shard(models)
+    good = shard.read_bytes()
+    assert not library_refuses(good) and run(models).passed
 
     @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-    @given(st.integers(0, len(good) - 1), st.binary(min_size=0, max_size=16), st.integers(0, len(good)))
-    def corrupted(at, junk, cut):
-        data = (good[:at] + junk + good[at + len(junk) :])[: max(cut, 0) or None]
-        path.write_bytes(data)
+    @given(_edits())
+    def edited(edit):
+        data = edit(good)
+        shard.write_bytes(data)
         try:
-            header = read_header(str(path), "shard")
-        except ShardUnusable as exc:
-            assert "\n" not in str(exc) and str(exc).startswith("shard")
+            read_header(str(shard), str(shard))
+        except ShardUnusable:
+            ours = True
         else:
-            assert header.size == len(data)
+            ours = False
+        assert ours == library_refuses(data), data[:300]
+        result = run(models)
+        if ours:
+            assert refused_with(result, outcome.EXIT_CONFIG).startswith(f"{shard}"), result.lines
+        elif not result.passed:  # a name the splice changed: the index's tensor is not there
+            assert refused_with(result, outcome.EXIT_CONFIG).startswith(f"{shard}: has no tensor "), result.lines
 
-    corrupted()
+    edited()
+
+
+def test_a_header_nested_too_deep_for_json_is_one_line(tmp_path):
+    path = tmp_path / "deep.safetensors"
+    raw = b"[" * 100_000 + b"]" * 100_000
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw)
+    assert library_refuses(path.read_bytes())
+    with pytest.raises(ShardUnusable) as info:
+        read_header(str(path), "deep.safetensors")
+    assert str(info.value) == "deep.safetensors: the header is not a safetensors header (JSON nested too deep)"
 
 
 # --- the host command, the same code ----------------------------------------------------------------
@@ -564,6 +686,30 @@ def test_build_py_preflight_refuses_a_missing_shard_with_its_name(tmp_path):
         f"error: pre-flight: FAIL: {_shard(models)} is missing (model.safetensors.index.json "
         "places 3 tensors there): is the download complete?\n"
     )
+
+
+def test_build_py_preflight_refuses_a_shard_whose_shape_is_not_its_data_with_one_line(tmp_path):
+    models = models_dir(tmp_path / "models")
+    shard = _shard(models)
+    data = shard.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + length])
+    header["model.layers.0.input_layernorm.weight"]["shape"] = [8]  # BF16 [16] in the file: 32 bytes
+    shard.write_bytes(_with_header(header, data[8 + length :]))
+    assert library_refuses(shard.read_bytes())
+    run_ = subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "preflight", "--models-dir", str(models)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert run_.returncode == 16, run_.stderr
+    assert run_.stderr.startswith(
+        f"error: pre-flight: FAIL: {shard}: header entry 'model.layers.0.input_layernorm.weight' is BF16 [8]: "
+        "16 bytes, not its 32 (data_offsets "
+    )
+    assert run_.stderr.count("\n") == 1 and "Traceback" not in run_.stderr
 
 
 def test_build_py_preflight_refuses_another_revision_exit_19(tmp_path):
