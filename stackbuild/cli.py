@@ -364,17 +364,30 @@ def geometry(recipe_path, as_json, stock, contexts):
     "keep",
     multiple=True,
     type=click.Choice(KEEPABLE),
-    help="Hold this recipe key at the recipe's value (repeatable), e.g. serving.enable_prefix_caching "
-    "to see only settings that keep prefix-cache hits.",
+    help="Hold this recipe key at the recipe's value (repeatable), e.g. serving.drafter_kv_cache_dtype "
+    "to see only settings that keep the drafter's KV precision.",
 )
-def fit(recipe_path, as_json, stock, keep):
+@click.option(
+    "--allow",
+    "allow",
+    multiple=True,
+    type=click.Choice(KEEPABLE),
+    help="Search this recipe key too (repeatable); serving.enable_prefix_caching is held at the recipe's "
+    "value unless allowed, since turning prefix caching off loses every cache hit.",
+)
+def fit(recipe_path, as_json, stock, keep, allow):
     """Search block size, drafter KV dtype, prefix caching and num_speculative_tokens for settings that
-    pass the geometry gate; print the best few and the recipe lines to change."""
+    pass the geometry gate; print the best few and the recipe lines to change.
+
+    Settings rank by the requests of max_model_len tokens that fit at once, then the KV capacity,
+    then the prefix-cache hit alignment; a setting another one beats or matches on every measure
+    shown (requests, capacity, hit alignment, drafter KV precision, lines to change) is left out.
+    Prefix caching stays as the recipe has it unless --allow serving.enable_prefix_caching."""
     from geometry.fit import render_text, to_json
     from stackbuild.core.fit import fit_recipe, refuse_unfit
 
     recipe = load_recipe(recipe_path)
-    result = fit_recipe(recipe, stock=stock, keep=frozenset(keep))
+    result = fit_recipe(recipe, stock=stock, keep=frozenset(keep), allow=frozenset(allow))
     if as_json:
         print_json(to_json(result))
     else:
