@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "docs" / "cli.md"
 PROG = "build.py"
 COMMAND = "python -m stackbuild.cli_reference"
+CHECK = "--check"  # this tool's one option (not build.py's)
 
 # Where each command is explained at length (a document under docs/, and its section).
 EXPLAINED_IN = {
@@ -146,13 +147,13 @@ def reference() -> str:
 
 
 def main(argv: list[str]) -> int:
-    if argv not in ([], ["--check"]):
-        print(f"usage: {COMMAND} [--check]", file=sys.stderr)
+    if argv not in ([], [CHECK]):
+        print(f"usage: {COMMAND} [{CHECK}]", file=sys.stderr)
         return 2
     fresh, current = reference(), REFERENCE.read_text() if REFERENCE.exists() else ""
     if fresh == current:
         return 0
-    if argv == ["--check"]:
+    if argv == [CHECK]:
         sys.stdout.writelines(
             difflib.unified_diff(
                 current.splitlines(True), fresh.splitlines(True), "docs/cli.md (as is)", "docs/cli.md (generated)"
