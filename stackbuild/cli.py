@@ -160,11 +160,24 @@ def _print_version(ctx, _param, value) -> None:
 
 
 def owner_notice(plan) -> None:
-    """Say when the image name carries the stand-in owner (such an image is never pushed)."""
+    """Say when the image name carries the stand-in owner (such an image is never pushed), and when the
+    source label still holds a placeholder (a push refuses it)."""
+    from stackbuild.core import labels
+    from stackbuild.core.naming import SOURCE_PLACEHOLDER_RE
+
     if plan.image.owner_missing:
         click.echo(
             f"notice: no image owner (--owner, IMAGE_OWNER): naming the image {plan.image.repository}; "
             "it stays in this engine (a push needs an owner)",
+            err=True,
+        )
+    source = plan.labels.get(labels.OCI_SOURCE, "")
+    found = SOURCE_PLACEHOLDER_RE.search(source)
+    if found:
+        fill = "--owner or IMAGE_OWNER fills it" if found.group(0) == "{owner}" else "write the repository's URL"
+        click.echo(
+            f"warning: label {labels.OCI_SOURCE} is {source}, the placeholder {found.group(0)} unfilled "
+            f"(image.source; {fill}; a push refuses it)",
             err=True,
         )
 
@@ -352,7 +365,7 @@ def geometry(recipe_path, as_json, stock, contexts):
         print_json(to_json(run.report, run.verdict, at_once))
     else:
         click.echo(render_text(run.report, run.verdict, at_once))
-    refuse_failed(recipe, run)
+    refuse_failed(recipe, run, rest="the verdict above lists all" if not as_json else "the report's reasons list all")
 
 
 @cli.command()

@@ -30,9 +30,12 @@ from recipe_copies import REPO, copy_recipe, pinned, set_key
 GIB = 1024**3
 GATE_FAILED = 5  # README: the geometry gate refuses (host CLI, build, pre-flight)
 MISMATCH = 1  # geometry/gate_main.py: the geometry does not fit
-# `build.py geometry` / `compose` / `build --dry-run` say how many more reasons the table shows; the pre-flight
-# lists them below.
-MORE = re.compile(r" \(and \d+ more(; `build.py geometry` shows all| below)\)$")
+# `compose` / `build --dry-run` say how many more reasons `build.py geometry` shows, `geometry` that its
+# verdict (or its JSON report) has just listed them; the pre-flight lists them below.
+MORE = re.compile(
+    r" \(and \d+ more(; `build.py geometry` shows all|; the verdict above lists all|; the report's reasons list all"
+    r"| below)\)$"
+)
 
 
 @dataclass(frozen=True)
