@@ -1,7 +1,7 @@
 """The command line: build, pin, check, push and serve a vLLM overlay image from a stack recipe.
 
 Run as ``python build.py COMMAND`` from the checkout. Every command, option and exit code is in
-docs/cli.md, which stackbuild/cli_reference.py writes from this module's help texts and
+docs/cli.md, which tests/cli_reference.py writes from this module's help texts and
 stackbuild/command_exits.py.
 """
 

@@ -2,7 +2,7 @@
 
 A section sits between ``<!-- BEGIN generated: NAME -->`` and ``<!-- END generated -->``;
 its text is what ``SECTIONS[NAME]()`` renders (the simulator and the gate on the recipes,
-the pre-flight's exit codes; docs/cli.md is stackbuild/cli_reference.py's), so no document
+the pre-flight's exit codes; docs/cli.md is tests/cli_reference.py's), so no document
 carries a figure that nothing computes.
 tests/core/test_doc_sections.py holds every section to its source. After a change:
 

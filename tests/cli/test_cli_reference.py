@@ -5,10 +5,10 @@ from __future__ import annotations
 import difflib
 import re
 
+import cli_reference
 import pytest
 from bad_input_helpers import invoke
 
-from stackbuild import cli_reference
 from stackbuild.cli import cli
 from stackbuild.command_exits import COMMAND_EXITS, CommandExits
 from stackbuild.core.errors import EXIT_CODES
