@@ -179,9 +179,13 @@ def prefix_caching() -> str:
     def extra_state(on):
         if not on:
             return "0"
-        p = plan(True)
-        groups = len([g for g in p.groups if g.spec_class == "MambaSpec"])
-        return f"{groups} (one per KDA group: {_n(groups * p.bytes_per_block)} B)"
+
+        def state_blocks(p):
+            return [g.per_request.fixed for g in p.groups if g.spec_class == "MambaSpec"]
+
+        more = [a - b for a, b in zip(state_blocks(plan(True)), state_blocks(plan(False)))]
+        each = _one(set(more), "extra KDA state blocks per group")
+        return f"{_n(sum(more))} ({each} per KDA group: {_n(sum(more) * plan(True).bytes_per_block)} B)"
 
     def verdicts(on):
         return f"{_verdict_word(runs[('overlay', on)][1])}; {_verdict_word(runs[('stock', on)][1])}"
