@@ -23,7 +23,7 @@ pin = $(shell grep -E '^$(1)==' requirements/vllm.txt)
 
 export IMAGE_OWNER
 
-.PHONY: owner host install test-install oracle deps lock record image compose geometry lint test bench pristine clean
+.PHONY: owner host install test-install oracle deps lock record image compose geometry docs lint test bench pristine clean
 
 include overlay/pristine.mk
 
@@ -104,6 +104,12 @@ compose: install
 
 geometry: install
 	$(PY) build.py geometry --recipe $(RECIPE)
+
+# The generated documents: docs/cli.md from the CLI's help texts, the tables of README.md and docs/
+# from the simulator and the gate (tests/cli/test_cli_reference.py, tests/core/test_doc_sections.py).
+docs: install
+	$(PY) tests/cli_reference.py
+	$(PY) tests/doc_sections.py
 
 # The formatter and the linter on the whole tree (also a test: tests/test_lint.py).
 lint: test-install

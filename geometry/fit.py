@@ -26,7 +26,11 @@ found so far (rounding lets a slightly larger block recover a request).
 Every candidate is judged by one call, ``gate_verdict`` (geometry.gate_run.run_gate,
 the public gate).  Passing settings are ranked by the requests of
 max_model_len tokens that fit at once, then by the KV token capacity, then by
-how few recipe lines change.
+the prefix-cache hit alignment (finer first, off last), then by how few recipe
+lines change.  A passing setting another one dominates (as good on every
+measure the output shows: requests, KV capacity, hit alignment, the drafter's
+KV precision and the recipe lines to change, and better on one) is dropped: no
+reason to pick it.
 """
 
 from __future__ import annotations
@@ -71,6 +75,20 @@ class Candidate:
     kv_tokens: int | None
     changes: tuple[tuple[str, Any, Any], ...]  # (recipe key, recipe's value, suggested value)
     reason: str | None  # the first gate reason when it fails
+    hit_alignment_tokens: int | None = None  # prefix-cache hits land every this many tokens; None: no hits
+
+    def measures(self) -> tuple:
+        """What the output shows of a setting, each larger-is-better: requests of max_model_len at once,
+        KV capacity, prefix-cache hits (finer is better, none worst), the drafter's KV at the model's
+        precision (fp8 may lower acceptance), fewer recipe lines to change."""
+        hits = -self.hit_alignment_tokens if self.hit_alignment_tokens is not None else -math.inf
+        precise = self.setting.drafter_kv_cache_dtype != "fp8"
+        return (self.requests_at_max_model_len or 0, self.kv_tokens or 0, hits, precise, -len(self.changes))
+
+    def dominated_by(self, other: Candidate) -> bool:
+        """``other`` is as good on every measure and better on one."""
+        mine, theirs = self.measures(), other.measures()
+        return all(t >= m for m, t in zip(mine, theirs)) and theirs != mine
 
 
 @dataclass(frozen=True)
@@ -114,6 +132,7 @@ def _candidate(inputs: GeometryInputs, recipe: Setting, s: Setting, gate: Callab
     except ValueError as exc:  # BadInput: a setting the simulator does not model
         return Candidate(s, False, None, None, None, _changes(recipe, s), str(exc)), None
     plan = report.with_drafter
+    pc = plan.prefix_cache
     return Candidate(
         s,
         verdict.passed,
@@ -122,6 +141,7 @@ def _candidate(inputs: GeometryInputs, recipe: Setting, s: Setting, gate: Callab
         kv_token_capacity(plan),
         _changes(recipe, s),
         verdict.reasons[0] if verdict.reasons else None,
+        pc.hit_alignment_tokens if pc is not None and pc.can_hit else None,
     ), report
 
 
@@ -208,9 +228,10 @@ def search(inputs: GeometryInputs, gate: Callable = gate_verdict, keep: frozense
             if n != inputs.num_speculative_tokens:
                 run(n)
         spec_searched = f"num_speculative_tokens 1-{block - 1}"
+    passing = [c for c in seen.values() if c.passed]
     ranked = sorted(
-        (c for c in seen.values() if c.passed),
-        key=lambda c: (-_key(c)[0], -_key(c)[1], len(c.changes), -c.setting.num_speculative_tokens),
+        (c for c in passing if not any(c.dominated_by(o) for o in passing)),
+        key=lambda c: (-_key(c)[0], -_key(c)[1], -c.measures()[2], len(c.changes), -c.setting.num_speculative_tokens),
     )
     if keep_block:
         kept_block = f"{inputs.block_size:,}" if inputs.block_size else "vLLM's own"
@@ -270,11 +291,17 @@ def _value(v: Any, new: bool = True) -> str:
     return str(v)
 
 
+def _hits(c: Candidate) -> str:
+    if c.hit_alignment_tokens is None:
+        return "no prefix-cache hits"
+    return f"prefix-cache hits every {c.hit_alignment_tokens:,} tokens"
+
+
 def _line(c: Candidate) -> str:
     return (
         f"block_size {c.block_size:,}  requests of max_model_len at once "
         f"{c.requests_at_max_model_len if c.requests_at_max_model_len is not None else '-'}  "
-        f"KV capacity {c.kv_tokens:,} tokens"
+        f"KV capacity {c.kv_tokens:,} tokens  {_hits(c)}"
         if c.block_size and c.kv_tokens is not None
         else f"does not plan: {c.reason}"
     )
@@ -299,6 +326,10 @@ def render_text(result: FitResult, top: int = 3) -> str:
             lines.append(f"   {key}: {_value(new)}    # was {_value(old, False)}")
         if ("serving.enable_prefix_caching", True, False) in c.changes:
             lines.append("   (prefix caching off: no cache hits)")
+        if any(key == "serving.drafter_kv_cache_dtype" and new == "fp8" for key, _old, new in c.changes):
+            lines.append(
+                "   (fp8 drafter KV: the drafter reads a coarser KV, which can lower acceptance: `qualify` it)"
+            )
     return "\n".join(lines)
 
 

@@ -8,3 +8,6 @@ SEARCHED = (
     ("serving.num_speculative_tokens", "num_speculative_tokens"),
 )
 KEEPABLE = tuple(key for key, _name in SEARCHED)
+# Held at the recipe's value unless `fit --allow KEY` opens it: prefix caching, whose cache hits a
+# user keeps (docs/gate.md) and which buys a fraction of a percent of capacity when traded away.
+KEPT_UNLESS_ALLOWED = ("serving.enable_prefix_caching",)

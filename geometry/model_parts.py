@@ -72,6 +72,9 @@ class Target:
     head_size: int  # attention head size (MLA: the latent)
     num_kv_heads: int  # per rank
     mamba_page: int  # real bytes of one mamba layer's state
+    # Blocks a request holds per mamba group in "align" mode for prefill checkpoints (the layers' MambaSpec
+    # num_prefill_checkpoint_blocks: GLM-5.3's KDA layers under FlashKDA).
+    prefill_checkpoint_blocks: int = 0
 
 
 @dataclass(frozen=True)

@@ -183,11 +183,14 @@ def _plan(
 def _state_blocks(model: Model, inputs: GeometryInputs, num_spec: int) -> int:
     """Blocks a request holds in each mamba group (``MambaSpec.max_memory_usage_bytes``):
     1 + one per speculative token; in "align" mode 2 (the state is copied
-    from the previous block into the next) + speculative + prefill-checkpoint
-    blocks (one when the layers export a prefill checkpoint alignment)."""
+    from the previous block into the next) + speculative + the spec's
+    prefill-checkpoint blocks (``num_prefill_checkpoint_blocks``: one for
+    GLM-5.3's KDA layers under FlashKDA, one when the layers export a
+    prefill checkpoint alignment)."""
     if inputs.mamba_cache_mode != "align":
         return 1 + num_spec
-    return 2 + num_spec + int(model.architecture.prefill_checkpoint_alignment is not None)
+    exported = int(model.architecture.prefill_checkpoint_alignment is not None)
+    return 2 + num_spec + max(model.prefill_checkpoint_blocks, exported)
 
 
 def _group_rows(model: Model, path: str, groups, state_blocks: int, draft_tag: bool) -> tuple[GroupRow, ...]:

@@ -174,12 +174,21 @@ def _platform(family: int) -> str:
     return "vLLM's CPU platform" if family == CPU_FAMILY else f"GPU family {family}"
 
 
+def _resolved(report: GeometryReport, owner: str, asked: str | None) -> str:
+    """A KV dtype as asked, with what `auto` resolved to when the plan's layers of that owner say it."""
+    if asked != "auto":
+        return str(asked)
+    dtypes = sorted({r.dtype for r in report.with_drafter.layers if r.owner == owner and r.dtype})
+    return f"auto ({'/'.join(dtypes)}, the {owner} model's dtype)" if dtypes else "auto"
+
+
 def render_text(report: GeometryReport, verdict: Verdict | None = None, concurrency: Concurrency | None = None) -> str:
     lines = [
         f"KV geometry: {report.model_kind}, vLLM behaviour {report.behaviour}, "
         f"{_platform(report.capability_family)}, TP {report.tensor_parallel_size}, "
         f"num_speculative_tokens {report.num_speculative_tokens}",
-        f"KV dtypes: target {report.target_kv_dtype}, drafter {report.drafter_kv_dtype}; "
+        f"KV dtypes: target {_resolved(report, 'target', report.target_kv_dtype)}, "
+        f"drafter {_resolved(report, 'drafter', report.drafter_kv_dtype)}; "
         f"backends (layer order) {', '.join(report.backends)}; kernel block alignment "
         f"{report.kernel_block_alignment}; drafter backend {report.drafter_backend} "
         f"(kernel block {report.drafter_kernel_block})",

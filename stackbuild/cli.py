@@ -1,22 +1,8 @@
 """The command line: build, pin, check, push and serve a vLLM overlay image from a stack recipe.
 
-Run as ``python build.py COMMAND`` from the checkout::
-
-    python build.py render   --recipe R            # the Dockerfile, no daemon
-    python build.py lock     --recipe R            # pin the base digest
-    python build.py record   --recipe R            # keep the built image's oracle answer
-    python build.py geometry --recipe R [--json]   # the KV-geometry gate on the host
-    python build.py fit --recipe R [--json]        # settings that pass the gate, best first
-    python build.py build    --recipe R [--dry-run] [--push [--force]] [--platform P]
-    python build.py push     --recipe R [--force]
-    python build.py index    --recipe R [--force]          # multi-platform: the index over pushed images
-    python build.py compose  --recipe R [-o FILE]
-    python build.py preflight --recipe R --models-dir DIR [--role leader|worker] [-- serve args]
-                                                   # the image's start-time check, here
-    python build.py pin --recipe R --models-dir DIR     # write the mounted snapshots' commits and config sha256s into R
-    python build.py verify   IMAGE@DIGEST --recipe R            # labels, SBOM, provenance, gate; lists qualifications
-    python build.py qualify  --url URL [--recipe R] [--stock] [--server-log FILE|-] [--baseline-url URL]
-                             [--json] [--out DIR] [--attach IMAGE@DIGEST]
+Run as ``python build.py COMMAND`` from the checkout. Every command, option and exit code is in
+docs/cli.md, which tests/cli_reference.py writes from this module's help texts and
+stackbuild/command_exits.py.
 """
 
 from __future__ import annotations
@@ -30,6 +16,7 @@ import click
 
 from geometry.errors import one_line
 from geometry.fit_keys import KEEPABLE
+from stackbuild.command_exits import COMMAND_EXITS
 from stackbuild.core.errors import InternalError, StackBuildError
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 
@@ -38,8 +25,8 @@ recipe_option = click.option(
     "recipe_path",
     type=click.Path(dir_okay=False, path_type=Path),
     default=DEFAULT_RECIPE,
-    show_default="the GB300 recipe",
-    help="Stack recipe (YAML).",
+    show_default=str(DEFAULT_RECIPE.relative_to(DEFAULT_RECIPE.parents[2])),
+    help="Stack recipe (YAML) to work from.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
 
@@ -77,8 +64,15 @@ force_option = click.option(
     is_flag=True,
     help="Re-point a pinned tag the registry already has for another image (logged); without it that push is refused.",
 )
-unpinned_option = click.option(
-    "--allow-unpinned", is_flag=True, help="Build FROM the base tag when no digest is pinned (not reproducible)."
+
+
+def unpinned_option(what: str):
+    """--allow-unpinned, its help saying what this command does with it."""
+    return click.option("--allow-unpinned", is_flag=True, help=f"When no base digest is pinned: {what}.")
+
+
+UNPINNED_IMAGE = (
+    "name the image as `build --allow-unpinned` named it (the tags computed without a base digest) instead of refusing"
 )
 
 
@@ -167,11 +161,24 @@ def _print_version(ctx, _param, value) -> None:
 
 
 def owner_notice(plan) -> None:
-    """Say when the image name carries the stand-in owner (such an image is never pushed)."""
+    """Say when the image name carries the stand-in owner (such an image is never pushed), and when the
+    source label still holds a placeholder (a push refuses it)."""
+    from stackbuild.core import labels
+    from stackbuild.core.naming import SOURCE_PLACEHOLDER_RE
+
     if plan.image.owner_missing:
         click.echo(
             f"notice: no image owner (--owner, IMAGE_OWNER): naming the image {plan.image.repository}; "
             "it stays in this engine (a push needs an owner)",
+            err=True,
+        )
+    source = plan.labels.get(labels.OCI_SOURCE, "")
+    found = SOURCE_PLACEHOLDER_RE.search(source)
+    if found:
+        fill = "--owner or IMAGE_OWNER fills it" if found.group(0) == "{owner}" else "write the repository's URL"
+        click.echo(
+            f"warning: label {labels.OCI_SOURCE} is {source}, the placeholder {found.group(0)} unfilled "
+            f"(image.source; {fill}; a push refuses it)",
             err=True,
         )
 
@@ -199,15 +206,43 @@ def emit(as_json: bool, data: dict, text: str) -> None:
     help="This project's version, the checkout's commit and the vLLM release the gate models.",
 )
 def cli() -> None:
-    """Build the GLM-5.3-Flash + DFlash2 vLLM image from a stack recipe."""
+    """Build the GLM-5.3-Flash + DFlash2 vLLM image from a stack recipe, check its KV geometry,
+    push it, and generate and check what serves it.
+
+    It reads the recipes, Dockerfile.j2 and the git revision from this checkout (`make install`
+    installs it into the venv, editable). A bare `build.py` prints this help.
+
+    `--json` writes one machine-readable object on stdout (progress stays on stderr), on failure
+    too: `{"ok": false, "exit_code": N, "error": "..."}` unless the command printed its own object
+    first (geometry's report, preflight's checks, which carry the verdict).
+
+    An error is one line on stderr (`error: ...`) naming the file, key, flag, step or patch at
+    fault, never a traceback, with a distinct exit code per kind; a value given by a flag or the
+    environment is blamed on that flag or variable, with the fix when there is one (`--owner
+    'Acme'`: use 'acme'). A step that takes more than a second says so on stderr before it starts
+    (compose and deploy import vLLM for the serve-parser check: 10-20 s); gate reasons that repeat
+    for layers alike are one reason with their count (`[5x: also ... to ...]`).
+
+    Nothing is written when a command fails (outputs go through a temporary file in the target
+    directory), and nothing is tagged or pushed after a failed step. Generated files
+    (`*.compose.yaml`, `*.k8s.yaml`) are never build inputs: nothing these commands write into a clean
+    tree changes its pinned tag. The image's start-time pre-flight exits with the same codes as
+    `build.py preflight` for the same faults.
+    """
 
 
 @cli.command()
 @recipe_option
 @owner_option
 @repository_option("Name the image in")
-@unpinned_option
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the Dockerfile here instead of stdout.")
+@unpinned_option("render `FROM` the base tag instead of refusing (not reproducible)")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="Write the Dockerfile here instead of stdout: into an existing directory, over a file git tracks only "
+    "when it is render's own output for this recipe (`-o README.md` stops).",
+)
 def render(recipe_path, owner, repository, allow_unpinned, output):
     """Print (or write) the Dockerfile rendered from the recipe."""
     from stackbuild.core.output import check_output, write_text
@@ -253,7 +288,7 @@ def lock(recipe_path, as_json):
 @recipe_option
 @owner_option
 @repository_option("Read the built image from")
-@unpinned_option
+@unpinned_option(UNPINNED_IMAGE)
 @click.option("--image", help="Take the record from this image (default: the recipe's pinned tag in the local engine).")
 @json_option
 def record(recipe_path, owner, repository, allow_unpinned, image, as_json):
@@ -335,7 +370,7 @@ def geometry(recipe_path, as_json, stock, contexts):
         print_json({**to_json(run.report, run.verdict, at_once[judged]), "stock_vs_overlay": asdict(versus)})
     else:
         click.echo("\n".join([render_text(run.report, run.verdict, at_once[judged]), *comparison_lines(versus)]))
-    refuse_failed(recipe, run)
+    refuse_failed(recipe, run, rest="the verdict above lists all" if not as_json else "the report's reasons list all")
 
 
 @cli.command()
@@ -347,20 +382,30 @@ def geometry(recipe_path, as_json, stock, contexts):
     "keep",
     multiple=True,
     type=click.Choice(KEEPABLE),
-    help="Hold this recipe key at the recipe's value (repeatable), e.g. serving.enable_prefix_caching "
-    "to see only settings that keep prefix-cache hits.",
+    help="Hold this recipe key at the recipe's value (repeatable), e.g. serving.drafter_kv_cache_dtype "
+    "to see only settings that keep the drafter's KV precision.",
 )
-def fit(recipe_path, as_json, stock, keep):
+@click.option(
+    "--allow",
+    "allow",
+    multiple=True,
+    type=click.Choice(KEEPABLE),
+    help="Search this recipe key too (repeatable); serving.enable_prefix_caching is held at the recipe's "
+    "value unless allowed, since turning prefix caching off loses every cache hit.",
+)
+def fit(recipe_path, as_json, stock, keep, allow):
     """Search block size, drafter KV dtype, prefix caching and num_speculative_tokens for settings that
     pass the geometry gate; print the best few and the recipe lines to change.
 
-    Exit 0 when the recipe passes (its settings, or the better ones printed), 5 when it fails but a
-    printed setting passes, 19 when no setting passes."""
+    Settings rank by the requests of max_model_len tokens that fit at once, then the KV capacity,
+    then the prefix-cache hit alignment; a setting another one beats or matches on every measure
+    shown (requests, capacity, hit alignment, drafter KV precision, lines to change) is left out.
+    Prefix caching stays as the recipe has it unless --allow serving.enable_prefix_caching."""
     from geometry.fit import render_text, to_json
     from stackbuild.core.fit import fit_recipe, refuse_unfit
 
     recipe = load_recipe(recipe_path)
-    result = fit_recipe(recipe, stock=stock, keep=frozenset(keep))
+    result = fit_recipe(recipe, stock=stock, keep=frozenset(keep), allow=frozenset(allow))
     if as_json:
         print_json(to_json(result))
     else:
@@ -372,7 +417,7 @@ def fit(recipe_path, as_json, stock, keep):
 @recipe_option
 @owner_option
 @repository_option("Tag (and with --push, push to)")
-@unpinned_option
+@unpinned_option("build `FROM` the base tag instead of refusing (not reproducible)")
 @json_option
 @click.option(
     "--dry-run",
@@ -436,6 +481,11 @@ def build(
     A recipe with several platforms builds and gates each in turn, tags each
     image `<pinned tag>-<arch>`, and with --push pushes them and puts an OCI
     image index over them under the recipe's tags.
+
+    --dry-run prints the plan (base, tags, labels, Dockerfile) with the host-side
+    gate's verdict; the build itself leaves the decision to the gate in the image,
+    against the vLLM installed there. The check a CI runs on the host is
+    `build.py geometry`.
     """
     from stackbuild.image.platform_plans import build_plans
 
@@ -484,7 +534,7 @@ def build(
 @recipe_option
 @owner_option
 @repository_option("Push to")
-@unpinned_option
+@unpinned_option(UNPINNED_IMAGE)
 @json_option
 @click.option(
     "--report",
@@ -508,7 +558,7 @@ def push(recipe_path, owner, repository, allow_unpinned, as_json, report_path, f
 @recipe_option
 @owner_option
 @repository_option("Push the index to")
-@unpinned_option
+@unpinned_option(UNPINNED_IMAGE)
 @json_option
 @force_option
 def index(recipe_path, owner, repository, allow_unpinned, as_json, force):
@@ -534,11 +584,20 @@ def index(recipe_path, owner, repository, allow_unpinned, as_json, force):
     "-o",
     "--output",
     type=click.Path(path_type=Path),
-    help="Compose file to write (default: compose/<recipe name>.compose.yaml); for a multi-node "
-    "recipe, the existing directory to write one file per node role into (default: compose/).",
+    help="Compose file to write, in an existing directory; a file git tracks is replaced only when it is "
+    "compose's own output for this recipe. Default: compose/<recipe name>.compose.yaml for a recipe git tracks "
+    "in this checkout, else next to the recipe; with --models-dir, --port or --gpus, the git-ignored "
+    "<recipe name>.local.compose.yaml instead, never the committed file. For a multi-node recipe, the existing "
+    "directory to write one file per node role into (default: compose/).",
 )
-@click.option("--models-dir", help="Host directory holding the model snapshots (mounted read-only).")
-@click.option("--port", type=int, help="Host port to publish (single-node recipes).")
+@click.option(
+    "--models-dir",
+    help="Host directory holding the model snapshots, mounted read-only at the recipe's mount point (default: "
+    "the mount point itself, e.g. /models, which must exist on the host: the file never creates it).",
+)
+@click.option(
+    "--port", type=int, help="Host port to publish on serving.host_ip (single-node recipes; default: serving.port)."
+)
 @click.option("--gpus", help="Comma-separated GPU ids to reserve (default: any, count = TP size / nodes).")
 @click.option("--digest", help="Image digest to pin in the compose file (default: from the last build report).")
 @json_option
@@ -592,7 +651,8 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
     "--output",
     "output_dir",
     type=click.Path(path_type=Path),
-    help="Existing directory to write <recipe name>.k8s.yaml into (default: compose/).",
+    help="Existing directory to write <recipe name>.k8s.yaml into (default: compose/ for a recipe git tracks "
+    "in this checkout, else the recipe's directory).",
 )
 @click.option(
     "--models-host-path",
@@ -896,6 +956,13 @@ def qualify(
     if as_json:
         print_json(data)
     raise_if_failed(result)
+
+
+# Each command's help ends with the exit codes it returns (stackbuild/command_exits.py); a command
+# without an entry there stops the import.
+for _name, _command in cli.commands.items():
+    _command.epilog = COMMAND_EXITS[_name].epilog()
+cli.epilog = "Each command's --help lists the exit codes it returns; all of them: docs/cli.md."
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ from click.testing import CliRunner, Result
 from recipe_copies import REPO
 
 from stackbuild.cli import cli
+from stackbuild.command_exits import COMMAND_EXITS
 
 # A daemon address where nothing listens: input checks must fail before any engine is asked.
 DEAD_DOCKER = "unix:///nonexistent/docker.sock"
@@ -40,7 +41,20 @@ def snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
 def invoke(args: list[str], **env: Any) -> Result:
     """build.py's CLI in this process (stdout and stderr apart), no engine, no owner, a fixed date."""
     base = {"DOCKER_HOST": DEAD_DOCKER, "IMAGE_OWNER": None, "SOURCE_DATE_EPOCH": "1764460800"}
-    return CliRunner().invoke(cli, [str(a) for a in args], env={**base, **env}, prog_name="build.py")
+    result = CliRunner().invoke(cli, [str(a) for a in args], env={**base, **env}, prog_name="build.py")
+    _assert_a_code_it_documents(args, result)
+    return result
+
+
+def _assert_a_code_it_documents(args: list, result: Result) -> None:
+    """Every run of a command ends with a code its `--help` lists (stackbuild/command_exits.py)."""
+    command = next((str(a) for a in args if not str(a).startswith("-")), None)
+    if command in COMMAND_EXITS and isinstance(result.exit_code, int):
+        listed = COMMAND_EXITS[command].all
+        assert result.exit_code in listed, (
+            f"`{command}` exited {result.exit_code}, which its help does not list ({listed}): "
+            f"add it in stackbuild/command_exits.py; stderr: {result.stderr[-500:]}"
+        )
 
 
 def assert_refused(result: Result, code: int, *needles: str) -> str:

@@ -67,7 +67,8 @@ class PrefixCaching:
     hash_block: int | None  # None: off, no hashing
     hits_every_overlay: int | None  # None: no hits
     hits_every_stock: int | None
-    kda_state_blocks_per_request: int  # per KDA group: states kept + num_speculative_tokens
+    # per KDA group: states kept + num_speculative_tokens (+ FlashKDA's prefill checkpoint with "align")
+    kda_state_blocks_per_request: int
     blocks_one_1m_request_draws: int
 
 
@@ -87,6 +88,8 @@ PREFIX_ON = PrefixCaching(
     hash_block=1_152,
     hits_every_overlay=1_152,
     hits_every_stock=9_216,
-    kda_state_blocks_per_request=2 + 7,
-    blocks_one_1m_request_draws=158,
+    # GB300 (SM103), a bf16 model, KDA head_dim 128, a bounded gate: vLLM 0.33.0 runs FlashKDA, whose
+    # spec holds one prefill-checkpoint block per request in "align" (Glm5NextLinearAttention.get_kv_cache_spec).
+    kda_state_blocks_per_request=2 + 7 + 1,
+    blocks_one_1m_request_draws=162,
 )

@@ -2,7 +2,8 @@
 
 A section sits between ``<!-- BEGIN generated: NAME -->`` and ``<!-- END generated -->``;
 its text is what ``SECTIONS[NAME]()`` renders (the simulator and the gate on the recipes,
-the driver's exit codes), so no document carries a figure that nothing computes.
+the pre-flight's exit codes; docs/cli.md is tests/cli_reference.py's), so no document
+carries a figure that nothing computes.
 tests/core/test_doc_sections.py holds every section to its source. After a change:
 
     python tests/doc_sections.py          # rewrite every generated section in place
@@ -178,9 +179,13 @@ def prefix_caching() -> str:
     def extra_state(on):
         if not on:
             return "0"
-        p = plan(True)
-        groups = len([g for g in p.groups if g.spec_class == "MambaSpec"])
-        return f"{groups} (one per KDA group: {_n(groups * p.bytes_per_block)} B)"
+
+        def state_blocks(p):
+            return [g.per_request.fixed for g in p.groups if g.spec_class == "MambaSpec"]
+
+        more = [a - b for a, b in zip(state_blocks(plan(True)), state_blocks(plan(False)))]
+        each = _one(set(more), "extra KDA state blocks per group")
+        return f"{_n(sum(more))} ({each} per KDA group: {_n(sum(more) * plan(True).bytes_per_block)} B)"
 
     def verdicts(on):
         return f"{_verdict_word(runs[('overlay', on)][1])}; {_verdict_word(runs[('stock', on)][1])}"
@@ -248,19 +253,15 @@ def recipe_verdicts() -> str:
     return "\n".join(_table(header, rows)) + "\n"
 
 
-def exit_codes() -> str:
-    """The driver's exit codes (stackbuild/core/errors.py EXIT_CODES)."""
-    rows = [(str(code), meaning) for code, meaning in sorted(errors.EXIT_CODES.items())]
-    return "\n".join(_table(("code", "what failed"), rows)) + "\n"
-
-
 def preflight_exit_codes() -> str:
     """The codes the image's start-time pre-flight exits with (the driver's, for the same faults)."""
     from geometry.preflight import outcome
 
-    rows = [(str(code), errors.EXIT_CODES[code]) for code in sorted(errors.PREFLIGHT_ERRORS)]
+    rows = [(str(code), errors.EXIT_CODES[code].meaning) for code in sorted(errors.PREFLIGHT_ERRORS)]
     # The ranks of a multi-node group agree in the image only (the host has no group to ask).
-    rows += [(str(code), errors.EXIT_CODES[code]) for code in (outcome.EXIT_RANKS_DIFFER, outcome.EXIT_LEADER_SILENT)]
+    rows += [
+        (str(code), errors.EXIT_CODES[code].meaning) for code in (outcome.EXIT_RANKS_DIFFER, outcome.EXIT_LEADER_SILENT)
+    ]
     rows.append(
         (
             str(outcome.EXIT_BAD_MODE),
@@ -362,7 +363,6 @@ SECTIONS: dict[str, Callable[[], str]] = {
     "default-recipe-requests": default_recipe_requests,
     "prefix-caching": prefix_caching,
     "recipe-verdicts": recipe_verdicts,
-    "exit-codes": exit_codes,
     "preflight-exit-codes": preflight_exit_codes,
     "served-kv-cache": served_kv_cache,
 }

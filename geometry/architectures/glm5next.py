@@ -66,6 +66,21 @@ def tail_ring_builder(kpool: int, head_dim: int, num_spec: int) -> SpecBuilder:
     return build
 
 
+def kda_prefill_backend(tc: Mapping[str, Any], family: int, model_dtype: str) -> str:
+    """The KDA layers' prefill kernel as vLLM 0.33.0 picks it (``_resolve_kda_prefill_backend`` in
+    vllm/models/glm5next/common/kda.py, ``additional_config`` without ``kda_prefill_backend``: "auto"):
+    FlashKDA on CUDA with compute capability major 9, 10 or 12 (the family is major x 10) for a
+    bfloat16 model, KDA head_dim 128 and a bounded gate (``linear_lower_bound``), else Triton."""
+    supported = (
+        family != B.CPU_FAMILY
+        and family // 10 in (9, 10, 12)
+        and tc.get("linear_head_dim") == 128
+        and model_dtype == "bfloat16"
+        and tc.get("linear_lower_bound") is not None
+    )
+    return "flashkda" if supported else "triton"
+
+
 def build_target(s: TargetSettings) -> Target:
     tc, tp, family = s.tc, s.tensor_parallel_size, s.capability_family
     layer_types = s.layer_types or tuple(
@@ -129,7 +144,17 @@ def build_target(s: TargetSettings) -> Target:
             Layer(p + ".indexer.tail_cache", "target", "kpool_tail", B.KPOOL_TAIL, tail),
             Layer(p + ".mla_attn", "target", "mla_latent", mla_backend, mla),
         ]
-    return Target(tuple(layers), use_mla=True, head_size=head_size, num_kv_heads=1, mamba_page=state.bytes)
+    # Glm5NextLinearAttention.get_kv_cache_spec: FlashKDA checkpoints the state inside a prefill chunk
+    # (kda_prefill_checkpoint_alignment 16), so each KDA spec holds one more block per request in "align".
+    checkpoint_blocks = int(kda_prefill_backend(tc, family, s.model_dtype) == "flashkda")
+    return Target(
+        tuple(layers),
+        use_mla=True,
+        head_size=head_size,
+        num_kv_heads=1,
+        mamba_page=state.bytes,
+        prefill_checkpoint_blocks=checkpoint_blocks,
+    )
 
 
 def check(r: ConfigReader, n_layers: int) -> None:

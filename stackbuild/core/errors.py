@@ -6,6 +6,8 @@ patch at fault, and the exit code the CLI returns for it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from geometry.preflight import outcome as _preflight
 
 
@@ -288,91 +290,163 @@ PREFLIGHT_ERRORS = {
 }
 
 
-# What each exit code means to a user, as the documentation's table shows it (generated from here).
-EXIT_CODES = {
-    2: (
+@dataclass(frozen=True)
+class ExitCode:
+    """What an exit code means to a user: a few words for `--help`, the whole sentence for docs/cli.md's table."""
+
+    title: str
+    meaning: str
+
+
+# Every exit code the driver (and the image's pre-flight) returns; `build.py --help`, each command's
+# help and docs/cli.md (tests/cli_reference.py) read them from here.
+EXIT_CODES: dict[int, ExitCode] = {
+    2: ExitCode(
+        "bad input: the recipe, a file it names, or the command line",
         "the recipe, a config it names, the lock or the oracle record; or the command line: an unknown or "
-        "malformed flag, `verify` or `qualify --attach` given a tag instead of a digest or text that is not an "
-        "image reference (refused before anything is measured or attached), a push without an image owner"
+        "malformed flag, `verify` or `qualify --attach` given a tag instead of a digest or text that is not "
+        "an image reference (refused before anything is measured or attached), a push without an image owner",
     ),
-    3: "no Docker engine (or the engine refused a request)",
-    4: "a build step",
-    5: "the geometry gate (page geometry or capacity)",
-    6: (
-        "the architecture: the build runs on another machine than the recipe's platform needs (the patch step "
-        "checks `uname -m` first), or the built image's os/architecture is not the recipe's"
+    3: ExitCode(
+        "no Docker engine",
+        "no Docker engine (or the engine refused a request)",
     ),
-    7: "registry authentication",
-    8: "registry unreachable",
-    9: "push or pull refused; `qualify --attach`: the registry has no manifest of that digest",
-    10: "`verify`: the image does not match its recipe",
-    11: "vLLM rejects the serve flags",
-    12: "vLLM's serve parser cannot run",
-    13: "Docker Compose rejects the generated file",
-    14: "a pinned tag already names another image in the registry (`--force` re-points it, logged)",
-    15: (
-        "an output path (`-o`): its directory is missing or unwritable, it is a directory, or it is a file git "
-        "tracks that is not this command's output for this recipe"
+    4: ExitCode(
+        "a build step failed",
+        "a build step",
     ),
-    16: (
-        "pre-flight: a model config.json the serve command points at is missing, unreadable, not a JSON object, "
-        "or one the simulator would misread (the key named); or a checkpoint file is: a shard missing, truncated "
-        "or with a header that does not parse or does not describe its data (a tensor's dtype x shape not the "
-        "bytes of its data_offsets; offsets overlapping, leaving a gap or past the file: what the safetensors "
-        "library refuses), a tensor the index names absent, no tokenizer or chat template for a served parser "
-        "(the file named)"
+    5: ExitCode(
+        "the geometry gate refuses",
+        "the geometry gate (page geometry or capacity)",
     ),
-    17: (
-        "pre-flight: the geometry cannot be checked (a setup the simulator does not model, the simulator and the "
-        "installed vLLM disagree, no vLLM to parse the flags)"
+    6: ExitCode(
+        "the wrong architecture",
+        "the architecture: the build runs on another machine than the recipe's platform needs (the patch step"
+        " checks `uname -m` first), or the built image's os/architecture is not the recipe's",
     ),
-    18: "`deploy`: a generated Kubernetes manifest fails the Kubernetes schemas or the LeaderWorkerSet schema",
-    19: (
-        "`fit`: no setting it searches (block size, drafter KV dtype, prefix caching, num_speculative_tokens) "
-        "passes the geometry gate; the one line says why (a recipe that fails but can be fixed exits 5 with "
-        "the lines to change)"
+    7: ExitCode(
+        "registry authentication refused",
+        "registry authentication",
     ),
-    20: (
-        "`qualify`: nothing answers at the URL, or no generation streamed its first token within the readiness timeout"
+    8: ExitCode(
+        "registry unreachable",
+        "registry unreachable",
     ),
-    21: "`qualify`: the server is not a vLLM OpenAI server (no `/v1/models`, or no `vllm:` counters in `/metrics`)",
-    22: "`qualify`: the server refused the API key (HTTP 401/403): none given, or the wrong one (`--api-key-env`)",
-    23: "`qualify`: the model name (`--model`, or the recipe's `served_model_name`) is not one the server serves",
-    24: (
-        "`qualify`: the deployment misbehaves: speculation configured but no drafts or acceptance near zero, prefix "
-        "caching hitting less than predicted, empty, non-UTF-8 or degenerate output (each finding with its numbers)"
+    9: ExitCode(
+        "push or pull refused",
+        "push or pull refused; `qualify --attach`: the registry has no manifest of that digest",
     ),
-    25: (
+    10: ExitCode(
+        "the image does not match its recipe",
+        "`verify`: the image does not match its recipe",
+    ),
+    11: ExitCode(
+        "vLLM rejects the serve flags",
+        "vLLM rejects the serve flags",
+    ),
+    12: ExitCode(
+        "vLLM's serve parser cannot run",
+        "vLLM's serve parser cannot run",
+    ),
+    13: ExitCode(
+        "Docker Compose rejects the generated file",
+        "Docker Compose rejects the generated file",
+    ),
+    14: ExitCode(
+        "a pinned tag names another image",
+        "a pinned tag already names another image in the registry (`--force` re-points it, logged)",
+    ),
+    15: ExitCode(
+        "an output path is unusable",
+        "an output path (`-o`): its directory is missing or unwritable, it is a directory, or it is a file "
+        "git tracks that is not this command's output for this recipe",
+    ),
+    16: ExitCode(
+        "a mounted config or checkpoint file is unusable",
+        "pre-flight: a model config.json the serve command points at is missing, unreadable, not a JSON "
+        "object, or one the simulator would misread (the key named); or a checkpoint file is: a shard "
+        "missing, truncated or with a header that does not parse or does not describe its data (a tensor's "
+        "dtype x shape not the bytes of its data_offsets; offsets overlapping, leaving a gap or past the "
+        "file: what the safetensors library refuses), a tensor the index names absent, no tokenizer or chat "
+        "template for a served parser (the file named)",
+    ),
+    17: ExitCode(
+        "the geometry cannot be checked",
+        "pre-flight: the geometry cannot be checked (a setup the simulator does not model, the simulator and "
+        "the installed vLLM disagree, no vLLM to parse the flags)",
+    ),
+    18: ExitCode(
+        "a generated manifest fails its schemas",
+        "`deploy`: a generated Kubernetes manifest fails the Kubernetes schemas or the LeaderWorkerSet schema",
+    ),
+    19: ExitCode(
+        "no setting passes the gate",
+        "`fit`: no setting it searches (block size, drafter KV dtype, prefix caching, num_speculative_tokens)"
+        " passes the geometry gate; the one line says why (a recipe that fails but can be fixed exits 5 with "
+        "the lines to change)",
+    ),
+    20: ExitCode(
+        "the server does not answer",
+        "`qualify`: nothing answers at the URL, or no generation streamed its first token within the readiness timeout",
+    ),
+    21: ExitCode(
+        "not a vLLM OpenAI server",
+        "`qualify`: the server is not a vLLM OpenAI server (no `/v1/models`, or no `vllm:` counters in `/metrics`)",
+    ),
+    22: ExitCode(
+        "the API key is refused",
+        "`qualify`: the server refused the API key (HTTP 401/403): none given, or the wrong one (`--api-key-env`)",
+    ),
+    23: ExitCode(
+        "the model is not served",
+        "`qualify`: the model name (`--model`, or the recipe's `served_model_name`) is not one the server serves",
+    ),
+    24: ExitCode(
+        "the deployment misbehaves",
+        "`qualify`: the deployment misbehaves: speculation configured but no drafts or acceptance near zero, "
+        "prefix caching hitting less than predicted, empty, non-UTF-8 or degenerate output (each finding with"
+        " its numbers)",
+    ),
+    25: ExitCode(
+        "a figure is below the recipe's expectation",
         "`qualify`: a measured figure is below the recipe's `qualify.min_decode_tokens_per_s` / "
-        "`qualify.min_acceptance`"
+        "`qualify.min_acceptance`",
     ),
-    26: (
-        "pre-flight: the mounted checkpoints are not the recipe's or do not fit each other: a snapshot commit "
-        "other than the pinned revision, another quantization than target.quantization, drafter tensors not of "
-        "drafter.precision, drafter target layers or hidden size the target lacks, num_speculative_tokens not "
-        "the drafter block minus one"
+    26: ExitCode(
+        "the mounted checkpoints are not the recipe's",
+        "pre-flight: the mounted checkpoints are not the recipe's or do not fit each other: a snapshot commit"
+        " other than the pinned revision, another quantization than target.quantization, drafter tensors not "
+        "of drafter.precision, drafter target layers or hidden size the target lacks, num_speculative_tokens "
+        "not the drafter block minus one",
     ),
-    27: (
+    27: ExitCode(
+        "a worker's fingerprint differs from its leader's",
         "pre-flight, multi-node: a worker's fingerprint (image labels and digest, overlay series, checkpoint "
-        "revisions and config sha256s, the checked geometry, the served flags) differs from its leader's; the "
-        "worker and the leader both refuse, each line naming the first field that differs and both values"
+        "revisions and config sha256s, the checked geometry, the served flags) differs from its leader's; the"
+        " worker and the leader both refuse, each line naming the first field that differs and both values",
     ),
-    28: (
-        "pre-flight, multi-node: the leader's fingerprint did not reach a worker within GLM53_FINGERPRINT_TIMEOUT_S "
-        "(the leader not started, not reachable on its fingerprint port, or started with GLM53_PREFLIGHT=off), "
-        "or the leader cannot offer it on that port"
+    28: ExitCode(
+        "the leader's fingerprint did not arrive",
+        "pre-flight, multi-node: the leader's fingerprint did not reach a worker within "
+        "GLM53_FINGERPRINT_TIMEOUT_S (the leader not started, not reachable on its fingerprint port, or "
+        "started with GLM53_PREFLIGHT=off), or the leader cannot offer it on that port",
     ),
-    29: (
-        "Docker Compose older than 2.24 (the generated files' `env_file` entries say `required: false`), or a "
-        "Compose binary that does not say its version: checking a generated file needs it, writing one does not"
+    29: ExitCode(
+        "Docker Compose too old or silent",
+        "Docker Compose older than 2.24 (the generated files' `env_file` entries say `required: false`), or a"
+        " Compose binary that does not say its version: checking a generated file needs it, writing one does "
+        "not",
     ),
-    30: (
+    30: ExitCode(
+        "the served KV cache is not the gate's",
         "`qualify`: the server's KV cache is not what the gate predicts for the recipe: `num_gpu_blocks` or "
         "`block_size` of `/metrics` `vllm:cache_config_info`, or the `kv cache group sizes` / `KV cache size: N "
         "tokens` of `--server-log`, each difference with both numbers (checked first: a deployment that "
-        "misbehaves too exits 30)"
+        "misbehaves too exits 30)",
     ),
-    70: (
-        "internal error: an exception nobody expected, reported as one line asking for a bug report (never a traceback)"
+    70: ExitCode(
+        "internal error (a bug)",
+        "internal error: an exception nobody expected, reported as one line asking for a bug report (never a "
+        "traceback)",
     ),
 }

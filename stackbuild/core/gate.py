@@ -58,18 +58,20 @@ def recipe_geometry(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
         raise RecipeError(recipe.path, "", f"the geometry gate does not model this recipe: {exc}") from None
 
 
-def summarise_reasons(reasons) -> str:
-    """One line for an error: the first reason, and how many more the table shows."""
+def summarise_reasons(reasons, rest: str = "`build.py geometry` shows all") -> str:
+    """One line for an error: the first reason, and how many more there are and where (``rest``)."""
     if not reasons:
         return "no reason given"
     more = len(reasons) - 1
-    return reasons[0] + (f" (and {more} more; `build.py geometry` shows all)" if more else "")
+    return reasons[0] + (f" (and {more} more; {rest})" if more else "")
 
 
-def refuse_failed(recipe: Recipe, run) -> None:
-    """GeometryGateFailed (exit 5) with the first reason when the gate run failed."""
+def refuse_failed(recipe: Recipe, run, rest: str = "`build.py geometry` shows all") -> None:
+    """GeometryGateFailed (exit 5) with the first reason when the gate run failed; ``rest`` says where the
+    other reasons are (the `geometry` command has just printed them)."""
     if not run.verdict.passed:
-        raise GeometryGateFailed(f"{recipe.path}: geometry gate failed: {summarise_reasons(run.verdict.reasons)}")
+        summary = summarise_reasons(run.verdict.reasons, rest)
+        raise GeometryGateFailed(f"{recipe.path}: geometry gate failed: {summary}")
 
 
 def require_passing(recipe: Recipe):

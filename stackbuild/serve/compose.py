@@ -403,6 +403,10 @@ def write_compose(
         checks["serve_args"] = serve.as_dict()
         if serve.status == "skipped":
             notice(f"vLLM serve-parser check skipped: {serve.detail}")
+        else:
+            notice(f"checked: {serve.detail} accepts the command")
+        if config.status != "skipped":
+            notice(f"checked: docker compose config reads {output.name} and its command as written")
         return checks
 
     notices = list(image.notices)

@@ -262,6 +262,7 @@ def write_role_files(
             if serve.status == "skipped":
                 notice(f"vLLM serve-parser check skipped: {serve.detail}")
                 break
+            notice(f"checked: {serve.detail} accepts the {where} command")
         for f in files:
             variables = check_values(recipe, f.command)
             config = check_compose_file(temps[f.path], where=str(f.path), variables=variables)
@@ -273,6 +274,7 @@ def write_role_files(
             expected = [generate.escape(a) for a in resolved_argv(recipe, f.command, variables)]
             if resolved != expected:
                 raise ComposeInvalid(f"{f.path}: docker compose reads the command as {resolved!r}, not {expected!r}")
+            notice(f"checked: docker compose config reads {f.path.name} and its command as written")
         return checks
 
     # A tracked file is replaced only when it is this recipe's file of the same role.

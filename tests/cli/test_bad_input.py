@@ -850,6 +850,8 @@ def test_a_build_without_an_owner_says_so(tmp_path):
     assert result.stderr == (
         "notice: no image owner (--owner, IMAGE_OWNER): naming the image "
         "ghcr.io/local/glm53-flash-dflash2-gb300; it stays in this engine (a push needs an owner)\n"
+        "warning: label org.opencontainers.image.source is https://github.com/{owner}/glm53-dflash2-images, "
+        "the placeholder {owner} unfilled (image.source; --owner or IMAGE_OWNER fills it; a push refuses it)\n"
     )
     result = invoke(["build", "--dry-run", "--recipe", recipe], IMAGE_OWNER="acme")
     assert result.exit_code == 0 and result.stderr == ""

@@ -35,7 +35,7 @@ def test_each_generated_section_is_in_a_document():
     "text,message",
     [
         ("<!-- BEGIN generated: nope -->\n<!-- END generated -->\n", "unknown generated section 'nope'"),
-        ("<!-- BEGIN generated: exit-codes -->\nno end\n", "has no '<!-- END generated -->'"),
+        ("<!-- BEGIN generated: preflight-exit-codes -->\nno end\n", "has no '<!-- END generated -->'"),
     ],
 )
 def test_a_broken_marker_is_named(text, message):
@@ -44,9 +44,9 @@ def test_a_broken_marker_is_named(text, message):
 
 
 def test_a_stale_section_is_replaced_and_the_rest_kept():
-    text = "before\n<!-- BEGIN generated: exit-codes -->\n| old |\n<!-- END generated -->\nafter\n"
+    text = "before\n<!-- BEGIN generated: preflight-exit-codes -->\n| old |\n<!-- END generated -->\nafter\n"
     fresh = doc_sections.regenerate(text, {})
-    assert fresh.startswith("before\n<!-- BEGIN generated: exit-codes -->\n| code | what failed |\n")
+    assert fresh.startswith("before\n<!-- BEGIN generated: preflight-exit-codes -->\n| code | what failed |\n")
     assert fresh.endswith("<!-- END generated -->\nafter\n") and "| old |" not in fresh
     assert doc_sections.regenerate(fresh, {}) == fresh
 
@@ -70,4 +70,4 @@ def test_the_exit_code_table_has_one_row_per_code_the_driver_and_the_preflight_u
         outcome.EXIT_LEADER_SILENT,
     }
     assert set(errors.EXIT_CODES) == used | preflight
-    assert all(meaning and "\n" not in meaning for meaning in errors.EXIT_CODES.values())
+    assert all(e.meaning and e.title and "\n" not in e.meaning + e.title for e in errors.EXIT_CODES.values())

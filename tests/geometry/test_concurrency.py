@@ -29,44 +29,48 @@ def _default(**changes) -> GeometryInputs:
 def test_default_recipe_by_hand():
     """B = 9,216, 2,892 blocks.  On a GB300 `vllm serve` batches 16,384 tokens (>= 160 GiB:
     EngineArgs.get_batch_defaults), two batches in flight.  One 1M-token request: 114 MLA blocks
-    (ceil(1,048,576 / 9,216)), 4 KDA groups x (2 + 7) state blocks in "align" mode, 1 kpool-tail
-    ring block, and ceil(min(2,047 + 32,768, 1M) / 1,152) + 1 = 32 drafter sliding-window blocks:
-    183; (2,892 - 1 null block) // 183 = 15 at once (vLLM logs 2,892 / 183 = 15.8)."""
+    (ceil(1,048,576 / 9,216)), 4 KDA groups x (2 + 7 + 1) state blocks in "align" mode (the + 1:
+    on a GB300 vLLM runs the KDA prefill on FlashKDA, bf16, head_dim 128 and a bounded gate, whose spec
+    holds a prefill-checkpoint block), 1 kpool-tail ring block, and
+    ceil(min(2,047 + 32,768, 1M) / 1,152) + 1 = 32 drafter sliding-window blocks:
+    187; (2,892 - 1 null block) // 187 = 15 at once (vLLM logs 2,892 / 187 = 15.47)."""
     inputs = _default()
     assert inputs.max_num_batched_tokens == 16384
     c = concurrency(simulate(inputs), inputs)
     assert c.in_flight_tokens == 32768
     million = c.fits["with_drafter"][0]
     assert (million.blocks_per_request, million.attention_blocks, million.requests, million.vllm_max_concurrency) == (
-        183,
+        187,
         114,
         15,
-        15.8,
+        15.47,
     )
-    # 32K: 4 MLA blocks + 36 + 1 + (ceil(32,768 / 1,152) + 1 = 30) = 71; 2,891 // 71 = 40.
-    assert (c.fits["with_drafter"][2].blocks_per_request, c.fits["with_drafter"][2].requests) == (71, 40)
-    # Without speculation there is no sliding window: the same 23 whatever the batch.
-    assert (c.fits["without_drafter"][0].blocks_per_request, c.fits["without_drafter"][0].requests) == (132, 23)
+    # 128K: 15 MLA blocks + 40 + 1 + 32 = 88; 2,891 // 88 = 32.
+    assert (c.fits["with_drafter"][1].blocks_per_request, c.fits["with_drafter"][1].requests) == (88, 32)
+    # 32K: 4 MLA blocks + 40 + 1 + (ceil(32,768 / 1,152) + 1 = 30) = 75; 2,891 // 75 = 38.
+    assert (c.fits["with_drafter"][2].blocks_per_request, c.fits["with_drafter"][2].requests) == (75, 38)
+    # Without speculation there is no sliding window: the same 22 whatever the batch.
+    assert (c.fits["without_drafter"][0].blocks_per_request, c.fits["without_drafter"][0].requests) == (136, 22)
 
 
 def test_default_recipe_at_schedulerconfigs_batch_by_hand():
     """The same recipe at 2,048 batched tokens (serving.max_num_batched_tokens: 2048, GB10's default):
-    ceil(min(2,047 + 4,096, 1M) / 1,152) + 1 = 7 drafter blocks: 158; 2,891 // 158 = 18 (vLLM logs 18.3)."""
+    ceil(min(2,047 + 4,096, 1M) / 1,152) + 1 = 7 drafter blocks: 162; 2,891 // 162 = 17 (vLLM logs 17.85)."""
     inputs = _default(max_num_batched_tokens=2048)
     c = concurrency(simulate(inputs), inputs)
     assert c.contexts == (1_048_576, 131_072, 32_768)
     million = c.fits["with_drafter"][0]
     assert (million.blocks_per_request, million.attention_blocks, million.requests, million.vllm_max_concurrency) == (
-        158,
+        162,
         114,
-        18,
-        18.3,
+        17,
+        17.85,
     )
-    # 32K: 4 MLA blocks + 36 + 1 + 7 = 48; 2,891 // 48 = 60.
-    assert (c.fits["with_drafter"][2].blocks_per_request, c.fits["with_drafter"][2].requests) == (48, 60)
-    # Without speculation: B = 8,576, 3,103 blocks, 4 x (2 + 0) state blocks, no drafter:
-    # ceil(1M / 8,576) = 123 + 8 + 1 = 132; 3,102 // 132 = 23.
-    assert (c.fits["without_drafter"][0].blocks_per_request, c.fits["without_drafter"][0].requests) == (132, 23)
+    # 32K: 4 MLA blocks + 40 + 1 + 7 = 52; 2,891 // 52 = 55.
+    assert (c.fits["with_drafter"][2].blocks_per_request, c.fits["with_drafter"][2].requests) == (52, 55)
+    # Without speculation: B = 8,576, 3,103 blocks, 4 x (2 + 0 + 1) state blocks, no drafter:
+    # ceil(1M / 8,576) = 123 + 12 + 1 = 136; 3,102 // 136 = 22.
+    assert (c.fits["without_drafter"][0].blocks_per_request, c.fits["without_drafter"][0].requests) == (136, 22)
     h = c.headroom
     # 11 MLA layers x 512 B (fp8 latent) + 11 indexer layers x 33 B per token.
     assert h.attention_bytes_per_token == 11 * 512 + 11 * 33
@@ -76,7 +80,7 @@ def test_default_recipe_at_schedulerconfigs_batch_by_hand():
 
 
 def test_prefix_caching_off_holds_fewer_state_blocks():
-    """mamba_cache_mode "none": 1 + 7 state blocks per KDA group instead of 2 + 7."""
+    """mamba_cache_mode "none": 1 + 7 state blocks per KDA group instead of 2 + 7 + 1 (no prefill checkpoint)."""
     inputs = _default(enable_prefix_caching=False, mamba_cache_mode="none")
     report = simulate(inputs)
     fit = concurrency(report, inputs).fits["with_drafter"][0]
@@ -97,7 +101,7 @@ def test_max_num_seqs_above_the_pool_is_refused_and_above_the_fit_warned():
     c = concurrency(simulate(fine), fine, [32768])
     assert c.refusals == () and len(c.warnings) == 2
     assert "15 requests of 1,048,576 tokens (max_model_len)" in c.warnings[0]
-    assert "40 requests of 32,768 tokens (the shortest listed context)" in c.warnings[1]
+    assert "38 requests of 32,768 tokens (the shortest listed context)" in c.warnings[1]
     quiet = _default(max_num_seqs=15)
     assert concurrency(simulate(quiet), quiet).warnings == ()
 
@@ -135,8 +139,8 @@ def test_geometry_json_carries_concurrency_and_the_context_flag():
     data = json.loads(run.stdout)
     c = data["concurrency"]
     assert c["contexts"] == [1_048_576, 32_768, 8192]
-    # 8K: 1 MLA block + 36 + 1 + (ceil(8,192 / 1,152) + 1 = 9) = 47; 2,891 // 47 = 61.
-    assert [f["requests"] for f in c["fits"]["with_drafter"]] == [15, 40, 61]
+    # 8K: 1 MLA block + 40 + 1 + (ceil(8,192 / 1,152) + 1 = 9) = 51; 2,891 // 51 = 56.
+    assert [f["requests"] for f in c["fits"]["with_drafter"]] == [15, 38, 56]
     assert data["report"]["requested_block_size"] is None
     bad = subprocess.run(
         [sys.executable, "build.py", "geometry", "--context", "12x"],
@@ -211,3 +215,28 @@ def test_the_batch_vllm_serve_picks_for_the_gpu_unless_the_recipe_says(tmp_path)
     zero = copy_recipe(tmp_path / "c", lambda data: data["serving"].update(max_num_batched_tokens=0))
     with pytest.raises(RecipeError, match=r"serving.max_num_batched_tokens: must be a positive number of tokens"):
         load_recipe(zero)
+
+
+def test_flashkda_holds_a_prefill_checkpoint_block_where_vllm_picks_it():
+    """vLLM 0.33.0 (vllm/models/glm5next/common/kda.py): `_resolve_kda_prefill_backend` picks FlashKDA on
+    CUDA major 9, 10 or 12 for a bfloat16 model, KDA head_dim 128 and a bounded gate, and
+    `Glm5NextLinearAttention.get_kv_cache_spec` then gives each KDA spec one prefill-checkpoint block,
+    which `MambaSpec.max_memory_usage_bytes` counts in "align" mode only. The default recipe has all four
+    (GB300: family 100; `linear_head_dim` 128; bf16; `linear_lower_bound` -5.0)."""
+    from geometry.architectures.glm5next import kda_prefill_backend
+
+    tc = load_recipe(DEFAULT).target_config
+    assert (tc["linear_head_dim"], tc["linear_lower_bound"]) == (128, -5.0)
+    assert [kda_prefill_backend(tc, family, "bfloat16") for family in (90, 100, 120)] == ["flashkda"] * 3
+    assert kda_prefill_backend(tc, 80, "bfloat16") == "triton"  # Ampere: major 8
+    assert kda_prefill_backend(tc, 100, "float16") == "triton"
+    assert kda_prefill_backend(dict(tc, linear_lower_bound=None), 100, "bfloat16") == "triton"  # unbounded gate
+    assert kda_prefill_backend(dict(tc, linear_head_dim=64), 100, "bfloat16") == "triton"
+
+    def kda_blocks(inputs):
+        return {g.per_request.fixed for g in simulate(inputs).with_drafter.groups if g.spec_class == "MambaSpec"}
+
+    assert kda_blocks(_default()) == {2 + 7 + 1}  # "align": the copy, 7 speculative, the checkpoint
+    assert kda_blocks(_default(enable_prefix_caching=False, mamba_cache_mode="none")) == {1 + 7}
+    unbounded = dict(tc, linear_lower_bound=None)
+    assert kda_blocks(_default(target_config=unbounded)) == {2 + 7}

@@ -13,12 +13,14 @@ import shutil
 import subprocess
 import sys
 
+import default_recipe_figures as F
 import geometry_cases as C
 import pytest
 from models_support import misfit_drafter
 from recipe_copies import copy_recipe
 
 from geometry.fit import search
+from geometry.fit_keys import KEEPABLE
 from geometry.inputs import GeometryInputs
 from stackbuild.core.gate import gate_input
 from stackbuild.core.recipe import load_recipe
@@ -49,13 +51,10 @@ def _build(*args, cwd=C.ROOT):
 def test_gb10_without_block_size_finds_6144_or_better():
     result = search(_inputs(GB10, block_size=None))
     assert not result.recipe.passed  # vLLM's own 4,608: no exact drafter fit
-    passing = {c.setting.block_size: c for c in result.ranked if not c.changes[1:]}
-    assert 6144 in passing
+    at_6144 = search(_inputs(GB10, block_size=6144), keep=frozenset(KEEPABLE)).recipe
+    assert at_6144.passed
     best = result.ranked[0]
-    assert (best.requests_at_max_model_len, best.kv_tokens) >= (
-        passing[6144].requests_at_max_model_len,
-        passing[6144].kv_tokens,
-    )
+    assert (best.requests_at_max_model_len, best.kv_tokens) >= (at_6144.requests_at_max_model_len, at_6144.kv_tokens)
     assert best.changes[0][0] == "serving.block_size"
 
 
@@ -178,3 +177,84 @@ def test_every_suggestion_passes_when_vllm_plans_it(tmp_path):
     assert out["vllm"].startswith(str(site)), out["vllm"]
     for case, (passed, reasons) in zip(data, out["verdicts"]):
         assert passed, (case["block_size"], case["drafter_kv_cache_dtype"], reasons)
+
+
+# --- ranking as a user would (issue #32) ----------------------------------------------------------
+# By hand from the default recipe's configs (tests/default_recipe_figures.py): the target's MLA
+# latent page holds 4,718,592 B / 9,216 tokens = 512 B per token; the drafter's KV is 4,096 B per
+# token in bf16 ("auto"), 2,048 in fp8. Under the overlay the drafter's page equals the target's,
+# so at target block B the drafter block is B x 512 / (drafter B/token), and prefix-cache hits land
+# on the finer of the two blocks (the hash block, gcd of the cacheable groups' blocks).
+TARGET_BYTES_PER_TOKEN = F.OVERLAY.mla_page // F.OVERLAY.target_block
+DRAFTER_FP8_BYTES_PER_TOKEN = F.DRAFTER_BYTES_PER_TOKEN // 2
+
+
+def _measures(c) -> tuple:
+    """What the output shows, larger is better, written out here apart from geometry/fit.py."""
+    hits = -c.hit_alignment_tokens if c.hit_alignment_tokens is not None else float("-inf")
+    return (c.requests_at_max_model_len, c.kv_tokens, hits, c.setting.drafter_kv_cache_dtype != "fp8", -len(c.changes))
+
+
+def _dominated(a, b) -> bool:
+    return all(y >= x for x, y in zip(_measures(a), _measures(b))) and _measures(a) != _measures(b)
+
+
+def test_fit_keeps_prefix_caching_by_default_and_shows_the_hit_alignment():
+    run = _build("fit", "--recipe", DEFAULT, "--json")
+    assert run.returncode == 0, run.stderr
+    data = json.loads(run.stdout)
+    assert data["recipe"]["hit_alignment_tokens"] == F.PREFIX_ON.hits_every_overlay  # 1,152
+    first = data["suggestions"][0]
+    assert first["setting"]["enable_prefix_caching"] is True
+    assert not any(key == "serving.enable_prefix_caching" for key, _old, _new in first["changes"])
+    # Every suggestion keeps hits, each on its drafter block (worked out above from its own block).
+    for s in data["suggestions"]:
+        per_token = DRAFTER_FP8_BYTES_PER_TOKEN if s["setting"]["drafter_kv_cache_dtype"] == "fp8" else 4_096
+        drafter_block = s["block_size"] * TARGET_BYTES_PER_TOKEN // per_token
+        assert s["hit_alignment_tokens"] == drafter_block, s
+    # More requests of 1M tokens than the recipe's 15 (README), which is why it is suggested at all.
+    assert first["requests_at_max_model_len"] > 15
+    text = _build("fit", "--recipe", DEFAULT).stdout
+    assert "(kept: serving.enable_prefix_caching)" in text
+    one = next(line for line in text.splitlines() if line.startswith("#1 "))
+    assert "prefix-cache hits every " in one and "no prefix-cache hits" not in one
+    assert "can lower acceptance" in text  # the fp8 suggestions say what fp8 may cost
+
+
+def test_fit_allow_opens_prefix_caching_and_drops_what_is_dominated():
+    full = search(_inputs(DEFAULT))
+    assert any(not c.setting.enable_prefix_caching for c in full.ranked)  # opened: prefix off can be suggested
+    for a in full.ranked:
+        assert not any(_dominated(a, b) for b in full.ranked), a.setting
+    # The setting the issue found at #3: block 9,728, fp8, prefix caching off: the same requests and
+    # capacity as the same block and dtype with prefix caching on, no hits, one more line to change. Gone.
+    shown = {
+        (c.setting.block_size, c.setting.drafter_kv_cache_dtype, c.setting.enable_prefix_caching) for c in full.ranked
+    }
+    assert (9_728, "fp8", True) in shown and (9_728, "fp8", False) not in shown
+    run = _build("fit", "--recipe", DEFAULT, "--allow", "serving.enable_prefix_caching", "--json")
+    assert run.returncode == 0, run.stderr
+    assert "kept" not in json.loads(run.stdout)["searched"]
+
+
+def test_a_key_both_kept_and_allowed_is_refused():
+    run = _build("fit", "--recipe", DEFAULT, "--keep", "serving.block_size", "--allow", "serving.block_size")
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.splitlines() == ["error: --keep and --allow both name serving.block_size: hold it or open it"]
+
+
+def test_dominance_by_hand():
+    from geometry.fit import Candidate, Setting
+
+    def cand(block, dtype, prefix, requests, kv, hits, changes):
+        changes = tuple(("k", None, i) for i in range(changes))
+        return Candidate(Setting(block, dtype, prefix, 7), True, block, requests, kv, changes, None, hits)
+
+    on = cand(9_728, "fp8", True, 17, 100, 2_432, 2)
+    off = cand(9_728, "fp8", False, 17, 100, None, 3)
+    recipe = cand(9_216, "auto", True, 15, 90, 1_152, 0)
+    bigger = cand(10_368, "fp8", False, 17, 101, None, 3)
+    assert off.dominated_by(on) and not on.dominated_by(off)
+    assert not recipe.dominated_by(on)  # finer hits, the model's precision, nothing to change
+    assert not bigger.dominated_by(on) and not on.dominated_by(bigger)  # more capacity against hits
+    assert not on.dominated_by(on)  # equal is not worse

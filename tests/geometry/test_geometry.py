@@ -214,9 +214,9 @@ def test_default_recipe_prefix_caching_from_arithmetic():
     assert (off.hits_every_overlay, off.hits_every_stock) == (None, None)
     assert (on.hits_every_overlay, on.hits_every_stock) == (drafter_block, stock.drafter_block)
     # KDA state blocks per request: one state (plus num_spec speculative ones),
-    # "align" keeps one more, the last checkpoint
-    assert (off.kda_state_blocks_per_request, on.kda_state_blocks_per_request) == (1 + num_spec, 2 + num_spec)
-    assert on.blocks_one_1m_request_draws - off.blocks_one_1m_request_draws == kda_groups
+    # "align" keeps one more, the last checkpoint, and FlashKDA one for the prefill checkpoint
+    assert (off.kda_state_blocks_per_request, on.kda_state_blocks_per_request) == (1 + num_spec, 2 + num_spec + 1)
+    assert on.blocks_one_1m_request_draws - off.blocks_one_1m_request_draws == 2 * kda_groups
 
     for behaviour, hits in (("overlay", drafter_block), ("stock", stock.drafter_block)):
         for enabled in (False, True):

@@ -32,9 +32,12 @@ GATE_FAILED = 5  # README: the geometry gate refuses (host CLI, build, pre-fligh
 MISMATCH = 1  # geometry/gate_main.py: the geometry does not fit
 # docs/cli.md: the dry run's error line, after the gate's, says the build would stop at its gate step
 DRY_RUN_TAIL = "; the build would stop at its gate step with this, exit 5 (dry run: nothing built)"
-# `build.py geometry` / `compose` / `build --dry-run` say how many more reasons the table shows; the pre-flight
-# lists them below.
-MORE = re.compile(r" \(and \d+ more(; `build.py geometry` shows all| below)\)$")
+# `compose` / `build --dry-run` say how many more reasons `build.py geometry` shows, `geometry` that its
+# verdict (or its JSON report) has just listed them; the pre-flight lists them below.
+MORE = re.compile(
+    r" \(and \d+ more(; `build.py geometry` shows all|; the verdict above lists all|; the report's reasons list all"
+    r"| below)\)$"
+)
 
 
 @dataclass(frozen=True)

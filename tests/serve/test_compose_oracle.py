@@ -237,3 +237,19 @@ def test_extra_args_may_not_repeat_the_prefix_caching_flag(tmp_path):
         match=r"serving.extra_args\[0\]: --enable-prefix-caching is generated from serving.enable_prefix_caching",
     ):
         recipe(tmp_path, lambda d: d["serving"].__setitem__("extra_args", ["--enable-prefix-caching"]))
+
+
+def test_compose_says_when_vllm_and_compose_accept_the_file(tmp_path):
+    """A passing check prints a line (issue #32: compose printed nothing after vLLM's check passed)."""
+    require_oracle()
+    require_compose_binary()
+    out = tmp_path / "x.compose.yaml"
+    proc = _cli("--recipe", str(recipe(tmp_path).path), "-o", str(out), "--digest", DIGEST)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert any(
+        line.startswith("notice: checked: vLLM 0.33.0 `vllm serve` parser") and line.endswith("accepts the command")
+        for line in lines
+    ), proc.stderr
+    assert "notice: checked: docker compose config reads x.compose.yaml and its command as written" in lines
+    assert proc.stdout.strip() == f"wrote {out}"

@@ -29,6 +29,17 @@ def verify(cfg) -> None:
         Glm5NextModelConfig.verify_and_update_config(cfg)
 
 
+def kda_prefill_backend(hf, mc) -> str:
+    """The KDA prefill kernel vLLM picks on the serving GPU: its own ``_resolve_kda_prefill_backend``
+    (``additional_config`` without ``kda_prefill_backend``: "auto"), asked on a CUDA platform of the
+    serving family's capability (the serving platform is an unspecified one: ``is_cuda()`` False)."""
+    from vllm.models.glm5next.common.kda import _resolve_kda_prefill_backend
+    from vllm.platforms import current_platform
+
+    with patched(type(current_platform), "is_cuda", lambda self: True):
+        return _resolve_kda_prefill_backend("auto", hf.linear_head_dim, mc.dtype, hf.linear_lower_bound)
+
+
 def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None:
     """Glm5NextModel's layers: KDA at ``model.layers.{i}.self_attn``, else the
     sparse indexer and kpool-tail caches and the MLA layer."""
@@ -50,6 +61,8 @@ def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None
     if mla_cls is None:
         raise ValueError(f"no sparse MLA backend for family {inputs.capability_family}")
     model_kv = sparse_mla_kv_cache_dtype(mla_cls, cache)
+    # FlashKDA adds one prefill-checkpoint block per request to each KDA spec (get_kv_cache_spec).
+    kda_backend = kda_prefill_backend(hf, mc)
     idx_hd = hf.index_head_dim
     for i in range(hf.num_hidden_layers):
         p = f"model.layers.{i}.self_attn"
@@ -66,7 +79,7 @@ def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None
                 model_config=mc,
                 cache_config=cache,
                 vllm_config=cfg,
-                kda_prefill_backend="triton",
+                kda_prefill_backend=kda_backend,
                 _checkpoint_alignment=None,
             )
             continue

@@ -30,6 +30,7 @@ from stackbuild.core.preflight_record import checked_serve
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 
 REPO = Path(__file__).resolve().parents[3]
+import cli_reference  # noqa: E402
 import doc_sections  # noqa: E402
 from models_support import CONFIGS, DRAFTER_DIR, TARGET_DIR, misfit_drafter, models_dir  # noqa: E402,F401
 
@@ -105,20 +106,20 @@ def test_exit_codes_are_the_drivers(tmp_path):
     assert outcome.EXIT_SERVE_FLAGS == ServeArgsRejected.exit_code == 11
     assert outcome.EXIT_CONFIG == MountedConfigUnusable.exit_code == 16
     assert outcome.EXIT_UNCHECKED == PreflightUnchecked.exit_code == 17
-    # the documents' exit-code table is generated from errors.EXIT_CODES (tests/doc_sections.py)
-    table = doc_sections.exit_codes()
+    # docs/cli.md's exit-code table is generated from errors.EXIT_CODES (tests/cli_reference.py)
+    table = cli_reference.exit_code_table()
     assert (
-        "| 16 | pre-flight: a model config.json the serve command points at is missing, unreadable, not a JSON "
-        "object, or one the simulator would misread (the key named); or a checkpoint file is: a shard missing, "
-        "truncated or with a header that does not parse or does not describe its data (a tensor's dtype x shape "
-        "not the bytes of its data_offsets; offsets overlapping, leaving a gap or past the file: what the "
-        "safetensors library refuses), a tensor the index names absent, no tokenizer or chat template for a "
-        "served parser (the file named) |"
+        "| 16 | a mounted config or checkpoint file is unusable | pre-flight: a model config.json the serve command "
+        "points at is missing, unreadable, not a JSON object, or one the simulator would misread (the key named); "
+        "or a checkpoint file is: a shard missing, truncated or with a header that does not parse or does not "
+        "describe its data (a tensor's dtype x shape not the bytes of its data_offsets; offsets overlapping, "
+        "leaving a gap or past the file: what the safetensors library refuses), a tensor the index names absent, "
+        "no tokenizer or chat template for a served parser (the file named) |"
     ) in table
     assert outcome.EXIT_MISMATCH == MountedCheckpointMismatch.exit_code == 26
-    assert "| 26 | pre-flight: the mounted checkpoints are not the recipe's" in table
+    assert "| 26 | the mounted checkpoints are not the recipe's | pre-flight: the mounted checkpoints are not" in table
     assert "| 26 |" in doc_sections.preflight_exit_codes()
-    assert "| 17 | pre-flight: the geometry cannot be checked" in table
+    assert "| 17 | the geometry cannot be checked | pre-flight: the geometry cannot be checked" in table
 
 
 def test_the_record_round_trips_and_a_bad_one_is_named(tmp_path):
