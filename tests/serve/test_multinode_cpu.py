@@ -40,6 +40,7 @@ import yaml
 from compose_support import require_compose_binary
 from hybrid_checkpoints import RECIPE_DIR as HYBRID_RECIPE_DIR
 from hybrid_checkpoints import write_checkpoints
+from models_support import cache_snapshot
 from stack_e2e import TEST_RECIPES, cli, docker_login, recipe_copy, unique_repository
 
 from geometry.preflight.checked import MASTER_ADDR_SLOT
@@ -258,14 +259,28 @@ def test_a_worker_that_never_starts_is_a_missing_rank_on_the_leader(setup, image
     assert "a worker never fetched it (the line names the node rank)" in EXIT_CODES[EXIT_RANK_MISSING]
 
 
+def snapshot_models(setup: Setup, name: str, drafter_commit: str) -> Path:
+    """A models directory whose drafter is a Hugging Face cache snapshot of ``drafter_commit`` (the same files);
+    the target a plain copy."""
+    root = setup.work / name
+    root.mkdir()
+    shutil.copytree(setup.models / "target", root / "target")
+    files = {p.name: p.read_bytes() for p in (setup.models / "drafter").iterdir() if p.is_file()}
+    snapshot = cache_snapshot(root / "hub", "glm53-test/tiny-qwen3-next-dflash", drafter_commit, files)
+    (root / "drafter").symlink_to(snapshot.relative_to(root))
+    for path in [root, *root.rglob("*")]:
+        if not path.is_symlink():
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    return root
+
+
 def test_a_worker_on_another_drafter_snapshot_is_refused_by_both(setup, image):
-    other = setup.work / "other-models"
-    shutil.copytree(setup.models, other, symlinks=True)
-    config = other / "drafter" / "config.json"
-    data = json.loads(config.read_text())
-    data["rms_norm_eps"] = 1e-05  # another snapshot of the drafter: same geometry, another config.json
-    config.write_text(json.dumps(data, indent=2) + "\n")
-    files = role_files(setup, image, "differ", models={WORKER: other})
+    here, there = "a" * 40, "b" * 40
+    models = {
+        LEADER: snapshot_models(setup, "leader-models", here),
+        WORKER: snapshot_models(setup, "worker-models", there),
+    }
+    files = role_files(setup, image, "differ", models=models)
     env = {TIMEOUT_ENV: "300"}
     since = time.time()
     with roles(start(files[LEADER], LEADER, env), start(files[WORKER], WORKER, env)) as (leader, worker):
@@ -275,9 +290,13 @@ def test_a_worker_on_another_drafter_snapshot_is_refused_by_both(setup, image):
         assert codes[role] and codes[role][0] == EXIT_RANKS_DIFFER, (role, codes[role], logs[role][-3000:])
         assert "Initializing a V1 LLM engine" not in logs[role]
     (worker_line,) = set(fail_lines(logs[WORKER]))
-    assert "node rank 1 differs from its leader (127.0.0.1:29502) at drafter_config_sha256" in worker_line
+    assert worker_line.endswith(
+        f"node rank 1 differs from its leader (127.0.0.1:29502) at drafter_revision: here {there}, leader {here}"
+    ), worker_line
     (leader_line,) = set(fail_lines(logs[LEADER]))
-    assert "node rank 1 differs from this leader at drafter_config_sha256" in leader_line
+    assert leader_line.endswith(
+        f"node rank 1 differs from this leader at drafter_revision: leader {here}, node rank 1 {there}"
+    ), leader_line
 
 
 @dataclass(frozen=True)
