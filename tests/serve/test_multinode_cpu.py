@@ -62,6 +62,10 @@ BIND = {LEADER: {"VLLM_CPU_OMP_THREADS_BIND": "0"}, WORKER: {"VLLM_CPU_OMP_THREA
 GROUP_WINDOW_S = 600  # the fingerprint window while both start (the default)
 MISSING_WINDOW_S = 15  # the window of the leader whose worker never starts
 HEALTHY_WITHIN_S = 1200  # two ranks import, load and plan on two busy cores, + the check interval
+# Each "node" its own IPC namespace, as on two machines. The files say `ipc: host`; two containers with the
+# host's shared memory on one host look like one node to vLLM (its same-node test opens the other rank's
+# shared memory), which then waits on ZeroMQ sockets under the other container's /tmp: the group never forms.
+ONE_HOST = {"ipc": "private", "shm_size": "1gb"}
 # The leader's probe, faster than the file's (30 s x 3) so that the test sees it turn within minutes.
 PROBE = {"interval": "5s", "timeout": "4s", "retries": 2}
 READINESS_EXIT = 20  # qualify: no generation streamed its first token (stackbuild/core/errors.py)
@@ -174,9 +178,9 @@ def start(path: Path, role: str, env: dict[str, str], *, probe: bool = False) ->
     (machine / ".env").write_text("".join(f"{k}={v}\n" for k, v in VARIABLES.items()))
     (machine / f"{RECIPE}.env").write_text("".join(f"{k}={v}\n" for k, v in {**BIND[role], **env}.items()))
     project = f"glm53-mn-{role}-{uuid.uuid4().hex[:8]}"
-    override = {"volumes": {"kernel-cache": {"name": f"{project}-kernels"}}}
+    override = {"volumes": {"kernel-cache": {"name": f"{project}-kernels"}}, "services": {role: ONE_HOST}}
     if probe:
-        override["services"] = {role: {"healthcheck": PROBE}}
+        override["services"][role] = {**ONE_HOST, "healthcheck": PROBE}
     (machine / "test.override.yaml").write_text(json.dumps(override))
     base = [binary, "--project-directory", str(machine), "-f", str(path), "-f", str(machine / "test.override.yaml")]
     base += ["-p", project]
@@ -344,9 +348,12 @@ def test_the_group_forms_with_both_ranks_checked_and_agreeing(group):
     assert worker.splitlines()[0].startswith("pre-flight: PASS"), worker[:2000]
     assert "ranks agree: node rank 1's fingerprint is its leader's (127.0.0.1:29502)" in worker
     assert "every worker (node rank(s) 1) fetched the leader's fingerprint and sent its own, the same" in leader
-    # vLLM's own word: rank 0 (the leader) and rank 1 (the worker) of one group of two.
-    assert re.search(r"rank 0 in world size 2 is assigned as .*TP rank 0", leader), leader[-4000:]
-    assert re.search(r"rank 1 in world size 2 is assigned as .*TP rank 1", worker), worker[-4000:]
+    # vLLM's own word: rank 0 (the leader) and rank 1 (the worker) of one group of two, over gloo.
+    for log, rank in ((leader, 0), (worker, 1)):
+        assert re.search(
+            rf"world_size=2 rank={rank} .*distributed_init_method=tcp://127\.0\.0\.1:29501 backend=gloo", log
+        )
+    assert "world_size=2, local_world_size=1" in leader  # the executor: one rank here, one on the other node
 
 
 def test_qualify_passes_against_the_leader(setup, group, tmp_path):
