@@ -10,8 +10,9 @@ networking), the leader's address 127.0.0.1 and the interface `lo`. vLLM forms t
 the leader's health check turns healthy and `build.py qualify` passes against it.
 
 What only this host needs, in each role's env file (`cpu-multinode.env`, which the files read): both
-"nodes" share two cores, so each rank is bound to its own (VLLM_CPU_OMP_THREADS_BIND, ``BIND``); two
-real machines need no such line. What the CPU build needs on any host is in the recipe
+"nodes" share two cores, so each rank is bound to its own (VLLM_CPU_OMP_THREADS_BIND, ``BIND``); and
+each container gets its own IPC namespace over the files' ``ipc: host`` (``ONE_HOST``). Two real
+machines need neither. What the CPU build needs on any host is in the recipe
 (`--distributed-executor-backend mp`, eager, VLLM_CPU_KVCACHE_SPACE).
 
 Faults, each with its exit code and the servers it needs: a worker that never starts (no vLLM: the
@@ -344,8 +345,9 @@ def qualify(setup: Setup, group: Group, out: Path) -> tuple[subprocess.Completed
 
 def test_the_group_forms_with_both_ranks_checked_and_agreeing(group):
     leader, worker = group.leader_log, group.worker.logs()
-    assert leader.splitlines()[0].startswith("pre-flight: PASS"), leader[:2000]
-    assert worker.splitlines()[0].startswith("pre-flight: PASS"), worker[:2000]
+    for log in (leader, worker):
+        first = next(line for line in log.splitlines() if line.startswith("pre-flight:"))
+        assert first.startswith("pre-flight: PASS"), log[:3000]
     assert "ranks agree: node rank 1's fingerprint is its leader's (127.0.0.1:29502)" in worker
     assert "every worker (node rank(s) 1) fetched the leader's fingerprint and sent its own, the same" in leader
     # vLLM's own word: rank 0 (the leader) and rank 1 (the worker) of one group of two, over gloo.
