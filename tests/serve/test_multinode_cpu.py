@@ -331,13 +331,13 @@ def group(setup, image):
         yield Group(leader, worker, f"http://127.0.0.1:{setup.port}", leader.logs())
 
 
-def qualify(setup: Setup, group: Group, out: Path) -> tuple[subprocess.CompletedProcess, dict]:
+def qualify(setup: Setup, group: Group, out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     log = out.parent / f"{out.name}.server.log"
     log.write_text(group.leader.logs())
     r = cli(
         "qualify", "--recipe", str(setup.recipe), "--url", group.url, "--server-log", str(log),
         "--api-key-env", "MULTINODE_TEST_KEY", "--max-tokens", "16", "--runs", "1", "--warmup", "0",
-        "--allow-degenerate", "--json", "--out", str(out),
+        "--allow-degenerate", "--json", "--out", str(out), *args,
         env={"MULTINODE_TEST_KEY": KEY},
     )  # fmt: skip
     return r, json.loads(r.stdout) if r.stdout.strip().startswith("{") else {}
@@ -360,7 +360,7 @@ def test_the_group_forms_with_both_ranks_checked_and_agreeing(group):
 
 def test_qualify_passes_against_the_leader(setup, group, tmp_path):
     r, result = qualify(setup, group, tmp_path / "group")
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 0, (r.stderr[-3000:], group.leader.logs()[-6000:], group.worker.logs()[-3000:])
     kv = result["kv_cache"]
     assert kv["behaviour"] == "overlay" and kv["differences"] == []
     assert all(f["matches"] for f in kv["figures"])
@@ -400,7 +400,7 @@ def test_the_containers_run_the_commands_of_the_leaderworkerset(setup, image, gr
 def test_a_worker_killed_mid_serve_turns_the_leader_unhealthy_and_qualify_fails(setup, group, tmp_path):
     # Last in the module: it ends the group.
     assert docker("kill", group.worker.container()).returncode == 0
-    r, _ = qualify(setup, group, tmp_path / "killed")
+    r, _ = qualify(setup, group, tmp_path / "killed", "--ready-timeout", "60")
     assert r.returncode == READINESS_EXIT, (r.returncode, r.stderr[-3000:])
     state = wait_for(group.leader, lambda s: s.get("Health", {}).get("Status") != "healthy", 300, 2)
     assert state.get("Health", {}).get("Status") != "healthy", state
