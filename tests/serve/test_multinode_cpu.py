@@ -398,7 +398,8 @@ def test_the_containers_run_the_commands_of_the_leaderworkerset(setup, image, gr
 
 
 def test_a_worker_killed_mid_serve_turns_the_leader_unhealthy_and_qualify_fails(setup, group, tmp_path):
-    # Last in the module: it ends the group.
+    # Last in the module: it ends the group. The leader's engine dies at the next generation, its API server
+    # exits and the restart policy starts it again (health `starting`, the pre-flight waiting for rank 1).
     assert docker("kill", group.worker.container()).returncode == 0
     r, _ = qualify(setup, group, tmp_path / "killed", "--ready-timeout", "60")
     assert r.returncode == READINESS_EXIT, (r.returncode, r.stderr[-3000:])
