@@ -260,7 +260,7 @@ def preflight_exit_codes() -> str:
     rows = [(str(code), errors.EXIT_CODES[code].meaning) for code in sorted(errors.PREFLIGHT_ERRORS)]
     # The ranks of a multi-node group agree in the image only (the host has no group to ask).
     rows += [
-        (str(code), errors.EXIT_CODES[code].meaning) for code in (outcome.EXIT_RANKS_DIFFER, outcome.EXIT_LEADER_SILENT)
+        (str(code), errors.EXIT_CODES[code].meaning) for code in (outcome.EXIT_RANKS_DIFFER, outcome.EXIT_RANK_MISSING)
     ]
     rows.append(
         (

@@ -11,8 +11,9 @@ wiring), 17 the geometry cannot be checked (a
 setup the simulator does not model, the simulator and the installed vLLM
 disagree, vLLM missing, the image's record of the build unreadable), 2 an
 unknown GLM53_PREFLIGHT mode. A multi-node group (ranks.py): 27 a worker's
-fingerprint differs from its leader's (both refuse), 28 the leader's fingerprint
-did not reach a worker within the timeout.
+fingerprint differs from its leader's (both refuse), 28 a rank of the group is
+missing when the window ends: the leader's fingerprint did not reach a worker, or
+(on the leader) a worker never fetched it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ EXIT_CONFIG = 16
 EXIT_UNCHECKED = 17
 EXIT_MISMATCH = 26
 EXIT_RANKS_DIFFER = 27
-EXIT_LEADER_SILENT = 28
+EXIT_RANK_MISSING = 28
 
 PREFIX = "pre-flight:"
 

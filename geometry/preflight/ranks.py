@@ -7,11 +7,13 @@ POSTs its own fingerprint to ``/fingerprint?node_rank=R`` and gets the leader's 
 (a GET gets it without sending one). The leader answers until every worker rank has sent
 its own or the window (``GLM53_FINGERPRINT_TIMEOUT_S``) has passed, then closes the socket,
 so the port is free and nothing is left running when vLLM is exec'd. vLLM's own rendezvous
-waits for every rank anyway, so waiting for the workers here delays nothing. Both sides
+waits for every rank anyway, so waiting for the workers here delays nothing; a worker that has
+not fetched the leader's fingerprint when the window ends is a missing rank, and the leader
+exits 28 naming it rather than wait in vLLM's rendezvous, whose timeout is far longer. Both sides
 compare: a worker refuses with the first field that differs from its leader's, and the
 leader with the first field of the first worker that differs from its own (exit 27), so
 no rank is left waiting in vLLM's rendezvous for one that refused. A worker whose leader
-never answers is exit 28.
+never answers is exit 28 too.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from .fingerprint import IMAGE_DIGEST_ENV, Fingerprint, FingerprintUnreadable, f
 from .launch import PORT_OFFSET, Launch
 from .outcome import (
     EXIT_BAD_MODE,
-    EXIT_LEADER_SILENT,
+    EXIT_RANK_MISSING,
     EXIT_RANKS_DIFFER,
     EXIT_UNCHECKED,
     PASSED,
@@ -193,7 +195,7 @@ def offer(fingerprint: Fingerprint, launch: Launch, port: int, window_s: float, 
         server = http.server.HTTPServer(("", port), Handler)
     except OSError as exc:
         return refused(
-            EXIT_LEADER_SILENT,
+            EXIT_RANK_MISSING,
             f"the leader cannot offer its fingerprint on port {port}: "
             f"{exc.strerror or exc} (set {PORT_ENV} to a free port on every node)",
         )
@@ -229,14 +231,12 @@ def offer(fingerprint: Fingerprint, launch: Launch, port: int, window_s: float, 
                 *details,
             ),
         )
-    return Outcome(
-        PASSED,
-        (
-            f"{PREFIX} notice: node rank(s) {_ranks(waiting - fetched)} did not fetch the leader's "
-            f"fingerprint within {window_s:g} s (a worker with GLM53_PREFLIGHT=off never does): "
-            "their ranks are not compared",
-            *details,
-        ),
+    missing = waiting - fetched
+    return refused(
+        EXIT_RANK_MISSING,
+        f"node rank(s) {_ranks(missing)} did not fetch the leader's fingerprint from port {port} within "
+        f"{window_s:g} s ({TIMEOUT_ENV}): not started, not reaching this leader, or started with "
+        "GLM53_PREFLIGHT=off (vLLM's own rendezvous would wait far longer)",
     )
 
 
@@ -324,7 +324,7 @@ def agree(
         answer = fetch(launch, port, window, mine.to_bytes())
     except LeaderSilent as exc:
         return refused(
-            EXIT_LEADER_SILENT,
+            EXIT_RANK_MISSING,
             f"node rank {launch.node_rank}: the leader's fingerprint did not come "
             f"from {where} within {window:g} s (last: {exc}); is the leader started "
             f"with GLM53_PREFLIGHT on? ({TIMEOUT_ENV} sets the wait)",

@@ -426,10 +426,11 @@ EXIT_CODES: dict[int, ExitCode] = {
         " worker and the leader both refuse, each line naming the first field that differs and both values",
     ),
     28: ExitCode(
-        "the leader's fingerprint did not arrive",
-        "pre-flight, multi-node: the leader's fingerprint did not reach a worker within "
-        "GLM53_FINGERPRINT_TIMEOUT_S (the leader not started, not reachable on its fingerprint port, or "
-        "started with GLM53_PREFLIGHT=off), or the leader cannot offer it on that port",
+        "a rank of the group is missing",
+        "pre-flight, multi-node: a rank is missing when GLM53_FINGERPRINT_TIMEOUT_S ends: on a worker, the "
+        "leader's fingerprint did not reach it (the leader not started, not reachable on its fingerprint port, or "
+        "started with GLM53_PREFLIGHT=off); on the leader, a worker never fetched it (the line names the node "
+        "rank), or the leader cannot offer it on that port",
     ),
     29: ExitCode(
         "Docker Compose too old or silent",

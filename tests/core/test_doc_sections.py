@@ -67,7 +67,7 @@ def test_the_exit_code_table_has_one_row_per_code_the_driver_and_the_preflight_u
         outcome.EXIT_CONFIG,
         outcome.EXIT_UNCHECKED,
         outcome.EXIT_RANKS_DIFFER,
-        outcome.EXIT_LEADER_SILENT,
+        outcome.EXIT_RANK_MISSING,
     }
     assert set(errors.EXIT_CODES) == used | preflight
     assert all(e.meaning and e.title and "\n" not in e.meaning + e.title for e in errors.EXIT_CODES.values())

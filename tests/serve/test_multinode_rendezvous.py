@@ -325,7 +325,7 @@ def test_a_leader_that_never_answers_is_a_timeout_line(
 ):
     from models_support import cache_models_dir
 
-    from geometry.preflight.outcome import EXIT_LEADER_SILENT
+    from geometry.preflight.outcome import EXIT_RANK_MISSING
 
     models = cache_models_dir(tmp_path / "models")
     start = time.monotonic()
@@ -337,7 +337,7 @@ def test_a_leader_that_never_answers_is_a_timeout_line(
         timeout_s=SILENT_TIMEOUT_S,
     )
     code, log = result["worker"]
-    assert code == EXIT_LEADER_SILENT, log
+    assert code == EXIT_RANK_MISSING, log
     assert STUB not in log
     fail = [line for line in log.splitlines() if "FAIL" in line]
     assert len(fail) == 1 and "did not come from glm53-fp-leader-" in fail[0], log

@@ -205,6 +205,11 @@ class Server:
                         parts.append((choices[0].get("delta") or {}).get("content") or "")
                     elif isinstance(chunk.get("usage"), dict):
                         usage = chunk["usage"]
+                    elif isinstance(chunk.get("error"), dict):  # vLLM's own error event: the generation failed
+                        failed = f"{self.role} {self.url}: the server ended the stream with an error: " + _said(
+                            chunk["error"]
+                        )
+                        raise Retryable(failed) if retry else ServerUnreachable(failed)
             except requests.exceptions.RequestException as exc:
                 if retry:
                     raise Retryable(f"{self.role} {self.url}: the stream broke ({_reason(exc)})") from None
@@ -258,6 +263,12 @@ def _chat_body(model: str, prompt: str, max_tokens: int, *, stream: bool) -> dic
     if stream:
         body["stream_options"] = {"include_usage": True}
     return body
+
+
+def _said(error: dict) -> str:
+    """The error event's message on one line (vLLM's stream error: ``{"error": {"message", "type", "code"}}``)."""
+    message = " ".join(str(error.get("message") or error.get("type") or "no message").split())
+    return message[:200] + (f" (code {error['code']})" if error.get("code") is not None else "")
 
 
 def _sse_chunks(response: requests.Response) -> Iterator[dict]:

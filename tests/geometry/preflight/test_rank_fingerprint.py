@@ -346,7 +346,7 @@ def test_a_leader_that_never_answers_is_a_timeout_line(tmp_path):
     start = time.monotonic()
     result = worker(FP, free_port(), timeout=0.5, tmp=tmp_path)
     assert time.monotonic() - start < 3
-    assert result.code == outcome.EXIT_LEADER_SILENT == 28
+    assert result.code == outcome.EXIT_RANK_MISSING == 28
     assert len(result.lines) == 1 and "the leader's fingerprint did not come from 127.0.0.1:" in result.lines[0]
     assert "within 0.5 s" in result.lines[0] and TIMEOUT_ENV in result.lines[0]
 
@@ -358,11 +358,16 @@ def test_an_answer_that_is_not_a_fingerprint_is_refused():
     assert out.code == 27 and "this image reads" in out.lines[0]
 
 
-def test_a_leader_whose_workers_never_come_starts_after_its_window_with_a_notice():
+def test_a_leader_whose_workers_never_come_refuses_after_its_window_naming_the_missing_rank():
     start = time.monotonic()
-    out = offer(FP, Launch(2, 0, "127.0.0.1", 1), free_port(), 0.5, lambda line: None)
-    assert out.passed and time.monotonic() - start < 3
-    assert "node rank(s) 1 did not fetch the leader's fingerprint within 0.5 s" in out.lines[0]
+    port = free_port()
+    out = offer(FP, Launch(3, 0, "127.0.0.1", 1), port, 0.5, lambda line: None)
+    assert out.code == outcome.EXIT_RANK_MISSING == 28 and time.monotonic() - start < 3
+    assert out.lines == (
+        f"pre-flight: FAIL: node rank(s) 1, 2 did not fetch the leader's fingerprint from port {port} within 0.5 s "
+        f"({TIMEOUT_ENV}): not started, not reaching this leader, or started with GLM53_PREFLIGHT=off "
+        "(vLLM's own rendezvous would wait far longer)",
+    )
 
 
 def test_a_leader_that_cannot_bind_its_port_says_so():

@@ -152,6 +152,18 @@ def test_not_vllm_no_counters(stub):
     assert "vllm:generation_tokens_total" in r.stderr
 
 
+def test_a_stream_the_server_ends_with_its_error_event_is_not_ready(stub):
+    # vLLM's stream error (ErrorResponse: {"error": {message, type, param, code}}), as a leader whose worker
+    # died sends it: the generation failed, retried until --ready-timeout, then the readiness exit.
+    error = {"error": {"message": "EngineCore encountered an issue.", "type": "InternalServerError", "code": 500}}
+    stream = f"data: {json.dumps(error)}\n\ndata: [DONE]\n\n"
+    counters = METRICS.format(gen=0, drafts=0, draft_tokens=0, accepted=0, p0=0, p1=0)
+    routes = {"/v1/models": MODELS, "/metrics": (200, counters), "/v1/chat/completions": (200, stream)}
+    r = qualify("--url", stub(routes), "--model", "m", "--ready-timeout", "1", "--allow-degenerate")
+    one_line(r, 20)
+    assert "the server ended the stream with an error: EngineCore encountered an issue. (code 500)" in r.stderr
+
+
 def test_api_key_refused(stub):
     one_line(qualify("--url", stub({"/v1/models": (401, "{}")})), 22)
 
