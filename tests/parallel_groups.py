@@ -19,6 +19,9 @@ from xdist.scheduler import LoadScopeScheduling
 
 AMD64_BUILD = "engine-amd64-build"
 SERVING = "engine-serving"
+# The modules that build CPU images with build.py and serve them (a vLLM server or group each, minutes
+# of both cores): one worker takes them in turn, so two of them never serve at once.
+LIVE_VLLM = "engine-live-vllm"
 # The session fixture that makes a build, and the group of the modules whose tests use it.
 SHARED_BUILDS = {"amd64_build": AMD64_BUILD, "cpu_serving_base": SERVING}
 SHARED_BUILD_MODULES = {
@@ -31,9 +34,11 @@ SHARED_BUILD_MODULES = {
     "test_verify_e2e.py": AMD64_BUILD,
     "test_serving_e2e.py": SERVING,
     "test_health_e2e.py": SERVING,
+    "test_chain_cpu_hybrid.py": LIVE_VLLM,
+    "test_multinode_cpu.py": LIVE_VLLM,
 }
 # Docker units in the order workers take them, costliest first (the amd64 group holds two qemu builds); the rest follow.
-ENGINE_ORDER = (AMD64_BUILD, "test_multiplatform_e2e.py", SERVING)
+ENGINE_ORDER = (AMD64_BUILD, LIVE_VLLM, "test_multiplatform_e2e.py", SERVING)
 
 
 def unit_of(nodeid: str) -> str:
