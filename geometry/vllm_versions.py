@@ -45,8 +45,9 @@ class VllmRelease:
     # from ``cpu_default_block_size`` (0.33.0). False: CpuPlatform.check_and_update_config sets
     # ``cpu_default_block_size`` whatever the backends run (0.32.0; CPU_ATTN runs 128 either way).
     cpu_block_from_backends: bool
-    # KVCacheSpec.is_draft, the tag the runner puts on a drafter layer's spec (0.33.0); 0.32.0's
-    # specs carry none, so no group is a draft group there.
+    # KVCacheSpec.is_draft, the tag the runner puts on a drafter layer's spec (0.33.0); stock 0.32.0's
+    # specs carry none, so no group is a draft group there (its patch series adds the tag:
+    # simulate._draft_tagged).
     spec_draft_tag: bool
     # The module holding get_kv_cache_groups / get_kv_cache_config_from_groups /
     # _get_kv_cache_bytes_per_block (the oracle imports it; the simulator's rules are the same).

@@ -43,6 +43,8 @@ CACHE_ENV = {
 # A 1M-context model loads weights, compiles and captures graphs before /health answers.
 HEALTH_START_PERIOD = "30m"
 LICENCE_NAMES = {"CC-BY-NC-ND-4.0": "CC BY-NC-ND 4.0 (non-commercial, no derivatives)"}
+# The licences whose terms forbid commercial use (the header and the labels' comment say so).
+NON_COMMERCIAL_LICENCES = frozenset({"CC-BY-NC-ND-4.0"})
 GPU_ID_RE = re.compile(r"^(\d+|GPU-[0-9A-Fa-f-]+|MIG-[0-9A-Za-z/-]+)$")
 
 
@@ -263,7 +265,8 @@ def header(recipe: Recipe, image: ImagePin) -> Header:
             "#",
             f"# LICENCE: the drafter {drafter.id} is {licence}.",
             "#   Its weights are mounted read-only from the host models directory, never baked into",
-            "#   the image; respect its terms (non-commercial use only).",
+            "#   the image; respect its terms"
+            + (" (non-commercial use only)." if drafter.license in NON_COMMERCIAL_LICENCES else "."),
         )
     else:
         serves = (
@@ -300,7 +303,8 @@ def compose_text(recipe: Recipe, image: ImagePin, head: Header, document: dict) 
     """A compose file's text: the header, then the document with a comment above the keys that need one."""
     comments = {}
     if recipe.drafter is not None:
-        comments["labels"] = f"    # The drafter is {recipe.drafter.license} (non-commercial): mounted, never baked in."
+        kind = " (non-commercial)" if recipe.drafter.license in NON_COMMERCIAL_LICENCES else ""
+        comments["labels"] = f"    # The drafter is {recipe.drafter.license}{kind}: mounted, never baked in."
     if not image.digest:
         comments["image"] = "    # UNPINNED: tag only, no digest; this tag can be moved to another image."
     out = []
