@@ -318,3 +318,19 @@ def amd64_build(registry, synthetic_base_amd64, tmp_path_factory) -> E2EBuild:
     )
     assert run.returncode == 0, run.stderr[-6000:]
     return E2EBuild(recipe, repository, config, report_path, json.loads(report_path.read_text()), run, base.digest)
+
+
+def qualify_live(
+    recipe: Path, url: str, server_log: str, out: Path, api_key: str, *args: str
+) -> tuple[subprocess.CompletedProcess, dict]:
+    """`build.py qualify` against a live test server: its log saved beside ``out`` for ``--server-log``,
+    short fixed runs, untrained weights allowed (``--allow-degenerate``); the process and its JSON."""
+    log = out.parent / f"{out.name}.server.log"
+    log.write_text(server_log)
+    r = cli(
+        "qualify", "--recipe", str(recipe), "--url", url, "--server-log", str(log),
+        "--api-key-env", "LIVE_TEST_KEY", "--max-tokens", "16", "--runs", "1", "--warmup", "0",
+        "--allow-degenerate", "--json", "--out", str(out), *args,
+        env={"LIVE_TEST_KEY": api_key},
+    )  # fmt: skip
+    return r, json.loads(r.stdout) if r.stdout.strip().startswith("{") else {}

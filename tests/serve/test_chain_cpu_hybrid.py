@@ -35,7 +35,7 @@ import requests
 from compose_support import require_compose_binary
 from doc_sections import SERVED_RECORD, served_figures
 from hybrid_checkpoints import write_checkpoints
-from stack_e2e import cli, docker_login, recipe_copy, unique_repository
+from stack_e2e import cli, docker_login, qualify_live, recipe_copy, unique_repository
 
 pytestmark = pytest.mark.docker
 
@@ -181,15 +181,7 @@ def stock_server(chain, stock_image):
 
 
 def qualify(chain: Chain, served: Served, out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    log = out.parent / f"{out.name}.server.log"
-    log.write_text(served.logs)
-    r = cli(
-        "qualify", "--recipe", str(chain.recipe), "--url", served.url, "--server-log", str(log),
-        "--api-key-env", "CHAIN_TEST_KEY", "--max-tokens", "16", "--runs", "1", "--warmup", "0",
-        "--allow-degenerate", "--json", "--out", str(out), *args,
-        env={"CHAIN_TEST_KEY": KEY},
-    )  # fmt: skip
-    return r, json.loads(r.stdout) if r.stdout.strip().startswith("{") else {}
+    return qualify_live(chain.recipe, served.url, served.logs, out, KEY, *args)
 
 
 def test_the_stock_build_fails_at_its_in_image_gate(chain):

@@ -42,7 +42,7 @@ from compose_support import require_compose_binary
 from hybrid_checkpoints import RECIPE_DIR as HYBRID_RECIPE_DIR
 from hybrid_checkpoints import write_checkpoints
 from models_support import cache_snapshot
-from stack_e2e import TEST_RECIPES, cli, docker_login, recipe_copy, unique_repository
+from stack_e2e import TEST_RECIPES, cli, docker_login, qualify_live, recipe_copy, unique_repository
 
 from geometry.preflight.checked import MASTER_ADDR_SLOT
 from geometry.preflight.outcome import EXIT_RANK_MISSING, EXIT_RANKS_DIFFER
@@ -332,15 +332,7 @@ def group(setup, image):
 
 
 def qualify(setup: Setup, group: Group, out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    log = out.parent / f"{out.name}.server.log"
-    log.write_text(group.leader.logs())
-    r = cli(
-        "qualify", "--recipe", str(setup.recipe), "--url", group.url, "--server-log", str(log),
-        "--api-key-env", "MULTINODE_TEST_KEY", "--max-tokens", "16", "--runs", "1", "--warmup", "0",
-        "--allow-degenerate", "--json", "--out", str(out), *args,
-        env={"MULTINODE_TEST_KEY": KEY},
-    )  # fmt: skip
-    return r, json.loads(r.stdout) if r.stdout.strip().startswith("{") else {}
+    return qualify_live(setup.recipe, group.url, group.leader.logs(), out, KEY, *args)
 
 
 def test_the_group_forms_with_both_ranks_checked_and_agreeing(group):
