@@ -73,7 +73,7 @@ rc=0
 "$PY" -m pytest tests --durations=25 -n "${TEST_WORKERS:-auto}" --no-loadscope-reorder "$@" || rc=$?
 for name in amd64 wrong-version arm64 serving; do
   [[ -f "$jobs_dir/$name.log" ]] || continue
-  grep -hE 'done in|built in|up to date|gate \(' "$jobs_dir/$name.log" | sed "s/^/[run-tests] base $name: /" || true
+  grep -hE 'done in|built in|pushed .* in [0-9]+ s|up to date|gate \(' "$jobs_dir/$name.log" | sed "s/^/[run-tests] base $name: /" || true
   [[ -f "$jobs_dir/$name.pending" ]] && echo "[run-tests] base $name: still building when the tests ended"
   if [[ -f "$jobs_dir/$name.rc" && $(cat "$jobs_dir/$name.rc") != 0 ]]; then
     echo "[run-tests] base $name failed (exit $(cat "$jobs_dir/$name.rc")):"; tail -n 40 "$jobs_dir/$name.log"; rc=1

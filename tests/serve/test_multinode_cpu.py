@@ -261,7 +261,7 @@ def test_a_worker_that_never_starts_is_a_missing_rank_on_the_leader(setup, image
     assert "offering this rank's fingerprint to node rank(s) 1" in log
     assert "Initializing a V1 LLM engine" not in log  # vLLM never started
     assert took < 300  # the window and the start, not vLLM's own rendezvous timeout
-    assert "a worker never fetched it (the line names the node rank)" in EXIT_CODES[EXIT_RANK_MISSING]
+    assert "a worker never fetched it (the line names the node rank)" in EXIT_CODES[EXIT_RANK_MISSING].meaning
 
 
 def snapshot_models(setup: Setup, name: str, drafter_commit: str) -> Path:
