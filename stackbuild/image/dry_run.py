@@ -32,8 +32,9 @@ class DryRun:
 
 
 def gate_refusal(plans: Sequence[BuildPlan]) -> Optional[GeometryGateFailed]:
-    """The build's gate-step failure for the first plan the host-side gate fails; None when all pass."""
-    failed = next((p for p in plans if p.geometry_verdict != "pass"), None)
+    """The build's gate-step failure for the first plan the host-side gate fails; None when all pass
+    (or a failure is allowed: `--allow-gate-failure` keeps the image)."""
+    failed = next((p for p in plans if p.geometry_verdict != "pass" and not p.gate_failure_allowed), None)
     if failed is None:
         return None
     return GeometryGateFailed(

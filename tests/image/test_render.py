@@ -282,3 +282,13 @@ def test_a_kept_gate_failure_is_never_pushed(tmp_path):
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         "error: --allow-gate-failure with --push: an image whose gate failed is built for comparison, never pushed"
     ]
+
+
+def test_a_stock_dry_run_exits_as_its_build_would(tmp_path):
+    recipe = copy_recipe(tmp_path, pinned)
+    argv = [sys.executable, str(REPO / "build.py"), "build", "--recipe", str(recipe), "--owner", "acme", "--dry-run"]
+    refused = subprocess.run([*argv, "--stock"], capture_output=True, text=True)
+    assert refused.returncode == 5, refused.stderr  # the default recipe's stock gate fails
+    kept = subprocess.run([*argv, "--stock", "--allow-gate-failure"], capture_output=True, text=True)
+    assert kept.returncode == 0, kept.stderr
+    assert "--verdict-failure-allowed" in kept.stdout and "-stock:" in kept.stdout
