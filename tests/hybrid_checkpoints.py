@@ -17,14 +17,10 @@ import json
 import shutil
 from pathlib import Path
 
+from cpu_hybrid_cases import config as recipe_config
 from tiny_model import write_tiny_model
 
-RECIPE_DIR = Path(__file__).resolve().parent / "recipes" / "cpu-hybrid-dflash"
 SEED = 20261202
-
-
-def _config(name: str) -> dict:
-    return json.loads((RECIPE_DIR / "configs" / f"{name}.config.json").read_text())
 
 
 def write_target(out: Path, max_shard_size: str = "4MB") -> Path:
@@ -32,7 +28,7 @@ def write_target(out: Path, max_shard_size: str = "4MB") -> Path:
     from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
     write_tiny_model(out)
-    config = _config("target")
+    config = recipe_config("target")
     torch.manual_seed(SEED)
     model = Qwen3NextForCausalLM(Qwen3NextConfig(**config)).to(torch.bfloat16)
     model.save_pretrained(out, safe_serialization=True, max_shard_size=max_shard_size)
@@ -75,10 +71,10 @@ def write_drafter(out: Path, config: dict | None = None) -> Path:
     from safetensors.torch import save_file
 
     write_tiny_model(out)
-    config = config or _config("drafter")
+    config = config or recipe_config("drafter")
     generator = torch.Generator().manual_seed(SEED + 1)
     tensors = {}
-    for name, shape in drafter_tensors(config, _config("target")).items():
+    for name, shape in drafter_tensors(config, recipe_config("target")).items():
         if name.endswith("norm.weight"):
             tensors[name] = torch.ones(shape, dtype=torch.bfloat16)
         else:

@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 import yaml
 from compose_support import require_compose_binary
-from hybrid_checkpoints import RECIPE_DIR as HYBRID_RECIPE_DIR
+from cpu_hybrid_cases import RECIPE_DIR as HYBRID_RECIPE_DIR
 from hybrid_checkpoints import write_checkpoints
 from models_support import cache_snapshot
 from stack_e2e import TEST_RECIPES, cli, docker_login, qualify_live, recipe_copy, unique_repository
