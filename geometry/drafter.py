@@ -4,7 +4,6 @@ backend and spec builders (stdlib only)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
 
 from . import backends as B
 from .errors import BadInput
@@ -22,7 +21,6 @@ from .model_parts import (
     drafter_attention_builder,
     kv_dtype_name,
     kv_heads_per_rank,
-    required,
 )
 
 
@@ -35,39 +33,11 @@ class Drafter:
     error: SimulatedError | None
 
 
-def drafter_sliding_windows(dc: Mapping[str, Any]) -> list[int | None]:
-    """``_resolve_layer_attention``: the sliding window of each drafter layer (None: full attention)."""
-    dflash = dc.get("dflash_config") or {}
-    layer_types = dc.get("layer_types")
-    use_swa = dflash.get("use_swa", False)
-    any_sliding = False
-    if layer_types is not None:
-        n_sl = sum(t == "sliding_attention" for t in layer_types)
-        any_sliding = n_sl > 0
-        if 0 < n_sl < len(layer_types):
-            raise BadInput(
-                "mixed sliding/full DFlash drafters need the V2 runner and several drafter groups; not modelled"
-            )
-    windows: list[int | None] = []
-    for idx in range(int(required(dc, "num_hidden_layers"))):
-        if layer_types is None or (use_swa and not any_sliding):
-            is_sliding = use_swa
-        else:
-            is_sliding = layer_types[idx] == "sliding_attention"
-        if not is_sliding:
-            windows.append(None)
-            continue
-        window = dflash.get("swa_window_size", dc.get("sliding_window"))
-        if window is None:
-            raise SimulatedError("ValueError", "DFlash sliding attention requires a window size")
-        windows.append(int(window))
-    return windows
-
-
 def build_drafter(inputs: GeometryInputs, kv_cache_dtype: str, model_dtype: str, backend: B.Backend) -> Drafter:
     """The drafter's layers on ``backend`` (the speculative config's, model.drafter_backend)."""
-    dc = inputs.drafter_config
-    windows = drafter_sliding_windows(dc)
+    dc = inputs.drafter
+    if dc.mixed_windows:
+        raise BadInput("mixed sliding/full DFlash drafters need the V2 runner and several drafter groups; not modelled")
     tp = inputs.tensor_parallel_size
     error = None
     if not backend.takes_kv_cache_dtype(kv_cache_dtype):
@@ -83,9 +53,7 @@ def build_drafter(inputs: GeometryInputs, kv_cache_dtype: str, model_dtype: str,
             f"takes {', '.join(backend.kv_cache_dtypes)})",
         )
     d_dtype = kv_dtype_name(kv_cache_dtype, model_dtype)
-    d_heads = int(required(dc, "num_attention_heads"))
-    d_kv = int(dc.get("num_key_value_heads", d_heads) or d_heads)
-    d_hd = int(dc.get("head_dim") or int(required(dc, "hidden_size")) // d_heads)
+    d_heads, d_kv, d_hd = dc.num_attention_heads, dc.num_kv_heads, dc.head_dim
     if backend is B.CPU_ATTN:
         check_cpu_attn(d_hd, kv_cache_dtype)
     else:
@@ -100,7 +68,7 @@ def build_drafter(inputs: GeometryInputs, kv_cache_dtype: str, model_dtype: str,
     if error is None and (d_heads // tp) % d_kv_local:
         error = SimulatedError("AssertionError", "drafter num_heads not divisible by num_kv_heads")
     layers = []
-    for i, window in enumerate(windows):
+    for i, window in enumerate(dc.windows):
         shape = dict(
             block_size=0,
             num_kv_heads=d_kv_local,
@@ -121,14 +89,3 @@ def build_drafter(inputs: GeometryInputs, kv_cache_dtype: str, model_dtype: str,
             )
         )
     return Drafter(tuple(layers), backend, error)
-
-
-# DFlash2 drafters (candidate heads) run on vLLM's V2 model runner only ("Model Runner V1 does not
-# support: DFlash candidate-head drafts"); the CPU platform runs V1 (V2 needs Triton's CPU backend).
-CANDIDATE_HEAD_ARCHITECTURES = ("DFlash2DraftModel",)
-
-
-def has_candidate_heads(drafter_config) -> bool:
-    """Whether the drafter config names a DFlash2 (candidate-head) architecture first."""
-    archs = drafter_config.get("architectures") if isinstance(drafter_config, Mapping) else None
-    return bool(archs) and isinstance(archs, list) and archs[0] in CANDIDATE_HEAD_ARCHITECTURES

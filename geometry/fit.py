@@ -276,11 +276,7 @@ def _why_none(inputs: GeometryInputs, reports: dict, own: Candidate, tried: int,
 
 
 def _drafter_block(inputs: GeometryInputs) -> int | None:
-    dc = inputs.drafter_config
-    if not dc:
-        return None
-    value = (dc.get("dflash_config") or {}).get("block_size") or dc.get("block_size")
-    return value if type(value) is int else None
+    return inputs.drafter.block_size if inputs.drafter is not None else None
 
 
 def _value(v: Any, new: bool = True) -> str:

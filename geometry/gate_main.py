@@ -38,8 +38,9 @@ from overlay.manifest import OverlayManifest
 from . import inputs as inputs_mod
 from . import record as record_mod
 from . import table
+from .cross_check import CODE_DIR, CrossCheck
 from .errors import BadInput
-from .gate_run import CODE_DIR, CrossCheck, run_gate
+from .gate_run import run_gate
 from .image_contract import GATE_INPUT, GATE_REASON_PREFIX, OVERLAY_MANIFEST, GateReport, OracleCheck, payload_path
 
 DEFAULT_MANIFEST = payload_path(OVERLAY_MANIFEST)

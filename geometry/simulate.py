@@ -96,10 +96,10 @@ def _apply_overlay(model: Model, specs: dict[str, KVCacheSpec], notes: list[str]
     return out
 
 
-def _draft_tagged(inputs: GeometryInputs) -> bool:
+def _draft_tagged(inputs: GeometryInputs, behaviour: str) -> bool:
     """Whether a drafter layer's spec carries vLLM's ``is_draft`` tag: the release's own, or the patch
     series' (every series sets it where the release does not: OVERLAY_CONTRACT.md)."""
-    return inputs.vllm.spec_draft_tag or inputs.vllm_behaviour == "overlay"
+    return inputs.vllm.spec_draft_tag or behaviour == "overlay"
 
 
 def _target_attention_page(model: Model, specs: dict[str, KVCacheSpec]) -> int | None:
@@ -113,7 +113,12 @@ def _target_attention_page(model: Model, specs: dict[str, KVCacheSpec]) -> int |
 
 
 def _plan(
-    inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list[str], model: Model | None = None
+    inputs: GeometryInputs,
+    behaviour: str,
+    with_drafter: bool,
+    num_spec: int,
+    notes: list[str],
+    model: Model | None = None,
 ) -> tuple[Model | None, Plan]:
     """One planning run; ``model`` None: built from ``inputs`` (returned as
     None when vLLM would raise while building it)."""
@@ -128,7 +133,7 @@ def _plan(
             raise BadInput(model.architecture.align_mode_not_modelled)
         cache = update_block_size(model, inputs)
         specs = {layer.name: layer.build(cache) for layer in model.layers}
-        if inputs.vllm_behaviour == "overlay" and with_drafter:
+        if behaviour == "overlay" and with_drafter:
             specs = _apply_overlay(model, specs, notes)
         layout = resolve_layout(model, specs)
         path, groups, final_specs = group_kv_cache(specs, layout)
@@ -153,7 +158,7 @@ def _plan(
             layout,
             path,
             rows,
-            _group_rows(model, path, groups, _state_blocks(model, inputs, num_spec), _draft_tagged(inputs)),
+            _group_rows(model, path, groups, _state_blocks(model, inputs, num_spec), _draft_tagged(inputs, behaviour)),
             bpb,
             num_blocks,
             num_blocks * t_block,
@@ -247,13 +252,15 @@ def _rows(model: Model, specs: dict[str, KVCacheSpec]) -> tuple[LayerRow, ...]:
     return tuple(rows)
 
 
-def simulate(inputs: GeometryInputs) -> GeometryReport:
-    """Reproduce vLLM 0.33.0's KV-cache geometry for ``inputs``."""
+def simulate(inputs: GeometryInputs, behaviour: str | None = None) -> GeometryReport:
+    """Reproduce vLLM's KV-cache geometry for ``inputs``, as the ``behaviour`` ("stock" or "overlay")
+    runs it (None: the inputs' own)."""
+    behaviour = behaviour or inputs.vllm_behaviour
     notes: list[str] = []
-    model, with_d = _plan(inputs, inputs.has_drafter, inputs.num_speculative_tokens, notes)
+    model, with_d = _plan(inputs, behaviour, inputs.has_drafter, inputs.num_speculative_tokens, notes)
     if model is None:  # the model itself cannot be built (vLLM raises at load)
         return GeometryReport(
-            behaviour=inputs.vllm_behaviour,
+            behaviour=behaviour,
             model_kind=inputs.target.kind,
             capability_family=inputs.capability_family,
             tensor_parallel_size=inputs.tensor_parallel_size,
@@ -276,17 +283,17 @@ def simulate(inputs: GeometryInputs) -> GeometryReport:
         n = inputs.num_speculative_tokens
         target = model.target_only()
         if n == 0:
-            _, without = _plan(inputs, False, 0, notes, target)
+            _, without = _plan(inputs, behaviour, False, 0, notes, target)
             same_spec = without
         else:
-            _, without = _plan(inputs, False, 0, notes)
-            _, same_spec = _plan(inputs, False, n, notes, target)
+            _, without = _plan(inputs, behaviour, False, 0, notes)
+            _, same_spec = _plan(inputs, behaviour, False, n, notes, target)
     else:
         without = same_spec = with_d
     backends = model.attention_backends
     db = model.drafter_backend
     return GeometryReport(
-        behaviour=inputs.vllm_behaviour,
+        behaviour=behaviour,
         model_kind=model.kind,
         capability_family=inputs.capability_family,
         tensor_parallel_size=inputs.tensor_parallel_size,

@@ -12,7 +12,6 @@ simulator's table (geometry/backends.py), mapped to vLLM's classes here.
 
 from __future__ import annotations
 
-from ..drafter import drafter_sliding_windows
 from ..inputs import GeometryInputs
 from .architectures import ORACLE_ARCHITECTURES
 from .layer_objects import attention_layer, backend_classes
@@ -56,7 +55,7 @@ def _drafter_layers(inputs: GeometryInputs, cfg, drafter: dict, ctx, fa_cls) -> 
             "configuration. Reason: ['kv_cache_dtype not supported']"
         )
     hd = drafter.get("head_dim") or drafter["hidden_size"] // heads
-    for i, window in enumerate(drafter_sliding_windows(drafter)):
+    for i, window in enumerate(inputs.drafter.windows):
         name = f"drafter.model.layers.{i}.self_attn.attn"
         ctx[name] = attention_layer(
             fa_cls,
