@@ -40,8 +40,9 @@ when that is an exact integer the drafter backend supports; otherwise stock
 behaviour. The release (geometry/vllm_versions.py: 0.33.0, and 0.32.0 on the
 CPU platform) is the gate input's.
 
-Backend choices are assumptions (vLLM's choice needs libcuda); see
-geometry/backends.py for what is modelled per GPU family and why.
+The target's backend choices are assumptions; see geometry/backends.py for
+what is modelled per GPU family and why. The drafter's automatic choice is
+vLLM's selection, modelled in geometry/drafter_backend.py.
 
 Where vLLM would raise, the report carries ``error`` (exception type and
 message) instead of numbers.

@@ -34,16 +34,22 @@ except ImportError as exc:
 
 import geometry_cases as C  # noqa: E402
 
+from geometry import gate_main  # noqa: E402
+from geometry.drafter_backend import DrafterBackendNotModelled  # noqa: E402
 from geometry.errors import BadInput  # noqa: E402
 from geometry.gate import check  # noqa: E402
+from geometry.image_contract import GATE_REASON_PREFIX  # noqa: E402
 from geometry.inputs import GeometryInputs  # noqa: E402
 from geometry.oracle import compare_reports, plan_with_vllm  # noqa: E402
+from geometry.oracle.layers import drafter_backend_names  # noqa: E402
 from geometry.simulate import simulate  # noqa: E402
 
 N = int(os.environ.get("GEOMETRY_ORACLE_N", "300"))
 SEED = int(os.environ.get("GEOMETRY_ORACLE_SEED", "20261130"))
 BEHAVIOUR = os.environ.get("GEOMETRY_ORACLE_BEHAVIOUR", "stock")
-CASES = C.sample(N, SEED)
+# The seeded sample, split: what the simulator plans is compared with vLLM; what it refuses is a
+# refusal case of its own (test_matrix_refusal_is_the_gates_and_names_vllms_choice).
+CASES, REFUSED = C.simulator_decides(C.sample(N, SEED), BEHAVIOUR)
 ALIGN_CASES = C.align_matrix(BEHAVIOUR)
 GB10_CASES = C.gb10_matrix(BEHAVIOUR)
 DENSE_CASES = C.dense_matrix(BEHAVIOUR)
@@ -51,20 +57,53 @@ QWEN3_MOE_CASES = C.qwen3_moe_matrix(BEHAVIOUR)
 
 
 def _agree(data: dict) -> tuple:
-    data = dict(data, vllm_behaviour=BEHAVIOUR)
+    """(simulator, vLLM, differences) for a case the simulator plans (a refusal here fails: the
+    refused cases are tested as refusals), the drafter's backend included: the simulator's model of
+    vLLM's choice against the one vLLM's own selector made, where the drafter loaded on both sides."""
+    inputs = GeometryInputs.from_json(dict(data, vllm_behaviour=BEHAVIOUR))
     try:
-        inputs = GeometryInputs.from_json(data)
         sim = simulate(inputs)
     except BadInput as exc:
-        pytest.skip(f"not modelled: {exc}")
+        pytest.fail(f"the simulator refuses a case given as planned: {exc}")
     vllm = plan_with_vllm(inputs)
-    return sim, vllm, compare_reports(sim, vllm)
+    diffs = compare_reports(sim, vllm)
+    if not sim.with_drafter.error and not vllm.with_drafter.error and sim.drafter_backend != vllm.drafter_backend:
+        diffs += (f"drafter_backend: simulator={sim.drafter_backend!r} vllm={vllm.drafter_backend!r}",)
+    return sim, vllm, diffs
 
 
 @pytest.mark.parametrize("idx", range(len(CASES)))
 def test_matrix_agrees_with_vllm(idx):
     sim, _, diffs = _agree(CASES[idx])
     assert not diffs, "\n".join(diffs[:20])
+
+
+def test_the_sample_has_refusals_and_plans():
+    """Both halves of the split sample are exercised (a sample of every case refused, or none,
+    would leave one of the two tests empty)."""
+    assert CASES
+    assert REFUSED or N < 100  # a small GEOMETRY_ORACLE_N may draw none
+
+
+@pytest.mark.parametrize("idx", range(len(REFUSED)))
+def test_matrix_refusal_is_the_gates_and_names_vllms_choice(idx, tmp_path, capsys):
+    """A sampled case the simulator does not model: the in-image gate exits with its bad-input code
+    and the simulator's reason as its one line; where the reason is vLLM's automatic drafter backend,
+    vLLM's own selector (``CudaPlatform`` on the family's capability) picks that backend for every
+    drafter layer."""
+    import json
+
+    data = REFUSED[idx]
+    inputs = GeometryInputs.from_json(data)
+    with pytest.raises(BadInput) as refused:
+        simulate(inputs)
+    gate_input = tmp_path / "gate-input.json"
+    gate_input.write_text(json.dumps(data))
+    assert gate_main.main(["--input", str(gate_input), "--behaviour", "input"]) == gate_main.EXIT_BAD_INPUT
+    assert capsys.readouterr().err.splitlines()[-1] == f"{GATE_REASON_PREFIX}bad input: {refused.value}"
+    if isinstance(refused.value, DrafterBackendNotModelled):
+        chosen = drafter_backend_names(inputs)
+        assert chosen and set(chosen.values()) == {refused.value.backend}, chosen
 
 
 @pytest.mark.parametrize("idx", range(len(ALIGN_CASES)))
