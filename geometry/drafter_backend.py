@@ -15,8 +15,8 @@ KV cache dtype, the head size and a user ``--block-size`` (a multiple of 16 for 
 except where FLASH_ATTN's kernel blocks follow the *target's* head size: ``flash_attn_kernel_blocks``).
 FLASH_ATTN's answer for a quantized cache and for heads over 256 depends on the FlashAttention
 version vLLM resolves (``fa_utils.get_flash_attn_version``, with the FA2, FA3 and FA4 kernels the
-0.33.0 wheel ships): FA3 on SM90 (FA4 above head 256), FA4 on SM10x up to head 128 (TMEM: FA2
-above), FA2 on SM12x. FA3, and FA4 on SM90 at head 512, take an fp8 cache on SM90; FA4 takes one
+0.33.0 wheel ships; ``flash_attn_version``): FA3 on SM90 (FA4 above head 256), FA4 on SM10x up to
+head 128 and at 256 (TMEM: FA2 otherwise), FA2 on SM12x. FA3, and FA4 on SM90 at head 512, take an fp8 cache on SM90; FA4 takes one
 on SM10x; FA2 takes none.
 
 Of the choices, FLASH_ATTN (``[MultipleOf(16)]``), TRITON_ATTN (``[MultipleOf(16)]``) and FLASHINFER
@@ -73,12 +73,20 @@ class DrafterAsk:
     target_kv_cache_dtype: str
 
 
-def flash_attn_version(family: int, head_size: int) -> int:
-    """``get_flash_attn_version`` with the wheel's FA2/FA3/FA4 kernels, for a drafter layer."""
-    if family == 90:
-        return 4 if head_size > 256 else 3
-    if family == 100:
-        return 4 if head_size <= 128 else 2
+def flash_attn_version(ask: DrafterAsk) -> int:
+    """``get_flash_attn_version`` with the wheel's FA2/FA3/FA4 kernels, for a drafter layer: FA3 on
+    SM90 (FA4 above head 256), FA4 on SM10x up to head 128 and at head 256 (its hd256 kernel, FA2
+    instead under a quantized target cache or a user block that is no multiple of its 128-token
+    page), FA2 otherwise."""
+    if ask.family == 90:
+        return 4 if ask.head_size > 256 else 3
+    if ask.family == 100:
+        if ask.head_size == 256:
+            hd256_fallback = ask.target_kv_cache_dtype in _QUANTIZED or (
+                ask.user_block_size is not None and ask.user_block_size % 128
+            )
+            return 2 if hd256_fallback else 4
+        return 4 if ask.head_size <= 128 else 2
     return 2
 
 
@@ -105,7 +113,7 @@ def _flash_attn(ask: DrafterAsk) -> list[str]:
     if ask.kv_cache_dtype not in _FA_KV_DTYPES:
         reasons.append("kv_cache_dtype not supported")
     elif ask.kv_cache_dtype in _QUANTIZED:
-        v = flash_attn_version(ask.family, ask.head_size)
+        v = flash_attn_version(ask)
         on_sm90 = ask.family == 90 and (v == 3 or (v == 4 and ask.head_size == 512))
         if not (on_sm90 or (ask.family == 100 and v == 4)):
             reasons.append("kv_cache_dtype not supported")
@@ -224,5 +232,8 @@ def drafter_backend(requested: str | None, ask: DrafterAsk) -> B.Backend:
     platform), or vLLM's automatic choice (``select``) where it is modelled. BadInput for what is not
     modelled, SimulatedError where vLLM finds no backend."""
     if ask.family == B.CPU_FAMILY or requested not in (None, "auto"):
-        return B.drafter_backend(requested, ask.family)
+        try:
+            return B.drafter_backend(requested, ask.family)
+        except ValueError as exc:  # a pinned backend that is not modelled
+            raise BadInput(str(exc)) from exc
     return modelled(select(ask), ask.family)

@@ -159,12 +159,7 @@ def build_model(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Mo
         prefill_checkpoint_blocks=built.prefill_checkpoint_blocks,
     )
     if with_drafter and inputs.drafter_config is not None:
-        try:
-            drafter = build_drafter(inputs, kv_drafter, model_dtype, model.head_size, kv_target)
-        except BadInput:
-            raise
-        except ValueError as exc:  # a pinned attention_backend not modelled (backends.drafter_backend)
-            raise BadInput(str(exc)) from exc
+        drafter = build_drafter(inputs, kv_drafter, model_dtype, model.head_size, kv_target)
         model = replace(
             model, layers=model.layers + drafter.layers, drafter_backend=drafter.backend, drafter_error=drafter.error
         )

@@ -130,7 +130,7 @@ def _import_backend_module(module: str) -> None:
     import_kernel_module(module)
 
 
-def get_valid_backends(platform_cls, device_capability, attn_selector_config, num_heads=None):
+def cuda_valid_backends(platform_cls, device_capability, attn_selector_config, num_heads=None):
     """``CudaPlatform.get_valid_backends`` on ``platform_cls`` (the serving platform)."""
     cuda = cuda_platform()
     with flash_attn_as_shipped(), patched(cuda, "_get_attn_backend_class", _backend_class):
@@ -139,7 +139,7 @@ def get_valid_backends(platform_cls, device_capability, attn_selector_config, nu
         )
 
 
-def get_attn_backend_cls(platform_cls, selected_backend, attn_selector_config, num_heads=None) -> str:
+def cuda_attn_backend_cls(platform_cls, selected_backend, attn_selector_config, num_heads=None) -> str:
     """``CudaPlatform.get_attn_backend_cls`` on ``platform_cls`` (the serving platform): the qualified
     name of the backend class vLLM runs the layer on, ValueError when none is valid."""
     cuda = cuda_platform()

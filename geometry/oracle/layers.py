@@ -96,16 +96,3 @@ def _drafter_layers(inputs: GeometryInputs, cfg, drafter: dict, ctx) -> None:
         cfg.attention_config = target_attention
     for name in set(ctx) - before:  # Speculator.load_model
         ctx[name].is_draft_layer = True
-
-
-def drafter_backend_names(inputs: GeometryInputs) -> dict[str, str]:
-    """The backend vLLM's selector gives each of the drafter's layers for ``inputs`` (the
-    with-drafter model), by layer name; ValueError (and AssertionError) as vLLM raises them."""
-    from .serving_platform import serving_platform
-    from .vllm_config import build_vllm_config
-
-    with serving_platform(inputs.capability_family):
-        cfg, hf = build_vllm_config(inputs, True, inputs.num_speculative_tokens)
-        register_layers(inputs, cfg, hf, inputs.num_speculative_tokens, True)
-        ctx = cfg.compilation_config.static_forward_context
-        return {n: layer.attn_backend.get_name() for n, layer in ctx.items() if n.startswith("drafter.")}

@@ -304,6 +304,16 @@ def blocks_per_request(inputs: GeometryInputs) -> list[tuple[str, int, int]]:
             ]
 
 
+def drafter_backend_names(inputs: GeometryInputs) -> dict[str, str]:
+    """The backend vLLM's selector gives each of the drafter's layers for ``inputs`` (the
+    with-drafter model), by layer name; ValueError (and AssertionError) as vLLM raises them."""
+    with serving_platform(inputs.capability_family):
+        cfg, hf = build_vllm_config(inputs, True, inputs.num_speculative_tokens)
+        register_layers(inputs, cfg, hf, inputs.num_speculative_tokens, True)
+        ctx = cfg.compilation_config.static_forward_context
+        return {n: layer.attn_backend.get_name() for n, layer in ctx.items() if n.startswith("drafter.")}
+
+
 def vllm_kv_cache_size_tokens(inputs: GeometryInputs) -> int:
     """What the imported vLLM logs as "<device> KV cache size: N tokens" for the with-drafter plan:
     its own ``get_kv_cache_capacity`` on the worker's KV cache config (max concurrency x max_model_len)."""

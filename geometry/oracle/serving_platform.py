@@ -42,7 +42,7 @@ import contextlib
 import functools
 
 from ..backends import CPU_FAMILY
-from . import backend_selection
+from .backend_selection import clear_selection_cache, cuda_attn_backend_cls, cuda_valid_backends
 
 # The capability reported for a family: vLLM's family test (and every SM12x
 # choice in the planning path) reads the major only; 12.1 is GB10 (DGX Spark).
@@ -72,11 +72,11 @@ def platform_class(family: int) -> type:
 
         @classmethod
         def get_valid_backends(cls, device_capability, attn_selector_config, num_heads=None):
-            return backend_selection.get_valid_backends(cls, device_capability, attn_selector_config, num_heads)
+            return cuda_valid_backends(cls, device_capability, attn_selector_config, num_heads)
 
         @classmethod
         def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None) -> str:
-            return backend_selection.get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads)
+            return cuda_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads)
 
     ServingPlatform.__name__ = ServingPlatform.__qualname__ = f"ServingPlatform{family}"
     return ServingPlatform
@@ -90,7 +90,7 @@ def serving_platform(family: int):
     from vllm.platforms import current_platform
 
     detected = type(current_platform)
-    backend_selection.clear_selection_cache()
+    clear_selection_cache()
     if family == CPU_FAMILY:
         from vllm.platforms.cpu import CpuPlatform
 
@@ -101,4 +101,4 @@ def serving_platform(family: int):
         yield type(current_platform)
     finally:
         current_platform.__class__ = detected
-        backend_selection.clear_selection_cache()
+        clear_selection_cache()
