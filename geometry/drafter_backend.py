@@ -16,8 +16,8 @@ except where FLASH_ATTN's kernel blocks follow the *target's* head size: ``flash
 FLASH_ATTN's answer for a quantized cache and for heads over 256 depends on the FlashAttention
 version vLLM resolves (``fa_utils.get_flash_attn_version``, with the FA2, FA3 and FA4 kernels the
 0.33.0 wheel ships; ``flash_attn_version``): FA3 on SM90 (FA4 above head 256), FA4 on SM10x up to
-head 128 and at 256 (TMEM: FA2 otherwise), FA2 on SM12x. FA3, and FA4 on SM90 at head 512, take an fp8 cache on SM90; FA4 takes one
-on SM10x; FA2 takes none.
+head 128 and at 256 (TMEM: FA2 otherwise), FA2 on SM12x. FA3, and FA4 on SM90 at head 512, take an
+fp8 cache on SM90; FA4 takes one on SM10x; FA2 takes none.
 
 Of the choices, FLASH_ATTN (``[MultipleOf(16)]``), TRITON_ATTN (``[MultipleOf(16)]``) and FLASHINFER
 off SM10x (kernel blocks [16, 32, 64]) are modelled (geometry/backends.py). FLASHINFER on SM10x

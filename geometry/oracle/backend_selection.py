@@ -22,6 +22,12 @@ lacks for them is stood in for here, and nothing else:
   installed tree are stood in for, so vLLM's own interface and capability checks decide; an
   extension the tree does not ship stays missing.
 
+* FLASHINFER's kernel block sizes on SM10x (asked for a user ``--block-size``) depend on whether
+  TRT-LLM attention is available (``supports_trtllm_attention``: flashinfer-cubin installed, else a
+  request to NVIDIA's artifactory). Which candidate is valid does not depend on it (both lists take
+  every multiple of 16), so while a backend is selected it answers "unavailable" instead of asking
+  the network (``_no_artifactory``); the simulator refuses FLASHINFER on SM10x for this reason.
+
 The selection cache (``_cached_get_attn_backend``) is not keyed on the platform: serving_platform.py
 clears it whenever the platform changes.
 """
@@ -31,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import os
 import sys
 import types
 
@@ -49,8 +56,8 @@ def cuda_platform():
         return sys.modules[name]
     try:
         return importlib.import_module(name)
-    except ImportError as exc:
-        if "libcuda" not in str(exc):
+    except ImportError as exc:  # no libcuda here (a CUDA wheel), or a build without the compiled ops
+        if "libcuda" not in str(exc) and exc.name != _COMPILED_OPS:
             raise
     sys.modules.pop(name, None)
     stood_in = _COMPILED_OPS not in sys.modules
@@ -68,8 +75,6 @@ def _shipped_extensions() -> list[str]:
     spec = importlib.util.find_spec(_FA_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         return []
-    import os
-
     shipped = []
     for ext in _FA_EXTENSIONS:
         for location in spec.submodule_search_locations:
@@ -130,10 +135,27 @@ def _import_backend_module(module: str) -> None:
     import_kernel_module(module)
 
 
+@contextlib.contextmanager
+def _no_artifactory():
+    """``vllm.utils.flashinfer.supports_trtllm_attention`` answers False inside the block (see the
+    module docstring); its cached answer outside it is untouched."""
+    flashinfer_utils = importlib.import_module("vllm.utils.flashinfer")
+    with patched(flashinfer_utils, "supports_trtllm_attention", lambda is_prefill=False: False):
+        yield
+
+
+def _selecting():
+    stack = contextlib.ExitStack()
+    stack.enter_context(flash_attn_as_shipped())
+    stack.enter_context(patched(cuda_platform(), "_get_attn_backend_class", _backend_class))
+    stack.enter_context(_no_artifactory())
+    return stack
+
+
 def cuda_valid_backends(platform_cls, device_capability, attn_selector_config, num_heads=None):
     """``CudaPlatform.get_valid_backends`` on ``platform_cls`` (the serving platform)."""
     cuda = cuda_platform()
-    with flash_attn_as_shipped(), patched(cuda, "_get_attn_backend_class", _backend_class):
+    with _selecting():
         return cuda.CudaPlatform.get_valid_backends.__func__(
             platform_cls, device_capability, attn_selector_config, num_heads
         )
@@ -143,7 +165,7 @@ def cuda_attn_backend_cls(platform_cls, selected_backend, attn_selector_config, 
     """``CudaPlatform.get_attn_backend_cls`` on ``platform_cls`` (the serving platform): the qualified
     name of the backend class vLLM runs the layer on, ValueError when none is valid."""
     cuda = cuda_platform()
-    with flash_attn_as_shipped(), patched(cuda, "_get_attn_backend_class", _backend_class):
+    with _selecting():
         return cuda.CudaPlatform.get_attn_backend_cls.__func__(
             platform_cls, selected_backend, attn_selector_config, num_heads
         )
