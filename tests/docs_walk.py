@@ -267,7 +267,7 @@ def table(s: StandIns) -> Table:
                 ".venv/bin/pip install",
                 "--no-index --no-deps --dry-run",
                 "CI downloads no package and leaves the test's venv as it is: pip must find the pinned "
-                "huggingface_hub installed",
+                "huggingface_hub installed (hf-xet, which it pulls in on a GB300 host, is not in the test's venv)",
                 count=1,
             ),
             Appended(
@@ -396,9 +396,10 @@ walk_venv() {
   touch .venv/.installed
 }
 walk_healthy() {  # the compose file the step before started: until its container is healthy
-  local file container status deadline
+  local file service container status deadline
   file=$(sed -n 's/.*docker compose -f \([^ ]*\) up -d.*/\1/p' "$WALK_LOG/$WALK_STEP.cmd")
-  container=$(docker compose -f "$file" ps -q) || return 1
+  service=$(docker compose -f "$file" config --services) || return 1
+  container=$(docker compose -f "$file" ps -q "$service") || return 1
   deadline=$(( $(date +%s) + WALK_HEALTHY_WITHIN_S ))
   while :; do
     status=$(docker inspect --format '{{.State.Status}} {{.State.Health.Status}}' $container) || return 1
