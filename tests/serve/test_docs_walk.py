@@ -213,7 +213,7 @@ def test_each_make_image_builds_gates_and_pushes_named_as_the_walk_says(walked, 
     assert first["tags"][-1].rsplit("-", 1)[-1].startswith("x")
     # step 4's, after the commit: the commit's
     assert second["tags"][-1].endswith("-" + head[:12])
-    assert walked.err(walked.step("make image ")).strip().splitlines()[-1].startswith("pushed sha256:")
+    assert walked.out(walked.step("make image ")).strip().splitlines()[-1] == f"pushed {second['pushed_digest']}"
     pushed = registry_tags(registry.address, registry.username, registry.password, repository_name(walked.repository))
     assert {first["tags"][-1], second["tags"][-1], "latest"} <= set(pushed)
     image = second["images"]["linux/amd64"] if "images" in second else second
@@ -226,7 +226,12 @@ def test_each_make_image_builds_gates_and_pushes_named_as_the_walk_says(walked, 
         ["git", "-C", str(walked.checkout), "ls-files", docs_walk.DEFAULT_RECIPE_DIR],
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
-    assert f"{docs_walk.DEFAULT_RECIPE_DIR}/recipe.lock.json" in committed
+    # README's build kept the oracle record, step 4 committed it with the lock, and step 4's gate checked against it
+    assert {
+        f"{docs_walk.DEFAULT_RECIPE_DIR}/recipe.lock.json",
+        f"{docs_walk.DEFAULT_RECIPE_DIR}/recipe.oracle.json",
+    } <= set(committed)
+    assert "vLLM's recorded answer agrees field by field" in walked.err(walked.step("make image "))
 
 
 def test_compose_pins_the_pushed_digest_and_says_what_it_checked(walked):
