@@ -15,9 +15,11 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import os
+import shutil
 import tempfile
 
 from .cpu_shims import patched
@@ -81,7 +83,9 @@ def model_parallel_group() -> None:
 
     if ps.model_parallel_is_initialized():
         return
-    rendezvous = os.path.join(tempfile.mkdtemp(prefix="geometry-oracle-"), "rendezvous")
+    directory = tempfile.mkdtemp(prefix="geometry-oracle-")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)  # the file store lives as long as the process
+    rendezvous = os.path.join(directory, "rendezvous")
     with set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device="cpu"))):
         ps.init_distributed_environment(
             world_size=1, rank=0, distributed_init_method=f"file://{rendezvous}", local_rank=0, backend="gloo"
