@@ -172,14 +172,34 @@ def priorities(family: int, non_causal: bool) -> tuple[str, ...]:
     return ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION", "TURBOQUANT")
 
 
+def invalid_reasons(name: str, ask: DrafterAsk) -> list[str]:
+    """What candidate ``name``'s ``validate_configuration`` finds wrong for a drafter layer, the
+    user block size included (empty: valid)."""
+    reasons = CANDIDATES[name](ask)
+    kernel_block = (flash_attn_kernel_blocks(ask) if name == "FLASH_ATTN" else None) or 16
+    if ask.user_block_size is not None and ask.user_block_size % kernel_block:
+        reasons.append("block_size not supported")
+    return reasons
+
+
+def selected_backend_error(name: str, ask: DrafterAsk) -> SimulatedError | None:
+    """The ValueError ``get_attn_backend_cls`` raises for a backend the speculative config's
+    ``attention_backend`` selects (it validates that one alone, as it validates each candidate of
+    the automatic choice); None where it is valid."""
+    reasons = invalid_reasons(name, ask)
+    if not reasons:
+        return None
+    return SimulatedError(
+        "ValueError",
+        f"Selected backend AttentionBackendEnum.{name} is not valid for this configuration. Reason: {reasons}",
+    )
+
+
 def select(ask: DrafterAsk) -> str:
     """The name of the backend vLLM picks; SimulatedError (ValueError) when no candidate is valid."""
     invalid = {}
     for name in priorities(ask.family, ask.non_causal):
-        reasons = CANDIDATES[name](ask)
-        kernel_block = (flash_attn_kernel_blocks(ask) if name == "FLASH_ATTN" else None) or 16
-        if ask.user_block_size is not None and ask.user_block_size % kernel_block:
-            reasons.append("block_size not supported")
+        reasons = invalid_reasons(name, ask)
         if not reasons:
             return name
         invalid[name] = reasons
