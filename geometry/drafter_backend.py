@@ -25,7 +25,9 @@ advertises kernel blocks up to 1024 when TRT-LLM attention is available on the s
 (``supports_trtllm_attention``: the flashinfer-cubin package, else a download from NVIDIA's
 artifactory at start-up), which a build cannot know: refused, as is FLEX_ATTENTION. No valid
 candidate (an ``fp8_ds_mla`` cache the drafter inherits on SM12x) is vLLM's ValueError when the
-drafter loads. geometry/oracle/ asks vLLM's own selector the same question.
+drafter loads. A pinned backend is validated alone, with the same checks (``selected_backend_error``:
+vLLM's "Selected backend ... is not valid" ValueError). geometry/oracle/ asks vLLM's own selector the
+same questions.
 """
 
 from __future__ import annotations

@@ -198,19 +198,34 @@ _SELECTION_TARGETS = ((128, "auto"), (256, "auto"), (512, "fp8"))
 def test_the_drafters_automatic_backend_is_the_one_vllms_selector_picks(family):
     """geometry/drafter_backend.py's model of vLLM's automatic choice against vLLM's own
     ``get_attn_backend`` (``CudaPlatform``'s selector on the family's capability), for drafter head
-    sizes, KV cache dtypes, causality and user block sizes beyond the sampled matrix's."""
+    sizes, KV cache dtypes, causality and user block sizes beyond the sampled matrix's; and, with the
+    drafter's backend pinned to FLASH_ATTN (the attention config's ``backend``), whether vLLM's
+    selector takes it or raises its ValueError (``selected_backend_error``)."""
     import torch
     from vllm.config import set_current_vllm_config
     from vllm.config.utils import replace
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
     from vllm.v1.attention.selector import get_attn_backend
 
-    from geometry.drafter_backend import DrafterAsk, select
+    from geometry.drafter_backend import DrafterAsk, select, selected_backend_error
     from geometry.kv_spec import SimulatedError
     from geometry.oracle.backend_selection import clear_selection_cache
     from geometry.oracle.serving_platform import serving_platform
     from geometry.oracle.vllm_config import build_vllm_config
 
-    checked = set()
+    checked, pinned_checked = set(), set()
+
+    def vllm_selects(cfg, head, kv, **attention) -> str:
+        target_attention = cfg.attention_config
+        cfg.attention_config = replace(target_attention, **attention)
+        try:
+            with set_current_vllm_config(cfg):
+                return get_attn_backend(head, torch.bfloat16, kv, has_sliding_window=True).get_name()
+        except ValueError:
+            return "ValueError"
+        finally:
+            cfg.attention_config = target_attention
+
     with serving_platform(family):
         for (target_head, target_kv), block in itertools.product(_SELECTION_TARGETS, (None, 16, 64)):
             data = dict(
@@ -223,7 +238,6 @@ def test_the_drafters_automatic_backend_is_the_one_vllms_selector_picks(family):
             cfg, _ = build_vllm_config(GeometryInputs.from_json(data), False, 0)
             assert cfg.model_config.get_head_size() == target_head
             clear_selection_cache()  # vLLM's cache of selections is for one model config per process
-            target_attention = cfg.attention_config
             for head, kv, non_causal in itertools.product(
                 (20, 64, 96, 128, 256, 512),
                 ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla"),
@@ -234,17 +248,15 @@ def test_the_drafters_automatic_backend_is_the_one_vllms_selector_picks(family):
                     expected = select(ask)
                 except SimulatedError as exc:
                     expected = exc.vllm_type
-                cfg.attention_config = replace(target_attention, use_non_causal=non_causal)
-                try:
-                    with set_current_vllm_config(cfg):
-                        got = get_attn_backend(head, torch.bfloat16, kv, has_sliding_window=True).get_name()
-                except ValueError:
-                    got = "ValueError"
-                finally:
-                    cfg.attention_config = target_attention
+                got = vllm_selects(cfg, head, kv, use_non_causal=non_causal)
                 assert got == expected, ask
                 checked.add(got)
+                pinned = "FLASH_ATTN" if selected_backend_error("FLASH_ATTN", ask) is None else "ValueError"
+                got = vllm_selects(cfg, head, kv, use_non_causal=non_causal, backend=AttentionBackendEnum.FLASH_ATTN)
+                assert got == pinned, ("pinned FLASH_ATTN", ask)
+                pinned_checked.add(got)
     assert {"FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "ValueError"} <= checked
+    assert pinned_checked == {"FLASH_ATTN", "ValueError"}
 
 
 def test_dense_cpu_by_hand():
