@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import backends as B
-from .drafter_backend import DrafterAsk, drafter_backend
+from .drafter_backend import DrafterAsk, drafter_backend, selected_backend_error
 from .errors import BadInput
 from .inputs import GeometryInputs
 from .kv_spec import (
@@ -81,13 +81,8 @@ def build_drafter(
         raise
     if backend.name == "FLASH_ATTN":
         check_flash_attn_head_size(d_hd)
-    if error is None and not backend.takes_kv_cache_dtype(kv_cache_dtype):  # a pinned backend
-        error = SimulatedError(
-            "ValueError",
-            f"Selected backend {backend.name} is not valid "
-            f"for the drafter: kv_cache_dtype {kv_cache_dtype!r} not supported (it "
-            f"takes {', '.join(backend.kv_cache_dtypes)})",
-        )
+    if error is None and family != B.CPU_FAMILY:  # a pinned backend (vLLM's own choice is valid)
+        error = selected_backend_error(backend.name, ask)
     layers = []
     for i, window in enumerate(dc.windows):
         shape = dict(

@@ -25,7 +25,9 @@ advertises kernel blocks up to 1024 when TRT-LLM attention is available on the s
 (``supports_trtllm_attention``: the flashinfer-cubin package, else a download from NVIDIA's
 artifactory at start-up), which a build cannot know: refused, as is FLEX_ATTENTION. No valid
 candidate (an ``fp8_ds_mla`` cache the drafter inherits on SM12x) is vLLM's ValueError when the
-drafter loads. geometry/oracle/ asks vLLM's own selector the same question.
+drafter loads. A pinned backend is validated alone, with the same checks (``selected_backend_error``:
+vLLM's "Selected backend ... is not valid" ValueError). geometry/oracle/ asks vLLM's own selector the
+same questions.
 """
 
 from __future__ import annotations
@@ -172,14 +174,34 @@ def priorities(family: int, non_causal: bool) -> tuple[str, ...]:
     return ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION", "TURBOQUANT")
 
 
+def invalid_reasons(name: str, ask: DrafterAsk) -> list[str]:
+    """What candidate ``name``'s ``validate_configuration`` finds wrong for a drafter layer, the
+    user block size included (empty: valid)."""
+    reasons = CANDIDATES[name](ask)
+    kernel_block = (flash_attn_kernel_blocks(ask) if name == "FLASH_ATTN" else None) or 16
+    if ask.user_block_size is not None and ask.user_block_size % kernel_block:
+        reasons.append("block_size not supported")
+    return reasons
+
+
+def selected_backend_error(name: str, ask: DrafterAsk) -> SimulatedError | None:
+    """The ValueError ``get_attn_backend_cls`` raises for a backend the speculative config's
+    ``attention_backend`` selects (it validates that one alone, as it validates each candidate of
+    the automatic choice); None where it is valid."""
+    reasons = invalid_reasons(name, ask)
+    if not reasons:
+        return None
+    return SimulatedError(
+        "ValueError",
+        f"Selected backend AttentionBackendEnum.{name} is not valid for this configuration. Reason: {reasons}",
+    )
+
+
 def select(ask: DrafterAsk) -> str:
     """The name of the backend vLLM picks; SimulatedError (ValueError) when no candidate is valid."""
     invalid = {}
     for name in priorities(ask.family, ask.non_causal):
-        reasons = CANDIDATES[name](ask)
-        kernel_block = (flash_attn_kernel_blocks(ask) if name == "FLASH_ATTN" else None) or 16
-        if ask.user_block_size is not None and ask.user_block_size % kernel_block:
-            reasons.append("block_size not supported")
+        reasons = invalid_reasons(name, ask)
         if not reasons:
             return name
         invalid[name] = reasons

@@ -9,7 +9,9 @@ latent widths) and a Qwen3-Next style GDN + full-attention hybrid, each with
 and without a drafter (50% GLM, 30% Kimi Linear, 20% Qwen3-Next).  The full
 product is far too big for the oracle, so ``sample(n, seed)`` draws a seeded,
 reproducible subset, which ``simulator_decides`` splits into the cases the simulator plans and
-those it refuses (tested as refusals).  No expected numbers live here: the oracle is vLLM.
+those it refuses (tested as refusals); a draw refused for vLLM's automatic drafter backend also
+yields a companion with the drafter's backend pinned to FLASH_ATTN, so its geometry is still
+compared.  No expected numbers live here: the oracle is vLLM.
 """
 
 from __future__ import annotations
@@ -322,23 +324,54 @@ def sample(n: int, seed: int = 20261130) -> list[dict]:
     return [scenario(rng) for _ in range(n)]
 
 
-def simulator_decides(cases: list[dict], behaviour: str) -> tuple[list[dict], list[dict]]:
+# The recipe-level pin DrafterBackendNotModelled's message tells users to set.
+PINNED_DRAFTER_BACKEND = "FLASH_ATTN"
+
+
+def pinned_companion(data: dict) -> dict:
+    """``data`` with the drafter's attention backend pinned (``PINNED_DRAFTER_BACKEND``), all else the same."""
+    return dict(data, drafter_attention_backend=PINNED_DRAFTER_BACKEND)
+
+
+def simulator_decides(cases: list[dict], behaviour: str) -> tuple[dict[str, dict], dict[str, dict]]:
     """``cases`` split, in order, into those the simulator plans and those it refuses as not
-    modelled (BadInput: a drafter backend vLLM picks that is not modelled, ...): each refusal is a
-    case of its own, never a skipped comparison."""
+    modelled (BadInput: a drafter backend vLLM picks that is not modelled, ...), each keyed by its
+    case id: each refusal is a case of its own, never a skipped comparison. Draw ``i`` is ``s{i}``
+    where planned and ``s{i}-refused`` where refused. A draw refused for the drafter's automatic
+    backend (DrafterBackendNotModelled), or refused otherwise with an automatic backend but planned
+    once it is pinned, also yields ``s{i}-pinned-FLASH_ATTN`` (``pinned_companion``): planned, it is
+    compared; refused, it is a refusal as well."""
+    from geometry.drafter_backend import DrafterBackendNotModelled
     from geometry.errors import BadInput
     from geometry.inputs import GeometryInputs
     from geometry.simulate import simulate
 
-    decided, refused = [], []
-    for data in cases:
-        data = dict(data, vllm_behaviour=behaviour)
+    def refusal(data: dict) -> BadInput | None:
         try:
             simulate(GeometryInputs.from_json(data))
-        except BadInput:
-            refused.append(data)
-        else:
-            decided.append(data)
+        except BadInput as exc:
+            return exc
+        return None
+
+    width = len(str(max(len(cases) - 1, 0)))
+    decided, refused = {}, {}
+    for i, data in enumerate(cases):
+        data = dict(data, vllm_behaviour=behaviour)
+        case_id = f"s{i:0{width}d}"
+        why = refusal(data)
+        if why is None:
+            decided[case_id] = data
+            continue
+        refused[f"{case_id}-refused"] = data
+        automatic = data["drafter_config"] is not None and data.get("drafter_attention_backend") in (None, "auto")
+        if not automatic:
+            continue
+        pinned = pinned_companion(data)
+        pinned_id = f"{case_id}-pinned-{PINNED_DRAFTER_BACKEND}"
+        if refusal(pinned) is None:
+            decided[pinned_id] = pinned
+        elif isinstance(why, DrafterBackendNotModelled):
+            refused[pinned_id] = pinned
     return decided, refused
 
 

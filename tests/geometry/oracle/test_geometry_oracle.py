@@ -48,8 +48,9 @@ from geometry.simulate import simulate  # noqa: E402
 N = int(os.environ.get("GEOMETRY_ORACLE_N", "300"))
 SEED = int(os.environ.get("GEOMETRY_ORACLE_SEED", "20261130"))
 BEHAVIOUR = os.environ.get("GEOMETRY_ORACLE_BEHAVIOUR", "stock")
-# The seeded sample, split: what the simulator plans is compared with vLLM; what it refuses is a
-# refusal case of its own (test_matrix_refusal_is_the_gates_and_names_vllms_choice).
+# The seeded sample, split and keyed by case id: what the simulator plans is compared with vLLM; what
+# it refuses is a refusal case of its own (test_matrix_refusal_is_the_gates_and_names_vllms_choice),
+# and a draw refused for the drafter's automatic backend is compared again with the backend pinned.
 CASES, REFUSED = C.simulator_decides(C.sample(N, SEED), BEHAVIOUR)
 ALIGN_CASES = C.align_matrix(BEHAVIOUR)
 GB10_CASES = C.gb10_matrix(BEHAVIOUR)
@@ -73,28 +74,71 @@ def _agree(data: dict) -> tuple:
     return sim, vllm, diffs
 
 
-@pytest.mark.parametrize("idx", range(len(CASES)))
-def test_matrix_agrees_with_vllm(idx):
-    sim, _, diffs = _agree(CASES[idx])
+@pytest.mark.parametrize("case_id", list(CASES))
+def test_matrix_agrees_with_vllm(case_id):
+    sim, vllm, diffs = _agree(CASES[case_id])
     assert not diffs, "\n".join(diffs[:20])
+    if case_id.endswith(f"-pinned-{C.PINNED_DRAFTER_BACKEND}") and not vllm.with_drafter.error:
+        assert vllm.drafter_backend == C.PINNED_DRAFTER_BACKEND, vllm.drafter_backend
 
 
 def test_the_sample_has_refusals_and_plans():
     """Both halves of the split sample are exercised (a sample of every case refused, or none,
-    would leave one of the two tests empty)."""
+    would leave one of the two tests empty), and the refusals leave most of the sample's geometry
+    compared with vLLM's: each draw refused for the drafter's automatic backend has a compared
+    companion with the backend pinned, and at least 90% of the draws (as drawn or pinned) are compared."""
     assert CASES
     assert REFUSED or N < 100  # a small GEOMETRY_ORACLE_N may draw none
+    drawn = {case_id.split("-")[0] for case_id in CASES}
+    backend_refused = [
+        case_id
+        for case_id, data in REFUSED.items()
+        if case_id.endswith("-refused") and isinstance(_refusal(data), DrafterBackendNotModelled)
+    ]
+    uncompared = [c for c in backend_refused if f"{c.split('-')[0]}-pinned-{C.PINNED_DRAFTER_BACKEND}" not in CASES]
+    assert not uncompared, uncompared
+    summary = (
+        f"{len(drawn)} of {N} draws compared with vLLM ({len(CASES)} cases, "
+        f"{sum('-pinned-' in c for c in CASES)} with the drafter's backend pinned); {len(REFUSED)} refusal cases"
+    )
+    print(summary)
+    assert len(drawn) >= 0.9 * N, summary
 
 
-@pytest.mark.parametrize("idx", range(len(REFUSED)))
-def test_matrix_refusal_is_the_gates_and_names_vllms_choice(idx, tmp_path, capsys):
+def test_the_split_sample_is_the_draws_and_deterministic():
+    """Splitting the sample again gives the same case ids and inputs; each draw is kept as drawn
+    (``s{i}`` or ``s{i}-refused``), and a pinned companion differs from its draw only in the
+    drafter's attention backend."""
+    draws = C.sample(N, SEED)
+    assert C.simulator_decides(draws, BEHAVIOUR) == (CASES, REFUSED)
+    assert not CASES.keys() & REFUSED.keys()
+    for case_id, data in itertools.chain(CASES.items(), REFUSED.items()):
+        draw, _, kind = case_id.partition("-")
+        drawn = dict(draws[int(draw[1:])], vllm_behaviour=BEHAVIOUR)
+        if kind == f"pinned-{C.PINNED_DRAFTER_BACKEND}":
+            assert drawn.get("drafter_attention_backend") is None
+            assert data == dict(drawn, drafter_attention_backend=C.PINNED_DRAFTER_BACKEND), case_id
+        else:
+            assert kind in ("", "refused"), case_id
+            assert data == drawn, case_id
+    assert {c.split("-")[0] for c in itertools.chain(CASES, REFUSED)} == {f"s{i:0{len(str(N - 1))}d}" for i in range(N)}
+
+
+def _refusal(data: dict) -> BadInput:
+    with pytest.raises(BadInput) as refused:
+        simulate(GeometryInputs.from_json(data))
+    return refused.value
+
+
+@pytest.mark.parametrize("case_id", list(REFUSED))
+def test_matrix_refusal_is_the_gates_and_names_vllms_choice(case_id, tmp_path, capsys):
     """A sampled case the simulator does not model: the in-image gate exits with its bad-input code
     and the simulator's reason as its one line; where the reason is vLLM's automatic drafter backend,
     vLLM's own selector (``CudaPlatform`` on the family's capability) picks that backend for every
     drafter layer."""
     import json
 
-    data = REFUSED[idx]
+    data = REFUSED[case_id]
     inputs = GeometryInputs.from_json(data)
     with pytest.raises(BadInput) as refused:
         simulate(inputs)
@@ -154,19 +198,34 @@ _SELECTION_TARGETS = ((128, "auto"), (256, "auto"), (512, "fp8"))
 def test_the_drafters_automatic_backend_is_the_one_vllms_selector_picks(family):
     """geometry/drafter_backend.py's model of vLLM's automatic choice against vLLM's own
     ``get_attn_backend`` (``CudaPlatform``'s selector on the family's capability), for drafter head
-    sizes, KV cache dtypes, causality and user block sizes beyond the sampled matrix's."""
+    sizes, KV cache dtypes, causality and user block sizes beyond the sampled matrix's; and, with the
+    drafter's backend pinned to FLASH_ATTN (the attention config's ``backend``), whether vLLM's
+    selector takes it or raises its ValueError (``selected_backend_error``)."""
     import torch
     from vllm.config import set_current_vllm_config
     from vllm.config.utils import replace
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
     from vllm.v1.attention.selector import get_attn_backend
 
-    from geometry.drafter_backend import DrafterAsk, select
+    from geometry.drafter_backend import DrafterAsk, select, selected_backend_error
     from geometry.kv_spec import SimulatedError
     from geometry.oracle.backend_selection import clear_selection_cache
     from geometry.oracle.serving_platform import serving_platform
     from geometry.oracle.vllm_config import build_vllm_config
 
-    checked = set()
+    checked, pinned_checked = set(), set()
+
+    def vllm_selects(cfg, head, kv, **attention) -> str:
+        target_attention = cfg.attention_config
+        cfg.attention_config = replace(target_attention, **attention)
+        try:
+            with set_current_vllm_config(cfg):
+                return get_attn_backend(head, torch.bfloat16, kv, has_sliding_window=True).get_name()
+        except ValueError:
+            return "ValueError"
+        finally:
+            cfg.attention_config = target_attention
+
     with serving_platform(family):
         for (target_head, target_kv), block in itertools.product(_SELECTION_TARGETS, (None, 16, 64)):
             data = dict(
@@ -179,7 +238,6 @@ def test_the_drafters_automatic_backend_is_the_one_vllms_selector_picks(family):
             cfg, _ = build_vllm_config(GeometryInputs.from_json(data), False, 0)
             assert cfg.model_config.get_head_size() == target_head
             clear_selection_cache()  # vLLM's cache of selections is for one model config per process
-            target_attention = cfg.attention_config
             for head, kv, non_causal in itertools.product(
                 (20, 64, 96, 128, 256, 512),
                 ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla"),
@@ -190,17 +248,15 @@ def test_the_drafters_automatic_backend_is_the_one_vllms_selector_picks(family):
                     expected = select(ask)
                 except SimulatedError as exc:
                     expected = exc.vllm_type
-                cfg.attention_config = replace(target_attention, use_non_causal=non_causal)
-                try:
-                    with set_current_vllm_config(cfg):
-                        got = get_attn_backend(head, torch.bfloat16, kv, has_sliding_window=True).get_name()
-                except ValueError:
-                    got = "ValueError"
-                finally:
-                    cfg.attention_config = target_attention
+                got = vllm_selects(cfg, head, kv, use_non_causal=non_causal)
                 assert got == expected, ask
                 checked.add(got)
+                pinned = "FLASH_ATTN" if selected_backend_error("FLASH_ATTN", ask) is None else "ValueError"
+                got = vllm_selects(cfg, head, kv, use_non_causal=non_causal, backend=AttentionBackendEnum.FLASH_ATTN)
+                assert got == pinned, ("pinned FLASH_ATTN", ask)
+                pinned_checked.add(got)
     assert {"FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "ValueError"} <= checked
+    assert pinned_checked == {"FLASH_ATTN", "ValueError"}
 
 
 def test_dense_cpu_by_hand():
@@ -566,7 +622,7 @@ def _plan_in_a_fresh_interpreter(cases: list, target_device) -> dict:
 def _first_with_a_sliding_window_drafter(model_type: str) -> dict:
     return next(
         c
-        for c in CASES
+        for c in CASES.values()
         if c["target_config"]["model_type"] == model_type
         and c["drafter_config"] is not None
         and "sliding_attention" in c["drafter_config"].get("layer_types", ())
