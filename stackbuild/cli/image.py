@@ -1,7 +1,7 @@
 """The image's commands: render the Dockerfile, lock the base, copy the oracle record, build, push, index.
 
-Each parses its options, calls the one function of stackbuild/image/ that does the work, and prints
-its result.
+Each parses its options, hands them to stackbuild/image/ (the plans, then the step that works on them)
+and prints what comes back; push and index share one body.
 """
 
 from __future__ import annotations
