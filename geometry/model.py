@@ -159,11 +159,7 @@ def build_model(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Mo
         prefill_checkpoint_blocks=built.prefill_checkpoint_blocks,
     )
     if with_drafter and inputs.drafter_config is not None:
-        try:  # the speculative config's attention_backend
-            backend = B.drafter_backend(inputs.drafter_attention_backend, inputs.capability_family)
-        except ValueError as exc:
-            raise BadInput(str(exc)) from exc
-        drafter = build_drafter(inputs, kv_drafter, model_dtype, backend)
+        drafter = build_drafter(inputs, kv_drafter, model_dtype, model.head_size, kv_target)
         model = replace(
             model, layers=model.layers + drafter.layers, drafter_backend=drafter.backend, drafter_error=drafter.error
         )

@@ -154,6 +154,8 @@ class DrafterModel:
     # ``_resolve_layer_attention``: each layer's sliding window, None for full attention
     windows: tuple[int | None, ...]
     block_size: int  # ``dflash_config.block_size``: the tokens one draft proposes
+    # ``dflash_has_any_non_causal``: some layer attends non-causally (the automatic backend choice reads it)
+    non_causal: bool
 
     @property
     def candidate_heads(self) -> bool:
@@ -210,7 +212,22 @@ def check_drafter(cfg: Mapping[str, Any]) -> DrafterModel:
             n_layers, layer_types, use_swa, swa_window if "swa_window_size" in dflash.cfg else window
         ),
         block_size=block,
+        non_causal=not all(_drafter_layer_causal(cfg, i) for i in range(n_layers)),
     )
+
+
+def _drafter_layer_causal(cfg: Mapping[str, Any], i: int) -> bool:
+    """``_dflash_layer_causal``: ``is_causal``, else ``dflash_config.causal``, else whether ``layer_types``
+    names the layer sliding (no ``layer_types``: non-causal)."""
+    if cfg.get("is_causal") is not None:
+        return bool(cfg["is_causal"])
+    override = (cfg.get("dflash_config") or {}).get("causal")
+    if override is not None:
+        return bool(override)
+    layer_types = cfg.get("layer_types")
+    if not layer_types:
+        return False
+    return layer_types[i] == "sliding_attention"
 
 
 def _drafter_windows(

