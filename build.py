@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""``python build.py COMMAND``: the stack builder's command line (stackbuild/cli.py) from a checkout."""
+"""``python build.py COMMAND``: the stack builder's command line (stackbuild/cli/) from a checkout."""
 
 from stackbuild.cli import main
 

@@ -20,6 +20,7 @@ from stackbuild.core import labels as label
 from stackbuild.core.gate import recipe_geometry, summarise_reasons
 from stackbuild.core.lock import PinnedBase, pinned_base
 from stackbuild.core.naming import (
+    SOURCE_PLACEHOLDER_RE,
     ImageName,
     image_name,
     image_source,
@@ -67,6 +68,25 @@ class BuildPlan:
         """What a push needs before anything moves: an owner and a real source label (exit 2 otherwise)."""
         self.image.require_owner(self.recipe, "push to")
         require_real_source(self.recipe, self.labels[label.OCI_SOURCE])
+
+    def notices(self) -> tuple[str, ...]:
+        """The lines for stderr when the image name carries the stand-in owner (such an image is never pushed),
+        and when the source label still holds a placeholder (a push refuses it)."""
+        lines = []
+        if self.image.owner_missing:
+            lines.append(
+                f"notice: no image owner (--owner, IMAGE_OWNER): naming the image {self.image.repository}; "
+                "it stays in this engine (a push needs an owner)"
+            )
+        source = self.labels.get(label.OCI_SOURCE, "")
+        found = SOURCE_PLACEHOLDER_RE.search(source)
+        if found:
+            fill = "--owner or IMAGE_OWNER fills it" if found.group(0) == "{owner}" else "write the repository's URL"
+            lines.append(
+                f"warning: label {label.OCI_SOURCE} is {source}, the placeholder {found.group(0)} unfilled "
+                f"(image.source; {fill}; a push refuses it)"
+            )
+        return tuple(lines)
 
     @property
     def pinned_tag(self) -> str:

@@ -1,8 +1,7 @@
 """The build plans a command works on: one per platform of the recipe, each made by stackbuild/image/plan.py.
 
 ``build`` plans the platforms it builds (all, or the one ``--platform`` names); ``push`` and ``index``
-plan every platform of an image already built, checking first that it can be pushed; ``record``
-reads the image a plan names.
+plan every platform of an image already built, checking first that it can be pushed.
 """
 
 from __future__ import annotations
@@ -82,10 +81,3 @@ def publish_plans(
     ]
     plans[0].require_pushable()
     return plans
-
-
-def recorded_image(plan: BuildPlan) -> str:
-    """The image ``record`` reads when none is given: the plan's pinned tag in the local engine (a
-    multi-platform recipe's images are tagged per platform, ``<pinned tag>-<arch>``)."""
-    name = plan.image if len(plan.recipe.platforms) == 1 else plan.image.for_architecture(plan.recipe.architecture)
-    return str(name.reference(name.pinned_tags[0] if name.pinned_tags else name.tags[0]))

@@ -2,7 +2,7 @@
 
 `build.py qualify --attach IMAGE@DIGEST` asks :func:`attach_target` for the image's manifest before it
 measures anything (a digest the registry lacks, refused credentials or an unreachable registry stop it
-there), then :func:`attach_record` pushes the statement (stackbuild/core/qualification_record.py) the
+there), then :func:`attach_qualification` pushes the statement (stackbuild/core/qualification_record.py) the
 way the SBOM and the provenance are attached (stackbuild/image/attach.py), keeping the earlier ones.
 `build.py verify` lists them with :func:`records`. Credentials: the Docker config, as for a push.
 """
@@ -65,14 +65,33 @@ def attach_record(target: AttachTarget, record: QualificationRecord) -> Attached
     )
 
 
-def attached_json(target: AttachTarget, attached: Attached, record: QualificationRecord) -> dict:
-    """What ``qualify --json`` says under ``attached``: the image, the artifact pushed, how it was found."""
-    return {
-        "image": str(target.reference),
-        "artifact": attached.digest,
-        "found_via": attached.via,
-        "verdict": record.verdict,
-    }
+@dataclass(frozen=True)
+class AttachedQualification:
+    """A qualification pushed for an image: what ``qualify`` says on stderr and under ``attached`` in its JSON."""
+
+    target: AttachTarget
+    attached: Attached
+    record: QualificationRecord
+
+    def line(self) -> str:
+        return (
+            f"attached qualification {self.attached.digest} ({self.record.verdict}) to {self.target.reference} "
+            f"({self.attached.via})"
+        )
+
+    def to_json(self) -> dict:
+        """The image, the artifact pushed, how it was found, the verdict."""
+        return {
+            "image": str(self.target.reference),
+            "artifact": self.attached.digest,
+            "found_via": self.attached.via,
+            "verdict": self.record.verdict,
+        }
+
+
+def attach_qualification(target: AttachTarget, record: QualificationRecord) -> AttachedQualification:
+    """``record`` pushed as an artifact referring to ``target``'s image (earlier ones kept)."""
+    return AttachedQualification(target, attach_record(target, record), record)
 
 
 def records(client: RegistryClient, digest: str) -> tuple[list[QualificationRecord], list[str]]:

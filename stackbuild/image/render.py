@@ -15,6 +15,7 @@ from geometry.preflight import checked as checked_mod
 from stackbuild.core.context_sources import GATE_PAYLOAD, PATCH_PAYLOAD, PREFLIGHT_PAYLOAD, payload_files
 from stackbuild.core.context_sources import TEMPLATE as TEMPLATE_NAME
 from stackbuild.core.errors import InternalError
+from stackbuild.core.output import check_output, write_text
 from stackbuild.core.preflight_record import checked_serve
 from stackbuild.core.recipe import REPO_ROOT
 from stackbuild.image.plan import BuildPlan
@@ -83,6 +84,13 @@ def render(plan: BuildPlan) -> str:
             f"geometry/image_contract.py names ({' '.join(expected)})"
         )
     return text
+
+
+def write_dockerfile(output: Path, text: str) -> None:
+    """`render -o`: ``text`` written to ``output``, over a file git tracks only when render wrote it for this
+    recipe: such a file starts with the same first line (``# <recipe name>: vLLM ...``)."""
+    check_output(output, "-o", ours=lambda old: old.splitlines()[:1] == text.splitlines()[:1])
+    write_text(output, text, "-o")
 
 
 def write_context(plan: BuildPlan, directory: Path) -> Path:

@@ -22,6 +22,7 @@ from typing import Optional
 from geometry.image_contract import PAYLOAD_DIR, ContractError, gate_argv
 from stackbuild.core.errors import VerifyError
 from stackbuild.core.labels import OCI_CREATED, OCI_REVISION, OCI_VERSION, RECIPE_SHA256
+from stackbuild.core.qualification_record import summary_line
 from stackbuild.core.recipe import Recipe
 from stackbuild.core.reference import DIGEST_RE, ImageReference, by_digest
 from stackbuild.image import engine as engine_mod
@@ -68,6 +69,17 @@ def verify_image(
 ) -> dict:
     with engine_mod.engine_errors(f"verify {image}"):
         return _verify(image, recipe, json_progress, engine)
+
+
+def qualification_lines(result: dict) -> list[str]:
+    """verify's text lines for the qualifications it found (the image's, or the index's and each platform's)."""
+    scopes = [("", result.get("qualifications") or [])]
+    scopes += [
+        (f"{platform}: ", entry.get("qualifications") or [])
+        for platform, entry in (result.get("platforms") or {}).items()
+    ]
+    lines = [prefix + summary_line(q) for prefix, found in scopes for q in found]
+    return lines or ["no qualifications (`build.py qualify --attach IMAGE@DIGEST` adds one)"]
 
 
 def _verify(image: str, recipe: Recipe, json_progress: bool, engine: Optional[ContainerEngine]) -> dict:

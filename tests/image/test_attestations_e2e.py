@@ -185,10 +185,10 @@ def qualification(pushed: Pushed, when: str, verdict: str, tokens_per_s: float, 
 
 
 def test_verify_checks_both_and_lists_the_qualifications(registry, pushed, monkeypatch):
-    from stackbuild.cli import qualification_lines
     from stackbuild.core.reference import ImageReference
     from stackbuild.image.engine import connect
     from stackbuild.image.qualification import attach_record, attach_target
+    from stackbuild.image.verify import qualification_lines
 
     monkeypatch.setenv("DOCKER_CONFIG", str(pushed.docker_config))
     target = attach_target(connect(), ImageReference(pushed.repository, digest=pushed.digest))

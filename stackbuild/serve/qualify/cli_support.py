@@ -1,22 +1,38 @@
-"""`build.py qualify`'s options turned into a qualification: the recipe's facts, the API key, the outputs."""
+"""`build.py qualify`'s options turned into a qualification: the recipe's facts, the API key, the outputs, and
+the record `--attach` pushes (stackbuild/image/qualification.py pushes it)."""
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from stackbuild.core.errors import OutputError, UsageError
+from stackbuild.core.qualification_record import QualificationRecord
 from stackbuild.core.recipe import load_recipe
+from stackbuild.core.reference import ImageReference
 from stackbuild.serve.qualify import allocation, measure, report
 from stackbuild.serve.qualify import server_log as server_log_mod
 from stackbuild.serve.qualify.client import Server
+from stackbuild.serve.qualify.record import qualification_record
 from stackbuild.serve.qualify.result import Qualification
 from stackbuild.serve.qualify.run import Target, qualify
 
 # The variable the generated compose env file and vLLM's --api-key read (docs/serving.md).
 DEFAULT_API_KEY_ENV = "VLLM_API_KEY"
+
+
+@dataclass(frozen=True)
+class QualifyRun:
+    """A qualification measured: the result, its table (for stderr), the files written, and the record made
+    for the image it is to be attached to (None without one)."""
+
+    result: Qualification
+    text: str
+    written: tuple[Path, ...]
+    record: Optional[QualificationRecord] = None
 
 
 def target_of(recipe_path: Path, model: Optional[str], allow_degenerate: bool, stock: bool, server_log) -> Target:
@@ -81,7 +97,10 @@ def run_qualify(
     ready_timeout,
     prefix_blocks,
     allow_degenerate,
-) -> tuple[Qualification, str, list[Path]]:
+    subject: Optional[ImageReference] = None,
+) -> QualifyRun:
+    """The qualification the options ask for, written under ``out_dir`` when given; with ``subject``, the
+    record of it for that image."""
     key = api_key(api_key_env)
     target = target_of(recipe_path, model, allow_degenerate, stock, server_log)
     check_out_dir(out_dir)
@@ -98,4 +117,5 @@ def run_qualify(
         path = out_dir / report.JSON_NAME
         replace_text(path, json.dumps(result.to_json(), indent=2, sort_keys=True) + "\n")
         written += [path, report.figure(result, out_dir / report.FIGURE_NAME)]
-    return result, report.table(result), written
+    record = qualification_record(result, recipe_path, subject) if subject is not None else None
+    return QualifyRun(result, report.table(result), tuple(written), record)

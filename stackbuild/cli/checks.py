@@ -1,0 +1,159 @@
+"""The checks of what was built and what serves it: verify (a pushed image against its recipe) and
+qualify (a running deployment measured, its record attached to the image it runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from stackbuild.cli.options import json_option, recipe_option
+from stackbuild.cli.output import emit, print_json
+from stackbuild.core.recipe import load_recipe
+
+
+@click.command()
+@click.argument("image")
+@recipe_option
+@json_option
+def verify(image, recipe_path, as_json):
+    """Pull IMAGE@DIGEST, compare its labels with the recipe, re-run the gate inside it,
+    check its SBOM and provenance."""
+    from stackbuild.image.verify import image_by_digest, qualification_lines, verify_image
+
+    image_by_digest(image)
+    result = verify_image(image, load_recipe(recipe_path), json_progress=as_json)
+    emit(as_json, result, "\n".join([f"{image}: {result['verdict']}", *qualification_lines(result)]))
+
+
+@click.command()
+@click.option("--url", required=True, help="The running vLLM OpenAI server (e.g. http://127.0.0.1:8000).")
+@recipe_option
+@click.option(
+    "--model",
+    help="Model name to request (default: the recipe's serving.served_model_name, or the one the server lists).",
+)
+@click.option(
+    "--stock",
+    is_flag=True,
+    help="The server runs stock vLLM (no overlay): hold its KV cache to the gate's stock figures "
+    "(default: the overlay, which every image `build.py build` makes applies).",
+)
+@click.option(
+    "--server-log",
+    metavar="FILE",
+    help="The server's log (`-`: standard input, e.g. `docker compose logs vllm | ... --server-log -`): its "
+    "`kv cache group sizes` and `KV cache size: N tokens` are held to the gate's too.",
+)
+@click.option(
+    "--api-key-env",
+    metavar="VAR",
+    help="Environment variable holding the server's API key (never on the command line; default: VLLM_API_KEY "
+    "when it is set, as the compose env file names it; else no key).",
+)
+@click.option("--baseline-url", help="The same model served without speculation, for the speed-up.")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory for qualify.json and the figure qualify.png (made when missing).",
+)
+@click.option(
+    "--max-tokens", type=click.IntRange(1, 1 << 16), default=256, show_default=True, help="Output tokens per request."
+)
+@click.option("--runs", type=click.IntRange(1, 1000), default=3, show_default=True, help="Measured runs per prompt.")
+@click.option("--warmup", type=click.IntRange(0, 100), default=1, show_default=True, help="Warm-up runs per prompt.")
+@click.option(
+    "--ready-timeout",
+    type=click.FloatRange(0, 86400),
+    default=300,
+    show_default=True,
+    help="Seconds to wait for the first streamed token of a generation.",
+)
+@click.option(
+    "--prefix-blocks",
+    type=click.IntRange(1, 1024),
+    default=2,
+    show_default=True,
+    help="k: the prefix-cache probe's shared prefix is k x the hit alignment.",
+)
+@click.option(
+    "--allow-degenerate",
+    is_flag=True,
+    help="Untrained (dummy or random) weights: report output that repeats one short cycle of tokens, and drafts "
+    "that are almost never accepted, as warnings, not failures (the recipe's min_acceptance still applies).",
+)
+@click.option(
+    "--attach",
+    "attach_to",
+    metavar="IMAGE@DIGEST",
+    help="Push the result, pass or fail (its verdict inside), as an in-toto statement referring to this "
+    "image (REPOSITORY@sha256:...), as the SBOM and provenance are; credentials from `docker login`.",
+)
+@json_option
+def qualify(
+    url,
+    recipe_path,
+    model,
+    stock,
+    server_log,
+    api_key_env,
+    baseline_url,
+    out_dir,
+    max_tokens,
+    runs,
+    warmup,
+    ready_timeout,
+    prefix_blocks,
+    allow_degenerate,
+    attach_to,
+    as_json,
+):
+    """Measure a running deployment as the published numbers were measured: its KV cache against the
+    gate's, readiness, end-to-end output tok/s (stream false) and TTFT/TPOT/ITL (streamed), speculative
+    decoding and prefix caching from /metrics, output sanity.
+
+    Exit 0 when everything holds, 30 when the server's KV cache is not the gate's for the recipe, 24
+    when the deployment misbehaves, 25 when a figure is below the recipe's qualify.min_* expectations
+    (20-23: the server cannot be measured). With --attach,
+    the image's manifest is looked up before anything is measured (2: not a digest reference;
+    7-9: the registry), and the record is attached whatever the verdict."""
+    from stackbuild.serve.qualify.cli_support import run_qualify
+    from stackbuild.serve.qualify.run import raise_if_failed
+
+    target = None
+    if attach_to is not None:
+        from stackbuild.image.qualification import target_of
+
+        target = target_of(attach_to)
+    run = run_qualify(
+        url=url,
+        recipe_path=recipe_path,
+        model=model,
+        stock=stock,
+        server_log=server_log,
+        api_key_env=api_key_env,
+        baseline_url=baseline_url,
+        out_dir=out_dir,
+        max_tokens=max_tokens,
+        runs=runs,
+        warmup=warmup,
+        ready_timeout=ready_timeout,
+        prefix_blocks=prefix_blocks,
+        allow_degenerate=allow_degenerate,
+        subject=target.reference if target is not None else None,
+    )
+    click.echo(run.text, err=True)
+    for path in run.written:
+        click.echo(f"wrote {path}", err=True)
+    data = run.result.to_json()
+    if target is not None:
+        from stackbuild.image.qualification import attach_qualification
+
+        attached = attach_qualification(target, run.record)
+        click.echo(attached.line(), err=True)
+        data["attached"] = attached.to_json()
+    if as_json:
+        print_json(data)
+    raise_if_failed(run.result)

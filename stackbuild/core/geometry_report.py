@@ -1,0 +1,46 @@
+"""`build.py geometry`: the recipe's gate run, judged for stock vLLM or the overlay, with the requests of each
+length that fit at once, and how the two behaviours compare (geometry/behaviours.py)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Iterable, Optional
+
+from geometry.behaviours import BehaviourComparison, compare, comparison_lines, figures
+from geometry.concurrency import Concurrency, concurrency
+from geometry.gate_run import GateRun
+from geometry.table import render_text, to_json
+from stackbuild.core.gate import recipe_geometry, refuse_failed
+from stackbuild.core.recipe import Recipe
+
+BEHAVIOURS = ("stock", "overlay")
+
+
+@dataclass(frozen=True)
+class RecipeGeometry:
+    """The judged behaviour's gate run and requests at once, and stock against overlay."""
+
+    recipe: Recipe
+    run: GateRun
+    at_once: Concurrency
+    versus: BehaviourComparison
+
+    def to_json(self) -> dict:
+        return {**to_json(self.run.report, self.run.verdict, self.at_once), "stock_vs_overlay": asdict(self.versus)}
+
+    def text(self) -> str:
+        return "\n".join([render_text(self.run.report, self.run.verdict, self.at_once), *comparison_lines(self.versus)])
+
+    def refuse_failed(self, rest: str) -> None:
+        """GeometryGateFailed (exit 5) when the judged run fails; ``rest`` says where its other reasons are."""
+        refuse_failed(self.recipe, self.run, rest=rest)
+
+
+def recipe_report(recipe: Recipe, *, stock: bool, contexts: Optional[Iterable[int]] = None) -> RecipeGeometry:
+    """Both behaviours' gate runs and requests at once (``contexts``: the request lengths, default
+    geometry.concurrency.contexts_for's); ContextTooLong for a length above max_model_len."""
+    runs = {b: recipe_geometry(recipe, vllm_behaviour=b) for b in BEHAVIOURS}
+    at_once = {b: concurrency(r.report, r.inputs, contexts) for b, r in runs.items()}
+    versus = compare(*(figures(runs[b].report, runs[b].verdict, at_once[b]) for b in BEHAVIOURS))
+    judged = "stock" if stock else "overlay"
+    return RecipeGeometry(recipe, runs[judged], at_once[judged], versus)
