@@ -53,7 +53,7 @@ from .block_size import update_block_size
 from .errors import BadInput
 from .grouping import bytes_per_block, group_kv_cache, resolve_layout, validate_layout
 from .inputs import GeometryInputs
-from .kv_spec import KVCacheSpec, SimulatedError
+from .kv_spec import KVCacheSpec, SimulatedError, StateBlocks
 from .model import Model, build_model
 from .prefix_cache import CacheGroup, PrefixCacheError
 from .prefix_cache import resolve as resolve_prefix_cache
@@ -153,7 +153,7 @@ def _plan(
             layout,
             path,
             rows,
-            _group_rows(model, path, groups, _state_blocks(model, inputs, num_spec), _draft_tagged(inputs)),
+            _group_rows(model, path, groups, _state(model, inputs, num_spec), _draft_tagged(inputs)),
             bpb,
             num_blocks,
             num_blocks * t_block,
@@ -180,20 +180,22 @@ def _plan(
         )
 
 
-def _state_blocks(model: Model, inputs: GeometryInputs, num_spec: int) -> int:
-    """Blocks a request holds in each mamba group (``MambaSpec.max_memory_usage_bytes``):
-    1 + one per speculative token; in "align" mode 2 (the state is copied
-    from the previous block into the next) + speculative + the spec's
-    prefill-checkpoint blocks (``num_prefill_checkpoint_blocks``: one for
-    GLM-5.3's KDA layers under FlashKDA, one when the layers export a
-    prefill checkpoint alignment)."""
-    if inputs.mamba_cache_mode != "align":
-        return 1 + num_spec
-    exported = int(model.architecture.prefill_checkpoint_alignment is not None)
-    return 2 + num_spec + max(model.prefill_checkpoint_blocks, exported)
+def _state(model: Model, inputs: GeometryInputs, num_spec: int) -> StateBlocks:
+    """What each mamba group's ``MambaSpec`` says of a request's blocks: the cache mode, one
+    speculative block per speculative token, the prefill-checkpoint blocks
+    (``num_prefill_checkpoint_blocks``: one for GLM-5.3's KDA layers under FlashKDA, one when the
+    layers export a prefill checkpoint alignment) and that alignment."""
+    align = inputs.mamba_cache_mode == "align"
+    exported = model.architecture.prefill_checkpoint_alignment
+    return StateBlocks(
+        align=align,
+        speculative=num_spec,
+        checkpoint_blocks=max(model.prefill_checkpoint_blocks, int(exported is not None)),
+        checkpoint_alignment=model.prefill_checkpoint_alignment or exported,
+    )
 
 
-def _group_rows(model: Model, path: str, groups, state_blocks: int, draft_tag: bool) -> tuple[GroupRow, ...]:
+def _group_rows(model: Model, path: str, groups, state: StateBlocks, draft_tag: bool) -> tuple[GroupRow, ...]:
     """One GroupRow per group; ``draft_tag``: the release's specs carry ``is_draft`` (else no group is
     a draft group)."""
     roles = {layer.name: layer.role for layer in model.layers}
@@ -206,7 +208,7 @@ def _group_rows(model: Model, path: str, groups, state_blocks: int, draft_tag: b
             gs[0].block_size,
             sum(s.page_size_bytes for s in gs),
             draft_tag and _group_is_draft(path, gs),
-            gs[0].per_request(state_blocks),
+            gs[0].per_request(state),
         )
         for i, (names, gs) in enumerate(groups)
     )
