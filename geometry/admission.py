@@ -30,11 +30,19 @@ What one request holds after each chunk, per group
   prefill-checkpoint block when the backend can export the checkpoint there
   (``is_mamba_prefill_checkpoint_valid``).
 
-The pool (less the null block) then grants ``1 + (pool - max(admission,
-peak)) // held`` such requests: each earlier one keeps what its prefill left
-it, the next is refused at admission or preempted mid-prefill when the rest
-of the pool is short (geometry/oracle/concurrency.py counts the same with
-vLLM's own scheduler).
+With prefix-cache hits at hash granularity (``mamba_partial_cache_hit``) the
+split also stops at the prompt's last hash boundary, and when that boundary
+lies inside a mamba block the state there is keyed for reuse and copied
+(copy-on-write) by the next chunk's allocation: one more block per mamba group
+asked of the free pool for that step (``MambaManager._cache_partial_tail_block``,
+``allocate_new_blocks``), not kept by the request.
+
+The pool (less the null block) then grants ``1 + (pool - need) // held``
+such requests, ``need`` being the most free blocks one request asks at once
+(the admission check, or a chunk's blocks and copies): each earlier one keeps
+what its prefill left it, the next is refused at admission or preempted
+mid-prefill when the rest of the pool is short (geometry/oracle/concurrency.py
+counts the same with vLLM's own scheduler).
 
 Not modelled: prefix-cache hits (the requests share no prefix), KV
 connectors, encoder inputs, ``long_prefill_token_threshold``, a watermark,
@@ -82,6 +90,7 @@ class Prefill:
     chunks: tuple[int, ...]
     held: tuple[int, ...]  # per group, after the last chunk
     peak_blocks: int  # the most it holds after any chunk (all groups)
+    need_blocks: int  # the most free blocks it needs at once: admission, or a chunk's blocks and copies
     admission_blocks: int  # what the full-sequence admission check asks of the free pool
 
     @property
@@ -90,10 +99,9 @@ class Prefill:
 
     def requests(self, pool_blocks: int) -> int:
         """Requests admitted one after another from ``pool_blocks`` free blocks until one is refused."""
-        need = max(self.admission_blocks, self.peak_blocks)
-        if need > pool_blocks or not self.blocks:
+        if self.need_blocks > pool_blocks or not self.blocks:
             return 0
-        return 1 + (pool_blocks - need) // self.blocks
+        return 1 + (pool_blocks - self.need_blocks) // self.blocks
 
 
 def checkpoint_position(tokens: int, grid: int) -> int:
@@ -207,10 +215,18 @@ def prefill(groups: tuple[RequestBlocks, ...], tokens: int, s: Scheduling) -> Pr
     removed = [0] * len(groups)
     states: list[set[int]] = [set() for _ in groups]
     held: list[int] = [0] * len(groups)
-    peak = 0
+    peak = need = 0
+    partial = s.hit_alignment < s.scheduler_block
+    tail = checkpoint_position(prompt, s.hash_block)
     start = 0
     for k, n in enumerate(sizes):
         end = start + n
+        # MambaManager._cache_partial_tail_block: with hits at hash granularity, the chunk that ends on the
+        # prompt's last hash boundary inside a mamba block keys that state for reuse, and the next
+        # chunk's allocation copies it into a new block (copy-on-write), which it asks of the free pool.
+        copies = 0
+        if partial and k and start == tail and tail > 0:
+            copies = sum(1 for g in groups if g.rule == "state" and g.state.align and tail % g.block_size)
         in_flight = sum(sizes[max(0, k - (s.batches_in_flight - 1)) : k])
         processed = max(0, start - in_flight)
         slots = min(end + s.lookahead, s.max_model_len)
@@ -237,6 +253,7 @@ def prefill(groups: tuple[RequestBlocks, ...], tokens: int, s: Scheduling) -> Pr
                 states[i].add((end - 1) // b)
                 held[i] = len(states[i]) + g.state.speculative + int(_checkpoint(g, start, end, prompt, s))
         peak = max(peak, sum(held))
+        need = max(need, sum(held) + copies)
         start = end
     admission = sum(_admission(g, prompt, s) for g in groups)
-    return Prefill(prompt, sizes, tuple(held), peak, admission)
+    return Prefill(prompt, sizes, tuple(held), peak, max(need, admission), admission)

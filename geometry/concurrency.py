@@ -162,8 +162,10 @@ class Fit:
     vllm_max_concurrency: float | None  # what vLLM logs: num_blocks / the specs' blocks per request
     vllm_blocks_per_request: int | None = None  # the specs' blocks per request (max_memory_usage_bytes)
     peak_blocks: int | None = None  # the most one request holds during its prefill
+    need_blocks: int | None = None  # the most free blocks it needs at once (admission, a chunk and its copies)
     admission_blocks: int | None = None  # what the scheduler's full-sequence admission check asks
     prefill_chunks: int | None = None  # the steps its prefill takes
+    group_blocks: tuple[int, ...] | None = None  # per group, what each holds after its prefill
 
 
 @dataclass(frozen=True)
@@ -208,8 +210,10 @@ def _fit(plan: Plan, inputs: GeometryInputs, label: str, tokens: int, in_flight:
         round(plan.num_blocks / sizing, 2),
         sizing,
         p.peak_blocks,
+        p.need_blocks,
         p.admission_blocks,
         len(p.chunks),
+        p.held,
     )
 
 
