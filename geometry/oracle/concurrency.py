@@ -137,6 +137,7 @@ def holdings(scheduler, request_id: str) -> tuple[int, ...]:
 def _count(inputs: GeometryInputs, with_drafter: bool, num_spec: int, tokens: int) -> dict:
     from vllm.config import set_current_vllm_config
     from vllm.sampling_params import SamplingParams
+    from vllm.utils.math_utils import cdiv
     from vllm.v1.core.kv_cache_utils import get_max_concurrency_for_kv_cache_config
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request, RequestStatus
@@ -192,6 +193,10 @@ def _count(inputs: GeometryInputs, with_drafter: bool, num_spec: int, tokens: in
         cfg.model_config.max_model_len = tokens
         try:
             logged = get_max_concurrency_for_kv_cache_config(cfg, kv_cache_config)
+            sized = [
+                cdiv(g.kv_cache_spec.max_memory_usage_bytes(cfg), g.kv_cache_spec.page_size_bytes)
+                for g in kv_cache_config.kv_cache_groups
+            ]
         finally:
             cfg.model_config.max_model_len = planned
     assert len(set(held)) <= 1, held  # every request of the length holds the same
@@ -206,8 +211,14 @@ def _count(inputs: GeometryInputs, with_drafter: bool, num_spec: int, tokens: in
         "num_blocks": kv_cache_config.num_blocks,
         "groups": [type(g.kv_cache_spec).__name__ for g in kv_cache_config.kv_cache_groups],
         "vllm_max_concurrency": round(logged, 2),
+        "sized_blocks": sized,  # per group, what its spec says one request of the length holds
         "in_flight_tokens": cfg.max_in_flight_tokens,
         "lookahead_tokens": cfg.num_lookahead_tokens,
+        "cache_block_size": cfg.cache_config.block_size,
+        "scheduler_block_size": scheduler.block_size,
+        "hash_block_size": scheduler.hash_block_size,
+        "cache_hit_alignment_tokens": kv_cache_config.cache_hit_alignment_tokens,
+        "enable_caching": scheduler.kv_cache_manager.enable_caching,
     }
 
 
