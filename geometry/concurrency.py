@@ -194,6 +194,7 @@ class Concurrency:
     warnings: tuple[str, ...]
     # plan label -> what vLLM logs as its KV cache size in tokens (vllm_kv_cache_size_tokens)
     vllm_kv_cache_size_tokens: dict | None = None
+    batched_tokens: int | None = None  # a scheduler step's token budget
 
 
 def _fit(plan: Plan, inputs: GeometryInputs, label: str, tokens: int, in_flight: int) -> Fit:
@@ -287,6 +288,10 @@ def contexts_for(max_model_len: int, named: Iterable[int] | None = None) -> tupl
     for c in sorted(chosen):
         if type(c) is not int or c < 1:
             raise ContextTooLong(f"context {c!r} must be a positive number of tokens")
+        if c < 2:
+            raise ContextTooLong(
+                f"context {c:,} is below 2 tokens (a request holds a prompt token and the token it generates)"
+            )
         if c > max_model_len:
             raise ContextTooLong(
                 f"context {c:,} is above max_model_len {max_model_len:,} (vLLM refuses a longer request)"
@@ -324,4 +329,5 @@ def concurrency(report: GeometryReport, inputs: GeometryInputs, contexts: Iterab
         vllm_kv_cache_size_tokens={
             label: vllm_kv_cache_size_tokens(getattr(report, label), max_model_len, in_flight) for label in PLAN_LABELS
         },
+        batched_tokens=batched_tokens(inputs),
     )

@@ -144,6 +144,10 @@ def test_contexts():
     assert contexts_for(1_048_576, [8192]) == (1_048_576, 8192)
     with pytest.raises(ContextTooLong, match="above max_model_len 1,048,576"):
         contexts_for(1_048_576, [2 << 20])
+    # vLLM refuses an empty prompt and one that leaves no room for an output token
+    with pytest.raises(ContextTooLong, match=r"^context 1 is below 2 tokens \(a request holds a prompt token"):
+        contexts_for(1_048_576, [1])
+    assert contexts_for(1_048_576, [2]) == (1_048_576, 2)
 
 
 def test_alignment_said_out_loud():

@@ -323,10 +323,11 @@ def test_default_recipe_requests_at_once_are_what_vllms_scheduler_admits(schedul
     worked out by hand) are what vLLM's own engine core resolves and its scheduler admits on the patched
     tree (the overlay, which the recipe serves with), and the stock hit alignment on the pristine tree; and
     the simulator's count for the recipe's gate input is vLLM's."""
+    from geometry_cases import prefix_caching
+
     from geometry.concurrency import concurrency
     from geometry.inputs import GeometryInputs
     from geometry.simulate import simulate
-    from geometry_cases import prefix_caching
 
     figures = F.PREFIX_ON if on else F.PREFIX_OFF
     vllm = scheduled[("patched", on)]
