@@ -10,6 +10,8 @@ The oracle the gate and the tests hold the simulator to:
   (engine_core.py): explicit GLM-5.3 + DFlash2 parameters planned by
   ``EngineCore._initialize_kv_caches``; ``python -m geometry.oracle
   --engine-core CASES`` (__main__.py) prints one summary per case;
+* ``requests_until_refused(inputs, contexts)`` (concurrency.py): requests of each length
+  admitted by vLLM's own scheduler, on the pool vLLM's engine core plans, until it refuses one;
 * cpu_shims.py: what lets vLLM's model and kernel modules import on the CPU;
 * serving_platform.py: the platform every plan runs under, the serving GPU's,
   whatever platform vLLM detects in this process (VLLM_TARGET_DEVICE included).
