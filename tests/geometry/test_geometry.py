@@ -289,7 +289,11 @@ def test_default_recipe_prefix_caching_from_arithmetic(on):
     here, and the simulator's plans and requests at once against every figure."""
     figures = F.PREFIX_ON if on else F.PREFIX_OFF
     assert figures == _prefix_caching_by_hand(on)
-    assert (F.MAX_MODEL_LEN, F.NUM_SPEC, F.LOOKAHEAD, F.POOL) == (1 << 20, 7, 8, F.OVERLAY.blocks - 1)
+    fields = _recipe_fields()
+    t, raw = fields["t"], fields["raw"]
+    assert F.MAX_MODEL_LEN == t["max_position_embeddings"] == raw["max_model_len"]
+    assert (F.NUM_SPEC, F.LOOKAHEAD) == (raw["num_speculative_tokens"], raw["num_speculative_tokens"] + 1)
+    assert F.POOL == raw["kv_cache_memory_bytes"] // F.OVERLAY.bytes_per_block_with - 1  # less the null block
 
     for behaviour, hits in (("overlay", figures.hits_every_overlay), ("stock", figures.hits_every_stock)):
         raw = gate_input(load_recipe(DEFAULT_RECIPE), vllm_behaviour=behaviour).to_json()
