@@ -24,8 +24,9 @@ What one request holds after each chunk, per group
 * a mamba state in "align" mode: one state block per chunk end (the state
   after ``(i + 1) x block`` tokens sits in block ``i``), of which those
   from the block of the last processed token on are kept (with async
-  scheduling three: the state in flight, the one it was copied from and
-  the new one; ``MambaSpec.max_memory_usage_bytes`` counts two), the
+  scheduling up to three: the state the step in flight starts from, the one
+  it writes and the new step's; ``MambaSpec.max_memory_usage_bytes`` counts
+  two), the
   speculative blocks, and on the chunk that ends the prompt one
   prefill-checkpoint block when the backend can export the checkpoint there
   (``is_mamba_prefill_checkpoint_valid``).
