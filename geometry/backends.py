@@ -1,9 +1,11 @@
 """The attention backends the simulator models, with the facts vLLM 0.33.0's
 backend classes declare (kernel block sizes, layouts, spec customisation).
 
-vLLM picks backends in ``vllm/platforms/cuda.py``, which needs libcuda, so the
-*choice* is an assumption, stated here per GPU capability family; the numbers
-each backend contributes are read by the oracle from the real classes.
+vLLM picks backends in ``vllm/platforms/cuda.py``. For the target's layers the
+*choice* is an assumption, stated here per GPU capability family; the drafter's
+automatic choice is modelled in geometry/drafter_backend.py (and checked by the
+oracle with vLLM's own selector); the numbers each backend contributes are read
+by the oracle from the real classes.
 
 Target, GLM-5.3-Flash (``Glm5NextForCausalLM``, sparse MLA with kpool indexer):
   * sparse-indexer cache  -> ``Glm5NextIndexerBackend``: kernel blocks
@@ -49,17 +51,12 @@ model lives in ``vllm/models/kimi_k3``, its MLA layer asks for
   MLA head sizes must be one of the common MLA backends' (320, 512, 576).
 
 Drafter (DFlash / DFlash2, ``Qwen3`` sliding-window layers), on vLLM's CPU platform: ``CPU_ATTN``
-(``[MultipleOf(32)]``), what ``CpuPlatform`` gives every decoder layer.  On a GPU: ``FLASH_ATTN``
-(``[MultipleOf(16)]``).  Reason: the drafter attends non-causally inside its
-block; ``_get_backend_priorities`` puts FLASH_ATTN first whenever
-``use_non_causal`` is set or the GPU is not family 100, and the recipe pins
-``attention_backend: FLASH_ATTN`` in ``--speculative-config`` so a drafter
-config that vLLM reads as causal (``layer_types`` all sliding, no
-``dflash_config.causal``) does not fall to FLASHINFER on SM100, whose kernel
-block list [16, 32, 64] would make the sliding-window block 64.  Any other
-drafter backend is rejected as not modelled.  FLASH_ATTN's KV dtypes are its
-class list; on family 120 it runs FA2, which takes no fp8 cache (see
-``FLASH_ATTN_FA2``).
+(``[MultipleOf(32)]``), what ``CpuPlatform`` gives every decoder layer.  On a GPU with
+``attention_backend`` pinned in ``--speculative-config`` (the recipes pin FLASH_ATTN): that backend;
+only FLASH_ATTN (``[MultipleOf(16)]``) is modelled.  With it unset or "auto": vLLM's automatic
+choice, geometry/drafter_backend.py (a causal drafter on SM10x gets FLASHINFER, which is refused
+there; an fp8 cache on SM12x FLASHINFER or TRITON_ATTN, modelled below).  FLASH_ATTN's KV dtypes
+are its class list; on family 120 it runs FA2, which takes no fp8 cache (see ``FLASH_ATTN_FA2``).
 
 FA4 head-dim-256 and SM90 FP8 head-dim-512 FlashAttention special cases depend
 on the installed flash-attn build; the simulator models the generic
@@ -228,6 +225,18 @@ def dense_mla_backend(family: int, kv_cache_dtype: str, qk_nope_head_dim: int, h
 FLASH_ATTN_FA2 = Backend("FLASH_ATTN", (Multiple(16),), kv_cache_dtypes=("auto", "float16", "bfloat16"))
 
 
+# FlashInferBackend off SM10x: kernel blocks [16, 32, 64] (its larger pages need SM10x), any layout,
+# no spec customisation outside nvfp4 caches (not modelled).
+FLASHINFER = Backend(
+    "FLASHINFER", (16, 32, 64), kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
+)
+# TritonAttentionBackend: [MultipleOf(16)], any layout, no spec customisation outside the
+# per-token-head caches (not modelled).
+TRITON_ATTN = Backend(
+    "TRITON_ATTN", (Multiple(16),), kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
+)
+
+
 # A host without a GPU: vLLM's CPU platform (CpuPlatform) stands where a capability family would.
 CPU_FAMILY = 0
 # CPUAttentionBackend (vllm/v1/attention/backends/cpu_attn.py): MultipleOf(32), head-major blocks
@@ -245,12 +254,14 @@ CPU_SSM_STATE_DTYPE = "float32"
 
 
 def drafter_backend(requested: str | None, family: int) -> Backend:
-    """The drafter's attention backend: FLASH_ATTN on a GPU family (FA2 on 120), CPU_ATTN on vLLM's
-    CPU platform, the only attention backend CpuPlatform.get_attn_backend_cls returns for a decoder."""
+    """The drafter's pinned attention backend (the speculative config's ``attention_backend``):
+    FLASH_ATTN on a GPU family (FA2 on 120), CPU_ATTN on vLLM's CPU platform, the only attention
+    backend CpuPlatform.get_attn_backend_cls returns for a decoder. vLLM's automatic choice on a GPU
+    is geometry/drafter_backend.py's."""
     if family == CPU_FAMILY:
         if requested in (None, "CPU_ATTN", "auto"):
             return CPU_ATTN
         raise ValueError(f"drafter attention backend {requested!r} is not modelled on the CPU platform (only CPU_ATTN)")
-    if requested in (None, "FLASH_ATTN", "auto"):
+    if requested == "FLASH_ATTN":
         return FLASH_ATTN_FA2 if family == 120 else FLASH_ATTN
     raise ValueError(f"drafter attention backend {requested!r} is not modelled (only FLASH_ATTN)")

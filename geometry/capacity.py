@@ -1,4 +1,4 @@
-"""KV token capacity of a plan (stdlib only).
+"""KV token capacity of a plan, and the reason the gate gives when the drafter costs some (stdlib only).
 
 vLLM 0.33.0 counts capacity per request as the sum over KV-cache groups of
 the blocks each group draws from the one shared pool
@@ -36,3 +36,30 @@ def kv_token_capacity(plan: Any) -> int | None:
         return None
     per_token = sum(Fraction(1, g.block_size) for g in groups)  # blocks per token
     return int(Fraction(plan.num_blocks) / per_token)
+
+
+def _groups_phrase(plan: Any) -> str:
+    groups = full_attention_groups(plan)
+    blocks = sorted({g.block_size for g in groups})
+    return (
+        f"{plan.num_blocks:,} blocks of {plan.bytes_per_block:,} B shared by "
+        f"{len(groups)} full-attention group{'s' if len(groups) != 1 else ''} of block "
+        f"{'/'.join(map(str, blocks))}"
+    )
+
+
+def capacity_loss_reason(report: Any, w: Any, base: Any, cap_with: int, cap_base: int) -> str:
+    """Why the plan with the drafter (``w``) holds fewer tokens than the target alone's (``base``)."""
+    why = (
+        f"KV capacity {cap_with:,} tokens with the drafter vs {cap_base:,} for the "
+        f"target alone ({_groups_phrase(w)}, vs {_groups_phrase(base)}, in "
+        f"{report.kv_cache_memory_bytes:,} B)"
+    )
+    widest = max(w.groups, key=lambda g: g.bytes) if w.groups else None
+    if widest is not None and w.bytes_per_block > base.bytes_per_block:
+        why += (
+            f"; widest group {widest.index} ({widest.spec_class}, "
+            f"{len(widest.layer_names)} layers, roles {','.join(widest.roles)}) "
+            f"costs {widest.bytes:,} B per block"
+        )
+    return why

@@ -110,16 +110,16 @@ def cache_block_size(plan: Plan, overlay: bool) -> int:
     return min(kept or [g.block_size for g in plan.groups])
 
 
-def scheduling(plan: Plan, inputs: GeometryInputs, speculating: bool, num_spec: int) -> Scheduling:
+def scheduling(plan: Plan, inputs: GeometryInputs, speculating: bool, num_spec: int, behaviour: str) -> Scheduling:
     """What the scheduler splits and allocates a prefill of ``plan`` by (``speculating``: the plan has a
-    speculative config, ``num_spec`` tokens)."""
+    speculative config, ``num_spec`` tokens; ``behaviour``: the report's, "stock" or "overlay")."""
     pc = plan.prefix_cache
     return Scheduling(
         max_model_len=max_model_len_of(inputs),
         batched_tokens=batched_tokens(inputs),
         batches_in_flight=concurrent_batches(inputs),
         lookahead=lookahead_tokens(speculating, num_spec),
-        cache_block=cache_block_size(plan, inputs.vllm_behaviour == "overlay"),
+        cache_block=cache_block_size(plan, behaviour == "overlay"),
         scheduler_block=pc.scheduler_block_size,
         hash_block=pc.hash_block_size,
         hit_alignment=pc.hit_alignment_tokens,
@@ -136,18 +136,23 @@ def plan_speculation(inputs: GeometryInputs) -> dict[str, tuple[bool, int]]:
     }
 
 
-def request_prefill(plan: Plan, inputs: GeometryInputs, label: str, tokens: int) -> Prefill | None:
-    """What one request of ``tokens`` tokens holds through its prefill in ``plan`` (None when vLLM
-    cannot plan)."""
+def request_prefill(
+    plan: Plan, inputs: GeometryInputs, label: str, tokens: int, behaviour: str | None = None
+) -> Prefill | None:
+    """What one request of ``tokens`` tokens holds through its prefill in ``plan``, as ``behaviour``
+    runs it (None: the inputs'; None when vLLM cannot plan)."""
     if not _plans(plan) or plan.prefix_cache is None:
         return None
     speculating, num_spec = plan_speculation(inputs)[label]
-    return prefill(tuple(g.per_request for g in plan.groups), tokens, scheduling(plan, inputs, speculating, num_spec))
+    s = scheduling(plan, inputs, speculating, num_spec, behaviour or inputs.vllm_behaviour)
+    return prefill(tuple(g.per_request for g in plan.groups), tokens, s)
 
 
-def requests_at_once(plan: Plan, inputs: GeometryInputs, label: str, tokens: int) -> int | None:
+def requests_at_once(
+    plan: Plan, inputs: GeometryInputs, label: str, tokens: int, behaviour: str | None = None
+) -> int | None:
     """Requests of ``tokens`` tokens the pool admits one after another before it refuses one."""
-    p = request_prefill(plan, inputs, label, tokens)
+    p = request_prefill(plan, inputs, label, tokens, behaviour)
     return None if p is None else p.requests(max(plan.num_blocks - NULL_BLOCKS, 0))
 
 
@@ -197,8 +202,8 @@ class Concurrency:
     batched_tokens: int | None = None  # a scheduler step's token budget
 
 
-def _fit(plan: Plan, inputs: GeometryInputs, label: str, tokens: int, in_flight: int) -> Fit:
-    p = request_prefill(plan, inputs, label, tokens)
+def _fit(plan: Plan, inputs: GeometryInputs, behaviour: str, label: str, tokens: int, in_flight: int) -> Fit:
+    p = request_prefill(plan, inputs, label, tokens, behaviour)
     if p is None:
         return Fit(tokens, None, None, None, None)
     sizing = sum(blocks_per_request(plan, tokens, in_flight))
@@ -313,7 +318,7 @@ def concurrency(report: GeometryReport, inputs: GeometryInputs, contexts: Iterab
     lengths = contexts_for(max_model_len, contexts)
     in_flight = in_flight_tokens(inputs)
     fits = {
-        label: tuple(_fit(getattr(report, label), inputs, label, n, in_flight) for n in lengths)
+        label: tuple(_fit(getattr(report, label), inputs, report.behaviour, label, n, in_flight) for n in lengths)
         for label in PLAN_LABELS
     }
     within = fits["with_drafter"]

@@ -64,6 +64,15 @@ class ConfigReader:
             raise self.fail(key, f"must be at most {maximum:,}, got {value:,}")
         return value
 
+    def boolean(self, key: str) -> bool:
+        """An optional true/false (absent or null: false)."""
+        value = self.cfg.get(key)
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            raise self.fail(key, f"expected true or false, got {describe(value)}")
+        return value
+
     def int_list(self, key: str, *, minimum: int, maximum: int) -> list[int]:
         value = self.cfg.get(key)
         if not isinstance(value, list):

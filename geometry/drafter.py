@@ -4,9 +4,9 @@ backend and spec builders (stdlib only)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
 
 from . import backends as B
+from .drafter_backend import DrafterAsk, drafter_backend
 from .errors import BadInput
 from .inputs import GeometryInputs
 from .kv_spec import (
@@ -22,75 +22,37 @@ from .model_parts import (
     drafter_attention_builder,
     kv_dtype_name,
     kv_heads_per_rank,
-    required,
 )
 
 
 @dataclass(frozen=True)
 class Drafter:
     layers: tuple[Layer, ...]
-    backend: B.Backend
+    backend: B.Backend | None  # None: vLLM stops before it picks one (error)
     # what vLLM raises when the drafter loads, after the target: planning
     # with the drafter fails, the target alone still plans
     error: SimulatedError | None
 
 
-def drafter_sliding_windows(dc: Mapping[str, Any]) -> list[int | None]:
-    """``_resolve_layer_attention``: the sliding window of each drafter layer (None: full attention)."""
-    dflash = dc.get("dflash_config") or {}
-    layer_types = dc.get("layer_types")
-    use_swa = dflash.get("use_swa", False)
-    any_sliding = False
-    if layer_types is not None:
-        n_sl = sum(t == "sliding_attention" for t in layer_types)
-        any_sliding = n_sl > 0
-        if 0 < n_sl < len(layer_types):
-            raise BadInput(
-                "mixed sliding/full DFlash drafters need the V2 runner and several drafter groups; not modelled"
-            )
-    windows: list[int | None] = []
-    for idx in range(int(required(dc, "num_hidden_layers"))):
-        if layer_types is None or (use_swa and not any_sliding):
-            is_sliding = use_swa
-        else:
-            is_sliding = layer_types[idx] == "sliding_attention"
-        if not is_sliding:
-            windows.append(None)
-            continue
-        window = dflash.get("swa_window_size", dc.get("sliding_window"))
-        if window is None:
-            raise SimulatedError("ValueError", "DFlash sliding attention requires a window size")
-        windows.append(int(window))
-    return windows
-
-
-def build_drafter(inputs: GeometryInputs, kv_cache_dtype: str, model_dtype: str, backend: B.Backend) -> Drafter:
-    """The drafter's layers on ``backend`` (the speculative config's, model.drafter_backend)."""
-    dc = inputs.drafter_config
-    windows = drafter_sliding_windows(dc)
+def build_drafter(
+    inputs: GeometryInputs, kv_cache_dtype: str, model_dtype: str, target_head_size: int, target_kv_cache_dtype: str
+) -> Drafter:
+    """The drafter's layers, in the order vLLM builds them: ``_resolve_layer_attention`` (windows),
+    ``DFlashQwen3Attention.__init__``'s head asserts, then ``Attention.__init__``'s backend choice
+    (the speculative config's ``attention_backend``, else vLLM's automatic one: drafter_backend.py;
+    ``target_head_size`` and ``target_kv_cache_dtype``: the model config's head size and the cache
+    dtype the target's layers run, which that choice reads)."""
+    dc = inputs.drafter
+    if dc.mixed_windows:
+        raise BadInput("mixed sliding/full DFlash drafters need the V2 runner and several drafter groups; not modelled")
     tp = inputs.tensor_parallel_size
-    error = None
-    if not backend.takes_kv_cache_dtype(kv_cache_dtype):
-        if inputs.drafter_attention_backend in (None, "auto"):
-            raise BadInput(
-                f"the drafter's KV dtype {kv_cache_dtype!r} rules out {backend.name}; "
-                "vLLM would pick another drafter backend (not modelled)"
-            )
-        error = SimulatedError(
-            "ValueError",
-            f"Selected backend {backend.name} is not valid "
-            f"for the drafter: kv_cache_dtype {kv_cache_dtype!r} not supported (it "
-            f"takes {', '.join(backend.kv_cache_dtypes)})",
-        )
+    family = inputs.capability_family
     d_dtype = kv_dtype_name(kv_cache_dtype, model_dtype)
-    d_heads = int(required(dc, "num_attention_heads"))
-    d_kv = int(dc.get("num_key_value_heads", d_heads) or d_heads)
-    d_hd = int(dc.get("head_dim") or int(required(dc, "hidden_size")) // d_heads)
-    if backend is B.CPU_ATTN:
+    d_heads, d_kv, d_hd = dc.num_attention_heads, dc.num_kv_heads, dc.head_dim
+    if family == B.CPU_FAMILY:
         check_cpu_attn(d_hd, kv_cache_dtype)
-    else:
-        check_flash_attn_head_size(d_hd)
     # Qwen3DFlashAttention.__init__ asserts the head splits before its Attention picks a backend.
+    error = None
     try:
         if d_heads % tp:
             raise SimulatedError("AssertionError", "drafter num_attention_heads not divisible by TP")
@@ -99,8 +61,35 @@ def build_drafter(inputs: GeometryInputs, kv_cache_dtype: str, model_dtype: str,
         error, d_kv_local = exc, max(1, d_kv // tp)
     if error is None and (d_heads // tp) % d_kv_local:
         error = SimulatedError("AssertionError", "drafter num_heads not divisible by num_kv_heads")
+    ask = DrafterAsk(
+        family=family,
+        head_size=d_hd,
+        kv_cache_dtype=kv_cache_dtype,
+        model_dtype=model_dtype,
+        non_causal=dc.non_causal,
+        user_block_size=inputs.block_size,
+        target_head_size=target_head_size,
+        target_kv_cache_dtype=target_kv_cache_dtype,
+    )
+    try:
+        backend = drafter_backend(inputs.drafter_attention_backend, ask)
+    except SimulatedError as exc:  # vLLM finds no backend for the drafter: it fails to load
+        return Drafter((), None, error or exc)
+    except BadInput:
+        if error is not None:  # vLLM stops at the head asserts, before it picks a backend
+            return Drafter((), None, error)
+        raise
+    if backend.name == "FLASH_ATTN":
+        check_flash_attn_head_size(d_hd)
+    if error is None and not backend.takes_kv_cache_dtype(kv_cache_dtype):  # a pinned backend
+        error = SimulatedError(
+            "ValueError",
+            f"Selected backend {backend.name} is not valid "
+            f"for the drafter: kv_cache_dtype {kv_cache_dtype!r} not supported (it "
+            f"takes {', '.join(backend.kv_cache_dtypes)})",
+        )
     layers = []
-    for i, window in enumerate(windows):
+    for i, window in enumerate(dc.windows):
         shape = dict(
             block_size=0,
             num_kv_heads=d_kv_local,
@@ -121,14 +110,3 @@ def build_drafter(inputs: GeometryInputs, kv_cache_dtype: str, model_dtype: str,
             )
         )
     return Drafter(tuple(layers), backend, error)
-
-
-# DFlash2 drafters (candidate heads) run on vLLM's V2 model runner only ("Model Runner V1 does not
-# support: DFlash candidate-head drafts"); the CPU platform runs V1 (V2 needs Triton's CPU backend).
-CANDIDATE_HEAD_ARCHITECTURES = ("DFlash2DraftModel",)
-
-
-def has_candidate_heads(drafter_config) -> bool:
-    """Whether the drafter config names a DFlash2 (candidate-head) architecture first."""
-    archs = drafter_config.get("architectures") if isinstance(drafter_config, Mapping) else None
-    return bool(archs) and isinstance(archs, list) and archs[0] in CANDIDATE_HEAD_ARCHITECTURES

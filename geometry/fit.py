@@ -138,7 +138,7 @@ def _candidate(inputs: GeometryInputs, recipe: Setting, s: Setting, gate: Callab
         s,
         verdict.passed,
         plan.block_size,
-        requests_at_once(plan, applied, "with_drafter", max_model_len_of(applied)),
+        requests_at_once(plan, applied, "with_drafter", max_model_len_of(applied), report.behaviour),
         kv_token_capacity(plan),
         _changes(recipe, s),
         verdict.reasons[0] if verdict.reasons else None,
@@ -277,11 +277,7 @@ def _why_none(inputs: GeometryInputs, reports: dict, own: Candidate, tried: int,
 
 
 def _drafter_block(inputs: GeometryInputs) -> int | None:
-    dc = inputs.drafter_config
-    if not dc:
-        return None
-    value = (dc.get("dflash_config") or {}).get("block_size") or dc.get("block_size")
-    return value if type(value) is int else None
+    return inputs.drafter.block_size if inputs.drafter is not None else None
 
 
 def _value(v: Any, new: bool = True) -> str:

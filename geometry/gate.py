@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .capacity import full_attention_groups, kv_token_capacity
+from .capacity import capacity_loss_reason, kv_token_capacity
 from .concurrency import max_num_seqs_refusals
 from .inputs import GeometryInputs
 from .report import GeometryReport, Plan
@@ -113,11 +113,11 @@ def check(report: GeometryReport) -> Verdict:
                 f"attention layer {r.name} ({r.role}) is padded: real page "
                 f"{r.real_page_bytes:,} B stored in {r.page_bytes:,} B"
             )
+    prefix_reasons = _prefix_cache_reasons(w) if w.prefix_cache is not None and w.prefix_cache.enabled else []
     cap_with, cap_base = kv_token_capacity(w), kv_token_capacity(base)
     if cap_with is not None and cap_base is not None and cap_with < cap_base:
-        reasons.append(_capacity_reason(report, w, base, cap_with, cap_base))
-    if w.prefix_cache is not None and w.prefix_cache.enabled:
-        reasons.extend(_prefix_cache_reasons(w))
+        reasons.append(capacity_loss_reason(report, w, base, cap_with, cap_base))
+    reasons.extend(prefix_reasons)
     return Verdict(
         passed=not reasons,
         reasons=tuple(reasons),
@@ -134,32 +134,6 @@ def check(report: GeometryReport) -> Verdict:
         kv_tokens_with=cap_with,
         kv_tokens_without=cap_base,
     )
-
-
-def _groups_phrase(plan: Plan) -> str:
-    groups = full_attention_groups(plan)
-    blocks = sorted({g.block_size for g in groups})
-    return (
-        f"{plan.num_blocks:,} blocks of {plan.bytes_per_block:,} B shared by "
-        f"{len(groups)} full-attention group{'s' if len(groups) != 1 else ''} of block "
-        f"{'/'.join(map(str, blocks))}"
-    )
-
-
-def _capacity_reason(report: GeometryReport, w: Plan, base: Plan, cap_with: int, cap_base: int) -> str:
-    why = (
-        f"KV capacity {cap_with:,} tokens with the drafter vs {cap_base:,} for the "
-        f"target alone ({_groups_phrase(w)}, vs {_groups_phrase(base)}, in "
-        f"{report.kv_cache_memory_bytes:,} B)"
-    )
-    widest = max(w.groups, key=lambda g: g.bytes) if w.groups else None
-    if widest is not None and w.bytes_per_block > base.bytes_per_block:
-        why += (
-            f"; widest group {widest.index} ({widest.spec_class}, "
-            f"{len(widest.layer_names)} layers, roles {','.join(widest.roles)}) "
-            f"costs {widest.bytes:,} B per block"
-        )
-    return why
 
 
 def _prefix_cache_reasons(w: Plan) -> list[str]:
@@ -190,7 +164,9 @@ def _prefix_cache_reasons(w: Plan) -> list[str]:
 def judge(report: GeometryReport, inputs: GeometryInputs) -> Verdict:
     """The gate's verdict: the checks of ``check`` plus the serving limits."""
     verdict = check(report)
-    extra = serving_limit_reasons(report, inputs) + max_num_seqs_refusals(report, inputs.max_num_seqs)
+    extra = serving_limit_reasons(report, inputs, verdict.kv_tokens_with) + max_num_seqs_refusals(
+        report, inputs.max_num_seqs
+    )
     if not extra:
         return verdict
     return replace(verdict, passed=False, reasons=verdict.reasons + extra)

@@ -38,11 +38,14 @@ from overlay.manifest import OverlayManifest
 from . import inputs as inputs_mod
 from . import record as record_mod
 from . import table
+from .cross_check import CODE_DIR, CrossCheck
 from .errors import BadInput
-from .gate_run import CODE_DIR, CrossCheck, run_gate
+from .gate_run import run_gate
 from .image_contract import GATE_INPUT, GATE_REASON_PREFIX, OVERLAY_MANIFEST, GateReport, OracleCheck, payload_path
 
 DEFAULT_MANIFEST = payload_path(OVERLAY_MANIFEST)
+# The exit code of an input the gate cannot read or the simulator does not model (the docstring's 3).
+EXIT_BAD_INPUT = 3
 
 
 def read_manifest(manifest_path: str) -> OverlayManifest | None:
@@ -149,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             recorded, record_note = _oracle_from_record(args.oracle_record, raw, CODE_DIR, wanted)
     except (OSError, ValueError, BadInput) as exc:  # RecordError, ContractError, ManifestError are ValueErrors
         print(f"{GATE_REASON_PREFIX}bad input: {exc}", file=sys.stderr)
-        return 3
+        return EXIT_BAD_INPUT
     if record_note:
         print(record_note, file=sys.stderr)
 
@@ -173,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         run = run_gate(inputs, cross_check=cross_check)
     except (ValueError, BadInput) as exc:  # a config or input the simulator does not model
         print(f"{GATE_REASON_PREFIX}bad input: {exc}", file=sys.stderr)
-        return 3
+        return EXIT_BAD_INPUT
     report, verdict = run.report, run.verdict
     code = 0 if verdict.passed else 1
     oracle_check = None

@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import Any, Mapping
 
 from .errors import BadInput
-from .model_config import TargetModel, read_target
+from .model_config import DrafterModel, TargetModel, check_drafter, check_target, read_target
 from .serve_settings import ServeSettings
 from .vllm_versions import DEFAULT_VERSION, VllmRelease, release
 
@@ -106,11 +106,17 @@ class GeometryInputs:
                 f"{str(self.enable_prefix_caching).lower()}: vLLM 0.33.0 runs "
                 f"{expected_mode!r} then"
             )
+        self.drafter  # noqa: B018 - the drafter config checked with the rest
 
     @cached_property
     def target(self) -> TargetModel:
-        """The target config, read once (ConfigInvalid for one no architecture entry plans)."""
-        return read_target(self.target_config)
+        """The target config, read and checked once (ConfigInvalid for one the simulator would misread)."""
+        return check_target(self.target_config)
+
+    @cached_property
+    def drafter(self) -> DrafterModel | None:
+        """The drafter config, read and checked once (None without a drafter)."""
+        return None if self.drafter_config is None else check_drafter(self.drafter_config)
 
     @property
     def vllm(self) -> VllmRelease:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 
 from . import backends as B
 from .architecture import Architecture
-from .drafter import build_drafter, has_candidate_heads
+from .drafter import build_drafter
 from .errors import BadInput
 from .inputs import GeometryInputs
 from .kv_spec import DTYPE_BYTES, SUPPORTED_KV_DTYPES, SimulatedError
@@ -119,9 +119,9 @@ def check_platform(inputs: GeometryInputs) -> None:
         )
     if target.hybrid and inputs.mamba_cache_mode == "align" and vllm.cpu_mamba_align_refusal:
         raise BadInput(vllm.cpu_mamba_align_refusal)
-    if inputs.has_drafter and has_candidate_heads(inputs.drafter_config):
+    if inputs.drafter is not None and inputs.drafter.candidate_heads:
         raise BadInput(
-            f"on the CPU platform the drafter {inputs.drafter_config['architectures'][0]} cannot run: vLLM's CPU "
+            f"on the CPU platform the drafter {inputs.drafter.architecture} cannot run: vLLM's CPU "
             "build runs the V1 model runner, which does not run DFlash2 candidate-head drafts (use a DFlash drafter)"
         )
 
@@ -161,11 +161,7 @@ def build_model(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Mo
         prefill_checkpoint_alignment=built.prefill_checkpoint_alignment,
     )
     if with_drafter and inputs.drafter_config is not None:
-        try:  # the speculative config's attention_backend
-            backend = B.drafter_backend(inputs.drafter_attention_backend, inputs.capability_family)
-        except ValueError as exc:
-            raise BadInput(str(exc)) from exc
-        drafter = build_drafter(inputs, kv_drafter, model_dtype, backend)
+        drafter = build_drafter(inputs, kv_drafter, model_dtype, model.head_size, kv_target)
         model = replace(
             model, layers=model.layers + drafter.layers, drafter_backend=drafter.backend, drafter_error=drafter.error
         )

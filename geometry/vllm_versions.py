@@ -47,7 +47,7 @@ class VllmRelease:
     cpu_block_from_backends: bool
     # KVCacheSpec.is_draft, the tag the runner puts on a drafter layer's spec (0.33.0); stock 0.32.0's
     # specs carry none, so no group is a draft group there (its patch series adds the tag:
-    # simulate._draft_tagged).
+    # plan_rows._draft_tagged).
     spec_draft_tag: bool
     # The module holding get_kv_cache_groups / get_kv_cache_config_from_groups /
     # _get_kv_cache_bytes_per_block (the oracle imports it; the simulator's rules are the same).

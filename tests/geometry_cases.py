@@ -8,7 +8,8 @@ GPU families 90/100/120, default and user block sizes, GLM-5.3-style targets
 latent widths) and a Qwen3-Next style GDN + full-attention hybrid, each with
 and without a drafter (50% GLM, 30% Kimi Linear, 20% Qwen3-Next).  The full
 product is far too big for the oracle, so ``sample(n, seed)`` draws a seeded,
-reproducible subset.  No expected numbers live here: the oracle is vLLM.
+reproducible subset, which ``simulator_decides`` splits into the cases the simulator plans and
+those it refuses (tested as refusals).  No expected numbers live here: the oracle is vLLM.
 """
 
 from __future__ import annotations
@@ -319,6 +320,26 @@ def qwen3_moe_matrix(behaviour: str) -> list[dict]:
 def sample(n: int, seed: int = 20261130) -> list[dict]:
     rng = random.Random(seed)
     return [scenario(rng) for _ in range(n)]
+
+
+def simulator_decides(cases: list[dict], behaviour: str) -> tuple[list[dict], list[dict]]:
+    """``cases`` split, in order, into those the simulator plans and those it refuses as not
+    modelled (BadInput: a drafter backend vLLM picks that is not modelled, ...): each refusal is a
+    case of its own, never a skipped comparison."""
+    from geometry.errors import BadInput
+    from geometry.inputs import GeometryInputs
+    from geometry.simulate import simulate
+
+    decided, refused = [], []
+    for data in cases:
+        data = dict(data, vllm_behaviour=behaviour)
+        try:
+            simulate(GeometryInputs.from_json(data))
+        except BadInput:
+            refused.append(data)
+        else:
+            decided.append(data)
+    return decided, refused
 
 
 def recipe_input(behaviour: str, memory: int = 200 * GIB, **changes) -> dict:

@@ -101,16 +101,14 @@ def lock() -> dict:
 
 def recipe_params() -> dict:
     """Harness parameters from the default recipe's model configs."""
-    from geometry.drafter import drafter_sliding_windows
     from geometry.model_config import check_drafter, check_target
 
     # Read as the product reads them: the checks first (a drafter without head_dim is refused, not
     # guessed), then the text config and the drafter's windows.
     target = check_target(json.loads((RECIPE_CONFIGS / "target.config.json").read_text())).text
     drafter = json.loads((RECIPE_CONFIGS / "drafter.config.json").read_text())
-    check_drafter(drafter)
+    windows = check_drafter(drafter).windows
     layer_types = target["layer_types"]
-    windows = drafter_sliding_windows(drafter)
     assert None not in windows and len(set(windows)) == 1, windows
     return {
         "num_hidden_layers": target["num_hidden_layers"],

@@ -36,6 +36,7 @@ SHARED_BUILD_MODULES = {
     "test_health_e2e.py": SERVING,
     "test_chain_cpu_hybrid.py": LIVE_VLLM,
     "test_multinode_cpu.py": LIVE_VLLM,
+    "test_docs_walk.py": LIVE_VLLM,
 }
 # Docker units in the order workers take them, costliest first (the amd64 group holds two qemu builds); the rest follow.
 ENGINE_ORDER = (AMD64_BUILD, LIVE_VLLM, "test_multiplatform_e2e.py", SERVING)

@@ -12,6 +12,12 @@ The oracle the gate and the tests hold the simulator to:
   --engine-core CASES`` (__main__.py) prints one summary per case;
 * ``requests_until_refused(inputs, contexts)`` (concurrency.py): requests of each length
   admitted by vLLM's own scheduler, on the pool vLLM's engine core plans, until it refuses one;
+* layers.py, layer_objects.py: the layer objects, through vLLM's own constructors where
+  they run on the CPU (``Attention``, kernel implementation stood in; the GLM ``Indexer`` on
+  the meta device), with constructors skipped where they need the served TP group or CUDA
+  kernels (MLA, KDA/GDN);
+* backend_selection.py: ``CudaPlatform``'s attention-backend selection for the serving
+  capability (the drafter's backend is vLLM's choice);
 * cpu_shims.py: what lets vLLM's model and kernel modules import on the CPU;
 * serving_platform.py: the platform every plan runs under, the serving GPU's,
   whatever platform vLLM detects in this process (VLLM_TARGET_DEVICE included).

@@ -56,6 +56,11 @@ class _Placeholder(types.ModuleType):
     def __call__(self, *a, **k):  # decorators applied at import time
         return a[0] if len(a) == 1 and callable(a[0]) and not k else self
 
+    def __or__(self, other):  # ``Placeholder | None`` in annotations evaluated at import time
+        return self
+
+    __ror__ = __or__
+
 
 def import_kernel_module(modname: str):
     """Import a backend module whose top level imports GPU kernels that a CPU

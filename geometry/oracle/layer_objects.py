@@ -1,15 +1,92 @@
-"""Layer objects vLLM's planning collects specs from, built without their CUDA kernels.
+"""Layer objects vLLM's planning collects specs from, built on a CPU host.
 
-Every layer class's own ``get_kv_cache_spec`` runs (KDA/GDN, MLA, the GLM
-sparse-indexer and kpool-tail caches, the drafter's ``Attention``); layers whose
-constructors build CUDA kernels (MLA, KDA/GDN, ``Attention``) are created
-without their constructors and given the attributes their ``get_kv_cache_spec``
-reads (``bare_layer``); the GLM indexer and kpool-tail caches are constructed
-normally.  The backend *choice* (which needs libcuda in vLLM) is the
-simulator's table (geometry/backends.py), mapped to vLLM's classes here.
+* ``attention_layer``: vLLM's own ``Attention``, through its constructor (the cache dtype, sliding
+  window, heads and, without ``backend``, vLLM's backend selection: backend_selection.py); only its
+  kernel implementation (``impl_cls``, whose constructor allocates device buffers and asks the GPU's
+  kernel libraries) is stood in for (``KernelImplStandIn``), which ``get_kv_cache_spec`` never reads.
+* ``bare_layer``: an instance whose constructor is skipped, given the attributes its
+  ``get_kv_cache_spec`` reads, for layers whose constructors need vLLM's tensor-parallel group
+  sized to the served TP (their linear layers) or CUDA kernels (MLA, KDA/GDN).
+* ``model_parallel_group``: vLLM's tensor-parallel group of one rank (gloo, CPU), for replicated
+  modules (the GLM indexer) whose shapes do not depend on the TP size.
+* ``backend_classes``: the simulator's table (geometry/backends.py) for the target's layers, mapped
+  to vLLM's classes.
 """
 
 from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import tempfile
+
+from .cpu_shims import patched
+
+
+class KernelImplStandIn:
+    """Stands in for an attention backend's ``AttentionImpl`` (its kernels) while an ``Attention`` is
+    constructed; planning never calls it."""
+
+    supports_quant_query_input = False
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+
+@contextlib.contextmanager
+def _kernel_impls_stood_in():
+    """Inside the block, every backend class vLLM selects for an ``Attention`` (or ``add``) gives the
+    constructor ``KernelImplStandIn``; yields ``add``."""
+    import vllm.model_executor.layers.attention.attention as attention
+
+    real = attention.get_attn_backend
+    with contextlib.ExitStack() as stack:
+
+        def add(cls):
+            stack.enter_context(patched(cls, "get_impl_cls", staticmethod(lambda: KernelImplStandIn)))
+            return cls
+
+        with patched(attention, "get_attn_backend", lambda *a, **k: add(real(*a, **k))):
+            yield add
+
+
+def attention_layer(name, num_heads, num_kv_heads, head_size, cache_config, window, model_dtype, backend=None):
+    """vLLM's ``Attention`` as a model builds it (``num_heads`` / ``num_kv_heads`` per rank) under the
+    current vLLM config, registered in its static forward context; ``backend`` None: the backend vLLM
+    selects for it."""
+    from vllm.model_executor.layers.attention.attention import Attention
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    with _kernel_impls_stood_in() as add, set_default_torch_dtype(model_dtype):
+        if backend is not None:
+            add(backend)
+        return Attention(
+            num_heads,
+            head_size,
+            head_size**-0.5,
+            num_kv_heads=num_kv_heads,
+            cache_config=cache_config,
+            per_layer_sliding_window=window,
+            prefix=name,
+            attn_backend=backend,
+        )
+
+
+@functools.cache
+def model_parallel_group() -> None:
+    """vLLM's distributed state with one rank and a tensor-parallel group of one (gloo, on the CPU),
+    made once per process unless vLLM already has one."""
+    from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
+    from vllm.distributed import parallel_state as ps
+
+    if ps.model_parallel_is_initialized():
+        return
+    rendezvous = os.path.join(tempfile.mkdtemp(prefix="geometry-oracle-"), "rendezvous")
+    with set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device="cpu"))):
+        ps.init_distributed_environment(
+            world_size=1, rank=0, distributed_init_method=f"file://{rendezvous}", local_rank=0, backend="gloo"
+        )
+        ps.initialize_model_parallel(1)
 
 
 def bare_layer(cls, **attrs):
@@ -45,24 +122,3 @@ def backend_classes(family: int):
         90: FlashInferMLASparseSM90Backend,
     }.get(family)
     return mla, FlashAttentionBackend
-
-
-def attention_layer(backend, name, kv_heads, head_size, kv_str, kv_dtype, window, is_draft):
-    """A decoder ``Attention`` layer (the drafter's, or a full-attention target layer)."""
-    from vllm.model_executor.layers.attention.attention import Attention
-    from vllm.v1.attention.backend import AttentionType
-
-    return bare_layer(
-        Attention,
-        layer_name=name,
-        attn_type=AttentionType.DECODER,
-        kv_cache_dtype=kv_str,
-        kv_cache_torch_dtype=kv_dtype,
-        sliding_window=window,
-        attn_backend=backend,
-        num_kv_heads=kv_heads,
-        head_size=head_size,
-        head_size_v=head_size,
-        kv_sharing_target_layer_name=None,
-        is_draft_layer=is_draft,
-    )

@@ -1,21 +1,29 @@
 """The layer objects vLLM's planning collects specs from, for a ``GeometryInputs``: the
 target's from its architecture's entry (geometry/oracle/architectures/), then the drafter's.
 
-Every layer class's own ``get_kv_cache_spec`` runs (KDA/GDN, MLA, the GLM
-sparse-indexer and kpool-tail caches, the drafter's ``Attention``); layers whose
-constructors build CUDA kernels (MLA, KDA/GDN, ``Attention``) are created
-without their constructors and given the attributes their ``get_kv_cache_spec``
-reads (``bare_layer``); the GLM indexer and kpool-tail caches are constructed
-normally.  The backend *choice* (which needs libcuda in vLLM) is the
-simulator's table (geometry/backends.py), mapped to vLLM's classes here.
+Every layer class's own ``get_kv_cache_spec`` runs. How each layer object is made
+(layer_objects.py):
+
+* the drafter's ``Attention`` layers and the target's full-attention layers: vLLM's
+  ``Attention`` constructor (kernel implementation stood in). The drafter's layers are
+  built as ``load_dflash_model`` builds them: the draft config's ``use_non_causal`` from
+  ``dflash_has_any_non_causal``, the speculative config's ``attention_backend`` and KV cache
+  dtype, each layer's window and the backend vLLM's selector (``CudaPlatform``'s for the
+  serving capability, ``CpuPlatform``'s on the CPU) picks for it; then tagged as
+  ``Speculator.load_model`` tags the layers the drafter added. ``DFlashQwen3Attention``'s
+  own constructor is not run (its linear layers need vLLM's tensor-parallel group of the
+  served TP): its head split and asserts are restated here. The target's full-attention
+  layers are given the simulator's backend class (geometry/backends.py), not vLLM's choice.
+* the GLM-5.3 indexer: vLLM's ``Indexer`` module on the meta device (architectures/glm5next.py);
+* MLA, KDA/GDN: ``bare_layer`` (their constructors need the TP group of the served size or
+  CUDA kernels).
 """
 
 from __future__ import annotations
 
-from ..drafter import drafter_sliding_windows
 from ..inputs import GeometryInputs
 from .architectures import ORACLE_ARCHITECTURES
-from .layer_objects import attention_layer, backend_classes
+from .layer_objects import attention_layer
 
 
 def register_layers(inputs: GeometryInputs, cfg, hf, num_spec: int, with_drafter: bool) -> None:
@@ -26,57 +34,65 @@ def register_layers(inputs: GeometryInputs, cfg, hf, num_spec: int, with_drafter
     drafter = inputs.drafter_config if with_drafter else None
     ctx = cfg.compilation_config.static_forward_context
     ctx.clear()
-    _, fa_cls = backend_classes(inputs.capability_family)
     with set_current_vllm_config(cfg):
         ORACLE_ARCHITECTURES[inputs.target.kind].register_layers(inputs, cfg, hf, ctx, num_spec)
-        if drafter is not None:
-            _drafter_layers(inputs, cfg, drafter, ctx, fa_cls)
+    if drafter is not None:
+        _drafter_layers(inputs, cfg, drafter, ctx)
 
 
-def _drafter_layers(inputs: GeometryInputs, cfg, drafter: dict, ctx, fa_cls) -> None:
+def drafter_hf_config(drafter: dict):
+    """The drafter's config as vLLM loads it (``model_type`` qwen3: transformers' ``Qwen3Config``)."""
+    from transformers import Qwen3Config
+
+    return Qwen3Config(**{k: v for k, v in drafter.items() if not k.startswith("_")})
+
+
+def _drafter_layers(inputs: GeometryInputs, cfg, drafter: dict, ctx) -> None:
     """The DFlash drafter's ``Attention`` layers at ``drafter.model.layers.{i}.self_attn.attn``."""
-    from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
+    from vllm.config import set_current_vllm_config
+    from vllm.config.utils import replace
+    from vllm.model_executor.models.qwen3_dflash import (
+        _resolve_layer_attention,
+        dflash_has_any_non_causal,
+    )
 
-    # load_dflash_model: the drafter's own dtype, else the cache
-    # config's as the target's layers left it
-    d_kv_str = cfg.speculative_config.kv_cache_dtype or cfg.cache_config.cache_dtype
-    tp = inputs.tensor_parallel_size
-    heads = drafter["num_attention_heads"]
-    total_kv = drafter.get("num_key_value_heads") or heads
-    # Qwen3DFlashAttention.__init__ (vllm/model_executor/models/qwen3_dflash.py), before its
-    # Attention picks a backend.
-    assert heads % tp == 0
-    if total_kv >= tp:
-        assert total_kv % tp == 0
-    else:
-        assert tp % total_kv == 0
-    if not _drafter_backend_takes(fa_cls, d_kv_str, inputs.capability_family):
-        raise ValueError(  # CudaPlatform.get_attn_backend_cls, selected backend
-            f"Selected backend {fa_cls.get_name()} is not valid for this "
-            "configuration. Reason: ['kv_cache_dtype not supported']"
-        )
-    hd = drafter.get("head_dim") or drafter["hidden_size"] // heads
-    for i, window in enumerate(drafter_sliding_windows(drafter)):
-        name = f"drafter.model.layers.{i}.self_attn.attn"
-        ctx[name] = attention_layer(
-            fa_cls,
-            name,
-            max(1, total_kv // inputs.tensor_parallel_size),
-            hd,
-            d_kv_str,
-            kv_cache_dtype_str_to_dtype(d_kv_str, cfg.model_config),
-            window,
-            True,
-        )
-
-
-def _drafter_backend_takes(fa_cls, kv_cache_dtype: str, family: int) -> bool:
-    """FLASH_ATTN's ``supports_kv_cache_dtype``.  Whether it takes a quantized
-    cache depends on the FA version: on family 120 vLLM always runs FA2, which
-    takes none (``flash_attn_supports_kv_cache_dtype``, called here with the
-    capability reported); elsewhere the version comes from the installed
-    flash-attn build, which a CPU box lacks, so only the class's dtype list
-    is read there (geometry/backends.py states the assumption)."""
-    if family == 120:
-        return fa_cls.supports_kv_cache_dtype(kv_cache_dtype)
-    return kv_cache_dtype in fa_cls.supported_kv_cache_dtypes
+    hf = drafter_hf_config(drafter)
+    spec = cfg.speculative_config
+    target_attention = cfg.attention_config
+    # load_dflash_model: the draft config selects a backend for the drafter's causality, with the
+    # speculative config's attention_backend and KV cache dtype (else the cache config's, as the
+    # target's layers left it).
+    cache = cfg.cache_config
+    if spec.kv_cache_dtype is not None:
+        cache = replace(cache, cache_dtype=spec.kv_cache_dtype)
+    cfg.attention_config = replace(
+        target_attention, use_non_causal=dflash_has_any_non_causal(hf), backend=spec.attention_backend
+    )
+    before = set(ctx)
+    try:
+        with set_current_vllm_config(cfg):
+            tp = inputs.tensor_parallel_size
+            heads = hf.num_attention_heads
+            total_kv = hf.num_key_value_heads or heads
+            hd = getattr(hf, "head_dim", None) or hf.hidden_size // heads
+            for i in range(hf.num_hidden_layers):
+                window, _ = _resolve_layer_attention(hf, i)  # DFlashQwen3DecoderLayer, first
+                # DFlashQwen3Attention.__init__, before its Attention picks a backend.
+                assert heads % tp == 0
+                if total_kv >= tp:
+                    assert total_kv % tp == 0
+                else:
+                    assert tp % total_kv == 0
+                attention_layer(
+                    f"drafter.model.layers.{i}.self_attn.attn",
+                    heads // tp,
+                    max(1, total_kv // tp),
+                    hd,
+                    cache,
+                    window,
+                    cfg.model_config.dtype,
+                )
+    finally:
+        cfg.attention_config = target_attention
+    for name in set(ctx) - before:  # Speculator.load_model
+        ctx[name].is_draft_layer = True

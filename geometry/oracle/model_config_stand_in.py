@@ -27,6 +27,7 @@ class ModelConfigStandIn:
         self.is_hybrid = is_hybrid
         self.is_mm_prefix_lm = False
         self.is_multimodal_model = False
+        self.is_diffusion = False
         self._head_size = head_size
         self._total_kv = total_kv_heads
         self.model = "glm53-geometry-oracle"

@@ -49,7 +49,9 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Plan:
+def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, drafter_backends: set | None = None) -> Plan:
+    """One planning run; the names of the backends vLLM gave the drafter's layers are added to
+    ``drafter_backends``."""
     from vllm.config import set_current_vllm_config
     from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
@@ -60,6 +62,9 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Plan:
             cfg = _build(inputs, with_drafter, num_spec)
         except (AssertionError, ValueError, NotImplementedError) as exc:
             return Plan(None, None, None, None, (), (), None, None, None, None, error=_error(exc))
+        if drafter_backends is not None:
+            ctx = cfg.compilation_config.static_forward_context
+            drafter_backends.update(ctx[n].attn_backend.get_name() for n in ctx if n.startswith("drafter."))
         cache = cfg.cache_config
         rows: tuple = ()
         try:
@@ -299,6 +304,16 @@ def blocks_per_request(inputs: GeometryInputs) -> list[tuple[str, int, int]]:
             ]
 
 
+def drafter_backend_names(inputs: GeometryInputs) -> dict[str, str]:
+    """The backend vLLM's selector gives each of the drafter's layers for ``inputs`` (the
+    with-drafter model), by layer name; ValueError (and AssertionError) as vLLM raises them."""
+    with serving_platform(inputs.capability_family):
+        cfg, hf = build_vllm_config(inputs, True, inputs.num_speculative_tokens)
+        register_layers(inputs, cfg, hf, inputs.num_speculative_tokens, True)
+        ctx = cfg.compilation_config.static_forward_context
+        return {n: layer.attn_backend.get_name() for n, layer in ctx.items() if n.startswith("drafter.")}
+
+
 def vllm_kv_cache_size_tokens(inputs: GeometryInputs) -> int:
     """What the imported vLLM logs as "<device> KV cache size: N tokens" for the with-drafter plan:
     its own ``get_kv_cache_capacity`` on the worker's KV cache config (max concurrency x max_model_len)."""
@@ -325,15 +340,17 @@ def plan_with_vllm(inputs: GeometryInputs) -> GeometryReport:
     behaviour: ``inputs.vllm_behaviour`` is ignored here); ValueError when the
     imported vLLM is another release than the one ``inputs`` models."""
     _require_release(inputs)
-    with_d = _plan(inputs, inputs.has_drafter, inputs.num_speculative_tokens)
+    drafter_backends: set = set()
+    with_d = _plan(inputs, inputs.has_drafter, inputs.num_speculative_tokens, drafter_backends)
     if inputs.has_drafter:
         without = _plan(inputs, False, 0)
         same = _plan(inputs, False, inputs.num_speculative_tokens)
     else:
         without = same = with_d
-    sim = simulate(inputs)  # descriptive fields (backend names, dtypes) only
+    sim = simulate(inputs)  # descriptive fields (the target's backend names, dtypes) only
     return dc_replace(
         sim,
+        drafter_backend="/".join(sorted(drafter_backends)) or None,  # the one vLLM selected for the drafter
         with_drafter=with_d,
         without_drafter=without,
         target_only_same_spec=same,

@@ -23,8 +23,10 @@ of what ``CudaPlatform`` overrides on the planning path does not touch the geome
 (``check_and_update_config``: the worker class and multimodal chunking;
 ``update_block_size_for_backend``: CUDA keeps the base one, which plan.py calls), and
 ``CudaPlatform`` itself cannot stand in because its ``is_cuda()`` branches import CUDA
-kernels a CPU host lacks. The backend choice does not come from the platform at all
-(layers.py). Every caller (the gate, the pre-flight, the tests, the engine-core CLI)
+kernels a CPU host lacks. What it does give the serving platform is its attention-backend
+selection (``get_attn_backend_cls`` / ``get_valid_backends``, backend_selection.py): a layer
+vLLM lets choose (the drafter's, layers.py) gets the backend CUDA would pick on the
+family's capability. Every caller (the gate, the pre-flight, the tests, the engine-core CLI)
 thus gets the same answer, whatever VLLM_TARGET_DEVICE says and whatever the host has.
 
 A recipe without a GPU (``CPU_FAMILY``) is planned under ``CpuPlatform`` itself: vLLM's CPU
@@ -40,6 +42,7 @@ import contextlib
 import functools
 
 from ..backends import CPU_FAMILY
+from .backend_selection import clear_selection_cache, cuda_attn_backend_cls, cuda_valid_backends
 
 # The capability reported for a family: vLLM's family test (and every SM12x
 # choice in the planning path) reads the major only; 12.1 is GB10 (DGX Spark).
@@ -63,6 +66,18 @@ def platform_class(family: int) -> type:
             # CudaPlatform's answer: VllmConfig then leaves the hybrid KV cache manager on.
             return True
 
+        # CudaPlatform's attention-backend selection, on this capability (backend_selection.py);
+        # its messages name the device as CudaPlatform's do.
+        device_name = "cuda"
+
+        @classmethod
+        def get_valid_backends(cls, device_capability, attn_selector_config, num_heads=None):
+            return cuda_valid_backends(cls, device_capability, attn_selector_config, num_heads)
+
+        @classmethod
+        def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None) -> str:
+            return cuda_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads)
+
     ServingPlatform.__name__ = ServingPlatform.__qualname__ = f"ServingPlatform{family}"
     return ServingPlatform
 
@@ -75,6 +90,7 @@ def serving_platform(family: int):
     from vllm.platforms import current_platform
 
     detected = type(current_platform)
+    clear_selection_cache()
     if family == CPU_FAMILY:
         from vllm.platforms.cpu import CpuPlatform
 
@@ -85,3 +101,4 @@ def serving_platform(family: int):
         yield type(current_platform)
     finally:
         current_platform.__class__ = detected
+        clear_selection_cache()

@@ -57,6 +57,9 @@ def build_vllm_config(inputs: GeometryInputs, with_drafter: bool, num_spec: int)
     mc = arch.model_config(hf, target.architecture.hf_architecture, dtype, target.max_model_len(inputs.max_model_len))
     cfg = VllmConfig(device_config=DeviceConfig(device="cpu"))
     cfg.model_config = mc
+    # VllmConfig.__post_init__ resolves the sparse MLA prefill workspace from the model length once a
+    # model config is set (the GLM indexer sizes its buffers from it).
+    cfg.attention_config.sparse_mla_prefill_workspace_factor = 5 if mc.max_model_len <= 256 * 1024 else 2
     cfg.parallel_config.tensor_parallel_size = tp
     cfg.scheduler_config.disable_hybrid_kv_cache_manager = False
     cache = cfg.cache_config
@@ -87,6 +90,7 @@ def build_vllm_config(inputs: GeometryInputs, with_drafter: bool, num_spec: int)
             draft_model_config=None,
             parallel_drafting=True,
             disable_eagle_block_drop=False,
+            enable_adaptive_verification=False,  # SpeculativeConfig's default
         )  # DFlash drafts all positions in one pass
         _bind_speculative_methods(spec_cfg)
     cfg.speculative_config = spec_cfg

@@ -342,8 +342,9 @@ def _geometry(inputs, changed: str, warnings: list[str], overlay_manifest: Optio
     """The gate (geometry.gate_run) on the re-derived ``inputs``, then the cross-check: the installed vLLM
     plans the same inputs and the simulator must agree field by field when it models that vLLM (the
     image: patched; a host venv: stock). A geometry that does not fit is refused without it."""
+    from geometry.cross_check import CrossCheck
     from geometry.errors import BadInput
-    from geometry.gate_run import CrossCheck, run_gate
+    from geometry.gate_run import run_gate
 
     installed, unreadable = None, None
     try:

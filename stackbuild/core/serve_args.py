@@ -121,6 +121,13 @@ def serve_argv(recipe: Recipe) -> list[str]:
     return [element for part in argv_parts(recipe) for element in part.argv] + list(recipe.serving.extra_args)
 
 
+def baseline_argv(recipe: Recipe) -> list[str]:
+    """``serve_argv`` without its ``--speculative-config``: the same model and flags served without
+    speculation, the baseline `build.py qualify --baseline-url` measures the speed-up against."""
+    parts = [part for part in argv_parts(recipe) if part.field != "speculative_config"]
+    return [element for part in parts for element in part.argv] + list(recipe.serving.extra_args)
+
+
 # What vLLM's serve parser reads for a flag the recipe's argv may leave out: its default (the
 # ServeFlags fields with a default say theirs).
 UNWRITTEN = {"block_size": None, "enable_prefix_caching": None, "mamba_cache_mode": None, "kv_cache_memory_bytes": None}

@@ -24,7 +24,7 @@ from stackbuild.core.labels import DRAFTER_ID, DRAFTER_LICENSE, DRAFTER_WEIGHTS,
 from stackbuild.core.naming import OWNER_VARIABLE
 from stackbuild.core.output import COMPOSE_SUFFIX, LOCAL_COMPOSE_SUFFIX, repository_file
 from stackbuild.core.recipe import REPO_ROOT, Recipe
-from stackbuild.core.serve_args import ranks_per_node, serve_argv
+from stackbuild.core.serve_args import baseline_argv, ranks_per_node, serve_argv
 from stackbuild.serve.generated import COMPOSE
 from stackbuild.serve.health import API_KEY_VARIABLE, readiness_command
 from stackbuild.serve.image_pin import ImagePin, resolve_image
@@ -33,6 +33,10 @@ from stackbuild.serve.yaml_text import dump_yaml
 
 COMPOSE_DIR = REPO_ROOT / "compose"
 SERVICE = "vllm"
+# `compose --baseline`: the same model without speculation, a project and service of its own beside the
+# recipe's, published on the port after serving.port unless --port says otherwise.
+BASELINE = "baseline"
+BASELINE_SERVICE = f"{SERVICE}-{BASELINE}"
 CACHE_MOUNT = "/root/.cache"
 # Where vLLM, torch.compile (Inductor) and Triton keep compiled kernels; all on one named volume.
 CACHE_ENV = {
@@ -120,15 +124,18 @@ class Service:
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # after the recipe's
 
 
-def single_node_service(recipe: Recipe, *, port: Optional[int] = None) -> Service:
-    """The one service of a single-node recipe: the serve argv, its port published on serving.host_ip."""
+def single_node_service(recipe: Recipe, *, port: Optional[int] = None, baseline: bool = False) -> Service:
+    """The one service of a single-node recipe: the serve argv, its port published on serving.host_ip.
+    ``baseline``: the argv without speculation, as service BASELINE_SERVICE of project `<name>-baseline`,
+    published on serving.port + 1 by default."""
     if port is not None and not 0 < int(port) < 65536:
         raise ComposeOverrideError(f"--port: must be a TCP port, got {port}")
+    default_port = recipe.serving.port + 1 if baseline else recipe.serving.port
     return Service(
-        name=SERVICE,
-        project=project_name(recipe),
-        command=tuple(escape(a) for a in serve_argv(recipe)),
-        published_port=int(port) if port is not None else recipe.serving.port,
+        name=BASELINE_SERVICE if baseline else SERVICE,
+        project=f"{project_name(recipe)}-{BASELINE}" if baseline else project_name(recipe),
+        command=tuple(escape(a) for a in (baseline_argv(recipe) if baseline else serve_argv(recipe))),
+        published_port=int(port) if port is not None else default_port,
         probe_host=LOOPBACK,
     )
 
@@ -191,7 +198,7 @@ def service_document(
         }
     spec["restart"] = "unless-stopped"
     spec["logging"] = {"driver": "json-file", "options": {"max-size": "100m", "max-file": "5"}}
-    drafter = recipe.drafter
+    drafter = recipe.drafter if service.name != BASELINE_SERVICE else None  # the baseline serves no drafter
     spec["labels"] = {
         RECIPE_NAME: recipe.name,
         TARGET_ID: recipe.target.id,
@@ -228,11 +235,12 @@ def compose_document(
     port: Optional[int] = None,
     gpus: Optional[str] = None,
     gpu_reservation: bool = True,
+    baseline: bool = False,
 ) -> dict:
-    """The single-node compose document as plain data (pure)."""
+    """The single-node compose document as plain data (pure); ``baseline``: the one without speculation."""
     return service_document(
         recipe,
-        single_node_service(recipe, port=port),
+        single_node_service(recipe, port=port, baseline=baseline),
         image=image,
         models_dir=models_dir,
         gpus=gpus,
@@ -254,10 +262,17 @@ class Header:
         return [*self.about, self.reach, "#", self.start, *self.role, *self.image]
 
 
-def header(recipe: Recipe, image: ImagePin) -> Header:
+def header(recipe: Recipe, image: ImagePin, *, baseline: bool = False) -> Header:
     """The single-node file's header; a node role's file replaces ``reach``, ``start`` and ``role``."""
     drafter = recipe.drafter
-    if drafter is not None:
+    if baseline:
+        serves = (
+            f"# Serves {recipe.target.id} WITHOUT speculation on {recipe.hardware.serves_on}: the baseline of",
+            "#   `build.py qualify --baseline-url` (the recipe's command minus --speculative-config, same image).",
+            "#",
+            "# The model's weights are mounted read-only from the host models directory.",
+        )
+    elif drafter is not None:
         licence = LICENCE_NAMES.get(drafter.license, drafter.license)
         serves = (
             f"# Serves {recipe.target.id} with the {drafter.id} drafter ({drafter.method}) "
@@ -276,7 +291,7 @@ def header(recipe: Recipe, image: ImagePin) -> Header:
             "# The model's weights are mounted read-only from the host models directory.",
         )
     about = (
-        COMPOSE.first_line(recipe),
+        COMPOSE.first_line(recipe, "--baseline" if baseline else ""),
         *serves,
         f"# Secrets such as HF_TOKEN go in ./{env_file_name(recipe)} (optional, never inlined here);",
         f"#   {API_KEY_VARIABLE}=... there makes vLLM require that key (Authorization: Bearer) on /v1.",
@@ -307,6 +322,8 @@ def compose_text(recipe: Recipe, image: ImagePin, head: Header, document: dict) 
         comments["labels"] = f"    # The drafter is {recipe.drafter.license}{kind}: mounted, never baked in."
     if not image.digest:
         comments["image"] = "    # UNPINNED: tag only, no digest; this tag can be moved to another image."
+    if BASELINE_SERVICE in document["services"]:
+        comments.pop("labels", None)  # no drafter served
     out = []
     in_services = False
     for line in dump_yaml(document).splitlines():
@@ -333,13 +350,20 @@ def render_compose(
     report_path: Optional[Path] = None,
     gpu_reservation: bool = True,
     image: Optional[ImagePin] = None,
+    baseline: bool = False,
 ) -> str:
     """The compose file's text (pure apart from reading the build report)."""
     image = image or resolve_image(recipe, owner=owner, repository=repository, digest=digest, report_path=report_path)
     doc = compose_document(
-        recipe, image=image, models_dir=models_dir, port=port, gpus=gpus, gpu_reservation=gpu_reservation
+        recipe,
+        image=image,
+        models_dir=models_dir,
+        port=port,
+        gpus=gpus,
+        gpu_reservation=gpu_reservation,
+        baseline=baseline,
     )
-    return compose_text(recipe, image, header(recipe, image), doc)
+    return compose_text(recipe, image, header(recipe, image, baseline=baseline), doc)
 
 
 def output_dir(recipe: Recipe) -> Path:
@@ -348,12 +372,13 @@ def output_dir(recipe: Recipe) -> Path:
     return COMPOSE_DIR if repository_file(recipe.path, REPO_ROOT) else recipe.directory
 
 
-def default_output(recipe: Recipe, *, local: bool = False) -> Path:
+def default_output(recipe: Recipe, *, local: bool = False, baseline: bool = False) -> Path:
     """The compose file without -o; ``local``: it holds this machine's values, so in compose/ it is the
-    git-ignored ``<name>.local.compose.yaml``, never the committed file."""
+    git-ignored ``<name>.local.compose.yaml``, never the committed file; ``baseline``:
+    ``<name>.baseline.compose.yaml`` (``.baseline.local.compose.yaml``)."""
     directory = output_dir(recipe)
     suffix = LOCAL_COMPOSE_SUFFIX if local and directory == COMPOSE_DIR else COMPOSE_SUFFIX
-    return directory / f"{recipe.name}{suffix}"
+    return directory / f"{recipe.name}{'.' + BASELINE if baseline else ''}{suffix}"
 
 
 def machine_values(models_dir: Optional[str], port: Optional[int], gpus: Optional[str]) -> tuple[str, ...]:
@@ -375,18 +400,27 @@ def write_compose(
     report_path: Optional[Path] = None,
     validate: bool = True,
     gpu_reservation: bool = True,
+    baseline: bool = False,
 ) -> dict:
-    """Render, check with vLLM's parser and Docker Compose, then write. Nothing is written on failure."""
+    """Render, check with vLLM's parser and Docker Compose, then write. Nothing is written on failure.
+    ``baseline``: the file of the same model without speculation (`compose --baseline`)."""
     from stackbuild.serve.validate import ComposeInvalid, check_compose_file, check_serve_args
 
     image = resolve_image(recipe, owner=owner, repository=repository, digest=digest, report_path=report_path)
     text = render_compose(
-        recipe, models_dir=models_dir, port=port, gpus=gpus, gpu_reservation=gpu_reservation, image=image
+        recipe,
+        models_dir=models_dir,
+        port=port,
+        gpus=gpus,
+        gpu_reservation=gpu_reservation,
+        image=image,
+        baseline=baseline,
     )
-    argv = serve_argv(recipe)
+    service = single_node_service(recipe, port=port, baseline=baseline)
+    argv = baseline_argv(recipe) if baseline else serve_argv(recipe)
     flag = "-o" if output else "compose"
     local = machine_values(models_dir, port, gpus)
-    output = Path(output) if output else default_output(recipe, local=bool(local))
+    output = Path(output) if output else default_output(recipe, local=bool(local), baseline=baseline)
 
     def check(temps) -> dict[str, dict]:
         """Docker Compose's and vLLM's serve parser's verdicts (none without ``validate``)."""
@@ -400,7 +434,7 @@ def write_compose(
         else:
             # Compose's own reading of the command after interpolation; `config` prints a
             # literal dollar re-escaped as `$$`, so it must read back as the escaped argv.
-            resolved = config.parsed["services"][SERVICE]["command"]
+            resolved = config.parsed["services"][service.name]["command"]
             if resolved != [escape(a) for a in argv]:
                 raise ComposeInvalid(f"{output}: docker compose reads the command as {resolved!r}, not {argv!r}")
         serve = check_serve_args(argv, where=str(recipe.path))
@@ -415,9 +449,14 @@ def write_compose(
 
     notices = list(image.notices)
     if flag == "compose" and output.name.endswith(LOCAL_COMPOSE_SUFFIX):
+        committed = "" if baseline else f", not the committed {default_output(recipe).name}"
         notices.append(
-            f"{', '.join(local)} hold(s) this machine's values: wrote {output.name} (git-ignored), "
-            f"not the committed {default_output(recipe).name}"
+            f"{', '.join(local)} hold(s) this machine's values: wrote {output.name} (git-ignored){committed}"
+        )
+    if baseline:
+        notices.append(
+            f"the baseline: {recipe.target.id} without speculation, service {service.name} of project "
+            f"{service.project}, on {recipe.serving.host_ip}:{service.published_port} (`qualify --baseline-url`)"
         )
     checks = write_documents(
         recipe, [Document(output, text, partial(COMPOSE.wrote, recipe=recipe))], flag, check=check, notices=notices
@@ -425,6 +464,9 @@ def write_compose(
     return {
         "path": str(output),
         **image.summary(),
+        "service": service.name,
+        "project": service.project,
+        "published_port": service.published_port,
         "command": argv,
         "checks": checks,
     }

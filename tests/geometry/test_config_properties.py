@@ -6,7 +6,7 @@ changes (layer patterns permuted, all one type, other lengths; tiny, odd and hug
 that do not divide; windows, block sizes, kpool/topk; overlapping or out-of-order layer lists)
 and odd gate inputs (TP, speculative tokens, lengths, memory, block size, prefix caching, GPU
 family, KV dtypes). Each goes where the CLI and the in-image gate send it
-(GeometryInputs.from_json -> geometry.gate_run.run_gate: model_config.check_configs, simulate,
+(GeometryInputs.from_json, which checks both configs as it reads them -> geometry.gate_run.run_gate: simulate,
 gate.judge; the table and the report JSON) and through the pre-flight's in-process steps
 (check_target/check_drafter, derive_inputs, run_gate without the vLLM cross-check). Allowed: a BadInput (ConfigInvalid
 included) from the checks or the simulator, or a verdict; any other exception is a bug.

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ...inputs import GeometryInputs
 from ..architecture import OracleArchitecture
 from ..cpu_shims import import_glm5next, patched
-from ..layer_objects import backend_classes, bare_layer
+from ..layer_objects import backend_classes, bare_layer, model_parallel_group
 from ..model_config_stand_in import ModelConfigStandIn
 
 
@@ -42,15 +42,14 @@ def kda_prefill_backend(hf, mc) -> str:
 
 def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None:
     """Glm5NextModel's layers: KDA at ``model.layers.{i}.self_attn``, else the
-    sparse indexer and kpool-tail caches and the MLA layer."""
+    sparse indexer and kpool-tail caches (vLLM's ``Indexer``, constructed on the meta device) and
+    the MLA layer (KDA and MLA: ``bare_layer``, their constructors need the served TP group and
+    CUDA kernels)."""
     import torch
     from vllm.model_executor.layers.attention.mla_attention import MLAAttention
 
     import_glm5next()
-    from vllm.models.glm5next.common.attention import (
-        Glm5NextIndexerCache,
-        Glm5NextTailCache,
-    )
+    from vllm.models.glm5next.common.attention import Indexer
     from vllm.models.glm5next.common.kda import Glm5NextLinearAttention
 
     mla_cls, _ = backend_classes(inputs.capability_family)
@@ -63,7 +62,7 @@ def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None
     model_kv = sparse_mla_kv_cache_dtype(mla_cls, cache)
     # FlashKDA adds one prefill-checkpoint block per request to each KDA spec (get_kv_cache_spec).
     kda_backend = kda_prefill_backend(hf, mc)
-    idx_hd = hf.index_head_dim
+    model_parallel_group()
     for i in range(hf.num_hidden_layers):
         p = f"model.layers.{i}.self_attn"
         lt = layer_types[i]
@@ -83,20 +82,13 @@ def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None
                 _checkpoint_alignment=None,
             )
             continue
-        Glm5NextIndexerCache(
-            head_dim=idx_hd + idx_hd // 128 * 4,
-            dtype=torch.uint8,
-            prefix=p + ".indexer.k_cache",
-            cache_config=cache,
-            index_kpool=hf.index_kpool,
-        )
-        Glm5NextTailCache(
-            head_dim=idx_hd,
-            dtype=torch.bfloat16,
-            prefix=p + ".indexer.tail_cache",
-            cache_config=cache,
-            index_kpool=hf.index_kpool,
-        )
+        # Glm5NextAttention.__init__ (v32: index_topk set): vLLM's own Indexer, whose constructor makes
+        # the sparse-indexer K cache (its head size from the indexer's own quantisation) and the
+        # kpool tail cache, both registered under ``{p}.indexer``. Its linear layers are replicated
+        # (no TP split), so a TP group of one builds the same module as the served TP.
+        assert hf.q_lora_rank is not None
+        with torch.device("meta"):
+            Indexer(cfg, hf, hf.hidden_size, hf.q_lora_rank, None, cache, None, f"{p}.indexer")
         ctx[p + ".mla_attn"] = bare_layer(
             MLAAttention,
             layer_name=p + ".mla_attn",

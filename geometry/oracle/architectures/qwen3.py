@@ -21,28 +21,26 @@ def model_config(hf, architecture: str, dtype, max_model_len: int) -> ModelConfi
 
 
 def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None:
-    """Qwen3Model's layers: full attention at ``model.layers.{i}.self_attn.attn``, on
-    FLASH_ATTN for a GPU family and on vLLM's CPU backend for ``CPU_FAMILY``."""
-    from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
-
+    """Qwen3Model's layers: vLLM's ``Attention`` at ``model.layers.{i}.self_attn.attn`` (constructed:
+    layer_objects.attention_layer), on FLASH_ATTN for a GPU family and on vLLM's CPU backend for
+    ``CPU_FAMILY`` (the simulator's table). ``Qwen3Attention.__init__``'s head split and asserts are
+    restated (its linear layers need vLLM's TP group of the served size)."""
     _, backend = backend_classes(inputs.capability_family)
     tp = inputs.tensor_parallel_size
     mc = cfg.model_config
-    model_kv = cfg.cache_config.cache_dtype
     assert hf.num_attention_heads % tp == 0  # Qwen3Attention.__init__
     kv = hf.num_key_value_heads
     assert kv % tp == 0 if kv >= tp else tp % kv == 0
     for i in range(hf.num_hidden_layers):
-        name = f"model.layers.{i}.self_attn.attn"
-        ctx[name] = attention_layer(
-            backend,
-            name,
+        attention_layer(
+            f"model.layers.{i}.self_attn.attn",
+            mc.get_num_attention_heads(cfg.parallel_config),
             mc.get_num_kv_heads(cfg.parallel_config),
             mc.get_head_size(),
-            model_kv,
-            kv_cache_dtype_str_to_dtype(model_kv, mc),
+            cfg.cache_config,
             None,
-            False,
+            mc.dtype,
+            backend,
         )
 
 

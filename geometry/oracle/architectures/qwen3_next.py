@@ -21,17 +21,16 @@ def model_config(hf, architecture: str, dtype, max_model_len: int) -> ModelConfi
 
 def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None:
     """Qwen3NextModel's layers: GDN at ``model.layers.{i}.linear_attn``, else
-    full attention at ``model.layers.{i}.self_attn.attn``."""
+    full attention at ``model.layers.{i}.self_attn.attn`` (vLLM's ``Attention``, constructed, on the
+    simulator's backend class; ``Qwen3NextAttention.__init__``'s asserts restated)."""
     from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import (
         QwenGatedDeltaNetAttention,
     )
-    from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
 
     _, fa_cls = backend_classes(inputs.capability_family)
     tp = inputs.tensor_parallel_size
     mc = cfg.model_config
     cache = cfg.cache_config
-    model_kv = cache.cache_dtype
     layer_types = list(getattr(hf, "layer_types", None) or [])
     if not layer_types:
         interval = getattr(hf, "full_attention_interval", 4)
@@ -61,16 +60,16 @@ def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None
                 vllm_config=cfg,
                 _checkpoint_alignment=None,
             )
-        else:
-            ctx[p + ".self_attn.attn"] = attention_layer(
-                fa_cls,
+        else:  # vLLM's Attention, constructed (layer_objects.attention_layer)
+            attention_layer(
                 p + ".self_attn.attn",
+                mc.get_num_attention_heads(cfg.parallel_config),
                 mc.get_num_kv_heads(cfg.parallel_config),
                 hd,
-                model_kv,
-                kv_cache_dtype_str_to_dtype(model_kv, mc),
+                cache,
                 None,
-                False,
+                mc.dtype,
+                fa_cls,
             )
 
 

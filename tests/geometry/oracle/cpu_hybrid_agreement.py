@@ -6,7 +6,8 @@ Runs without pytest, where the CPU serving base image has vLLM and no test tools
     docker run --rm -v $PWD:/src -w /src -e PYTHONPATH=/src:/src/tests -e VLLM_TARGET_DEVICE=cpu \\
         --entrypoint python3 glm53-test/vllm-cpu-serve:0.32.0 tests/geometry/oracle/cpu_hybrid_agreement.py
 
-prints one ``CPU_HYBRID {json}`` line per case and exits 0 when every case agrees, 1 otherwise.
+prints one ``CPU_HYBRID {json}`` line per case, then ``CPU_HYBRID_DISTRIBUTIONS {json}`` (the
+distributions an oracle record would be keyed by), and exits 0 when every case agrees, 1 otherwise.
 tests/geometry/oracle/test_cpu_hybrid_oracle.py runs the same checks under pytest.
 """
 
@@ -57,6 +58,10 @@ def main() -> int:
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     version = installed_release()
     failed = [p for kv in sorted(__import__("cpu_hybrid_cases").LIVE_SERVER) for p in check_case(kv, version)]
+    from geometry.record import imported_distributions
+
+    # What an oracle record made here would be keyed by besides vLLM's own bytes.
+    print("CPU_HYBRID_DISTRIBUTIONS " + json.dumps(imported_distributions()), flush=True)
     for p in failed:
         print(p, file=sys.stderr)
     return 1 if failed else 0

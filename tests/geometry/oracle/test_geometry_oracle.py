@@ -11,6 +11,7 @@ vLLM bug in geometry/README.md.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import random
@@ -34,16 +35,22 @@ except ImportError as exc:
 
 import geometry_cases as C  # noqa: E402
 
+from geometry import gate_main  # noqa: E402
+from geometry.drafter_backend import DrafterBackendNotModelled  # noqa: E402
 from geometry.errors import BadInput  # noqa: E402
 from geometry.gate import check  # noqa: E402
+from geometry.image_contract import GATE_REASON_PREFIX  # noqa: E402
 from geometry.inputs import GeometryInputs  # noqa: E402
 from geometry.oracle import compare_reports, plan_with_vllm  # noqa: E402
+from geometry.oracle.plan import drafter_backend_names  # noqa: E402
 from geometry.simulate import simulate  # noqa: E402
 
 N = int(os.environ.get("GEOMETRY_ORACLE_N", "300"))
 SEED = int(os.environ.get("GEOMETRY_ORACLE_SEED", "20261130"))
 BEHAVIOUR = os.environ.get("GEOMETRY_ORACLE_BEHAVIOUR", "stock")
-CASES = C.sample(N, SEED)
+# The seeded sample, split: what the simulator plans is compared with vLLM; what it refuses is a
+# refusal case of its own (test_matrix_refusal_is_the_gates_and_names_vllms_choice).
+CASES, REFUSED = C.simulator_decides(C.sample(N, SEED), BEHAVIOUR)
 ALIGN_CASES = C.align_matrix(BEHAVIOUR)
 GB10_CASES = C.gb10_matrix(BEHAVIOUR)
 DENSE_CASES = C.dense_matrix(BEHAVIOUR)
@@ -51,20 +58,53 @@ QWEN3_MOE_CASES = C.qwen3_moe_matrix(BEHAVIOUR)
 
 
 def _agree(data: dict) -> tuple:
-    data = dict(data, vllm_behaviour=BEHAVIOUR)
+    """(simulator, vLLM, differences) for a case the simulator plans (a refusal here fails: the
+    refused cases are tested as refusals), the drafter's backend included: the simulator's model of
+    vLLM's choice against the one vLLM's own selector made, where the drafter loaded on both sides."""
+    inputs = GeometryInputs.from_json(dict(data, vllm_behaviour=BEHAVIOUR))
     try:
-        inputs = GeometryInputs.from_json(data)
         sim = simulate(inputs)
     except BadInput as exc:
-        pytest.skip(f"not modelled: {exc}")
+        pytest.fail(f"the simulator refuses a case given as planned: {exc}")
     vllm = plan_with_vllm(inputs)
-    return sim, vllm, compare_reports(sim, vllm)
+    diffs = compare_reports(sim, vllm)
+    if not sim.with_drafter.error and not vllm.with_drafter.error and sim.drafter_backend != vllm.drafter_backend:
+        diffs += (f"drafter_backend: simulator={sim.drafter_backend!r} vllm={vllm.drafter_backend!r}",)
+    return sim, vllm, diffs
 
 
 @pytest.mark.parametrize("idx", range(len(CASES)))
 def test_matrix_agrees_with_vllm(idx):
     sim, _, diffs = _agree(CASES[idx])
     assert not diffs, "\n".join(diffs[:20])
+
+
+def test_the_sample_has_refusals_and_plans():
+    """Both halves of the split sample are exercised (a sample of every case refused, or none,
+    would leave one of the two tests empty)."""
+    assert CASES
+    assert REFUSED or N < 100  # a small GEOMETRY_ORACLE_N may draw none
+
+
+@pytest.mark.parametrize("idx", range(len(REFUSED)))
+def test_matrix_refusal_is_the_gates_and_names_vllms_choice(idx, tmp_path, capsys):
+    """A sampled case the simulator does not model: the in-image gate exits with its bad-input code
+    and the simulator's reason as its one line; where the reason is vLLM's automatic drafter backend,
+    vLLM's own selector (``CudaPlatform`` on the family's capability) picks that backend for every
+    drafter layer."""
+    import json
+
+    data = REFUSED[idx]
+    inputs = GeometryInputs.from_json(data)
+    with pytest.raises(BadInput) as refused:
+        simulate(inputs)
+    gate_input = tmp_path / "gate-input.json"
+    gate_input.write_text(json.dumps(data))
+    assert gate_main.main(["--input", str(gate_input), "--behaviour", "input"]) == gate_main.EXIT_BAD_INPUT
+    assert capsys.readouterr().err.splitlines()[-1] == f"{GATE_REASON_PREFIX}bad input: {refused.value}"
+    if isinstance(refused.value, DrafterBackendNotModelled):
+        chosen = drafter_backend_names(inputs)
+        assert chosen and set(chosen.values()) == {refused.value.backend}, chosen
 
 
 @pytest.mark.parametrize("idx", range(len(ALIGN_CASES)))
@@ -103,6 +143,64 @@ def test_dense_matrix_agrees_with_vllm(idx):
     plan = vllm.with_drafter
     assert not plan.error and plan.prefix_cache.hit_alignment_tokens == plan.block_size
     assert check(vllm).passed
+
+
+# (target head size, target KV cache dtype): FLASH_ATTN's kernel blocks follow the model config's (the
+# SM90 FP8 head-512 page, the SM10x head-256 FA4 page), so the targets span them.
+_SELECTION_TARGETS = ((128, "auto"), (256, "auto"), (512, "fp8"))
+
+
+@pytest.mark.parametrize("family", [90, 100, 120])
+def test_the_drafters_automatic_backend_is_the_one_vllms_selector_picks(family):
+    """geometry/drafter_backend.py's model of vLLM's automatic choice against vLLM's own
+    ``get_attn_backend`` (``CudaPlatform``'s selector on the family's capability), for drafter head
+    sizes, KV cache dtypes, causality and user block sizes beyond the sampled matrix's."""
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.config.utils import replace
+    from vllm.v1.attention.selector import get_attn_backend
+
+    from geometry.drafter_backend import DrafterAsk, select
+    from geometry.kv_spec import SimulatedError
+    from geometry.oracle.backend_selection import clear_selection_cache
+    from geometry.oracle.serving_platform import serving_platform
+    from geometry.oracle.vllm_config import build_vllm_config
+
+    checked = set()
+    with serving_platform(family):
+        for (target_head, target_kv), block in itertools.product(_SELECTION_TARGETS, (None, 16, 64)):
+            data = dict(
+                C.dense_matrix(BEHAVIOUR)[0],
+                target_config=C.qwen3_dense_target(head_dim=target_head),
+                capability_family=family,
+                kv_cache_dtype=target_kv,
+                block_size=block,
+            )
+            cfg, _ = build_vllm_config(GeometryInputs.from_json(data), False, 0)
+            assert cfg.model_config.get_head_size() == target_head
+            clear_selection_cache()  # vLLM's cache of selections is for one model config per process
+            target_attention = cfg.attention_config
+            for head, kv, non_causal in itertools.product(
+                (20, 64, 96, 128, 256, 512),
+                ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla"),
+                (False, True),
+            ):
+                ask = DrafterAsk(family, head, kv, "bfloat16", non_causal, block, target_head, target_kv)
+                try:
+                    expected = select(ask)
+                except SimulatedError as exc:
+                    expected = exc.vllm_type
+                cfg.attention_config = replace(target_attention, use_non_causal=non_causal)
+                try:
+                    with set_current_vllm_config(cfg):
+                        got = get_attn_backend(head, torch.bfloat16, kv, has_sliding_window=True).get_name()
+                except ValueError:
+                    got = "ValueError"
+                finally:
+                    cfg.attention_config = target_attention
+                assert got == expected, ask
+                checked.add(got)
+    assert {"FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "ValueError"} <= checked
 
 
 def test_dense_cpu_by_hand():
