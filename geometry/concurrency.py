@@ -2,17 +2,24 @@
 (stdlib only).
 
 vLLM 0.33.0 draws every KV-cache group's blocks from one shared pool
-(``BlockPool``); a request holds, in each group, the blocks its spec counts
-(``max_memory_usage_bytes`` / page: report.RequestBlocks), and the pool keeps
-one block back as the null block that stands in for freed and skipped slots.
-So the requests of ``tokens`` tokens that fit at once are
-
-    (num_blocks - 1) // sum over groups of (blocks one request draws)
+(``BlockPool``), which keeps one block back as the null block that stands in
+for freed and skipped slots. Requests of ``tokens`` tokens are admitted one
+after another the way vLLM's scheduler admits and prefills them, each keeping
+the blocks its prefill leaves it (admission.py: the chunks, the lookahead
+slots, the blocks freed behind a sliding window and behind a mamba state,
+the full-sequence admission check); the count is how many are admitted when
+the next is refused (geometry/oracle/concurrency.py counts them with vLLM's
+own scheduler: tests/geometry/oracle/test_concurrency_oracle.py).
 
 vLLM logs ``num_blocks / blocks per request`` at start
 (``get_max_concurrency_for_kv_cache_config``, "Maximum concurrency for N
-tokens per request"); the count here is what its pool grants before it
-refuses (tests/geometry/oracle/test_concurrency_oracle.py allocates them).
+tokens per request"), the blocks per request being what each group's spec
+says one request of max_model_len holds (``max_memory_usage_bytes`` / page:
+report.RequestBlocks); the figure differs from the count where the manager
+holds other blocks than the spec says (a mamba state in "align" mode with
+async scheduling keeps one more state block, the one a step in flight reads;
+a sliding window holds the blocks the actual chunks keep in flight, not the
+full ``max_in_flight_tokens``).
 
 Tokens in flight (the sliding-window groups keep the blocks of tokens
 scheduled but not yet freed, ``VllmConfig.max_in_flight_tokens``): two
@@ -38,6 +45,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from . import backends as B
+from .admission import Prefill, Scheduling, lookahead_tokens, prefill
 from .capacity import kv_token_capacity
 from .inputs import GeometryInputs
 from .report import GeometryReport, Plan
@@ -48,12 +56,20 @@ DEFAULT_CONTEXTS = (32_768, 131_072, 1_048_576)
 PLAN_LABELS = ("with_drafter", "target_only_same_spec", "without_drafter")
 
 
+def batched_tokens(inputs: GeometryInputs) -> int:
+    """A step's token budget: the gate input's ``max_num_batched_tokens``, else ``SchedulerConfig``'s."""
+    return inputs.max_num_batched_tokens or inputs.vllm.scheduler_max_num_batched_tokens
+
+
+def concurrent_batches(inputs: GeometryInputs) -> int:
+    """``VllmConfig.max_concurrent_batches``: on vLLM's CPU platform one batch
+    (``CpuPlatform.check_and_update_config`` turns async scheduling off)."""
+    return B.CPU_CONCURRENT_BATCHES if inputs.capability_family == B.CPU_FAMILY else inputs.vllm.max_concurrent_batches
+
+
 def in_flight_tokens(inputs: GeometryInputs) -> int:
-    """The tokens scheduled but not yet freed (``VllmConfig.max_in_flight_tokens``) for ``inputs``: on
-    vLLM's CPU platform one batch (``CpuPlatform.check_and_update_config`` turns async scheduling off)."""
-    vllm = inputs.vllm
-    batches = B.CPU_CONCURRENT_BATCHES if inputs.capability_family == B.CPU_FAMILY else vllm.max_concurrent_batches
-    return batches * (inputs.max_num_batched_tokens or vllm.scheduler_max_num_batched_tokens)
+    """The tokens scheduled but not yet freed (``VllmConfig.max_in_flight_tokens``) for ``inputs``."""
+    return concurrent_batches(inputs) * batched_tokens(inputs)
 
 
 def vllm_kv_cache_size_tokens(plan: Plan, max_model_len: int, in_flight: int) -> int | None:
@@ -68,21 +84,76 @@ def vllm_kv_cache_size_tokens(plan: Plan, max_model_len: int, in_flight: int) ->
 
 
 def blocks_per_request(plan: Plan, tokens: int, in_flight: int) -> tuple[int, ...] | None:
-    """Per group, the blocks one request of ``tokens`` tokens holds (None when
-    vLLM cannot plan or the rows carry no rule)."""
-    if plan.error or plan.num_blocks is None or not plan.groups:
-        return None
-    if any(g.per_request is None for g in plan.groups):
+    """Per group, the blocks the group's spec says one request of ``tokens`` tokens holds
+    (``max_memory_usage_bytes`` / page; None when vLLM cannot plan or the rows carry no rule)."""
+    if not _plans(plan):
         return None
     return tuple(g.per_request.blocks(tokens, in_flight) for g in plan.groups)
 
 
-def requests_at_once(plan: Plan, tokens: int, in_flight: int) -> int | None:
-    """Requests of ``tokens`` tokens the pool holds at once."""
-    per = blocks_per_request(plan, tokens, in_flight)
-    if per is None:
+def _plans(plan: Plan) -> bool:
+    return not (plan.error or plan.num_blocks is None or not plan.groups) and all(
+        g.per_request is not None for g in plan.groups
+    )
+
+
+def cache_block_size(plan: Plan, overlay: bool) -> int:
+    """``cache_config.block_size`` as ``EngineCore._initialize_kv_caches`` leaves it: the smallest block
+    of the prefix-cacheable groups (all groups when none is); the overlay's patch 0002 leaves the groups
+    of drafter layers only out of it."""
+    owners = {r.name: r.owner for r in plan.layers}
+    kept = [
+        g.block_size
+        for g in plan.groups
+        if g.kind.prefix_cacheable and not (overlay and all(owners.get(n) == "drafter" for n in g.layer_names))
+    ]
+    return min(kept or [g.block_size for g in plan.groups])
+
+
+def scheduling(plan: Plan, inputs: GeometryInputs, speculating: bool, num_spec: int, behaviour: str) -> Scheduling:
+    """What the scheduler splits and allocates a prefill of ``plan`` by (``speculating``: the plan has a
+    speculative config, ``num_spec`` tokens; ``behaviour``: the report's, "stock" or "overlay")."""
+    pc = plan.prefix_cache
+    return Scheduling(
+        max_model_len=max_model_len_of(inputs),
+        batched_tokens=batched_tokens(inputs),
+        batches_in_flight=concurrent_batches(inputs),
+        lookahead=lookahead_tokens(speculating, num_spec),
+        cache_block=cache_block_size(plan, behaviour == "overlay"),
+        scheduler_block=pc.scheduler_block_size,
+        hash_block=pc.hash_block_size,
+        hit_alignment=pc.hit_alignment_tokens,
+    )
+
+
+def plan_speculation(inputs: GeometryInputs) -> dict[str, tuple[bool, int]]:
+    """Per plan label, (a speculative config, num_speculative_tokens) as the plan runs vLLM."""
+    n = inputs.num_speculative_tokens
+    return {
+        "with_drafter": (inputs.has_drafter or n > 0, n),
+        "target_only_same_spec": (n > 0, n),
+        "without_drafter": (False, 0),
+    }
+
+
+def request_prefill(
+    plan: Plan, inputs: GeometryInputs, label: str, tokens: int, behaviour: str | None = None
+) -> Prefill | None:
+    """What one request of ``tokens`` tokens holds through its prefill in ``plan``, as ``behaviour``
+    runs it (None: the inputs'; None when vLLM cannot plan)."""
+    if not _plans(plan) or plan.prefix_cache is None:
         return None
-    return max(plan.num_blocks - NULL_BLOCKS, 0) // sum(per)
+    speculating, num_spec = plan_speculation(inputs)[label]
+    s = scheduling(plan, inputs, speculating, num_spec, behaviour or inputs.vllm_behaviour)
+    return prefill(tuple(g.per_request for g in plan.groups), tokens, s)
+
+
+def requests_at_once(
+    plan: Plan, inputs: GeometryInputs, label: str, tokens: int, behaviour: str | None = None
+) -> int | None:
+    """Requests of ``tokens`` tokens the pool admits one after another before it refuses one."""
+    p = request_prefill(plan, inputs, label, tokens, behaviour)
+    return None if p is None else p.requests(max(plan.num_blocks - NULL_BLOCKS, 0))
 
 
 @dataclass(frozen=True)
@@ -91,9 +162,15 @@ class Fit:
 
     tokens: int
     requests: int | None  # what the pool grants before it refuses
-    blocks_per_request: int | None
+    blocks_per_request: int | None  # what each holds after its prefill
     attention_blocks: int | None  # of those, the groups that keep every token
-    vllm_max_concurrency: float | None  # what vLLM logs: num_blocks / blocks per request
+    vllm_max_concurrency: float | None  # what vLLM logs: num_blocks / the specs' blocks per request
+    vllm_blocks_per_request: int | None = None  # the specs' blocks per request (max_memory_usage_bytes)
+    peak_blocks: int | None = None  # the most one request holds during its prefill
+    need_blocks: int | None = None  # the most free blocks it needs at once (admission, a chunk and its copies)
+    admission_blocks: int | None = None  # what the scheduler's full-sequence admission check asks
+    prefill_chunks: int | None = None  # the steps its prefill takes
+    group_blocks: tuple[int, ...] | None = None  # per group, what each holds after its prefill
 
 
 @dataclass(frozen=True)
@@ -122,16 +199,27 @@ class Concurrency:
     warnings: tuple[str, ...]
     # plan label -> what vLLM logs as its KV cache size in tokens (vllm_kv_cache_size_tokens)
     vllm_kv_cache_size_tokens: dict | None = None
+    batched_tokens: int | None = None  # a scheduler step's token budget
 
 
-def _fit(plan: Plan, tokens: int, in_flight: int) -> Fit:
-    per = blocks_per_request(plan, tokens, in_flight)
-    if per is None:
+def _fit(plan: Plan, inputs: GeometryInputs, behaviour: str, label: str, tokens: int, in_flight: int) -> Fit:
+    p = request_prefill(plan, inputs, label, tokens, behaviour)
+    if p is None:
         return Fit(tokens, None, None, None, None)
-    total = sum(per)
-    attention = sum(n for n, g in zip(per, plan.groups) if g.kind.keeps_every_token)
+    sizing = sum(blocks_per_request(plan, tokens, in_flight))
+    attention = sum(n for n, g in zip(p.held, plan.groups) if g.kind.keeps_every_token)
     return Fit(
-        tokens, max(plan.num_blocks - NULL_BLOCKS, 0) // total, total, attention, round(plan.num_blocks / total, 2)
+        tokens,
+        p.requests(max(plan.num_blocks - NULL_BLOCKS, 0)),
+        p.blocks,
+        attention,
+        round(plan.num_blocks / sizing, 2),
+        sizing,
+        p.peak_blocks,
+        p.need_blocks,
+        p.admission_blocks,
+        len(p.chunks),
+        p.held,
     )
 
 
@@ -205,6 +293,10 @@ def contexts_for(max_model_len: int, named: Iterable[int] | None = None) -> tupl
     for c in sorted(chosen):
         if type(c) is not int or c < 1:
             raise ContextTooLong(f"context {c!r} must be a positive number of tokens")
+        if c < 2:
+            raise ContextTooLong(
+                f"context {c:,} is below 2 tokens (a request holds a prompt token and the token it generates)"
+            )
         if c > max_model_len:
             raise ContextTooLong(
                 f"context {c:,} is above max_model_len {max_model_len:,} (vLLM refuses a longer request)"
@@ -225,7 +317,10 @@ def concurrency(report: GeometryReport, inputs: GeometryInputs, contexts: Iterab
     max_num_seqs = inputs.max_num_seqs
     lengths = contexts_for(max_model_len, contexts)
     in_flight = in_flight_tokens(inputs)
-    fits = {label: tuple(_fit(getattr(report, label), n, in_flight) for n in lengths) for label in PLAN_LABELS}
+    fits = {
+        label: tuple(_fit(getattr(report, label), inputs, report.behaviour, label, n, in_flight) for n in lengths)
+        for label in PLAN_LABELS
+    }
     within = fits["with_drafter"]
     return Concurrency(
         contexts=lengths,
@@ -239,4 +334,5 @@ def concurrency(report: GeometryReport, inputs: GeometryInputs, contexts: Iterab
         vllm_kv_cache_size_tokens={
             label: vllm_kv_cache_size_tokens(getattr(report, label), max_model_len, in_flight) for label in PLAN_LABELS
         },
+        batched_tokens=batched_tokens(inputs),
     )

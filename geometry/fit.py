@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .capacity import kv_token_capacity
-from .concurrency import in_flight_tokens, max_model_len_of, requests_at_once
+from .concurrency import max_model_len_of, requests_at_once
 from .fit_keys import KEEPABLE, SEARCHED
 from .gate import Verdict
 from .gate_run import run_gate
@@ -127,8 +127,9 @@ def _changes(recipe: Setting, s: Setting) -> tuple:
 
 
 def _candidate(inputs: GeometryInputs, recipe: Setting, s: Setting, gate: Callable) -> tuple[Candidate, GeometryReport]:
+    applied = _apply(inputs, s)
     try:
-        report, verdict = gate(_apply(inputs, s))
+        report, verdict = gate(applied)
     except ValueError as exc:  # BadInput: a setting the simulator does not model
         return Candidate(s, False, None, None, None, _changes(recipe, s), str(exc)), None
     plan = report.with_drafter
@@ -137,7 +138,7 @@ def _candidate(inputs: GeometryInputs, recipe: Setting, s: Setting, gate: Callab
         s,
         verdict.passed,
         plan.block_size,
-        requests_at_once(plan, max_model_len_of(inputs), in_flight_tokens(inputs)),
+        requests_at_once(plan, applied, "with_drafter", max_model_len_of(applied), report.behaviour),
         kv_token_capacity(plan),
         _changes(recipe, s),
         verdict.reasons[0] if verdict.reasons else None,

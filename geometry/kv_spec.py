@@ -53,23 +53,43 @@ class SimulatedError(Exception):
 
 
 @dataclass(frozen=True)
+class StateBlocks:
+    """What a mamba group's ``MambaSpec`` says of the blocks a request holds: the cache mode,
+    ``num_speculative_blocks``, ``num_prefill_checkpoint_blocks`` and ``prefill_checkpoint_alignment``."""
+
+    align: bool  # mamba_cache_mode "align" (else "none")
+    speculative: int
+    checkpoint_blocks: int = 0
+    checkpoint_alignment: int | None = None
+
+    @property
+    def max_blocks(self) -> int:
+        """``MambaSpec.max_memory_usage_bytes`` / page: in "align" 2 (the state is copied from the
+        previous block into the next) + speculative + prefill-checkpoint blocks, else 1 + speculative."""
+        if self.align:
+            return 2 + self.speculative + self.checkpoint_blocks
+        return 1 + self.speculative
+
+
+@dataclass(frozen=True)
 class RequestBlocks:
     """How many blocks one request draws from the pool for a group, as the
-    group's spec counts them (``max_memory_usage_bytes`` / page):
+    group's spec counts them (``max_memory_usage_bytes`` / page), and what the
+    group's manager allocates by (admission.py):
 
     * ``per_token``: ``ceil(tokens / block_size)`` (full attention, MLA);
     * ``window``: ``ceil(min(window - 1 + tokens in flight, tokens) /
       block_size) + 1`` (sliding window: the window, the tokens scheduled but
       not yet freed, and one block for a window that starts mid-block);
-    * ``fixed``: ``fixed`` blocks whatever the length (mamba state: 1 +
-      speculative blocks, in "align" 2 + speculative + prefill-checkpoint
-      blocks; the kpool tail ring: 1).
+    * ``fixed``: ``fixed`` blocks whatever the length (the kpool tail ring: 1);
+    * ``state``: a mamba state, ``fixed`` = ``state.max_blocks``.
     """
 
-    rule: str  # per_token | window | fixed
+    rule: str  # per_token | window | fixed | state
     block_size: int
     fixed: int = 0
     window: int | None = None
+    state: StateBlocks | None = None
 
     def blocks(self, tokens: int, in_flight: int) -> int:
         """Blocks one request of ``tokens`` tokens draws, ``in_flight`` tokens scheduled but not freed."""
@@ -183,9 +203,9 @@ class KVCacheSpec:
         return False
 
     # -- requests
-    def per_request(self, state_blocks: int) -> RequestBlocks:
+    def per_request(self, state: StateBlocks) -> RequestBlocks:
         """The blocks a request holds (``max_memory_usage_bytes`` / page);
-        ``state_blocks``: what a mamba group holds for the plan."""
+        ``state``: what a mamba group's spec says for the plan."""
         raise NotImplementedError
 
 
@@ -243,7 +263,7 @@ class AttentionSpec(KVCacheSpec):
     def in_dcp_layout_check(self) -> bool:
         return True
 
-    def per_request(self, state_blocks: int) -> RequestBlocks:
+    def per_request(self, state: StateBlocks) -> RequestBlocks:
         return RequestBlocks("per_token", self.block_size)
 
 
@@ -303,7 +323,7 @@ class SlidingWindowSpec(AttentionSpec):
     def packs_as_state(self, repeats: int | None) -> bool:
         return repeats is None
 
-    def per_request(self, state_blocks: int) -> RequestBlocks:
+    def per_request(self, state: StateBlocks) -> RequestBlocks:
         return RequestBlocks("window", self.block_size, window=self.sliding_window)
 
 
@@ -322,7 +342,7 @@ class CircularBufferSpec(AttentionSpec):
     def packs_as_state(self, repeats: int | None) -> bool:
         return True
 
-    def per_request(self, state_blocks: int) -> RequestBlocks:
+    def per_request(self, state: StateBlocks) -> RequestBlocks:
         return RequestBlocks("fixed", self.block_size, fixed=1)
 
 
@@ -355,8 +375,8 @@ class MambaSpec(KVCacheSpec):
     def packs_as_state(self, repeats: int | None) -> bool:
         return True
 
-    def per_request(self, state_blocks: int) -> RequestBlocks:
-        return RequestBlocks("fixed", self.block_size, fixed=state_blocks)
+    def per_request(self, state: StateBlocks) -> RequestBlocks:
+        return RequestBlocks("state", self.block_size, fixed=state.max_blocks, state=state)
 
 
 SPEC_KINDS: dict[str, type[KVCacheSpec]] = {

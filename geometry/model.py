@@ -70,6 +70,7 @@ class Model:
     drafter_backend: B.Backend | None = None
     drafter_error: SimulatedError | None = None
     prefill_checkpoint_blocks: int = 0  # per mamba group and request in "align" mode (Target's)
+    prefill_checkpoint_alignment: int | None = None  # the mamba specs' (Target's)
 
     # Derived from the fields above (``__post_init__``): what the block-size alignment reads.
     attention_backends: tuple[B.Backend, ...] = field(init=False)  # non-SSM, in layer order, each once
@@ -157,6 +158,7 @@ def build_model(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Mo
         built.num_kv_heads,
         built.mamba_page,
         prefill_checkpoint_blocks=built.prefill_checkpoint_blocks,
+        prefill_checkpoint_alignment=built.prefill_checkpoint_alignment,
     )
     if with_drafter and inputs.drafter_config is not None:
         drafter = build_drafter(inputs, kv_drafter, model_dtype, model.head_size, kv_target)

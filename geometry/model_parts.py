@@ -75,6 +75,9 @@ class Target:
     # Blocks a request holds per mamba group in "align" mode for prefill checkpoints (the layers' MambaSpec
     # num_prefill_checkpoint_blocks: GLM-5.3's KDA layers under FlashKDA).
     prefill_checkpoint_blocks: int = 0
+    # The tokens a prefill checkpoint inside a chunk must be a multiple of, from the chunk's start (the
+    # layers' MambaSpec prefill_checkpoint_alignment; None: the kernel exports none).
+    prefill_checkpoint_alignment: int | None = None
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ group (its spec class, roles, block, bytes, draft tag and the blocks a request h
 from __future__ import annotations
 
 from .inputs import GeometryInputs
-from .kv_spec import KVCacheSpec
+from .kv_spec import KVCacheSpec, StateBlocks
 from .model import Model
 from .report import GroupRow, LayerRow
 
@@ -41,11 +41,11 @@ def plan_rows(
             )
         )
     return tuple(rows), _group_rows(
-        model, path, groups, _state_blocks(model, inputs, num_spec), _draft_tagged(inputs, behaviour)
+        model, path, groups, _state(model, inputs, num_spec), _draft_tagged(inputs, behaviour)
     )
 
 
-def _group_rows(model: Model, path: str, groups, state_blocks: int, draft_tag: bool) -> tuple[GroupRow, ...]:
+def _group_rows(model: Model, path: str, groups, state: StateBlocks, draft_tag: bool) -> tuple[GroupRow, ...]:
     """One GroupRow per group; ``draft_tag``: the release's specs carry ``is_draft`` (else no group is
     a draft group)."""
     roles = {layer.name: layer.role for layer in model.layers}
@@ -58,7 +58,7 @@ def _group_rows(model: Model, path: str, groups, state_blocks: int, draft_tag: b
             gs[0].block_size,
             sum(s.page_size_bytes for s in gs),
             draft_tag and _group_is_draft(path, gs),
-            gs[0].per_request(state_blocks),
+            gs[0].per_request(state),
         )
         for i, (names, gs) in enumerate(groups)
     )
@@ -74,17 +74,18 @@ def _group_is_draft(path: str, specs: list[KVCacheSpec]) -> bool:
     return specs[0].is_draft and specs[0].merge_keeps_draft
 
 
-def _state_blocks(model: Model, inputs: GeometryInputs, num_spec: int) -> int:
-    """Blocks a request holds in each mamba group (``MambaSpec.max_memory_usage_bytes``):
-    1 + one per speculative token; in "align" mode 2 (the state is copied
-    from the previous block into the next) + speculative + the spec's
-    prefill-checkpoint blocks (``num_prefill_checkpoint_blocks``: one for
-    GLM-5.3's KDA layers under FlashKDA, one when the layers export a
-    prefill checkpoint alignment)."""
-    if inputs.mamba_cache_mode != "align":
-        return 1 + num_spec
-    exported = int(model.architecture.prefill_checkpoint_alignment is not None)
-    return 2 + num_spec + max(model.prefill_checkpoint_blocks, exported)
+def _state(model: Model, inputs: GeometryInputs, num_spec: int) -> StateBlocks:
+    """What each mamba group's ``MambaSpec`` says of a request's blocks: the cache mode, one
+    speculative block per speculative token, the prefill-checkpoint blocks
+    (``num_prefill_checkpoint_blocks``: one for GLM-5.3's KDA layers under FlashKDA, one when the
+    layers export a prefill checkpoint alignment) and that alignment."""
+    exported = model.architecture.prefill_checkpoint_alignment
+    return StateBlocks(
+        align=inputs.mamba_cache_mode == "align",
+        speculative=num_spec,
+        checkpoint_blocks=max(model.prefill_checkpoint_blocks, int(exported is not None)),
+        checkpoint_alignment=model.prefill_checkpoint_alignment or exported,
+    )
 
 
 def _draft_tagged(inputs: GeometryInputs, behaviour: str) -> bool:

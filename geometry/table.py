@@ -131,8 +131,10 @@ def concurrency_lines(c: Concurrency) -> list[str]:
     """Requests at once per length, how close the capacity comes to the KV
     memory, and what max_num_seqs meets."""
     out = [
-        f"== requests at once (a request of N tokens holds blocks in every group; the pool keeps "
-        f"1 null block; sliding windows count {c.in_flight_tokens:,} tokens in flight)",
+        f"== requests at once (a request of N tokens: a prompt of N - 1 admitted and prefilled one after "
+        f"another as vLLM's scheduler does, in steps of up to {c.batched_tokens:,} tokens, "
+        f"{c.in_flight_tokens:,} tokens in flight; each keeps the blocks its prefill leaves it in every "
+        f"group; the pool keeps 1 null block)",
         f"   {'tokens':>11}  {'with the drafter':38}  {'target alone, same spec':38}  target alone, no speculation",
     ]
     for i, n in enumerate(c.contexts):

@@ -141,17 +141,20 @@ def default_recipe_verdict() -> str:
 def _prefix_caching_runs():
     gate = gate_input(load_recipe(DEFAULT_RECIPE)).to_json()
     return {
-        (behaviour, on): _geometry(
-            dict(gate, enable_prefix_caching=on, mamba_cache_mode="align" if on else "none"), behaviour
-        )
+        (behaviour, on): _geometry(dict(gate, enable_prefix_caching=on, mamba_cache_mode=_mode(on)), behaviour)
         for behaviour in BEHAVIOURS
         for on in (False, True)
     }
 
 
+def _mode(on: bool) -> str:
+    return "align" if on else "none"
+
+
 def prefix_caching() -> str:
     """The default recipe with prefix caching off (mamba_cache_mode none) and on (align)."""
     runs = _prefix_caching_runs()
+    gate, mode = gate_input(load_recipe(DEFAULT_RECIPE)).to_json(), _mode
     memory = _gib(runs[("overlay", False)][0].kv_cache_memory_bytes)
 
     def pc(behaviour, on):
@@ -179,13 +182,26 @@ def prefix_caching() -> str:
     def extra_state(on):
         if not on:
             return "0"
+        from geometry.concurrency import request_prefill
+        from geometry.inputs import GeometryInputs
 
-        def state_blocks(p):
+        def state_blocks(p, on):
+            inputs = GeometryInputs.from_json(dict(gate, enable_prefix_caching=on, mamba_cache_mode=mode(on)))
+            held = request_prefill(
+                p, inputs, "with_drafter", inputs.target.max_model_len(inputs.max_model_len), "overlay"
+            ).held
+            return [n for g, n in zip(p.groups, held) if g.spec_class == "MambaSpec"]
+
+        def sized(p):
             return [g.per_request.fixed for g in p.groups if g.spec_class == "MambaSpec"]
 
-        more = [a - b for a, b in zip(state_blocks(plan(True)), state_blocks(plan(False)))]
+        more = [a - b for a, b in zip(state_blocks(plan(True), True), state_blocks(plan(False), False))]
         each = _one(set(more), "extra KDA state blocks per group")
-        return f"{_n(sum(more))} ({each} per KDA group: {_n(sum(more) * plan(True).bytes_per_block)} B)"
+        spec = _one({a - b for a, b in zip(sized(plan(True)), sized(plan(False)))}, "extra sized state blocks")
+        return (
+            f"{_n(sum(more))} ({each} per KDA group: {_n(sum(more) * plan(True).bytes_per_block)} B; "
+            f"vLLM's specs count {spec} per group)"
+        )
 
     def verdicts(on):
         return f"{_verdict_word(runs[('overlay', on)][1])}; {_verdict_word(runs[('stock', on)][1])}"
@@ -199,7 +215,11 @@ def prefix_caching() -> str:
         ),
         ("scheduler block / hash block (overlay)", blocks(False), blocks(True)),
         ("cache hits land every (overlay; stock)", hits(False), hits(True)),
-        ("KDA state blocks a running request holds beyond `none` (overlay)", extra_state(False), extra_state(True)),
+        (
+            "KDA state blocks a request of max_model_len holds beyond `none` after its prefill (overlay)",
+            extra_state(False),
+            extra_state(True),
+        ),
         ("verdict (overlay; stock)", verdicts(False), verdicts(True)),
     ]
     return "\n".join(_table(("", "prefix caching off (`none`)", "on (`align`, vLLM's default)"), rows)) + "\n"
@@ -293,10 +313,11 @@ def default_recipe_requests() -> str:
     head = at_once.headroom
     batched = run.inputs.max_num_batched_tokens
     intro = (
-        "Requests of a length that fit in the default recipe's pool at once (with the overlay), "
-        "counted as vLLM 0.33.0's KV-cache manager allocates blocks per request, with the "
+        "Requests of a length that fit in the default recipe's pool at once (with the overlay): "
+        "admitted and prefilled one after another as vLLM 0.33.0's scheduler does, each keeping the "
+        "blocks its prefill leaves it, until the next is refused, with the "
         f"{_n(batched)}-token batches `vllm serve` runs on a {load_recipe(DEFAULT_RECIPE).hardware.gpu} "
-        f"({_n(at_once.in_flight_tokens)} tokens in flight, whose blocks the drafter's sliding window holds):"
+        f"({_n(at_once.in_flight_tokens)} tokens in flight):"
     )
     tail = (
         f"Attention KV is {_n(head.attention_bytes_per_token)} B per token; the pool holds "

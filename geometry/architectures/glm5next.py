@@ -35,6 +35,8 @@ from ..model_parts import (
 )
 
 ATTENTION_INTERVAL = 4
+# kda_prefill_checkpoint_alignment("flashkda") (vllm/model_executor/layers/mamba/kda_checkpoint.py).
+FLASHKDA_CHECKPOINT_ALIGNMENT = 16
 LAYER_TYPES = ("linear_attention", "indexed_attention")
 
 
@@ -145,15 +147,17 @@ def build_target(s: TargetSettings) -> Target:
             Layer(p + ".mla_attn", "target", "mla_latent", mla_backend, mla),
         ]
     # Glm5NextLinearAttention.get_kv_cache_spec: FlashKDA checkpoints the state inside a prefill chunk
-    # (kda_prefill_checkpoint_alignment 16), so each KDA spec holds one more block per request in "align".
-    checkpoint_blocks = int(kda_prefill_backend(tc, family, s.model_dtype) == "flashkda")
+    # (kda_prefill_checkpoint_alignment: 16 tokens), so each KDA spec holds one more block per request in
+    # "align" (num_prefill_checkpoint_blocks = 1 where the alignment is not None).
+    alignment = FLASHKDA_CHECKPOINT_ALIGNMENT if kda_prefill_backend(tc, family, s.model_dtype) == "flashkda" else None
     return Target(
         tuple(layers),
         use_mla=True,
         head_size=head_size,
         num_kv_heads=1,
         mamba_page=state.bytes,
-        prefill_checkpoint_blocks=checkpoint_blocks,
+        prefill_checkpoint_blocks=int(alignment is not None),
+        prefill_checkpoint_alignment=alignment,
     )
 
 

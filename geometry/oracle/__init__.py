@@ -10,6 +10,8 @@ The oracle the gate and the tests hold the simulator to:
   (engine_core.py): explicit GLM-5.3 + DFlash2 parameters planned by
   ``EngineCore._initialize_kv_caches``; ``python -m geometry.oracle
   --engine-core CASES`` (__main__.py) prints one summary per case;
+* ``requests_until_refused(inputs, contexts)`` (concurrency.py): requests of each length
+  admitted by vLLM's own scheduler, on the pool vLLM's engine core plans, until it refuses one;
 * layers.py, layer_objects.py: the layer objects, through vLLM's own constructors where
   they run on the CPU (``Attention``, kernel implementation stood in; the GLM ``Indexer`` on
   the meta device), with constructors skipped where they need the served TP group or CUDA

@@ -366,20 +366,23 @@ class _StandInExecutor:
     """Stands in for the GPU workers: reports specs and free memory, and keeps
     the per-rank configs the engine core initializes them with."""
 
-    def __init__(self, specs: dict, tp: int, available: int):
+    def __init__(self, specs: dict, tp: int, available: int, layouts: list[str] | None = None):
         self.specs, self.tp, self.available = specs, tp, available
+        self.layouts = layouts  # None: the kpool tail backend's
         self.captured = None
 
     def get_kv_cache_specs(self):
         return [dict(self.specs) for _ in range(self.tp)]
 
     def get_supported_kv_cache_layouts(self):
-        from vllm.v1.attention.backends.mla.indexer import KpoolTailBackend
+        names = self.layouts
+        if names is None:
+            from vllm.v1.attention.backends.mla.indexer import KpoolTailBackend
 
-        # The kpool tail backend is the most restrictive of the model's
-        # backends: block-outermost layouts only.
-        names = [x.name for x in KpoolTailBackend.supported_kv_cache_layouts()]
-        return [names for _ in range(self.tp)]
+            # The kpool tail backend is the most restrictive of the model's
+            # backends: block-outermost layouts only.
+            names = [x.name for x in KpoolTailBackend.supported_kv_cache_layouts()]
+        return [list(names) for _ in range(self.tp)]
 
     def set_kv_cache_layout(self, *args):
         pass

@@ -1,6 +1,7 @@
 """Requests at once, max_num_seqs and how close the capacity comes to the KV
 memory, for the default recipe, derived by hand from vLLM 0.33.0's rules
-(vLLM's own count: test_concurrency_oracle.py)."""
+(vLLM's own count: test_concurrency_oracle.py; the overlay's, which these are:
+tests/overlay/test_overlay_planning.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import subprocess
 import sys
 
+import default_recipe_figures as F
 import geometry_cases as C
 import pytest
 
@@ -27,50 +29,76 @@ def _default(**changes) -> GeometryInputs:
 
 
 def test_default_recipe_by_hand():
-    """B = 9,216, 2,892 blocks.  On a GB300 `vllm serve` batches 16,384 tokens (>= 160 GiB:
-    EngineArgs.get_batch_defaults), two batches in flight.  One 1M-token request: 114 MLA blocks
-    (ceil(1,048,576 / 9,216)), 4 KDA groups x (2 + 7 + 1) state blocks in "align" mode (the + 1:
-    on a GB300 vLLM runs the KDA prefill on FlashKDA, bf16, head_dim 128 and a bounded gate, whose spec
-    holds a prefill-checkpoint block), 1 kpool-tail ring block, and
-    ceil(min(2,047 + 32,768, 1M) / 1,152) + 1 = 32 drafter sliding-window blocks:
-    187; (2,892 - 1 null block) // 187 = 15 at once (vLLM logs 2,892 / 187 = 15.47)."""
+    """B = 9,216, 2,892 blocks (2,891 to grant: one null block).  On a GB300 `vllm serve` batches 16,384
+    tokens (>= 160 GiB: EngineArgs.get_batch_defaults), two batches in flight; DFlash reserves 7 + 1
+    lookahead slots. A request of 1M tokens is a prompt of 1,048,575 tokens (tests/default_recipe_figures.py
+    works it out step by step): 113 chunks (the mamba split ends them on 9,216, the last, 16,383 tokens,
+    holds FlashKDA's prefill checkpoint), after which it holds 114 MLA blocks, 4 KDA groups x (3 states +
+    7 speculative + 1 checkpoint), 1 kpool-tail ring block and 25 drafter window blocks: 184; admission asks
+    114 + 4 x 9 + 1 + 32 = 183; 1 + (2,891 - 184) // 184 = 15 at once (vLLM logs 2,892 / 187 = 15.47, its
+    specs counting 2 + 7 + 1 state and 32 window blocks)."""
     inputs = _default()
     assert inputs.max_num_batched_tokens == 16384
     c = concurrency(simulate(inputs), inputs)
     assert c.in_flight_tokens == 32768
     million = c.fits["with_drafter"][0]
     assert (million.blocks_per_request, million.attention_blocks, million.requests, million.vllm_max_concurrency) == (
-        187,
+        F.PREFIX_ON.blocks_one_1m_request_holds,
         114,
-        15,
-        15.47,
+        F.PREFIX_ON.requests_of_1m_at_once,
+        F.PREFIX_ON.vllm_max_concurrency_1m,
     )
-    # 128K: 15 MLA blocks + 40 + 1 + 32 = 88; 2,891 // 88 = 32.
-    assert (c.fits["with_drafter"][1].blocks_per_request, c.fits["with_drafter"][1].requests) == (88, 32)
-    # 32K: 4 MLA blocks + 40 + 1 + (ceil(32,768 / 1,152) + 1 = 30) = 75; 2,891 // 75 = 38.
-    assert (c.fits["with_drafter"][2].blocks_per_request, c.fits["with_drafter"][2].requests) == (75, 38)
-    # Without speculation there is no sliding window: the same 22 whatever the batch.
-    assert (c.fits["without_drafter"][0].blocks_per_request, c.fits["without_drafter"][0].requests) == (136, 22)
+    # 128K, a prompt of 131,071: chunks of 9,216 up to 13 x 9,216 = 119,808, then 11,263 with the checkpoint
+    # (at 113 x 1,152 = 130,176); processed 119,808 - 9,216 = 110,592. MLA ceil(131,079 / 9,216) = 15; KDA
+    # states in blocks 11, 12 and 14 + 7 + 1 = 11; window ceil(131,079 / 1,152) = 114 less (110,592 - 2,047)
+    # // 1,152 = 94: 20; 15 + 44 + 1 + 20 = 80. Admission 15 + 36 + 1 + 32 = 84: 1 + (2,891 - 84) // 80 = 36.
+    assert (c.fits["with_drafter"][1].blocks_per_request, c.fits["with_drafter"][1].requests) == (80, 36)
+    # 32K, a prompt of 32,767: 9,216, 9,216, 14,335 (the checkpoint at 28 x 1,152 = 32,256); processed 9,216.
+    # MLA ceil(32,775 / 9,216) = 4; KDA states in blocks 0, 1, 3 + 7 + 1 = 11; window ceil(32,775 / 1,152) =
+    # 29 less (9,216 - 2,047) // 1,152 = 6: 23; 4 + 44 + 1 + 23 = 72. Admission 4 + 36 + 1 + min(29, 32) = 70:
+    # 1 + (2,891 - 72) // 72 = 40.
+    assert (c.fits["with_drafter"][2].blocks_per_request, c.fits["with_drafter"][2].requests) == (72, 40)
+    # Without speculation: B = 8,576 (KDA state 24,576 x 3 x 2 + 4,194,304 = 4,341,760 B; 128 x 67), 3,103
+    # blocks, no drafter, no lookahead. Chunks of 8,576 up to 121 x 8,576 = 1,037,696, then 10,879 with the
+    # checkpoint (at 122 x 8,576); processed 1,037,696 - 8,576. MLA ceil(1,048,575 / 8,576) = 123; KDA states
+    # in blocks 119, 120, 122 + 1 checkpoint = 4; + 1 ring: 123 + 16 + 1 = 140. Admission 123 + 4 x min(123,
+    # 2) + 1 = 132: 1 + (3,102 - 140) // 140 = 22 (vLLM logs 3,103 / (123 + 4 x 3 + 1) = 22.82).
+    alone = c.fits["without_drafter"][0]
+    assert (alone.blocks_per_request, alone.admission_blocks, alone.requests, alone.vllm_max_concurrency) == (
+        140,
+        132,
+        22,
+        22.82,
+    )
 
 
 def test_default_recipe_at_schedulerconfigs_batch_by_hand():
-    """The same recipe at 2,048 batched tokens (serving.max_num_batched_tokens: 2048, GB10's default):
-    ceil(min(2,047 + 4,096, 1M) / 1,152) + 1 = 7 drafter blocks: 162; 2,891 // 162 = 17 (vLLM logs 17.85)."""
+    """The same recipe at 2,048 batched tokens (serving.max_num_batched_tokens: 2048, GB10's default), 4,096
+    in flight. The block, 9,216, is wider than a step: the mamba split advances 2,048 at a time and stops on
+    each block boundary (5 chunks a block: 4 x 2,048 + 1,024). In the prompt's last block (from 113 x 9,216 =
+    1,041,408) 3 x 2,048, then the split stops at the last hash boundary 1,048,320 (hits every 1,152:
+    768 tokens), then 255; no chunk can hold FlashKDA's checkpoint (it must start 1,152 before it). After the
+    last, with 768 in flight (processed 1,047,552): 114 MLA; KDA the states from block 113 on: 1 + 7; the
+    window ceil(2^20 / 1,152) = 911 less (1,047,552 - 2,047) // 1,152 = 907: 4; + 1 ring: 114 + 32 + 1 + 4 =
+    151. Admission: 114 + 4 x 9 + 1 + min(911, ceil(6,143 / 1,152) + 1 = 7) = 158: 1 + (2,891 - 158) // 151 =
+    19 (vLLM logs 2,892 / (114 + 40 + 1 + 7) = 17.85)."""
     inputs = _default(max_num_batched_tokens=2048)
     c = concurrency(simulate(inputs), inputs)
     assert c.contexts == (1_048_576, 131_072, 32_768)
     million = c.fits["with_drafter"][0]
-    assert (million.blocks_per_request, million.attention_blocks, million.requests, million.vllm_max_concurrency) == (
-        162,
-        114,
-        17,
+    assert (million.blocks_per_request, million.admission_blocks, million.requests, million.vllm_max_concurrency) == (
+        151,
+        158,
+        19,
         17.85,
     )
-    # 32K: 4 MLA blocks + 40 + 1 + 7 = 52; 2,891 // 52 = 55.
-    assert (c.fits["with_drafter"][2].blocks_per_request, c.fits["with_drafter"][2].requests) == (52, 55)
-    # Without speculation: B = 8,576, 3,103 blocks, 4 x (2 + 0 + 1) state blocks, no drafter:
-    # ceil(1M / 8,576) = 123 + 12 + 1 = 136; 3,102 // 136 = 22.
-    assert (c.fits["without_drafter"][0].blocks_per_request, c.fits["without_drafter"][0].requests) == (136, 22)
+    assert million.prefill_chunks == 113 * 5 + 5
+    # Without speculation: B = 8,576 > 2,048: 5 chunks a block (4 x 2,048 + 384); the prompt's last block (from
+    # 122 x 8,576 = 1,046,272) 2,048 then 255. After the last (2,048 in flight, processed 1,046,272): 123 MLA,
+    # KDA the states in blocks 121 and 122 (no checkpoint: the last chunk starts past it), + 1 ring: 123 + 8 +
+    # 1 = 132. Admission 123 + 4 x min(123, 1 + 1) + 1 = 132: 1 + (3,102 - 132) // 132 = 23.
+    alone = c.fits["without_drafter"][0]
+    assert (alone.blocks_per_request, alone.requests, alone.prefill_chunks) == (132, 23, 122 * 5 + 2)
     h = c.headroom
     # 11 MLA layers x 512 B (fp8 latent) + 11 indexer layers x 33 B per token.
     assert h.attention_bytes_per_token == 11 * 512 + 11 * 33
@@ -80,11 +108,16 @@ def test_default_recipe_at_schedulerconfigs_batch_by_hand():
 
 
 def test_prefix_caching_off_holds_fewer_state_blocks():
-    """mamba_cache_mode "none": 1 + 7 state blocks per KDA group instead of 2 + 7 + 1 (no prefill checkpoint)."""
+    """mamba_cache_mode "none": 1 + 7 state blocks per KDA group, no split (64 chunks of 16,384), and the
+    window keeps 31 (tests/default_recipe_figures.py): 114 + 32 + 1 + 31 = 178, 16 at once."""
     inputs = _default(enable_prefix_caching=False, mamba_cache_mode="none")
     report = simulate(inputs)
     fit = concurrency(report, inputs).fits["with_drafter"][0]
-    assert fit.blocks_per_request == 114 + 4 * 8 + 1 + 32
+    assert (fit.blocks_per_request, fit.prefill_chunks, fit.requests) == (114 + 4 * 8 + 1 + 31, 64, 16)
+    assert (fit.blocks_per_request, fit.requests) == (
+        F.PREFIX_OFF.blocks_one_1m_request_holds,
+        F.PREFIX_OFF.requests_of_1m_at_once,
+    )
 
 
 def test_max_num_seqs_above_the_pool_is_refused_and_above_the_fit_warned():
@@ -101,7 +134,7 @@ def test_max_num_seqs_above_the_pool_is_refused_and_above_the_fit_warned():
     c = concurrency(simulate(fine), fine, [32768])
     assert c.refusals == () and len(c.warnings) == 2
     assert "15 requests of 1,048,576 tokens (max_model_len)" in c.warnings[0]
-    assert "38 requests of 32,768 tokens (the shortest listed context)" in c.warnings[1]
+    assert "40 requests of 32,768 tokens (the shortest listed context)" in c.warnings[1]
     quiet = _default(max_num_seqs=15)
     assert concurrency(simulate(quiet), quiet).warnings == ()
 
@@ -111,6 +144,10 @@ def test_contexts():
     assert contexts_for(1_048_576, [8192]) == (1_048_576, 8192)
     with pytest.raises(ContextTooLong, match="above max_model_len 1,048,576"):
         contexts_for(1_048_576, [2 << 20])
+    # vLLM refuses an empty prompt and one that leaves no room for an output token
+    with pytest.raises(ContextTooLong, match=r"^context 1 is below 2 tokens \(a request holds a prompt token"):
+        contexts_for(1_048_576, [1])
+    assert contexts_for(1_048_576, [2]) == (1_048_576, 2)
 
 
 def test_alignment_said_out_loud():
@@ -139,8 +176,12 @@ def test_geometry_json_carries_concurrency_and_the_context_flag():
     data = json.loads(run.stdout)
     c = data["concurrency"]
     assert c["contexts"] == [1_048_576, 32_768, 8192]
-    # 8K: 1 MLA block + 40 + 1 + (ceil(8,192 / 1,152) + 1 = 9) = 51; 2,891 // 51 = 56.
-    assert [f["requests"] for f in c["fits"]["with_drafter"]] == [15, 38, 56]
+    # 8K, a prompt of 8,191 inside one block: the split stops at the last hash boundary 7 x 1,152 = 8,064,
+    # then 127 (no chunk can hold FlashKDA's checkpoint: it must lie in a later block than the start's).
+    # After both: 1 MLA block, 4 x (1 state + 7), 1 ring, the window ceil(8,199 / 1,152) = 8: 42; the second
+    # chunk also copies the state keyed at 8,064 (inside a KDA block) into one new block per KDA group:
+    # it needs 42 + 4 = 46 free. 1 + (2,891 - 46) // 42 = 68.
+    assert [f["requests"] for f in c["fits"]["with_drafter"]] == [15, 40, 68]
     assert data["report"]["requested_block_size"] is None
     bad = subprocess.run(
         [sys.executable, "build.py", "geometry", "--context", "12x"],

@@ -25,7 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 import default_recipe_figures as F  # noqa: E402
 import geometry_cases as C  # noqa: E402
+from default_recipe_figures import Column, PrefixCaching  # noqa: E402
 
+from geometry.concurrency import concurrency, request_prefill  # noqa: E402
 from geometry.errors import BadInput  # noqa: E402
 from geometry.gate import check  # noqa: E402
 from geometry.image_contract import GateReport  # noqa: E402
@@ -86,14 +88,21 @@ def test_recipe_stock_fails_overlay_passes():
     json.dumps(to_json(overlay, vo), default=str)
 
 
-def test_default_recipe_figures_from_config_arithmetic():
-    """The default recipe's figures (stock vLLM 0.33.0 / with the overlay) against
-    vLLM 0.33.0's formulas worked out here on the config snapshots' fields, and
-    the simulator's report for the recipe's own gate input against them: the
-    documents' tables are that report, rendered."""
-    table = F
+def _recipe_fields() -> dict:
+    """The config fields and serving settings the figures are worked out from, read from the recipe's
+    files (not from the figures)."""
     t, d = C.recipe_configs()
     raw = gate_input(load_recipe(DEFAULT_RECIPE)).to_json()
+    return {"t": t, "d": d, "raw": raw}
+
+
+def test_default_recipe_figures_from_config_arithmetic():
+    """The default recipe's figures (stock vLLM 0.33.0 / with the overlay), each dataclass compared
+    whole with vLLM 0.33.0's formulas worked out here on the config snapshots' fields, then the
+    simulator's report for the recipe's own gate input against every figure: the documents' tables
+    are that report, rendered."""
+    fields = _recipe_fields()
+    t, d, raw = fields["t"], fields["d"], fields["raw"]
     # the recipe the figures describe: GB300 (family 100), TP1, fp8 target KV,
     # drafter KV auto (bf16 for a non-MTP drafter), num_spec 7, 150 GiB
     assert (
@@ -102,9 +111,9 @@ def test_default_recipe_figures_from_config_arithmetic():
         raw["kv_cache_dtype"],
         raw["drafter_kv_cache_dtype"],
         raw["num_speculative_tokens"],
-        raw["kv_cache_memory_bytes"],
-    ) == (100, 1, "fp8", "auto", 7, 150 * C.GIB)
-    tp, num_spec, memory = 1, 7, 150 * C.GIB
+    ) == (100, 1, "fp8", "auto", 7)
+    tp, num_spec, memory = raw["tensor_parallel_size"], raw["num_speculative_tokens"], raw["kv_cache_memory_bytes"]
+    assert memory == F.MEMORY_GIB * C.GIB  # geometry.kv_cache_memory_gib
     # KDA state (mamba_utils.kda_state_shape / kda_state_dtype): conv state
     # (H*D + 2*H*D)/tp x (k - 1 + num_spec) in bf16, recurrent H/tp x D x D in fp32
     heads, dim, kernel = t["linear_num_heads"], t["linear_head_dim"], t["linear_conv_kernel_dim"]
@@ -134,10 +143,12 @@ def test_default_recipe_figures_from_config_arithmetic():
     kda_layers = t["layer_types"].count("linear_attention")
     assert (mla_layers, kda_layers) == (11, 34)
     # one group holds the 11 MLA layers' latent and indexer pages (an indexer
-    # state per index_kpool tokens); the 34 KDA layers go into 4 groups of at
-    # most 9 padded pages, less than the MLA group
+    # state per index_kpool tokens); the packed planner puts at most (that group's bytes //
+    # KDA page) KDA pages in a group
     mla_group = mla_layers * (page + block // t["index_kpool"] * key_bytes)
-    assert -(-kda_layers // 4) * page < mla_group
+    kda_groups = -(-kda_layers // (mla_group // page))
+    assert F.KDA_GROUPS == kda_groups == 4
+    assert -(-kda_layers // kda_groups) * page < mla_group
     # stock: the drafter's 5 layers of 8x the MLA page are wider than any target
     # group (wider even than all 34 KDA pages together)
     stock_drafter_group = d["num_hidden_layers"] * block * drafter_per_token
@@ -145,29 +156,29 @@ def test_default_recipe_figures_from_config_arithmetic():
     overlay_drafter_group = d["num_hidden_layers"] * page
     assert overlay_drafter_group < mla_group
     without = stride * -(-mla_group // stride)
-    assert without == 103 * stride == 55_689_216
-    assert (table.STOCK.bytes_per_block_with, table.STOCK.bytes_per_block_without) == (
-        stride * -(-stock_drafter_group // stride),
-        without,
-    )
-    assert (table.OVERLAY.bytes_per_block_with, table.OVERLAY.bytes_per_block_without) == (without, without)
+    stock_with = stride * -(-stock_drafter_group // stride)
+    assert (without, stock_with) == (103 * stride, 350 * stride)
 
-    assert table.DRAFTER_BYTES_PER_TOKEN == drafter_per_token == 4_096
-    assert memory == table.MEMORY_GIB * C.GIB
-    for column in (table.STOCK, table.OVERLAY):
-        assert (column.target_block, column.mla_page) == (block, page)
-        assert (column.kda_real_page, column.kda_padded_page) == (kda, page)
-        assert column.blocks == memory // column.bytes_per_block_with
-        assert column.kv_token_slots == column.blocks * block
-    # stock 0.33.0 gives the drafter the target's block; the overlay the exact fit
-    assert (table.STOCK.drafter_block, table.STOCK.drafter_page) == (block, block * drafter_per_token)
-    assert (table.OVERLAY.drafter_block, table.OVERLAY.drafter_page) == (exact_fit, page)
-    assert table.STOCK.bytes_per_block_without == table.OVERLAY.bytes_per_block_without
-    assert table.OVERLAY.bytes_per_block_with == table.OVERLAY.bytes_per_block_without
-    assert table.STOCK.bytes_per_block_with > table.STOCK.bytes_per_block_without
-    assert (table.STOCK.passed, table.OVERLAY.passed) == (False, True)
+    assert F.DRAFTER_BYTES_PER_TOKEN == drafter_per_token == 4_096
+    for column, (drafter_block, with_bytes) in (
+        (F.STOCK, (block, stock_with)),  # stock 0.33.0 gives the drafter the target's block
+        (F.OVERLAY, (exact_fit, without)),  # the overlay the exact fit
+    ):
+        assert column == Column(
+            target_block=block,
+            mla_page=page,
+            kda_real_page=kda,
+            kda_padded_page=page,
+            drafter_block=drafter_block,
+            drafter_page=drafter_block * drafter_per_token,
+            bytes_per_block_with=with_bytes,
+            bytes_per_block_without=without,
+            blocks=memory // with_bytes,
+            kv_token_slots=memory // with_bytes * block,
+            passed=with_bytes == without,  # the drafter costs the target no capacity
+        )
 
-    for behaviour, column in (("stock", table.STOCK), ("overlay", table.OVERLAY)):
+    for behaviour, column in (("stock", F.STOCK), ("overlay", F.OVERLAY)):
         report = simulate(gate_input(load_recipe(DEFAULT_RECIPE), vllm_behaviour=behaviour))
         plan, alone = report.with_drafter, report.target_only_same_spec
         rows = {
@@ -176,10 +187,11 @@ def test_default_recipe_figures_from_config_arithmetic():
             if r.role in ("kda", "mla_latent", "sliding_window")
         }
         assert rows == {
-            ("kda", block, kda, page),
-            ("mla_latent", block, page, page),
+            ("kda", column.target_block, column.kda_real_page, column.kda_padded_page),
+            ("mla_latent", column.target_block, column.mla_page, column.mla_page),
             ("sliding_window", column.drafter_block, column.drafter_page, column.drafter_page),
         }, behaviour
+        assert {r.bytes_per_token for r in plan.layers if r.owner == "drafter"} == {F.DRAFTER_BYTES_PER_TOKEN}
         assert (plan.block_size, plan.bytes_per_block, plan.num_blocks, plan.tokens_fit) == (
             column.target_block,
             column.bytes_per_block_with,
@@ -188,58 +200,147 @@ def test_default_recipe_figures_from_config_arithmetic():
         )
         assert alone.bytes_per_block == column.bytes_per_block_without
         assert check(report).passed is column.passed
+        assert report.kv_cache_memory_bytes == F.MEMORY_GIB * C.GIB
+    overlay = simulate(gate_input(load_recipe(DEFAULT_RECIPE))).with_drafter
+    assert len([g for g in overlay.groups if g.spec_class == "MambaSpec"]) == F.KDA_GROUPS
 
 
-def test_default_recipe_prefix_caching_from_arithmetic():
-    """The default recipe's prefix-caching figures against vLLM 0.33.0's rules
-    worked out here, and the simulator's plans against them."""
-    overlay, stock, off, on = F.OVERLAY, F.STOCK, F.PREFIX_OFF, F.PREFIX_ON
-    block, drafter_block = overlay.target_block, overlay.drafter_block
-    max_model_len, num_spec = F.MAX_MODEL_LEN, F.NUM_SPEC
-    assert (max_model_len, num_spec) == (1 << 20, 7)
-    kda_groups = F.KDA_GROUPS
-    assert kda_groups == -(-34 // 9) == 4  # 34 KDA layers in groups of at most 9 (test above)
-
-    # scheduler block: the lcm of the groups' blocks; with mode "none" the KDA
-    # state block is max_model_len. Hash block: the gcd of the prefix-cacheable
-    # groups' blocks (resolve_kv_cache_block_sizes)
-    assert off.scheduler_block == math.lcm(max_model_len, block) == 9_437_184 and off.hash_block is None
-    assert (
-        (on.scheduler_block, on.hash_block)
-        == (math.lcm(block, drafter_block), math.gcd(block, drafter_block))
-        == (9216, 1152)
+def _prefix_caching_by_hand(on: bool) -> PrefixCaching:
+    """The PrefixCaching figures worked out from the recipe's fields and vLLM 0.33.0's rules
+    (tests/default_recipe_figures.py says each step in words)."""
+    fields = _recipe_fields()
+    t, d, raw = fields["t"], fields["d"], fields["raw"]
+    max_model_len, num_spec = t["max_position_embeddings"], raw["num_speculative_tokens"]
+    assert raw["max_model_len"] in (None, max_model_len)
+    block = F.OVERLAY.target_block  # worked out by hand in the test above
+    drafter_block, blocks = F.OVERLAY.drafter_block, F.OVERLAY.blocks
+    window = d["sliding_window"]
+    batched, batches = F.BATCHED_TOKENS, F.BATCHES_IN_FLIGHT
+    assert raw["max_num_batched_tokens"] == batched  # what `vllm serve` picks on a GB300
+    lookahead = num_spec + 1  # DFlash: VllmConfig.num_lookahead_tokens
+    in_flight_max = batches * batched
+    ring, hash_grid = 1, math.gcd(block, drafter_block)
+    prompt = max_model_len - 1  # a request of max_model_len tokens: the prompt and the token it generates
+    slots = min(prompt + lookahead, max_model_len)
+    mla = -(-slots // block)
+    window_table = -(-slots // drafter_block)
+    window_sized = -(-min(window - 1 + in_flight_max, max_model_len) // drafter_block) + 1
+    checkpoint = 1  # FlashKDA on a GB300 for this bf16 model (test_concurrency.py checks the choice)
+    if not on:
+        kda_block = max_model_len  # MambaSpec in "none": the block is max_model_len
+        sized = 1 + num_spec
+        chunks = -(-prompt // batched)
+        last_start = (chunks - 1) * batched
+        processed = last_start - (batches - 1) * batched  # the step before still in flight
+        kda_held = -(-(slots + kda_block * num_spec) // kda_block)
+        window_held = window_table - (processed - (window - 1)) // drafter_block
+        admission = (
+            -(-prompt // block) + F.KDA_GROUPS * kda_held + ring + min(-(-prompt // drafter_block), window_sized)
+        )
+        scheduler, hash_block, hits, hits_stock = math.lcm(kda_block, block, 16, drafter_block), None, None, None
+    else:
+        sized = 2 + num_spec + checkpoint
+        # every chunk but the last ends on the cache block; the last starts where the rest fits one step
+        last_start = (prompt - batched) // block * block + block
+        assert prompt - last_start <= batched < prompt - last_start + block
+        chunks = last_start // block + 1
+        processed = last_start - block  # the step before (one block) still in flight
+        # the checkpoint FlashKDA exports inside the last chunk: on the hash grid, a multiple of 16 tokens
+        # from the chunk's start, in a later block than the start's
+        position = (prompt - 1) // hash_grid * hash_grid
+        assert last_start % hash_grid == 0 and last_start < position < prompt and (position - last_start) % 16 == 0
+        assert -(-prompt // block) - 2 > (last_start - 1) // block
+        # states from the processed tokens' block on: the chunk ends last_start - block, last_start, prompt
+        first = (processed - 1) // block
+        states = {(e - 1) // block for e in (last_start - block, last_start, prompt) if (e - 1) // block >= first}
+        kda_held = len(states) + num_spec + checkpoint
+        window_held = window_table - (processed - (window - 1)) // drafter_block
+        admission = (
+            -(-prompt // block)
+            + F.KDA_GROUPS * min(-(-prompt // block) + num_spec, 1 + checkpoint + num_spec)
+            + ring
+            + min(-(-prompt // drafter_block), window_sized)
+        )
+        scheduler, hash_block = math.lcm(block, 16, drafter_block), hash_grid
+        hits, hits_stock = hash_grid, math.gcd(block, F.STOCK.drafter_block)
+    holds = mla + F.KDA_GROUPS * kda_held + ring + window_held
+    sized_total = -(-max_model_len // block) + F.KDA_GROUPS * sized + ring + window_sized
+    pool = blocks - 1
+    return PrefixCaching(
+        scheduler_block=scheduler,
+        hash_block=hash_block,
+        hits_every_overlay=hits,
+        hits_every_stock=hits_stock,
+        kda_state_blocks_sized=sized,
+        blocks_one_1m_request_sized=sized_total,
+        vllm_max_concurrency_1m=round(blocks / sized_total, 2),
+        prefill_chunks_1m=chunks,
+        kda_state_blocks_held=kda_held,
+        drafter_window_blocks_held=window_held,
+        blocks_one_1m_request_holds=holds,
+        admission_blocks_1m=admission,
+        requests_of_1m_at_once=1 + (pool - max(admission, holds)) // holds,
     )
-    # hits land on the hash block: the overlay's drafter block, stock's 9,216
-    # (its drafter takes the target block)
-    assert (off.hits_every_overlay, off.hits_every_stock) == (None, None)
-    assert (on.hits_every_overlay, on.hits_every_stock) == (drafter_block, stock.drafter_block)
-    # KDA state blocks per request: one state (plus num_spec speculative ones),
-    # "align" keeps one more, the last checkpoint, and FlashKDA one for the prefill checkpoint
-    assert (off.kda_state_blocks_per_request, on.kda_state_blocks_per_request) == (1 + num_spec, 2 + num_spec + 1)
-    assert on.blocks_one_1m_request_draws - off.blocks_one_1m_request_draws == 2 * kda_groups
 
-    for behaviour, hits in (("overlay", drafter_block), ("stock", stock.drafter_block)):
-        for enabled in (False, True):
-            raw = gate_input(load_recipe(DEFAULT_RECIPE), vllm_behaviour=behaviour).to_json()
-            report = simulate(_inputs(dict(raw, **C.prefix_caching(enabled))))
-            plan = report.with_drafter
-            pc = plan.prefix_cache
-            assert (pc.enabled, pc.can_hit) == (enabled, enabled)
-            if enabled:
-                assert (pc.hash_block_size, pc.hit_alignment_tokens) == (hits, hits)
-            if behaviour == "overlay":
-                assert len([g for g in plan.groups if g.spec_class == "MambaSpec"]) == kda_groups
-                assert pc.scheduler_block_size == (on if enabled else off).scheduler_block
-                if enabled:
-                    assert pc.hash_block_size == on.hash_block
-                # the plan does not change with the mode
-                assert (plan.block_size, plan.num_blocks, plan.tokens_fit) == (
-                    block,
-                    overlay.blocks,
-                    overlay.kv_token_slots,
-                )
-            # the verdict: the overlay passes, stock fails, in both modes
-            assert check(report).passed is (behaviour == "overlay")
+
+@pytest.mark.parametrize("on", [False, True])
+def test_default_recipe_prefix_caching_from_arithmetic(on):
+    """The default recipe's prefix-caching figures compared whole with vLLM 0.33.0's rules worked out
+    here, and the simulator's plans and requests at once against every figure."""
+    figures = F.PREFIX_ON if on else F.PREFIX_OFF
+    assert figures == _prefix_caching_by_hand(on)
+    fields = _recipe_fields()
+    t, raw = fields["t"], fields["raw"]
+    assert F.MAX_MODEL_LEN == t["max_position_embeddings"] == raw["max_model_len"]
+    assert (F.NUM_SPEC, F.LOOKAHEAD) == (raw["num_speculative_tokens"], raw["num_speculative_tokens"] + 1)
+    assert F.POOL == raw["kv_cache_memory_bytes"] // F.OVERLAY.bytes_per_block_with - 1  # less the null block
+
+    for behaviour, hits in (("overlay", figures.hits_every_overlay), ("stock", figures.hits_every_stock)):
+        raw = gate_input(load_recipe(DEFAULT_RECIPE), vllm_behaviour=behaviour).to_json()
+        inputs = _inputs(dict(raw, **C.prefix_caching(on)))
+        report = simulate(inputs)
+        plan = report.with_drafter
+        pc = plan.prefix_cache
+        assert (pc.enabled, pc.can_hit) == (on, on)
+        assert (pc.hit_alignment_tokens if on else None) == hits
+        if behaviour == "overlay":
+            assert pc.scheduler_block_size == figures.scheduler_block
+            assert (pc.hash_block_size if on else None) == figures.hash_block
+            kda = [g for g in plan.groups if g.spec_class == "MambaSpec"]
+            assert len(kda) == F.KDA_GROUPS and {g.per_request.fixed for g in kda} == {figures.kda_state_blocks_sized}
+            # the plan does not change with the mode
+            assert (plan.block_size, plan.num_blocks, plan.tokens_fit) == (
+                F.OVERLAY.target_block,
+                F.OVERLAY.blocks,
+                F.OVERLAY.kv_token_slots,
+            )
+            c = concurrency(report, inputs)
+            assert c.in_flight_tokens == F.BATCHES_IN_FLIGHT * F.BATCHED_TOKENS
+            fit = c.fits["with_drafter"][0]
+            assert fit.tokens == F.MAX_MODEL_LEN
+            assert (
+                fit.vllm_blocks_per_request,
+                fit.vllm_max_concurrency,
+                fit.prefill_chunks,
+                fit.blocks_per_request,
+                fit.admission_blocks,
+                fit.requests,
+            ) == (
+                figures.blocks_one_1m_request_sized,
+                figures.vllm_max_concurrency_1m,
+                figures.prefill_chunks_1m,
+                figures.blocks_one_1m_request_holds,
+                figures.admission_blocks_1m,
+                figures.requests_of_1m_at_once,
+            )
+            held = request_prefill(plan, inputs, "with_drafter", F.MAX_MODEL_LEN).held
+            by_role = {g.roles: n for g, n in zip(plan.groups, held)}
+            assert {n for g, n in zip(plan.groups, held) if g.spec_class == "MambaSpec"} == {
+                figures.kda_state_blocks_held
+            }
+            assert by_role[("sliding_window",)] == figures.drafter_window_blocks_held
+        # the verdict: the overlay passes, stock fails, in both modes
+        assert check(report).passed is (behaviour == "overlay")
 
 
 def test_overlay_without_exact_fit_keeps_stock():

@@ -16,6 +16,7 @@ from geometry.kv_spec import (
     MambaSpec,
     MLAAttentionSpec,
     SlidingWindowSpec,
+    StateBlocks,
     spec_kind,
 )
 
@@ -60,7 +61,7 @@ def _spec(cls, **extra):
         (MLAAttentionSpec, True, False, True, True, False, "per_token"),
         (SlidingWindowSpec, False, False, True, False, True, "window"),
         (CircularBufferSpec, False, False, False, False, True, "fixed"),
-        (MambaSpec, False, True, True, True, True, "fixed"),
+        (MambaSpec, False, True, True, True, True, "state"),
     ],
 )
 def test_each_kind_answers_for_itself(cls, keeps, state, cacheable, fine, draft_kept, rule):
@@ -68,7 +69,7 @@ def test_each_kind_answers_for_itself(cls, keeps, state, cacheable, fine, draft_
     assert spec_kind(cls.vllm_class) is cls
     assert (cls.keeps_every_token, cls.holds_state, cls.prefix_cacheable) == (keeps, state, cacheable)
     assert (cls.fine_grained_lookup, cls.merge_keeps_draft) == (fine, draft_kept)
-    assert spec.per_request(state_blocks=8).rule == rule
+    assert spec.per_request(StateBlocks(align=False, speculative=7)).rule == rule
 
 
 def test_pages_as_vllm_counts_them():

@@ -93,6 +93,7 @@ def summary(p):
         "draft_padded": any(l.padded for l in drafter_rows),
         "draft_blocks": sorted({l.block_size for l in drafter_rows}),
         "draft_pages": sorted({l.page_bytes for l in drafter_rows}),
+        "draft_bytes_per_token": sorted({l.bytes_per_token for l in drafter_rows}),
         "kda_pages": sorted({(l.real_page_bytes, l.page_bytes) for l in p.layers if l.role == "kda"}),
     }
 
@@ -259,12 +260,128 @@ def test_default_recipe_figures_are_what_vllm_plans(oracle, tree):
     assert (with_d["block_size"], with_d["target_attention_page"]) == (column.target_block, column.mla_page)
     assert with_d["kda_pages"] == [[column.kda_real_page, column.kda_padded_page]]
     assert (with_d["draft_blocks"], with_d["draft_pages"]) == ([column.drafter_block], [column.drafter_page])
-    assert column.drafter_page == column.drafter_block * F.DRAFTER_BYTES_PER_TOKEN
+    assert with_d["draft_bytes_per_token"] == [F.DRAFTER_BYTES_PER_TOKEN]
     assert (with_d["bytes_per_block"], alone["bytes_per_block"]) == (
         column.bytes_per_block_with,
         column.bytes_per_block_without,
     )
     assert (with_d["num_blocks"], with_d["tokens_fit"]) == (column.blocks, column.kv_token_slots)
+
+
+SCHEDULER_DRIVER = r"""
+import json, sys
+import vllm
+from geometry.inputs import GeometryInputs
+from geometry.oracle.concurrency import requests_until_refused
+
+cases = json.loads(sys.argv[1])
+print("SCHEDULED_VLLM " + vllm.__file__)
+for name, raw in cases.items():
+    counted = requests_until_refused(GeometryInputs.from_json(raw), [raw["max_model_len"]])
+    print("SCHEDULED " + json.dumps({"name": name, "with": counted["with_drafter"][0]}))
+"""
+
+
+@pytest.fixture(scope="module")
+def scheduled(trees):
+    """vLLM's own engine core and scheduler (geometry/oracle/concurrency.py) on the default recipe's gate
+    input, prefix caching off and on, admitting requests of max_model_len tokens until it refuses one: on
+    the pristine tree for the stock behaviour, on the patched one for the overlay's."""
+    from geometry_cases import prefix_caching
+
+    out = {}
+    for tree, behaviour in (("stock", "stock"), ("patched", "overlay")):
+        raw = gate_input(load_recipe(DEFAULT_RECIPE), vllm_behaviour=behaviour).to_json()
+        cases = {str(on): dict(raw, **prefix_caching(on)) for on in (False, True)}
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join([str(trees[tree]), str(REPO)]),
+            VLLM_TARGET_DEVICE="cpu",
+            PYTHONDONTWRITEBYTECODE="1",
+        )
+        proc = subprocess.run(
+            [trees["python"], "-c", SCHEDULER_DRIVER, json.dumps(cases)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            universal_newlines=True,
+            env=env,
+            timeout=1800,
+        )
+        assert proc.returncode == 0, proc.stderr[-6000:]
+        lines = [line.split(" ", 1) for line in proc.stdout.splitlines() if line.startswith("SCHEDULED")]
+        assert dict(lines)["SCHEDULED_VLLM"].startswith(str(trees[tree]))
+        for key, value in lines:
+            if key == "SCHEDULED":
+                row = json.loads(value)
+                out[(tree, row["name"] == "True")] = row["with"]
+    return out
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_default_recipe_requests_at_once_are_what_vllms_scheduler_admits(scheduled, on):
+    """The default recipe's prefix-caching and requests-at-once figures (tests/default_recipe_figures.py,
+    worked out by hand) are what vLLM's own engine core resolves and its scheduler admits on the patched
+    tree (the overlay, which the recipe serves with), and the stock hit alignment on the pristine tree; and
+    the simulator's count for the recipe's gate input is vLLM's."""
+    from geometry_cases import prefix_caching
+
+    from geometry.concurrency import concurrency
+    from geometry.inputs import GeometryInputs
+    from geometry.simulate import simulate
+
+    figures = F.PREFIX_ON if on else F.PREFIX_OFF
+    vllm = scheduled[("patched", on)]
+    assert (vllm["in_flight_tokens"], vllm["lookahead_tokens"]) == (
+        F.BATCHES_IN_FLIGHT * F.BATCHED_TOKENS,
+        F.LOOKAHEAD,
+    )
+    assert (vllm["num_blocks"], vllm["cache_block_size"], vllm["scheduler_block_size"]) == (
+        F.OVERLAY.blocks,
+        F.OVERLAY.target_block,  # patch 0002: the drafter's 1,152 does not lower it
+        figures.scheduler_block,
+    )
+    assert vllm["enable_caching"] is on
+    if on:
+        assert (vllm["hash_block_size"], vllm["cache_hit_alignment_tokens"]) == (
+            figures.hash_block,
+            figures.hits_every_overlay,
+        )
+        assert scheduled[("stock", on)]["cache_hit_alignment_tokens"] == figures.hits_every_stock
+    groups = vllm["groups"]
+    kda = [i for i, g in enumerate(groups) if g == "MambaSpec"]
+    (mla,) = [i for i, g in enumerate(groups) if g == "MLAAttentionSpec"]
+    (window,) = [i for i, g in enumerate(groups) if g == "SlidingWindowSpec"]
+    assert len(kda) == F.KDA_GROUPS
+    assert {vllm["sized_blocks"][i] for i in kda} == {figures.kda_state_blocks_sized}
+    assert sum(vllm["sized_blocks"]) == figures.blocks_one_1m_request_sized
+    assert vllm["vllm_max_concurrency"] == figures.vllm_max_concurrency_1m
+    assert len(vllm["chunks"]) == figures.prefill_chunks_1m
+    held = vllm["holdings"]
+    assert {held[i] for i in kda} == {figures.kda_state_blocks_held}
+    assert (held[mla], held[window]) == (
+        -(-F.MAX_MODEL_LEN // F.OVERLAY.target_block),
+        figures.drafter_window_blocks_held,
+    )
+    assert (vllm["blocks_per_request"], vllm["requests"]) == (
+        figures.blocks_one_1m_request_holds,
+        figures.requests_of_1m_at_once,
+    )
+    # The 16th (prefix caching on) or 17th (off) is refused at admission: it asks more than is left.
+    assert vllm["refused"] == "refused at admission"
+    assert vllm["free_blocks"] == F.POOL - figures.requests_of_1m_at_once * figures.blocks_one_1m_request_holds
+    assert vllm["free_blocks"] < figures.admission_blocks_1m
+    # The simulator, for the overlay and for stock, counts what vLLM's scheduler admits.
+    for tree, behaviour in (("patched", "overlay"), ("stock", "stock")):
+        raw = gate_input(load_recipe(DEFAULT_RECIPE), vllm_behaviour=behaviour).to_json()
+        inputs = GeometryInputs.from_json(dict(raw, **prefix_caching(on)))
+        fit = concurrency(simulate(inputs), inputs, []).fits["with_drafter"][0]
+        counted = scheduled[(tree, on)]
+        assert (fit.requests, fit.group_blocks, fit.prefill_chunks, fit.vllm_max_concurrency) == (
+            counted["requests"],
+            tuple(counted["holdings"]),
+            len(counted["chunks"]),
+            counted["vllm_max_concurrency"],
+        ), behaviour
 
 
 def test_patch_0002_is_needed(trees, tmp_path):

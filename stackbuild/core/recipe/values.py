@@ -133,7 +133,7 @@ class Serving:
     # --max-num-seqs; None: vLLM's default. The gate checks it against the pool (geometry/concurrency.py).
     max_num_seqs: Optional[int] = None
     # --max-num-batched-tokens; None: vLLM's default for the GPU (stackbuild/core/gpus.py). The requests
-    # at once count the tokens in flight a sliding-window drafter holds (geometry/concurrency.py).
+    # at once are prefilled in steps of it (geometry/admission.py).
     max_num_batched_tokens: Optional[int] = None
     # Explicit --enable-prefix-caching / --no-enable-prefix-caching; None: vLLM's default.
     enable_prefix_caching: Optional[bool] = None
