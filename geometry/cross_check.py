@@ -6,7 +6,9 @@ behaviour the installed vLLM has, and says where they differ (:class:`OracleOutc
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -53,15 +55,35 @@ class OracleOutcome:
         return not self.differences and self.failure is None
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """Whatever vLLM and torch print while vLLM plans goes to stderr, at the file-descriptor level (gloo's C++
+    prints on stdout when the oracle's one-rank group forms): a caller's stdout carries its report alone."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no stdout to keep clean
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def compare_with_vllm(inputs: GeometryInputs, modelled: GeometryReport, how: CrossCheck) -> OracleOutcome:
     """``modelled`` (the simulator's report for ``modelled.behaviour``) against vLLM's plan of ``inputs``."""
     if how.recorded is not None:
         diffs = record_mod.compare(record_mod.comparable(modelled), how.recorded["vllm"])
         return OracleOutcome(source=RECORD_SOURCE, behaviour=modelled.behaviour, differences=tuple(diffs))
     try:
-        from . import oracle  # imports vLLM
+        with _stdout_to_stderr():
+            from . import oracle  # imports vLLM
 
-        planned = oracle.plan_with_vllm(inputs)
+            planned = oracle.plan_with_vllm(inputs)
         diffs = oracle.compare_reports(modelled, planned)
     except Exception as exc:  # noqa: BLE001 - the installed vLLM could not plan at all
         return OracleOutcome(

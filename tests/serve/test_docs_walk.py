@@ -175,7 +175,10 @@ def walked(tmp_path_factory, cpu_serving_base_pushed, registry) -> Walked:
         "WALK_HF": str(hf),
         "WALK_HEALTHY_WITHIN_S": str(HEALTHY_WITHIN_S),
     }
-    for variable in ("IMAGE_OWNER", "VLLM_API_KEY", "MODELS", "R"):
+    # A user's shell: none of the walk's own variables, and no make of ours around it (the suite runs under
+    # `make test`, whose MAKELEVEL and MAKEFLAGS would make the walk's `make image` a sub-make that prints
+    # its "Entering/Leaving directory" lines).
+    for variable in ("IMAGE_OWNER", "VLLM_API_KEY", "MODELS", "R", "MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES"):
         env.pop(variable, None)
     p = docs_walk.plan(stand_ins)
     (work / "walk.sh").write_text(docs_walk.script(p))
