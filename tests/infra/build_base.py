@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build, tag and push the synthetic stand-ins for vllm/vllm-openai:v0.33.0.
 
-    build_base.py --arch amd64|arm64      Debian bookworm minbase rootfs (debootstrap)
+    build_base.py --arch amd64|arm64      the shared Debian bookworm minbase rootfs (rootfs.py)
                                           + vLLM 0.33.0's real Python tree + CPU torch
                                           + the pure-Python packages its KV-cache code imports,
                                           in /usr/local/lib/python3.11/dist-packages.
@@ -15,12 +15,12 @@ Images (REGISTRY = 127.0.0.1:5000 unless INFRA_REGISTRY_ADDR):
 
 Each image is pushed to the local registry (credentials from the services.sh
 state file) and {"reference","digest","arch",...} is written to
-$INFRA_STATE_DIR/base-<name>.json.  Debootstrap tarballs, wheels and the
-resolved package list are cached under $INFRA_CACHE_DIR (default
-<repo>/.cache/infra); an image whose label records the same input hash is
-not rebuilt.  The image is assembled as a docker-archive written here (so
-the arm64 config says arm64, which `docker import` would not) and loaded
-with `docker load`.
+$INFRA_STATE_DIR/base-<name>.json.  The rootfs and Python layer tarballs,
+wheels and the resolved package list are cached under $INFRA_CACHE_DIR
+(default <repo>/.cache/infra), each under a key of its inputs; an image whose
+label records the same input hash is not rebuilt.  The layers are streamed
+into `docker load` as a docker-archive (image_archive.py), so the arm64
+config says arm64, which `docker import` would not.
 
 Entrypoint: ["vllm", "serve"], where /usr/local/bin/vllm is a small stub (the real
 CLI needs the CUDA build); `vllm --version` prints the installed vLLM version.
@@ -30,19 +30,19 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 
 import harness  # tests/infra, this script's directory
+import rootfs
+from image_archive import ImageConfig, Layer, load_image
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -50,8 +50,6 @@ STATE_DIR = harness.state_dir()
 CACHE_DIR = Path(os.environ.get("INFRA_CACHE_DIR", str(REPO / ".cache" / "infra")))
 REGISTRY = os.environ.get("INFRA_REGISTRY_ADDR", "127.0.0.1:5000")
 REPOSITORY = f"{REGISTRY}/vllm/vllm-openai"
-
-SUITE = "bookworm"
 
 
 def _pin(name: str) -> str:
@@ -66,7 +64,6 @@ VLLM_VERSION = _pin("vllm")
 WRONG_VLLM_VERSION = "0.32.1"
 PY_MM = "3.11"
 SITE = f"usr/local/lib/python{PY_MM}/dist-packages"
-DEB_INCLUDE = ["python3", "python3-minimal", "ca-certificates"]
 LAYOUT_VERSION = 2
 LABEL_HASH = "org.glm53.test.input-hash"
 LABEL_KIND = "org.glm53.test.synthetic-base"
@@ -128,14 +125,6 @@ def run(cmd, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in cmd], **kw)
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -178,22 +167,6 @@ def read_requirements() -> tuple[list[str], dict[str, str]]:
     return [resolve_set[k] for k in sorted(resolve_set)], dict(sorted(overrides.items()))
 
 
-def debian_mirror() -> str:
-    for path in (Path("/etc/apt/sources.list.d/debian.sources"),):
-        if path.exists():
-            for line in path.read_text().splitlines():
-                m = re.match(r"\s*URIs:\s*(\S+)", line)
-                if m and "security" not in m.group(1):
-                    return m.group(1)
-    path = Path("/etc/apt/sources.list")
-    if path.exists():
-        for line in path.read_text().splitlines():
-            m = re.match(r"\s*deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+bookworm\b", line)
-            if m:
-                return m.group(1)
-    return "http://deb.debian.org/debian"
-
-
 def platform_args(arch: str) -> list[str]:
     machine = ARCHES[arch]["machine"]
     plats = [f"manylinux_2_{v}_{machine}" for v in range(36, 4, -1)]
@@ -209,58 +182,6 @@ def platform_args(arch: str) -> list[str]:
 
 def pip(*args) -> list[str]:
     return [sys.executable, "-m", "pip", "--disable-pip-version-check", *args]
-
-
-# ------------------------------------------------------------------ rootfs
-def rootfs_tar(arch: str) -> Path:
-    mirror = debian_mirror()
-    key = hashlib.sha256(json.dumps([SUITE, arch, mirror, DEB_INCLUDE, 2]).encode()).hexdigest()[:16]
-    out = CACHE_DIR / "rootfs" / f"{SUITE}-{arch}-{key}.tar"
-    if out.exists():
-        log(f"rootfs cached: {out}")
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    with tempfile.TemporaryDirectory(prefix=f"rootfs-{arch}-", dir=out.parent) as tmp:
-        root = Path(tmp) / "root"
-        run(
-            [
-                "debootstrap",
-                f"--arch={arch}",
-                "--variant=minbase",
-                "--include=" + ",".join(DEB_INCLUDE),
-                SUITE,
-                root,
-                mirror,
-            ],
-            stdout=subprocess.DEVNULL,
-        )
-        # Slim it down: apt lists and caches, docs, man pages, locales.
-        for sub in (
-            "var/lib/apt/lists",
-            "var/cache/apt",
-            "usr/share/doc",
-            "usr/share/man",
-            "usr/share/info",
-            "usr/share/locale",
-            "var/log",
-        ):
-            p = root / sub
-            if p.exists():
-                shutil.rmtree(p)
-                p.mkdir(parents=True)
-        for p in (root / "dev").iterdir():  # docker provides /dev
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p)
-            else:
-                p.unlink()
-        machine = subprocess.run(["chroot", root, "uname", "-m"], capture_output=True, text=True)
-        log(f"rootfs {arch}: chroot uname -m -> {machine.stdout.strip()}")
-        part = out.with_suffix(".part")
-        run(["tar", "--numeric-owner", "--xattrs", "-C", root, "-cf", part, "."])
-        part.rename(out)
-    log(f"rootfs {arch} built in {time.time() - t0:.0f} s")
-    return out
 
 
 # ------------------------------------------------------------------ python layer
@@ -320,7 +241,21 @@ def download(arch: str, specs: list[str]) -> Path:
     return wheels
 
 
-def python_layer(arch: str, reqs: tuple[list[str], dict[str, str]], workdir: Path) -> Path:
+def python_layer_cached(arch: str, reqs: tuple[list[str], dict[str, str]], ihash: str) -> Path:
+    """The Python layer for these inputs: from $INFRA_CACHE_DIR/layers, else built there."""
+    out = CACHE_DIR / "layers" / f"python-{arch}-{ihash[:16]}.tar"
+    if out.exists():
+        log(f"python layer cached: {out}")
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    with tempfile.TemporaryDirectory(prefix=f"python-{arch}-", dir=out.parent) as tmp:
+        python_layer(arch, reqs, Path(tmp), out)
+    log(f"python layer {arch} built in {time.time() - t0:.0f} s ({out.stat().st_size >> 20} MiB)")
+    return out
+
+
+def python_layer(arch: str, reqs: tuple[list[str], dict[str, str]], workdir: Path, out: Path) -> None:
     to_resolve, overrides = reqs
     resolved = {normalize(p.split("==")[0]): p for p in resolve(arch, to_resolve)}
     resolved.update(overrides)
@@ -389,59 +324,13 @@ def python_layer(arch: str, reqs: tuple[list[str], dict[str, str]], workdir: Pat
     binp.mkdir(parents=True)
     (binp / "vllm").write_text(VLLM_STUB)
     (binp / "vllm").chmod(0o755)
-    layer = workdir / "python-layer.tar"
-    run(["tar", "--numeric-owner", "--owner=0", "--group=0", "-C", stage, "-cf", layer, "usr"])
+    part = out.with_suffix(".part")
+    run(["tar", "--numeric-owner", "--owner=0", "--group=0", "-C", stage, "-cf", part, "usr"])
     shutil.rmtree(stage)
-    return layer
+    part.rename(out)
 
 
-# ------------------------------------------------------------------ image assembly
-def docker_archive(layers: list[Path], arch: str, ref: str, labels: dict, out: Path) -> None:
-    """A `docker load`-able archive: the layers as they are, a config with the real architecture."""
-    diff_ids = []
-    for layer in layers:
-        log(f"hashing {layer.name} ({layer.stat().st_size >> 20} MiB)")
-        diff_ids.append("sha256:" + sha256_file(layer))
-    created = "2025-11-30T00:00:00Z"
-    config = {
-        "architecture": arch,
-        "os": "linux",
-        **({"variant": "v8"} if arch == "arm64" else {}),
-        "created": created,
-        "config": {
-            "Env": [
-                "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                "LANG=C.UTF-8",
-                "PYTHONUNBUFFERED=1",
-            ],
-            "Entrypoint": ["vllm", "serve"],
-            "WorkingDir": "/",
-            "Labels": labels,
-        },
-        "rootfs": {"type": "layers", "diff_ids": diff_ids},
-        "history": [
-            {"created": created, "created_by": "debootstrap --variant=minbase " + SUITE},
-            {"created": created, "created_by": f"vllm {VLLM_VERSION} python tree + cpu torch"},
-        ],
-    }
-    config_bytes = json.dumps(config, sort_keys=True).encode()
-    config_name = hashlib.sha256(config_bytes).hexdigest() + ".json"
-    names = [d.split(":")[1] + "/layer.tar" for d in diff_ids]
-    manifest = [{"Config": config_name, "RepoTags": [ref], "Layers": names}]
-    with tarfile.open(out, "w") as tar:
-
-        def add_bytes(name: str, data: bytes) -> None:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mtime = 0
-            tar.addfile(info, io.BytesIO(data))
-
-        add_bytes(config_name, config_bytes)
-        for layer, name in zip(layers, names):
-            tar.add(layer, arcname=name)
-        add_bytes("manifest.json", json.dumps(manifest).encode())
-
-
+# ------------------------------------------------------------------ engine
 def docker(*args, capture=False, check=True, input_=None) -> subprocess.CompletedProcess:
     return subprocess.run(["docker", *args], check=check, text=True, input=input_, capture_output=capture)
 
@@ -500,9 +389,7 @@ def input_hash(arch: str, reqs: list[str]) -> str:
                 arch,
                 reqs,
                 ARCHES[arch],
-                debian_mirror(),
-                SUITE,
-                DEB_INCLUDE,
+                rootfs.input_key(arch),
                 VLLM_STUB,
                 EXCLUDE.pattern,
                 VLLM_VERSION,
@@ -578,22 +465,23 @@ def build_arch(arch: str, force: bool = False) -> dict:
             log(f"{ref}: up to date (input hash {ihash[:12]}), not rebuilt")
             built = False
             break
-        rootfs = rootfs_tar(arch)
-        CACHE_DIR.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=f"base-{arch}-", dir=CACHE_DIR) as tmp:
-            work = Path(tmp)
-            layer = python_layer(arch, reqs, work)
-            labels = {
-                LABEL_HASH: ihash,
-                LABEL_KIND: arch,
-                "org.glm53.test.vllm-version": VLLM_VERSION,
-                "org.glm53.test.torch-version": ARCHES[arch]["torch"],
-                "org.opencontainers.image.title": "synthetic vllm/vllm-openai stand-in (tests only)",
-            }
-            archive = work / "image.tar"
-            docker_archive([rootfs, layer], arch, ref, labels, archive)
-            layer.unlink()
-            run(["docker", "load", "-q", "-i", archive])
+        base_layer = rootfs.rootfs_tar(arch)
+        python = python_layer_cached(arch, reqs, ihash)
+        labels = {
+            LABEL_HASH: ihash,
+            LABEL_KIND: arch,
+            "org.glm53.test.vllm-version": VLLM_VERSION,
+            "org.glm53.test.torch-version": ARCHES[arch]["torch"],
+            "org.opencontainers.image.title": "synthetic vllm/vllm-openai stand-in (tests only)",
+        }
+        load_image(
+            ref,
+            ImageConfig(arch=arch, entrypoint=("vllm", "serve"), labels=labels),
+            [
+                Layer(base_layer, f"tests/infra/rootfs.py: {rootfs.SUITE} minbase"),
+                Layer(python, f"vllm {VLLM_VERSION} python tree + cpu torch"),
+            ],
+        )
         ok, out, secs = gate(ref, arch)
         log(f"gate ({arch}, {secs:.1f} s): {out.splitlines()[-1] if out else ''}")
         if ok:

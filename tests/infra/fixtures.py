@@ -145,12 +145,12 @@ def wrong_vllm_base(docker_engine, registry):
     return _checked_base("wrong-version", docker_engine)
 
 
-CPU_SERVING_BASE = "glm53-test/vllm-cpu-serve:0.32.0"  # tests/infra/build_serving_base.sh's IMAGE
+CPU_SERVING_BASE = harness.CPU_SERVING_IMAGE
 
 
 @pytest.fixture(scope="session")
 def cpu_serving_base(docker_engine) -> str:
-    """The CPU serving base (vllm-cpu 0.32.0) in the local engine, built by build_serving_base.sh."""
+    """The CPU serving base (vllm-cpu 0.32.0) in the local engine, built by serving_base.py."""
     try:
         harness.wait_for_base("serving")
     except harness.InfraUnavailable as exc:
@@ -159,20 +159,19 @@ def cpu_serving_base(docker_engine) -> str:
         labels = docker_engine.images.get(CPU_SERVING_BASE).labels or {}
     except Exception as exc:  # noqa: BLE001
         unavailable(
-            f"CPU serving base {CPU_SERVING_BASE} not in the local engine ({exc}): "
-            "run tests/infra/build_serving_base.sh"
+            f"CPU serving base {CPU_SERVING_BASE} not in the local engine ({exc}): run tests/infra/serving_base.py"
         )
     if "org.glm53.test.input-hash" not in labels:
-        unavailable(f"{CPU_SERVING_BASE} was not built by tests/infra/build_serving_base.sh (no input-hash label)")
+        unavailable(f"{CPU_SERVING_BASE} was not built by tests/infra/serving_base.py (no input-hash label)")
     return CPU_SERVING_BASE
 
 
 @pytest.fixture(scope="session")
 def cpu_serving_base_pushed(docker_engine, registry) -> "harness.SyntheticBase":
     """The CPU serving base as `build.py build` takes it: pushed to the test registry, pinned by digest
-    (build_serving_base.sh pushes it and writes base-serving.json). Not `cpu_serving_base`: its users
+    (serving_base.py pushes it and writes base-serving.json). Not `cpu_serving_base`: its users
     share a worker (tests/parallel_groups.py), and what builds FROM the pushed base need not."""
     base = _base("serving")
     if base.reference.rpartition(":")[2] != "v0.32.0" or not base.digest:
-        unavailable(f"{base.reference}: not the pushed CPU serving base (run tests/infra/build_serving_base.sh)")
+        unavailable(f"{base.reference}: not the pushed CPU serving base (run tests/infra/serving_base.py)")
     return base

