@@ -23,10 +23,11 @@ from stack_e2e import amd64_build, forget_session_images, logged_in  # noqa: F40
 
 
 def pytest_collection_modifyitems(config, items):
-    from parallel_groups import check_groups, order_items
+    from parallel_groups import check_groups, order_items, record_unit_bases
 
     check_groups(items)
     order_items(items)
+    record_unit_bases(config, items)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -6,8 +6,13 @@ session build form one unit: those using the amd64 e2e build (`amd64_build`), an
 the CPU serving image (`cpu_serving_base`), so that build is made once, by one worker.
 `check_groups` holds SHARED_BUILD_MODULES to what the tests use.
 
-The tests that need no engine come first: on a fresh machine run-tests.sh is still building
-the synthetic bases while they run. The Docker modules follow, the costliest first.
+Units start in the order their bases are ready: on a fresh machine run-tests.sh is still
+building the synthetic bases (tests/infra/harness.py `base_ready`) while the suite runs. When a
+worker asks for work it takes the costliest Docker unit whose bases are built (ENGINE_ORDER),
+else a unit that needs no base (the tests that need no engine, first in collection order), and
+only when nothing else is left a unit that must wait for its base. Which bases a unit needs
+comes from its tests' fixtures (BASE_OF_FIXTURE), found at collection by the workers and kept
+in pytest's cache for the scheduler, which sees node ids alone.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 import pytest
+from infra import harness
 from xdist.scheduler import LoadScopeScheduling
 
 AMD64_BUILD = "engine-amd64-build"
@@ -40,6 +46,16 @@ SHARED_BUILD_MODULES = {
 }
 # Docker units in the order workers take them, costliest first (the amd64 group holds two qemu builds); the rest follow.
 ENGINE_ORDER = (AMD64_BUILD, LIVE_VLLM, "test_multiplatform_e2e.py", SERVING)
+# The fixtures that hand a test a synthetic base, and the base (run-tests.sh's job name) each waits for.
+BASE_OF_FIXTURE = {
+    "synthetic_base_amd64": "amd64",
+    "synthetic_base_arm64": "arm64",
+    "wrong_vllm_base": "wrong-version",
+    "cpu_serving_base": "serving",
+    "cpu_serving_base_pushed": "serving",
+}
+# pytest's cache key under which the workers leave {unit: [bases]} for the scheduler.
+UNIT_BASES_KEY = "parallel_groups/unit-bases"
 
 
 def unit_of(nodeid: str) -> str:
@@ -48,11 +64,50 @@ def unit_of(nodeid: str) -> str:
     return SHARED_BUILD_MODULES.get(PurePosixPath(module).name, module)
 
 
+def unit_bases(items: list[pytest.Item]) -> dict[str, list[str]]:
+    """{unit: the bases its tests wait for} for the units that need one."""
+    bases: dict[str, set[str]] = {}
+    for item in items:
+        for fixture in getattr(item, "fixturenames", ()):
+            if fixture in BASE_OF_FIXTURE:
+                bases.setdefault(unit_of(item.nodeid), set()).add(BASE_OF_FIXTURE[fixture])
+    return {unit: sorted(names) for unit, names in sorted(bases.items())}
+
+
+def engine_rank(unit: str) -> int:
+    name = PurePosixPath(unit).name
+    return ENGINE_ORDER.index(name) if name in ENGINE_ORDER else len(ENGINE_ORDER)
+
+
+def next_unit(units: list[str], needs: dict[str, list[str]], ready) -> str:
+    """The unit a worker takes next, of ``units`` (in queue order): the costliest whose bases are
+    all ready, else the first that needs none, else the one that waits for the fewest bases."""
+    runnable = [unit for unit in units if unit in needs and all(ready(base) for base in needs[unit])]
+    if runnable:
+        return min(runnable, key=engine_rank)
+    free = [unit for unit in units if unit not in needs]
+    if free:
+        return free[0]
+    return min(units, key=lambda unit: (sum(not ready(base) for base in needs[unit]), engine_rank(unit)))
+
+
 class SharedBuildScheduling(LoadScopeScheduling):
-    """pytest-xdist's per-scope scheduling with `unit_of` as the scope."""
+    """pytest-xdist's per-scope scheduling with `unit_of` as the scope, each unit taken when its bases are ready."""
 
     def _split_scope(self, nodeid: str) -> str:
         return unit_of(nodeid)
+
+    def _assign_work_unit(self, node) -> None:
+        needs = self.config.cache.get(UNIT_BASES_KEY, {}) if self.config.cache else {}
+        scope = next_unit(list(self.workqueue), needs, harness.base_ready)
+        self.workqueue.move_to_end(scope, last=False)
+        super()._assign_work_unit(node)
+
+
+def record_unit_bases(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave the units' bases in pytest's cache for SharedBuildScheduling (it runs where nothing is collected)."""
+    if config.cache is not None:
+        config.cache.set(UNIT_BASES_KEY, unit_bases(items))
 
 
 def check_groups(items: list[pytest.Item]) -> None:

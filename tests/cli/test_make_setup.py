@@ -188,7 +188,7 @@ def test_test_setup_leaves_another_engine_alone(tmp_path, other):
     done = make("deps", env=env)
     assert done.returncode == 0, done.stderr
     installed = _installs(log)
-    assert "debootstrap" in installed  # the test packages are installed ...
+    assert "mmdebstrap" in installed  # the test packages are installed ...
     assert DEBIAN_ENGINE not in installed  # ... the engine is left as it is
     assert f"{other} installed, not answering: left alone" in done.stdout
 
@@ -209,4 +209,4 @@ def test_test_setup_uses_an_answering_engine(tmp_path):
     done = make("deps", env=env)
     assert done.returncode == 0, done.stderr
     installed = _installs(log)
-    assert "debootstrap" in installed and DEBIAN_ENGINE not in installed
+    assert "mmdebstrap" in installed and DEBIAN_ENGINE not in installed

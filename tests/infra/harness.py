@@ -153,6 +153,13 @@ def wait_for_base(name: str, poll_seconds: float = 2.0) -> None:
         )
 
 
+def base_ready(name: str) -> bool:
+    """Whether a test needing base NAME would start now: no background build of it is known or
+    running (a failed one counts: its tests fail at once, with its log)."""
+    jobs = state_dir() / BASE_JOBS_DIR
+    return not (jobs / f"{name}.pending").exists() or (jobs / f"{name}.rc").exists()
+
+
 def base_image(arch: str) -> SyntheticBase:
     """The pushed synthetic base for arch ("amd64", "arm64" or "wrong-version")."""
     path = state_dir() / f"base-{arch}.json"

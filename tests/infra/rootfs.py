@@ -22,6 +22,7 @@ Each step prints how long it took.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -120,10 +121,17 @@ def rootfs_tar(arch: str) -> Path:
     if arch not in MACHINE_OF_ARCH:
         raise SystemExit(f"[rootfs] no rootfs for architecture {arch!r}: one of {', '.join(sorted(MACHINE_OF_ARCH))}")
     out = CACHE_DIR / "rootfs" / f"{SUITE}-{arch}-{input_key(arch)}.tar"
-    if out.exists():
-        log(f"{arch}: cached {out}")
-        return out
     out.parent.mkdir(parents=True, exist_ok=True)
+    # Two bases built at once may both need it: one builds, the other waits and takes it.
+    with open(out.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if out.exists():
+            log(f"{arch}: cached {out}")
+            return out
+        return _build(arch, out)
+
+
+def _build(arch: str, out: Path) -> Path:
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix=f"rootfs-{arch}-", dir=out.parent) as tmp:
         root = Path(tmp) / "root"

@@ -10,6 +10,11 @@
 #   TEST_WORKERS=N       pytest-xdist workers (default: one per core)
 source "$(dirname "${BASH_SOURCE[0]}")/preamble.sh"
 jobs_dir="$INFRA_STATE_DIR/base-jobs"  # harness.BASE_JOBS_DIR: NAME.pending (pid), NAME.rc, NAME.log
+# What this run keeps of its own timings (tests/infra/ci_phases.py reads it; make bench reports it):
+# started/ended, bases/NAME.started/.ended/.rc/.log, pytest.started/.ended/.rc/.workers, junit.xml.
+run_dir="$repo/out/test-run"
+rm -rf "$run_dir"; mkdir -p "$run_dir/bases"
+date +%s.%N >"$run_dir/started"
 
 t0=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
@@ -24,6 +29,7 @@ cleanup() {
   local rc=$? pid
   for pid in "${job_pids[@]}"; do kill_tree "$pid"; done
   rm -f "$jobs_dir"/*.pending
+  date +%s.%N >"$run_dir/ended"
   if [[ "${INFRA_KEEP_UP:-0}" != "1" ]]; then
     $SUDO bash "$here/services.sh" down || true
   fi
@@ -46,10 +52,13 @@ base_job() {
       if [[ -n $failed ]]; then
         echo "not built: the $failed base failed" >"$jobs_dir/$name.log"; rc=1
       else
+        date +%s.%N >"$run_dir/bases/$name.started"
         "${cmd[@]}" >"$jobs_dir/$name.log" 2>&1; rc=$?
+        date +%s.%N >"$run_dir/bases/$name.ended"
         (( rc == 0 )) || failed=$name
       fi
       echo "$rc" >"$jobs_dir/$name.rc"
+      cp "$jobs_dir/$name.log" "$jobs_dir/$name.rc" "$run_dir/bases/"
       rm -f "$jobs_dir/$name.pending"
     done
   ) &
@@ -69,8 +78,13 @@ if [[ "${INFRA_SKIP_BASES:-0}" != "1" ]]; then
 fi
 
 # One worker per core; tests/parallel_groups.py keeps the tests of one session build on one worker.
+workers="${TEST_WORKERS:-$(nproc)}"
+echo "$workers" >"$run_dir/pytest.workers"
+date +%s.%N >"$run_dir/pytest.started"
 rc=0
-"$PY" -m pytest tests --durations=25 -n "${TEST_WORKERS:-auto}" --no-loadscope-reorder "$@" || rc=$?
+"$PY" -m pytest tests --durations=25 -n "$workers" --no-loadscope-reorder --junitxml="$run_dir/junit.xml" "$@" || rc=$?
+date +%s.%N >"$run_dir/pytest.ended"
+echo "$rc" >"$run_dir/pytest.rc"
 for name in amd64 wrong-version arm64 serving; do
   [[ -f "$jobs_dir/$name.log" ]] || continue
   grep -hE 'done in|built in|pushed .* in [0-9]+ s|up to date|gate \(' "$jobs_dir/$name.log" | sed "s/^/[run-tests] base $name: /" || true
@@ -79,5 +93,7 @@ for name in amd64 wrong-version arm64 serving; do
     echo "[run-tests] base $name failed (exit $(cat "$jobs_dir/$name.rc")):"; tail -n 40 "$jobs_dir/$name.log"; rc=1
   fi
 done
+date +%s.%N >"$run_dir/ended"
+"$PY" "$here/ci_phases.py" "$run_dir" --out "$repo/out/ci-phases.json" || true
 echo "[run-tests] pytest exit $rc after $(elapsed)"
 exit $rc
