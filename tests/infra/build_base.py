@@ -42,7 +42,7 @@ from pathlib import Path
 
 import harness  # tests/infra, this script's directory
 import rootfs
-from image_archive import ImageConfig, Layer, load_image
+from image_archive import LAYER_PARTS, ImageConfig, Layer, layer_files, load_image, write_layers
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -64,7 +64,7 @@ VLLM_VERSION = _pin("vllm")
 WRONG_VLLM_VERSION = "0.32.1"
 PY_MM = "3.11"
 SITE = f"usr/local/lib/python{PY_MM}/dist-packages"
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 LABEL_HASH = "org.glm53.test.input-hash"
 LABEL_KIND = "org.glm53.test.synthetic-base"
 GATE_MODULES = [
@@ -241,21 +241,21 @@ def download(arch: str, specs: list[str]) -> Path:
     return wheels
 
 
-def python_layer_cached(arch: str, reqs: tuple[list[str], dict[str, str]], ihash: str) -> Path:
-    """The Python layer for these inputs: from $INFRA_CACHE_DIR/layers, else built there."""
-    out = CACHE_DIR / "layers" / f"python-{arch}-{ihash[:16]}.tar"
+def python_layers_cached(arch: str, reqs: tuple[list[str], dict[str, str]], ihash: str) -> list[Path]:
+    """The Python layers for these inputs: from $INFRA_CACHE_DIR/layers, else built there."""
+    out = CACHE_DIR / "layers" / f"python-{arch}-{ihash[:16]}"
     if out.exists():
-        log(f"python layer cached: {out}")
-        return out
+        log(f"python layers cached: {out}")
+        return layer_files(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix=f"python-{arch}-", dir=out.parent) as tmp:
-        python_layer(arch, reqs, Path(tmp), out)
-    log(f"python layer {arch} built in {time.time() - t0:.0f} s ({out.stat().st_size >> 20} MiB)")
-    return out
+        layers = python_layers(arch, reqs, Path(tmp), out)
+    log(f"python layers {arch} built in {time.time() - t0:.0f} s")
+    return layers
 
 
-def python_layer(arch: str, reqs: tuple[list[str], dict[str, str]], workdir: Path, out: Path) -> None:
+def python_layers(arch: str, reqs: tuple[list[str], dict[str, str]], workdir: Path, out: Path) -> list[Path]:
     to_resolve, overrides = reqs
     resolved = {normalize(p.split("==")[0]): p for p in resolve(arch, to_resolve)}
     resolved.update(overrides)
@@ -324,10 +324,9 @@ def python_layer(arch: str, reqs: tuple[list[str], dict[str, str]], workdir: Pat
     binp.mkdir(parents=True)
     (binp / "vllm").write_text(VLLM_STUB)
     (binp / "vllm").chmod(0o755)
-    part = out.with_suffix(".part")
-    run(["tar", "--numeric-owner", "--owner=0", "--group=0", "-C", stage, "-cf", part, "usr"])
+    layers = write_layers(stage, SITE, out, LAYER_PARTS)
     shutil.rmtree(stage)
-    part.rename(out)
+    return layers
 
 
 # ------------------------------------------------------------------ engine
@@ -466,7 +465,7 @@ def build_arch(arch: str, force: bool = False) -> dict:
             built = False
             break
         base_layer = rootfs.rootfs_tar(arch)
-        python = python_layer_cached(arch, reqs, ihash)
+        python = python_layers_cached(arch, reqs, ihash)
         labels = {
             LABEL_HASH: ihash,
             LABEL_KIND: arch,
@@ -479,7 +478,10 @@ def build_arch(arch: str, force: bool = False) -> dict:
             ImageConfig(arch=arch, entrypoint=("vllm", "serve"), labels=labels),
             [
                 Layer(base_layer, f"tests/infra/rootfs.py: {rootfs.SUITE} minbase"),
-                Layer(python, f"vllm {VLLM_VERSION} python tree + cpu torch"),
+                *(
+                    Layer(part, f"vllm {VLLM_VERSION} python tree + cpu torch, part {i}")
+                    for i, part in enumerate(python)
+                ),
             ],
         )
         ok, out, secs = gate(ref, arch)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CREATED = "2025-11-30T00:00:00Z"
+# Layers a Python tree is spread over (write_layers): a push compresses them side by side.
+LAYER_PARTS = 2
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -110,3 +113,44 @@ def load_image(ref: str, config: ImageConfig, layers: list[Layer]) -> None:
     if rc != 0:
         raise SystemExit(f"[image_archive] docker load of {ref} failed (exit {rc}): {out}")
     log(f"loaded {ref} ({len(layers)} layers) in {time.time() - t0:.0f} s")
+
+
+def tree_size(path: Path) -> int:
+    if path.is_file() or path.is_symlink():
+        return path.lstat().st_size
+    return sum(p.lstat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def write_layers(stage: Path, site: str, out_dir: Path, parts: int) -> list[Path]:
+    """The staged tree as ``parts`` layer tarballs in out_dir (0.tar, 1.tar, ...), site's packages
+    spread over them by size: the engine compresses the layers of a push side by side, one core
+    each, where one layer would take one core for the whole image.
+
+    Layer 0 holds everything outside ``site`` too. Written under out_dir's name + ".part", then
+    renamed, so out_dir exists only whole.
+    """
+    entries = sorted((stage / site).iterdir(), key=tree_size, reverse=True)
+    bins: list[list[str]] = [[] for _ in range(parts)]
+    totals = [0] * parts
+    for entry in entries:
+        smallest = totals.index(min(totals))
+        bins[smallest].append(f"{site}/{entry.name}")
+        totals[smallest] += tree_size(entry)
+    part_dir = out_dir.with_name(out_dir.name + ".part")
+    shutil.rmtree(part_dir, ignore_errors=True)
+    part_dir.mkdir(parents=True)
+    tar = ["tar", "--numeric-owner", "--owner=0", "--group=0", "-C", str(stage)]
+    others = [path for index in range(1, parts) for path in bins[index]]
+    top = sorted(child.name for child in stage.iterdir())
+    excludes = [f"--exclude={path}" for path in others]
+    subprocess.run([*tar, "--anchored", *excludes, "-cf", str(part_dir / "0.tar"), *top], check=True)
+    for index in range(1, parts):
+        subprocess.run([*tar, "-cf", str(part_dir / f"{index}.tar"), *bins[index]], check=True)
+    part_dir.rename(out_dir)
+    log(f"{out_dir.name}: {parts} layers of " + ", ".join(f"{total >> 20} MiB" for total in totals))
+    return layer_files(out_dir)
+
+
+def layer_files(out_dir: Path) -> list[Path]:
+    """The layer tarballs write_layers left in out_dir, in layer order."""
+    return sorted(out_dir.glob("*.tar"), key=lambda path: int(path.stem))

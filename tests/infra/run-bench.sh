@@ -8,6 +8,9 @@
 #   preflight what the image's entrypoint adds on its fast path (bench/preflight_bench.py), and
 #             the headers of a 40-shard checkpoint read (bench/checkpoint_bench.py)
 #   fit       one recipe's `build.py fit` search beside one `geometry` run (bench/fit_bench.py)
+#   ci_phases the last `make test` run's phases on this checkout (tests/infra/ci_phases.py over
+#             out/test-run/: each base build and its steps, pytest's wall time, the five slowest
+#             modules), from that run's own timings
 # BENCH_ARM64=1 adds cold builds of the arm64 recipe through qemu (BENCH_ARM64_RUNS, default 1).
 source "$(dirname "${BASH_SOURCE[0]}")/preamble.sh"
 out="$repo/out/bench.json"
@@ -28,17 +31,20 @@ PYTHONPATH=tests "$PY" bench/geometry_bench.py --out out/geometry-bench.json >/d
 "$PY" bench/fit_bench.py --out out/fit-bench.json >/dev/null
 "$PY" bench/checkpoint_bench.py --out out/checkpoint-bench.json >/dev/null
 PYTHONPATH=tests "$PY" bench/overlay_bench.py --runs "${BENCH_RUNS:-3}" --out "$out" "${arm64[@]}" >/dev/null
-"$PY" - "$out" out/geometry-bench.json out/preflight-bench.json out/fit-bench.json out/checkpoint-bench.json <<'PYEOF'
+phases=out/ci-phases-bench.json
+"$PY" "$here/ci_phases.py" out/test-run --json >"$phases" 2>/dev/null || echo null >"$phases"
+"$PY" - "$out" out/geometry-bench.json out/preflight-bench.json out/fit-bench.json out/checkpoint-bench.json "$phases" <<'PYEOF'
 import json, sys
-path, geometry, preflight, fit, checkpoint = sys.argv[1:6]
+path, geometry, preflight, fit, checkpoint, phases = sys.argv[1:7]
 data = json.load(open(path))
 data["geometry"] = json.load(open(geometry))
 data["fit"] = json.load(open(fit))
 data.update(json.load(open(preflight)))
 data.update(json.load(open(checkpoint)))
+data["ci_phases"] = json.load(open(phases)) or {"none": "no `make test` run recorded in out/test-run/"}
 json.dump(data, open(path, "w"), indent=2)
 keys = ("overlay_build", "reference_overlay", "floor_overlay", "ratios_to_reference", "gate_profile",
-        "arm64_qemu", "push", "meets_targets", "preflight_fast_path", "fit", "checkpoint_headers")
+        "arm64_qemu", "push", "meets_targets", "preflight_fast_path", "fit", "checkpoint_headers", "ci_phases")
 summary = {k: data[k] for k in keys if k in data}
 summary["overlay_layers_bytes"] = data["overlay_layers"]["bytes"]
 summary["overlay_blob_bytes"] = data["overlay_layers"]["blob_bytes"]
