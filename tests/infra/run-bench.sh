@@ -24,13 +24,14 @@ if [[ "${BENCH_ARM64:-0}" == 1 ]]; then
   "$PY" "$here/build_base.py" --arch arm64
   arm64=(--arm64 --arm64-runs "${BENCH_ARM64_RUNS:-1}")
 fi
-# The project's packages come from the venv's install; tests/ holds the helpers two benchmarks share
-# with the test suite (geometry_cases, the e2e harness), as pytest's pythonpath has it.
-PYTHONPATH=tests "$PY" bench/geometry_bench.py --out out/geometry-bench.json >/dev/null
+# tests/ holds the helpers two benchmarks share with the test suite (geometry_cases, the e2e harness),
+# as pytest's pythonpath has it; the repository comes first, or tests/geometry (a directory without
+# __init__.py) would stand in for the project's geometry package.
+PYTHONPATH=.:tests "$PY" bench/geometry_bench.py --out out/geometry-bench.json >/dev/null
 "$PY" bench/preflight_bench.py --out out/preflight-bench.json >/dev/null
 "$PY" bench/fit_bench.py --out out/fit-bench.json >/dev/null
 "$PY" bench/checkpoint_bench.py --out out/checkpoint-bench.json >/dev/null
-PYTHONPATH=tests "$PY" bench/overlay_bench.py --runs "${BENCH_RUNS:-3}" --out "$out" "${arm64[@]}" >/dev/null
+PYTHONPATH=.:tests "$PY" bench/overlay_bench.py --runs "${BENCH_RUNS:-3}" --out "$out" "${arm64[@]}" >/dev/null
 phases=out/ci-phases-bench.json
 "$PY" "$here/ci_phases.py" out/test-run --json >"$phases" 2>/dev/null || echo null >"$phases"
 "$PY" - "$out" out/geometry-bench.json out/preflight-bench.json out/fit-bench.json out/checkpoint-bench.json "$phases" <<'PYEOF'
