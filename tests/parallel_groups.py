@@ -44,8 +44,10 @@ SHARED_BUILD_MODULES = {
     "test_multinode_cpu.py": LIVE_VLLM,
     "test_docs_walk.py": LIVE_VLLM,
 }
-# Docker units in the order workers take them, costliest first (the amd64 group holds two qemu builds); the rest follow.
-ENGINE_ORDER = (AMD64_BUILD, LIVE_VLLM, "test_multiplatform_e2e.py", SERVING)
+# Docker units in the order workers take them, costliest first: the live-vLLM modules serve for
+# minutes each on the CPU serving base, the critical path of a run on a fresh machine; the amd64 group
+# holds two qemu builds; the rest follow.
+ENGINE_ORDER = (LIVE_VLLM, AMD64_BUILD, "test_multiplatform_e2e.py", SERVING)
 # The fixtures that hand a test a synthetic base, and the base (run-tests.sh's job name) each waits for.
 BASE_OF_FIXTURE = {
     "synthetic_base_amd64": "amd64",

@@ -27,7 +27,8 @@ def test_a_unit_whose_bases_are_built_goes_before_the_units_that_need_none():
 
 
 def test_of_the_ready_units_the_costliest_goes_first():
-    assert next_unit(QUEUE, NEEDS, ready_of("serving", "amd64", "arm64")) == AMD64_BUILD
+    assert next_unit(QUEUE, NEEDS, ready_of("serving", "amd64", "arm64")) == LIVE_VLLM
+    assert next_unit([AMD64_BUILD, MULTI, SERVING], NEEDS, ready_of("serving", "amd64", "arm64")) == AMD64_BUILD
     assert next_unit([SERVING, MULTI], NEEDS, ready_of("serving", "amd64", "arm64")) == MULTI
 
 
@@ -36,9 +37,9 @@ def test_a_unit_waits_until_every_base_it_needs_is_built():
 
 
 def test_when_only_waiting_units_are_left_the_one_nearest_to_ready_is_taken():
-    waiting = [AMD64_BUILD, LIVE_VLLM]
+    waiting = [AMD64_BUILD, SERVING]
     assert next_unit(waiting, NEEDS, ready_of("amd64")) == AMD64_BUILD
-    assert next_unit(waiting, NEEDS, ready_of()) == LIVE_VLLM
+    assert next_unit(waiting, NEEDS, ready_of()) == SERVING
 
 
 class _Item:

@@ -72,9 +72,12 @@ if [[ "${INFRA_SKIP_BASES:-0}" != "1" ]]; then
   echo "[run-tests] building the synthetic bases in the background (logs in $jobs_dir)"
   # build_base.py is stdlib only; it runs pip as `$PY -m pip` (the venv has a pip). The arm64 base
   # skips its own import check: the overlay build's gate step imports vLLM under qemu anyway.
-  base_job amd64 wrong-version -- "$PY" "$here/build_base.py" --arch amd64 ";" "$PY" "$here/build_base.py" --wrong-version
-  base_job arm64 -- "$PY" "$here/build_base.py" --arch arm64 --quick-check
+  # The serving base goes first: the live-vLLM modules wait for it and then serve for the rest of
+  # the run (tests/parallel_groups.py ENGINE_ORDER), so the other bases build at a lower priority.
   base_job serving -- $SUDO "$PY" "$here/serving_base.py"
+  base_job amd64 wrong-version -- nice -n 10 "$PY" "$here/build_base.py" --arch amd64 ";" \
+    nice -n 10 "$PY" "$here/build_base.py" --wrong-version
+  base_job arm64 -- nice -n 10 "$PY" "$here/build_base.py" --arch arm64 --quick-check
 fi
 
 # One worker per core; tests/parallel_groups.py keeps the tests of one session build on one worker.
