@@ -47,7 +47,7 @@ from image_archive import LAYER_PARTS, ImageConfig, Layer, layer_files, load_ima
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 STATE_DIR = harness.state_dir()
-CACHE_DIR = Path(os.environ.get("INFRA_CACHE_DIR", str(REPO / ".cache" / "infra")))
+CACHE_DIR = harness.CACHE_DIR
 REGISTRY = os.environ.get("INFRA_REGISTRY_ADDR", "127.0.0.1:5000")
 REPOSITORY = f"{REGISTRY}/vllm/vllm-openai"
 

@@ -27,6 +27,8 @@ SERVICES = HERE / "services.sh"
 BUILD_BASE = HERE / "build_base.py"
 # The CPU serving base in the local engine (tests/infra/serving_base.py builds it).
 CPU_SERVING_IMAGE = "glm53-test/vllm-cpu-serve:0.32.0"
+# Where the base builds keep what they download and make, each file under a key of its inputs.
+CACHE_DIR = Path(os.environ.get("INFRA_CACHE_DIR", str(HERE.parent.parent / ".cache" / "infra")))
 
 
 def state_dir() -> Path:

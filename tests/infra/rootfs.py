@@ -25,7 +25,6 @@ import argparse
 import fcntl
 import hashlib
 import json
-import os
 import platform
 import re
 import shutil
@@ -35,9 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
-CACHE_DIR = Path(os.environ.get("INFRA_CACHE_DIR", str(REPO / ".cache" / "infra")))
+import harness  # tests/infra, this script's directory
+
+CACHE_DIR = harness.CACHE_DIR
 
 SUITE = "bookworm"
 # python3 (Debian's 3.11) for vLLM's Python tree; ca-certificates; the libraries vLLM's CPU
