@@ -40,7 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import harness  # tests/infra, this script's directory
+import bytecode  # tests/infra, this script's directory
+import harness
 import rootfs
 from image_archive import LAYER_PARTS, ImageConfig, Layer, layer_files, load_image, write_layers
 
@@ -64,7 +65,7 @@ VLLM_VERSION = _pin("vllm")
 WRONG_VLLM_VERSION = "0.32.1"
 PY_MM = "3.11"
 SITE = f"usr/local/lib/python{PY_MM}/dist-packages"
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 LABEL_HASH = "org.glm53.test.input-hash"
 LABEL_KIND = "org.glm53.test.synthetic-base"
 GATE_MODULES = [
@@ -294,30 +295,13 @@ def python_layers(arch: str, reqs: tuple[list[str], dict[str, str]], workdir: Pa
         if p.exists():
             shutil.rmtree(p)
     log(f"pruned {pruned >> 20} MiB of vLLM .so files")
-    # Byte-compile on the host (same CPython 3.11 bytecode for both arches): a cold
-    # import of vLLM + torch otherwise compiles ~2k modules inside every container, which
-    # under qemu costs minutes. checked-hash pycs stay correct when an overlay edits a file.
+    # Byte-compiled on the host (the same CPython 3.11 bytecode for both arches): a cold import
+    # of vLLM + torch otherwise compiles ~2k modules inside every container, which under qemu
+    # costs minutes. The arm64 base walks its tree backward (bytecode.py: the two build at once).
     if sys.version_info[:2] == tuple(int(x) for x in PY_MM.split(".")):
         t0 = time.time()
-        run(
-            [
-                sys.executable,
-                "-m",
-                "compileall",
-                "-q",
-                "-j",
-                "0",
-                "--invalidation-mode",
-                "checked-hash",
-                "-x",
-                r"/tests?/",
-                site,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            check=False,
-        )
-        log(f"byte-compiled in {time.time() - t0:.0f} s")
+        done = bytecode.compile_tree(stage, SITE, reverse=arch == "arm64")
+        log(f"byte-compiled in {time.time() - t0:.0f} s ({done.compiled} compiled, {done.cached} from the cache)")
     else:
         log(f"host python is not {PY_MM}: images are left without .pyc files (slower first import)")
     binp = stage / "usr/local/bin"

