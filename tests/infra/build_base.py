@@ -18,9 +18,9 @@ state file) and {"reference","digest","arch",...} is written to
 $INFRA_STATE_DIR/base-<name>.json.  The rootfs and Python layer tarballs,
 wheels and the resolved package list are cached under $INFRA_CACHE_DIR
 (default <repo>/.cache/infra), each under a key of its inputs; an image whose
-label records the same input hash is not rebuilt.  The layers are streamed
-into `docker load` as a docker-archive (image_archive.py), so the arm64
-config says arm64, which `docker import` would not.
+label records the same input hash is not rebuilt, only pushed.  The layers are
+pushed to the registry with their own config (image_publish.py), so the arm64
+config says arm64, which `docker import` would not, and pulled into the engine.
 
 Entrypoint: ["vllm", "serve"], where /usr/local/bin/vllm is a small stub (the real
 CLI needs the CUDA build); `vllm --version` prints the installed vLLM version.
@@ -43,7 +43,8 @@ from pathlib import Path
 import bytecode  # tests/infra, this script's directory
 import harness
 import rootfs
-from image_archive import LAYER_PARTS, ImageConfig, Layer, layer_files, load_image, write_layers
+from image_archive import LAYER_PARTS, ImageConfig, Layer, layer_files, write_layers
+from image_publish import publish_image
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -391,6 +392,7 @@ def credentials() -> dict:
 
 
 def push(ref: str, arch: str, name: str, extra: dict) -> dict:
+    """`docker push` an image the engine has, and record it."""
     creds = credentials()
     with tempfile.TemporaryDirectory(prefix="docker-config-") as cfg:
         r = docker(
@@ -418,6 +420,11 @@ def push(ref: str, arch: str, name: str, extra: dict) -> dict:
             time.sleep(2 * (attempt + 1))
         if not digest:
             sys.exit(f"[build_base] push of {ref} failed")
+    return record(ref, arch, name, digest, extra)
+
+
+def record(ref: str, arch: str, name: str, digest: str, extra: dict) -> dict:
+    """Write $INFRA_STATE_DIR/base-NAME.json for the image ref, pushed with digest; print and return it."""
     repo, _, tag = ref.rpartition(":")
     info = {
         "reference": ref,
@@ -432,7 +439,7 @@ def push(ref: str, arch: str, name: str, extra: dict) -> dict:
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     out = STATE_DIR / f"base-{name}.json"
     out.write_text(json.dumps(info, indent=2) + "\n")
-    log(f"pushed {ref} {digest} -> {out}")
+    log(f"recorded {ref} {digest} -> {out}")
     print(json.dumps(info))
     return info
 
@@ -441,6 +448,7 @@ def push(ref: str, arch: str, name: str, extra: dict) -> dict:
 def build_arch(arch: str, force: bool = False) -> dict:
     t0 = time.time()
     ref = f"{REPOSITORY}:{ARCHES[arch]['tag']}"
+    digest = ""  # publish_image's, when this run builds the image
     for attempt in range(6):
         reqs = read_requirements()
         ihash = input_hash(arch, reqs)
@@ -457,7 +465,7 @@ def build_arch(arch: str, force: bool = False) -> dict:
             "org.glm53.test.torch-version": ARCHES[arch]["torch"],
             "org.opencontainers.image.title": "synthetic vllm/vllm-openai stand-in (tests only)",
         }
-        load_image(
+        digest = publish_image(
             ref,
             ImageConfig(arch=arch, entrypoint=("vllm", "serve"), labels=labels),
             [
@@ -467,6 +475,7 @@ def build_arch(arch: str, force: bool = False) -> dict:
                     for i, part in enumerate(python)
                 ),
             ],
+            credentials(),
         )
         ok, out, secs = gate(ref, arch)
         log(f"gate ({arch}, {secs:.1f} s): {out.splitlines()[-1] if out else ''}")
@@ -478,8 +487,7 @@ def build_arch(arch: str, force: bool = False) -> dict:
             sys.exit(f"[build_base] import gate failed in {ref}:\n{out[-3000:]}")
         dist = MODULE_DIST.get(m.group(1), m.group(1))
         log(f"import gate misses module {m.group(1)!r}: adding {dist} and rebuilding")
-        extra = CACHE_DIR / "discovered-requirements.txt"
-        with open(extra, "a") as f:
+        with open(CACHE_DIR / "discovered-requirements.txt", "a") as f:
             f.write(dist + "\n")
     else:
         sys.exit(f"[build_base] {ref}: imports still failing after discovery")
@@ -487,12 +495,8 @@ def build_arch(arch: str, force: bool = False) -> dict:
     if arch_seen != arch:
         sys.exit(f"[build_base] {ref} records architecture {arch_seen}, expected {arch}")
     size = int(docker("image", "inspect", "--format", "{{.Size}}", ref, capture=True).stdout.strip())
-    info = push(
-        ref,
-        arch,
-        arch,
-        {"input_hash": ihash, "size_bytes": size, "built": built, "seconds": round(time.time() - t0, 1)},
-    )
+    extra = {"input_hash": ihash, "size_bytes": size, "built": built, "seconds": round(time.time() - t0, 1)}
+    info = record(ref, arch, arch, digest, extra) if built else push(ref, arch, arch, extra)
     log(f"{arch} base done in {time.time() - t0:.0f} s ({size >> 20} MiB)")
     return info
 

@@ -1,21 +1,19 @@
-"""An image made of layer tarballs, streamed into `docker load` (no archive written to disk).
+"""An image made of layer tarballs: the layers (write_layers), their diff ids and the image config.
 
-`docker import` would record the engine's own architecture and one layer; `docker load` takes
-the config as written (the real architecture, the entrypoint, the labels) and the layers as they
-are, so two images built on the same rootfs tarball share its layer in the engine and the
-registry. A layer's sha256 (its diff id) is kept beside it (`LAYER.sha256`), so a cached layer is
-hashed once.
+`docker import` would record the engine's own architecture and one layer; a config written here
+records the real architecture, the entrypoint and the labels, and takes the layers as they are,
+so two images built on the same rootfs tarball share its layer in the engine and the registry
+(image_publish.py pushes them). A layer's sha256 (its diff id) is kept beside it
+(`LAYER.sha256`), so a cached layer is hashed once.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,37 +81,6 @@ def config_document(config: ImageConfig, layers: list[Layer], diff_ids: list[str
         "history": [{"created": CREATED, "created_by": layer.created_by} for layer in layers],
     }
     return json.dumps(document, sort_keys=True).encode()
-
-
-def load_image(ref: str, config: ImageConfig, layers: list[Layer]) -> None:
-    """Stream a docker-archive of the layers and config into `docker load`, tagged ref."""
-    t0 = time.time()
-    diff_ids = [layer_digest(layer.path) for layer in layers]
-    config_bytes = config_document(config, layers, diff_ids)
-    config_name = hashlib.sha256(config_bytes).hexdigest() + ".json"
-    names = [d.split(":")[1] + "/layer.tar" for d in diff_ids]
-    manifest = [{"Config": config_name, "RepoTags": [ref], "Layers": names}]
-    load = subprocess.Popen(["docker", "load", "-q"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        with tarfile.open(fileobj=load.stdin, mode="w|") as tar:
-
-            def add_bytes(name: str, data: bytes) -> None:
-                info = tarfile.TarInfo(name)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-
-            add_bytes(config_name, config_bytes)
-            for layer, name in zip(layers, names):
-                tar.add(layer.path, arcname=name)
-            add_bytes("manifest.json", json.dumps(manifest).encode())
-        load.stdin.close()
-    except BrokenPipeError:  # docker load stopped reading: its exit status and output say why
-        pass
-    out = load.stdout.read().decode(errors="replace").strip()
-    rc = load.wait()
-    if rc != 0:
-        raise SystemExit(f"[image_archive] docker load of {ref} failed (exit {rc}): {out}")
-    log(f"loaded {ref} ({len(layers)} layers) in {time.time() - t0:.0f} s")
 
 
 def tree_size(path: Path) -> int:

