@@ -23,7 +23,7 @@ pin = $(shell grep -E '^$(1)==' requirements/vllm.txt)
 
 export IMAGE_OWNER
 
-.PHONY: owner host install test-install oracle deps lock record image compose geometry docs lint test bench pristine clean
+.PHONY: owner host install test-install oracle deps lock record image compose geometry docs lint test test-setup bench pristine clean
 
 include overlay/pristine.mk
 
@@ -116,8 +116,13 @@ lint: test-install
 	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
 
-test: deps test-install oracle pristine-all vllm-tests
-	PYTHON_VENV=$(abspath $(PY)) tests/infra/run-tests.sh $(PYTEST_ARGS)
+# run-tests.sh starts the services and the synthetic bases' background builds (with $(PYTHON):
+# they need only its standard library and pip), then runs test-setup while they build, then pytest.
+test: deps
+	PYTHON_VENV=$(abspath $(PY)) INFRA_PYTHON="$$(command -v $(PYTHON))" \
+	  INFRA_SETUP='$(MAKE) --no-print-directory test-setup' tests/infra/run-tests.sh $(PYTEST_ARGS)
+
+test-setup: test-install oracle pristine-all vllm-tests
 
 bench: deps test-install oracle pristine
 	PYTHON_VENV=$(abspath $(PY)) tests/infra/run-bench.sh

@@ -4,7 +4,8 @@
     ci_phases.py RUN_DIR [--out FILE] [--json]
 
 RUN_DIR is what run-tests.sh keeps of its run (out/test-run/): when the run started and ended
-(`started`, `ended`: epoch seconds), each base build's `bases/NAME.started`, `.ended`, `.rc` and
+(`started`, `ended`: epoch seconds), the set-up it ran while the bases build (`setup.started`,
+`.ended`: make test's venv and caches), each base build's `bases/NAME.started`, `.ended`, `.rc` and
 `.log`, pytest's `pytest.started`, `.ended`, `.rc`, `.workers`, and its JUnit XML (`junit.xml`).
 The phases are written as JSON (--out, and on stdout with --json) and printed as a few lines
 otherwise. `make bench` puts the last run's phases beside its own figures.
@@ -93,8 +94,10 @@ def phases(run_dir: Path) -> dict:
     modules = sorted(module_seconds(junit).items(), key=lambda item: -item[1])
     started, ended, rc = _span(run_dir / "pytest")
     workers = _read(run_dir / "pytest.workers")
+    setup_started, setup_ended, _ = _span(run_dir / "setup")
     return {
         "run_seconds": round(end - start, 1) if end else None,
+        "setup_s": round(setup_ended - setup_started, 1) if setup_started and setup_ended else None,
         "bases": bases,
         "pytest": {
             "wall_s": round(ended - started, 1) if ended else None,
@@ -108,6 +111,8 @@ def phases(run_dir: Path) -> dict:
 
 def lines(result: dict) -> list[str]:
     out = []
+    if result.get("setup_s") is not None:
+        out.append(f"set-up while the bases build: {result['setup_s']:.0f} s")
     for name, base in result["bases"].items():
         took = "did not end" if base["seconds"] is None else f"{base['seconds']:.0f} s"
         ready = "" if base["ready_after_s"] is None else f", ready {base['ready_after_s']:.0f} s into the run"

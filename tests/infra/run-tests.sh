@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# The whole test suite with its services (what `make test` runs after the venv):
+# The whole test suite with its services (what `make test` runs):
 #   services.sh up  ->  the synthetic bases built in the background (amd64 then wrong-version,
-#   arm64, and the CPU serving base of the real-server tests)  ->  at once, pytest on every core
+#   arm64, and the CPU serving base of the real-server tests)  ->  $INFRA_SETUP while they build
+#   (make test: the venv and the caches)  ->  pytest on every core
 # The tests that need no engine run first (tests/parallel_groups.py); a test that needs a base
 # waits for its build (tests/infra/harness.py wait_for_base) and fails with the build's log if it
 # failed. services.sh down on exit (only what `up` started). Extra arguments go to pytest.
 #   INFRA_SKIP_BASES=1   do not build the bases (tests needing them skip, or fail when CI=true)
 #   INFRA_KEEP_UP=1      leave the services running afterwards
 #   TEST_WORKERS=N       pytest-xdist workers (default: one per core)
+#   INFRA_SETUP=COMMAND  run (by bash) once the base builds have started; a failure ends the run
+#   INFRA_PYTHON=PATH    the Python 3.11 the base builds run with (default: the venv's); they use
+#                        only its standard library and pip, so they can start before the venv exists
 source "$(dirname "${BASH_SOURCE[0]}")/preamble.sh"
 jobs_dir="$INFRA_STATE_DIR/base-jobs"  # harness.BASE_JOBS_DIR: NAME.pending (pid), NAME.rc, NAME.log
 # What this run keeps of its own timings (tests/infra/ci_phases.py reads it; make bench reports it):
@@ -70,14 +74,23 @@ rm -rf "$jobs_dir"; mkdir -p "$jobs_dir"
 
 if [[ "${INFRA_SKIP_BASES:-0}" != "1" ]]; then
   echo "[run-tests] building the synthetic bases in the background (logs in $jobs_dir)"
-  # build_base.py is stdlib only; it runs pip as `$PY -m pip` (the venv has a pip). The arm64 base
+  # build_base.py is stdlib only; it runs pip as `$base_py -m pip`. The arm64 base
   # skips its own import check: the overlay build's gate step imports vLLM under qemu anyway.
   # The serving base goes first: the live-vLLM modules wait for it and then serve for the rest of
   # the run (tests/parallel_groups.py ENGINE_ORDER), so the other bases build at a lower priority.
-  base_job serving -- $SUDO "$PY" "$here/serving_base.py"
-  base_job amd64 wrong-version -- nice -n 10 "$PY" "$here/build_base.py" --arch amd64 ";" \
-    nice -n 10 "$PY" "$here/build_base.py" --wrong-version
-  base_job arm64 -- nice -n 10 "$PY" "$here/build_base.py" --arch arm64 --quick-check
+  base_py="${INFRA_PYTHON:-$PY}"
+  base_job serving -- $SUDO "$base_py" "$here/serving_base.py"
+  base_job amd64 wrong-version -- nice -n 10 "$base_py" "$here/build_base.py" --arch amd64 ";" \
+    nice -n 10 "$base_py" "$here/build_base.py" --wrong-version
+  base_job arm64 -- nice -n 10 "$base_py" "$here/build_base.py" --arch arm64 --quick-check
+fi
+
+if [[ -n "${INFRA_SETUP:-}" ]]; then
+  date +%s.%N >"$run_dir/setup.started"
+  echo "[run-tests] set-up while the bases build: $INFRA_SETUP"
+  bash -c "$INFRA_SETUP"
+  date +%s.%N >"$run_dir/setup.ended"
+  PY="${PYTHON_VENV:-$PY}"  # the set-up may have made the venv
 fi
 
 # One worker per core; tests/parallel_groups.py keeps the tests of one session build on one worker.
