@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,8 +50,9 @@ class ImageConfig:
     exposed_ports: tuple[str, ...] = ()
 
 
-def layer_digest(path: Path) -> str:
-    """sha256:... of the layer tarball, from its .sha256 file when that is newer than the layer."""
+def file_digest(path: Path) -> str:
+    """sha256:... of a file (a layer tarball, a compressed blob), kept beside it as FILE.sha256 and
+    read from there while that is newer than the file."""
     kept = path.with_name(path.name + ".sha256")
     if kept.exists() and kept.stat().st_mtime >= path.stat().st_mtime:
         return kept.read_text().strip()
@@ -59,7 +62,11 @@ def layer_digest(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     digest = "sha256:" + h.hexdigest()
-    kept.write_text(digest + "\n")
+    # Two builds may hash a shared file at once: each writes its own part, the rename is whole.
+    fd, part = tempfile.mkstemp(dir=path.parent, prefix=kept.name, suffix=".part")
+    with os.fdopen(fd, "w") as out:
+        out.write(digest + "\n")
+    os.replace(part, kept)
     log(f"hashed {path.name} ({path.stat().st_size >> 20} MiB) in {time.time() - t0:.0f} s")
     return digest
 

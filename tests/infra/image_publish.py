@@ -3,14 +3,14 @@
     publish_image(ref, config, layers, credentials) -> the manifest's digest
 
 Each layer is compressed once (``gzip -1 -n``: fast, and the same bytes every time) and kept
-beside its tarball with its digest, so a layer two images share (the amd64 rootfs) and a cached
-layer are compressed once. The blobs, the config (image_archive.config_document) and an OCI
-manifest are laid out as an OCI image layout and `skopeo copy` pushes them as they are, converted
-to a Docker schema 2 manifest. The engine then pulls the image and pushes it back, which sends no
-layer (it knows each one's blob from the pull), only the manifest as the engine writes it: the
-recorded digest is the one a later `docker push` of the base under another name gives.
-`docker push` alone would compress every layer again, at the engine's slower default level, on
-every run.
+beside its tarball with its digest (image_archive.file_digest), so a layer two images share (the
+amd64 rootfs) and a cached layer are compressed once. The blobs, the config
+(image_archive.config_document) and an OCI manifest are laid out as an OCI image layout and
+`skopeo copy` pushes them as they are, converted to a Docker schema 2 manifest. The engine then
+pulls the image and pushes it back, which sends no layer (it knows each one's blob from the pull),
+only the manifest as the engine writes it: the recorded digest is the one a later `docker push` of
+the base under another name gives. `docker push` alone would compress every layer again, at the
+engine's slower default level, on every run.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from image_archive import ImageConfig, Layer, config_document, layer_digest
+from image_archive import ImageConfig, Layer, config_document, file_digest
 
 GZIP = ("gzip", "-1", "-n")
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -53,28 +53,21 @@ class Blob:
 
 
 def compressed(layer: Path) -> Blob:
-    """LAYER.gz, written once beside the layer tarball; its digest is kept in LAYER.gz.sha256."""
+    """LAYER.gz, written once beside the layer tarball (again only when the layer is newer)."""
     path = layer.with_name(layer.name + ".gz")
-    kept = path.with_name(path.name + ".sha256")
-    if kept.exists() and kept.stat().st_mtime >= layer.stat().st_mtime:
-        return Blob(path, kept.read_text().strip(), path.stat().st_size)
-    t0 = time.time()
-    h = hashlib.sha256()
-    fd, part = tempfile.mkstemp(dir=layer.parent, prefix=path.name, suffix=".part")
-    with os.fdopen(fd, "wb") as out, subprocess.Popen([*GZIP, "-c", str(layer)], stdout=subprocess.PIPE) as gzip:
-        for chunk in iter(lambda: gzip.stdout.read(1 << 20), b""):
-            h.update(chunk)
-            out.write(chunk)
-    if gzip.returncode != 0:
-        os.unlink(part)
-        raise SystemExit(f"[image_publish] gzip of {layer} failed (exit {gzip.returncode})")
-    # Two builds may compress a shared layer at once: the bytes are the same, the last rename wins.
-    os.replace(part, path)
-    digest = "sha256:" + h.hexdigest()
-    kept.write_text(digest + "\n")
-    sizes = f"{layer.stat().st_size >> 20} MiB -> {path.stat().st_size >> 20} MiB"
-    log(f"compressed {layer.name} ({sizes}) in {time.time() - t0:.0f} s")
-    return Blob(path, digest, path.stat().st_size)
+    if not path.exists() or path.stat().st_mtime < layer.stat().st_mtime:
+        t0 = time.time()
+        fd, part = tempfile.mkstemp(dir=layer.parent, prefix=path.name, suffix=".part")
+        with os.fdopen(fd, "wb") as out:
+            gzip = subprocess.run([*GZIP, "-c", str(layer)], stdout=out)
+        if gzip.returncode != 0:
+            os.unlink(part)
+            raise SystemExit(f"[image_publish] gzip of {layer} failed (exit {gzip.returncode})")
+        # Two builds may compress a shared layer at once: the bytes are the same, the last rename wins.
+        os.replace(part, path)
+        sizes = f"{layer.stat().st_size >> 20} MiB -> {path.stat().st_size >> 20} MiB"
+        log(f"compressed {layer.name} ({sizes}) in {time.time() - t0:.0f} s")
+    return Blob(path, file_digest(path), path.stat().st_size)
 
 
 def _bytes_blob(directory: Path, data: bytes) -> Blob:
@@ -88,7 +81,7 @@ def oci_layout(directory: Path, config: ImageConfig, layers: list[Layer]) -> Non
     """An OCI image layout in directory: the compressed layers linked in, the config and manifest written."""
     with ThreadPoolExecutor(max_workers=len(layers)) as pool:
         blobs = list(pool.map(compressed, [layer.path for layer in layers]))
-        diff_ids = list(pool.map(layer_digest, [layer.path for layer in layers]))
+        diff_ids = list(pool.map(file_digest, [layer.path for layer in layers]))
     (directory / "blobs" / "sha256").mkdir(parents=True)
     for blob in blobs:
         link = directory / "blobs" / "sha256" / blob.digest.split(":")[1]
