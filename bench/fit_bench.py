@@ -22,9 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from geometry.concurrency import concurrency  # noqa: E402
-from geometry.fit import gate_verdict, search  # noqa: E402
-from geometry.inputs import GeometryInputs  # noqa: E402
+from geometry.model.inputs import GeometryInputs  # noqa: E402
+from geometry.plan.concurrency import concurrency  # noqa: E402
+from geometry.verdict.fit import gate_verdict, search  # noqa: E402
 from stackbuild.core.gate import gate_input  # noqa: E402
 from stackbuild.core.recipe import load_recipe  # noqa: E402
 

@@ -25,9 +25,9 @@ from pathlib import Path
 import geometry_cases as C
 
 from geometry.errors import BadInput
-from geometry.gate import check
-from geometry.inputs import GeometryInputs
-from geometry.simulate import simulate
+from geometry.model.inputs import GeometryInputs
+from geometry.plan.simulate import simulate
+from geometry.verdict.gate import check
 
 CHECK_TARGET_S = 0.020
 

@@ -32,16 +32,22 @@ import json
 import os
 import sys
 
+from geometry.errors import BadInput
+from geometry.image_contract import (
+    GATE_INPUT,
+    GATE_REASON_PREFIX,
+    OVERLAY_MANIFEST,
+    GateReport,
+    OracleCheck,
+    payload_path,
+)
+from geometry.model import inputs as inputs_mod
+from geometry.oracle import record as record_mod
+from geometry.oracle.cross_check import CODE_DIR, CrossCheck
+from geometry.verdict import table
+from geometry.verdict.gate_run import run_gate
 from overlay.json_shape import read_json
 from overlay.manifest import OverlayManifest
-
-from . import inputs as inputs_mod
-from . import record as record_mod
-from . import table
-from .cross_check import CODE_DIR, CrossCheck
-from .errors import BadInput
-from .gate_run import run_gate
-from .image_contract import GATE_INPUT, GATE_REASON_PREFIX, OVERLAY_MANIFEST, GateReport, OracleCheck, payload_path
 
 DEFAULT_MANIFEST = payload_path(OVERLAY_MANIFEST)
 # The exit code of an input the gate cannot read or the simulator does not model (the docstring's 3).

@@ -187,8 +187,8 @@ class OracleCheck:
 class GateReport:
     """The gate's report: the simulator's numbers, its verdict, and the oracle's cross-check."""
 
-    report: Mapping[str, Any]  # the simulator's GeometryReport (geometry/report.py) as JSON
-    verdict: Mapping[str, Any]  # the gate's Verdict (geometry/gate.py) as JSON
+    report: Mapping[str, Any]  # the simulator's GeometryReport (geometry/plan/report.py) as JSON
+    verdict: Mapping[str, Any]  # the gate's Verdict (geometry/verdict/gate.py) as JSON
     behaviour_source: Optional[str] = None  # how the vLLM behaviour was found (auto mode)
     oracle: Optional[OracleCheck] = None  # with --oracle
 

@@ -17,4 +17,4 @@ if __name__ == "__main__":
     gc.disable()  # as gate_main does when run as a module
     sys.exit(gate_main.main())
 
-from .gate_main import main  # noqa: E402,F401
+from geometry.gate_main import main  # noqa: E402,F401

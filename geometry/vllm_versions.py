@@ -18,14 +18,14 @@ reset of ``mamba_ssm_cache_dtype`` to float32 on an AVX512-BF16 CPU ("Reset SSM 
 float32 for accelerated GDN mamba backend"), CPU_ATTN's ``MultipleOf(32)`` kernel blocks and LBHNC
 layout, the KV memory from ``VLLM_CPU_KVCACHE_SPACE`` (GiB, set as ``kv_cache_memory_bytes``) and
 the logged "CPU KV cache size: N tokens" (``get_kv_cache_capacity``: max concurrency x
-max_model_len; geometry/concurrency.py). What differs is below, one field each.
+max_model_len; geometry/plan/concurrency.py). What differs is below, one field each.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import BadInput
+from geometry.errors import BadInput
 
 
 @dataclass(frozen=True)

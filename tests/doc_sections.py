@@ -22,9 +22,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script from tests/
     sys.path.insert(0, str(REPO))
 
-from geometry.capacity import kv_token_capacity  # noqa: E402
-from geometry.gate_run import run_gate  # noqa: E402
-from geometry.inputs import GeometryInputs  # noqa: E402
+from geometry.model.inputs import GeometryInputs  # noqa: E402
+from geometry.plan.capacity import kv_token_capacity  # noqa: E402
+from geometry.verdict.gate_run import run_gate  # noqa: E402
 from stackbuild.core import errors  # noqa: E402
 from stackbuild.core.gate import GIB, gate_input  # noqa: E402
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
@@ -182,8 +182,8 @@ def prefix_caching() -> str:
     def extra_state(on):
         if not on:
             return "0"
-        from geometry.concurrency import request_prefill
-        from geometry.inputs import GeometryInputs
+        from geometry.model.inputs import GeometryInputs
+        from geometry.plan.concurrency import request_prefill
 
         def state_blocks(p, on):
             inputs = GeometryInputs.from_json(dict(gate, enable_prefix_caching=on, mamba_cache_mode=mode(on)))
@@ -294,7 +294,7 @@ def preflight_exit_codes() -> str:
 
 def default_recipe_requests() -> str:
     """The default recipe with the overlay: requests of a length that fit at once, per plan."""
-    from geometry.concurrency import concurrency
+    from geometry.plan.concurrency import concurrency
 
     run = run_gate(gate_input(load_recipe(DEFAULT_RECIPE)))
     at_once = concurrency(run.report, run.inputs)

@@ -341,10 +341,10 @@ def simulator_decides(cases: list[dict], behaviour: str) -> tuple[dict[str, dict
     backend (DrafterBackendNotModelled), or refused otherwise with an automatic backend but planned
     once it is pinned, also yields ``s{i}-pinned-FLASH_ATTN`` (``pinned_companion``): planned, it is
     compared; refused, it is a refusal as well."""
-    from geometry.drafter_backend import DrafterBackendNotModelled
     from geometry.errors import BadInput
-    from geometry.inputs import GeometryInputs
-    from geometry.simulate import simulate
+    from geometry.kv.drafter_backend import DrafterBackendNotModelled
+    from geometry.model.inputs import GeometryInputs
+    from geometry.plan.simulate import simulate
 
     def refusal(data: dict) -> BadInput | None:
         try:

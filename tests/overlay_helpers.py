@@ -101,7 +101,7 @@ def lock() -> dict:
 
 def recipe_params() -> dict:
     """Harness parameters from the default recipe's model configs."""
-    from geometry.model_config import check_drafter, check_target
+    from geometry.model.config import check_drafter, check_target
 
     # Read as the product reads them: the checks first (a drafter without head_dim is refused, not
     # guessed), then the text config and the drafter's windows.

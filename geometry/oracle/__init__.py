@@ -26,8 +26,8 @@ Importing this package imports no vLLM and no torch (the gate payload is
 stdlib-importable up to here); its functions import them.
 """
 
-from .engine_core import ENGINE_CORE_DEFAULTS, engine_core_plan, engine_core_summary
-from .plan import blocks_per_request, compare_reports, plan_with_vllm
+from geometry.oracle.engine_core import ENGINE_CORE_DEFAULTS, engine_core_plan, engine_core_summary
+from geometry.oracle.plan import blocks_per_request, compare_reports, plan_with_vllm
 
 __all__ = [
     "ENGINE_CORE_DEFAULTS",

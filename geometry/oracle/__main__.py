@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 
-from .engine_core import BadEngineCoreCase, engine_core_parameters, engine_core_summary
+from geometry.oracle.engine_core import BadEngineCoreCase, engine_core_parameters, engine_core_summary
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,7 +41,7 @@ import os
 import sys
 import types
 
-from .cpu_shims import import_kernel_module, patched
+from geometry.oracle.cpu_shims import import_kernel_module, patched
 
 _COMPILED_OPS = "vllm._C_stable_libtorch"
 _FA_PACKAGE = "vllm.vllm_flash_attn"

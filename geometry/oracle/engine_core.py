@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import sys
 
-from .layer_objects import bare_layer
-from .serving_platform import serving_platform
+from geometry.oracle.layer_objects import bare_layer
+from geometry.oracle.serving_platform import serving_platform
 
 ENGINE_CORE_DEFAULTS = {
     # GLM-5.3-Flash target (transformers Glm5NextTextConfig defaults).

@@ -9,7 +9,7 @@
   sized to the served TP (their linear layers) or CUDA kernels (MLA, KDA/GDN).
 * ``model_parallel_group``: vLLM's tensor-parallel group of one rank (gloo, CPU), for replicated
   modules (the GLM indexer) whose shapes do not depend on the TP size.
-* ``backend_classes``: the simulator's table (geometry/backends.py) for the target's layers, mapped
+* ``backend_classes``: the simulator's table (geometry/kv/backends.py) for the target's layers, mapped
   to vLLM's classes.
 """
 
@@ -22,7 +22,7 @@ import os
 import shutil
 import tempfile
 
-from .cpu_shims import patched
+from geometry.oracle.cpu_shims import patched
 
 
 class KernelImplStandIn:
@@ -108,7 +108,7 @@ def bare_layer(cls, **attrs):
 def backend_classes(family: int):
     """(sparse MLA backend class of ``family`` or None, the class of the drafter's and the target's
     full-attention layers: FLASH_ATTN on a GPU family, CPU_ATTN on vLLM's CPU platform)."""
-    from ..backends import CPU_FAMILY
+    from geometry.kv.backends import CPU_FAMILY
 
     if family == CPU_FAMILY:
         from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend

@@ -13,7 +13,7 @@ Every layer class's own ``get_kv_cache_spec`` runs. How each layer object is mad
   ``Speculator.load_model`` tags the layers the drafter added. ``DFlashQwen3Attention``'s
   own constructor is not run (its linear layers need vLLM's tensor-parallel group of the
   served TP): its head split and asserts are restated here. The target's full-attention
-  layers are given the simulator's backend class (geometry/backends.py), not vLLM's choice.
+  layers are given the simulator's backend class (geometry/kv/backends.py), not vLLM's choice.
 * the GLM-5.3 indexer: vLLM's ``Indexer`` module on the meta device (architectures/glm5next.py);
 * MLA, KDA/GDN: ``bare_layer`` (their constructors need the TP group of the served size or
   CUDA kernels).
@@ -21,9 +21,9 @@ Every layer class's own ``get_kv_cache_spec`` runs. How each layer object is mad
 
 from __future__ import annotations
 
-from ..inputs import GeometryInputs
-from .architectures import ORACLE_ARCHITECTURES
-from .layer_objects import attention_layer
+from geometry.model.inputs import GeometryInputs
+from geometry.oracle.architectures import ORACLE_ARCHITECTURES
+from geometry.oracle.layer_objects import attention_layer
 
 
 def register_layers(inputs: GeometryInputs, cfg, hf, num_spec: int, with_drafter: bool) -> None:

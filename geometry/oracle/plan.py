@@ -17,16 +17,16 @@ from __future__ import annotations
 
 from dataclasses import replace as dc_replace
 
-from .. import record
-from ..inputs import GeometryInputs
-from ..prefix_cache import PrefixCache, can_hit
-from ..report import GeometryReport, GroupRow, LayerRow, Plan
-from ..simulate import simulate
-from ..vllm_versions import public_version
-from .cpu_shims import model_registry_fallback
-from .layers import register_layers
-from .serving_platform import serving_platform
-from .vllm_config import build_vllm_config
+from geometry.model.inputs import GeometryInputs
+from geometry.oracle.cpu_shims import model_registry_fallback
+from geometry.oracle.layers import register_layers
+from geometry.oracle.record import comparable, compare
+from geometry.oracle.serving_platform import serving_platform
+from geometry.oracle.vllm_config import build_vllm_config
+from geometry.plan.prefix_cache import PrefixCache, can_hit
+from geometry.plan.report import GeometryReport, GroupRow, LayerRow, Plan
+from geometry.plan.simulate import simulate
+from geometry.vllm_versions import public_version
 
 
 def planning(inputs: GeometryInputs):
@@ -360,4 +360,4 @@ def plan_with_vllm(inputs: GeometryInputs) -> GeometryReport:
 
 def compare_reports(sim: GeometryReport, vllm: GeometryReport) -> tuple[str, ...]:
     """Field-by-field differences (empty when they agree)."""
-    return record.compare(record.comparable(sim), record.comparable(vllm))
+    return compare(comparable(sim), comparable(vllm))

@@ -41,8 +41,8 @@ from __future__ import annotations
 import contextlib
 import functools
 
-from ..backends import CPU_FAMILY
-from .backend_selection import clear_selection_cache, cuda_attn_backend_cls, cuda_valid_backends
+from geometry.kv.backends import CPU_FAMILY
+from geometry.oracle.backend_selection import clear_selection_cache, cuda_attn_backend_cls, cuda_valid_backends
 
 # The capability reported for a family: vLLM's family test (and every SM12x
 # choice in the planning path) reads the major only; 12.1 is GB10 (DGX Spark).

@@ -14,10 +14,10 @@ from __future__ import annotations
 import types
 from typing import Any, Mapping
 
-from ..backends import CPU_FAMILY
-from ..inputs import GeometryInputs
-from .architecture import OracleArchitecture
-from .architectures import ORACLE_ARCHITECTURES
+from geometry.kv.backends import CPU_FAMILY
+from geometry.model.inputs import GeometryInputs
+from geometry.oracle.architecture import OracleArchitecture
+from geometry.oracle.architectures import ORACLE_ARCHITECTURES
 
 
 def _hf_config(arch: OracleArchitecture, text: Mapping[str, Any]):

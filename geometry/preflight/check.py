@@ -22,14 +22,14 @@ import os
 from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
-from ..serve_settings import ServeDefaults
-from .checked import CheckedServe
-from .checkpoint import CheckpointUnusable
-from .configs import ConfigUnusable, MountedConfig, read_config
-from .fingerprint import Fingerprint, of_check
-from .memory import Budget, kv_budget
-from .mounted import CheckpointMismatch, Mounted, check_mounted
-from .outcome import (
+from geometry.model.serve_settings import ServeDefaults
+from geometry.preflight.checked import CheckedServe
+from geometry.preflight.checkpoint import CheckpointUnusable
+from geometry.preflight.configs import ConfigUnusable, MountedConfig, read_config
+from geometry.preflight.fingerprint import Fingerprint, of_check
+from geometry.preflight.memory import Budget, kv_budget
+from geometry.preflight.mounted import CheckpointMismatch, Mounted, check_mounted
+from geometry.preflight.outcome import (
     EXIT_CONFIG,
     EXIT_GEOMETRY,
     EXIT_MISMATCH,
@@ -40,7 +40,7 @@ from .outcome import (
     Outcome,
     refused,
 )
-from .serve_flags import ServeFlags, ServeFlagsRejected, parse_serve_flags
+from geometry.preflight.serve_flags import ServeFlags, ServeFlagsRejected, parse_serve_flags
 
 # The speculative method the simulator models (DFlash / DFlash2 drafters).
 MODELLED_METHOD = "dflash"
@@ -95,10 +95,10 @@ def build_defaults(built, kv_cache_memory_bytes: int) -> ServeDefaults:
 
 
 def derive_inputs(flags: ServeFlags, target: MountedConfig, drafter: Optional[MountedConfig], defaults: ServeDefaults):
-    """The gate input (geometry.inputs.GeometryInputs) for what this argv and these configs will run,
+    """The gate input (geometry.model.inputs.GeometryInputs) for what this argv and these configs will run,
     ``defaults`` for what no flag says; Unchecked for what is not modelled, BadInput for values the
     simulator does not take."""
-    from geometry.inputs import build_inputs
+    from geometry.model.inputs import build_inputs
 
     spec = flags.speculative_config
     if spec is not None:
@@ -139,8 +139,8 @@ def differences(
 
 def _read_configs(flags: ServeFlags, locate: Callable[[str], str]):
     """Both mounted configs, each refused (ConfigUnusable) when unreadable or when it is one the
-    simulator would misread (geometry.model_config: the same checks the recipe loader and the gate run)."""
-    from geometry.model_config import ConfigInvalid, check_drafter, check_target
+    simulator would misread (geometry.model.config: the same checks the recipe loader and the gate run)."""
+    from geometry.model.config import ConfigInvalid, check_drafter, check_target
 
     target = read_config("target", locate(flags.model), flags.model)
     drafter = None
@@ -316,7 +316,7 @@ def _rejudged(
 ) -> Outcome:
     """The build's geometry with the KV budget this start has: the simulator and the gate's serving
     limits (stdlib; the build's cross-check stands, the pages do not depend on the budget)."""
-    from geometry.gate_run import run_gate
+    from geometry.verdict.gate_run import run_gate
 
     verdict = run_gate(checked.gate_input.replace(kv_cache_memory_bytes=budget.kv_cache_memory_bytes)).verdict
     if not verdict.passed:
@@ -339,12 +339,12 @@ def _rejudged(
 
 
 def _geometry(inputs, changed: str, warnings: list[str], overlay_manifest: Optional[str], mounted: str) -> Outcome:
-    """The gate (geometry.gate_run) on the re-derived ``inputs``, then the cross-check: the installed vLLM
+    """The gate (geometry.verdict.gate_run) on the re-derived ``inputs``, then the cross-check: the installed vLLM
     plans the same inputs and the simulator must agree field by field when it models that vLLM (the
     image: patched; a host venv: stock). A geometry that does not fit is refused without it."""
-    from geometry.cross_check import CrossCheck
     from geometry.errors import BadInput
-    from geometry.gate_run import run_gate
+    from geometry.oracle.cross_check import CrossCheck
+    from geometry.verdict.gate_run import run_gate
 
     installed, unreadable = None, None
     try:

@@ -13,10 +13,9 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Optional
 
-from geometry.inputs import GeometryInputs
+from geometry.model.inputs import GeometryInputs
+from geometry.preflight.serve_flags import ServeFlags
 from overlay.json_shape import read_json
-
-from .serve_flags import ServeFlags
 
 SCHEMA = "glm53-preflight-checked/1"
 

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from .safetensors_header import ShardHeader, ShardUnusable, read_header
+from geometry.preflight.safetensors_header import ShardHeader, ShardUnusable, read_header
 
 INDEX = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"

@@ -15,13 +15,12 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional
 
-from geometry.model_config import text_config
-
-from .checked import CheckedModel, CheckedServe
-from .checkpoint import Checkpoint, CheckpointUnusable, scan
-from .configs import MountedConfig
-from .outcome import PREFIX
-from .serve_flags import ServeFlags
+from geometry.model.config import text_config
+from geometry.preflight.checked import CheckedModel, CheckedServe
+from geometry.preflight.checkpoint import Checkpoint, CheckpointUnusable, scan
+from geometry.preflight.configs import MountedConfig
+from geometry.preflight.outcome import PREFIX
+from geometry.preflight.serve_flags import ServeFlags
 
 QUANT_FILE = "hf_quant_config.json"
 UNQUANTIZED = "none"

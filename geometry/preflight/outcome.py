@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
-    from .fingerprint import Fingerprint
+    from geometry.preflight.fingerprint import Fingerprint
 
 PASSED = 0
 EXIT_BAD_MODE = 2

@@ -27,10 +27,9 @@ import urllib.request
 from typing import Callable, Mapping, Optional
 
 from geometry.image_contract import ContractError, read_image_labels
-
-from .fingerprint import IMAGE_DIGEST_ENV, Fingerprint, FingerprintUnreadable, first_difference
-from .launch import PORT_OFFSET, Launch
-from .outcome import (
+from geometry.preflight.fingerprint import IMAGE_DIGEST_ENV, Fingerprint, FingerprintUnreadable, first_difference
+from geometry.preflight.launch import PORT_OFFSET, Launch
+from geometry.preflight.outcome import (
     EXIT_BAD_MODE,
     EXIT_RANK_MISSING,
     EXIT_RANKS_DIFFER,

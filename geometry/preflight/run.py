@@ -15,10 +15,9 @@ import sys
 from typing import Callable, Optional, Sequence
 
 from geometry.image_contract import IMAGE_LABELS, OVERLAY_MANIFEST, PREFLIGHT_CHECKED, payload_path
-
-from . import checked as checked_mod
-from .launch import LaunchUnreadable, launch_of
-from .outcome import EXIT_BAD_MODE, EXIT_SERVE_FLAGS, EXIT_UNCHECKED, PASSED, PREFIX, Outcome, refused
+from geometry.preflight import checked as checked_mod
+from geometry.preflight.launch import LaunchUnreadable, launch_of
+from geometry.preflight.outcome import EXIT_BAD_MODE, EXIT_SERVE_FLAGS, EXIT_UNCHECKED, PASSED, PREFIX, Outcome, refused
 
 MODE_ENV = "GLM53_PREFLIGHT"
 MODES = ("enforce", "warn", "off")
@@ -72,7 +71,7 @@ def preflight(
     """
 
     def work(say: Callable[[str], None]) -> Outcome:
-        from .check import check
+        from geometry.preflight.check import check
 
         try:
             record = checked if checked is not None else checked_mod.load(checked_path)
@@ -91,7 +90,7 @@ def preflight(
 
 def _ranks_agree(argv: Sequence[str], outcome: Outcome, payload_dir: str, manifest: str, environment: dict) -> Outcome:
     """A rank of a multi-node group (``--nnodes`` > 1) agrees with its leader; a single node passes at once."""
-    from . import ranks
+    from geometry.preflight import ranks
 
     try:
         launch = launch_of(argv)
@@ -138,7 +137,7 @@ def main(argv: Sequence[str], payload_dir: str) -> int:
         manifest = payload_path(OVERLAY_MANIFEST, payload_dir)
         outcome = preflight(argv, checked_path=payload_path(PREFLIGHT_CHECKED, payload_dir), overlay_manifest=manifest)
         code = _report(outcome, mode)
-        from .check import asks_for_help
+        from geometry.preflight.check import asks_for_help
 
         if code is None and not asks_for_help(argv):
             code = _report(_ranks_agree(argv, outcome, payload_dir, manifest, environment), mode)

@@ -15,8 +15,8 @@ import io
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
-from ..errors import one_line
-from ..serve_settings import ServeDefaults, ServeSettings
+from geometry.errors import one_line
+from geometry.model.serve_settings import ServeDefaults, ServeSettings
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
-"""`build.py fit`: the search for settings that pass the geometry gate (geometry/fit.py) run on a recipe,
+"""`build.py fit`: the search for settings that pass the geometry gate (geometry/verdict/fit.py) run on a recipe,
 and its outcome as an exit: none when the recipe passes, 5 when only other settings do, 19 when none does."""
 
 from __future__ import annotations
 
 from geometry.errors import BadInput
-from geometry.fit import FitResult, search
-from geometry.fit_keys import KEPT_UNLESS_ALLOWED
+from geometry.verdict.fit import FitResult, search
+from geometry.verdict.fit_keys import KEPT_UNLESS_ALLOWED
 from stackbuild.core.errors import FitNothingPasses, GeometryGateFailed, RecipeError, UsageError
 from stackbuild.core.gate import gate_input
 from stackbuild.core.recipe import Recipe

@@ -1,4 +1,4 @@
-"""The geometry gate of a recipe on the host: its gate input, and the gate (geometry.gate_run) run on it."""
+"""The geometry gate of a recipe on the host: its gate input, and the gate (geometry.verdict.gate_run) run on it."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ GIB = 1024**3
 
 
 def serve_defaults(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
-    """What the recipe's gate input takes where its serve argv gives no flag (geometry.serve_settings.ServeDefaults):
+    """What the recipe's gate input takes where its serve argv gives no flag
+    (geometry.model.serve_settings.ServeDefaults):
     its machines and GPU family, the KV budget of geometry.kv_cache_memory_gib, and `vllm serve`'s batch for
     the GPU (core/gpus.py)."""
-    from geometry.serve_settings import ServeDefaults
+    from geometry.model.serve_settings import ServeDefaults
 
     s = recipe.serving
     return ServeDefaults(
@@ -28,14 +29,14 @@ def serve_defaults(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
 
 
 def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
-    """The recipe's geometry.inputs.GeometryInputs: what the build writes as gate-input.json.
+    """The recipe's geometry.model.inputs.GeometryInputs: what the build writes as gate-input.json.
 
     The geometry of what the recipe's serve argv means to vLLM (core/serve_args.served_flags, the flags
     the image's pre-flight records) on the recipe's configs, as the pre-flight derives it from an argv
     at start. What the simulator does not take is a RecipeError.
     """
     from geometry.errors import BadInput
-    from geometry.inputs import build_inputs
+    from geometry.model.inputs import build_inputs
 
     defaults = serve_defaults(recipe, vllm_behaviour=vllm_behaviour)
     settings = served_flags(recipe).settings(defaults)
@@ -46,10 +47,10 @@ def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
 
 
 def recipe_geometry(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
-    """The gate run (geometry.gate_run.GateRun: inputs, report, verdict) of a recipe on the host;
+    """The gate run (geometry.verdict.gate_run.GateRun: inputs, report, verdict) of a recipe on the host;
     what the simulator does not model is a RecipeError."""
     from geometry.errors import BadInput
-    from geometry.gate_run import run_gate
+    from geometry.verdict.gate_run import run_gate
 
     inputs = gate_input(recipe, vllm_behaviour=vllm_behaviour)
     try:

@@ -1,15 +1,15 @@
 """`build.py geometry`: the recipe's gate run, judged for stock vLLM or the overlay, with the requests of each
-length that fit at once, and how the two behaviours compare (geometry/behaviours.py)."""
+length that fit at once, and how the two behaviours compare (geometry/verdict/behaviours.py)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Iterable, Optional
 
-from geometry.behaviours import BehaviourComparison, compare, comparison_lines, figures
-from geometry.concurrency import Concurrency, concurrency
-from geometry.gate_run import GateRun
-from geometry.table import render_text, to_json
+from geometry.plan.concurrency import Concurrency, concurrency
+from geometry.verdict.behaviours import BehaviourComparison, compare, comparison_lines, figures
+from geometry.verdict.gate_run import GateRun
+from geometry.verdict.table import render_text, to_json
 from stackbuild.core.gate import recipe_geometry, refuse_failed
 from stackbuild.core.recipe import Recipe
 
@@ -38,7 +38,7 @@ class RecipeGeometry:
 
 def recipe_report(recipe: Recipe, *, stock: bool, contexts: Optional[Iterable[int]] = None) -> RecipeGeometry:
     """Both behaviours' gate runs and requests at once (``contexts``: the request lengths, default
-    geometry.concurrency.contexts_for's); ContextTooLong for a length above max_model_len."""
+    geometry.plan.concurrency.contexts_for's); ContextTooLong for a length above max_model_len."""
     runs = {b: recipe_geometry(recipe, vllm_behaviour=b) for b in BEHAVIOURS}
     at_once = {b: concurrency(r.report, r.inputs, contexts) for b, r in runs.items()}
     versus = compare(*(figures(runs[b].report, runs[b].verdict, at_once[b]) for b in BEHAVIOURS))

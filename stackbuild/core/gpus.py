@@ -4,7 +4,7 @@ platforms they come in. A GPU not listed here is accepted when the recipe gives 
 
 ``none`` is a host without a GPU: vLLM's CPU platform serves (the CI's real server). Its
 capability ``0.0`` (family 0) is how the geometry gate names that platform
-(geometry/backends.py ``CPU_FAMILY``); a compose file for it reserves no GPU."""
+(geometry/kv/backends.py ``CPU_FAMILY``); a compose file for it reserves no GPU."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import hashlib
 from pathlib import Path
 from typing import Optional
 
-from geometry.inputs import GeometryInputs
+from geometry.model.inputs import GeometryInputs
 from geometry.preflight.checked import CheckedModel, CheckedRole, CheckedServe
 from stackbuild.core.recipe import Recipe
 from stackbuild.core.serve_args import role_commands, serve_argv, served_flags

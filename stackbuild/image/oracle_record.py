@@ -2,7 +2,7 @@
 
 The in-image gate checks the simulator against vLLM's own planning. Done for
 real, that is one cold import of vLLM and torch, most of a cold build. The
-gate writes what vLLM answered into the image (geometry/record.py: the answer
+gate writes what vLLM answered into the image (geometry/oracle/record.py: the answer
 keyed by the gate input, the geometry code, Python, the vLLM tree's bytes and
 the imported packages' versions); ``build.py record`` copies it from a built
 image to the recipe, and later builds ship it to the gate, which uses it only
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
-from geometry import record as record_mod
 from geometry.image_contract import ORACLE_RECORD, payload_path
-from geometry.inputs import GeometryInputs
+from geometry.model.inputs import GeometryInputs
+from geometry.oracle import record as record_mod
 from stackbuild.core.atomic import replace_file
 from stackbuild.core.errors import OracleRecordError
 from stackbuild.core.recipe import REPO_ROOT, Recipe

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Mapping, Optional
 
 from geometry.image_contract import PAYLOAD_DIR
-from geometry.inputs import GeometryInputs
+from geometry.model.inputs import GeometryInputs
 from stackbuild.core import labels as label
 from stackbuild.core.gate import recipe_geometry, summarise_reasons
 from stackbuild.core.lock import PinnedBase, pinned_base

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 GLOSSARY = REPO / "docs" / "glossary.md"
 RECIPES = sorted((REPO / "recipes").glob("*/recipe.yaml"))
 
-# Labels the printers write (geometry/table.py, geometry/concurrency's lines).
+# Labels the printers write (geometry/verdict/table.py, geometry/plan/concurrency's lines).
 LABELS = (
     "kernel block alignment",
     "drafter backend",

@@ -13,11 +13,11 @@ import default_recipe_figures as F
 import geometry_cases as C
 import pytest
 
-from geometry.concurrency import ContextTooLong, concurrency, contexts_for
-from geometry.gate import judge
-from geometry.inputs import GeometryInputs
-from geometry.simulate import simulate
-from geometry.table import render_text
+from geometry.model.inputs import GeometryInputs
+from geometry.plan.concurrency import ContextTooLong, concurrency, contexts_for
+from geometry.plan.simulate import simulate
+from geometry.verdict.gate import judge
+from geometry.verdict.table import render_text
 from stackbuild.core.gate import gate_input
 from stackbuild.core.recipe import load_recipe
 
@@ -264,7 +264,7 @@ def test_flashkda_holds_a_prefill_checkpoint_block_where_vllm_picks_it():
     `Glm5NextLinearAttention.get_kv_cache_spec` then gives each KDA spec one prefill-checkpoint block,
     which `MambaSpec.max_memory_usage_bytes` counts in "align" mode only. The default recipe has all four
     (GB300: family 100; `linear_head_dim` 128; bf16; `linear_lower_bound` -5.0)."""
-    from geometry.architectures.glm5next import kda_prefill_backend
+    from geometry.model.architectures.glm5next import kda_prefill_backend
 
     tc = load_recipe(DEFAULT).target_config
     assert (tc["linear_head_dim"], tc["linear_lower_bound"]) == (128, -5.0)

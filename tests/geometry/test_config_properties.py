@@ -6,7 +6,7 @@ changes (layer patterns permuted, all one type, other lengths; tiny, odd and hug
 that do not divide; windows, block sizes, kpool/topk; overlapping or out-of-order layer lists)
 and odd gate inputs (TP, speculative tokens, lengths, memory, block size, prefix caching, GPU
 family, KV dtypes). Each goes where the CLI and the in-image gate send it
-(GeometryInputs.from_json, which checks both configs as it reads them -> geometry.gate_run.run_gate: simulate,
+(GeometryInputs.from_json, which checks both configs as it reads them -> geometry.verdict.gate_run.run_gate: simulate,
 gate.judge; the table and the report JSON) and through the pre-flight's in-process steps
 (check_target/check_drafter, derive_inputs, run_gate without the vLLM cross-check). Allowed: a BadInput (ConfigInvalid
 included) from the checks or the simulator, or a verdict; any other exception is a bug.
@@ -25,15 +25,16 @@ from geometry_cases import kimi_linear_config, qwen3_next_target, recipe_configs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from geometry import model_config, table
-from geometry.architectures import BY_KIND
 from geometry.errors import BadInput
-from geometry.gate_run import run_gate
-from geometry.inputs import GeometryInputs
+from geometry.model import config as model_config
+from geometry.model.architectures import BY_KIND
+from geometry.model.inputs import GeometryInputs
+from geometry.model.serve_settings import ServeDefaults
 from geometry.preflight.check import Unchecked, derive_inputs
 from geometry.preflight.configs import MountedConfig
 from geometry.preflight.serve_flags import ServeFlags
-from geometry.serve_settings import ServeDefaults
+from geometry.verdict import table
+from geometry.verdict.gate_run import run_gate
 
 EXAMPLES = int(os.environ.get("CONFIG_PROPERTY_EXAMPLES", "200"))
 GLM, DRAFTER = recipe_configs()

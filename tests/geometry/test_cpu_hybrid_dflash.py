@@ -14,11 +14,11 @@ from pathlib import Path
 import cpu_hybrid_cases as H
 import pytest
 
-from geometry.concurrency import concurrency
 from geometry.errors import BadInput
-from geometry.gate import judge
-from geometry.inputs import GeometryInputs
-from geometry.simulate import simulate
+from geometry.model.inputs import GeometryInputs
+from geometry.plan.concurrency import concurrency
+from geometry.plan.simulate import simulate
+from geometry.verdict.gate import judge
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = H.RECIPE_DIR / "recipe.yaml"

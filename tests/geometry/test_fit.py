@@ -1,4 +1,4 @@
-"""`build.py fit`: the search for settings that pass the gate (geometry/fit.py).
+"""`build.py fit`: the search for settings that pass the gate (geometry/verdict/fit.py).
 
 The suggestions are re-planned by vLLM's own planner on the CPU with the overlay
 applied (``plan_with_vllm`` in a process whose vLLM is a patched copy of the
@@ -19,9 +19,9 @@ import pytest
 from models_support import misfit_drafter
 from recipe_copies import copy_recipe
 
-from geometry.fit import search
-from geometry.fit_keys import KEEPABLE
-from geometry.inputs import GeometryInputs
+from geometry.model.inputs import GeometryInputs
+from geometry.verdict.fit import search
+from geometry.verdict.fit_keys import KEEPABLE
 from stackbuild.core.gate import gate_input
 from stackbuild.core.recipe import load_recipe
 
@@ -120,8 +120,8 @@ def test_fit_keep_on_the_command_line():
 
 _REPLAN = r"""
 import json, sys
-from geometry.gate import judge
-from geometry.inputs import GeometryInputs
+from geometry.verdict.gate import judge
+from geometry.model.inputs import GeometryInputs
 from geometry.oracle import plan_with_vllm
 out = []
 for data in json.load(sys.stdin):
@@ -192,7 +192,7 @@ DRAFTER_FP8_BYTES_PER_TOKEN = F.DRAFTER_BYTES_PER_TOKEN // 2
 
 
 def _measures(c) -> tuple:
-    """What the output shows, larger is better, written out here apart from geometry/fit.py."""
+    """What the output shows, larger is better, written out here apart from geometry/verdict/fit.py."""
     hits = -c.hit_alignment_tokens if c.hit_alignment_tokens is not None else float("-inf")
     return (c.requests_at_max_model_len, c.kv_tokens, hits, c.setting.drafter_kv_cache_dtype != "fp8", -len(c.changes))
 
@@ -250,7 +250,7 @@ def test_a_key_both_kept_and_allowed_is_refused():
 
 
 def test_dominance_by_hand():
-    from geometry.fit import Candidate, Setting
+    from geometry.verdict.fit import Candidate, Setting
 
     def cand(block, dtype, prefix, requests, kv, hits, changes):
         changes = tuple(("k", None, i) for i in range(changes))

@@ -27,13 +27,13 @@ import default_recipe_figures as F  # noqa: E402
 import geometry_cases as C  # noqa: E402
 from default_recipe_figures import Column, PrefixCaching  # noqa: E402
 
-from geometry.concurrency import concurrency, request_prefill  # noqa: E402
 from geometry.errors import BadInput  # noqa: E402
-from geometry.gate import check  # noqa: E402
 from geometry.image_contract import GateReport  # noqa: E402
-from geometry.inputs import GeometryInputs  # noqa: E402
-from geometry.simulate import simulate  # noqa: E402
-from geometry.table import render_text, to_json  # noqa: E402
+from geometry.model.inputs import GeometryInputs  # noqa: E402
+from geometry.plan.concurrency import concurrency, request_prefill  # noqa: E402
+from geometry.plan.simulate import simulate  # noqa: E402
+from geometry.verdict.gate import check  # noqa: E402
+from geometry.verdict.table import render_text, to_json  # noqa: E402
 from stackbuild.core.gate import gate_input  # noqa: E402
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
 
@@ -414,26 +414,35 @@ def test_json_roundtrip_and_bad_input():
 
 def test_simulator_is_stdlib_only():
     """Every module of geometry/ outside oracle/ and preflight/ (the simulator, its architecture
-    entries, the gate and its record) imports the standard library and geometry only, and the
+    entries, the gate) and the oracle's record and cross-check import the standard library and geometry only, and the
     overlay manifest and JSON shape readers the gate reads (stdlib only too)."""
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
     geometry = ROOT / "geometry"
+    stdlib_oracle = (geometry / "oracle" / "record.py", geometry / "oracle" / "cross_check.py")
     files = [
-        p for p in sorted(geometry.rglob("*.py")) if p.relative_to(geometry).parts[0] not in ("oracle", "preflight")
+        p
+        for p in sorted(geometry.rglob("*.py"))
+        if p.relative_to(geometry).parts[0] not in ("oracle", "preflight") or p in stdlib_oracle
     ]
-    assert geometry / "architectures" / "qwen3_next.py" in files and geometry / "kv_spec.py" in files
+    assert geometry / "model" / "architectures" / "qwen3_next.py" in files and geometry / "kv" / "kv_spec.py" in files
     for path in (*files, ROOT / "overlay" / "manifest.py", ROOT / "overlay" / "json_shape.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 mods = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                mods = [node.module]
+                # `from geometry.oracle import record` imports the module geometry.oracle.record
+                submodules = [f"{node.module}.{a.name}" for a in node.names]
+                is_module = [(ROOT / Path(*m.split("."))).with_suffix(".py").is_file() for m in submodules]
+                mods = submodules if all(is_module) else [node.module]
             else:
                 continue
             for m in mods:
                 top = m.split(".")[0]
-                in_simulator = top == "geometry" and m.split(".")[1:2] not in (["oracle"], ["preflight"])
+                in_simulator = top == "geometry" and (
+                    m.split(".")[1:2] not in (["oracle"], ["preflight"])
+                    or m in ("geometry.oracle.record", "geometry.oracle.cross_check")
+                )
                 assert top in stdlib or in_simulator or m in ("overlay.manifest", "overlay.json_shape"), (path, m)
 
 
@@ -705,8 +714,8 @@ def test_the_simulator_classifies_the_target_as_the_gate_does():
     """One classifier (model_config.read_target) for the gate's config check, the prefix-caching
     resolution and the simulator: a target whose first architecture vLLM runs as another model
     (LlamaForCausalLM before Qwen3NextForCausalLM) is refused by each, naming the key."""
-    from geometry.inputs import resolve_prefix_caching
-    from geometry.model_config import ConfigInvalid, check_target
+    from geometry.model.config import ConfigInvalid, check_target
+    from geometry.model.inputs import resolve_prefix_caching
 
     target = dict(C.qwen3_next_target(random.Random(0)), architectures=["LlamaForCausalLM", "Qwen3NextForCausalLM"])
     data = C.recipe_input(
@@ -751,8 +760,8 @@ def test_qwen3_moe_config_the_simulator_would_misread_is_refused_naming_the_key(
     4 KV heads, or hidden_size // num_attention_heads), with KV heads not dividing its heads or with
     sliding-window layers is refused by the config check and by the gate's run, naming the key; the
     complete one runs as qwen3_moe."""
-    from geometry.gate_run import run_gate
-    from geometry.model_config import ConfigInvalid, check_target
+    from geometry.model.config import ConfigInvalid, check_target
+    from geometry.verdict.gate_run import run_gate
 
     data = _qwen3_moe_input(**changes)
     message = f"target config: {key}: .*{why}"

@@ -31,7 +31,7 @@ except ImportError as exc:
 import geometry_cases as C  # noqa: E402
 
 from geometry.errors import BadInput  # noqa: E402
-from geometry.inputs import GeometryInputs, resolve_prefix_caching  # noqa: E402
+from geometry.model.inputs import GeometryInputs, resolve_prefix_caching  # noqa: E402
 
 PREFIX_FLAGS = {None: [], True: ["--enable-prefix-caching"], False: ["--no-enable-prefix-caching"]}
 MODE_FLAGS = {None: [], "align": ["--mamba-cache-mode", "align"], "none": ["--mamba-cache-mode", "none"]}

@@ -27,10 +27,8 @@ except ImportError as exc:
         raise  # CI=true: the oracle is required, never skipped
     pytest.skip(f"vLLM's own planning code is not importable ({exc}): run `make oracle`", allow_module_level=True)
 
-from geometry import (  # noqa: E402
-    gate_main,
-    record,
-)
+from geometry import gate_main  # noqa: E402
+from geometry.oracle import record  # noqa: E402
 from stackbuild.core.gate import gate_input  # noqa: E402
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
 

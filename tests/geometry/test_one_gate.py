@@ -1,5 +1,5 @@
 """One gate: the same bad deployment gets the same verdict, the same first reason and its documented
-exit code from every caller of geometry.gate_run.run_gate.
+exit code from every caller of geometry.verdict.gate_run.run_gate.
 
 Each case is one fault given to every caller: the recipe's callers (`build.py geometry`, `build
 --dry-run`, `compose`, the in-image gate module on the gate-input.json the build writes) get it in

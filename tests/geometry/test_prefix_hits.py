@@ -39,8 +39,8 @@ from overlay_helpers import (
     run_apply,
 )
 
-from geometry.inputs import GeometryInputs
-from geometry.simulate import simulate
+from geometry.model.inputs import GeometryInputs
+from geometry.plan.simulate import simulate
 
 pytestmark = pytest.mark.oracle
 

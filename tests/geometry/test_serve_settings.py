@@ -1,4 +1,5 @@
-"""The one path from serve settings to the gate input (geometry/serve_settings.py, geometry.inputs.build_inputs):
+"""The one path from serve settings to the gate input (geometry/model/serve_settings.py,
+geometry.model.inputs.build_inputs):
 a flag given decides, a flag not given takes what applies without it, on the host as at container start."""
 
 from __future__ import annotations
@@ -7,9 +8,9 @@ import dataclasses
 
 from geometry_cases import recipe_configs
 
-from geometry.inputs import build_inputs
+from geometry.model.inputs import build_inputs
+from geometry.model.serve_settings import ServeDefaults, ServeSettings
 from geometry.preflight.check import build_defaults
-from geometry.serve_settings import ServeDefaults, ServeSettings
 from stackbuild.core.gate import gate_input, serve_defaults
 from stackbuild.core.gpus import serve_batched_tokens
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe

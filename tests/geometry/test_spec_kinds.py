@@ -1,4 +1,4 @@
-"""A KV spec kind's rules live in its class (geometry/kv_spec.py): no other module of the simulator
+"""A KV spec kind's rules live in its class (geometry/kv/kv_spec.py): no other module of the simulator
 names a kind, by vLLM's class name or by a kind word, so none can branch on it; and each kind
 answers what the grouping, prefix-cache, capacity and request code ask of it."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from geometry.kv_spec import (
+from geometry.kv.kv_spec import (
     SPEC_KINDS,
     CircularBufferSpec,
     FullAttentionSpec,

@@ -14,7 +14,7 @@ from pathlib import Path
 import geometry_cases as C
 import pytest
 
-from geometry.inputs import GeometryInputs
+from geometry.model.inputs import GeometryInputs
 from geometry.vllm_versions import RELEASES, VllmVersionNotModelled, release
 from stackbuild.core.errors import RecipeError
 from stackbuild.core.gate import gate_input

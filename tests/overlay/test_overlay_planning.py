@@ -74,7 +74,7 @@ def harness(trees):
 ORACLE_DRIVER = r"""
 import json, sys
 import vllm
-from geometry.inputs import GeometryInputs
+from geometry.model.inputs import GeometryInputs
 from geometry.oracle import plan_with_vllm
 
 configs, grid, memory, recipe_input = json.loads(sys.argv[1])
@@ -271,7 +271,7 @@ def test_default_recipe_figures_are_what_vllm_plans(oracle, tree):
 SCHEDULER_DRIVER = r"""
 import json, sys
 import vllm
-from geometry.inputs import GeometryInputs
+from geometry.model.inputs import GeometryInputs
 from geometry.oracle.concurrency import requests_until_refused
 
 cases = json.loads(sys.argv[1])
@@ -325,9 +325,9 @@ def test_default_recipe_requests_at_once_are_what_vllms_scheduler_admits(schedul
     the simulator's count for the recipe's gate input is vLLM's."""
     from geometry_cases import prefix_caching
 
-    from geometry.concurrency import concurrency
-    from geometry.inputs import GeometryInputs
-    from geometry.simulate import simulate
+    from geometry.model.inputs import GeometryInputs
+    from geometry.plan.concurrency import concurrency
+    from geometry.plan.simulate import simulate
 
     figures = F.PREFIX_ON if on else F.PREFIX_OFF
     vllm = scheduled[("patched", on)]

@@ -14,7 +14,7 @@ import yaml
 from compose_support import NO_REPORT
 from tiny_model import write_tiny_model
 
-from geometry.table import render_text
+from geometry.verdict.table import render_text
 from stackbuild.core.errors import ComposeOverrideError, RecipeError
 from stackbuild.core.gate import recipe_geometry
 from stackbuild.core.recipe import load_recipe

@@ -197,7 +197,7 @@ def test_prefix_caching_key_is_the_flag_vllm_reads_and_the_gate_input_resolves_i
     --no-enable-prefix-caching, or nothing (None: vLLM's default), and the gate input holds what
     resolve_prefix_caching makes of exactly what vLLM parsed."""
     require_oracle()
-    from geometry.inputs import resolve_prefix_caching
+    from geometry.model.inputs import resolve_prefix_caching
     from stackbuild.core.gate import gate_input
 
     def set_key(value):

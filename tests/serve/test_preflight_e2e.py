@@ -28,7 +28,7 @@ from compose_support import require_compose_binary
 from models_support import DRAFTER_DIR, misfit_drafter, models_dir
 from stack_e2e import cli, docker_login, recipe_copy, unique_repository
 
-from geometry.gate_run import run_gate
+from geometry.verdict.gate_run import run_gate
 from stackbuild.core.errors import GeometryGateFailed, MountedConfigUnusable
 from stackbuild.core.gate import gate_input
 from stackbuild.core.recipe import load_recipe

@@ -3,11 +3,11 @@ config, config hook and layers (KDA, sparse indexer and kpool-tail caches, MLA).
 
 from __future__ import annotations
 
-from ...inputs import GeometryInputs
-from ..architecture import OracleArchitecture
-from ..cpu_shims import import_glm5next, patched
-from ..layer_objects import backend_classes, bare_layer, model_parallel_group
-from ..model_config_stand_in import ModelConfigStandIn
+from geometry.model.inputs import GeometryInputs
+from geometry.oracle.architecture import OracleArchitecture
+from geometry.oracle.cpu_shims import import_glm5next, patched
+from geometry.oracle.layer_objects import backend_classes, bare_layer, model_parallel_group
+from geometry.oracle.model_config_stand_in import ModelConfigStandIn
 
 
 def hf_config_class():

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from ... import backends as B
-from ...inputs import GeometryInputs
-from ..architecture import OracleArchitecture
-from ..cpu_shims import import_kernel_module
-from ..layer_objects import bare_layer
-from ..model_config_stand_in import ModelConfigStandIn
+from geometry.kv import backends as B
+from geometry.model.inputs import GeometryInputs
+from geometry.oracle.architecture import OracleArchitecture
+from geometry.oracle.cpu_shims import import_kernel_module
+from geometry.oracle.layer_objects import bare_layer
+from geometry.oracle.model_config_stand_in import ModelConfigStandIn
 
 
 def hf_config_class():
@@ -23,7 +23,7 @@ def model_config(hf, architecture: str, dtype, max_model_len: int) -> ModelConfi
 
 def kimi_mla_backend(inputs: GeometryInputs, hf, kv_str: str):
     """The dense MLA backend class for the family (same table as
-    geometry/backends.py::dense_mla_backend)."""
+    geometry/kv/backends.py::dense_mla_backend)."""
     name = B.dense_mla_backend(
         inputs.capability_family, kv_str, hf.qk_nope_head_dim, hf.kv_lora_rank + hf.qk_rope_head_dim
     ).name

@@ -6,9 +6,9 @@ registered by qwen3's ``register_layers``; the MoE MLP holds no KV cache."""
 
 from __future__ import annotations
 
-from ..architecture import OracleArchitecture
-from ..model_config_stand_in import ModelConfigStandIn
-from .qwen3 import register_layers
+from geometry.oracle.architecture import OracleArchitecture
+from geometry.oracle.architectures.qwen3 import register_layers
+from geometry.oracle.model_config_stand_in import ModelConfigStandIn
 
 
 def hf_config_class():

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ...inputs import GeometryInputs
-from ..architecture import OracleArchitecture
-from ..layer_objects import attention_layer, backend_classes, bare_layer
-from ..model_config_stand_in import ModelConfigStandIn
+from geometry.model.inputs import GeometryInputs
+from geometry.oracle.architecture import OracleArchitecture
+from geometry.oracle.layer_objects import attention_layer, backend_classes, bare_layer
+from geometry.oracle.model_config_stand_in import ModelConfigStandIn
 
 
 def hf_config_class():

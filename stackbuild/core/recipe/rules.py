@@ -13,7 +13,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from geometry.model_config import ConfigInvalid, check_drafter, check_target
+from geometry.model.config import ConfigInvalid, check_drafter, check_target
 from geometry.vllm_versions import VllmVersionNotModelled, release
 from overlay.lock import LOCK_FILE
 from stackbuild.core.errors import ImageReferenceInvalid, RecipeError
@@ -231,7 +231,7 @@ def check_geometry(path: Path, recipe: Recipe) -> None:
 
 
 def check_configs(path: Path, recipe: Recipe) -> None:
-    """The config snapshots hold what the gate models (geometry/model_config.py)."""
+    """The config snapshots hold what the gate models (geometry/model/config.py)."""
     checks = [("target.config", recipe.target.config, check_target, recipe.target_config)]
     if recipe.drafter is not None:
         checks.append(("drafter.config", recipe.drafter.config, check_drafter, recipe.drafter_config))

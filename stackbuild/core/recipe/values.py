@@ -130,10 +130,10 @@ class Serving:
     kv_cache_dtype: str = "auto"
     drafter_kv_cache_dtype: Optional[str] = None
     block_size: Optional[int] = None
-    # --max-num-seqs; None: vLLM's default. The gate checks it against the pool (geometry/concurrency.py).
+    # --max-num-seqs; None: vLLM's default. The gate checks it against the pool (geometry/plan/concurrency.py).
     max_num_seqs: Optional[int] = None
     # --max-num-batched-tokens; None: vLLM's default for the GPU (stackbuild/core/gpus.py). The requests
-    # at once are prefilled in steps of it (geometry/admission.py).
+    # at once are prefilled in steps of it (geometry/plan/admission.py).
     max_num_batched_tokens: Optional[int] = None
     # Explicit --enable-prefix-caching / --no-enable-prefix-caching; None: vLLM's default.
     enable_prefix_caching: Optional[bool] = None

@@ -7,7 +7,7 @@ The prediction is the with-drafter plan of the recipe's gate run (stackbuild/cor
 ``num_gpu_blocks`` (blocks per rank), ``block_size`` (cache_config.block_size after the platform's
 alignment), the group block sizes in group order, and the tokens vLLM logs as its KV cache size,
 ``int(num_blocks / blocks per request at max_model_len x max_model_len)`` (vLLM's
-``get_max_concurrency_for_kv_cache_config``; the blocks per request are geometry/concurrency.py's).
+``get_max_concurrency_for_kv_cache_config``; the blocks per request are geometry/plan/concurrency.py's).
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ class Predicted:
 
 
 def predict(recipe, run) -> Predicted:
-    """The gate's figures in ``run`` (geometry.gate_run.GateRun: ``recipe_geometry`` of the loaded ``recipe``
+    """The gate's figures in ``run`` (geometry.verdict.gate_run.GateRun: ``recipe_geometry`` of the loaded ``recipe``
     for the behaviour the server runs)."""
-    from geometry.concurrency import in_flight_tokens, max_model_len_of, vllm_kv_cache_size_tokens
+    from geometry.plan.concurrency import in_flight_tokens, max_model_len_of, vllm_kv_cache_size_tokens
 
     plan = run.report.with_drafter
     tokens = None

@@ -30,11 +30,11 @@ def check_case(kv_heads: int, version: str) -> list[str]:
     """What disagrees for the recipe with a ``kv_heads`` drafter (stock), planned by the installed vLLM."""
     import cpu_hybrid_cases as H
 
-    from geometry.concurrency import concurrency
-    from geometry.inputs import GeometryInputs
+    from geometry.model.inputs import GeometryInputs
     from geometry.oracle import compare_reports, plan_with_vllm
     from geometry.oracle.plan import vllm_kv_cache_size_tokens
-    from geometry.simulate import simulate
+    from geometry.plan.concurrency import concurrency
+    from geometry.plan.simulate import simulate
 
     inputs = GeometryInputs.from_json(H.gate_input(kv_heads, version=version))
     sim, vllm = simulate(inputs), plan_with_vllm(inputs)
@@ -58,7 +58,7 @@ def main() -> int:
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     version = installed_release()
     failed = [p for kv in sorted(__import__("cpu_hybrid_cases").LIVE_SERVER) for p in check_case(kv, version)]
-    from geometry.record import imported_distributions
+    from geometry.oracle.record import imported_distributions
 
     # What an oracle record made here would be keyed by besides vLLM's own bytes.
     print("CPU_HYBRID_DISTRIBUTIONS " + json.dumps(imported_distributions()), flush=True)

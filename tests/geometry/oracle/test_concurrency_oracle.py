@@ -33,10 +33,10 @@ except ImportError as exc:
 
 import geometry_cases as C  # noqa: E402
 
-from geometry.concurrency import concurrency, in_flight_tokens  # noqa: E402
-from geometry.inputs import GeometryInputs  # noqa: E402
+from geometry.model.inputs import GeometryInputs  # noqa: E402
 from geometry.oracle.concurrency import requests_until_refused  # noqa: E402
-from geometry.simulate import simulate  # noqa: E402
+from geometry.plan.concurrency import concurrency, in_flight_tokens  # noqa: E402
+from geometry.plan.simulate import simulate  # noqa: E402
 from stackbuild.core.gate import gate_input  # noqa: E402
 from stackbuild.core.recipe import load_recipe  # noqa: E402
 

@@ -36,14 +36,14 @@ except ImportError as exc:
 import geometry_cases as C  # noqa: E402
 
 from geometry import gate_main  # noqa: E402
-from geometry.drafter_backend import DrafterBackendNotModelled  # noqa: E402
 from geometry.errors import BadInput  # noqa: E402
-from geometry.gate import check  # noqa: E402
 from geometry.image_contract import GATE_REASON_PREFIX  # noqa: E402
-from geometry.inputs import GeometryInputs  # noqa: E402
+from geometry.kv.drafter_backend import DrafterBackendNotModelled  # noqa: E402
+from geometry.model.inputs import GeometryInputs  # noqa: E402
 from geometry.oracle import compare_reports, plan_with_vllm  # noqa: E402
 from geometry.oracle.plan import drafter_backend_names  # noqa: E402
-from geometry.simulate import simulate  # noqa: E402
+from geometry.plan.simulate import simulate  # noqa: E402
+from geometry.verdict.gate import check  # noqa: E402
 
 N = int(os.environ.get("GEOMETRY_ORACLE_N", "300"))
 SEED = int(os.environ.get("GEOMETRY_ORACLE_SEED", "20261130"))
@@ -196,7 +196,7 @@ _SELECTION_TARGETS = ((128, "auto"), (256, "auto"), (512, "fp8"))
 
 @pytest.mark.parametrize("family", [90, 100, 120])
 def test_the_drafters_automatic_backend_is_the_one_vllms_selector_picks(family):
-    """geometry/drafter_backend.py's model of vLLM's automatic choice against vLLM's own
+    """geometry/kv/drafter_backend.py's model of vLLM's automatic choice against vLLM's own
     ``get_attn_backend`` (``CudaPlatform``'s selector on the family's capability), for drafter head
     sizes, KV cache dtypes, causality and user block sizes beyond the sampled matrix's; and, with the
     drafter's backend pinned to FLASH_ATTN (the attention config's ``backend``), whether vLLM's
@@ -207,8 +207,8 @@ def test_the_drafters_automatic_backend_is_the_one_vllms_selector_picks(family):
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
     from vllm.v1.attention.selector import get_attn_backend
 
-    from geometry.drafter_backend import DrafterAsk, select, selected_backend_error
-    from geometry.kv_spec import SimulatedError
+    from geometry.kv.drafter_backend import DrafterAsk, select, selected_backend_error
+    from geometry.kv.kv_spec import SimulatedError
     from geometry.oracle.backend_selection import clear_selection_cache
     from geometry.oracle.serving_platform import serving_platform
     from geometry.oracle.vllm_config import build_vllm_config
@@ -545,10 +545,10 @@ def test_odd_inputs_agree_with_vllm(name, changes):
 
 @pytest.mark.parametrize("prefix_caching", [True, False])
 def test_capacity_counts_what_vllm_counts(prefix_caching):
-    """geometry/capacity.py's premise, from vLLM's own per-request block count
+    """geometry/plan/capacity.py's premise, from vLLM's own per-request block count
     (get_max_concurrency_for_kv_cache_config): a group that keeps every token
     draws cdiv(max_model_len, block) blocks; every other group a fixed number."""
-    from geometry.kv_spec import spec_kind
+    from geometry.kv.kv_spec import spec_kind
     from geometry.oracle import blocks_per_request
 
     kimi_drafter = C.recipe_configs()[1] if BEHAVIOUR == "overlay" else None
@@ -579,8 +579,8 @@ def test_capacity_counts_what_vllm_counts(prefix_caching):
 # sys.path starts with the working directory (this checkout), so it plans with this code.
 _PLAN_IN_A_FRESH_INTERPRETER = """import json, sys
 import geometry
-from geometry import record
-from geometry.inputs import GeometryInputs
+from geometry.oracle import record
+from geometry.model.inputs import GeometryInputs
 from geometry.oracle import blocks_per_request, plan_with_vllm
 from vllm.platforms import current_platform
 
@@ -717,8 +717,8 @@ def test_the_target_kind_is_the_model_vllm_runs_or_a_refusal(architectures):
     from the config alone (a first architecture it does not know) is refused, never guessed."""
     from vllm.model_executor.models.registry import ModelRegistry
 
-    from geometry.architectures import BY_HF_ARCHITECTURE
-    from geometry.model_config import ConfigInvalid, read_target
+    from geometry.model.architectures import BY_HF_ARCHITECTURE
+    from geometry.model.config import ConfigInvalid, read_target
 
     supported = ModelRegistry.get_supported_archs()
     runs = next((a for a in architectures if a in supported), None)

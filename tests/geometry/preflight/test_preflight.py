@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from geometry.gate_run import run_gate
 from geometry.preflight import outcome
 from geometry.preflight.checked import CheckedServe, CheckedUnreadable
+from geometry.verdict.gate_run import run_gate
 from stackbuild.core.errors import (
     GeometryGateFailed,
     MountedCheckpointMismatch,
