@@ -115,6 +115,7 @@ docs: install
 lint: test-install
 	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
 
 # run-tests.sh starts the services and the synthetic bases' background builds (with $(PYTHON):
 # they need only its standard library and pip), then runs test-setup while they build, then pytest.

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import difflib
 import sys
-from pathlib import Path
 
 import click
+from support.repo import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script from tests/
     sys.path.insert(0, str(REPO))
 

@@ -12,8 +12,6 @@ from recipe_copies import copy_recipe
 
 from stackbuild.core.recipe import load_recipe
 
-REPO = Path(__file__).resolve().parent.parent
-
 # Tags are sm100-gb300-20251130 in every test, whatever the last commit's date: the copies
 # drop the default recipe's {rev} (tests/core/test_naming.py covers it, tests/serve/test_compose.py once).
 SOURCE_DATE_EPOCH = "1764460800"

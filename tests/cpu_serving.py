@@ -16,9 +16,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from support.repo import REPO
+
 from geometry.image_contract import PAYLOAD_DIR, PREFLIGHT_ENTRYPOINT
 
-REPO = Path(__file__).resolve().parent.parent
 # The compose file names `<image.repository>:latest` (no digest); --repository makes it this.
 CPU_IMAGE_REPOSITORY = "glm53-test/cpu-tiny-serve"
 CPU_IMAGE = f"{CPU_IMAGE_REPOSITORY}:latest"

@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-REPO = Path(__file__).resolve().parents[1]
+from support.repo import REPO
+
 if str(REPO) not in sys.path:  # run as a script from tests/
     sys.path.insert(0, str(REPO))
 

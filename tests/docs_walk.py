@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Optional
 
 import yaml
+from support.repo import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 QUICKSTART = "docs/quickstart-gb300.md"
 README = "README.md"
 DEFAULT_RECIPE_DIR = "recipes/glm53-flash-dflash2-gb300"

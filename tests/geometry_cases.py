@@ -19,10 +19,10 @@ from __future__ import annotations
 import copy
 import json
 import random
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "recipes" / "glm53-flash-dflash2-gb300" / "configs"
+from support.repo import REPO
+
+CONFIGS = REPO / "recipes" / "glm53-flash-dflash2-gb300" / "configs"
 GIB = 1 << 30
 
 

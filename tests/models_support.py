@@ -7,7 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from support.repo import REPO
+
 CONFIGS = REPO / "recipes" / "glm53-flash-dflash2-gb300" / "configs"
 TARGET_DIR, DRAFTER_DIR = "GLM-5.3-Flash-NVFP4", "GLM-5.3-Flash-DFlash2"  # under /models in the recipe
 

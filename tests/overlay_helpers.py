@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from infra.fixtures import unavailable
+from support.repo import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 OVERLAY = REPO / "overlay"
 APPLY = OVERLAY / "apply.py"
 SERIES = OVERLAY / "series" / "vllm-0.33.0"

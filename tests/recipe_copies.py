@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import yaml
+from support.repo import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 DEFAULT_RECIPE_DIR = REPO / "recipes" / "glm53-flash-dflash2-gb300"
 # A well-formed digest for tests that need a pinned base and never pull it.
 TEST_DIGEST = "sha256:" + "ab" * 32

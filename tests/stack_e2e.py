@@ -26,10 +26,10 @@ import pytest
 import requests
 import yaml
 from infra import harness
+from support.repo import REPO
 
 from stackbuild.image.engine import MANIFEST_ACCEPT
 
-REPO = Path(__file__).resolve().parent.parent
 TEST_RECIPES = Path(__file__).resolve().parent / "recipes"
 BUILD_PY = REPO / "build.py"
 SOURCE_DATE_EPOCH = "1764460800"  # 2025-11-30: tags are sm100-b200-20251130

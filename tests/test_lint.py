@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from support.repo import REPO
 
 
 def _ruff(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ruff", *args], cwd=ROOT, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "ruff", *args], cwd=REPO, capture_output=True, text=True)
 
 
 def test_the_tree_is_formatted():

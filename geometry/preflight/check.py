@@ -160,7 +160,7 @@ def _read_configs(flags: ServeFlags, locate: Callable[[str], str]):
 
 
 def _installed_behaviour(manifest: Optional[str]) -> str:
-    from geometry.gate_main import overlay_applied
+    from geometry.oracle.installed import overlay_applied
 
     if manifest is None:
         return "stock"

@@ -80,7 +80,7 @@ def with_image(
 ) -> Fingerprint:
     """``fingerprint`` with the image's labels (the build's file), its digest (the deployment's
     environment) and the overlay series the patch step applied (its manifest), where known."""
-    from geometry.gate_main import read_manifest
+    from geometry.oracle.installed import read_manifest
 
     image = read_image_labels(labels_path)  # ContractError: the image's own file is corrupt
     series = None

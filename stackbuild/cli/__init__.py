@@ -16,7 +16,7 @@ import sys
 
 import click
 
-from geometry.errors import one_line
+from geometry import one_line
 from stackbuild.cli.checks import qualify, verify
 from stackbuild.cli.gate import fit, geometry
 from stackbuild.cli.image import build, index, lock, push, record, render

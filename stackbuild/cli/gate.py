@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from geometry.verdict.fit_keys import KEEPABLE
+from geometry import KEEPABLE
 from stackbuild.cli.options import json_option, recipe_option
 from stackbuild.cli.output import print_json
 from stackbuild.core.recipe import load_recipe
@@ -41,7 +41,7 @@ def _contexts(_ctx, _param, value):
 )
 def geometry(recipe_path, as_json, stock, contexts):
     """Run the KV-geometry simulator and gate for a recipe on the host."""
-    from geometry.plan.concurrency import ContextTooLong
+    from geometry import ContextTooLong
     from stackbuild.core.geometry_report import recipe_report
 
     recipe = load_recipe(recipe_path)
@@ -84,7 +84,8 @@ def fit(recipe_path, as_json, stock, keep, allow):
     then the prefix-cache hit alignment; a setting another one beats or matches on every measure
     shown (requests, capacity, hit alignment, drafter KV precision, lines to change) is left out.
     Prefix caching stays as the recipe has it unless --allow serving.enable_prefix_caching."""
-    from geometry.verdict.fit import render_text, to_json
+    from geometry import fit_json as to_json
+    from geometry import render_fit_text as render_text
     from stackbuild.core.fit import fit_recipe, refuse_unfit
 
     recipe = load_recipe(recipe_path)

@@ -7,7 +7,7 @@ import json
 
 import click
 
-from geometry.errors import one_line
+from geometry import one_line
 
 JSON_PRINTED = "json_printed"  # ctx.meta: the command has printed its one JSON object
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from geometry.image_contract import NORMALISE_MTIMES, PREFLIGHT_PACKAGE
+from geometry import contract
 from stackbuild.core.output import GENERATED_SUFFIXES
 from stackbuild.core.recipe import REPO_ROOT, Recipe
 
@@ -49,8 +49,8 @@ class PayloadTree:
 
 PAYLOAD_TREES = (
     PayloadTree(PATCH_PAYLOAD, "overlay"),
-    PayloadTree(GATE_PAYLOAD, "geometry", leave_out=PREFLIGHT_PACKAGE),
-    PayloadTree(PREFLIGHT_PAYLOAD, PREFLIGHT_PACKAGE),
+    PayloadTree(GATE_PAYLOAD, "geometry", leave_out=contract.PREFLIGHT_PACKAGE),
+    PayloadTree(PREFLIGHT_PAYLOAD, contract.PREFLIGHT_PACKAGE),
 )
 
 
@@ -90,7 +90,7 @@ def payload_files(repo: Path = REPO_ROOT) -> tuple[PayloadFile, ...]:
                 continue
             if _payload_wanted(relative):
                 out.append(PayloadFile(path, relative.as_posix(), tree.payload, relative.as_posix()))
-    out.append(PayloadFile(repo / NORMALISE_SCRIPT, NORMALISE_SCRIPT, PATCH_PAYLOAD, NORMALISE_MTIMES))
+    out.append(PayloadFile(repo / NORMALISE_SCRIPT, NORMALISE_SCRIPT, PATCH_PAYLOAD, contract.NORMALISE_MTIMES))
     return tuple(out)
 
 

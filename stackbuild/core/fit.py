@@ -3,9 +3,8 @@ and its outcome as an exit: none when the recipe passes, 5 when only other setti
 
 from __future__ import annotations
 
-from geometry.errors import BadInput
-from geometry.verdict.fit import FitResult, search
-from geometry.verdict.fit_keys import KEPT_UNLESS_ALLOWED
+from geometry import KEPT_UNLESS_ALLOWED, BadInput, FitResult
+from geometry import search_fit as search
 from stackbuild.core.errors import FitNothingPasses, GeometryGateFailed, RecipeError, UsageError
 from stackbuild.core.gate import gate_input
 from stackbuild.core.recipe import Recipe

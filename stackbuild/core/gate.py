@@ -15,7 +15,7 @@ def serve_defaults(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
     (geometry.model.serve_settings.ServeDefaults):
     its machines and GPU family, the KV budget of geometry.kv_cache_memory_gib, and `vllm serve`'s batch for
     the GPU (core/gpus.py)."""
-    from geometry.model.serve_settings import ServeDefaults
+    from geometry import ServeDefaults
 
     s = recipe.serving
     return ServeDefaults(
@@ -35,8 +35,7 @@ def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
     the image's pre-flight records) on the recipe's configs, as the pre-flight derives it from an argv
     at start. What the simulator does not take is a RecipeError.
     """
-    from geometry.errors import BadInput
-    from geometry.model.inputs import build_inputs
+    from geometry import BadInput, build_inputs
 
     defaults = serve_defaults(recipe, vllm_behaviour=vllm_behaviour)
     settings = served_flags(recipe).settings(defaults)
@@ -49,8 +48,7 @@ def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
 def recipe_geometry(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
     """The gate run (geometry.verdict.gate_run.GateRun: inputs, report, verdict) of a recipe on the host;
     what the simulator does not model is a RecipeError."""
-    from geometry.errors import BadInput
-    from geometry.verdict.gate_run import run_gate
+    from geometry import BadInput, run_gate
 
     inputs = gate_input(recipe, vllm_behaviour=vllm_behaviour)
     try:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterable, Optional
 
-from geometry.plan.concurrency import Concurrency, concurrency
-from geometry.verdict.behaviours import BehaviourComparison, compare, comparison_lines, figures
-from geometry.verdict.gate_run import GateRun
-from geometry.verdict.table import render_text, to_json
+from geometry import BehaviourComparison, Concurrency, GateRun, comparison_lines, concurrency, figures
+from geometry import compare_behaviours as compare
+from geometry import render_table_text as render_text
+from geometry import table_json as to_json
 from stackbuild.core.gate import recipe_geometry, refuse_failed
 from stackbuild.core.recipe import Recipe
 

@@ -12,8 +12,7 @@ import hashlib
 from pathlib import Path
 from typing import Optional
 
-from geometry.model.inputs import GeometryInputs
-from geometry.preflight.checked import CheckedModel, CheckedRole, CheckedServe
+from geometry import GeometryInputs, checked
 from stackbuild.core.recipe import Recipe
 from stackbuild.core.serve_args import role_commands, serve_argv, served_flags
 
@@ -26,13 +25,15 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def checked_serve(recipe: Recipe, gate_input: GeometryInputs, build_gate_failure: Optional[str] = None) -> CheckedServe:
+def checked_serve(
+    recipe: Recipe, gate_input: GeometryInputs, build_gate_failure: Optional[str] = None
+) -> checked.CheckedServe:
     models = {}
     for role, model in (
         ("target", recipe.target),
         ("drafter", recipe.require_drafter("the image's pre-flight record")),
     ):
-        models[role] = CheckedModel(
+        models[role] = checked.CheckedModel(
             id=model.id,
             path=model.path,
             revision=model.revision,
@@ -42,9 +43,10 @@ def checked_serve(recipe: Recipe, gate_input: GeometryInputs, build_gate_failure
         )
     # Recorded as the contract type (a RoleCommand is a CheckedRole that can also fill its slots).
     roles = tuple(
-        CheckedRole(role=c.role, nnodes=c.nnodes, argv=c.argv, slots=dict(c.slots)) for c in role_commands(recipe)
+        checked.CheckedRole(role=c.role, nnodes=c.nnodes, argv=c.argv, slots=dict(c.slots))
+        for c in role_commands(recipe)
     )
-    return CheckedServe(
+    return checked.CheckedServe(
         recipe=recipe.name,
         argv=tuple(serve_argv(recipe)),
         target=models["target"],

@@ -22,9 +22,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Optional
 
-from geometry.preflight.checked import HOST_SLOT, MASTER_ADDR_SLOT, NODE_RANK_SLOT, CheckedRole
-from geometry.preflight.launch import DEFAULT_MASTER_PORT, PORT_OFFSET
-from geometry.preflight.serve_flags import ServeFlags
+from geometry import DEFAULT_MASTER_PORT, PORT_OFFSET, ServeFlags, checked
 from stackbuild.core.recipe import Recipe
 
 # Address the server binds inside the container (the port is published by compose).
@@ -163,7 +161,11 @@ class SlotValues:
 
     def of(self, slot: str) -> str:
         """The value of ``slot`` (a KeyError names a slot given no value)."""
-        value = {HOST_SLOT: self.host, MASTER_ADDR_SLOT: self.master_addr, NODE_RANK_SLOT: self.node_rank}[slot]
+        value = {
+            checked.HOST_SLOT: self.host,
+            checked.MASTER_ADDR_SLOT: self.master_addr,
+            checked.NODE_RANK_SLOT: self.node_rank,
+        }[slot]
         if value is None:
             raise KeyError(slot)
         return value
@@ -174,7 +176,7 @@ def _literal(value: str) -> str:
 
 
 @dataclass(frozen=True)
-class RoleCommand(CheckedRole):
+class RoleCommand(checked.CheckedRole):
     """One node role's `vllm serve` argv with the deploy-time values left as named slots
     (``argv`` holds ``{slot name}`` at each slot's position), as the image records it."""
 
@@ -202,17 +204,17 @@ def role_commands(recipe: Recipe) -> tuple[RoleCommand, ...]:
     out = []
     for role in (LEADER, WORKER):
         argv = list(base)
-        argv[host_at] = "{" + HOST_SLOT + "}"
-        slots = {HOST_SLOT: host_at}
+        argv[host_at] = "{" + checked.HOST_SLOT + "}"
+        slots = {checked.HOST_SLOT: host_at}
         argv += ["--nnodes", str(nodes), "--node-rank"]
         if role == LEADER:
             argv.append("0")
         else:
-            slots[NODE_RANK_SLOT] = len(argv)
-            argv.append("{" + NODE_RANK_SLOT + "}")
+            slots[checked.NODE_RANK_SLOT] = len(argv)
+            argv.append("{" + checked.NODE_RANK_SLOT + "}")
         argv.append("--master-addr")
-        slots[MASTER_ADDR_SLOT] = len(argv)
-        argv += ["{" + MASTER_ADDR_SLOT + "}", "--master-port", str(MASTER_PORT)]
+        slots[checked.MASTER_ADDR_SLOT] = len(argv)
+        argv += ["{" + checked.MASTER_ADDR_SLOT + "}", "--master-port", str(MASTER_PORT)]
         if role == WORKER:
             argv.append("--headless")
         out.append(RoleCommand(role, nodes, tuple(argv), MappingProxyType(slots)))

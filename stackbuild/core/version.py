@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 
-from geometry.vllm_versions import DEFAULT_VERSION
+from geometry import DEFAULT_VERSION
 from stackbuild.core.naming import checkout_label
 
 DISTRIBUTION = "glm53-dflash2-images"

@@ -17,7 +17,7 @@ import json
 from datetime import datetime, timezone
 from typing import Optional
 
-from geometry.image_contract import GATE_REPORT, ContractError, payload_path
+from geometry import contract
 from stackbuild.core.errors import BuildStepFailed, VerifyError
 from stackbuild.core.labels import OCI_BASE_DIGEST, OCI_CREATED, OCI_REVISION, OVERLAY_SERIES_SHA256, RECIPE_SHA256
 from stackbuild.core.reference import ImageReference
@@ -32,7 +32,7 @@ from stackbuild.image.sbom import SBOM_MEDIA_TYPE, Inventory, make_sbom, overlay
 
 
 def gate_report_sha256(engine: ContainerEngine, image: str, payload_dir: str) -> tuple[str, bytes]:
-    path = payload_path(GATE_REPORT, payload_dir)
+    path = contract.payload_path(contract.GATE_REPORT, payload_dir)
     raw = engine.read_file(image, path)
     if raw is None:
         raise BuildStepFailed("attest", f"the image has no {path}")
@@ -53,7 +53,7 @@ def attest_image(
     report_sha, raw = gate_report_sha256(engine, image_id, plan.payload_dir)
     try:
         verdict = geometry_verdict(json.loads(raw))
-    except (ValueError, ContractError):  # not JSON, or not the gate's report
+    except (ValueError, contract.ContractError):  # not JSON, or not the gate's report
         verdict = "unknown"
     finished = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     statement = make_statement(
@@ -61,7 +61,7 @@ def attest_image(
         image_digest=image_digest,
         gate_verdict=verdict,
         gate_report_sha256=report_sha,
-        gate_report_path=payload_path(GATE_REPORT, plan.payload_dir),
+        gate_report_path=contract.payload_path(contract.GATE_REPORT, plan.payload_dir),
         builder_info=builder(engine.about().line),
         finished_on=finished,
     )

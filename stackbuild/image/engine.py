@@ -36,7 +36,7 @@ import docker.errors
 import requests
 import tenacity
 
-from geometry.errors import one_line
+from geometry import one_line
 from stackbuild.core.build_report import BuildEngine
 from stackbuild.core.errors import (
     EngineError,

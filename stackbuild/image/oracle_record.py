@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
-from geometry.image_contract import ORACLE_RECORD, payload_path
-from geometry.model.inputs import GeometryInputs
-from geometry.oracle import record as record_mod
+from geometry import GeometryInputs, contract
+from geometry import oracle_record as record_mod
 from stackbuild.core.atomic import replace_file
 from stackbuild.core.errors import OracleRecordError
 from stackbuild.core.recipe import REPO_ROOT, Recipe
@@ -79,7 +78,7 @@ def save_from_image(
     engine: ContainerEngine, image: str, recipe: Recipe, gate_input: GeometryInputs, payload_dir: str
 ) -> tuple[Path, dict]:
     """Read the record the gate left in ``image``, check it and write it next to the recipe (atomically)."""
-    path = payload_path(ORACLE_RECORD, payload_dir)
+    path = contract.payload_path(contract.ORACLE_RECORD, payload_dir)
     where = f"{image}:{path}"
     raw = engine.read_file(image, path)
     if raw is None:

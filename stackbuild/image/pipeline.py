@@ -27,16 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional, Sequence
 
-from geometry.image_contract import (
-    ARCHITECTURE_MISMATCH_STATUS,
-    GATE_REPORT,
-    GATE_STEP,
-    PATCH_STEP,
-    ContractError,
-    gate_reason,
-    payload_path,
-    step_name,
-)
+from geometry import contract
 from stackbuild.core.build_report import REPORT_SCHEMA, read_report
 from stackbuild.core.errors import (
     ArchitectureMismatch,
@@ -132,10 +123,10 @@ def build_image(engine: ContainerEngine, plan: BuildPlan, progress: Progress, *,
     if outcome.image_id:
         return outcome.image_id
     progress.end_step(failed=True)
-    name = step_name(outcome.step_number) if outcome.step_number else "build context"
+    name = contract.step_name(outcome.step_number) if outcome.step_number else "build context"
     tail = tuple(line for line in outcome.step_output if line.strip())[-TAIL_LINES:]
     where = f"step {outcome.step_number}/{outcome.step_total}" if outcome.step_number else "before the first step"
-    if name == PATCH_STEP and outcome.exit_status == ARCHITECTURE_MISMATCH_STATUS:
+    if name == contract.PATCH_STEP and outcome.exit_status == contract.ARCHITECTURE_MISMATCH_STATUS:
         recipe = plan.recipe
         raise ArchitectureMismatch(
             f"{recipe.path}: architecture check ({name}, {where}): the recipe's platform "
@@ -143,13 +134,13 @@ def build_image(engine: ContainerEngine, plan: BuildPlan, progress: Progress, *,
             "the build on another (the step's output names it); nothing was tagged"
         )
     detail = f"{_short_error(outcome)} ({where})"
-    reason = gate_reason(outcome.step_output) if name == GATE_STEP else None
+    reason = contract.gate_reason(outcome.step_output) if name == contract.GATE_STEP else None
     if reason:
-        raise GeometryGateFailed(f"{plan.recipe.path}: build step failed: {GATE_STEP}: {reason} ({detail})")
+        raise GeometryGateFailed(f"{plan.recipe.path}: build step failed: {contract.GATE_STEP}: {reason} ({detail})")
     if tail:
         detail += "; last output:\n" + "\n".join(f"    | {line}" for line in tail)
-    if name == GATE_STEP:
-        raise GeometryGateFailed(f"{plan.recipe.path}: build step failed: {GATE_STEP}: {detail}")
+    if name == contract.GATE_STEP:
+        raise GeometryGateFailed(f"{plan.recipe.path}: build step failed: {contract.GATE_STEP}: {detail}")
     raise BuildStepFailed(name, detail, tail)
 
 
@@ -162,17 +153,17 @@ def check_architecture(image: ImageInfo, plan: BuildPlan) -> None:
 
 
 def read_geometry_report(engine: ContainerEngine, image_id: str, plan: BuildPlan) -> dict:
-    path = payload_path(GATE_REPORT, plan.payload_dir)
+    path = contract.payload_path(contract.GATE_REPORT, plan.payload_dir)
     raw = engine.read_file(image_id, path)
     if raw is None:
-        raise BuildStepFailed(GATE_STEP, f"the image has no {path}: the gate did not run")
+        raise BuildStepFailed(contract.GATE_STEP, f"the image has no {path}: the gate did not run")
     try:
         report = json.loads(raw)
         verdict = geometry_verdict(report)
     except json.JSONDecodeError as exc:
-        raise BuildStepFailed(GATE_STEP, f"{path} is not JSON ({exc})") from None
-    except ContractError as exc:
-        raise BuildStepFailed(GATE_STEP, f"{path}: {exc}") from None
+        raise BuildStepFailed(contract.GATE_STEP, f"{path} is not JSON ({exc})") from None
+    except contract.ContractError as exc:
+        raise BuildStepFailed(contract.GATE_STEP, f"{path}: {exc}") from None
     if verdict != "pass" and not plan.gate_failure_allowed:
         raise GeometryGateFailed(
             f"{plan.recipe.path}: the in-image gate report says {verdict} ({path}); nothing was tagged"
@@ -402,7 +393,7 @@ def local_built(engine: ContainerEngine, plan: BuildPlan) -> PlatformImage:
             f"{plan.image.references[0]}: the local image was built from another recipe "
             f"({RECIPE_SHA256}={image.labels.get(RECIPE_SHA256)!r}); rebuild it first"
         )
-    raw = engine.read_file(image.id, payload_path(GATE_REPORT, plan.payload_dir))
+    raw = engine.read_file(image.id, contract.payload_path(contract.GATE_REPORT, plan.payload_dir))
     return PlatformImage(plan, image, json.loads(raw) if raw else {})
 
 

@@ -14,8 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping, Optional
 
-from geometry.image_contract import PAYLOAD_DIR
-from geometry.model.inputs import GeometryInputs
+from geometry import GeometryInputs, contract
 from stackbuild.core import labels as label
 from stackbuild.core.gate import recipe_geometry, summarise_reasons
 from stackbuild.core.lock import PinnedBase, pinned_base
@@ -62,7 +61,7 @@ class BuildPlan:
 
     @property
     def payload_dir(self) -> str:
-        return PAYLOAD_DIR
+        return contract.PAYLOAD_DIR
 
     def require_pushable(self) -> None:
         """What a push needs before anything moves: an owner and a real source label (exit 2 otherwise)."""

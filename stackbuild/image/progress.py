@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import IO, Iterator, Optional
 
 # The Dockerfile's steps are the contract's, in order: step N is named by its number.
-from geometry.image_contract import step_name
+from geometry import contract
 
 
 class Progress:
@@ -86,7 +86,7 @@ class Progress:
                 "n": event["step"],
                 "total": event["total"],
                 "instruction": event["instruction"],
-                "name": step_name(event["step"]),
+                "name": contract.step_name(event["step"]),
             }
             self._step_started = time.monotonic()
             shown = event["instruction"] if len(event["instruction"]) <= 160 else event["instruction"][:157] + "..."

@@ -27,7 +27,7 @@ import oras.container
 import oras.provider
 import requests
 
-from geometry.errors import one_line
+from geometry import one_line
 from stackbuild.core.errors import PushError, RegistryAuthError, RegistryUnavailable
 from stackbuild.core.reference import ImageReference
 from stackbuild.image.engine import (

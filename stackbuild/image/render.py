@@ -10,8 +10,8 @@ from pathlib import Path
 
 import jinja2
 
-from geometry import image_contract as contract
-from geometry.preflight import checked as checked_mod
+from geometry import checked as checked_mod
+from geometry import contract
 from stackbuild.core.context_sources import GATE_PAYLOAD, PATCH_PAYLOAD, PREFLIGHT_PAYLOAD, payload_files
 from stackbuild.core.context_sources import TEMPLATE as TEMPLATE_NAME
 from stackbuild.core.errors import InternalError

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from geometry.image_contract import GateReport
+from geometry import contract
 from stackbuild.core.atomic import replace_text
 from stackbuild.core.build_report import DEFAULT_REPORT, REPORT_SCHEMA, BuildEngine
 from stackbuild.core.naming import ImageName
@@ -31,13 +31,13 @@ def oracle_source(report: Optional[Mapping[str, Any]]) -> Optional[str]:
     """What the gate checked the simulator against: ``record``, ``imported vLLM``; None without a report or oracle."""
     if not report:
         return None
-    oracle = GateReport.from_json(report).oracle
+    oracle = contract.GateReport.from_json(report).oracle
     return oracle.source if oracle is not None else None
 
 
 def geometry_verdict(report: Mapping[str, Any]) -> str:
     """``pass`` / ``fail`` from the gate's report; ContractError if it is not the gate's shape."""
-    return GateReport.from_json(report).verdict_word
+    return contract.GateReport.from_json(report).verdict_word
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from cyclonedx.model.component import Component, ComponentType
 from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 
-from geometry.image_contract import OVERLAY_MANIFEST, payload_path
+from geometry import contract
 from stackbuild.core.errors import BuildStepFailed
 from stackbuild.image.engine_api import ContainerEngine
 
@@ -60,7 +60,13 @@ def read_inventory(engine: ContainerEngine, image: str, payload_dir: str, platfo
     code, out, err = engine.run(
         image,
         ["env"],
-        [f"PYTHONPATH={payload_dir}", "python3", "-c", INVENTORY_SCRIPT, payload_path(OVERLAY_MANIFEST, payload_dir)],
+        [
+            f"PYTHONPATH={payload_dir}",
+            "python3",
+            "-c",
+            INVENTORY_SCRIPT,
+            contract.payload_path(contract.OVERLAY_MANIFEST, payload_dir),
+        ],
         platform=platform,
     )
     if code != 0:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from geometry.image_contract import PAYLOAD_DIR, ContractError, gate_argv
+from geometry import contract
 from stackbuild.core.errors import VerifyError
 from stackbuild.core.labels import OCI_CREATED, OCI_REVISION, OCI_VERSION, RECIPE_SHA256
 from stackbuild.core.qualification_record import summary_line
@@ -42,7 +42,7 @@ UNCOMPARED_LABELS = (OCI_CREATED, OCI_REVISION, OCI_VERSION)
 
 def gate_command() -> tuple[list[str], list[str]]:
     """(entrypoint, args) of ``docker run --rm --entrypoint ENTRY IMAGE ARGS``: the gate again, its report on stdout."""
-    argv = gate_argv(PAYLOAD_DIR, build=False)
+    argv = contract.gate_argv(contract.PAYLOAD_DIR, build=False)
     return argv[:1], argv[1:]
 
 
@@ -179,8 +179,8 @@ def _verify_platform(
     if platform != recipe.platform:
         problems.append(f"platform: image is {platform}, recipe says {recipe.platform}")
     with progress.phase("attestations", f"SBOM and provenance referring to {digest}"):
-        inventory = read_inventory(engine, inspected.id, PAYLOAD_DIR, recipe.platform)
-        report_sha, _raw = gate_report_sha256(engine, inspected.id, PAYLOAD_DIR)
+        inventory = read_inventory(engine, inspected.id, contract.PAYLOAD_DIR, recipe.platform)
+        report_sha, _raw = gate_report_sha256(engine, inspected.id, contract.PAYLOAD_DIR)
         problems += attestation_problems(client, digest, labels, report_sha, inventory)
         found, unreadable = qualification_records(client, digest)
         problems += unreadable
@@ -195,7 +195,7 @@ def _verify_platform(
         try:
             gate = json.loads(out)
             verdict = geometry_verdict(gate)
-        except (json.JSONDecodeError, ContractError):
+        except (json.JSONDecodeError, contract.ContractError):
             gate = None
         if code != 0 or verdict != "pass":
             tail = " | ".join([line for line in (err or out).splitlines() if line.strip()][-5:])

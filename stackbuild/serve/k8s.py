@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Optional
 
-from geometry.preflight.fingerprint import IMAGE_DIGEST_ENV
+from geometry import IMAGE_DIGEST_ENV
 from stackbuild.core.errors import DeployOptionError, OutputError, OwnerMissing
 from stackbuild.core.labels import NODE_ROLE, RECIPE_NAME
 from stackbuild.core.naming import OWNER_VARIABLE

@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Optional
 
-from geometry.preflight.fingerprint import IMAGE_DIGEST_ENV
+from geometry import IMAGE_DIGEST_ENV
 from stackbuild.core.errors import ComposeOverrideError, OutputError
 from stackbuild.core.labels import NODE_ROLE
 from stackbuild.core.output import COMPOSE_SUFFIX, LOCAL_COMPOSE_SUFFIX

@@ -15,8 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from geometry.preflight.checkpoint import snapshot_of
-from geometry.preflight.configs import ConfigUnusable, read_config
+from geometry import ConfigUnusable, read_config, snapshot_of
 from stackbuild.core.atomic import replace_text
 from stackbuild.core.errors import MountedCheckpointMismatch, MountedConfigUnusable, RecipeError, UsageError
 from stackbuild.core.preflight_record import file_sha256, snapshot_path

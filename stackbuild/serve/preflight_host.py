@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from geometry.preflight.fingerprint import Fingerprint
+from geometry import Fingerprint
 from stackbuild.core.errors import PREFLIGHT_ERRORS, UsageError
 from stackbuild.core.gate import gate_input
 from stackbuild.core.preflight_record import checked_serve
@@ -145,7 +145,7 @@ def check_on_host(
 
     ``explicit_role_options``: the role options the user gave (refused for a single-node recipe).
     """
-    from geometry.preflight.run import preflight as run_preflight
+    from geometry import run_preflight
 
     locate = host_locator(recipe, models_dir)
     checked = checked_serve(recipe, gate_input(recipe))

@@ -26,8 +26,11 @@ os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 # directory holding the stackbuild package (the checkout, or the site-packages it is installed in).
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from geometry.errors import one_line  # noqa: E402
-from geometry.preflight.serve_flags import ServeFlagsRejected, parse_serve_args  # noqa: E402
+from geometry import (  # noqa: E402
+    ServeFlagsRejected,
+    one_line,  # noqa: E402
+    parse_serve_args,
+)
 
 PARSED_FIELDS = (
     "model_tag",

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from geometry.errors import one_line
+from geometry import one_line
 from stackbuild.core.errors import ComposeInvalid, ComposeVersionError, OracleBroken, ServeArgsRejected
 
 ORACLE_ENV = "GLM53_ORACLE_PYTHON"

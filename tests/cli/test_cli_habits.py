@@ -9,13 +9,11 @@ import re
 import subprocess
 import sys
 from importlib.metadata import version
-from pathlib import Path
 
 import pytest
+from support.repo import REPO
 
 from stackbuild.cli import cli
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 ENGINE_LINE = (REPO / "requirements" / "debian-engine.txt").read_text().split("\n")
 ENGINE_PACKAGES = next(line.split() for line in ENGINE_LINE if line.strip() and not line.startswith("#"))
 DEBIAN_ENGINE, OTHER_ENGINES = ENGINE_PACKAGES[0], ENGINE_PACKAGES[1:]

@@ -9,12 +9,11 @@ must appear in some output (a label the printers dropped is taken off the list).
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from bad_input_helpers import invoke
+from support.repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 GLOSSARY = REPO / "docs" / "glossary.md"
 RECIPES = sorted((REPO / "recipes").glob("*/recipe.yaml"))
 

@@ -14,8 +14,8 @@ import subprocess
 from pathlib import Path
 
 import tomllib
+from support.repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 SETUPTOOLS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
 NOT_DATA_SUFFIXES = (".py", ".md", ".mk")
 

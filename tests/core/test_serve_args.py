@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import pytest
+from support.repo import REPO
 
 from geometry.preflight.checked import HOST_SLOT, MASTER_ADDR_SLOT, NODE_RANK_SLOT
 from stackbuild.core.recipe import load_recipe
@@ -24,7 +24,6 @@ from stackbuild.core.serve_args import (
     served_flags,
 )
 
-REPO = Path(__file__).resolve().parents[2]
 MULTI = load_recipe(REPO / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml")
 SINGLE = load_recipe(REPO / "recipes" / "glm53-flash-dflash2-gb300" / "recipe.yaml")
 VALUES = SlotValues(host="10.0.0.5", master_addr="10.0.0.1", node_rank="1")

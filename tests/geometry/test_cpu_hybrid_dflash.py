@@ -9,10 +9,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import cpu_hybrid_cases as H
 import pytest
+from support.repo import REPO
 
 from geometry.errors import BadInput
 from geometry.model.inputs import GeometryInputs
@@ -20,7 +20,6 @@ from geometry.plan.concurrency import concurrency
 from geometry.plan.simulate import simulate
 from geometry.verdict.gate import judge
 
-ROOT = Path(__file__).resolve().parents[2]
 RECIPE = H.RECIPE_DIR / "recipe.yaml"
 
 
@@ -82,20 +81,20 @@ def test_0_32_0_is_modelled_on_the_cpu_platform_only():
 
 
 def test_build_geometry_prints_stock_against_the_overlay():
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, str(ROOT / "build.py"), "geometry", "--recipe", str(RECIPE)]
-    text = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    argv = [sys.executable, str(REPO / "build.py"), "geometry", "--recipe", str(RECIPE)]
+    text = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO)
     assert text.returncode == 0, text.stderr
     assert "VERDICT (overlay): PASS" in text.stdout
     assert "stock    FAIL  group blocks (1024, 1024, 1024, 256, 128)" in text.stdout
     assert "vLLM's KV cache size 167,772 tokens" in text.stdout
-    data = json.loads(subprocess.run(argv + ["--json"], capture_output=True, text=True, env=env, cwd=ROOT).stdout)
+    data = json.loads(subprocess.run(argv + ["--json"], capture_output=True, text=True, env=env, cwd=REPO).stdout)
     versus = data["stock_vs_overlay"]
     assert not versus["stock"]["passed"] and versus["overlay"]["passed"]
     stock_tokens, overlay_tokens = (versus[b]["vllm_kv_cache_size_tokens"] for b in ("stock", "overlay"))
     assert stock_tokens == H.LIVE_SERVER[4][1]
     assert versus["vllm_kv_cache_size_ratio"] == round(overlay_tokens / stock_tokens, 4)
-    stock_run = subprocess.run(argv + ["--stock"], capture_output=True, text=True, env=env, cwd=ROOT)
+    stock_run = subprocess.run(argv + ["--stock"], capture_output=True, text=True, env=env, cwd=REPO)
     assert stock_run.returncode != 0 and "geometry gate failed" in stock_run.stderr
 
 
@@ -114,7 +113,7 @@ def test_a_dflash2_drafter_is_refused_on_the_cpu_platform(tmp_path):
         ["compose", "-o", str(tmp_path / "c.yaml")],
     ):
         r = subprocess.run(
-            [sys.executable, str(ROOT / "build.py"), *command, "--recipe", str(recipe / "recipe.yaml")],
+            [sys.executable, str(REPO / "build.py"), *command, "--recipe", str(recipe / "recipe.yaml")],
             capture_output=True,
             text=True,
         )

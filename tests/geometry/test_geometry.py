@@ -19,13 +19,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-
 import default_recipe_figures as F  # noqa: E402
 import geometry_cases as C  # noqa: E402
+import pytest
 from default_recipe_figures import Column, PrefixCaching  # noqa: E402
+from support.repo import REPO
 
 from geometry.errors import BadInput  # noqa: E402
 from geometry.image_contract import GateReport  # noqa: E402
@@ -417,7 +415,7 @@ def test_simulator_is_stdlib_only():
     entries, the gate) and the oracle's record and cross-check import the standard library and geometry only, and the
     overlay manifest and JSON shape readers the gate reads (stdlib only too)."""
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
-    geometry = ROOT / "geometry"
+    geometry = REPO / "geometry"
     stdlib_oracle = (geometry / "oracle" / "record.py", geometry / "oracle" / "cross_check.py")
     files = [
         p
@@ -425,7 +423,7 @@ def test_simulator_is_stdlib_only():
         if p.relative_to(geometry).parts[0] not in ("oracle", "preflight") or p in stdlib_oracle
     ]
     assert geometry / "model" / "architectures" / "qwen3_next.py" in files and geometry / "kv" / "kv_spec.py" in files
-    for path in (*files, ROOT / "overlay" / "manifest.py", ROOT / "overlay" / "json_shape.py"):
+    for path in (*files, REPO / "overlay" / "manifest.py", REPO / "overlay" / "json_shape.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -433,7 +431,7 @@ def test_simulator_is_stdlib_only():
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 # `from geometry.oracle import record` imports the module geometry.oracle.record
                 submodules = [f"{node.module}.{a.name}" for a in node.names]
-                is_module = [(ROOT / Path(*m.split("."))).with_suffix(".py").is_file() for m in submodules]
+                is_module = [(REPO / Path(*m.split("."))).with_suffix(".py").is_file() for m in submodules]
                 mods = submodules if all(is_module) else [node.module]
             else:
                 continue
@@ -454,7 +452,7 @@ def _run_cli(tmp_path, data, *args):
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
 
 
@@ -546,8 +544,8 @@ def test_cli_runs_from_a_copied_directory(tmp_path):
     a module with that root on PYTHONPATH, and under its published script name with no path set."""
     payload = tmp_path / "opt" / "payload"
     for package in ("geometry", "overlay"):
-        for f in (ROOT / package).rglob("*.py"):
-            copy = payload / f.relative_to(ROOT)
+        for f in (REPO / package).rglob("*.py"):
+            copy = payload / f.relative_to(REPO)
             copy.parent.mkdir(parents=True, exist_ok=True)
             copy.write_text(f.read_text())
     p = tmp_path / "in.json"

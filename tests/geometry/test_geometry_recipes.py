@@ -8,24 +8,22 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from support.repo import REPO
 
 from stackbuild.core.recipe import load_recipe
 
-ROOT = Path(__file__).resolve().parents[2]
-
-RECIPES = sorted((ROOT / "recipes").glob("*/recipe.yaml"))
-GB10 = ROOT / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml"
+RECIPES = sorted((REPO / "recipes").glob("*/recipe.yaml"))
+GB10 = REPO / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml"
 # A daemon address where nothing listens: none of these commands may need one.
 DEAD_DOCKER = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 
 
 def build_py(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(ROOT / "build.py"), *args],
-        cwd=ROOT,
+        [sys.executable, str(REPO / "build.py"), *args],
+        cwd=REPO,
         env=DEAD_DOCKER,
         capture_output=True,
         text=True,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 from infra.fixtures import in_ci
+from support.repo import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
-GATE = ROOT / "geometry" / "sim_glm5_drafter_hades.py"
+GATE = REPO / "geometry" / "sim_glm5_drafter_hades.py"
 
 try:
     import torch  # noqa: F401

@@ -5,9 +5,9 @@ answers what the grouping, prefix-cache, capacity and request code ask of it."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
+from support.repo import REPO
 
 from geometry.kv.kv_spec import (
     SPEC_KINDS,
@@ -20,7 +20,6 @@ from geometry.kv.kv_spec import (
     spec_kind,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 KIND_WORDS = {"full", "mla", "sliding", "circular", "mamba"} | set(SPEC_KINDS)
 
 
@@ -35,7 +34,7 @@ def _docstrings(tree: ast.AST) -> set[int]:
 
 
 def test_no_module_but_kv_spec_names_a_kind():
-    simulator = [p for p in (ROOT / "geometry").rglob("*.py") if "oracle" not in p.parts and p.name != "kv_spec.py"]
+    simulator = [p for p in (REPO / "geometry").rglob("*.py") if "oracle" not in p.parts and p.name != "kv_spec.py"]
     assert len(simulator) > 20
     found = []
     for path in simulator:
@@ -43,7 +42,7 @@ def test_no_module_but_kv_spec_names_a_kind():
         docs = _docstrings(tree)
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and node.value in KIND_WORDS and id(node) not in docs:
-                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} {node.value!r}")
     assert found == []
 
 

@@ -9,10 +9,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import geometry_cases as C
 import pytest
+from support.repo import REPO
 
 from geometry.model.inputs import GeometryInputs
 from geometry.vllm_versions import RELEASES, VllmVersionNotModelled, release
@@ -21,7 +21,6 @@ from stackbuild.core.gate import gate_input
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 from stackbuild.core.recipe.rules import check_vllm_release
 
-ROOT = Path(__file__).resolve().parents[2]
 NOT_MODELLED = "9.99.0"
 
 
@@ -58,7 +57,7 @@ def test_the_in_image_gate_refuses_an_unmodelled_release_in_one_line(tmp_path):
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert run.returncode == 3, run.stderr
     assert "Traceback" not in run.stderr

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 WORKFLOW = REPO / ".github" / "workflows" / "image.yml"
 MATRIX_SCRIPT = REPO / ".github" / "recipe_matrix.py"
 BIN = Path(sys.executable).parent

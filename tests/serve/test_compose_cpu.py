@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from compose_support import NO_REPORT
+from support.repo import REPO
 from tiny_model import write_tiny_model
 
 from geometry.verdict.table import render_text
@@ -22,7 +23,6 @@ from stackbuild.core.serve_args import serve_argv
 from stackbuild.serve.compose import SERVICE, compose_document, render_compose
 from stackbuild.serve.image_pin import resolve_image
 
-REPO = Path(__file__).resolve().parents[2]
 CPU_RECIPE = REPO / "tests" / "recipes" / "cpu-tiny" / "recipe.yaml"
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.repo import REPO
 
 from stackbuild.core.errors import ManifestInvalid
 from stackbuild.core.gate import gate_input
@@ -27,7 +28,6 @@ from stackbuild.serve.image_pin import ImagePin
 from stackbuild.serve.k8s import ModelVolume, _expand, manifests, render
 from stackbuild.serve.k8s_validate import validate
 
-REPO = Path(__file__).resolve().parents[2]
 MULTI = REPO / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml"
 SINGLE = REPO / "recipes" / "glm53-flash-dflash2-gb300" / "recipe.yaml"
 TWO_PLATFORMS = REPO / "recipes" / "glm53-flash-dflash2-sm100" / "recipe.yaml"

@@ -24,11 +24,11 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from pathlib import Path
 
 import pytest
 from compose_support import require_compose_binary
 from cpu_serving import CPU_IMAGE_REPOSITORY, build_cpu_image
+from support.repo import REPO
 from tiny_model import write_tiny_model
 
 from stackbuild.core.recipe import load_recipe
@@ -36,7 +36,6 @@ from stackbuild.serve.compose import SERVICE, compose_document, env_file_name
 from stackbuild.serve.image_pin import ImagePin
 from stackbuild.serve.yaml_text import dump_yaml
 
-REPO = Path(__file__).resolve().parents[2]
 CPU_RECIPE = REPO / "tests" / "recipes" / "cpu-tiny" / "recipe.yaml"
 
 pytestmark = pytest.mark.docker

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from infra.fixtures import unavailable
 from models_support import add_weights
+from support.repo import REPO
 
 from geometry.preflight.run import preflight
 from stackbuild.core.gate import gate_input
@@ -26,7 +27,6 @@ from stackbuild.core.recipe import load_recipe
 from stackbuild.serve.multinode import LEADER_ADDRESS_VARIABLE
 from stackbuild.serve.validate import compose_binary, compose_config, run_serve_parser_cases
 
-REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml"
 SINGLE = REPO / "recipes" / "glm53-flash-dflash2-gb300" / "recipe.yaml"
 VARIABLES = {

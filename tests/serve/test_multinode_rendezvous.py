@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from infra.fixtures import unavailable
+from support.repo import REPO
 
 from stackbuild.core.recipe import load_recipe
 from stackbuild.serve.multinode import LEADER_ADDRESS_VARIABLE, write_role_files
@@ -31,7 +32,7 @@ from stackbuild.serve.validate import compose_binary, compose_config
 
 pytestmark = pytest.mark.docker
 
-REPO = Path(__file__).resolve().parents[2]
+
 RECIPE = REPO / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml"
 # The rendezvous' own timeout, set here for the script through its environment: the clock starts
 # only once both containers have imported torch (the script waits for GO_FILE, which the test creates

@@ -8,10 +8,9 @@ from pathlib import Path
 
 from models_support import COMMIT, DRAFTER_DIR, TARGET_DIR, cache_models_dir, models_dir
 from recipe_copies import DEFAULT_RECIPE_DIR
+from support.repo import REPO
 
 from stackbuild.core.recipe import load_recipe
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def recipe_copy(tmp_path: Path) -> Path:

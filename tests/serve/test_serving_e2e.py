@@ -27,17 +27,17 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml
 from compose_support import require_compose_binary
 from cpu_serving import CPU_IMAGE_REPOSITORY, build_cpu_image
+from support.repo import REPO
 from tiny_model import write_tiny_model
 
 pytestmark = pytest.mark.docker
 
-REPO = Path(__file__).resolve().parents[2]
+
 CPU_RECIPE = REPO / "tests" / "recipes" / "cpu-tiny" / "recipe.yaml"
 SERVED_MODEL = "tiny"  # the recipe's serving.served_model_name
 HEALTHY_WITHIN_S = 420  # 40-130 s on two busy cores (import, engine init with --enforce-eager), + a 30 s check interval

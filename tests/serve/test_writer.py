@@ -4,9 +4,9 @@ is this command's own output for a recipe (serve/generated.py)."""
 from __future__ import annotations
 
 from functools import partial
-from pathlib import Path
 
 import pytest
+from support.repo import REPO
 
 from stackbuild.core.labels import NODE_ROLE
 from stackbuild.core.recipe import load_recipe
@@ -18,7 +18,6 @@ from stackbuild.serve.k8s import ModelVolume, manifests, render
 from stackbuild.serve.multinode import render_role
 from stackbuild.serve.writer import Document, write_documents
 
-REPO = Path(__file__).resolve().parents[2]
 SINGLE = load_recipe(REPO / "recipes" / "glm53-flash-dflash2-gb300" / "recipe.yaml")
 MULTI = load_recipe(REPO / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml")
 IMAGE = ImagePin("ghcr.io/o/x", "t", "sha256:" + "e" * 64, "--digest")

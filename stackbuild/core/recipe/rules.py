@@ -13,8 +13,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from geometry.model.config import ConfigInvalid, check_drafter, check_target
-from geometry.vllm_versions import VllmVersionNotModelled, release
+from geometry import ConfigInvalid, VllmVersionNotModelled, check_drafter, check_target, release
 from overlay.lock import LOCK_FILE
 from stackbuild.core.errors import ImageReferenceInvalid, RecipeError
 from stackbuild.core.gpus import KNOWN_GPUS, NO_GPU, known_gpu

@@ -36,7 +36,7 @@ class Predicted:
 def predict(recipe, run) -> Predicted:
     """The gate's figures in ``run`` (geometry.verdict.gate_run.GateRun: ``recipe_geometry`` of the loaded ``recipe``
     for the behaviour the server runs)."""
-    from geometry.plan.concurrency import in_flight_tokens, max_model_len_of, vllm_kv_cache_size_tokens
+    from geometry import in_flight_tokens, max_model_len_of, vllm_kv_cache_size_tokens
 
     plan = run.report.with_drafter
     tokens = None

