@@ -1,4 +1,4 @@
-"""Output a user can act on (issue #32): what a line points at is there, nothing unresolved is printed silently."""
+"""Output a user can act on: what a line points at is there, nothing unresolved is printed silently."""
 
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ def test_every_command_and_every_option_has_its_place():
                 assert f"`{flag}" in section or f", {flag}" in section or f"/ {flag}" in section, (name, flag)
 
 
-# What the issue found missing from the hand-written reference, by command (issue #32).
+# What a hand-written reference missed, by command: the generated one must have it.
 ONCE_MISSING = {
     "geometry": ["--context"],
     "build": ["--allow-unpinned", "--owner", "--repository", "--no-push"],

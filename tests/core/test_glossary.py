@@ -104,7 +104,7 @@ def test_every_listed_label_is_still_printed(outputs):
 
 
 def test_the_terms_the_issue_named_are_read_from_the_output(outputs):
-    """The reader finds what a user asked about (issue #32), so the check above covers them."""
+    """The reader finds the terms users asked about, so the check above covers them."""
     found = set().union(*(printed_terms(text) for text in outputs.values()))
     assert {"layout BLHNC", "stride al.", "kpool_tail", "CircularBufferSpec", "grouping packed"} <= found
     assert {"MambaSpec", "sparse_indexer", "FLASH_ATTN", "bfloat16"} <= found

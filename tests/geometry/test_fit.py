@@ -181,7 +181,7 @@ def test_every_suggestion_passes_when_vllm_plans_it(tmp_path):
         assert passed, (case["block_size"], case["drafter_kv_cache_dtype"], reasons)
 
 
-# --- ranking as a user would (issue #32) ----------------------------------------------------------
+# --- ranking as a user would ----------------------------------------------------------
 # By hand from the default recipe's configs (tests/default_recipe_figures.py): the target's MLA
 # latent page holds 4,718,592 B / 9,216 tokens = 512 B per token; the drafter's KV is 4,096 B per
 # token in bf16 ("auto"), 2,048 in fp8. Under the overlay the drafter's page equals the target's,

@@ -240,7 +240,7 @@ def test_extra_args_may_not_repeat_the_prefix_caching_flag(tmp_path):
 
 
 def test_compose_says_when_vllm_and_compose_accept_the_file(tmp_path):
-    """A passing check prints a line (issue #32: compose printed nothing after vLLM's check passed)."""
+    """A passing check prints a line: compose says that vLLM's check passed."""
     require_oracle()
     require_compose_binary()
     out = tmp_path / "x.compose.yaml"
