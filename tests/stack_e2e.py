@@ -27,7 +27,7 @@ import requests
 import yaml
 from infra import harness
 
-from stackbuild.image.engine import MANIFEST_ACCEPT
+from stackbuild.image.registry import MANIFEST_ACCEPT
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_RECIPES = Path(__file__).resolve().parent / "recipes"
