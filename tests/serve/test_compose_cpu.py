@@ -19,7 +19,8 @@ from stackbuild.core.errors import ComposeOverrideError, RecipeError
 from stackbuild.core.gate import recipe_geometry
 from stackbuild.core.recipe import load_recipe
 from stackbuild.core.serve_args import serve_argv
-from stackbuild.serve.compose import SERVICE, compose_document, render_compose
+from stackbuild.serve.compose import compose_document, render_compose
+from stackbuild.serve.compose_service import SERVICE
 from stackbuild.serve.image_pin import resolve_image
 
 REPO = Path(__file__).resolve().parents[2]
