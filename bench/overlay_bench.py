@@ -46,10 +46,11 @@ from stack_e2e import recipe_copy
 from geometry.image_contract import GATE_STEP
 from stackbuild.core.recipe import load_recipe
 from stackbuild.core.reference import ImageReference
-from stackbuild.image import engine as engine_mod
+from stackbuild.image.connect import connect
+from stackbuild.image.engine import DockerEngine
 from stackbuild.image.oracle_record import save_from_image
-from stackbuild.image.pipeline import build_image
 from stackbuild.image.plan import make_plan
+from stackbuild.image.platform_build import build_image
 from stackbuild.image.progress import Progress
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,7 +69,7 @@ def median_of(values: list[float]) -> dict:
     return {"median": round(statistics.median(values), 3), "runs": [round(v, 3) for v in values]}
 
 
-def overlay_layers(engine: engine_mod.DockerEngine, image_id: str, base_ref: str) -> list[dict]:
+def overlay_layers(engine: DockerEngine, image_id: str, base_ref: str) -> list[dict]:
     """History entries above the base: (instruction, size) of what the overlay adds."""
     image = engine.client.api.history(image_id)
     base = engine.client.api.history(base_ref)
@@ -87,7 +88,7 @@ def manifest_layers(storage: Path, digest: str) -> dict[str, int]:
     return {layer["digest"]: int(layer["size"]) for layer in json.loads(blob.read_text())["layers"]}
 
 
-def remove_image(engine: engine_mod.DockerEngine, image_id: str) -> None:
+def remove_image(engine: DockerEngine, image_id: str) -> None:
     try:
         engine.client.api.remove_image(image_id, force=True, noprune=False)
     except Exception:  # already gone
@@ -167,7 +168,7 @@ def main() -> int:
     recipe = load_recipe(recipe_path)
     repository = f"{creds.url}/bench-{uuid.uuid4().hex[:8]}/glm53-b200"
     plan = make_plan(recipe, repository=repository)
-    engine = engine_mod.connect()
+    engine = connect()
     base_ref = str(ImageReference(base.image, digest=base.digest))
 
     epoch = int(os.environ["SOURCE_DATE_EPOCH"])

@@ -28,7 +28,7 @@ import yaml
 from infra import harness
 from support.repo import REPO
 
-from stackbuild.image.engine import MANIFEST_ACCEPT
+from stackbuild.image.registry import MANIFEST_ACCEPT
 
 TEST_RECIPES = Path(__file__).resolve().parent / "recipes"
 BUILD_PY = REPO / "build.py"

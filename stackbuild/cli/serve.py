@@ -48,7 +48,8 @@ from stackbuild.core.recipe import load_recipe
 def compose(recipe_path, owner, repository, output, models_dir, port, gpus, digest, baseline, as_json):
     """Write the compose file that serves the image with `docker compose up` (one per node role
     when the recipe spans several machines), or with --baseline the same model without speculation."""
-    from stackbuild.serve.compose_files import write_compose_files, written_paths
+    from stackbuild.serve.compose_files import check_compose_options, write_compose_files, written_paths
+    from stackbuild.serve.target import serve_target
 
     recipe = load_recipe(recipe_path)
     if baseline and recipe.serving.nodes > 1:
@@ -56,17 +57,11 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
             f"--baseline: recipe {recipe.name} serves on {recipe.serving.nodes} nodes; the baseline is one "
             "machine's file (a one-node recipe)"
         )
-    result = write_compose_files(
-        recipe,
-        output=output,
-        owner=owner,
-        repository=repository,
-        models_dir=models_dir,
-        port=port,
-        gpus=gpus,
-        digest=digest,
-        baseline=baseline,
+    check_compose_options(recipe, output, port)
+    target = serve_target(
+        recipe, owner=owner, repository=repository, digest=digest, models_dir=models_dir, port=port, gpus=gpus
     )
+    result = write_compose_files(target, output=output, baseline=baseline)
     emit(as_json, result, "wrote " + ", ".join(written_paths(result)))
 
 
@@ -125,13 +120,12 @@ def deploy(
     """Write Kubernetes manifests: a Deployment (one machine) or a LeaderWorkerSet (serving.nodes > 1),
     and a Service."""
     from stackbuild.serve.k8s import write_manifests
+    from stackbuild.serve.k8s_options import deploy_options
+    from stackbuild.serve.target import serve_target
 
-    result = write_manifests(
-        load_recipe(recipe_path),
+    recipe = load_recipe(recipe_path)
+    options = deploy_options(
         output_dir=output_dir,
-        owner=owner,
-        repository=repository,
-        digest=digest,
         models_host_path=models_host_path,
         models_pvc=models_pvc,
         ifname=ifname,
@@ -139,6 +133,7 @@ def deploy(
         api_key_secret=api_key_secret,
         image_pull_secrets=image_pull_secrets,
     )
+    result = write_manifests(serve_target(recipe, owner=owner, repository=repository, digest=digest), options)
     emit(as_json, result, f"wrote {result['path']} ({', '.join(result['kinds'])})")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from stackbuild.core.lock import LOCK_DEADLINE_SECONDS, write_lock
 from stackbuild.core.recipe import Recipe
-from stackbuild.image.engine import connect
+from stackbuild.image.connect import connect
 from stackbuild.image.progress import Progress
 
 

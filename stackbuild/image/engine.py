@@ -4,9 +4,9 @@ Everything the driver asks of a container engine is a method of the
 interface in :mod:`stackbuild.image.engine_api`: say what it is, resolve a
 base digest, pull, build from a context directory, inspect, tag, push, read
 a file back from an image, run a command in it. :class:`DockerEngine` speaks the engine
-API through docker-py (classic builder), connecting the standard way
-(``DOCKER_HOST`` or the default socket), and turns the API's inspect data
-into :class:`ImageInfo` values. Another backend would be another class
+API through docker-py (classic builder) and turns the API's inspect data
+into :class:`ImageInfo` values; :mod:`stackbuild.image.connect` connects it the standard way
+(``DOCKER_HOST`` or the default socket). Another backend would be another class
 implementing the same interface.
 
 Credentials are never ours: pulls and pushes send what ``docker login``
@@ -15,175 +15,31 @@ which docker-py reads itself.
 
 Errors inside the JSON streams (``error`` / ``errorDetail`` with HTTP 200)
 are detected here and turned into the driver's exceptions; registry errors
-are classified as authentication refused, final (denied, unknown) or
-transient (retried with backoff by the caller's policy, see
-:func:`registry_retry`).
+are classified by :mod:`stackbuild.image.registry_errors` (authentication refused,
+final, or transient: retried with backoff by the caller's policy).
 """
 
 from __future__ import annotations
 
 import io
 import ipaddress
-import os
 import re
 import tarfile
-from contextlib import contextmanager
 from types import MappingProxyType
-from typing import Iterator, Optional
+from typing import Optional
 
 import docker
 import docker.errors
 import requests
-import tenacity
 
-from geometry import one_line
 from stackbuild.core.build_report import BuildEngine
-from stackbuild.core.errors import (
-    EngineError,
-    EngineUnavailable,
-    LockError,
-    PullError,
-    PushError,
-    RegistryAuthError,
-    RegistryUnavailable,
-    StackBuildError,
-)
-from stackbuild.core.reference import DOCKER_HUB, ImageReference
+from stackbuild.core.errors import LockError, PullError, RegistryUnavailable
+from stackbuild.core.reference import ImageReference
 from stackbuild.image.engine_api import BuildOutcome, Event, EventSink, ImageInfo, run_settings
+from stackbuild.image.engine_errors import api_error_text, engine_errors
+from stackbuild.image.registry_errors import classify_registry_error, registry_retry
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
-# How long to wait for the daemon to answer a plain request (streams have no limit).
-CONNECT_TIMEOUT = 15
-REQUEST_TIMEOUT = int(os.environ.get("STACKBUILD_DOCKER_TIMEOUT", "600"))
-
-MANIFEST_ACCEPT = ", ".join(
-    (
-        "application/vnd.oci.image.index.v1+json",
-        "application/vnd.docker.distribution.manifest.list.v2+json",
-        "application/vnd.oci.image.manifest.v1+json",
-        "application/vnd.docker.distribution.manifest.v2+json",
-    )
-)
-
-# What a registry error says, and what it means for a retry.
-_AUTH_PATTERNS = re.compile(
-    r"unauthorized|authentication required|no basic auth credentials|incorrect username or password"
-    r"|401 unauthorized|invalid username/password",
-    re.I,
-)
-_FINAL_PATTERNS = re.compile(
-    r"denied|forbidden|manifest unknown|name unknown|blob unknown|not found|does not exist"
-    r"|invalid reference|manifest invalid|unsupported|does not match the specified platform"
-    r"|server gave HTTP response to HTTPS client",
-    re.I,
-)
-# Nobody answers at that address (refused, or the name does not resolve): asking again
-# in a few seconds gets the same answer, so it is reported at once.
-_UNREACHABLE_PATTERNS = re.compile(
-    r"connection refused|no such host|name or service not known|nodename nor servname|failed to resolve"
-    r"|temporary failure in name resolution|name resolution|server misbehaving|getaddrinfo|could not resolve",
-    re.I,
-)
-_TRANSIENT_PATTERNS = re.compile(
-    r"connection reset|broken pipe|no route to host|i/o timeout|timeout|timed out"
-    r"|\bEOF\b|temporary failure|try again|too many requests|toomanyrequests|\b429\b|\b50[0234]\b"
-    r"|service unavailable|bad gateway|internal server error|dial tcp|network is unreachable",
-    re.I,
-)
-
-
-@contextmanager
-def engine_errors(what: str) -> Iterator[None]:
-    """Turn the engine vanishing or refusing mid-run into one-line errors, not tracebacks."""
-    try:
-        yield
-    except StackBuildError:
-        raise
-    except requests.exceptions.ConnectionError as exc:
-        raise EngineUnavailable(f"{what}: the Docker engine stopped answering ({one_line(exc)[:400]})") from None
-    except docker.errors.APIError as exc:
-        raise EngineError(f"{what}: the Docker engine refused: {one_line(_api_error_text(exc))[:400]}") from None
-    except docker.errors.DockerException as exc:
-        raise EngineError(f"{what}: {one_line(exc)[:400]}") from None
-
-
-class RegistryTransient(StackBuildError):
-    """A registry error worth retrying (network, 5xx, 429); becomes RegistryUnavailable."""
-
-    def __init__(self, what: str, reason: str):
-        super().__init__(f"{what}: {reason}")
-        self.reason = reason
-
-
-def unreachable(text: str) -> bool:
-    """Whether an error says nobody answers at the registry's address
-    (a refused connection, a name that does not resolve)."""
-    return bool(_UNREACHABLE_PATTERNS.search(text))
-
-
-def classify_registry_error(what: str, message: str, registry: str = "", final: type = PushError) -> StackBuildError:
-    """Map a registry error message to the exception the caller raises (or retries).
-
-    ``final`` is the class of what cannot succeed (PushError for a push,
-    PullError for a pull, LockError for a digest look-up).
-    """
-    text = message.strip()
-    if unreachable(text):
-        return RegistryUnavailable(f"{what}: registry unreachable (not retried): {text}")
-    if _AUTH_PATTERNS.search(text):
-        login = f"docker login {registry}" if registry and registry != DOCKER_HUB else "docker login"
-        return RegistryAuthError(
-            f"{what}: the registry refused the credentials from the Docker config ({text}); run `{login}`"
-        )
-    if _FINAL_PATTERNS.search(text):
-        return final(f"{what}: {text}")
-    if _TRANSIENT_PATTERNS.search(text):
-        return RegistryTransient(what, text)
-    return final(f"{what}: {text}")
-
-
-def registry_retry(
-    what: str, on_retry: Optional[EventSink] = None, deadline: Optional[float] = None
-) -> tenacity.Retrying:
-    """Backoff for transient registry errors; everything else is raised at once.
-
-    ``STACKBUILD_REGISTRY_ATTEMPTS`` (default 5) and ``STACKBUILD_REGISTRY_BACKOFF``
-    (first wait in seconds, default 2, doubling up to 30) tune it. With a
-    ``deadline`` (seconds), no wait is started that would end after it.
-    """
-    attempts = max(1, int(os.environ.get("STACKBUILD_REGISTRY_ATTEMPTS", "5")))
-    first = float(os.environ.get("STACKBUILD_REGISTRY_BACKOFF", "2"))
-    stop = tenacity.stop_after_attempt(attempts)
-    if deadline is not None:
-        stop = stop | tenacity.stop_before_delay(deadline)
-
-    def before_sleep(state: tenacity.RetryCallState) -> None:
-        if on_retry is not None:
-            exc = state.outcome.exception() if state.outcome else None
-            on_retry(
-                {
-                    "event": "retry",
-                    "what": what,
-                    "attempt": state.attempt_number,
-                    "of": attempts,
-                    "wait_seconds": round(state.next_action.sleep if state.next_action else 0, 1),
-                    "error": str(getattr(exc, "reason", exc)),
-                }
-            )
-
-    def give_up(state: tenacity.RetryCallState):
-        exc = state.outcome.exception() if state.outcome else None
-        reason = getattr(exc, "reason", exc)
-        raise RegistryUnavailable(f"{what}: registry unavailable after {state.attempt_number} attempts: {reason}")
-
-    return tenacity.Retrying(
-        retry=tenacity.retry_if_exception_type(RegistryTransient),
-        stop=stop,
-        wait=tenacity.wait_exponential(multiplier=first, min=first, max=30),
-        before_sleep=before_sleep,
-        retry_error_callback=give_up,
-        reraise=True,
-    )
 
 
 def _exit_status(message: Event) -> Optional[int]:
@@ -260,7 +116,7 @@ class DockerEngine:
             try:
                 return self.api.inspect_distribution(str(reference))
             except docker.errors.APIError as exc:
-                raise classify_registry_error(what, _api_error_text(exc), registry, LockError) from None
+                raise classify_registry_error(what, api_error_text(exc), registry, LockError) from None
             except requests.exceptions.Timeout:
                 raise RegistryUnavailable(
                     f"{what}: no answer from the registry within {deadline:g} s (the engine asks it)"
@@ -306,7 +162,7 @@ class DockerEngine:
                         raise classify_registry_error(what, error, registry, PullError)
                     on_event(message)
             except docker.errors.APIError as exc:
-                raise classify_registry_error(what, _api_error_text(exc), registry, PullError) from None
+                raise classify_registry_error(what, api_error_text(exc), registry, PullError) from None
 
         registry_retry(what, on_retry)(attempt)
         pulled = self.inspect_image(str(local))
@@ -417,7 +273,7 @@ class DockerEngine:
                         digest = aux["Digest"]
                     on_event(message)
             except docker.errors.APIError as exc:
-                raise classify_registry_error(what, _api_error_text(exc), registry) from None
+                raise classify_registry_error(what, api_error_text(exc), registry) from None
             return digest
 
         return registry_retry(what, on_retry)(attempt)
@@ -517,29 +373,3 @@ def engine_of(version: dict, info: dict, endpoint: str) -> BuildEngine:
         platform=f"{version.get('Os') or ''}/{version.get('Arch') or ''}",
         endpoint=endpoint,
     )
-
-
-def _api_error_text(exc: docker.errors.APIError) -> str:
-    explanation = exc.explanation
-    if isinstance(explanation, bytes):
-        explanation = explanation.decode("utf-8", "replace")
-    return str(explanation or exc)
-
-
-def connect() -> DockerEngine:
-    """The engine at DOCKER_HOST or the default socket; EngineUnavailable if none answers."""
-    endpoint = os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
-    where = endpoint if os.environ.get("DOCKER_HOST") else f"the default socket ({DEFAULT_SOCKET})"
-    try:
-        client = docker.from_env(timeout=CONNECT_TIMEOUT)
-        client.api.ping()
-    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        reason = re.sub(r"\s+", " ", reason)[:300]
-        raise EngineUnavailable(
-            f"no Docker engine answers at {where}: {reason}; start the Docker engine "
-            "(e.g. `sudo systemctl start docker`; none installed: https://docs.docker.com/engine/install/) "
-            "or set DOCKER_HOST"
-        ) from None
-    client.api.timeout = REQUEST_TIMEOUT
-    return DockerEngine(client, endpoint)

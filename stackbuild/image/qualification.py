@@ -17,8 +17,9 @@ from stackbuild.core.labels import OCI_CREATED
 from stackbuild.core.qualification_record import ARTIFACT_TYPE, DOCUMENT_MEDIA_TYPE, QualificationRecord, RecordInvalid
 from stackbuild.core.reference import ImageReference, by_digest
 from stackbuild.image.attach import Attached, attach, fetch_documents
-from stackbuild.image.engine import connect, engine_errors
+from stackbuild.image.connect import connect
 from stackbuild.image.engine_api import ContainerEngine
+from stackbuild.image.engine_errors import engine_errors
 from stackbuild.image.registry import RegistryClient
 
 WHAT = "qualification"

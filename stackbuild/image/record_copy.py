@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from stackbuild.core.recipe import Recipe
-from stackbuild.image.engine import connect, engine_errors
+from stackbuild.image.connect import connect
+from stackbuild.image.engine_errors import engine_errors
 from stackbuild.image.oracle_record import save_from_image
 from stackbuild.image.plan import BuildPlan, make_plan
 

@@ -30,15 +30,18 @@ import requests
 from geometry import one_line
 from stackbuild.core.errors import PushError, RegistryAuthError, RegistryUnavailable
 from stackbuild.core.reference import ImageReference
-from stackbuild.image.engine import (
-    MANIFEST_ACCEPT,
-    RegistryTransient,
-    classify_registry_error,
-    registry_retry,
-    unreachable,
-)
 from stackbuild.image.engine_api import ContainerEngine, EventSink, ImageInfo, run_settings
 from stackbuild.image.progress import Progress
+from stackbuild.image.registry_errors import RegistryTransient, classify_registry_error, registry_retry, unreachable
+
+MANIFEST_ACCEPT = ", ".join(
+    (
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+    )
+)
 
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
 

@@ -25,9 +25,10 @@ from stackbuild.core.labels import OCI_CREATED, OCI_REVISION, OCI_VERSION, RECIP
 from stackbuild.core.qualification_record import summary_line
 from stackbuild.core.recipe import Recipe
 from stackbuild.core.reference import DIGEST_RE, ImageReference, by_digest
-from stackbuild.image import engine as engine_mod
 from stackbuild.image.attest import attestation_problems, gate_report_sha256
+from stackbuild.image.connect import connect
 from stackbuild.image.engine_api import ContainerEngine
+from stackbuild.image.engine_errors import engine_errors
 from stackbuild.image.index import index_platforms
 from stackbuild.image.plan import make_plan
 from stackbuild.image.progress import Progress
@@ -67,7 +68,7 @@ def image_by_digest(image: str) -> ImageReference:
 def verify_image(
     image: str, recipe: Recipe, *, json_progress: bool = False, engine: Optional[ContainerEngine] = None
 ) -> dict:
-    with engine_mod.engine_errors(f"verify {image}"):
+    with engine_errors(f"verify {image}"):
         return _verify(image, recipe, json_progress, engine)
 
 
@@ -86,7 +87,7 @@ def _verify(image: str, recipe: Recipe, json_progress: bool, engine: Optional[Co
     reference = image_by_digest(image)
     repository, digest = reference.repository, reference.digest
     progress = Progress(json_lines=json_progress)
-    engine = engine or engine_mod.connect()
+    engine = engine or connect()
     client = registry_client(engine, repository, progress)
     top = client.manifest(digest)
     if top is None:

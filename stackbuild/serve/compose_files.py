@@ -9,47 +9,26 @@ from typing import Optional
 from stackbuild.core.errors import OutputError
 from stackbuild.core.recipe import Recipe
 from stackbuild.serve.compose import write_compose
-from stackbuild.serve.multinode import write_role_files
+from stackbuild.serve.multinode import check_role_options, write_role_files
+from stackbuild.serve.target import ServeTarget
 
 
-def write_compose_files(
-    recipe: Recipe,
-    *,
-    output: Optional[Path] = None,
-    owner: Optional[str] = None,
-    repository: Optional[str] = None,
-    models_dir: Optional[str] = None,
-    port: Optional[int] = None,
-    gpus: Optional[str] = None,
-    digest: Optional[str] = None,
-    baseline: bool = False,
-) -> dict:
-    """The recipe's compose file (``baseline``: the one without speculation, a one-node recipe's), or its
-    node roles' files into the directory ``output`` names (-o)."""
+def check_compose_options(recipe: Recipe, output: Optional[Path], port: Optional[int]) -> None:
+    """What `compose` refuses before the image is resolved: a multi-node recipe's --port or an -o that is no
+    directory; a one-node recipe's -o that is a directory."""
     if recipe.serving.nodes > 1:
-        return write_role_files(
-            recipe,
-            output_dir=output,
-            owner=owner,
-            repository=repository,
-            models_dir=models_dir,
-            port=port,
-            gpus=gpus,
-            digest=digest,
-        )
-    if output is not None and output.is_dir():  # an output path (exit 15), not a usage error
+        check_role_options(output, port)
+    elif output is not None and output.is_dir():  # an output path (exit 15), not a usage error
         raise OutputError(f"-o {output}: is a directory; a one-node recipe writes one compose file: give its file name")
-    return write_compose(
-        recipe,
-        output=output,
-        owner=owner,
-        repository=repository,
-        models_dir=models_dir,
-        port=port,
-        gpus=gpus,
-        digest=digest,
-        baseline=baseline,
-    )
+
+
+def write_compose_files(target: ServeTarget, *, output: Optional[Path] = None, baseline: bool = False) -> dict:
+    """The target's compose file (``baseline``: the one without speculation, a one-node recipe's), or its
+    node roles' files into the directory ``output`` names (-o)."""
+    check_compose_options(target.recipe, output, target.port)
+    if target.recipe.serving.nodes > 1:
+        return write_role_files(target, output_dir=output)
+    return write_compose(target, output=output, baseline=baseline)
 
 
 def written_paths(result: dict) -> list[str]:

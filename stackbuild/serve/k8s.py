@@ -5,19 +5,19 @@ is the tensor-parallel group, one pod per node; the leader (LWS_WORKER_INDEX 0) 
 API server, workers join headless; every pod's address of the leader comes from
 LWS_LEADER_ADDRESS, its node rank from LWS_WORKER_INDEX (Kubernetes expands $(VAR) in
 args). The container's args are the serve argv only: the image's entrypoint (the
-start-time pre-flight) stays, so the pre-flight runs in every pod.
+start-time pre-flight) stays, so the pre-flight runs in every pod. The manifests are written for the
+command's :class:`ServeTarget` (the recipe and the image) with its :class:`DeployOptions` (k8s_options.py).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Optional
 
 from geometry import IMAGE_DIGEST_ENV
-from stackbuild.core.errors import DeployOptionError, OutputError, OwnerMissing
+from stackbuild.core.errors import OwnerMissing
 from stackbuild.core.labels import NODE_ROLE, RECIPE_NAME
 from stackbuild.core.naming import OWNER_VARIABLE
 from stackbuild.core.output import K8S_SUFFIX
@@ -31,11 +31,13 @@ from stackbuild.core.serve_args import (
     role_commands,
     serve_argv,
 )
-from stackbuild.serve.compose import CACHE_ENV, CACHE_MOUNT, LOOPBACK
 from stackbuild.serve.compose import output_dir as default_output_dir
+from stackbuild.serve.compose_service import CACHE_ENV, CACHE_MOUNT, LOOPBACK
 from stackbuild.serve.generated import DEPLOY
 from stackbuild.serve.health import API_KEY_VARIABLE, HEALTH_PATH, readiness_command
-from stackbuild.serve.image_pin import ImagePin, resolve_image
+from stackbuild.serve.image_pin import ImagePin
+from stackbuild.serve.k8s_options import DEFAULT_IFNAME, DeployOptions, ModelVolume, default_api_key_secret, object_name
+from stackbuild.serve.target import ServeTarget
 from stackbuild.serve.writer import Document, write_documents
 from stackbuild.serve.yaml_text import dump_yaml
 
@@ -45,66 +47,13 @@ LWS_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 LEADER_ADDRESS_ENV, WORKER_INDEX_ENV = "LWS_LEADER_ADDRESS", "LWS_WORKER_INDEX"
 GPU_RESOURCE = "nvidia.com/gpu"
 APP_LABEL = "app.kubernetes.io/name"
-DEFAULT_IFNAME = "eth0"  # a pod's own interface
 # Weights, compile and graph capture before /health answers (compose allows 30 min): 60 x 30 s.
 STARTUP_PERIOD_S, STARTUP_FAILURES = 30, 60
 SHM = "/dev/shm"
-IFNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,14}(,[A-Za-z0-9][A-Za-z0-9_.:@-]{0,14})*$")
 SERVICE_SUFFIX = "-api"
-# Names the controllers derive from ours must stay DNS labels (63): the LWS StatefulSets' revision
-# label <name>-<group>-<10-character hash> and our <name>-api.
-MAX_NAME = 48
-NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-# A Secret's name (a DNS subdomain).
-SECRET_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # The key of the API-key Secret that holds the key (kubectl create secret generic NAME --from-literal=api-key=...).
 API_KEY_SECRET_KEY = "api-key"
-API_KEY_SECRET_SUFFIX = "-api-key"
 ARCH_LABEL = "kubernetes.io/arch"
-
-
-@dataclass(frozen=True)
-class ModelVolume:
-    """Where the models directory comes from: a node's host path or a PersistentVolumeClaim."""
-
-    host_path: Optional[str] = None
-    claim: Optional[str] = None
-
-    def volume(self) -> dict:
-        if self.claim:
-            return {"name": "models", "persistentVolumeClaim": {"claimName": self.claim, "readOnly": True}}
-        return {"name": "models", "hostPath": {"path": self.host_path, "type": "Directory"}}
-
-
-def model_volume(recipe: Recipe, host_path: Optional[str], claim: Optional[str]) -> ModelVolume:
-    if host_path and claim:
-        raise DeployOptionError("--models-host-path and --models-pvc: give one, not both")
-    if claim is not None:
-        if not NAME_RE.match(claim) or len(claim) > 253:
-            raise DeployOptionError(f"--models-pvc: {claim!r} is not a Kubernetes object name")
-        return ModelVolume(claim=claim)
-    path = host_path or recipe.model_mount_point
-    if not path.startswith("/"):
-        raise DeployOptionError(f"--models-host-path: must be an absolute path on the node, got {path!r}")
-    return ModelVolume(host_path=path)
-
-
-def object_name(recipe: Recipe) -> str:
-    """The recipe's name as a Kubernetes object name (DNS label: lowercase, digits, '-'; leaves room for
-    the suffixes the controllers and the Service add)."""
-    name = re.sub(r"[^a-z0-9-]+", "-", recipe.name.lower()).strip("-")[:MAX_NAME]
-    return name.rstrip("-") or "glm53"
-
-
-def default_api_key_secret(recipe: Recipe) -> str:
-    """The Secret the API server's key is read from when --api-key-secret is not given."""
-    return object_name(recipe) + API_KEY_SECRET_SUFFIX
-
-
-def check_secret_name(name: str, flag: str) -> str:
-    if not SECRET_NAME_RE.match(name) or len(name) > 253:
-        raise DeployOptionError(f"{flag}: {name!r} is not a Kubernetes Secret name")
-    return name
 
 
 def architectures(recipe: Recipe) -> tuple[str, ...]:
@@ -348,52 +297,32 @@ def output_path(recipe: Recipe, directory: Optional[Path]) -> Path:
     return Path(directory or default_output_dir(recipe)) / f"{recipe.name}{K8S_SUFFIX}"
 
 
-def write_manifests(
-    recipe: Recipe,
-    *,
-    output_dir: Optional[Path] = None,
-    owner: Optional[str] = None,
-    repository: Optional[str] = None,
-    digest: Optional[str] = None,
-    report_path: Optional[Path] = None,
-    models_host_path: Optional[str] = None,
-    models_pvc: Optional[str] = None,
-    ifname: str = DEFAULT_IFNAME,
-    namespace: Optional[str] = None,
-    api_key_secret: Optional[str] = None,
-    image_pull_secrets: tuple[str, ...] = (),
-) -> dict:
-    """Build, check (Kubernetes schemas, LWS schema, vLLM's serve parser), then write one file."""
+def write_manifests(target: ServeTarget, options: DeployOptions) -> dict:
+    """Build, check (Kubernetes schemas, LWS schema, vLLM's serve parser), then write one file.
+
+    ``options`` were checked when they were made (:func:`k8s_options.deploy_options`); the models volume is
+    checked here, once the image names its owner."""
     from stackbuild.serve.k8s_validate import validate
     from stackbuild.serve.validate import check_serve_args, run_serve_parser_cases
 
-    if not IFNAME_RE.match(ifname):
-        raise DeployOptionError(f"--ifname: {ifname!r} is not a network interface name (or a comma-separated list)")
-    if namespace is not None and (not NAME_RE.match(namespace) or len(namespace) > 63):
-        raise DeployOptionError(f"--namespace: {namespace!r} is not a Kubernetes namespace name")
-    if api_key_secret is not None:
-        check_secret_name(api_key_secret, "--api-key-secret")
-    for name in image_pull_secrets:
-        check_secret_name(name, "--image-pull-secret")
-    if output_dir is not None and not Path(output_dir).is_dir():
-        raise OutputError(f"-o {output_dir}: not an existing directory")
-    image = resolve_image(recipe, owner=owner, repository=repository, digest=digest, report_path=report_path)
+    recipe, image = target.recipe, target.image
     if image.owner_from_env:
         raise OwnerMissing(
             f"deploy: no image owner given (--owner, {OWNER_VARIABLE}) or found in a build report; "
             "Kubernetes manifests name the image in full"
         )
-    volume = model_volume(recipe, models_host_path, models_pvc)
+    volume = options.volume(recipe)
     objects = manifests(
         recipe,
         image=image.reference,
         volume=volume,
-        ifname=ifname,
-        namespace=namespace,
-        api_key_secret=api_key_secret,
-        image_pull_secrets=tuple(image_pull_secrets),
+        ifname=options.ifname,
+        namespace=options.namespace,
+        api_key_secret=options.api_key_secret,
+        image_pull_secrets=options.image_pull_secrets,
         image_digest=image.digest,
     )
+    output_dir = options.output_dir
     path = output_path(recipe, output_dir)
     text = render(recipe, objects, image)
 

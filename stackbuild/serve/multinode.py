@@ -6,9 +6,9 @@ leader (rank 0) serves the API, workers add ``--headless``. The files use host
 networking (NCCL and gloo talk between the machines directly) and leave to the user,
 as variables Compose requires, what only the site knows: the leader's address, the
 network interface NCCL and gloo use, and (more than two nodes) each worker's rank.
-Each file is built from the single-node file's parts (a compose.Service and a
-compose.Header per role). ``role_document`` and ``render_role`` are pure;
-``write_role_files`` checks every role's argv with vLLM's serve parser (its
+Each file is built from the single-node file's parts (a compose_service.Service and a
+compose_header.Header per role) for the command's :class:`ServeTarget`. ``role_document`` and
+``render_role`` are pure; ``write_role_files`` checks every role's argv with vLLM's serve parser (its
 multi-node checks included) and each file with Docker Compose, then writes all of
 them or none.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from geometry import IMAGE_DIGEST_ENV
 from stackbuild.core.errors import ComposeOverrideError, OutputError
@@ -35,9 +35,13 @@ from stackbuild.core.serve_args import (
     ranks_per_node,
     role_commands,
 )
-from stackbuild.serve import compose as generate
+from stackbuild.serve.compose import COMPOSE_DIR
+from stackbuild.serve.compose import output_dir as default_output_dir
+from stackbuild.serve.compose_header import Header, compose_text, header
+from stackbuild.serve.compose_service import LOOPBACK, Service, escape, project_name, service_document
 from stackbuild.serve.generated import COMPOSE
-from stackbuild.serve.image_pin import ImagePin, resolve_image
+from stackbuild.serve.image_pin import ImagePin
+from stackbuild.serve.target import ServeTarget, serve_target
 from stackbuild.serve.writer import Document, notice, write_documents
 
 # Variables the user sets (shell or ./.env next to the files) on every machine.
@@ -93,8 +97,8 @@ class RoleFile:
 def default_path(recipe: Recipe, role: str, directory: Optional[Path] = None, *, local: bool = False) -> Path:
     """A node role's file: in ``directory`` (-o), else where :func:`compose.output_dir` says; ``local`` as
     :func:`compose.default_output` has it."""
-    where = directory or generate.output_dir(recipe)
-    suffix = LOCAL_COMPOSE_SUFFIX if local and directory is None and where == generate.COMPOSE_DIR else COMPOSE_SUFFIX
+    where = directory or default_output_dir(recipe)
+    suffix = LOCAL_COMPOSE_SUFFIX if local and directory is None and where == COMPOSE_DIR else COMPOSE_SUFFIX
     return where / f"{recipe.name}.{role}{suffix}"
 
 
@@ -103,39 +107,28 @@ def image_environment(image: ImagePin) -> dict[str, str]:
     return {IMAGE_DIGEST_ENV: image.digest} if image.digest else {}
 
 
-def role_service(recipe: Recipe, command: RoleCommand, image: ImagePin) -> generate.Service:
+def role_service(recipe: Recipe, command: RoleCommand, image: ImagePin) -> Service:
     """A node role's service: its argv (the slots as Compose variables) on host networking."""
     s = recipe.serving
     serves_api = command.role == LEADER
-    return generate.Service(
+    return Service(
         name=command.role,
-        project=f"{generate.project_name(recipe)}-{command.role}",
+        project=f"{project_name(recipe)}-{command.role}",
         # Slot values carry Compose variables: they are not escaped; every literal is.
-        command=tuple(command.filled(slot_values(recipe), literal=generate.escape)),
+        command=tuple(command.filled(slot_values(recipe), literal=escape)),
         published_port=None,  # host networking: the API server binds serving.host_ip itself (--host)
-        probe_host=(generate.LOOPBACK if s.host_ip == "0.0.0.0" else s.host_ip)
-        if serves_api
-        else None,  # headless: no API
+        probe_host=(LOOPBACK if s.host_ip == "0.0.0.0" else s.host_ip) if serves_api else None,  # headless: no API
         environment={**INTERFACE, **image_environment(image)},
         labels={NODE_ROLE: command.role},
     )
 
 
-def role_document(
-    recipe: Recipe,
-    command: RoleCommand,
-    *,
-    image: ImagePin,
-    models_dir: Optional[str] = None,
-    gpus: Optional[str] = None,
-) -> dict:
+def target_role_document(target: ServeTarget, command: RoleCommand) -> dict:
     """One role's compose document as plain data (pure)."""
-    return generate.service_document(
-        recipe, role_service(recipe, command, image), image=image, models_dir=models_dir, gpus=gpus
-    )
+    return service_document(target, role_service(target.recipe, command, target.image))
 
 
-def role_header(recipe: Recipe, command: RoleCommand, image: ImagePin) -> generate.Header:
+def role_header(recipe: Recipe, command: RoleCommand, image: ImagePin) -> Header:
     """The single-node header with where the API is reached, how to start the file, and the role's own lines."""
     s = recipe.serving
     nodes = s.nodes
@@ -160,7 +153,7 @@ def role_header(recipe: Recipe, command: RoleCommand, image: ImagePin) -> genera
         f"has fetched its pre-flight fingerprint, on :{FINGERPRINT_PORT} (TCP; open both between the nodes)."
     )
     return replace(
-        generate.header(recipe, image),
+        header(recipe, image),
         reach=(
             f"# The leader's API server binds {s.host_ip}:{s.port} on the host "
             "(serving.host_ip; host networking, nothing is published)."
@@ -173,16 +166,20 @@ def role_header(recipe: Recipe, command: RoleCommand, image: ImagePin) -> genera
     )
 
 
-def render_role(
-    recipe: Recipe,
-    command: RoleCommand,
-    *,
-    image: ImagePin,
-    models_dir: Optional[str] = None,
-    gpus: Optional[str] = None,
-) -> str:
-    doc = role_document(recipe, command, image=image, models_dir=models_dir, gpus=gpus)
-    return generate.compose_text(recipe, image, role_header(recipe, command, image), doc)
+def target_role_text(target: ServeTarget, command: RoleCommand) -> str:
+    """One role's compose file's text (pure)."""
+    doc = target_role_document(target, command)
+    return compose_text(target.recipe, target.image, role_header(target.recipe, command, target.image), doc)
+
+
+def role_document(recipe: Recipe, command: RoleCommand, **options: Any) -> dict:
+    """:func:`target_role_document` of the target :func:`serve_target` builds from ``options``."""
+    return target_role_document(serve_target(recipe, **options), command)
+
+
+def render_role(recipe: Recipe, command: RoleCommand, **options: Any) -> str:
+    """:func:`target_role_text` of the target :func:`serve_target` builds from ``options``."""
+    return target_role_text(serve_target(recipe, **options), command)
 
 
 def check_values(recipe: Recipe, command: RoleCommand, rank: Optional[int] = None) -> dict[str, str]:
@@ -209,41 +206,34 @@ def _serve_cases(recipe: Recipe, commands) -> list[tuple[str, list[str]]]:
     return cases
 
 
-def write_role_files(
-    recipe: Recipe,
-    *,
-    output_dir: Optional[Path] = None,
-    owner: Optional[str] = None,
-    repository: Optional[str] = None,
-    models_dir: Optional[str] = None,
-    port: Optional[int] = None,
-    gpus: Optional[str] = None,
-    digest: Optional[str] = None,
-    report_path: Optional[Path] = None,
-    validate: bool = True,
-) -> dict:
-    """Render each role's file, check them (vLLM's serve parser, Docker Compose), then write all or none."""
-    from stackbuild.serve.validate import ComposeInvalid, check_compose_file, check_serve_args, run_serve_parser_cases
-
+def check_role_options(output_dir: Optional[Path], port: Optional[int]) -> None:
+    """What a multi-node recipe refuses before its image is resolved: --port, and an -o that is no directory."""
     if port is not None:
         raise ComposeOverrideError(
             "--port: a multi-node recipe's leader binds serving.port on the host "
             "(host networking); set serving.port in the recipe"
         )
-    flag = "-o" if output_dir else "compose"
     if output_dir is not None and not Path(output_dir).is_dir():
         raise OutputError(
             f"-o {output_dir}: a multi-node recipe writes one file per role into a directory; "
             "this is not an existing directory"
         )
-    image = resolve_image(recipe, owner=owner, repository=repository, digest=digest, report_path=report_path)
+
+
+def write_role_files(target: ServeTarget, *, output_dir: Optional[Path] = None, validate: bool = True) -> dict:
+    """Render each role's file, check them (vLLM's serve parser, Docker Compose), then write all or none."""
+    from stackbuild.serve.validate import ComposeInvalid, check_compose_file, check_serve_args, run_serve_parser_cases
+
+    check_role_options(output_dir, target.port)
+    recipe, image = target.recipe, target.image
+    flag = "-o" if output_dir else "compose"
     commands = role_commands(recipe)
-    local = bool(generate.machine_values(models_dir, port, gpus))
+    local = bool(target.machine_values)
     files = [
         RoleFile(
             c.role,
             default_path(recipe, c.role, Path(output_dir) if output_dir else None, local=local),
-            render_role(recipe, c, image=image, models_dir=models_dir, gpus=gpus),
+            target_role_text(target, c),
             c,
         )
         for c in commands
@@ -271,7 +261,7 @@ def write_role_files(
                 notice(f"docker compose config check skipped: {config.detail}")
                 continue
             resolved = config.parsed["services"][f.role]["command"]
-            expected = [generate.escape(a) for a in resolved_argv(recipe, f.command, variables)]
+            expected = [escape(a) for a in resolved_argv(recipe, f.command, variables)]
             if resolved != expected:
                 raise ComposeInvalid(f"{f.path}: docker compose reads the command as {resolved!r}, not {expected!r}")
             notice(f"checked: docker compose config reads {f.path.name} and its command as written")

@@ -1,6 +1,7 @@
 """The one way a serving file is written (compose files, node roles' files, Kubernetes manifests).
 
-A writer resolves the image (image_pin.py) and renders its documents; then :func:`write_documents`
+A writer gets the command's :class:`ServeTarget` (target.py: the recipe, the image it names, this
+machine's values) and renders its documents; then :func:`write_documents`
 runs the recipe's gate, checks every path may be written (stackbuild/core/output.py), writes every
 document to a temporary file beside its path, runs the writer's checks on those files, and moves
 them all in place or none (stackbuild/core/atomic.py); last, the writer's notices go to stderr.

@@ -970,7 +970,8 @@ def test_bad_host_ip(tmp_path):
 def test_api_key_comes_from_the_env_file(tmp_path):
     """vLLM reads VLLM_API_KEY when --api-key is absent; the compose file loads the env file, never inlines it."""
     from stackbuild.core.recipe import load_recipe
-    from stackbuild.serve.compose import env_file_name, render_compose
+    from stackbuild.serve.compose import render_compose
+    from stackbuild.serve.compose_service import env_file_name
 
     source = REPO / ".cache" / "vllm-0.33.0" / "vllm" / "entrypoints" / "serve" / "middleware" / "register.py"
     if source.exists():

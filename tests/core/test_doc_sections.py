@@ -7,7 +7,7 @@ import difflib
 import doc_sections
 import pytest
 
-import stackbuild.image.engine  # noqa: F401  (its error classes count too)
+import stackbuild.image.registry_errors  # noqa: F401  (its error classes count too)
 from geometry.preflight import outcome
 from stackbuild.core import errors
 

@@ -173,7 +173,7 @@ def test_the_recipes_callers_give_one_verdict(tmp_path, case):
         lines[at + 1].removeprefix("  - "),
         gate.returncode,
     )
-    # The build's error line is the step's reason line (stackbuild/image/pipeline.py reads it).
+    # The build's error line is the step's reason line (stackbuild/image/platform_build.py reads it).
     from geometry.image_contract import gate_reason
 
     reason = gate_reason(gate.stderr.splitlines())

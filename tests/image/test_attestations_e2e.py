@@ -19,7 +19,7 @@ import pytest
 import requests
 from stack_e2e import PAYLOAD_DIR, REPO, cli, json_events, recipe_copy, repository_name, unique_repository
 
-from stackbuild.image.engine import MANIFEST_ACCEPT
+from stackbuild.image.registry import MANIFEST_ACCEPT
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 
@@ -186,7 +186,7 @@ def qualification(pushed: Pushed, when: str, verdict: str, tokens_per_s: float, 
 
 def test_verify_checks_both_and_lists_the_qualifications(registry, pushed, monkeypatch):
     from stackbuild.core.reference import ImageReference
-    from stackbuild.image.engine import connect
+    from stackbuild.image.connect import connect
     from stackbuild.image.qualification import attach_record, attach_target
     from stackbuild.image.verify import qualification_lines
 

@@ -1,21 +1,15 @@
 """The engine layer's own rules, checked without a daemon: stream errors, step names,
-registry error classes, retries, progress events, and a dead DOCKER_HOST."""
+progress events, and the engine's inspect documents as values."""
 
 from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
-import time
 
 import pytest
-from recipe_copies import REPO
 
 from geometry.image_contract import ContractError
-from stackbuild.core.errors import EngineUnavailable, PushError, RegistryAuthError, RegistryUnavailable
 from stackbuild.image import engine as engine_mod
-from stackbuild.image.engine import RegistryTransient, classify_registry_error, registry_retry
 from stackbuild.image.progress import Progress
 from stackbuild.image.report import geometry_verdict
 
@@ -43,61 +37,6 @@ def test_errors_inside_a_stream_are_found():
     assert engine_mod._stream_error({"errorDetail": {"message": "only detail"}}) == "only detail"
 
 
-@pytest.mark.parametrize(
-    "message, kind",
-    [
-        ("unauthorized: authentication required", RegistryAuthError),
-        ("no basic auth credentials", RegistryAuthError),
-        ("denied: requested access to the resource is denied", PushError),
-        ("manifest unknown: manifest unknown", PushError),
-        ('Get "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused', RegistryUnavailable),
-        (
-            'Get "https://registry.invalid/v2/": dial tcp: lookup registry.invalid on 10.0.0.53:53: no such host',
-            RegistryUnavailable,
-        ),
-        ("registry.invalid: [Errno -2] name or service not known", RegistryUnavailable),
-        ("registry.invalid: [Errno -3] temporary failure in name resolution", RegistryUnavailable),
-        ("net/http: TLS handshake timeout", RegistryTransient),
-        ("received unexpected HTTP status: 503 Service Unavailable", RegistryTransient),
-        ("toomanyrequests: slow down", RegistryTransient),
-        ("something nobody has seen", PushError),
-    ],
-)
-def test_registry_errors_are_classified(message, kind):
-    assert type(classify_registry_error("push x", message)) is kind
-
-
-def test_an_unreachable_registry_is_reported_at_once(monkeypatch):
-    """A refused connection or a name that does not resolve: one attempt, no retry line."""
-    monkeypatch.setenv("STACKBUILD_REGISTRY_BACKOFF", "0.01")
-    calls, retries = [], []
-
-    def refused():
-        calls.append(1)
-        raise classify_registry_error("push x", "dial tcp 127.0.0.1:9: connect: connection refused")
-
-    with pytest.raises(
-        RegistryUnavailable, match=r"^push x: registry unreachable \(not retried\): .*connection refused$"
-    ):
-        registry_retry("push x", retries.append)(refused)
-    assert calls == [1] and retries == []
-
-
-def test_a_deadline_starts_no_wait_that_ends_after_it(monkeypatch):
-    monkeypatch.setenv("STACKBUILD_REGISTRY_ATTEMPTS", "10")
-    monkeypatch.setenv("STACKBUILD_REGISTRY_BACKOFF", "0.2")
-    calls = []
-
-    def down():
-        calls.append(time.monotonic())
-        raise RegistryTransient("lock x", "503 Service Unavailable")
-
-    started = time.monotonic()
-    with pytest.raises(RegistryUnavailable, match=r"after 3 attempts"):
-        registry_retry("lock x", deadline=1.0)(down)  # waits 0.2, 0.4; the next (0.8) would end after 1 s
-    assert len(calls) == 3 and time.monotonic() - started < 1.0
-
-
 def test_a_retry_says_which_attempt_and_the_wait():
     stream = io.StringIO()
     Progress(stream=stream).retry_event(
@@ -111,36 +50,6 @@ def test_a_retry_says_which_attempt_and_the_wait():
         }
     )
     assert stream.getvalue() == "    push x: 503 Service Unavailable (attempt 2/5, next in 4s)\n"
-
-
-def test_transient_errors_are_retried_then_reported(monkeypatch):
-    monkeypatch.setenv("STACKBUILD_REGISTRY_ATTEMPTS", "3")
-    monkeypatch.setenv("STACKBUILD_REGISTRY_BACKOFF", "0.01")
-    calls, retries = [], []
-
-    def down():
-        calls.append(1)
-        raise RegistryTransient("push x", "connection refused")
-
-    with pytest.raises(
-        RegistryUnavailable, match=r"^push x: registry unavailable after 3 attempts: connection refused$"
-    ):
-        registry_retry("push x", retries.append)(down)
-    assert len(calls) == 3 and [r["attempt"] for r in retries] == [1, 2]
-
-
-@pytest.mark.parametrize("error", [RegistryAuthError("push x: refused"), PushError("push x: denied")])
-def test_final_errors_are_not_retried(monkeypatch, error):
-    monkeypatch.setenv("STACKBUILD_REGISTRY_BACKOFF", "0.01")
-    calls = []
-
-    def final():
-        calls.append(1)
-        raise error
-
-    with pytest.raises(type(error)):
-        registry_retry("push x")(final)
-    assert calls == [1]
 
 
 def test_gate_verdict_is_read_from_its_report():
@@ -193,57 +102,6 @@ def test_progress_for_people_shows_steps_and_times():
     text = out.getvalue()
     assert "Step 2/9 : COPY patch-payload/ /  [patch payload copy]" in text
     assert "patch payload copy done in" in text and "<== build done in" in text
-
-
-def test_no_daemon_is_one_clear_line(monkeypatch, tmp_path):
-    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/dead.sock")
-    with pytest.raises(
-        EngineUnavailable, match=r"^no Docker engine answers at unix://.*dead\.sock: .*set DOCKER_HOST$"
-    ) as info:
-        engine_mod.connect()
-    assert "\n" not in str(info.value)
-
-
-def test_no_daemon_from_the_cli_is_exit_3_without_traceback(tmp_path):
-    env = {"DOCKER_HOST": f"unix://{tmp_path}/dead.sock", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    started = time.monotonic()
-    run = subprocess.run(
-        [sys.executable, str(REPO / "build.py"), "lock"], capture_output=True, text=True, env=env, timeout=120
-    )
-    assert run.returncode == 3, run.stderr
-    assert run.stderr.startswith("error: no Docker engine answers at unix://") and run.stderr.count("\n") == 1
-    assert "Traceback" not in run.stderr and run.stdout == ""
-    assert time.monotonic() - started < 60
-
-
-def test_build_with_no_daemon_is_exit_3_and_tags_nothing(tmp_path):
-    from stack_e2e import cli, recipe_copy
-
-    recipe = recipe_copy(
-        tmp_path,
-        "b200-amd64",
-        base="127.0.0.1:5000/vllm/vllm-openai",
-        tag="v0.33.0-amd64",
-        digest="sha256:" + "ab" * 32,
-    )
-    run = cli(
-        "build",
-        "--recipe",
-        str(recipe),
-        "--push",
-        "--owner",
-        "e2e",
-        "--json",
-        env={"DOCKER_HOST": f"unix://{tmp_path}/dead.sock"},
-    )
-    assert run.returncode == 3, run.stderr
-    # --json: the failure is the one object on stdout (nothing else is printed there)
-    failure = json.loads(run.stdout)
-    assert failure["ok"] is False and failure["exit_code"] == 3 and "no Docker engine answers" in failure["error"]
-    assert "Traceback" not in run.stderr
-    lines = run.stderr.splitlines()
-    assert lines[-1].startswith("error: no Docker engine answers at unix://")
-    assert json.loads(lines[-2])["event"] == "error" and json.loads(lines[-2])["exit_code"] == 3
 
 
 def test_the_engine_says_its_version_api_storage_driver_and_image_store():

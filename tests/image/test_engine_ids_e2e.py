@@ -25,7 +25,8 @@ from stack_e2e import SOURCE_DATE_EPOCH, registry_manifest, tag_locally, unique_
 from stackbuild.core.build_report import REPORT_SCHEMA, report_engine
 from stackbuild.core.errors import PinnedTagTaken
 from stackbuild.core.recipe import load_recipe
-from stackbuild.image.engine import DockerEngine, connect
+from stackbuild.image.connect import connect
+from stackbuild.image.engine import DockerEngine
 from stackbuild.image.engine_api import BuildOutcome, ImageInfo
 from stackbuild.image.pipeline import run_build, run_push
 from stackbuild.image.plan import make_plan

@@ -23,7 +23,7 @@ import pytest
 import requests
 from stack_e2e import cli, docker_login, json_events, recipe_copy, repository_name, unique_repository
 
-from stackbuild.image.engine import MANIFEST_ACCEPT
+from stackbuild.image.registry import MANIFEST_ACCEPT
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.arm64]
 

@@ -13,9 +13,9 @@ import pytest
 from stack_e2e import SOURCE_DATE_EPOCH, cli, recipe_copy, unique_repository
 
 from stackbuild.core.recipe import load_recipe
-from stackbuild.image import engine as engine_mod
-from stackbuild.image.pipeline import build_image
+from stackbuild.image import connect as engine_mod
 from stackbuild.image.plan import make_plan
+from stackbuild.image.platform_build import build_image
 from stackbuild.image.progress import Progress
 
 pytestmark = [pytest.mark.docker]

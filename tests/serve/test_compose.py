@@ -19,12 +19,13 @@ import pytest
 import yaml
 from compose_support import DIGEST, NO_REPORT, REPO, SOURCE_DATE_EPOCH, recipe, require_compose_binary
 
-from stackbuild.core.errors import RecipeError
+from stackbuild.core.errors import ComposeOverrideError, RecipeError
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 from stackbuild.core.serve_args import serve_argv, speculative_config, speculative_config_json
-from stackbuild.serve.compose import ComposeOverrideError, render_compose, write_compose
+from stackbuild.serve.compose import render_compose, write_compose
 from stackbuild.serve.health import readiness_command
 from stackbuild.serve.image_pin import OWNER_FROM_ENV, ImagePin, resolve_image
+from stackbuild.serve.target import serve_target
 from stackbuild.serve.validate import ComposeInvalid, check_compose_file, compose_config
 
 # No owner given: the file reads IMAGE_OWNER when Compose uses it.
@@ -332,7 +333,7 @@ def test_write_compose_without_checks_writes_the_rendered_text(tmp_path):
     r = recipe(tmp_path)
     out = tmp_path / "out" / "x.compose.yaml"
     out.parent.mkdir()
-    result = write_compose(r, output=out, digest=DIGEST, report_path=NO_REPORT, validate=False)
+    result = write_compose(serve_target(r, digest=DIGEST, report_path=NO_REPORT), output=out, validate=False)
     assert result["path"] == str(out) and result["pinned"] is True
     assert out.read_text() == render_compose(r, digest=DIGEST, report_path=NO_REPORT)
     assert [p.name for p in out.parent.iterdir()] == ["x.compose.yaml"]  # no temporary left behind

@@ -15,7 +15,9 @@ import yaml
 from compose_support import DIGEST, NO_REPORT, REPO, SOURCE_DATE_EPOCH, recipe, require_compose_binary
 
 from stackbuild.core.serve_args import baseline_argv, serve_argv
-from stackbuild.serve.compose import BASELINE_SERVICE, SERVICE, default_output, render_compose, write_compose
+from stackbuild.serve.compose import default_output, render_compose, write_compose
+from stackbuild.serve.compose_service import BASELINE_SERVICE, SERVICE
+from stackbuild.serve.target import serve_target
 from stackbuild.serve.validate import compose_config
 
 
@@ -73,7 +75,9 @@ def test_compose_reads_the_baseline_file_as_written(tmp_path):
     binary = require_compose_binary()
     r = recipe(tmp_path)
     out = tmp_path / "baseline.compose.yaml"
-    result = write_compose(r, output=out, digest=DIGEST, report_path=NO_REPORT, baseline=True, validate=False)
+    result = write_compose(
+        serve_target(r, digest=DIGEST, report_path=NO_REPORT), output=out, baseline=True, validate=False
+    )
     assert (result["service"], result["published_port"]) == (BASELINE_SERVICE, r.serving.port + 1)
     config = compose_config(out, binary=binary, extra=["--format", "json"])
     assert config.returncode == 0, config.stderr

@@ -20,7 +20,8 @@ from stackbuild.core.errors import ComposeOverrideError, RecipeError
 from stackbuild.core.gate import recipe_geometry
 from stackbuild.core.recipe import load_recipe
 from stackbuild.core.serve_args import serve_argv
-from stackbuild.serve.compose import SERVICE, compose_document, render_compose
+from stackbuild.serve.compose import compose_document, render_compose
+from stackbuild.serve.compose_service import SERVICE
 from stackbuild.serve.image_pin import resolve_image
 
 CPU_RECIPE = REPO / "tests" / "recipes" / "cpu-tiny" / "recipe.yaml"

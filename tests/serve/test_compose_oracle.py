@@ -18,6 +18,7 @@ from compose_support import DIGEST, NO_REPORT, REPO, SOURCE_DATE_EPOCH, recipe, 
 from stackbuild.core.errors import ServeArgsRejected
 from stackbuild.core.serve_args import serve_argv, speculative_config
 from stackbuild.serve.compose import write_compose
+from stackbuild.serve.target import serve_target
 from stackbuild.serve.validate import check_serve_args, run_serve_parser_cases
 
 pytestmark = pytest.mark.oracle
@@ -45,7 +46,7 @@ def test_default_recipe_command_is_accepted_by_vllm_serve(tmp_path):
     r = recipe(tmp_path)
     out = tmp_path / "out" / "glm.compose.yaml"
     out.parent.mkdir()
-    result = write_compose(r, output=out, digest=DIGEST, report_path=NO_REPORT)
+    result = write_compose(serve_target(r, digest=DIGEST, report_path=NO_REPORT), output=out)
     assert result["checks"]["serve_args"]["status"] == "passed"
     assert result["checks"]["compose_config"]["status"] == "passed"
     parsed = result["checks"]["serve_args"]["parsed"]

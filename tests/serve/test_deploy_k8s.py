@@ -25,7 +25,8 @@ from stackbuild.core.recipe import load_recipe
 from stackbuild.core.serve_args import serve_argv
 from stackbuild.serve.health import readiness_command
 from stackbuild.serve.image_pin import ImagePin
-from stackbuild.serve.k8s import ModelVolume, _expand, manifests, render
+from stackbuild.serve.k8s import _expand, manifests, render
+from stackbuild.serve.k8s_options import ModelVolume
 from stackbuild.serve.k8s_validate import validate
 
 MULTI = REPO / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml"

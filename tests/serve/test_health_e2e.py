@@ -32,7 +32,8 @@ from support.repo import REPO
 from tiny_model import write_tiny_model
 
 from stackbuild.core.recipe import load_recipe
-from stackbuild.serve.compose import SERVICE, compose_document, env_file_name
+from stackbuild.serve.compose import compose_document
+from stackbuild.serve.compose_service import SERVICE, env_file_name
 from stackbuild.serve.image_pin import ImagePin
 from stackbuild.serve.yaml_text import dump_yaml
 

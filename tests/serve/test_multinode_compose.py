@@ -371,12 +371,12 @@ def test_role_files_share_the_single_node_header_and_reservation():
 
     from stackbuild.core.errors import ComposeOverrideError
     from stackbuild.core.serve_args import role_commands
-    from stackbuild.serve import compose, multinode
+    from stackbuild.serve import compose_header, compose_service, multinode
     from stackbuild.serve.image_pin import resolve_image
 
     recipe = load_recipe(RECIPE)
     image = resolve_image(recipe, owner="someone", report_path=REPO / "no-such-report.json")
-    single = compose.header(recipe, image)
+    single = compose_header.header(recipe, image)
     for command in role_commands(recipe):
         head = multinode.role_header(recipe, command, image)
         assert (head.about, head.image) == (single.about, single.image)
@@ -384,10 +384,10 @@ def test_role_files_share_the_single_node_header_and_reservation():
         text = multinode.render_role(recipe, command, image=image, gpus="GPU-0a1b")
         assert text.startswith("\n".join(head.lines()) + "\nname: ")
         service = yaml.safe_load(text)["services"][command.role]
-        assert service["deploy"] == compose.reserve_gpus(recipe, "GPU-0a1b")
+        assert service["deploy"] == compose_service.reserve_gpus(recipe, "GPU-0a1b")
         assert service["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["GPU-0a1b"]
     two = replace(recipe, serving=replace(recipe.serving, nodes=1))  # the same recipe on one machine: TP 2 there
-    assert compose.reserve_gpus(two, None)["resources"]["reservations"]["devices"][0]["count"] == 2
+    assert compose_service.reserve_gpus(two, None)["resources"]["reservations"]["devices"][0]["count"] == 2
     for gpus, message in (("0,1", "each node runs 1 rank(s)"), ("0,0", "names a GPU twice"), ("x y", "expected comma")):
         with pytest.raises(ComposeOverrideError, match=re.escape(message)):
             multinode.render_role(recipe, role_commands(recipe)[0], image=image, gpus=gpus)

