@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from click.testing import CliRunner, Result
-from recipe_copies import REPO
+from support.repo import REPO
 
 from stackbuild.cli import cli
 from stackbuild.command_exits import COMMAND_EXITS

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from bad_input_helpers import invoke
-from recipe_copies import REPO, copy_recipe, pinned, set_key
+from recipe_copies import copy_recipe, pinned, set_key
+from support.repo import REPO
 
 DEFAULT = REPO / "recipes" / "glm53-flash-dflash2-gb300" / "recipe.yaml"
 SOURCE_LABEL = "org.opencontainers.image.source"

@@ -21,8 +21,9 @@ import pytest
 import yaml
 from bad_input_helpers import DEAD_DOCKER, DEFAULT_OUTPUT_DIRS, DIGEST, assert_refused, edit_json, invoke, snapshot
 from geometry_cases import kimi_linear_config, qwen3_next_target
-from recipe_copies import REPO, TEST_DIGEST, copy_recipe
+from recipe_copies import TEST_DIGEST, copy_recipe
 from recipe_copies import set_key as _set
+from support.repo import REPO
 
 from stackbuild import cli as cli_module
 from stackbuild.cli import gate as gate_commands

@@ -11,8 +11,9 @@ import threading
 import time
 
 import pytest
-from recipe_copies import REPO, copy_recipe, set_key
+from recipe_copies import copy_recipe, set_key
 from stack_e2e import closed_port
+from support.repo import REPO
 
 from stackbuild.core.lock import LOCK_DEADLINE_SECONDS
 

@@ -9,7 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from recipe_copies import REPO, copy_recipe, pinned, set_key
+from recipe_copies import copy_recipe, pinned, set_key
+from support.repo import REPO
 
 COMMANDS = (("geometry",), ("render",), ("build", "--dry-run"), ("compose", "-o", "{out}"))
 

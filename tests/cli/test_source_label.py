@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from recipe_copies import REPO, copy_recipe, delete_key, pinned, set_key
+from recipe_copies import copy_recipe, delete_key, pinned, set_key
+from support.repo import REPO
 
 from stackbuild.core.labels import OCI_SOURCE
 from stackbuild.core.naming import https_form

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from recipe_copies import DEFAULT_RECIPE_DIR, REPO, TEST_DIGEST, copy_recipe, pinned
+from recipe_copies import DEFAULT_RECIPE_DIR, TEST_DIGEST, copy_recipe, pinned
+from support.repo import REPO
 
 from stackbuild.core.naming import ImageName, format_tags, revision_tag_field, source_revision
 from stackbuild.core.recipe import load_recipe

@@ -8,9 +8,10 @@ import subprocess
 import sys
 
 import pytest
-from recipe_copies import REPO, TEST_DIGEST, copy_recipe, pinned
+from recipe_copies import TEST_DIGEST, copy_recipe, pinned
 from recipe_copies import delete_key as _delete
 from recipe_copies import set_key as _set
+from support.repo import REPO
 
 from stackbuild.core.errors import RecipeError
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe

@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 import default_recipe_figures as F
-import geometry_cases as C
 import pytest
+from support.repo import REPO
 
 from geometry.model.inputs import GeometryInputs
 from geometry.plan.concurrency import ContextTooLong, concurrency, contexts_for
@@ -21,7 +21,7 @@ from geometry.verdict.table import render_text
 from stackbuild.core.gate import gate_input
 from stackbuild.core.recipe import load_recipe
 
-DEFAULT = C.ROOT / "recipes" / "glm53-flash-dflash2-gb300" / "recipe.yaml"
+DEFAULT = REPO / "recipes" / "glm53-flash-dflash2-gb300" / "recipe.yaml"
 
 
 def _default(**changes) -> GeometryInputs:
@@ -167,7 +167,7 @@ def test_alignment_said_out_loud():
 def test_geometry_json_carries_concurrency_and_the_context_flag():
     run = subprocess.run(
         [sys.executable, "build.py", "geometry", "--json", "--context", "8192,32K"],
-        cwd=C.ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,
@@ -185,7 +185,7 @@ def test_geometry_json_carries_concurrency_and_the_context_flag():
     assert data["report"]["requested_block_size"] is None
     bad = subprocess.run(
         [sys.executable, "build.py", "geometry", "--context", "12x"],
-        cwd=C.ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,
@@ -207,7 +207,7 @@ def test_serving_max_num_seqs_reaches_the_serve_argv_and_the_gate(tmp_path):
     assert gate_input(recipe).max_num_seqs == 3000
     run = subprocess.run(
         [sys.executable, "build.py", "geometry", "--recipe", str(path)],
-        cwd=C.ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,
@@ -237,9 +237,7 @@ def test_the_batch_vllm_serve_picks_for_the_gpu_unless_the_recipe_says(tmp_path)
     ]
     assert serve_batched_tokens("none", 2) == 4096 and serve_batched_tokens("a GPU of tomorrow", 1) is None
     assert (
-        gate_input(
-            load_recipe(C.ROOT / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml")
-        ).max_num_batched_tokens
+        gate_input(load_recipe(REPO / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml")).max_num_batched_tokens
         == 2048
     )
     path = copy_recipe(tmp_path, lambda data: data["serving"].update(max_num_batched_tokens=4096))

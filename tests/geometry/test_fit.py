@@ -14,10 +14,10 @@ import subprocess
 import sys
 
 import default_recipe_figures as F
-import geometry_cases as C
 import pytest
 from models_support import misfit_drafter
 from recipe_copies import copy_recipe
+from support.repo import REPO
 
 from geometry.model.inputs import GeometryInputs
 from geometry.verdict.fit import search
@@ -25,7 +25,7 @@ from geometry.verdict.fit_keys import KEEPABLE
 from stackbuild.core.gate import gate_input
 from stackbuild.core.recipe import load_recipe
 
-RECIPES = C.ROOT / "recipes"
+RECIPES = REPO / "recipes"
 GB10 = RECIPES / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml"
 DEFAULT = RECIPES / "glm53-flash-dflash2-gb300" / "recipe.yaml"
 # 7 KV heads x head_dim 248 x (K + V) x 2 B = 6,944 B/token = 2^5 x 7 x 31: the drafter's
@@ -38,9 +38,9 @@ def _inputs(path, **changes) -> GeometryInputs:
     return GeometryInputs.from_json(dict(gate_input(load_recipe(path)).to_json(), **changes))
 
 
-def _build(*args, cwd=C.ROOT):
+def _build(*args, cwd=REPO):
     return subprocess.run(
-        [sys.executable, str(C.ROOT / "build.py"), *map(str, args)],
+        [sys.executable, str(REPO / "build.py"), *map(str, args)],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -163,12 +163,12 @@ def test_every_suggestion_passes_when_vllm_plans_it(tmp_path):
         os.environ,
         VLLM_TARGET_DEVICE="cpu",
         PYTHONDONTWRITEBYTECODE="1",
-        PYTHONPATH=os.pathsep.join([str(site), str(C.ROOT)]),
+        PYTHONPATH=os.pathsep.join([str(site), str(REPO)]),
     )
     run = subprocess.run(
         [oracle_python(), "-c", _REPLAN],
         input=json.dumps(data),
-        cwd=C.ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         env=env,

@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 from bad_input_helpers import DIGEST, assert_refused, invoke
 from models_support import misfit_drafter, models_dir
-from recipe_copies import REPO, copy_recipe, pinned, set_key
+from recipe_copies import copy_recipe, pinned, set_key
+from support.repo import REPO
 
 GIB = 1024**3
 GATE_FAILED = 5  # README: the geometry gate refuses (host CLI, build, pre-flight)

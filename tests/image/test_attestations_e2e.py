@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from stack_e2e import PAYLOAD_DIR, REPO, cli, json_events, recipe_copy, repository_name, unique_repository
+from stack_e2e import PAYLOAD_DIR, cli, json_events, recipe_copy, repository_name, unique_repository
+from support.repo import REPO
 
 from stackbuild.image.registry import MANIFEST_ACCEPT
 

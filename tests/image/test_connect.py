@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from recipe_copies import REPO
+from support.repo import REPO
 
 from stackbuild.core.errors import EngineUnavailable
 from stackbuild.image import connect as connect_mod

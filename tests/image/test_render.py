@@ -9,7 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from recipe_copies import REPO, TEST_DIGEST, copy_recipe, pinned
+from recipe_copies import TEST_DIGEST, copy_recipe, pinned
+from support.repo import REPO
 
 from geometry.image_contract import (
     ARCHITECTURE_MISMATCH_STATUS,

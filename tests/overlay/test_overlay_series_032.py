@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from overlay_helpers import REPO, SERIES, SERIES_CPU, copy_tree, run_apply, series_pristine, tree_digest
+from overlay_helpers import SERIES, SERIES_CPU, copy_tree, run_apply, series_pristine, tree_digest
+from support.repo import REPO
 
 from overlay import refresh
 from overlay.lock import read_lock, sha256_file

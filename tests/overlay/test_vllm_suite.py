@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 from infra.fixtures import unavailable
-from overlay_helpers import REPO, VERSION, copy_tree, oracle_python, pristine_dir, run_apply
+from overlay_helpers import VERSION, copy_tree, oracle_python, pristine_dir, run_apply
+from support.repo import REPO
 
 pytestmark = pytest.mark.oracle
 

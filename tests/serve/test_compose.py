@@ -17,7 +17,8 @@ import threading
 
 import pytest
 import yaml
-from compose_support import DIGEST, NO_REPORT, REPO, SOURCE_DATE_EPOCH, recipe, require_compose_binary
+from compose_support import DIGEST, NO_REPORT, SOURCE_DATE_EPOCH, recipe, require_compose_binary
+from support.repo import REPO
 
 from stackbuild.core.errors import ComposeOverrideError, RecipeError
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe

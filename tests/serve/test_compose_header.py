@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compose_support import REPO
+from support.repo import REPO
 
 from stackbuild.core.recipe import load_recipe
 from stackbuild.serve.compose_header import compose_text, header

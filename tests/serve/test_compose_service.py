@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from compose_support import REPO
+from support.repo import REPO
 
 from stackbuild.core.errors import ComposeOverrideError
 from stackbuild.core.recipe import load_recipe

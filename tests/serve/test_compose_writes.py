@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from recipe_copies import REPO, copy_recipe
+from recipe_copies import copy_recipe
+from support.repo import REPO
 
 RECIPE = Path("recipes") / "glm53-flash-dflash2-gb300" / "recipe.yaml"
 COMMITTED = Path("compose") / "glm53-flash-dflash2-gb300.compose.yaml"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from compose_support import REPO
+from support.repo import REPO
 
 from stackbuild.core.errors import DeployOptionError, OutputError
 from stackbuild.core.recipe import load_recipe

@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from compose_support import DIGEST, NO_REPORT, REPO
+from compose_support import DIGEST, NO_REPORT
+from support.repo import REPO
 
 from stackbuild.core.recipe import load_recipe
 from stackbuild.serve.image_pin import ImagePin, resolve_image

@@ -32,6 +32,7 @@ except ImportError as exc:
     pytest.skip(f"vLLM's own planning code is not importable ({exc}): run `make oracle`", allow_module_level=True)
 
 import geometry_cases as C  # noqa: E402
+from support.repo import REPO  # noqa: E402
 
 from geometry.model.inputs import GeometryInputs  # noqa: E402
 from geometry.oracle.concurrency import requests_until_refused  # noqa: E402
@@ -40,7 +41,7 @@ from geometry.plan.simulate import simulate  # noqa: E402
 from stackbuild.core.gate import gate_input  # noqa: E402
 from stackbuild.core.recipe import load_recipe  # noqa: E402
 
-RECIPES = C.ROOT / "recipes"
+RECIPES = REPO / "recipes"
 
 
 def _recipe(name: str) -> dict:
