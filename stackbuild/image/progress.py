@@ -15,6 +15,8 @@ import time
 from contextlib import contextmanager
 from typing import IO, Iterator, Optional
 
+from geometry.errors import ExitCode
+
 # The Dockerfile's steps are the contract's, in order: step N is named by its number.
 from geometry.image_contract import step_name
 
@@ -47,7 +49,7 @@ class Progress:
                     "event": "error",
                     "type": type(exc).__name__,
                     "message": str(exc),
-                    "exit_code": getattr(exc, "exit_code", 1),
+                    "exit_code": getattr(exc, "exit_code", ExitCode.INTERNAL),
                 },
                 None,
             )
