@@ -29,6 +29,7 @@ import importlib
 _API: dict[str, tuple[str, str | None]] = {
     # errors and the one-line rule
     "BadInput": ("geometry.errors", "BadInput"),
+    "ExitCode": ("geometry.errors", "ExitCode"),
     "one_line": ("geometry.errors", "one_line"),
     "ConfigInvalid": ("geometry.model.config", "ConfigInvalid"),
     "ConfigUnusable": ("geometry.preflight.configs", "ConfigUnusable"),

@@ -7,11 +7,12 @@ build's and verify's command lines):
       [--json] [--report-out PATH] [--behaviour auto|stock|overlay|input]
       [--overlay-manifest PATH] [--import-patched] [--verdict-failure-allowed]
 
-Exit codes: 0 pass (or a failed verdict with ``--verdict-failure-allowed``: the
-report says fail), 1 geometry mismatch, 2 oracle disagreement (simulator vs
-the installed vLLM, or vLLM's recorded answer for this very tree: record.py),
-3 bad input (an unreadable oracle record or overlay manifest included), 4 a
-patched module does not import (``--import-patched``).
+Exit codes, entries of geometry/errors.py ExitCode: SUCCESS pass (or a failed
+verdict with ``--verdict-failure-allowed``: the report says fail),
+GATE_VERDICT_FAILED geometry mismatch, UNCHECKED oracle disagreement (simulator
+vs the installed vLLM, or vLLM's recorded answer for this very tree: record.py),
+BAD_INPUT (an unreadable oracle record or overlay manifest included, and
+argparse's usage errors), PATCHED_MODULE_IMPORT (``--import-patched``).
 
 Stdlib only, plus the image's own vLLM for ``--oracle``.
 
@@ -31,7 +32,7 @@ import json
 import os
 import sys
 
-from geometry.errors import BadInput
+from geometry.errors import BadInput, ExitCode
 from geometry.image_contract import (
     GATE_INPUT,
     GATE_REASON_PREFIX,
@@ -49,8 +50,8 @@ from geometry.verdict.gate_run import run_gate
 from overlay.json_shape import read_json
 
 DEFAULT_MANIFEST = payload_path(OVERLAY_MANIFEST)
-# The exit code of an input the gate cannot read or the simulator does not model (the docstring's 3).
-EXIT_BAD_INPUT = 3
+# The exit code of an input the gate cannot read or the simulator does not model.
+EXIT_BAD_INPUT = ExitCode.BAD_INPUT
 
 
 def _oracle_from_record(path: str, raw: dict, code_dir: str, modules: list[str] | None) -> tuple[dict | None, str]:
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--import-patched",
         action="store_true",
-        help="import every module the overlay manifest lists (exit 4 if one fails); "
+        help=f"import every module the overlay manifest lists (exit {ExitCode.PATCHED_MODULE_IMPORT} if one fails); "
         "skipped when a matching oracle record says it was done for this very tree",
     )
     args = ap.parse_args(argv)
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             import_patched(wanted)
         except ImportError as exc:
             print(f"{GATE_REASON_PREFIX}{exc}", file=sys.stderr)
-            return 4
+            return ExitCode.PATCHED_MODULE_IMPORT
         print(f"imported {len(wanted)} patched modules: {', '.join(wanted)}", file=sys.stderr)
 
     cross_check = None
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{GATE_REASON_PREFIX}bad input: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     report, verdict = run.report, run.verdict
-    code = 0 if verdict.passed else 1
+    code = ExitCode.SUCCESS if verdict.passed else ExitCode.GATE_VERDICT_FAILED
     oracle_check = None
     if run.oracle is not None:
         o = run.oracle
@@ -154,14 +155,14 @@ def main(argv: list[str] | None = None) -> int:
             differences=o.differences if o.failure is None else (f"oracle failed: {o.failure}",),
         )
         if not o.agrees:
-            code = 2
+            code = ExitCode.UNCHECKED
     if not verdict.passed:
         more = len(verdict.reasons) - 1
         print(
             f"{GATE_REASON_PREFIX}{verdict.reasons[0]}" + (f" (and {more} more reason(s) above)" if more else ""),
             file=sys.stderr,
         )
-    elif code == 2:
+    elif code == ExitCode.UNCHECKED:
         print(
             f"{GATE_REASON_PREFIX}the oracle disagrees with the simulator: {oracle_check.differences[0]}"
             if oracle_check.differences
@@ -184,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             print(note)
         print(table.render_text(report, verdict))
         if args.oracle:
-            if code == 2:
+            if code == ExitCode.UNCHECKED:
                 print(
                     "ORACLE DISAGREEMENT (simulator vs "
                     + ("vLLM's recorded answer):" if recorded else "installed vLLM):")
@@ -197,9 +198,9 @@ def main(argv: list[str] | None = None) -> int:
                     + ("vLLM's recorded answer" if recorded else "the installed vLLM")
                     + " agrees field by field"
                 )
-    if code == 1 and args.verdict_failure_allowed:
+    if code == ExitCode.GATE_VERDICT_FAILED and args.verdict_failure_allowed:
         print("verdict fail allowed (--verdict-failure-allowed): the image is kept for comparison", file=sys.stderr)
-        return 0
+        return ExitCode.SUCCESS
     return code
 
 

@@ -30,6 +30,8 @@ from typing import Any, Mapping, Optional
 
 from overlay.json_shape import exact_keys, json_object, read_json, strings, typed
 
+from .errors import ExitCode
+
 # ------------------------------------------------------------------ payload paths
 PAYLOAD_DIR = "/opt/glm53-overlay"
 
@@ -138,7 +140,7 @@ def gate_reason(output_lines) -> Optional[str]:
 # differ, prints one line and exits with this status, before anything is written;
 # the build reports it as the architecture's failure. No program of that step exits
 # with it otherwise (overlay/apply.py: 0, 1 or 2; the shell: 126, 127, 128 + signal).
-ARCHITECTURE_MISMATCH_STATUS = 86
+ARCHITECTURE_MISMATCH_STATUS = ExitCode.ARCHITECTURE_STEP
 
 
 def step_name(number: int) -> str:

@@ -1,7 +1,7 @@
 """The exit codes each `build.py` command returns: one definition, read by each command's `--help`,
 by docs/cli.md (tests/cli_reference.py) and by the tests that run the commands.
 
-The codes' meanings are stackbuild/core/errors.py EXIT_CODES; here is only which command returns
+The codes and their meanings are geometry/errors.py ExitCode; here is only which command returns
 which, and what a code means for one command where that says more than the table.
 """
 
@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from stackbuild.core.errors import EXIT_CODES
+from geometry import ExitCode
 
 # Every command returns these: success, bad input (the recipe or the command line), a bug.
-COMMON = (0, 2, 70)
+COMMON = (ExitCode.SUCCESS, ExitCode.BAD_INPUT, ExitCode.INTERNAL)
 TABLE_ANCHOR = "docs/cli.md#output-errors-and-exit-codes"
 
 
@@ -22,27 +22,25 @@ TABLE_ANCHOR = "docs/cli.md#output-errors-and-exit-codes"
 class CommandExits:
     """The codes one command returns beside COMMON, and what some of them mean for it."""
 
-    codes: tuple[int, ...] = ()
-    when: Mapping[int, str] = field(default_factory=dict)
+    codes: tuple[ExitCode, ...] = ()
+    when: Mapping[ExitCode, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        unknown = sorted((set(self.codes) | set(self.when)) - set(EXIT_CODES) - {0})
+        unknown = sorted(code for code in (*self.codes, *self.when) if not isinstance(code, ExitCode))
         if unknown:
-            raise ValueError(f"exit codes {unknown} are not in stackbuild/core/errors.py EXIT_CODES")
-        stray = sorted(set(self.when) - set(self.all))
+            raise ValueError(f"exit codes {unknown} are not entries of geometry/errors.py ExitCode")
+        stray = sorted(int(code) for code in set(self.when) - set(self.all))
         if stray:
             raise ValueError(f"exit codes {stray} are explained but not returned")
         object.__setattr__(self, "when", MappingProxyType(dict(self.when)))
 
     @property
-    def all(self) -> tuple[int, ...]:
+    def all(self) -> tuple[ExitCode, ...]:
         return tuple(sorted(set(COMMON) | set(self.codes)))
 
-    def meaning(self, code: int) -> str:
+    def meaning(self, code: ExitCode) -> str:
         """What ``code`` means for this command: its own words, else the table's title."""
-        if code in self.when:
-            return self.when[code]
-        return "done" if code == 0 else EXIT_CODES[code].title
+        return self.when.get(code, code.title)
 
     def epilog(self) -> str:
         """The `--help` paragraph: every code with its meaning, one a line (click keeps ``\\b`` blocks as they are)."""
@@ -50,34 +48,68 @@ class CommandExits:
         return "\n".join(["\b", "Exit codes:", *lines, f"(all codes: {TABLE_ANCHOR})"])
 
 
-_REGISTRY = (7, 8, 9)
+_REGISTRY = (ExitCode.REGISTRY_AUTH, ExitCode.REGISTRY_UNREACHABLE, ExitCode.TRANSFER_REFUSED)
 
+E = ExitCode  # short, for the table below
 COMMAND_EXITS: Mapping[str, CommandExits] = MappingProxyType(
     {
-        "render": CommandExits((15,)),
+        "render": CommandExits((E.OUTPUT,)),
         "lock": CommandExits(_REGISTRY),
-        "record": CommandExits((3, 15)),
+        "record": CommandExits((E.NO_ENGINE, E.OUTPUT)),
         "geometry": CommandExits(
-            (5,), {0: "the gate passes", 5: "the gate refuses the recipe (the check a CI runs on the host)"}
+            (E.GEOMETRY,),
+            {E.SUCCESS: "the gate passes", E.GEOMETRY: "the gate refuses the recipe (the check a CI runs on the host)"},
         ),
         "fit": CommandExits(
-            (5, 19),
+            (E.GEOMETRY, E.FIT_NOTHING_PASSES),
             {
-                0: "the recipe passes (its settings, or the better ones printed)",
-                5: "the recipe fails the gate, a printed setting passes (the lines to change are printed)",
+                E.SUCCESS: "the recipe passes (its settings, or the better ones printed)",
+                E.GEOMETRY: "the recipe fails the gate, a printed setting passes (the lines to change are printed)",
             },
         ),
-        "build": CommandExits((3, 4, 5, 6, *_REGISTRY, 11, 12, 14, 15)),
-        "push": CommandExits((3, *_REGISTRY, 14, 15)),
-        "index": CommandExits((*_REGISTRY, 14)),
-        "compose": CommandExits((5, 11, 12, 13, 15, 29)),
-        "deploy": CommandExits((5, 11, 12, 15, 18)),
-        "preflight": CommandExits((5, 11, 16, 17, 26), {0: "every check passes"}),
-        "pin": CommandExits((16, 26)),
-        "verify": CommandExits((3, *_REGISTRY, 10), {0: "the image matches its recipe"}),
+        "build": CommandExits(
+            (
+                E.NO_ENGINE,
+                E.BUILD_STEP,
+                E.GEOMETRY,
+                E.ARCHITECTURE,
+                *_REGISTRY,
+                E.SERVE_FLAGS,
+                E.ORACLE_BROKEN,
+                E.PINNED_TAG_TAKEN,
+                E.OUTPUT,
+            )
+        ),
+        "push": CommandExits((E.NO_ENGINE, *_REGISTRY, E.PINNED_TAG_TAKEN, E.OUTPUT)),
+        "index": CommandExits((*_REGISTRY, E.PINNED_TAG_TAKEN)),
+        "compose": CommandExits(
+            (E.GEOMETRY, E.SERVE_FLAGS, E.ORACLE_BROKEN, E.COMPOSE_INVALID, E.OUTPUT, E.COMPOSE_VERSION)
+        ),
+        "deploy": CommandExits((E.GEOMETRY, E.SERVE_FLAGS, E.ORACLE_BROKEN, E.OUTPUT, E.MANIFEST_INVALID)),
+        "preflight": CommandExits(
+            (E.GEOMETRY, E.SERVE_FLAGS, E.MOUNTED_FILE, E.UNCHECKED, E.CHECKPOINT_MISMATCH),
+            {E.SUCCESS: "every check passes"},
+        ),
+        "pin": CommandExits((E.MOUNTED_FILE, E.CHECKPOINT_MISMATCH)),
+        "verify": CommandExits(
+            (E.NO_ENGINE, *_REGISTRY, E.IMAGE_MISMATCH), {E.SUCCESS: "the image matches its recipe"}
+        ),
         "qualify": CommandExits(
-            (*_REGISTRY, 15, 20, 21, 22, 23, 24, 25, 30),
-            {0: "everything holds", 9: "`--attach`: the registry has no manifest of that digest"},
+            (
+                *_REGISTRY,
+                E.OUTPUT,
+                E.SERVER_UNREACHABLE,
+                E.NOT_VLLM,
+                E.API_KEY_REFUSED,
+                E.MODEL_NOT_SERVED,
+                E.QUALIFY_FAILED,
+                E.BELOW_EXPECTATION,
+                E.KV_CACHE_DIFFERS,
+            ),
+            {
+                E.SUCCESS: "everything holds",
+                E.TRANSFER_REFUSED: "`--attach`: the registry has no manifest of that digest",
+            },
         ),
     }
 )

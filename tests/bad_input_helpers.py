@@ -16,7 +16,7 @@ from stackbuild.command_exits import COMMAND_EXITS
 # A daemon address where nothing listens: input checks must fail before any engine is asked.
 DEAD_DOCKER = "unix:///nonexistent/docker.sock"
 DIGEST = "sha256:" + "5e" * 32
-# The exit codes documented for refused input (stackbuild/core/errors.py EXIT_CODES): recipe or usage 2,
+# The exit codes documented for refused input (geometry/errors.py ExitCode): recipe or usage 2,
 # geometry gate 5, output path 15. 70 (internal error) must never come from input.
 INPUT_EXIT_CODES = {2, 5, 15}
 INTERNAL_ERROR = 70

@@ -2,8 +2,8 @@
 
 A tool above the CLI (nothing in stackbuild imports the CLI), beside tests/doc_sections.py. Every
 command with its usage, help text, options (flags, default, help) and the exit codes it returns
-(stackbuild/command_exits.py), and the table of every exit code (stackbuild/core/errors.py
-EXIT_CODES): the reference says what `--help` says, so it cannot lag the CLI. To change it, change
+(stackbuild/command_exits.py), and the table of every exit code (geometry/errors.py
+ExitCode): the reference says what `--help` says, so it cannot lag the CLI. To change it, change
 a help text or an exit-code definition, then::
 
     python tests/cli_reference.py          # rewrite docs/cli.md (or: make docs)
@@ -21,9 +21,9 @@ from support.repo import REPO
 if str(REPO) not in sys.path:  # run as a script from tests/
     sys.path.insert(0, str(REPO))
 
+from geometry.errors import ExitCode  # noqa: E402
 from stackbuild.cli import cli  # noqa: E402
 from stackbuild.command_exits import COMMAND_EXITS  # noqa: E402
-from stackbuild.core.errors import EXIT_CODES  # noqa: E402
 
 REFERENCE = REPO / "docs" / "cli.md"
 PROG = "build.py"
@@ -121,7 +121,7 @@ def command_section(name: str, command: click.Command, root: click.Context) -> s
 
 
 def exit_code_table() -> str:
-    rows = [f"| {code} | {_cell(e.title)} | {_cell(e.meaning)} |" for code, e in sorted(EXIT_CODES.items())]
+    rows = [f"| {code} | {_cell(code.title)} | {_cell(code.meaning)} |" for code in sorted(ExitCode)]
     return "\n".join(["| code | in short | what failed |", "| --- | --- | --- |", *rows])
 
 
@@ -143,7 +143,8 @@ def reference() -> str:
         "\n".join(index),
         *(command_section(name, cmd, root) for name, cmd in commands.items()),
         "## Output, errors and exit codes",
-        "Every code a command returns, with what failed (`--help` shows each command's own):",
+        "Every exit code, with what failed: the commands' (`--help` shows each command's own), and those of the "
+        "image's gate, patch step and start-time pre-flight; each code has one meaning:",
         exit_code_table(),
     ]
     return "\n\n".join(parts) + "\n"

@@ -278,11 +278,9 @@ def preflight_exit_codes() -> str:
     """The codes the image's start-time pre-flight exits with (the driver's, for the same faults)."""
     from geometry.preflight import outcome
 
-    rows = [(str(code), errors.EXIT_CODES[code].meaning) for code in sorted(errors.PREFLIGHT_ERRORS)]
+    rows = [(str(code), code.meaning) for code in sorted(errors.PREFLIGHT_ERRORS)]
     # The ranks of a multi-node group agree in the image only (the host has no group to ask).
-    rows += [
-        (str(code), errors.EXIT_CODES[code].meaning) for code in (outcome.EXIT_RANKS_DIFFER, outcome.EXIT_RANK_MISSING)
-    ]
+    rows += [(str(code), code.meaning) for code in (outcome.EXIT_RANKS_DIFFER, outcome.EXIT_RANK_MISSING)]
     rows.append(
         (
             str(outcome.EXIT_BAD_MODE),

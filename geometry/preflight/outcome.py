@@ -1,7 +1,7 @@
 """The pre-flight's verdict and its exit codes (stdlib only).
 
-The codes are the build driver's for the same faults (stackbuild/errors.py
-reads them from here): 5 the geometry gate refuses, 11 vLLM's serve parser
+The codes are entries of the one exit-code table (geometry/errors.py
+ExitCode), the build driver's for the same faults: 5 the geometry gate refuses, 11 vLLM's serve parser
 refuses the argv; and the pre-flight's own: 16 a config.json or checkpoint file
 the argv points at is missing, unreadable or corrupt (a shard missing or
 truncated, a safetensors header that does not parse or does not describe
@@ -21,25 +21,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
+from ..errors import ExitCode
+
 if TYPE_CHECKING:
     from geometry.preflight.fingerprint import Fingerprint
 
-PASSED = 0
-EXIT_BAD_MODE = 2
-EXIT_GEOMETRY = 5
-EXIT_SERVE_FLAGS = 11
-EXIT_CONFIG = 16
-EXIT_UNCHECKED = 17
-EXIT_MISMATCH = 26
-EXIT_RANKS_DIFFER = 27
-EXIT_RANK_MISSING = 28
+PASSED = ExitCode.SUCCESS
+EXIT_BAD_MODE = ExitCode.BAD_INPUT
+EXIT_GEOMETRY = ExitCode.GEOMETRY
+EXIT_SERVE_FLAGS = ExitCode.SERVE_FLAGS
+EXIT_CONFIG = ExitCode.MOUNTED_FILE
+EXIT_UNCHECKED = ExitCode.UNCHECKED
+EXIT_MISMATCH = ExitCode.CHECKPOINT_MISMATCH
+EXIT_RANKS_DIFFER = ExitCode.RANKS_DIFFER
+EXIT_RANK_MISSING = ExitCode.RANK_MISSING
 
 PREFIX = "pre-flight:"
 
 
 @dataclass(frozen=True)
 class Outcome:
-    code: int
+    code: ExitCode
     lines: tuple[str, ...]  # the first one says it all; the rest are details and warnings
     # What this start checked, for the ranks of a group to compare (None: the check stopped before
     # the geometry was known); its image fields are filled where the image is known (run.py).
@@ -50,5 +52,5 @@ class Outcome:
         return self.code == PASSED
 
 
-def refused(code: int, summary: str, *more: str) -> Outcome:
+def refused(code: ExitCode, summary: str, *more: str) -> Outcome:
     return Outcome(code, (f"{PREFIX} FAIL: {summary}", *more))

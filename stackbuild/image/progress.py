@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import IO, Iterator, Optional
 
 # The Dockerfile's steps are the contract's, in order: step N is named by its number.
-from geometry import contract
+from geometry import ExitCode, contract
 
 
 class Progress:
@@ -47,7 +47,7 @@ class Progress:
                     "event": "error",
                     "type": type(exc).__name__,
                     "message": str(exc),
-                    "exit_code": getattr(exc, "exit_code", 1),
+                    "exit_code": getattr(exc, "exit_code", ExitCode.INTERNAL),
                 },
                 None,
             )

@@ -559,7 +559,7 @@ def test_qwen3_next_target_without_head_dim(tmp_path):
 
 
 def test_in_image_gate_refuses_bad_configs_and_capacity(tmp_path):
-    """The gate script (stdlib, as in the image) runs the same checks: exit 3 for a config, 1 for capacity."""
+    """The gate script (stdlib, as in the image) runs the same checks: exit 2 for a config, 1 for capacity."""
     from stackbuild.core.gate import gate_input
     from stackbuild.core.recipe import load_recipe
 
@@ -579,7 +579,7 @@ def test_in_image_gate_refuses_bad_configs_and_capacity(tmp_path):
     bad = json.loads(json.dumps(gate))
     bad["drafter_config"]["num_key_value_heads"] = 0
     proc = run(bad)
-    assert proc.returncode == 3, proc.stderr
+    assert proc.returncode == 2, proc.stderr
     assert proc.stderr == "geometry gate: bad input: drafter config: num_key_value_heads: must be at least 1, got 0\n"
     small = dict(gate, kv_cache_memory_bytes=5 * GIB)
     proc = run(small)
@@ -600,7 +600,7 @@ GATE_INPUTS = [
 
 @pytest.mark.parametrize("name,changes,message", GATE_INPUTS, ids=[c[0] for c in GATE_INPUTS])
 def test_in_image_gate_refuses_bad_gate_inputs(tmp_path, name, changes, message):
-    """A gate-input.json the build did not write (edited by hand): exit 3 and one line, never a traceback."""
+    """A gate-input.json the build did not write (edited by hand): exit 2 and one line, never a traceback."""
     from stackbuild.core.gate import gate_input
     from stackbuild.core.recipe import load_recipe
 
@@ -620,7 +620,7 @@ def test_in_image_gate_refuses_bad_gate_inputs(tmp_path, name, changes, message)
         text=True,
         timeout=120,
     )
-    assert (proc.returncode, proc.stderr) == (3, f"geometry gate: bad input: {message}\n")
+    assert (proc.returncode, proc.stderr) == (2, f"geometry gate: bad input: {message}\n")
 
 
 def test_duplicate_yaml_key(tmp_path):

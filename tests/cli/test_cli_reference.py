@@ -9,9 +9,9 @@ import cli_reference
 import pytest
 from bad_input_helpers import invoke
 
+from geometry.errors import ExitCode
 from stackbuild.cli import cli
 from stackbuild.command_exits import COMMAND_EXITS, CommandExits
-from stackbuild.core.errors import EXIT_CODES
 
 
 def test_docs_cli_md_is_what_the_cli_generates():
@@ -94,13 +94,13 @@ def test_every_command_has_its_exit_codes_and_no_entry_lacks_a_command():
 
 
 def test_an_exit_code_nobody_defined_is_refused():
-    with pytest.raises(ValueError, match=r"exit codes \[99\] are not in"):
-        CommandExits((99,))
+    with pytest.raises(ValueError, match=r"exit codes \[15, 99\] are not entries of geometry/errors.py ExitCode"):
+        CommandExits((15, 99))
     with pytest.raises(ValueError, match=r"exit codes \[5\] are explained but not returned"):
-        CommandExits((15,), {5: "a gate that this command does not run"})
+        CommandExits((ExitCode.OUTPUT,), {ExitCode.GEOMETRY: "a gate that this command does not run"})
 
 
 def test_the_table_holds_every_code_once_with_its_title():
     table = cli_reference.REFERENCE.read_text().split("## Output, errors and exit codes", 1)[1]
     rows = re.findall(r"^\| (\d+) \| ", table, re.M)
-    assert [int(r) for r in rows] == sorted(EXIT_CODES)
+    assert [int(r) for r in rows] == sorted(int(code) for code in ExitCode)

@@ -7,10 +7,6 @@ import difflib
 import doc_sections
 import pytest
 
-import stackbuild.image.registry_errors  # noqa: F401  (its error classes count too)
-from geometry.preflight import outcome
-from stackbuild.core import errors
-
 
 def test_every_generated_section_is_fresh():
     """One test for every document: a stale table fails with its diff, and one command rewrites it."""
@@ -49,25 +45,3 @@ def test_a_stale_section_is_replaced_and_the_rest_kept():
     assert fresh.startswith("before\n<!-- BEGIN generated: preflight-exit-codes -->\n| code | what failed |\n")
     assert fresh.endswith("<!-- END generated -->\nafter\n") and "| old |" not in fresh
     assert doc_sections.regenerate(fresh, {}) == fresh
-
-
-def _error_classes(cls=errors.StackBuildError):
-    for sub in cls.__subclasses__():
-        yield sub
-        yield from _error_classes(sub)
-
-
-def test_the_exit_code_table_has_one_row_per_code_the_driver_and_the_preflight_use():
-    # The base's code 1 is no user's: an error that keeps it (a retryable registry error) becomes another first.
-    used = {cls.exit_code for cls in _error_classes()} - {errors.StackBuildError.exit_code}
-    preflight = {
-        outcome.EXIT_BAD_MODE,
-        outcome.EXIT_GEOMETRY,
-        outcome.EXIT_SERVE_FLAGS,
-        outcome.EXIT_CONFIG,
-        outcome.EXIT_UNCHECKED,
-        outcome.EXIT_RANKS_DIFFER,
-        outcome.EXIT_RANK_MISSING,
-    }
-    assert set(errors.EXIT_CODES) == used | preflight
-    assert all(e.meaning and e.title and "\n" not in e.meaning + e.title for e in errors.EXIT_CODES.values())

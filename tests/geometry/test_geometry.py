@@ -498,7 +498,7 @@ def test_cli_exit_codes(tmp_path):
     forced = _run_cli(tmp_path, C.recipe_input("overlay"), "--behaviour", "stock")
     assert forced.returncode == 1
     bad = _run_cli(tmp_path, {"target_config": {}}, "--behaviour", "stock")
-    assert bad.returncode == 3 and "bad input" in bad.stderr
+    assert bad.returncode == 2 and "bad input" in bad.stderr
 
 
 def test_cli_import_check_names_the_module_or_the_manifest_at_fault(tmp_path):
@@ -518,18 +518,18 @@ def test_cli_import_check_names_the_module_or_the_manifest_at_fault(tmp_path):
         )
     )
     failed = _run_cli(tmp_path, C.recipe_input("overlay"), "--overlay-manifest", str(manifest), "--import-patched")
-    assert failed.returncode == 4, failed.stderr
+    assert failed.returncode == 31, failed.stderr
     assert (
         "smoke import of patched module glm53_no_such_package.kv_cache_utils failed: ModuleNotFoundError"
         in failed.stderr
     )
     manifest.write_text(json.dumps(_manifest(files=[{"path": "vllm/config.py"}])))
     broken = _run_cli(tmp_path, C.recipe_input("overlay"), "--overlay-manifest", str(manifest), "--import-patched")
-    assert broken.returncode == 3, broken.stderr
+    assert broken.returncode == 2, broken.stderr
     assert f"geometry gate: bad input: overlay manifest {manifest}: files[0]: unknown key 'path'" in broken.stderr
     manifest.write_text(json.dumps({**_manifest(), "applied": True}))  # a field the applier never writes
     guessed = _run_cli(tmp_path, C.recipe_input("overlay"), "--overlay-manifest", str(manifest))
-    assert guessed.returncode == 3, guessed.stderr
+    assert guessed.returncode == 2, guessed.stderr
     assert f"geometry gate: bad input: overlay manifest {manifest}: unknown key 'applied'" in guessed.stderr
 
 
@@ -789,4 +789,4 @@ def test_a_failed_verdict_allowed_exits_0_and_the_report_still_says_fail(tmp_pat
     assert (tmp_path / "kept.json").read_text() == (tmp_path / "refused.json").read_text()
     # Bad input is still bad input.
     bad = _run_cli(tmp_path, {"nonsense": 1}, "--verdict-failure-allowed")
-    assert bad.returncode == 3
+    assert bad.returncode == 2

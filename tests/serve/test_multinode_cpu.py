@@ -47,7 +47,6 @@ from stack_e2e import TEST_RECIPES, cli, docker_login, qualify_live, recipe_copy
 from geometry.preflight.checked import MASTER_ADDR_SLOT
 from geometry.preflight.outcome import EXIT_RANK_MISSING, EXIT_RANKS_DIFFER
 from geometry.preflight.ranks import TIMEOUT_ENV
-from stackbuild.core.errors import EXIT_CODES
 from stackbuild.core.recipe import load_recipe
 from stackbuild.core.serve_args import LEADER, WORKER, role_commands
 from stackbuild.serve.multinode import LEADER_ADDRESS_VARIABLE
@@ -261,7 +260,7 @@ def test_a_worker_that_never_starts_is_a_missing_rank_on_the_leader(setup, image
     assert "offering this rank's fingerprint to node rank(s) 1" in log
     assert "Initializing a V1 LLM engine" not in log  # vLLM never started
     assert took < 300  # the window and the start, not vLLM's own rendezvous timeout
-    assert "a worker never fetched it (the line names the node rank)" in EXIT_CODES[EXIT_RANK_MISSING].meaning
+    assert "a worker never fetched it (the line names the node rank)" in EXIT_RANK_MISSING.meaning
 
 
 def snapshot_models(setup: Setup, name: str, drafter_commit: str) -> Path:

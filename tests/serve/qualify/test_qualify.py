@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.repo import REPO
 
-from stackbuild.core.errors import EXIT_CODES
+from geometry.errors import ExitCode
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 from stackbuild.serve.qualify import allocation, measure, metrics, server_log
 from stackbuild.serve.qualify.sanity import repeated_cycle
@@ -130,7 +130,7 @@ def free_port() -> int:
 def one_line(r, code):
     assert r.returncode == code, r.stderr
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr, r.stderr
-    assert code in EXIT_CODES
+    assert ExitCode(code)
 
 
 MODELS = (200, json.dumps({"data": [{"id": "m"}]}))
