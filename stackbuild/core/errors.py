@@ -299,7 +299,7 @@ class ExitCode:
 
 
 # Every exit code the driver (and the image's pre-flight) returns; `build.py --help`, each command's
-# help and docs/cli.md (tests/cli_reference.py) read them from here.
+# help and docs/cli.md (tools/cli_reference.py) read them from here.
 EXIT_CODES: dict[int, ExitCode] = {
     2: ExitCode(
         "bad input: the recipe, a file it names, or the command line",

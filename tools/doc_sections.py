@@ -2,12 +2,12 @@
 
 A section sits between ``<!-- BEGIN generated: NAME -->`` and ``<!-- END generated -->``;
 its text is what ``SECTIONS[NAME]()`` renders (the simulator and the gate on the recipes,
-the pre-flight's exit codes; docs/cli.md is tests/cli_reference.py's), so no document
+the pre-flight's exit codes; docs/cli.md is tools/cli_reference.py's), so no document
 carries a figure that nothing computes.
 tests/core/test_doc_sections.py holds every section to its source. After a change:
 
-    python tests/doc_sections.py          # rewrite every generated section in place
-    python tests/doc_sections.py --check  # exit 1 and a diff when one is stale
+    python tools/doc_sections.py          # rewrite every generated section in place
+    python tools/doc_sections.py --check  # exit 1 and a diff when one is stale
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from support.repo import REPO
-
-if str(REPO) not in sys.path:  # run as a script from tests/
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script from tools/
     sys.path.insert(0, str(REPO))
 
 from geometry.model.inputs import GeometryInputs  # noqa: E402
@@ -34,7 +33,7 @@ BEHAVIOURS = ("stock", "overlay")
 DOCUMENTS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
 BEGIN = re.compile(r"^<!-- BEGIN generated: (?P<name>[a-z0-9-]+) -->\n", re.M)
 END = "<!-- END generated -->\n"
-COMMAND = "python tests/doc_sections.py"
+COMMAND = "python tools/doc_sections.py"
 
 
 def _n(value: int) -> str:
