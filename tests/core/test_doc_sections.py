@@ -71,3 +71,21 @@ def test_the_exit_code_table_has_one_row_per_code_the_driver_and_the_preflight_u
     }
     assert set(errors.EXIT_CODES) == used | preflight
     assert all(e.meaning and e.title and "\n" not in e.meaning + e.title for e in errors.EXIT_CODES.values())
+
+
+def test_the_import_layers_show_every_contract_and_layer():
+    """docs/architecture.md's layering is pyproject.toml's contracts: each one named, each layer's modules drawn."""
+    text = doc_sections.import_contracts()
+    for contract in doc_sections._contracts():
+        assert f"`{contract['id']}`" in text
+        for layer in contract.get("layers", ()):
+            for module in doc_sections._layer_modules(contract, layer)[0]:
+                assert f'["{module}"]' in text
+
+
+def test_the_api_section_lists_every_public_name_once():
+    import geometry
+
+    text = doc_sections.geometry_api()
+    for name in geometry._API:
+        assert text.count(f"| `{name}` |") == 1, name
