@@ -14,6 +14,7 @@ from support.repo import REPO
 
 import geometry
 from stackbuild.core.gate import gate_input
+from stackbuild.core.gpus import KNOWN_GPUS, NO_GPU, serve_batched_tokens
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 
 GB10 = REPO / "recipes" / "glm53-flash-dflash2-2x-gb10" / "recipe.yaml"
@@ -109,3 +110,16 @@ def test_serving_cpu_tiny_prediction():
         plan.prefix_cache.hit_alignment_tokens,
     )
     assert _number(gib) * 2**30 == run.report.kv_cache_memory_bytes
+
+
+def test_the_batch_vllm_serve_picks_per_gpu():
+    """docs/gate.md's max_num_batched_tokens per GPU is stackbuild/core/gpus.py's table (every GPU named once)."""
+    (listed,) = _figures("gate.md", r"`EngineArgs\.get_batch_defaults`, by its memory: ([^;]+);")
+    named = {}
+    for tokens, gpus in re.findall(r"([\d,]+) on ([^,]+(?:, (?![\d])[^,]+)*)", listed):
+        for gpu in re.split(r"/| and ", gpus):
+            named[gpu.strip()] = _number(tokens)
+    known = {gpu.name.replace(" Blackwell", ""): gpu.serve_batched_tokens for gpu in KNOWN_GPUS if gpu is not NO_GPU}
+    assert named == known
+    (cpu,) = _figures("gate.md", r"([\d,]+) per rank on vLLM's CPU platform")
+    assert _number(cpu) == serve_batched_tokens("none", 1)
