@@ -106,10 +106,11 @@ geometry: install
 	$(PY) build.py geometry --recipe $(RECIPE)
 
 # The generated documents: docs/cli.md from the CLI's help texts, the tables of README.md and docs/
-# from the simulator and the gate (tests/cli/test_cli_reference.py, tests/core/test_doc_sections.py).
+# from the simulator, the gate, the import contracts and geometry's public API (tests/cli/test_cli_reference.py,
+# tests/core/test_doc_sections.py).
 docs: install
-	$(PY) tests/cli_reference.py
-	$(PY) tests/doc_sections.py
+	$(PY) tools/cli_reference.py
+	$(PY) tools/doc_sections.py
 
 # The formatter and the linter on the whole tree (also a test: tests/test_lint.py).
 lint: test-install

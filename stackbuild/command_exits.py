@@ -1,5 +1,5 @@
 """The exit codes each `build.py` command returns: one definition, read by each command's `--help`,
-by docs/cli.md (tests/cli_reference.py) and by the tests that run the commands.
+by docs/cli.md (tools/cli_reference.py) and by the tests that run the commands.
 
 The codes and their meanings are geometry/errors.py ExitCode; here is only which command returns
 which, and what a code means for one command where that says more than the table.

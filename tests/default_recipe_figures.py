@@ -20,7 +20,7 @@ Who holds what to these figures:
   (``STOCK``) and the patched (``OVERLAY``, ``PREFIX_OFF`` / ``PREFIX_ON``) tree: its
   planner, its engine core's block sizes, and its scheduler admitting requests of
   1,048,576 tokens until it refuses one;
-* the documents' tables are generated from the simulator (tests/doc_sections.py).
+* the documents' tables are generated from the simulator (tools/doc_sections.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The command line: build, pin, check, push and serve a vLLM overlay image from a stack recipe.
 
 Run as ``python build.py COMMAND`` from the checkout. Every command, option and exit code is in
-docs/cli.md, which tests/cli_reference.py writes from this package's help texts and
+docs/cli.md, which tools/cli_reference.py writes from this package's help texts and
 stackbuild/command_exits.py.
 
 This module is the command group: how a failure is printed and exits, and which commands it holds.

@@ -45,3 +45,21 @@ def test_a_stale_section_is_replaced_and_the_rest_kept():
     assert fresh.startswith("before\n<!-- BEGIN generated: preflight-exit-codes -->\n| code | what failed |\n")
     assert fresh.endswith("<!-- END generated -->\nafter\n") and "| old |" not in fresh
     assert doc_sections.regenerate(fresh, {}) == fresh
+
+
+def test_the_import_layers_show_every_contract_and_layer():
+    """docs/architecture.md's layering is pyproject.toml's contracts: each one named, each layer's modules drawn."""
+    text = doc_sections.import_contracts()
+    for contract in doc_sections._contracts():
+        assert f"`{contract['id']}`" in text
+        for layer in contract.get("layers", ()):
+            for module in doc_sections._layer_modules(contract, layer)[0]:
+                assert f'["{module}"]' in text
+
+
+def test_the_api_section_lists_every_public_name_once():
+    import geometry
+
+    text = doc_sections.geometry_api()
+    for name in geometry._API:
+        assert text.count(f"| `{name}` |") == 1, name

@@ -18,6 +18,7 @@ misses a failure, or a snapshot that stops working, fails this test.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -31,6 +32,14 @@ pytestmark = pytest.mark.oracle
 
 SUITE = Path(__file__).resolve().parents[1] / "vllm_suite"
 HF_HUB = SUITE / "hf-hub"
+OVERLAY_DOC = REPO / "docs" / "overlay.md"
+
+
+def doc_figure(pattern: str) -> int:
+    """The count docs/overlay.md gives where ``pattern``'s group stands (a number such as 1,132)."""
+    found = re.search(pattern, " ".join(OVERLAY_DOC.read_text().split()))
+    assert found, f"docs/overlay.md says nothing matching {pattern!r}"
+    return int(found.group(1).replace(",", ""))
 
 
 def vllm_tests_dir() -> Path:
@@ -170,6 +179,7 @@ def sessions(tmp_path_factory):
 def test_exclusions_say_why():
     for entry, reason in exclusions():
         assert entry.startswith("tests/v1/core/") and reason, entry
+    assert doc_figure(r"exclusions\.txt` \(([\d,]+) entries") == len(exclusions())
 
 
 def test_pristine_passes_what_is_not_excluded(sessions):
@@ -205,4 +215,6 @@ def test_report_counts(sessions, capsys):
             f"\nvLLM 0.33.0 tests/v1/core: {len(stock)} run, {both} pass on the pristine "
             f"and the patched tree, {skipped} skipped; {len(exclusions())} exclusions"
         )
-    assert both > 1000
+    # docs/overlay.md gives both counts; they are this run's
+    assert doc_figure(r"scheduler: ([\d,]+) tests run after the exclusions") == len(stock)
+    assert doc_figure(r"\(all ([\d,]+) do:") == both

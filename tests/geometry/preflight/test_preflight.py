@@ -105,7 +105,7 @@ def test_exit_codes_are_the_drivers(tmp_path):
     assert outcome.EXIT_SERVE_FLAGS == ServeArgsRejected.exit_code == 11
     assert outcome.EXIT_CONFIG == MountedConfigUnusable.exit_code == 16
     assert outcome.EXIT_UNCHECKED == PreflightUnchecked.exit_code == 17
-    # docs/cli.md's exit-code table is generated from geometry/errors.py ExitCode (tests/cli_reference.py)
+    # docs/cli.md's exit-code table is generated from geometry/errors.py ExitCode (tools/cli_reference.py)
     table = cli_reference.exit_code_table()
     assert (
         "| 16 | a mounted config or checkpoint file is unusable | pre-flight: a model config.json the serve command "

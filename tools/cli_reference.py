@@ -1,24 +1,25 @@
 """docs/cli.md, written from build.py's click command tree.
 
-A tool above the CLI (nothing in stackbuild imports the CLI), beside tests/doc_sections.py. Every
+A tool above the CLI (nothing in stackbuild imports the CLI), beside tools/doc_sections.py. Every
 command with its usage, help text, options (flags, default, help) and the exit codes it returns
 (stackbuild/command_exits.py), and the table of every exit code (geometry/errors.py
 ExitCode): the reference says what `--help` says, so it cannot lag the CLI. To change it, change
 a help text or an exit-code definition, then::
 
-    python tests/cli_reference.py          # rewrite docs/cli.md (or: make docs)
-    python tests/cli_reference.py --check  # exit 1 and a diff when docs/cli.md is stale
+    python tools/cli_reference.py          # rewrite docs/cli.md (or: make docs)
+    python tools/cli_reference.py --check  # exit 1 and a diff when docs/cli.md is stale
 """
 
 from __future__ import annotations
 
 import difflib
 import sys
+from pathlib import Path
 
 import click
-from support.repo import REPO
 
-if str(REPO) not in sys.path:  # run as a script from tests/
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script from tools/
     sys.path.insert(0, str(REPO))
 
 from geometry.errors import ExitCode  # noqa: E402
@@ -27,7 +28,7 @@ from stackbuild.command_exits import COMMAND_EXITS  # noqa: E402
 
 REFERENCE = REPO / "docs" / "cli.md"
 PROG = "build.py"
-COMMAND = "python tests/cli_reference.py"
+COMMAND = "python tools/cli_reference.py"
 CHECK = "--check"  # this tool's one option (not build.py's)
 
 # Where each command is explained at length (a document under docs/, and its section).
