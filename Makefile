@@ -106,8 +106,8 @@ geometry: install
 	$(PY) build.py geometry --recipe $(RECIPE)
 
 # The generated documents: docs/cli.md from the CLI's help texts, the tables of README.md and docs/
-# from the simulator, the gate, the import contracts and geometry's public API (tests/cli/test_cli_reference.py,
-# tests/core/test_doc_sections.py).
+# from the simulator, the gate, the import contracts and geometry's public API (tests/docs/test_cli_reference.py,
+# tests/docs/test_doc_sections.py).
 docs: install
 	$(PY) tools/cli_reference.py
 	$(PY) tools/doc_sections.py

@@ -61,7 +61,7 @@ overlay-lock-check: $(OVERLAY_STAMP)
 	$(OVERLAY_PYTHON) -m overlay.refresh --series $(OVERLAY_SERIES_ROOT)/$(SERIES) --pristine $(OVERLAY_PRISTINE) --check
 
 overlay-test: pristine-all
-	OVERLAY_CACHE=$(abspath $(OVERLAY_CACHE)) $(OVERLAY_PYTHON) -m pytest -q tests/overlay
+	OVERLAY_CACHE=$(abspath $(OVERLAY_CACHE)) $(OVERLAY_PYTHON) -m pytest -q tests/unit/overlay tests/agreement/test_overlay_planning_agreement.py tests/agreement/test_overlay_strict_agreement.py tests/agreement/test_vllm_suite.py
 
 vllm-tests: $(OVERLAY_TESTS_STAMP)
 

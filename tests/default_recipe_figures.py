@@ -13,10 +13,10 @@ figure. Nothing here is copied from the simulator's or vLLM's output.
 
 Who holds what to these figures:
 
-* tests/geometry/test_geometry.py re-derives every figure from the config fields in code
+* tests/unit/geometry/plan/test_simulate.py re-derives every figure from the config fields in code
   and compares each dataclass whole, then holds the simulator's report for the recipe's
   gate input to each figure (absolute values);
-* tests/overlay/test_overlay_planning.py holds them to vLLM's own code on the pristine
+* tests/agreement/test_overlay_planning_agreement.py holds them to vLLM's own code on the pristine
   (``STOCK``) and the patched (``OVERLAY``, ``PREFIX_OFF`` / ``PREFIX_ON``) tree: its
   planner, its engine core's block sizes, and its scheduler admitting requests of
   1,048,576 tokens until it refuses one;

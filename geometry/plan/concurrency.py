@@ -9,7 +9,7 @@ the blocks its prefill leaves it (admission.py: the chunks, the lookahead
 slots, the blocks freed behind a sliding window and behind a mamba state,
 the full-sequence admission check); the count is how many are admitted when
 the next is refused (geometry/oracle/concurrency.py counts them with vLLM's
-own scheduler: tests/geometry/oracle/test_concurrency_oracle.py).
+own scheduler: tests/agreement/test_concurrency_agreement.py).
 
 vLLM logs ``num_blocks / blocks per request`` at start
 (``get_max_concurrency_for_kv_cache_config``, "Maximum concurrency for N

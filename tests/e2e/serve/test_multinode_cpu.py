@@ -373,7 +373,7 @@ def test_the_containers_run_the_commands_of_the_leaderworkerset(setup, image, gr
     documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
     assert validate(
         documents, str(path)
-    )  # the Kubernetes and LeaderWorkerSet schemas, as tests/serve/test_deploy_k8s.py
+    )  # the Kubernetes and LeaderWorkerSet schemas, as tests/unit/stackbuild/serve/test_deploy_k8s.py
     (lws,) = [d for d in documents if d["kind"] == "LeaderWorkerSet"]
     template = lws["spec"]["leaderWorkerTemplate"]
     pods = {LEADER: template["leaderTemplate"], WORKER: template["workerTemplate"]}

@@ -1,7 +1,7 @@
 """Requests at once, max_num_seqs and how close the capacity comes to the KV
 memory, for the default recipe, derived by hand from vLLM 0.33.0's rules
 (vLLM's own count: test_concurrency_oracle.py; the overlay's, which these are:
-tests/overlay/test_overlay_planning.py)."""
+tests/agreement/test_overlay_planning_agreement.py)."""
 
 from __future__ import annotations
 

@@ -221,7 +221,7 @@ def test_preflight_slow_path_on_a_worker_argv():
     """Off the fast path a worker's argv (--headless, --nnodes ...) is re-checked: a flag that leaves the
     geometry alone passes, a rank vLLM refuses is exit 11 with vLLM's words."""
     run = subprocess.run(
-        [sys.executable, "-c", _SLOW_PATH, str(RECIPE), str(Path(__file__).resolve().parents[1])],
+        [sys.executable, "-c", _SLOW_PATH, str(RECIPE), str(REPO / "tests")],
         capture_output=True,
         text=True,
         timeout=900,

@@ -393,7 +393,7 @@ def test_health_check_command_reads_the_key_from_the_environment(
     tmp_path, vllm_like, server_key, probe_key, alive, ok, said
 ):
     """The generated test command, run as Docker runs it (the container's environment), against a
-    server answering like vLLM (tests/serve/test_health_e2e.py runs it against vLLM itself)."""
+    server answering like vLLM (tests/e2e/serve/test_health_e2e.py runs it against vLLM itself)."""
     _VLLMLike.key, _VLLMLike.engine_alive = server_key, alive
     port = vllm_like.server_address[1]
     r = recipe(tmp_path, lambda d: d["serving"].__setitem__("port", port))

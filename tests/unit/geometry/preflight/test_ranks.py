@@ -3,7 +3,7 @@
 The fingerprint diff is checked property-based (any single field changed is named as that
 field; the first of several in the definition's order); the exchange runs for real over
 loopback sockets (the leader's offer in a thread, the worker's fetch in the test), with short
-timeouts the tests set. The two-container case is tests/serve/test_multinode_rendezvous.py.
+timeouts the tests set. The two-container case is tests/e2e/serve/test_multinode_rendezvous.py.
 """
 
 from __future__ import annotations

@@ -12,20 +12,20 @@ import ast
 from pathlib import Path
 
 import pytest
+from support.repo import REPO
 
 from geometry.errors import ExitCode
 from stackbuild.core import errors
 
-ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("geometry", "overlay", "stackbuild")
-TABLE = ROOT / "geometry" / "errors.py"
+TABLE = REPO / "geometry" / "errors.py"
 # Calls that end the process with their argument.
 EXITS = {"sys.exit", "exit", "os._exit", "ctx.exit"}
 
 
 def product_modules() -> list[Path]:
-    found = [path for package in PRODUCT for path in sorted((ROOT / package).rglob("*.py"))]
-    return [ROOT / "build.py", *(path for path in found if path != TABLE and "tests" not in path.parts)]
+    found = [path for package in PRODUCT for path in sorted((REPO / package).rglob("*.py"))]
+    return [REPO / "build.py", *(path for path in found if path != TABLE and "tests" not in path.parts)]
 
 
 def _int(node: ast.AST) -> bool:

@@ -1,7 +1,7 @@
 """The docs walk's table against the docs, without an engine: every command of docs/quickstart-gb300.md's
 and README.md's ```sh blocks is run (as written, or with the table's substitutions) or mapped with a
 reason, and every entry of the table changes the commands it is meant for. The live walk is
-tests/serve/test_docs_walk.py; a doc edit the table does not follow fails here first."""
+tests/docs/test_docs_walk.py; a doc edit the table does not follow fails here first."""
 
 from __future__ import annotations
 

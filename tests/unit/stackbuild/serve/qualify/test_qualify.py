@@ -1,6 +1,6 @@
 """`build.py qualify` without a vLLM server: its bad input (one line, the documented exit code) against
 small HTTP servers that are not vLLM, and its readings of /metrics text and of output. The real server
-is tests/serve/test_serving_e2e.py."""
+is tests/e2e/serve/test_serving_e2e.py."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Every documented exit code is one a command returns, and a test runs a command that returns it.
 
 The codes come from geometry/errors.py ExitCode (the docs' table is generated from it).
-Most are exercised where their failure lives (bad input in tests/cli/test_bad_input.py, the
-registry and engine in tests/image/*_e2e.py, `qualify` in tests/serve/qualify/test_qualify.py, ...):
+Most are exercised where their failure lives (bad input in tests/unit/stackbuild/cli/test_bad_input.py, the
+registry and engine in tests/image/*_e2e.py, `qualify` in tests/unit/stackbuild/serve/qualify/test_qualify.py, ...):
 :func:`exercised_codes` finds them by reading the tests, so nothing here runs them twice.
 :data:`TABLE` runs, through the real CLI in this process, the commands no other test drives
 to their code. :data:`UNEXERCISED` names the codes no test reaches through a command, each
@@ -19,38 +19,42 @@ from typing import Callable
 import pytest
 from bad_input_helpers import DEFAULT_OUTPUT_DIRS, DIGEST, invoke, snapshot
 from recipe_copies import copy_recipe
+from support.repo import REPO
 
 from geometry.errors import ExitCode
 
-TESTS = Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"
 
 # Codes no test reaches through a command, and why.
 UNEXERCISED = {
     86: (
         "the build's patch step exits with it, no build.py command does (build reports it as 6); "
-        "tests/image/test_render.py asserts the rendered step exits with it"
+        "tests/unit/stackbuild/image/test_render.py asserts the rendered step exits with it"
     ),
     17: (
         "pre-flight's 'cannot be checked' needs an installed vLLM that disagrees with the simulator or cannot plan "
-        "the flags; geometry/preflight's tests cover the outcome, tests/geometry/preflight/test_preflight.py the code; "
-        "tests/geometry/test_geometry_record.py asserts it of the image's gate (a disagreeing oracle record)"
+        "the flags; geometry/preflight's tests cover the outcome, "
+        "tests/unit/geometry/preflight/test_check.py the code; "
+        "tests/unit/geometry/oracle/test_record.py asserts it of the image's gate (a disagreeing oracle record)"
     ),
     18: (
-        "`deploy` writes only manifests its generator makes, which pass the schemas; tests/serve/test_deploy_k8s.py "
+        "`deploy` writes only manifests its generator makes, which pass the schemas; "
+        "tests/unit/stackbuild/serve/test_deploy_k8s.py "
         "feeds the validator broken ones (ManifestInvalid)"
     ),
     27: (
         "the image's entrypoint returns it (a multi-node worker's pre-flight), no build.py command does; "
-        "tests/serve/test_multinode_rendezvous.py asserts it of two containers, "
-        "tests/geometry/preflight/test_rank_fingerprint.py of the exchange"
+        "tests/e2e/serve/test_multinode_rendezvous.py asserts it of two containers, "
+        "tests/unit/geometry/preflight/test_ranks.py of the exchange"
     ),
     28: (
         "the image's entrypoint returns it (a multi-node worker whose leader stays silent), no build.py command does; "
-        "tests/serve/test_multinode_rendezvous.py and tests/geometry/preflight/test_rank_fingerprint.py assert it"
+        "tests/e2e/serve/test_multinode_rendezvous.py and tests/unit/geometry/preflight/test_ranks.py assert it"
     ),
     25: (
         "`qualify` below the recipe's qualify.min_* needs a vLLM server that streams slowly; "
-        "tests/serve/qualify/test_qualify.py checks the figures against the expectations without a server"
+        "tests/unit/stackbuild/serve/qualify/test_qualify.py checks the figures against the expectations "
+        "without a server"
     ),
 }
 

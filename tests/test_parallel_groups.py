@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from parallel_groups import AMD64_BUILD, LIVE_VLLM, SERVING, next_unit, unit_bases, unit_of
 
-MULTI = "tests/image/test_multiplatform_e2e.py"
+MULTI = "tests/e2e/image/test_multiplatform_e2e.py"
 NEEDS = {
     AMD64_BUILD: ["amd64", "arm64"],
     LIVE_VLLM: ["serving"],
     MULTI: ["amd64", "arm64"],
     SERVING: ["serving"],
 }
-QUEUE = ["tests/core/test_recipe.py", "tests/geometry/test_fit.py", AMD64_BUILD, LIVE_VLLM, MULTI, SERVING]
+QUEUE = [
+    "tests/unit/stackbuild/core/test_recipe.py",
+    "tests/unit/geometry/verdict/test_fit.py",
+    AMD64_BUILD,
+    LIVE_VLLM,
+    MULTI,
+    SERVING,
+]
 
 
 def ready_of(*names: str):
@@ -19,7 +26,7 @@ def ready_of(*names: str):
 
 
 def test_nothing_built_yet_takes_the_first_unit_that_needs_no_base():
-    assert next_unit(QUEUE, NEEDS, ready_of()) == "tests/core/test_recipe.py"
+    assert next_unit(QUEUE, NEEDS, ready_of()) == "tests/unit/stackbuild/core/test_recipe.py"
 
 
 def test_a_unit_whose_bases_are_built_goes_before_the_units_that_need_none():
@@ -33,7 +40,7 @@ def test_of_the_ready_units_the_costliest_goes_first():
 
 
 def test_a_unit_waits_until_every_base_it_needs_is_built():
-    assert next_unit(QUEUE, NEEDS, ready_of("amd64")) == "tests/core/test_recipe.py"
+    assert next_unit(QUEUE, NEEDS, ready_of("amd64")) == "tests/unit/stackbuild/core/test_recipe.py"
 
 
 def test_when_only_waiting_units_are_left_the_one_nearest_to_ready_is_taken():
@@ -50,10 +57,10 @@ class _Item:
 
 def test_a_units_bases_come_from_its_tests_fixtures():
     items = [
-        _Item("tests/image/test_build_e2e.py::test_a", "registry", "synthetic_base_amd64"),
-        _Item("tests/image/test_push_e2e.py::test_b", "synthetic_base_arm64"),
-        _Item("tests/serve/test_docs_walk.py::test_c", "cpu_serving_base_pushed"),
-        _Item("tests/core/test_recipe.py::test_d", "tmp_path"),
+        _Item("tests/e2e/image/test_build_e2e.py::test_a", "registry", "synthetic_base_amd64"),
+        _Item("tests/e2e/image/test_push_e2e.py::test_b", "synthetic_base_arm64"),
+        _Item("tests/docs/test_docs_walk.py::test_c", "cpu_serving_base_pushed"),
+        _Item("tests/unit/stackbuild/core/test_recipe.py::test_d", "tmp_path"),
     ]
     assert unit_bases(items) == {AMD64_BUILD: ["amd64", "arm64"], LIVE_VLLM: ["serving"]}
-    assert unit_of("tests/image/test_push_e2e.py::test_b") == AMD64_BUILD
+    assert unit_of("tests/e2e/image/test_push_e2e.py::test_b") == AMD64_BUILD
