@@ -20,6 +20,8 @@ from typing import Callable
 
 from support.repo import REPO
 
+from geometry.vllm_versions import DEFAULT_VERSION
+
 if str(REPO) not in sys.path:  # run as a script from tests/
     sys.path.insert(0, str(REPO))
 
@@ -136,7 +138,7 @@ def default_recipe_verdict() -> str:
         f"{report.num_speculative_tokens}, {memory} for the KV cache), computed from its `configs/`:"
     )
     rows = [(label, cell("stock", key), cell("overlay", key)) for key, label in labels.items()]
-    return "\n".join([intro, "", *_table(("", "stock vLLM 0.33.0", "with the overlay"), rows)]) + "\n"
+    return "\n".join([intro, "", *_table(("", f"stock vLLM {DEFAULT_VERSION}", "with the overlay"), rows)]) + "\n"
 
 
 def _prefix_caching_runs():
@@ -315,7 +317,7 @@ def default_recipe_requests() -> str:
     batched = run.inputs.max_num_batched_tokens
     intro = (
         "Requests of a length that fit in the default recipe's pool at once (with the overlay): "
-        "admitted and prefilled one after another as vLLM 0.33.0's scheduler does, each keeping the "
+        f"admitted and prefilled one after another as vLLM {DEFAULT_VERSION}'s scheduler does, each keeping the "
         "blocks its prefill leaves it, until the next is refused, with the "
         f"{_n(batched)}-token batches `vllm serve` runs on a {load_recipe(DEFAULT_RECIPE).hardware.gpu} "
         f"({_n(at_once.in_flight_tokens)} tokens in flight):"

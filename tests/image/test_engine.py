@@ -13,6 +13,7 @@ import pytest
 from recipe_copies import REPO
 
 from geometry.image_contract import ContractError
+from geometry.vllm_versions import DEFAULT_VERSION
 from stackbuild.core.errors import EngineUnavailable, PushError, RegistryAuthError, RegistryUnavailable
 from stackbuild.image import engine as engine_mod
 from stackbuild.image.engine import RegistryTransient, classify_registry_error, registry_retry
@@ -223,7 +224,7 @@ def test_build_with_no_daemon_is_exit_3_and_tags_nothing(tmp_path):
         tmp_path,
         "b200-amd64",
         base="127.0.0.1:5000/vllm/vllm-openai",
-        tag="v0.33.0-amd64",
+        tag=f"v{DEFAULT_VERSION}-amd64",
         digest="sha256:" + "ab" * 32,
     )
     run = cli(
