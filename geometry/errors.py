@@ -2,7 +2,7 @@
 
 ``ExitCode`` is the one table of exit codes: the host's exceptions (stackbuild/core/errors.py), the
 codes each `build.py` command lists (stackbuild/command_exits.py), docs/cli.md's table
-(tests/cli_reference.py), and the image's gate (gate_main.py), patch step (image_contract.py) and
+(tools/cli_reference.py), and the image's gate (gate_main.py), patch step (image_contract.py) and
 start-time pre-flight (preflight/outcome.py) all read their codes from it. It lives here, in the
 image's stdlib-only payload, so that both sides can import it.
 """

@@ -54,13 +54,13 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 
 from overlay.errors import OverlayError  # noqa: E402
-from overlay.lock import DEFAULT_SERIES, series_sha256  # noqa: E402
+from overlay.lock import default_series, series_sha256  # noqa: E402
 from overlay.patch_tree import apply_series  # noqa: E402
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Apply the GLM-5.3 overlay patch series to vLLM (all or nothing).")
-    parser.add_argument("--series", default=str(DEFAULT_SERIES), help="series directory")
+    parser.add_argument("--series", help="series directory (default: lock.default_series, a checkout's)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--site-packages", help="directory holding vllm/ and its dist-info")
     where.add_argument("--vllm-dir", help="the vllm package directory itself")
@@ -73,6 +73,11 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true", help="print a JSON result")
     parser.add_argument("--print-series-sha256", action="store_true", help="print series_sha256 of --series and exit")
     args = parser.parse_args(argv)
+    try:
+        args.series = args.series or str(default_series())
+    except OverlayError as exc:
+        print(f"overlay: error: {exc}", file=sys.stderr)
+        return 2
 
     if args.print_series_sha256:
         try:

@@ -16,9 +16,24 @@ from pathlib import Path
 from .diff import parse_patch
 from .errors import OverlayError
 
-DEFAULT_SERIES = Path(__file__).resolve().parent / "series" / "vllm-0.33.0"
+SERIES_ROOT = Path(__file__).resolve().parent / "series"
+# The oracle's vLLM in a checkout (one line ``vllm==VERSION``); its series is the tools' default.
+VLLM_REQUIREMENTS = SERIES_ROOT.parent.parent / "requirements" / "vllm.txt"
 SERIES_FILE = "series"
 LOCK_FILE = "lock.json"
+
+
+def default_series() -> Path:
+    """``series/vllm-VERSION`` for the ``vllm==VERSION`` line of requirements/vllm.txt (a checkout's;
+    the image names its series with ``--series``)."""
+    try:
+        text = VLLM_REQUIREMENTS.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise OverlayError(f"{VLLM_REQUIREMENTS}: {exc.strerror} (no default series: pass --series)") from None
+    pins = [line.strip()[len("vllm==") :] for line in text.splitlines() if line.strip().startswith("vllm==")]
+    if len(pins) != 1 or not pins[0]:
+        raise OverlayError(f"{VLLM_REQUIREMENTS}: expected one line vllm==VERSION, found {pins!r}")
+    return SERIES_ROOT / f"vllm-{pins[0]}"
 
 
 def sha256_bytes(data: bytes) -> str:

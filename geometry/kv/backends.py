@@ -1,5 +1,5 @@
-"""The attention backends the simulator models, with the facts vLLM 0.33.0's
-backend classes declare (kernel block sizes, layouts, spec customisation).
+"""The attention backends the simulator models, with the facts the modelled vLLM
+release's backend classes declare (kernel block sizes, layouts, spec customisation).
 
 vLLM picks backends in ``vllm/platforms/cuda.py``. For the target's layers the
 *choice* is an assumption, stated here per GPU capability family; the drafter's

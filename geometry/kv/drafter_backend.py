@@ -1,4 +1,4 @@
-"""The attention backend vLLM 0.33.0 runs the DFlash drafter's layers on (stdlib only).
+"""The attention backend the modelled vLLM release runs the DFlash drafter's layers on (stdlib only).
 
 With ``attention_backend`` unset (or "auto") in ``--speculative-config``, ``load_dflash_model`` leaves the
 choice to ``CudaPlatform.get_attn_backend_cls`` (vllm/platforms/cuda.py): the candidates of
@@ -15,7 +15,7 @@ KV cache dtype, the head size and a user ``--block-size`` (a multiple of 16 for 
 except where FLASH_ATTN's kernel blocks follow the *target's* head size: ``flash_attn_kernel_blocks``).
 FLASH_ATTN's answer for a quantized cache and for heads over 256 depends on the FlashAttention
 version vLLM resolves (``fa_utils.get_flash_attn_version``, with the FA2, FA3 and FA4 kernels the
-0.33.0 wheel ships; ``flash_attn_version``): FA3 on SM90 (FA4 above head 256), FA4 on SM10x up to
+release's wheel ships; ``flash_attn_version``): FA3 on SM90 (FA4 above head 256), FA4 on SM10x up to
 head 128 and at 256 (TMEM: FA2 otherwise), FA2 on SM12x. FA3, and FA4 on SM90 at head 512, take an
 fp8 cache on SM90; FA4 takes one on SM10x; FA2 takes none.
 
@@ -53,7 +53,7 @@ class DrafterBackendNotModelled(BadInput):
 
     def __init__(self, backend: str, why: str):
         super().__init__(
-            f"vLLM 0.33.0 runs the drafter's attention on {backend} here (drafter attention_backend auto); "
+            f"vLLM runs the drafter's attention on {backend} here (drafter attention_backend auto); "
             f"{why}: set the drafter's attention_backend to FLASH_ATTN"
         )
         self.backend = backend

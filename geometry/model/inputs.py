@@ -1,7 +1,7 @@
 """Inputs of the KV-geometry simulator (stdlib only).
 
-``GeometryInputs`` is everything that decides the KV-cache geometry vLLM 0.33.0
-builds for a hybrid target plus an optional speculative drafter: the gate's one
+``GeometryInputs`` is everything that decides the KV-cache geometry the modelled
+vLLM release builds for a hybrid target plus an optional speculative drafter: the gate's one
 input. ``build_inputs`` makes it from a deployment's serve settings
 (geometry/model/serve_settings.py: from a recipe on the host, from a serve argv at
 container start) and the configs it serves; the build
@@ -21,7 +21,7 @@ from geometry.model.config import DrafterModel, TargetModel, check_drafter, chec
 from geometry.model.serve_settings import ServeSettings
 from geometry.vllm_versions import DEFAULT_VERSION, VllmRelease, release
 
-# vLLM 0.33.0 CacheConfig.mamba_cache_mode default ("none": no prefix caching
+# vLLM's CacheConfig.mamba_cache_mode default ("none": no prefix caching
 # of mamba state).  "align" is the other value vLLM accepts.
 DEFAULT_MAMBA_CACHE_MODE = "none"
 MAMBA_CACHE_MODES = ("none", "align")
@@ -103,7 +103,7 @@ class GeometryInputs:
         if self.mamba_cache_mode != expected_mode:
             raise BadInput(
                 f"mamba_cache_mode {self.mamba_cache_mode!r} with enable_prefix_caching "
-                f"{str(self.enable_prefix_caching).lower()}: vLLM 0.33.0 runs "
+                f"{str(self.enable_prefix_caching).lower()}: vLLM {self.vllm_version} runs "
                 f"{expected_mode!r} then"
             )
         self.drafter  # noqa: B018 - the drafter config checked with the rest
@@ -180,7 +180,7 @@ def build_inputs(
     """The gate input of a deployment: its serve settings and the two configs it serves.
 
     A flag not given takes its value where no flag says (``settings.defaults``); prefix caching and
-    mamba_cache_mode as vLLM 0.33.0 runs the flags (``resolve_prefix_caching``). Raises BadInput
+    mamba_cache_mode as the modelled vLLM release runs the flags (``resolve_prefix_caching``). Raises BadInput
     for values the simulator does not take.
     """
     s, defaults = settings, settings.defaults
@@ -217,13 +217,13 @@ def resolve_prefix_caching(
     enable_prefix_caching: bool | None,
     mamba_cache_mode: str | None = None,
 ) -> tuple[bool, str]:
-    """(prefix caching on, mamba_cache_mode) as vLLM 0.33.0 runs a target from
+    """(prefix caching on, mamba_cache_mode) as the modelled vLLM release runs a target from
     its serve flags; ``None`` means the flag was not given.
 
     * ``--enable-prefix-caching`` / ``--no-enable-prefix-caching`` decide; with
       neither, ``EngineArgs`` takes ``ModelConfig.is_prefix_caching_supported``,
       which is true for every generative model (all modelled targets).
-    * ``--mamba-cache-mode`` is accepted but has no effect in 0.33.0
+    * ``--mamba-cache-mode`` is accepted but has no effect there
       (deprecated: "Mamba prefix caching follows --enable-prefix-caching"):
       the cache config starts at "none" and ``MambaModelConfig`` sets "align"
       when prefix caching is on.

@@ -42,7 +42,7 @@ from geometry.oracle.serving_platform import serving_platform
 
 # What the engine core and the scheduler read of the model config beyond planning: a text-only,
 # decoder-only generate model whose class declares no KV-cache grouping of its own (no model class of
-# vLLM 0.33.0 implements SupportsKVCacheGrouping).
+# the modelled vLLM release implements SupportsKVCacheGrouping).
 SCHEDULER_MODEL_FIELDS = {
     "supports_kv_cache_grouping": False,
     "uses_mrope": False,

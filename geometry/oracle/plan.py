@@ -1,5 +1,5 @@
 """Plan the KV-cache geometry with the *imported* vLLM (whatever ``vllm`` is on
-sys.path: the pristine 0.33.0 tree, the image's patched one, or a patched copy
+sys.path: the pristine tree of a series, the image's patched one, or a patched copy
 a test points PYTHONPATH at) and return it as a ``GeometryReport``.
 
 vLLM's own code runs from the config on: ``Platform.update_block_size_for_backend``

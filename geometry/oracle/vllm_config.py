@@ -32,8 +32,9 @@ def _hf_config(arch: OracleArchitecture, text: Mapping[str, Any]):
 
 
 def _bind_speculative_methods(spec_cfg) -> None:
-    """``SpeculativeConfig``'s own predicates on the stand-in (the planner of 0.32.0 asks
-    ``use_eagle()`` / ``use_eagle_block_drop()`` to annotate the drafter's groups), as the class has them."""
+    """``SpeculativeConfig``'s own predicates on the stand-in (the planner of a release without the draft
+    tag, ``VllmRelease.spec_draft_tag``, asks ``use_eagle()`` / ``use_eagle_block_drop()`` to annotate the
+    drafter's groups), as the class has them."""
     from vllm.config import SpeculativeConfig
 
     for name in ("use_eagle", "use_eagle_block_drop", "use_dflash"):
@@ -96,9 +97,9 @@ def build_vllm_config(inputs: GeometryInputs, with_drafter: bool, num_spec: int)
     cfg.speculative_config = spec_cfg
     if inputs.capability_family == CPU_FAMILY:
         # VllmConfig.__post_init__ runs the platform's config hook on the whole config; CpuPlatform's
-        # sets the CPU block (0.32.0: 128 without a block size), resets mamba_ssm_cache_dtype and turns
-        # async scheduling off. Run it again now that the model, cache and speculative configs are the
-        # input's.
+        # sets the CPU block (cpu_default_block_size when the release's cpu_block_from_backends is false),
+        # resets mamba_ssm_cache_dtype and turns async scheduling off. Run it again now that the model,
+        # cache and speculative configs are the input's.
         from vllm.platforms import current_platform
 
         type(current_platform).check_and_update_config(cfg)

@@ -1,5 +1,5 @@
-"""Requests of a length admitted one after another, as vLLM 0.33.0's scheduler
-admits them and its KV-cache manager allocates their blocks (stdlib only).
+"""Requests of a length admitted one after another, as the modelled vLLM release's
+scheduler admits them and its KV-cache manager allocates their blocks (stdlib only).
 
 A request of ``tokens`` tokens is a prompt of ``tokens - 1`` tokens (vLLM
 refuses a prompt that leaves no room for one output token). The scheduler

@@ -15,8 +15,9 @@ from geometry.model.model import Model
 
 def update_block_size(model: Model, inputs: GeometryInputs) -> CacheConfig:
     user = inputs.block_size is not None
-    # CpuPlatform asks its backends for their preference from 128 (0.33.0) or sets 128 in its config
-    # hook (0.32.0, cpu_block_from_backends false); the base platform asks from 16.
+    # CpuPlatform asks its backends for their preference from cpu_default_block_size
+    # (cpu_block_from_backends true) or sets it in its config hook (false); the base platform asks from
+    # default_block_size.
     vllm = inputs.vllm
     cpu = inputs.capability_family == B.CPU_FAMILY
     default = vllm.cpu_default_block_size if cpu else vllm.default_block_size

@@ -1,6 +1,6 @@
 """KV token capacity of a plan, and the reason the gate gives when the drafter costs some (stdlib only).
 
-vLLM 0.33.0 counts capacity per request as the sum over KV-cache groups of
+The modelled vLLM release counts capacity per request as the sum over KV-cache groups of
 the blocks each group draws from the one shared pool
 (``get_max_concurrency_for_kv_cache_config``).  Groups whose layers keep every
 token (full attention and MLA, target or drafter; spec class

@@ -1,7 +1,7 @@
 """Requests at once: how many requests of a given length the KV pool holds
 (stdlib only).
 
-vLLM 0.33.0 draws every KV-cache group's blocks from one shared pool
+The modelled vLLM release draws every KV-cache group's blocks from one shared pool
 (``BlockPool``), which keeps one block back as the null block that stands in
 for freed and skipped slots. Requests of ``tokens`` tokens are admitted one
 after another the way vLLM's scheduler admits and prefills them, each keeping
@@ -29,7 +29,7 @@ the GPU (``EngineArgs.get_batch_defaults``: 16,384 on GPUs of at least 160 GiB,
 8,192 from 70 GiB, 2,048 below and on GB10; stackbuild/core/gpus.py), else
 ``SchedulerConfig``'s 2,048.
 
-``max_num_seqs``: vLLM 0.33.0 refuses to start when it exceeds the pool's
+``max_num_seqs``: vLLM refuses to start when it exceeds the pool's
 blocks with full CUDA graphs (the default ``FULL_AND_PIECEWISE``) and mamba
 layers: ``CompilationConfig.resolve_cudagraph_mode_and_sizes``
 (vllm/config/compilation.py, "max_num_seqs (...) exceeds available Mamba cache
@@ -74,7 +74,7 @@ def in_flight_tokens(inputs: GeometryInputs) -> int:
 
 def vllm_kv_cache_size_tokens(plan: Plan, max_model_len: int, in_flight: int) -> int | None:
     """What vLLM logs as "<device> KV cache size: N tokens" (``get_kv_cache_capacity``, the same in
-    0.32.0 and 0.33.0): ``int(max concurrency x max_model_len)``, the max concurrency being
+    every modelled release): ``int(max concurrency x max_model_len)``, the max concurrency being
     ``num_blocks / blocks one request of max_model_len holds`` summed over the groups
     (``get_max_concurrency_for_kv_cache_config``). None when vLLM cannot plan."""
     per = blocks_per_request(plan, max_model_len, in_flight)
@@ -254,7 +254,7 @@ def max_num_seqs_refusals(report: GeometryReport, max_num_seqs: int | None) -> t
     if any(g.kind.holds_state for g in plan.groups) and max_num_seqs > plan.num_blocks:
         return (
             f"max_num_seqs {max_num_seqs:,} exceeds the {plan.num_blocks:,} blocks of the KV "
-            f"pool: vLLM 0.33.0 refuses to start with CUDA graphs (each decode sequence needs "
+            f"pool: vLLM refuses to start with CUDA graphs (each decode sequence needs "
             f"a Mamba cache block; CompilationConfig.resolve_cudagraph_mode_and_sizes)",
         )
     return ()

@@ -1,4 +1,4 @@
-"""Prefix caching as vLLM 0.33.0's engine core sets it up for the scheduler
+"""Prefix caching as the modelled vLLM release's engine core sets it up for the scheduler
 (stdlib only).
 
 ``EngineCore._initialize_kv_caches`` (vllm/v1/engine/core.py) takes the

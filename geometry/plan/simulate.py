@@ -1,4 +1,4 @@
-"""Pure-Python (stdlib only) re-implementation of vLLM 0.33.0's KV-cache
+"""Pure-Python (stdlib only) re-implementation of the modelled vLLM releases' KV-cache
 geometry decisions for hybrid targets with an optional DFlash/DFlash2 drafter,
 and for a dense Qwen3 target (full attention only) on a GPU or vLLM's CPU platform.
 
@@ -37,8 +37,8 @@ the target block B, each drafter attention layer gets block ``P / bytes per
 token`` where P is the target's own attention page at B (the MLA latent page
 when the target has MLA latent layers, else its first full-attention layer's),
 when that is an exact integer the drafter backend supports; otherwise stock
-behaviour. The release (geometry/vllm_versions.py: 0.33.0, and 0.32.0 on the
-CPU platform) is the gate input's.
+behaviour. The release (an entry of geometry/vllm_versions.py; ``gpu_modelled`` says which run on a
+GPU) is the gate input's.
 
 The target's backend choices are assumptions; see geometry/kv/backends.py for
 what is modelled per GPU family and why. The drafter's automatic choice is

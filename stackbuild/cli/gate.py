@@ -29,7 +29,7 @@ def _contexts(_ctx, _param, value):
 @click.command()
 @recipe_option
 @json_option
-@click.option("--stock", is_flag=True, help="Model stock vLLM 0.33.0 (no overlay) instead of the patched tree.")
+@click.option("--stock", is_flag=True, help="Model stock vLLM (no overlay) instead of the patched tree.")
 @click.option(
     "--context",
     "contexts",
@@ -59,7 +59,7 @@ def geometry(recipe_path, as_json, stock, contexts):
 @click.command()
 @recipe_option
 @json_option
-@click.option("--stock", is_flag=True, help="Model stock vLLM 0.33.0 (no overlay) instead of the patched tree.")
+@click.option("--stock", is_flag=True, help="Model stock vLLM (no overlay) instead of the patched tree.")
 @click.option(
     "--keep",
     "keep",

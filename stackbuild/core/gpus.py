@@ -18,7 +18,7 @@ class GpuModel:
     name: str
     compute_capability: str  # MAJOR.MINOR, as torch.cuda.get_device_capability() gives it
     platforms: tuple[str, ...]  # the hosts it is sold in
-    # The max_num_batched_tokens `vllm serve` picks on it (vLLM 0.33 EngineArgs.get_batch_defaults, by the
+    # The max_num_batched_tokens `vllm serve` picks on it (vLLM's EngineArgs.get_batch_defaults, by the
     # GPU's memory: 16,384 from 160 GiB, 8,192 from 70 GiB but on A100 and GB10, else 2,048; on the CPU
     # platform 2,048 per rank, what serve_batched_tokens gives for "none").
     serve_batched_tokens: int

@@ -30,7 +30,7 @@ CONTAINER_HOST = "0.0.0.0"
 
 
 def speculative_config(recipe: Recipe) -> dict:
-    """The ``--speculative-config`` object: vLLM 0.33.0's SpeculativeConfig field names.
+    """The ``--speculative-config`` object: the modelled vLLM release's SpeculativeConfig field names.
 
     The drafter's KV dtype is SpeculativeConfig.kv_cache_dtype (unset: the
     drafter inherits the target's --kv-cache-dtype; ``auto``: the drafter's own

@@ -14,7 +14,7 @@ prefix-cache queries to the ``/metrics`` counters a measurement (``build.py qual
 and would queue behind real requests on a busy server; ``build.py qualify`` is the check
 that generates.
 
-What it sees (vLLM 0.32, tests/e2e/serve/test_health_e2e.py): when the engine dies, ``/health``
+What it sees (the CPU-built vLLM of tests/e2e/serve/test_health_e2e.py): when the engine dies, ``/health``
 answers 503 (``/v1/models`` still 200) for the few seconds before the API server exits, and
 the restart policy (compose) or the kubelet starts it again. An engine that hangs without
 dying still answers ``/health``; only a generation sees that.

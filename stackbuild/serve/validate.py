@@ -1,6 +1,6 @@
 """Check a generated compose file with the real tools, never with our own guesses.
 
-* vLLM 0.33.0's own `vllm serve` parser, run by the oracle interpreter
+* vLLM's own `vllm serve` parser, run by the oracle interpreter
   (``GLM53_ORACLE_PYTHON``, default: this interpreter) with
   ``VLLM_TARGET_DEVICE=cpu``. Where vLLM is not installed the check is skipped
   with a notice; where it is installed but cannot import its parser the oracle
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from geometry import one_line
+from geometry import DEFAULT_VERSION, one_line
 from stackbuild.core.errors import ComposeInvalid, ComposeVersionError, OracleBroken, ServeArgsRejected
 
 ORACLE_ENV = "GLM53_ORACLE_PYTHON"
@@ -126,7 +126,7 @@ def check_serve_args(
         return Check(
             "serve-args",
             "skipped",
-            f"{result.get('reason')} (set {ORACLE_ENV} to a Python with vllm==0.33.0, or `make oracle`)",
+            f"{result.get('reason')} (set {ORACLE_ENV} to a Python with vllm=={DEFAULT_VERSION}, or `make oracle`)",
         )
     raise OracleBroken(f"{prefix}vLLM's serve parser could not run under {python}: {result.get('reason')}")
 

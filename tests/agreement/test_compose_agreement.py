@@ -16,6 +16,7 @@ import yaml
 from compose_support import DIGEST, NO_REPORT, SOURCE_DATE_EPOCH, recipe, require_compose_binary, require_oracle
 from support.repo import REPO
 
+from geometry.vllm_versions import DEFAULT_VERSION
 from stackbuild.core.errors import ServeArgsRejected
 from stackbuild.core.serve_args import serve_argv, speculative_config
 from stackbuild.serve.compose import write_compose
@@ -117,7 +118,7 @@ def test_vllm_rejects_with_its_own_message(rejected_verdicts, case):
         check_serve_args(argv, where="r.yaml", result=rejected_verdicts[case])
     text = str(info.value)
     assert "\n" not in text
-    assert text.startswith("r.yaml: vLLM 0.33.0 `vllm serve` rejected the command: ")
+    assert text.startswith(f"r.yaml: vLLM {DEFAULT_VERSION} `vllm serve` rejected the command: ")
     assert message in text
 
 
@@ -132,7 +133,8 @@ def test_cli_refuses_a_recipe_vllm_rejects_and_writes_nothing(tmp_path):
     assert proc.returncode == ServeArgsRejected.exit_code, proc.stderr
     error_lines = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert error_lines == [
-        f"error: {r_path}: vLLM 0.33.0 `vllm serve` rejected the command: unrecognized arguments: --frobnicate"
+        f"error: {r_path}: vLLM {DEFAULT_VERSION} `vllm serve` rejected the command: "
+        "unrecognized arguments: --frobnicate"
     ]
     assert not out.exists()
     assert list(out.parent.iterdir()) == []
@@ -250,7 +252,8 @@ def test_compose_says_when_vllm_and_compose_accept_the_file(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
     assert any(
-        line.startswith("notice: checked: vLLM 0.33.0 `vllm serve` parser") and line.endswith("accepts the command")
+        line.startswith(f"notice: checked: vLLM {DEFAULT_VERSION} `vllm serve` parser")
+        and line.endswith("accepts the command")
         for line in lines
     ), proc.stderr
     assert "notice: checked: docker compose config reads x.compose.yaml and its command as written" in lines

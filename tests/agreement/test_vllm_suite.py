@@ -212,7 +212,7 @@ def test_report_counts(sessions, capsys):
     skipped = sum(1 for o in stock.values() if o == "skipped")
     with capsys.disabled():
         print(
-            f"\nvLLM 0.33.0 tests/v1/core: {len(stock)} run, {both} pass on the pristine "
+            f"\nvLLM {VERSION} tests/v1/core: {len(stock)} run, {both} pass on the pristine "
             f"and the patched tree, {skipped} skipped; {len(exclusions())} exclusions"
         )
     # docs/overlay.md gives both counts; they are this run's

@@ -69,7 +69,7 @@ def tail_ring_builder(kpool: int, head_dim: int, num_spec: int) -> SpecBuilder:
 
 
 def kda_prefill_backend(tc: Mapping[str, Any], family: int, model_dtype: str) -> str:
-    """The KDA layers' prefill kernel as vLLM 0.33.0 picks it (``_resolve_kda_prefill_backend`` in
+    """The KDA layers' prefill kernel as the modelled vLLM release picks it (``_resolve_kda_prefill_backend`` in
     vllm/models/glm5next/common/kda.py, ``additional_config`` without ``kda_prefill_backend``: "auto"):
     FlashKDA on CUDA with compute capability major 9, 10 or 12 (the family is major x 10) for a
     bfloat16 model, KDA head_dim 128 and a bounded gate (``linear_lower_bound``), else Triton."""

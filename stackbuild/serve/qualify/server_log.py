@@ -1,6 +1,6 @@
 """What a vLLM server's log says it allocated: the lines its engine logs once the KV cache is planned.
 
-vLLM 0.32.0 and 0.33.0 (vllm/v1/core/kv_cache_utils.py) log, at start:
+The modelled vLLM releases (vllm/v1/core/kv_cache_utils.py) log, at start:
 
 - ``kv cache group sizes (B0, B1, ...)``: each KV-cache group's block size, in group order
   (``resolve_kv_cache_block_sizes``; logged only when there are several groups);

@@ -20,13 +20,14 @@ import requests
 from stack_e2e import PAYLOAD_DIR, cli, json_events, recipe_copy, repository_name, unique_repository
 from support.repo import REPO
 
+from geometry.vllm_versions import DEFAULT_VERSION
 from stackbuild.image.registry import MANIFEST_ACCEPT
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 
 CYCLONEDX = "application/vnd.cyclonedx+json"
 IN_TOTO = "application/vnd.in-toto+json"
-SERIES_LOCK = REPO / "overlay" / "series" / "vllm-0.33.0" / "lock.json"
+SERIES_LOCK = REPO / "overlay" / "series" / f"vllm-{DEFAULT_VERSION}" / "lock.json"
 
 
 @dataclass
@@ -126,8 +127,9 @@ def test_the_sbom_lists_the_images_python_packages_and_the_overlays_files(regist
     assert sbom["bomFormat"] == "CycloneDX" and sbom["specVersion"] == "1.6"
     assert sbom["metadata"]["component"]["version"] == pushed.digest
     libraries = {c["name"].lower(): c for c in sbom["components"] if c["type"] == "library"}
-    # The synthetic base installs vLLM 0.33.0's own wheel (tests/infra/README.md).
-    assert libraries["vllm"]["version"] == "0.33.0" and libraries["vllm"]["purl"] == "pkg:pypi/vllm@0.33.0"
+    # The synthetic base installs the default release's own wheel (tests/infra/README.md).
+    assert libraries["vllm"]["version"] == DEFAULT_VERSION
+    assert libraries["vllm"]["purl"] == f"pkg:pypi/vllm@{DEFAULT_VERSION}"
     files = {c["name"]: c["hashes"][0]["content"] for c in sbom["components"] if c["type"] == "file"}
     lock = json.loads(SERIES_LOCK.read_text())["files"]
     assert len(files) == len(lock)
@@ -170,7 +172,7 @@ def qualification(pushed: Pushed, when: str, verdict: str, tokens_per_s: float, 
         verdict=verdict,
         url="http://gb300.example:8000",
         model="glm-5.3-flash",
-        vllm_version="0.33.0",
+        vllm_version=DEFAULT_VERSION,
         recipe_name="b200-amd64",
         recipe_sha256=recipe_sha256,
         hardware={"gpu": "B200"},

@@ -30,6 +30,7 @@ from stack_e2e import (
     unique_repository,
 )
 
+from geometry.vllm_versions import DEFAULT_VERSION
 from stackbuild.core.recipe import load_recipe
 from stackbuild.image.plan import make_plan
 
@@ -62,7 +63,7 @@ def test_happy_path_build_push_and_pull_back(amd64_build, registry, synthetic_ba
     assert json.loads(build.run.stdout) == report == json.loads(build.report_path.read_text())
     assert report["status"] == "pushed" and report["tags"] == EXPECTED_TAGS
     assert report["base"]["digest"] == build.base_digest
-    assert report["vllm_version"] == "0.33.0" and report["patch_series"] == "vllm-0.33.0"
+    assert report["vllm_version"] == DEFAULT_VERSION and report["patch_series"] == f"vllm-{DEFAULT_VERSION}"
     assert report["geometry_verdict"] == "pass" and report["geometry_report"]["verdict"]["passed"] is True
     assert (report["os"], report["architecture"]) == ("linux", "amd64")
     assert set(report["phase_seconds"]) >= {"pull", "build", "verify-arch", "tag", "push"}
@@ -106,7 +107,7 @@ def test_happy_path_build_push_and_pull_back(amd64_build, registry, synthetic_ba
 
     # The patched files are in it, as the applier's manifest records them, and the gate's report.
     manifest = json.loads(image_file(pinned, f"{PAYLOAD_DIR}/manifest.json"))
-    assert manifest["version"] == "0.33.0" and manifest["series_sha256"] == report["patch_series_sha256"]
+    assert manifest["version"] == DEFAULT_VERSION and manifest["series_sha256"] == report["patch_series_sha256"]
     site = PurePosixPath(manifest["package_dir"]).parent
     assert len(manifest["files"]) >= 2
     for entry in manifest["files"]:
@@ -183,7 +184,7 @@ def test_base_with_the_wrong_vllm_fails_at_the_patch_step(registry, wrong_vllm_b
     assert run.returncode == 4, run.stderr
     error = next(line for line in run.stderr.splitlines() if line.startswith("error: "))
     assert error.startswith("error: build step failed: patch series: exited with code"), error
-    assert "0.33.0" in run.stderr  # the applier says which version it wanted
+    assert DEFAULT_VERSION in run.stderr  # the applier says which version it wanted
     assert "==> tag" not in run.stderr
     assert local_tags(repository) == []
     assert registry_tags(registry.address, registry.username, registry.password, repository_name(repository)) == []
@@ -251,21 +252,19 @@ def test_a_base_missing_locally_is_pulled_with_the_docker_config_credentials(
     """The base under another name, absent from the engine: refused without valid credentials, pulled with them."""
     base = synthetic_base_amd64
     elsewhere = unique_repository(registry.address, "base")
-    docker("tag", base.local_reference, f"{elsewhere}:v0.33.0-amd64")
-    docker("push", f"{elsewhere}:v0.33.0-amd64", config=logged_in)
-    docker("rmi", f"{elsewhere}:v0.33.0-amd64")
+    docker("tag", base.local_reference, f"{elsewhere}:{base.tag}")
+    docker("push", f"{elsewhere}:{base.tag}", config=logged_in)
+    docker("rmi", f"{elsewhere}:{base.tag}")
     docker("rmi", f"{elsewhere}@{base.digest}", check=False)
     assert docker("image", "inspect", f"{elsewhere}@{base.digest}", check=False).returncode != 0
-    recipe = recipe_copy(tmp_path, "b200-amd64", base=elsewhere, tag="v0.33.0-amd64", digest=base.digest)
+    recipe = recipe_copy(tmp_path, "b200-amd64", base=elsewhere, tag=base.tag, digest=base.digest)
     repository = unique_repository(registry.address, "pulled")
 
     wrong = docker_config(tmp_path, registry.address, registry.username, "not-the-password")
     refused = cli("build", "--recipe", str(recipe), "--repository", repository, docker_config_dir=wrong)
     assert refused.returncode == 7, refused.stderr
     assert "==> build" not in refused.stderr
-    assert (
-        f"error: pull {elsewhere}:v0.33.0-amd64@{base.digest}: the registry refused the credentials" in refused.stderr
-    )
+    assert f"error: pull {elsewhere}:{base.tag}@{base.digest}: the registry refused the credentials" in refused.stderr
 
     run = cli(
         "build",

@@ -23,13 +23,14 @@ import pytest
 import requests
 from stack_e2e import cli, docker_login, json_events, recipe_copy, repository_name, unique_repository
 
+from geometry.vllm_versions import DEFAULT_VERSION
 from stackbuild.image.registry import MANIFEST_ACCEPT
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.arm64]
 
 PLATFORMS = ["linux/amd64", "linux/arm64"]
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-BASE_INDEX_TAG = "v0.33.0-multiplatform"
+BASE_INDEX_TAG = f"v{DEFAULT_VERSION}-multiplatform"
 # recipes/glm53-flash-dflash2-sm100 tags: latest and sm{family}-{date}-{rev}; the copy lies outside the
 # repository, so {rev} is x + 11 hex digits of its inputs' digest; the date is SOURCE_DATE_EPOCH's.
 PINNED_RE = re.compile(r"sm100-20251130-x[0-9a-f]{11}")

@@ -12,6 +12,7 @@ import docker
 import pytest
 from stack_e2e import SOURCE_DATE_EPOCH, cli, recipe_copy, unique_repository
 
+from geometry.vllm_versions import DEFAULT_VERSION
 from stackbuild.core.recipe import load_recipe
 from stackbuild.image import connect as engine_mod
 from stackbuild.image.plan import make_plan
@@ -109,7 +110,7 @@ RUN for d in {caches}; do mkdir -p "$d" && echo shipped > "$d/from-the-base"; do
 def base_with_caches(docker_engine, registry, synthetic_base_amd64, tmp_path):
     """The synthetic amd64 base plus the three cache directories, pushed to the local registry."""
     repository = unique_repository(registry.address, "base-with-caches")
-    reference = f"{repository}:v0.33.0-amd64"
+    reference = f"{repository}:{synthetic_base_amd64.tag}"
     context = tmp_path / "base-with-caches"
     context.mkdir()
     (context / "Dockerfile").write_text(
@@ -155,7 +156,9 @@ def test_a_base_with_caches_keeps_them_and_builds_reproducibly(docker_engine, ba
         assert {p: v for p, v in paths.items() if p.startswith(BASE_CACHES)} == base_caches
         assert not [p for p in paths if p.startswith("/tmp/.glm53-step")]
 
-    recipe = load_recipe(recipe_copy(tmp_path, "b200-amd64", base=repository, tag="v0.33.0-amd64", digest=digest))
+    recipe = load_recipe(
+        recipe_copy(tmp_path, "b200-amd64", base=repository, tag=f"v{DEFAULT_VERSION}-amd64", digest=digest)
+    )
     plan = make_plan(recipe, repository="repro.test/glm53")
     assert plan.oracle_record is None
     _two_clean_builds(docker_engine, base, plan, check=nothing_of_the_base_deleted)

@@ -29,6 +29,7 @@ from models_support import DRAFTER_DIR, misfit_drafter, models_dir
 from stack_e2e import cli, docker_login, recipe_copy, unique_repository
 
 from geometry.verdict.gate_run import run_gate
+from geometry.vllm_versions import DEFAULT_VERSION
 from stackbuild.core.errors import GeometryGateFailed, MountedConfigUnusable
 from stackbuild.core.gate import gate_input
 from stackbuild.core.recipe import load_recipe
@@ -39,7 +40,7 @@ from stackbuild.serve.image_pin import ImagePin
 
 pytestmark = pytest.mark.docker
 
-STUB = "vllm stub (synthetic test base, vLLM 0.33.0): "
+STUB = f"vllm stub (synthetic test base, vLLM {DEFAULT_VERSION}): "
 PINNED_TAG = "sm100-b200-20251130"  # SOURCE_DATE_EPOCH of stack_e2e
 
 

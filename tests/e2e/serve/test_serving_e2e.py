@@ -35,6 +35,8 @@ from cpu_serving import CPU_IMAGE_REPOSITORY, build_cpu_image
 from support.repo import REPO
 from tiny_model import write_tiny_model
 
+from stackbuild.core.recipe import load_recipe
+
 pytestmark = pytest.mark.docker
 
 
@@ -313,7 +315,7 @@ def test_qualify_fails_a_server_whose_kv_cache_is_not_the_gates(baseline):
     blocks, tokens = recipe_kv_blocks(1)
     served_blocks, served_tokens = recipe_kv_blocks(BASELINE_KV_GIB)
     assert error[0].startswith(f"error: qualify {url}: the server's KV cache is not the gate's for "), error
-    where = f"(recipe {CPU_RECIPE}, vLLM 0.33.0 stock)"
+    where = f"(recipe {CPU_RECIPE}, vLLM {load_recipe(CPU_RECIPE).base.vllm_version} stock)"
     assert error[1:] == [
         f"  served num_gpu_blocks {served_blocks:,} != gate {blocks:,} {where}",
         f"  served kv_cache_tokens {served_tokens:,} != gate {tokens:,} {where}",

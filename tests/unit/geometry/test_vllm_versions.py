@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -15,7 +16,7 @@ import pytest
 from support.repo import REPO
 
 from geometry.model.inputs import GeometryInputs
-from geometry.vllm_versions import RELEASES, VllmVersionNotModelled, release
+from geometry.vllm_versions import DEFAULT_VERSION, RELEASES, VllmVersionNotModelled, release
 from stackbuild.core.errors import RecipeError
 from stackbuild.core.gate import gate_input
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
@@ -27,8 +28,8 @@ NOT_MODELLED = "9.99.0"
 def test_the_recipes_release_is_the_gate_inputs():
     recipe = load_recipe(DEFAULT_RECIPE)
     inputs = gate_input(recipe)
-    assert inputs.vllm_version == recipe.base.vllm_version == "0.33.0"
-    assert inputs.to_json()["vllm_version"] == "0.33.0"
+    assert inputs.vllm_version == recipe.base.vllm_version == DEFAULT_VERSION
+    assert inputs.to_json()["vllm_version"] == DEFAULT_VERSION
     assert GeometryInputs.from_json(inputs.to_json()) == inputs
 
 
@@ -36,17 +37,18 @@ def test_a_release_without_an_entry_is_refused_by_name():
     assert NOT_MODELLED not in RELEASES
     with pytest.raises(
         VllmVersionNotModelled,
-        match=r"^vLLM 9\.99\.0 is not modelled by the geometry gate \(modelled: 0\.33\.0, 0\.32\.0\)$",
+        match=rf"^vLLM 9\.99\.0 is not modelled by the geometry gate \(modelled: {re.escape(', '.join(RELEASES))}\)$",
     ):
         GeometryInputs.from_json(dict(C.recipe_input("overlay"), vllm_version=NOT_MODELLED))
     with pytest.raises(VllmVersionNotModelled):
         GeometryInputs.from_json(dict(C.recipe_input("overlay"), vllm_version=0.33))
 
 
-def test_a_local_build_label_names_the_same_release():
-    assert release("0.33.0+cpu") is release("0.33.0")
-    inputs = GeometryInputs.from_json(dict(C.recipe_input("overlay"), vllm_version="0.33.0+cpu"))
-    assert inputs.vllm is RELEASES["0.33.0"]
+@pytest.mark.parametrize("version", list(RELEASES))
+def test_a_local_build_label_names_the_same_release(version):
+    assert release(f"{version}+cpu") is release(version)
+    inputs = GeometryInputs.from_json(dict(C.recipe_input("overlay"), vllm_version=f"{version}+cpu"))
+    assert inputs.vllm is RELEASES[version]
 
 
 def test_the_in_image_gate_refuses_an_unmodelled_release_in_one_line(tmp_path):

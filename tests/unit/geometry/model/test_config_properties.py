@@ -35,6 +35,7 @@ from geometry.preflight.configs import MountedConfig
 from geometry.preflight.serve_flags import ServeFlags
 from geometry.verdict import table
 from geometry.verdict.gate_run import run_gate
+from geometry.vllm_versions import DEFAULT_VERSION
 
 EXAMPLES = int(os.environ.get("CONFIG_PROPERTY_EXAMPLES", "200"))
 GLM, DRAFTER = recipe_configs()
@@ -314,7 +315,7 @@ def _preflight(raw: dict) -> None:
         kv_cache_memory_bytes=raw["kv_cache_memory_bytes"],
         vllm_behaviour=raw["vllm_behaviour"],
         max_num_batched_tokens=raw.get("max_num_batched_tokens"),
-        vllm_version=raw.get("vllm_version", "0.33.0"),
+        vllm_version=raw.get("vllm_version", DEFAULT_VERSION),
     )
     inputs = derive_inputs(
         flags, mounted("target", raw["target_config"]), mounted("drafter", raw["drafter_config"]), built

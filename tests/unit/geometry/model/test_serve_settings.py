@@ -11,6 +11,7 @@ from geometry_cases import recipe_configs
 from geometry.model.inputs import build_inputs
 from geometry.model.serve_settings import ServeDefaults, ServeSettings
 from geometry.preflight.check import build_defaults
+from geometry.vllm_versions import DEFAULT_VERSION
 from stackbuild.core.gate import gate_input, serve_defaults
 from stackbuild.core.gpus import serve_batched_tokens
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
@@ -22,7 +23,7 @@ DEFAULTS = ServeDefaults(
     vllm_behaviour="overlay",
     kv_cache_memory_bytes=3 << 30,
     max_num_batched_tokens=16384,
-    vllm_version="0.33.0",
+    vllm_version=DEFAULT_VERSION,
 )
 UNSET = ServeSettings(
     tensor_parallel_size=1,

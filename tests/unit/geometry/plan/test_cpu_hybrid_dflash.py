@@ -19,17 +19,18 @@ from geometry.model.inputs import GeometryInputs
 from geometry.plan.concurrency import concurrency
 from geometry.plan.simulate import simulate
 from geometry.verdict.gate import judge
+from geometry.vllm_versions import RELEASES, V0_32_0
 
 RECIPE = H.RECIPE_DIR / "recipe.yaml"
 
 
-def _run(kv_heads: int, behaviour: str = "stock", version: str = "0.32.0", **changes):
+def _run(kv_heads: int, behaviour: str = "stock", version: str = V0_32_0.version, **changes):
     inputs = GeometryInputs.from_json(H.gate_input(kv_heads, behaviour=behaviour, version=version, **changes))
     report = simulate(inputs)
     return inputs, report, judge(report, inputs), concurrency(report, inputs)
 
 
-@pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
+@pytest.mark.parametrize("version", sorted(RELEASES))
 @pytest.mark.parametrize("kv_heads", sorted(H.LIVE_SERVER))
 def test_stock_gives_the_live_servers_group_blocks_and_tokens(kv_heads, version):
     """The live server's `kv cache group sizes` and `CPU KV cache size: N tokens` (0.33.0's CPU platform

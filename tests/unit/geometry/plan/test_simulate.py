@@ -32,6 +32,7 @@ from geometry.plan.concurrency import concurrency, request_prefill  # noqa: E402
 from geometry.plan.simulate import simulate  # noqa: E402
 from geometry.verdict.gate import check  # noqa: E402
 from geometry.verdict.table import render_text, to_json  # noqa: E402
+from geometry.vllm_versions import DEFAULT_VERSION
 from stackbuild.core.gate import gate_input  # noqa: E402
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
 
@@ -461,7 +462,7 @@ def _manifest(patches=(), files=()):
     return {
         "schema": "glm53-overlay-manifest/1",
         "package": "vllm",
-        "version": "0.33.0",
+        "version": DEFAULT_VERSION,
         "package_dir": "/usr/lib/python3/site-packages/vllm",
         "series": "/opt/glm53-overlay/overlay/series/x",
         "series_sha256": "0" * 64,

@@ -25,6 +25,7 @@ from recipe_copies import TEST_DIGEST, copy_recipe
 from recipe_copies import set_key as _set
 from support.repo import REPO
 
+from geometry.vllm_versions import DEFAULT_VERSION
 from stackbuild import cli as cli_module
 from stackbuild.cli import gate as gate_commands
 
@@ -375,7 +376,7 @@ RECIPE_PATHS = [
     (
         "series-traversal",
         "overlay.series",
-        "../series/vllm-0.33.0",
+        f"../series/vllm-{DEFAULT_VERSION}",
         "overlay.series: must be the name of a directory in overlay/series/",
     ),
     ("series-absolute", "overlay.series", "/etc", "overlay.series: must be the name of a directory"),
@@ -403,7 +404,7 @@ REFERENCES = [
     ("repository-uppercase-digest", "image.repository", "ghcr.io/{owner}/glm53@sha256:" + "A" * 64, "(invalid digest;"),
     ("base-uppercase", "base.image", "VLLM/vllm-openai", "must be lowercase"),
     ("base-space", "base.image", "vllm/vllm openai", "invalid reference format"),
-    ("base-tag-space", "base.tag", "v0.33.0 rc", "not a valid image tag"),
+    ("base-tag-space", "base.tag", f"v{DEFAULT_VERSION} rc", "not a valid image tag"),
     ("tag-uppercase-allowed-but-space-not", "image.tags", ["latest", "GB 300"], "image.tags[1]: not a valid image tag"),
     ("tag-too-long", "image.tags", ["x" * 129], "image.tags[0]: not a valid image tag"),
     ("tag-bad-placeholder", "image.tags", ["{date.year}"], "image.tags[0]: unknown placeholder"),
@@ -974,7 +975,9 @@ def test_api_key_comes_from_the_env_file(tmp_path):
     from stackbuild.serve.compose import render_compose
     from stackbuild.serve.compose_service import env_file_name
 
-    source = REPO / ".cache" / "vllm-0.33.0" / "vllm" / "entrypoints" / "serve" / "middleware" / "register.py"
+    source = (
+        REPO / ".cache" / f"vllm-{DEFAULT_VERSION}" / "vllm" / "entrypoints" / "serve" / "middleware" / "register.py"
+    )
     if source.exists():
         assert "args.api_key or [envs.VLLM_API_KEY]" in source.read_text()
     recipe = load_recipe(copy_recipe(tmp_path, _pinned()))

@@ -20,6 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from recipe_copies import DEFAULT_RECIPE_DIR, TEST_DIGEST, copy_recipe
 
+from geometry.vllm_versions import DEFAULT_VERSION
+
 RECIPE = yaml.safe_load((DEFAULT_RECIPE_DIR / "recipe.yaml").read_text())
 CONFIGS = {
     which: json.loads((DEFAULT_RECIPE_DIR / "configs" / f"{which}.config.json").read_text())
@@ -73,7 +75,7 @@ values = st.one_of(
             "configs/target.config.json",
             "sha256:" + "0" * 64,
             "linux/arm64",
-            "vllm-0.33.0",
+            f"vllm-{DEFAULT_VERSION}",
             "--flag value",
             "x" * 300,
         ]

@@ -12,13 +12,15 @@ import pytest
 from recipe_copies import copy_recipe, pinned, set_key
 from support.repo import REPO
 
+from geometry.vllm_versions import DEFAULT_VERSION
+
 COMMANDS = (("geometry",), ("render",), ("build", "--dry-run"), ("compose", "-o", "{out}"))
 
 CASES = {
     "series for another vLLM": (
         set_key("base.vllm_version", "0.34.0"),
-        "base.vllm_version: 0.34.0: the patch series 'vllm-0.33.0' is written for vLLM 0.33.0 "
-        "(overlay/series/vllm-0.33.0/lock.json)",
+        f"base.vllm_version: 0.34.0: the patch series 'vllm-{DEFAULT_VERSION}' is written for vLLM "
+        f"{DEFAULT_VERSION} (overlay/series/vllm-{DEFAULT_VERSION}/lock.json)",
     ),
     "extra_args repeats a flag": (
         set_key("serving.extra_args", ["--tensor-parallel-size", "2"]),

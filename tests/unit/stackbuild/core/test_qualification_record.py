@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from geometry.vllm_versions import DEFAULT_VERSION
 from stackbuild.core.qualification_record import PREDICATE_TYPE, QualificationRecord, RecordInvalid, summary_line
 
 RECORD = QualificationRecord(
@@ -17,7 +18,7 @@ RECORD = QualificationRecord(
     verdict="pass",
     url="http://127.0.0.1:8000",
     model="glm",
-    vllm_version="0.33.0",
+    vllm_version=DEFAULT_VERSION,
     recipe_name="gb300",
     recipe_sha256="cd" * 32,
     hardware={"gpu": "GB300", "tensor_parallel_size": 1},

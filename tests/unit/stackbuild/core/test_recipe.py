@@ -13,6 +13,7 @@ from recipe_copies import delete_key as _delete
 from recipe_copies import set_key as _set
 from support.repo import REPO
 
+from geometry.vllm_versions import DEFAULT_VERSION
 from stackbuild.core.errors import RecipeError
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 
@@ -229,12 +230,12 @@ def test_unpinned_base_is_refused_unless_allowed(tmp_path):
     result = run_build(path)
     assert result.returncode == 2
     assert result.stderr == (
-        f"error: {path}: base.digest: vllm/vllm-openai:v0.33.0 is not pinned (no digest in the recipe, "
+        f"error: {path}: base.digest: vllm/vllm-openai:v{DEFAULT_VERSION} is not pinned (no digest in the recipe, "
         f"no recipe.lock.json); run `build.py lock --recipe {path}` or pass --allow-unpinned\n"
     )
     allowed = run_build(path, "--allow-unpinned", "--dry-run")
     assert allowed.returncode == 0, allowed.stderr
-    assert "FROM vllm/vllm-openai:v0.33.0\n" in allowed.stdout
+    assert f"FROM vllm/vllm-openai:v{DEFAULT_VERSION}\n" in allowed.stdout
 
 
 def test_stale_lock_is_refused(tmp_path):
@@ -249,7 +250,7 @@ def test_stale_lock_is_refused(tmp_path):
     assert result.returncode == 2
     assert result.stderr == (
         f"error: {lock}: base: the lock pins vllm/vllm-openai:v0.32.0 for linux/arm64, the recipe asks for "
-        f"vllm/vllm-openai:v0.33.0 for linux/arm64; run `build.py lock --recipe {path.resolve()}`\n"
+        f"vllm/vllm-openai:v{DEFAULT_VERSION} for linux/arm64; run `build.py lock --recipe {path.resolve()}`\n"
     )
 
 
@@ -258,7 +259,14 @@ def test_lock_and_recipe_digest_must_agree(tmp_path):
     path = copy_recipe(tmp_path, _set("base.digest", other))
     (path.parent / "recipe.lock.json").write_text(
         json.dumps(
-            {"base": {"image": "vllm/vllm-openai", "tag": "v0.33.0", "platform": "linux/arm64", "digest": TEST_DIGEST}}
+            {
+                "base": {
+                    "image": "vllm/vllm-openai",
+                    "tag": f"v{DEFAULT_VERSION}",
+                    "platform": "linux/arm64",
+                    "digest": TEST_DIGEST,
+                }
+            }
         )
     )
     result = run_build(path, "--dry-run")

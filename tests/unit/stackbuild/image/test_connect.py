@@ -10,6 +10,7 @@ import time
 import pytest
 from support.repo import REPO
 
+from geometry.vllm_versions import DEFAULT_VERSION
 from stackbuild.core.errors import EngineUnavailable
 from stackbuild.image import connect as connect_mod
 
@@ -42,7 +43,7 @@ def test_build_with_no_daemon_is_exit_3_and_tags_nothing(tmp_path):
         tmp_path,
         "b200-amd64",
         base="127.0.0.1:5000/vllm/vllm-openai",
-        tag="v0.33.0-amd64",
+        tag=f"v{DEFAULT_VERSION}-amd64",
         digest="sha256:" + "ab" * 32,
     )
     run = cli(

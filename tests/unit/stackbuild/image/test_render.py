@@ -21,6 +21,7 @@ from geometry.image_contract import (
     read_image_labels,
     step_name,
 )
+from geometry.vllm_versions import DEFAULT_VERSION
 from stackbuild.core.recipe import load_recipe
 from stackbuild.image.plan import make_plan
 from stackbuild.image.render import render, write_context
@@ -48,7 +49,7 @@ def plan(tmp_path, monkeypatch):
 
 def test_from_is_the_base_by_tag_and_digest(plan):
     steps = instructions(render(plan))
-    assert steps[0] == ("FROM", f"vllm/vllm-openai:v0.33.0@{TEST_DIGEST}")
+    assert steps[0] == ("FROM", f"vllm/vllm-openai:v{DEFAULT_VERSION}@{TEST_DIGEST}")
     assert [w for w, _ in steps].count("FROM") == 1
 
 
@@ -62,7 +63,9 @@ def test_steps_run_in_order_and_fail_hard(plan):
     arch, _, series = patch.partition(" fi; ")
     assert arch.startswith('machine="$(uname -m)";') and '"aarch64"' in arch
     assert f"exit {ARCHITECTURE_MISMATCH_STATUS};" in arch and "apply.py" not in arch and "mktemp" not in arch
-    assert "overlay/apply.py" in series and "--series /opt/glm53-overlay/overlay/series/vllm-0.33.0" in series
+    assert (
+        "overlay/apply.py" in series and f"--series /opt/glm53-overlay/overlay/series/vllm-{DEFAULT_VERSION}" in series
+    )
     # The gate runs as a module, the payload root on its path, with the command line the contract builds.
     assert (
         "env PYTHONPATH=/opt/glm53-overlay python3 -m geometry.gate_main --input /opt/glm53-overlay/gate-input.json"
@@ -124,12 +127,12 @@ def label_line(plan) -> dict:
 
 def test_labels_present_and_derived_from_recipe(plan):
     labels = label_line(plan)
-    assert labels["org.opencontainers.image.base.name"] == "vllm/vllm-openai:v0.33.0"
+    assert labels["org.opencontainers.image.base.name"] == f"vllm/vllm-openai:v{DEFAULT_VERSION}"
     assert labels["org.opencontainers.image.base.digest"] == TEST_DIGEST
     assert labels["org.opencontainers.image.created"] == "2025-11-30T00:00:00Z"
     assert labels["org.opencontainers.image.version"] == plan.image.tags[1]
     assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?|unknown", labels["org.opencontainers.image.revision"])
-    assert labels["io.github.glm53.vllm.version"] == "0.33.0"
+    assert labels["io.github.glm53.vllm.version"] == DEFAULT_VERSION
     assert re.fullmatch(r"[0-9a-f]{64}", labels["io.github.glm53.overlay.series.sha256"])
     assert labels["io.github.glm53.geometry.verdict"] in ("pass", "fail")
     assert labels["io.github.glm53.drafter.license"] == "CC-BY-NC-ND-4.0"

@@ -304,7 +304,7 @@ def test_a_served_kv_cache_other_than_the_gates_names_both_numbers():
     same = allocation.check(p, ({"block_size": "128", "num_gpu_blocks": str(p.num_gpu_blocks)},), None)
     assert same.differences == () and all(f.matches for f in same.figures)
     other = allocation.check(p, ({"block_size": "128", "num_gpu_blocks": str(p.num_gpu_blocks - 1)},), log)
-    where = f"(recipe {CPU_RECIPE}, vLLM 0.33.0 stock)"
+    where = f"(recipe {CPU_RECIPE}, vLLM {load_recipe(CPU_RECIPE).base.vllm_version} stock)"
     assert other.differences == (
         f"served num_gpu_blocks {p.num_gpu_blocks - 1:,} != gate {p.num_gpu_blocks:,} {where}",
         f"served kv_cache_tokens {p.kv_cache_tokens * 2:,} != gate {p.kv_cache_tokens:,} {where}",
