@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from click.testing import CliRunner, Result
+from recipe_copies import TEST_DIGEST
 from support.repo import REPO
 
 from stackbuild.cli import cli
@@ -75,3 +76,36 @@ def edit_json(path: Path, edit: Callable[[dict], Any]) -> None:
     data = json.loads(path.read_text())
     edit(data)
     path.write_text(json.dumps(data, indent=2))
+
+
+GIB = 1024**3
+CHECK_COMMANDS = ("geometry", "build", "compose")
+
+
+def with_base_digest(edit=None):
+    def both(data):
+        data["base"]["digest"] = TEST_DIGEST
+        if edit:
+            edit(data)
+
+    return both
+
+
+def check_command(name: str, recipe: Path, out: Path) -> list:
+    if name == "geometry":
+        return ["geometry", "--recipe", recipe]
+    if name == "build":  # an owner: no notice of the stand-in one on stderr, only the refusal
+        return ["build", "--dry-run", "--owner", "acme", "--recipe", recipe]
+    return ["compose", "--recipe", recipe, "-o", out, "--digest", DIGEST]
+
+
+def run_everywhere(tmp_path: Path, recipe: Path, code: int, *needles: str) -> None:
+    """Each command (the dry run of the build included: it exits as the build would) refuses the same way
+    and writes nothing (its -o included)."""
+    out = tmp_path / "out.compose.yaml"
+    before = snapshot(tmp_path, *DEFAULT_OUTPUT_DIRS)
+    for name in CHECK_COMMANDS:
+        line = assert_refused(invoke(check_command(name, recipe, out)), code, *needles)
+        assert not out.exists()
+        assert snapshot(tmp_path, *DEFAULT_OUTPUT_DIRS) == before, name
+    return line

@@ -1,7 +1,7 @@
 """Every documented exit code is one a command returns, and a test runs a command that returns it.
 
 The codes come from geometry/errors.py ExitCode (the docs' table is generated from it).
-Most are exercised where their failure lives (bad input in tests/unit/stackbuild/cli/test_bad_input.py, the
+Most are exercised where their failure lives (bad input in tests/unit/stackbuild/cli/test_bad_*.py, the
 registry and engine in tests/image/*_e2e.py, `qualify` in tests/unit/stackbuild/serve/qualify/test_qualify.py, ...):
 :func:`exercised_codes` finds them by reading the tests, so nothing here runs them twice.
 :data:`TABLE` runs, through the real CLI in this process, the commands no other test drives
@@ -159,7 +159,10 @@ def test_every_documented_code_is_exercised_or_listed_with_why():
 def test_the_scan_sees_the_tests_that_assert_codes():
     """The scan is what the check above rests on: it finds tests known to drive commands to their codes."""
     found = exercised_codes()
-    assert "cli/test_bad_input.py::test_an_unexpected_exception_is_one_line_with_its_own_code" in found[70]
+    assert (
+        "unit/stackbuild/cli/test_bad_owners_and_serving.py::test_an_unexpected_exception_is_one_line_with_its_own_code"
+        in found[70]
+    )
     assert "serve/qualify/test_qualify.py::test_nothing_listens" in found[20]
     assert "image/test_pinned_tags_e2e.py::test_build_push_onto_a_taken_pinned_tag_tags_and_pushes_nothing" in found[14]
     assert "serve/test_compose_version.py::test_a_compose_binary_that_does_not_run_is_refused" in found[29]
