@@ -163,6 +163,11 @@ def test_the_scan_sees_the_tests_that_assert_codes():
         "unit/stackbuild/cli/test_bad_owners_and_serving.py::test_an_unexpected_exception_is_one_line_with_its_own_code"
         in found[70]
     )
-    assert "serve/qualify/test_qualify.py::test_nothing_listens" in found[20]
-    assert "image/test_pinned_tags_e2e.py::test_build_push_onto_a_taken_pinned_tag_tags_and_pushes_nothing" in found[14]
-    assert "serve/test_compose_version.py::test_a_compose_binary_that_does_not_run_is_refused" in found[29]
+    assert "unit/stackbuild/serve/qualify/test_qualify.py::test_nothing_listens" in found[20]
+    assert (
+        "e2e/image/test_pinned_tags_e2e.py::test_build_push_onto_a_taken_pinned_tag_tags_and_pushes_nothing"
+        in found[14]
+    )
+    assert (
+        "unit/stackbuild/serve/test_compose_version.py::test_a_compose_binary_that_does_not_run_is_refused" in found[29]
+    )
