@@ -28,17 +28,17 @@ def pristine_dir() -> Path:
 
 
 def series_pristine(series: Path) -> Path:
-    """The pristine tree of ``series`` (overlay.pristine.pristine_dir: $OVERLAY_CACHE/<name>, default
+    """The pristine tree of ``series`` (tools.pristine.pristine_dir: $OVERLAY_CACHE/<name>, default
     .cache/<name>; VLLM_PRISTINE_DIR for the default series), or unavailable."""
-    from overlay.pristine import pristine_dir as series_tree
-    from overlay.pristine import read_base
+    from tools.pristine import pristine_dir as series_tree
+    from tools.pristine import read_base
 
     path = series_tree(series)
     base = read_base(series)
     if not (path / base.package / "__init__.py").is_file():
         unavailable(
             f"no pristine {base.requirement} tree at {path}: run "
-            f"`make -f overlay/pristine.mk pristine SERIES={series.name}` or set OVERLAY_CACHE"
+            f"`make -f tools/pristine.mk pristine SERIES={series.name}` or set OVERLAY_CACHE"
         )
     return path
 

@@ -391,8 +391,8 @@ def test_patch_0002_is_needed(trees, tmp_path):
 
     from overlay_helpers import SERIES
 
-    from overlay import refresh
     from overlay.lock import read_series
+    from tools import refresh_lock as refresh
 
     series = tmp_path / "series" / SERIES.name
     shutil.copytree(SERIES, series)
