@@ -141,7 +141,7 @@ def oracle_python() -> str:
 
 
 def run_plan(site: Path, cases: list, python: str, env: dict | None = None):
-    """The engine-core planning process (``python -m geometry.oracle
+    """The engine-core planning process (``python -m support.engine_core_cli
     --engine-core``) for ``cases`` against the vLLM tree at ``site``
     (``env`` is added to this process's environment; a None value removes
     the variable)."""
@@ -149,7 +149,7 @@ def run_plan(site: Path, cases: list, python: str, env: dict | None = None):
         os.environ,
         VLLM_TARGET_DEVICE="cpu",
         PYTHONDONTWRITEBYTECODE="1",
-        PYTHONPATH=os.pathsep.join([str(site), str(REPO)]),
+        PYTHONPATH=os.pathsep.join([str(site), str(REPO), str(REPO / "tests")]),
     )
     for key, value in (env or {}).items():
         if value is None:
@@ -158,7 +158,7 @@ def run_plan(site: Path, cases: list, python: str, env: dict | None = None):
             merged[key] = value
     env = merged
     return subprocess.run(
-        [python, "-m", "geometry.oracle", "--engine-core", json.dumps(cases)],
+        [python, "-m", "support.engine_core_cli", "--engine-core", json.dumps(cases)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -190,7 +190,7 @@ def prefix_hits(site: Path, cases: list, python: str) -> list:
         os.environ,
         VLLM_TARGET_DEVICE="cpu",
         PYTHONDONTWRITEBYTECODE="1",
-        PYTHONPATH=os.pathsep.join([str(site), str(REPO)]),
+        PYTHONPATH=os.pathsep.join([str(site), str(REPO), str(REPO / "tests")]),
     )
     proc = subprocess.run(
         [python, str(HITS_DRIVER), str(site), json.dumps(cases)],
