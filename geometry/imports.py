@@ -7,7 +7,8 @@ the files with this one function, so the host and the image see the same set of 
 Every import statement counts, at any depth (function bodies, ``try``, ``if``); importing
 ``a.b.c`` counts ``a/__init__.py`` and ``a/b/__init__.py`` too; ``from P import name`` counts
 ``P.name`` when that is a module. A module not found under the root (the standard library,
-vLLM, torch) is left out, and so is a name only imported by string (``importlib``).
+vLLM, torch) is left out, and so is a name only imported by string (``importlib``). A module
+that does not parse imports nothing (it is still part of the closure).
 """
 
 from __future__ import annotations
@@ -38,7 +39,11 @@ def _module_name(relative: str) -> tuple[str, str]:
 def _imported(root: str, relative: str) -> Iterator[str]:
     """Every dotted name an import statement of the module at ``relative`` may load."""
     with open(os.path.join(root, relative), "rb") as fh:
-        tree = ast.parse(fh.read(), filename=relative)
+        source = fh.read()
+    try:
+        tree = ast.parse(source, filename=relative)
+    except (SyntaxError, ValueError):  # it ships as it is and fails where Python runs it
+        return
     _, package = _module_name(relative)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

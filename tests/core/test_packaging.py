@@ -45,9 +45,9 @@ def test_every_package_of_the_project_is_listed_and_build_py_is_not():
     with_init = {
         ".".join(p.parent.relative_to(REPO).parts)
         for p in tracked("*__init__.py")
-        if p.parent != REPO and p.parts[len(REPO.parts)] not in ("tests", "bench", ".github")
+        if p.parent != REPO and p.parts[len(REPO.parts)] not in ("tests", "tools", "bench", ".github")
     }
-    sources = [p for p in tracked("*.py") if p.parts[len(REPO.parts)] not in ("tests", "bench", ".github")]
+    sources = [p for p in tracked("*.py") if p.parts[len(REPO.parts)] not in ("tests", "tools", "bench", ".github")]
     imported = set().union(*(top_level_imports(p) for p in sources))
     ours = {name for name in imported if (REPO / name).is_dir()}
     assert with_init | ours <= listed
