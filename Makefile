@@ -25,7 +25,7 @@ export IMAGE_OWNER
 
 .PHONY: owner host install test-install oracle deps lock record image compose geometry docs lint test test-setup bench pristine clean
 
-include overlay/pristine.mk
+include tools/pristine.mk
 
 # The project itself, editable: the direct dependencies' pins are in pyproject.toml, everything
 # they pull in is pinned by the two constraints files. `install` (what image, compose, geometry,

@@ -77,6 +77,8 @@ _API: dict[str, tuple[str, str | None]] = {
     "parse_serve_args": ("geometry.preflight.serve_flags", "parse_serve_args"),
     "read_config": ("geometry.preflight.configs", "read_config"),
     "snapshot_of": ("geometry.preflight.checkpoint", "snapshot_of"),
+    # what the image's entry points import (the payload the render copies)
+    "import_closure": ("geometry.imports", "import_closure"),
     # the documents, as namespaces
     "contract": ("geometry.image_contract", None),
     "oracle_record": ("geometry.oracle.record", None),

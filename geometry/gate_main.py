@@ -43,7 +43,7 @@ from geometry.image_contract import (
 )
 from geometry.model import inputs as inputs_mod
 from geometry.oracle import record as record_mod
-from geometry.oracle.cross_check import CODE_DIR, CrossCheck
+from geometry.oracle.cross_check import CODE_ROOT, CrossCheck
 from geometry.oracle.installed import import_patched, overlay_applied, patched_modules
 from geometry.verdict import table
 from geometry.verdict.gate_run import run_gate
@@ -54,7 +54,7 @@ DEFAULT_MANIFEST = payload_path(OVERLAY_MANIFEST)
 EXIT_BAD_INPUT = ExitCode.BAD_INPUT
 
 
-def _oracle_from_record(path: str, raw: dict, code_dir: str, modules: list[str] | None) -> tuple[dict | None, str]:
+def _oracle_from_record(path: str, raw: dict, code_root: str, modules: list[str] | None) -> tuple[dict | None, str]:
     """(the record, a note) when ``path`` holds vLLM's answer for this vLLM and these inputs, else (None, why not).
 
     ``modules``: the patched modules this run must see imported (None: no import
@@ -63,7 +63,7 @@ def _oracle_from_record(path: str, raw: dict, code_dir: str, modules: list[str] 
     if not os.path.exists(path):
         return None, f"no oracle record at {path}: planning with the installed vLLM"
     rec = record_mod.load(path)
-    why = record_mod.stale_because(rec, raw, code_dir)
+    why = record_mod.stale_because(rec, raw, code_root)
     if why is None and modules is not None and rec.get("patched_modules_imported") != modules:
         why = "it was made without importing the patched modules " + ", ".join(modules)
     if why:
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         wanted = patched_modules(args.overlay_manifest) if args.import_patched else None
         recorded, record_note = None, None
         if args.oracle_record:
-            recorded, record_note = _oracle_from_record(args.oracle_record, raw, CODE_DIR, wanted)
+            recorded, record_note = _oracle_from_record(args.oracle_record, raw, CODE_ROOT, wanted)
     except (OSError, ValueError, BadInput) as exc:  # RecordError, ContractError, ManifestError are ValueErrors
         print(f"{GATE_REASON_PREFIX}bad input: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

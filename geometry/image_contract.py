@@ -18,7 +18,7 @@ in-image gate and the start-time pre-flight all import this module:
   the render into the pre-flight payload, read by the start-time check's rank
   fingerprint: a container cannot read its own image's LABELs).
 
-It ships in the image with the rest of geometry/ (the gate payload).
+It ships in the image in the gate payload: the gate and the pre-flight import it.
 """
 
 from __future__ import annotations
@@ -46,9 +46,10 @@ GATE_REPORT = "geometry-report.json"  # written by the gate step
 PREFLIGHT_CHECKED = "preflight-checked.json"  # what the build checked, read at start (pre-flight payload)
 IMAGE_LABELS = "image-labels.json"  # the labels the build sets on the image, read at start (pre-flight payload)
 # The start-time check: a subpackage of geometry/ copied after the gate step (its edits do not
-# re-run the gate) and left out of the oracle record's code digest (it does not drive vLLM's planning).
+# re-run the gate; the gate imports none of it, so the oracle record's code digest leaves it out).
 PREFLIGHT_PACKAGE = "geometry/preflight"
 PREFLIGHT_ENTRYPOINT = f"{PREFLIGHT_PACKAGE}/entrypoint.py"  # the image's ENTRYPOINT (pre-flight payload)
+GATE_SCRIPT = "geometry/sim_glm5_drafter_hades.py"  # the gate under the script name published images use
 
 
 def payload_path(name: str, payload_dir: str = PAYLOAD_DIR) -> str:
@@ -58,6 +59,7 @@ def payload_path(name: str, payload_dir: str = PAYLOAD_DIR) -> str:
 
 # ------------------------------------------------------------- the gate's argv
 GATE_MODULE = "geometry.gate_main"
+GATE_MODULE_PATH = GATE_MODULE.replace(".", "/") + ".py"  # its file under the payload root (gate payload)
 
 
 def gate_argv(

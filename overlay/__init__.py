@@ -15,7 +15,7 @@ of the project is in the image. One idea per module:
   the start-time pre-flight and the SBOM;
 - ``patch_tree``: the whole application (``apply_series``); ``apply``: its command line.
 
-Maintainer tools, never copied into the image: ``refresh`` (recomputing ``lock.json``),
-``pristine`` (which wheel a series is made against, unpacking its tree) and ``port`` (carrying
-a series to another pristine tree, hunk by hunk).
+The maintainers' tools for the series are in tools/ (not in the image): ``refresh_lock``
+(recomputing ``lock.json``), ``pristine`` (which wheel a series is made against, unpacking its
+tree) and ``port_series`` (carrying a series to another pristine tree, hunk by hunk).
 """

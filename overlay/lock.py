@@ -1,8 +1,8 @@
 """A patch series and its lock.
 
 A series directory holds ``series`` (the patch names in application order),
-the patches, ``distribution`` (the wheel it is made against: ``overlay.pristine``) and
-``lock.json`` (written by ``refresh``: the package directory, the distribution and version
+the patches, ``distribution`` (the wheel it is made against: ``tools.pristine``) and
+``lock.json`` (written by ``tools/refresh_lock.py``: the package directory, the distribution and version
 the series targets, where the pristine files came from, the pristine and patched sha256 of every file it touches,
 and each patch's sha256).
 """
@@ -79,7 +79,7 @@ def read_lock(series_dir) -> dict:
     try:
         lock = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise OverlayError(f"{path}: missing; run overlay/refresh.py") from None
+        raise OverlayError(f"{path}: missing; run python -m tools.refresh_lock") from None
     except ValueError as exc:
         raise OverlayError(f"{path}: not valid JSON ({exc})") from None
     for key in ("package", "distribution", "version", "source", "files", "patches"):
@@ -101,11 +101,12 @@ def load_patches(series_dir, lock) -> list:
         data = path.read_bytes()
         want = lock["patches"].get(name)
         if want is None:
-            errors.append(f"{path}: not recorded in {LOCK_FILE}; run overlay/refresh.py")
+            errors.append(f"{path}: not recorded in {LOCK_FILE}; run python -m tools.refresh_lock")
             continue
         if sha256_bytes(data) != want:
             errors.append(
-                f"{path}: sha256 {sha256_bytes(data)} differs from {LOCK_FILE} ({want}); run overlay/refresh.py"
+                f"{path}: sha256 {sha256_bytes(data)} differs from {LOCK_FILE} ({want}); "
+                "run python -m tools.refresh_lock"
             )
             continue
         result.append((name, parse_patch(data, name)))

@@ -30,17 +30,17 @@ def pristine_dir() -> Path:
 
 
 def series_pristine(series: Path) -> Path:
-    """The pristine tree of ``series`` (overlay.pristine.pristine_dir: $OVERLAY_CACHE/<name>, default
+    """The pristine tree of ``series`` (tools.pristine.pristine_dir: $OVERLAY_CACHE/<name>, default
     .cache/<name>; VLLM_PRISTINE_DIR for the default series), or unavailable."""
-    from overlay.pristine import pristine_dir as series_tree
-    from overlay.pristine import read_base
+    from tools.pristine import pristine_dir as series_tree
+    from tools.pristine import read_base
 
     path = series_tree(series)
     base = read_base(series)
     if not (path / base.package / "__init__.py").is_file():
         unavailable(
             f"no pristine {base.requirement} tree at {path}: run "
-            f"`make -f overlay/pristine.mk pristine SERIES={series.name}` or set OVERLAY_CACHE"
+            f"`make -f tools/pristine.mk pristine SERIES={series.name}` or set OVERLAY_CACHE"
         )
     return path
 
@@ -143,7 +143,7 @@ def oracle_python() -> str:
 
 
 def run_plan(site: Path, cases: list, python: str, env: dict | None = None):
-    """The engine-core planning process (``python -m geometry.oracle
+    """The engine-core planning process (``python -m support.engine_core_cli
     --engine-core``) for ``cases`` against the vLLM tree at ``site``
     (``env`` is added to this process's environment; a None value removes
     the variable)."""
@@ -151,7 +151,7 @@ def run_plan(site: Path, cases: list, python: str, env: dict | None = None):
         os.environ,
         VLLM_TARGET_DEVICE="cpu",
         PYTHONDONTWRITEBYTECODE="1",
-        PYTHONPATH=os.pathsep.join([str(site), str(REPO)]),
+        PYTHONPATH=os.pathsep.join([str(site), str(REPO), str(REPO / "tests")]),
     )
     for key, value in (env or {}).items():
         if value is None:
@@ -160,7 +160,7 @@ def run_plan(site: Path, cases: list, python: str, env: dict | None = None):
             merged[key] = value
     env = merged
     return subprocess.run(
-        [python, "-m", "geometry.oracle", "--engine-core", json.dumps(cases)],
+        [python, "-m", "support.engine_core_cli", "--engine-core", json.dumps(cases)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -192,7 +192,7 @@ def prefix_hits(site: Path, cases: list, python: str) -> list:
         os.environ,
         VLLM_TARGET_DEVICE="cpu",
         PYTHONDONTWRITEBYTECODE="1",
-        PYTHONPATH=os.pathsep.join([str(site), str(REPO)]),
+        PYTHONPATH=os.pathsep.join([str(site), str(REPO), str(REPO / "tests")]),
     )
     proc = subprocess.run(
         [python, str(HITS_DRIVER), str(site), json.dumps(cases)],

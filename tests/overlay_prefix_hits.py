@@ -8,7 +8,7 @@ under test (pristine or patched), with the repository on ``PYTHONPATH``::
 
 For each case it prints one ``PREFIX_HITS {json}`` line.
 
-The KV cache configuration comes from ``geometry.oracle.engine_core_plan``
+The KV cache configuration comes from ``support.engine_core.engine_core_plan``
 (vLLM's ``EngineCore._initialize_kv_caches`` on the layer specs of the recipe). From
 there everything is vLLM's, set up the way ``EngineCore.__init__`` does it:
 
@@ -129,10 +129,9 @@ def _run_to_completion(scheduler, request) -> list[int]:
 
 
 def _case(case: dict) -> dict:
+    from support.engine_core import engine_core_plan
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-
-    from geometry.oracle import engine_core_plan
 
     built = engine_core_plan(case["params"])
     vllm_config = built.vllm_config

@@ -16,8 +16,9 @@ from geometry.model.inputs import GeometryInputs
 from geometry.oracle import record as record_mod
 from geometry.plan.report import GeometryReport
 
-# The geometry code the oracle records are keyed by (record.code_digest): the whole geometry package.
-CODE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Where the gate's code is (record.code_digest hashes what the gate imports under it): the directory
+# holding geometry/, the payload root in the image.
+CODE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RECORD_SOURCE = "record"
 IMPORTED_SOURCE = "imported vLLM"
 
@@ -90,6 +91,6 @@ def compare_with_vllm(inputs: GeometryInputs, modelled: GeometryReport, how: Cro
             source=IMPORTED_SOURCE, behaviour=modelled.behaviour, differences=(), failure=f"{type(exc).__name__}: {exc}"
         )
     if how.record_to:
-        key = record_mod.environment_key(how.record_key_input, CODE_DIR, record_mod.imported_distributions())
+        key = record_mod.environment_key(how.record_key_input, CODE_ROOT, record_mod.imported_distributions())
         record_mod.write(record_mod.make_record(key, planned, how.patched_modules_imported), how.record_to)
     return OracleOutcome(source=IMPORTED_SOURCE, behaviour=modelled.behaviour, differences=tuple(diffs))

@@ -5,7 +5,7 @@ The gate's oracle imports the installed vLLM and torch to plan the KV cache
 (seconds of CPU, most of a cold build). What it learns depends only on:
 
 * the gate input (recipe geometry and the two model configs),
-* the geometry code that drives vLLM (this package),
+* the gate's code (the modules ``python3 -m geometry.gate_main`` imports, this one among them),
 * the Python version,
 * the installed vLLM tree, byte for byte (``.py`` files by content, other files
   by size; ``__pycache__`` left out), as the overlay left it,
@@ -29,7 +29,8 @@ import re
 import sys
 from typing import Any, Iterable, Mapping
 
-from geometry.image_contract import PREFLIGHT_PACKAGE
+from geometry.image_contract import GATE_MODULE_PATH
+from geometry.imports import import_closure
 
 SCHEMA = "glm53-oracle-record/1"
 PLANS = ("with_drafter", "without_drafter", "target_only_same_spec")
@@ -140,24 +141,14 @@ def inputs_digest(raw_inputs: Mapping) -> str:
     return _sha256_json({k: v for k, v in raw_inputs.items() if k not in UNKEYED_INPUTS})
 
 
-# Subpackages of geometry/ that do not drive vLLM's planning (the start-time check is copied
-# into the image after the gate step, so the gate does not see it).
-NOT_PLANNING_CODE = (PREFLIGHT_PACKAGE.split("/", 1)[1],)
-
-
-def code_digest(directory: str) -> str:
-    """This package's Python files, its subpackages' included but ``NOT_PLANNING_CODE``
-    (paths and bytes): the code that drove vLLM."""
+def code_digest(root: str) -> str:
+    """The gate's code, paths and bytes: the modules under ``root`` (the payload root in the image,
+    the repository on the host) that the gate imports, read from their source, so that both sides
+    hash the same files and a module the gate does not import changes nothing."""
     digest = hashlib.sha256()
-    for parent, subdirs, files in os.walk(directory):
-        top = parent == directory
-        subdirs[:] = sorted(d for d in subdirs if d != "__pycache__" and not (top and d in NOT_PLANNING_CODE))
-        for name in sorted(files):
-            if name.endswith(".py"):
-                path = os.path.join(parent, name)
-                relative = os.path.relpath(path, directory).replace(os.sep, "/")
-                with open(path, "rb") as fh:
-                    digest.update(relative.encode() + b"\0" + hashlib.sha256(fh.read()).digest())
+    for relative in import_closure(root, [GATE_MODULE_PATH]):
+        with open(os.path.join(root, relative), "rb") as fh:
+            digest.update(relative.encode() + b"\0" + hashlib.sha256(fh.read()).digest())
     return digest.hexdigest()
 
 
@@ -226,10 +217,10 @@ def _python() -> str:
     return "%d.%d" % sys.version_info[:2]
 
 
-def environment_key(raw_inputs: Mapping, code_dir: str, distributions: Mapping[str, str]) -> dict:
+def environment_key(raw_inputs: Mapping, code_root: str, distributions: Mapping[str, str]) -> dict:
     return {
         "inputs": inputs_digest(raw_inputs),
-        "geometry_code": code_digest(code_dir),
+        "geometry_code": code_digest(code_root),
         "python": _python(),
         "vllm_tree": tree_digest(vllm_directory()),
         "distributions": dict(sorted(distributions.items())),
@@ -274,25 +265,25 @@ def load(path: str) -> dict:
     return parse(text, path)
 
 
-def foreign_part(record: Mapping, raw_inputs: Mapping, code_dir: str) -> str | None:
+def foreign_part(record: Mapping, raw_inputs: Mapping, code_root: str) -> str | None:
     """``inputs`` or ``geometry_code`` if the record was made for another gate input or
     by other geometry code (None: neither). The host can check these without vLLM."""
     if record["key"].get("inputs") != inputs_digest(raw_inputs):
         return "inputs"
-    if record["key"].get("geometry_code") != code_digest(code_dir):
+    if record["key"].get("geometry_code") != code_digest(code_root):
         return "geometry_code"
     return None
 
 
-def stale_because(record: Mapping, raw_inputs: Mapping, code_dir: str) -> str | None:
+def stale_because(record: Mapping, raw_inputs: Mapping, code_root: str) -> str | None:
     """Why the record does not describe this image's vLLM and these inputs (None: it does).
 
     Cheapest parts first; the vLLM tree (a few thousand files) last.
     """
     wanted = record["key"]
-    part = foreign_part(record, raw_inputs, code_dir)
+    part = foreign_part(record, raw_inputs, code_root)
     if part:
-        here = inputs_digest(raw_inputs) if part == "inputs" else code_digest(code_dir)
+        here = inputs_digest(raw_inputs) if part == "inputs" else code_digest(code_root)
         return f"{part} differs (recorded {str(wanted.get(part))[:16]}, here {here[:16]})"
     if wanted.get("python") != _python():
         return f"python differs (recorded {wanted.get('python')}, here {_python()})"

@@ -42,7 +42,7 @@ The pool (less the null block) then grants ``1 + (pool - need) // held``
 such requests, ``need`` being the most free blocks one request asks at once
 (the admission check, or a chunk's blocks and copies): each earlier one keeps
 what its prefill left it, the next is refused at admission or preempted
-mid-prefill when the rest of the pool is short (geometry/oracle/concurrency.py
+mid-prefill when the rest of the pool is short (tests/support/oracle_concurrency.py
 counts the same with vLLM's own scheduler).
 
 Not modelled: prefix-cache hits (the requests share no prefix), KV

@@ -8,7 +8,7 @@ after another the way vLLM's scheduler admits and prefills them, each keeping
 the blocks its prefill leaves it (admission.py: the chunks, the lookahead
 slots, the blocks freed behind a sliding window and behind a mamba state,
 the full-sequence admission check); the count is how many are admitted when
-the next is refused (geometry/oracle/concurrency.py counts them with vLLM's
+the next is refused (tests/support/oracle_concurrency.py counts them with vLLM's
 own scheduler: tests/agreement/test_concurrency_agreement.py).
 
 vLLM logs ``num_blocks / blocks per request`` at start

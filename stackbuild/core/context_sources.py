@@ -1,13 +1,15 @@
 """The files a build context is made from: the one list the render copies and the pinned tag hashes.
 
-The build context holds three payload trees (copied from the repository at
-the same relative paths, under the payload root), the rendered Dockerfile and
-files the host code generates from the recipe (the gate input, the record of
-what the gate checked, the labels). So an image is made of the payload files
-(:func:`payload_files`), the Dockerfile template, the host code that renders
-and generates (``stackbuild/``) and the recipe's own files
-(:func:`context_sources`). A file present on disk counts whether or not git
-tracks it: it reaches the image either way.
+The build context holds three payload trees (under the payload root, each file at its
+repository path), the rendered Dockerfile and files the host code generates from the recipe
+(the gate input, the record of what the gate checked, the labels). What a payload holds is a
+list (:data:`PAYLOADS`): the modules the image runs (its entry points) and every module under
+the repository they import (``geometry.import_closure``, read from the source), plus the data
+they read. A module nothing in the image imports (the tests' helpers, the maintainers' tools,
+the host's own use of geometry) is never copied. So an image is made of the payload files
+(:func:`payload_files`), the Dockerfile template, the host code that renders and generates
+(``stackbuild/``) and the recipe's own files (:func:`context_sources`). A file present on disk
+counts whether or not git tracks it: it reaches the image either way.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from geometry import contract
+from geometry import contract, import_closure
 from stackbuild.core.output import GENERATED_SUFFIXES
 from stackbuild.core.recipe import REPO_ROOT, Recipe
 
@@ -29,28 +31,29 @@ PREFLIGHT_PAYLOAD = "preflight-payload"
 TEMPLATE = "Dockerfile.j2"
 HOST_CODE = "stackbuild"
 NORMALISE_SCRIPT = "stackbuild/image/normalise-mtimes.sh"  # run by every RUN step (patch payload)
-# Never copied into a payload: caches, the trees' own tests, notes, maintainers' tools.
-PAYLOAD_SKIP = ("__pycache__", "tests", ".pytest_cache")
-PAYLOAD_SKIP_FILES = ("refresh.py", "pristine.py", "port.py")
-PAYLOAD_SKIP_SUFFIXES = (".pyc", ".pyo", ".md", ".mk")
-# Never a source of the context (host code, recipe): what Python and pytest leave behind.
+# Never a source of the context: what Python and pytest leave behind.
 CACHE_PARTS = ("__pycache__", ".pytest_cache")
 CACHE_SUFFIXES = (".pyc", ".pyo")
 
 
 @dataclass(frozen=True)
-class PayloadTree:
-    """A repository directory copied into ``payload`` at the same relative path, without ``leave_out``."""
+class Payload:
+    """One build-context directory: the modules its entry points import (those an earlier
+    payload ships left out) and the data they read."""
 
-    payload: str
-    source: str
-    leave_out: str = ""  # a subdirectory that another payload holds
+    directory: str  # the build-context directory
+    entry_points: tuple[str, ...]  # repository paths of the modules the image runs
+    data: tuple[str, ...] = ()  # repository paths of the files and directories they read
 
 
-PAYLOAD_TREES = (
-    PayloadTree(PATCH_PAYLOAD, "overlay"),
-    PayloadTree(GATE_PAYLOAD, "geometry", leave_out=contract.PREFLIGHT_PACKAGE),
-    PayloadTree(PREFLIGHT_PAYLOAD, contract.PREFLIGHT_PACKAGE),
+# In the Dockerfile's COPY order.
+PAYLOADS = (
+    # overlay/apply.py, run as a script, and the patch series (each with its lock).
+    Payload(PATCH_PAYLOAD, (contract.OVERLAY_APPLY,), data=(contract.OVERLAY_SERIES,)),
+    # python3 -m geometry.gate_main, and the same gate under the published script name.
+    Payload(GATE_PAYLOAD, (contract.GATE_MODULE_PATH, contract.GATE_SCRIPT)),
+    # The image's ENTRYPOINT.
+    Payload(PREFLIGHT_PAYLOAD, (contract.PREFLIGHT_ENTRYPOINT,)),
 )
 
 
@@ -64,14 +67,6 @@ class PayloadFile:
     destination: str  # its path under that payload's payload root
 
 
-def _payload_wanted(relative: Path) -> bool:
-    return (
-        not any(part in PAYLOAD_SKIP for part in relative.parts)
-        and relative.name not in PAYLOAD_SKIP_FILES
-        and not relative.name.endswith(PAYLOAD_SKIP_SUFFIXES)
-    )
-
-
 def _not_cache(relative: Path) -> bool:
     return not any(part in CACHE_PARTS for part in relative.parts) and not relative.name.endswith(CACHE_SUFFIXES)
 
@@ -80,16 +75,22 @@ def _files(root: Path) -> list[Path]:
     return [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
 
 
+def _payload_names(payload: Payload, repo: Path) -> list[str]:
+    names = list(import_closure(repo, payload.entry_points))
+    for data in payload.data:
+        names += [p.relative_to(repo).as_posix() for p in _files(repo / data) if _not_cache(p.relative_to(repo))]
+    return sorted(names)
+
+
 def payload_files(repo: Path = REPO_ROOT) -> tuple[PayloadFile, ...]:
     """Every file the render copies from ``repo`` into the build context, in copy order."""
-    out = []
-    for tree in PAYLOAD_TREES:
-        for path in _files(repo / tree.source):
-            relative = path.relative_to(repo)
-            if tree.leave_out and relative.is_relative_to(tree.leave_out):
-                continue
-            if _payload_wanted(relative):
-                out.append(PayloadFile(path, relative.as_posix(), tree.payload, relative.as_posix()))
+    out: list[PayloadFile] = []
+    shipped: set[str] = set()
+    for payload in PAYLOADS:
+        for name in _payload_names(payload, repo):
+            if name not in shipped:
+                shipped.add(name)
+                out.append(PayloadFile(repo / name, name, payload.directory, name))
     out.append(PayloadFile(repo / NORMALISE_SCRIPT, NORMALISE_SCRIPT, PATCH_PAYLOAD, contract.NORMALISE_MTIMES))
     return tuple(out)
 

@@ -23,7 +23,6 @@ from stackbuild.core.recipe import REPO_ROOT, Recipe
 from stackbuild.image.engine_api import ContainerEngine
 
 RECORD_NAME = "recipe.oracle.json"
-GEOMETRY_DIR = REPO_ROOT / "geometry"
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ def record_path(recipe: Recipe) -> Path:
 def _check_belongs(record: Mapping, gate_input: GeometryInputs, where: str) -> Optional[str]:
     """Why ``record`` was not made for this gate input and this geometry code (None: it was);
     the record's key is over the gate input's JSON, gate-input.json as the build writes it."""
-    part = record_mod.foreign_part(record, gate_input.to_json(), str(GEOMETRY_DIR))
+    part = record_mod.foreign_part(record, gate_input.to_json(), str(REPO_ROOT))
     if part == "inputs":
         return f"{where} is for another gate input (recipe or model configs changed since it was recorded)"
     if part == "geometry_code":

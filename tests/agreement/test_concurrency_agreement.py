@@ -1,5 +1,5 @@
 """Requests at once: the report's count equals what vLLM's own scheduler admits
-(geometry/oracle/concurrency.py: vLLM's engine core plans the pool, vLLM's Scheduler
+(tests/support/oracle_concurrency.py: vLLM's engine core plans the pool, vLLM's Scheduler
 admits requests of each length one after another through ``allocate_slots``,
 prefilling each in the chunks it splits, until it refuses one or preempts it), and
 what each request holds, group by group, equals the simulator's.
@@ -32,10 +32,10 @@ except ImportError as exc:
     pytest.skip(f"vLLM's own planning code is not importable ({exc}): run `make oracle`", allow_module_level=True)
 
 import geometry_cases as C  # noqa: E402
+from support.oracle_concurrency import requests_until_refused  # noqa: E402
 from support.repo import REPO  # noqa: E402
 
 from geometry.model.inputs import GeometryInputs  # noqa: E402
-from geometry.oracle.concurrency import requests_until_refused  # noqa: E402
 from geometry.plan.concurrency import concurrency, in_flight_tokens  # noqa: E402
 from geometry.plan.simulate import simulate  # noqa: E402
 from stackbuild.core.gate import gate_input  # noqa: E402

@@ -6,7 +6,7 @@ CPU in subprocesses whose ``sys.path`` starts with that tree:
 * ``geometry.oracle.plan_with_vllm`` (real platform block-size alignment,
   real layer ``get_kv_cache_spec`` methods, the V2 runner's spec collection
   and the planner);
-* ``geometry.oracle``'s engine-core path (``python -m geometry.oracle
+* the engine-core path (``python -m support.engine_core_cli
   --engine-core``), which also runs ``EngineCore._initialize_kv_caches`` and
   so covers patch 0002 (the global block size) as well.
 
@@ -272,7 +272,7 @@ SCHEDULER_DRIVER = r"""
 import json, sys
 import vllm
 from geometry.model.inputs import GeometryInputs
-from geometry.oracle.concurrency import requests_until_refused
+from support.oracle_concurrency import requests_until_refused
 
 cases = json.loads(sys.argv[1])
 print("SCHEDULED_VLLM " + vllm.__file__)
@@ -284,7 +284,7 @@ for name, raw in cases.items():
 
 @pytest.fixture(scope="module")
 def scheduled(trees):
-    """vLLM's own engine core and scheduler (geometry/oracle/concurrency.py) on the default recipe's gate
+    """vLLM's own engine core and scheduler (tests/support/oracle_concurrency.py) on the default recipe's gate
     input, prefix caching off and on, admitting requests of max_model_len tokens until it refuses one: on
     the pristine tree for the stock behaviour, on the patched one for the overlay's."""
     from geometry_cases import prefix_caching
@@ -391,8 +391,8 @@ def test_patch_0002_is_needed(trees, tmp_path):
 
     from overlay_helpers import SERIES
 
-    from overlay import refresh
     from overlay.lock import read_series
+    from tools import refresh_lock as refresh
 
     series = tmp_path / "series" / SERIES.name
     shutil.copytree(SERIES, series)

@@ -673,21 +673,21 @@ def test_engine_core_refuses_a_key_it_does_not_have():
     import json
     import subprocess
 
-    from geometry.oracle import engine_core_plan
-    from geometry.oracle.engine_core import BadEngineCoreCase
+    from support.engine_core import BadEngineCoreCase, engine_core_plan
 
     run = subprocess.run(
-        [sys.executable, "-m", "geometry.oracle", "--engine-core", json.dumps([{"tp": 2}, {"tp_size": 2}])],
+        [sys.executable, "-m", "support.engine_core_cli", "--engine-core", json.dumps([{"tp": 2}, {"tp_size": 2}])],
         cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")])),
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert run.returncode == 2, run.stderr[-2000:]
     assert run.stdout == ""
-    assert run.stderr.splitlines()[0].startswith("usage: python -m geometry.oracle")
+    assert run.stderr.splitlines()[0].startswith("usage: python -m support.engine_core_cli")
     assert run.stderr.splitlines()[-1].startswith(
-        "python -m geometry.oracle: error: --engine-core case 1: unknown key 'tp_size' (keys: "
+        "python -m support.engine_core_cli: error: --engine-core case 1: unknown key 'tp_size' (keys: "
     )
     with pytest.raises(BadEngineCoreCase, match=r"^unknown key 'num_specs' \(keys: "):
         engine_core_plan({"num_specs": 3})

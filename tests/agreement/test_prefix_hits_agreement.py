@@ -3,7 +3,7 @@ manager, pristine vs patched, for the default recipe with prefix caching on.
 
 vLLM serves GLM-5.3-Flash with prefix caching on by default, which puts the
 KDA state in ``mamba_cache_mode="align"``. The KV cache configuration comes
-from vLLM's planner (geometry/oracle/engine_core.py, EngineCore._initialize_kv_caches);
+from vLLM's planner (tests/support/engine_core.py, EngineCore._initialize_kv_caches);
 the scheduler and its KVCacheManager are vLLM's, built as EngineCore builds
 them (tests/overlay_prefix_hits.py). Request A runs to completion and is
 freed; request B shares A's first S tokens and has another tail; the hit is

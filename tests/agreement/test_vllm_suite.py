@@ -1,6 +1,6 @@
 """vLLM 0.33.0's own KV-cache tests as a guard for the patch series.
 
-The vllm 0.33.0 sdist ships vLLM's tests (`make -f overlay/pristine.mk
+The vllm 0.33.0 sdist ships vLLM's tests (`make -f tools/pristine.mk
 vllm-tests` unpacks them into .cache/vllm-0.33.0-sdist). Two pytest sessions
 run the selected files of its ``tests/v1/core/`` (tests/vllm_suite/selection.txt),
 one on a copy of the pristine tree and one on a copy with the series applied,
@@ -48,8 +48,7 @@ def vllm_tests_dir() -> Path:
     path = Path(env) if env else REPO / ".cache" / f"vllm-{VERSION}-sdist"
     if not (path / "tests" / "v1" / "core").is_dir():
         unavailable(
-            f"no vLLM {VERSION} test suite at {path}: run "
-            "`make -f overlay/pristine.mk vllm-tests` or set VLLM_TESTS_DIR"
+            f"no vLLM {VERSION} test suite at {path}: run `make -f tools/pristine.mk vllm-tests` or set VLLM_TESTS_DIR"
         )
     return path
 

@@ -24,10 +24,10 @@ from overlay_helpers import (
     tree_digest,
 )
 
-from overlay import refresh
 from overlay.bytecode import python_rejects, stale_bytecode
 from overlay.lock import read_series, series_sha256, sha256_file
 from overlay.manifest import OverlayManifest
+from tools import refresh_lock as refresh
 
 
 @pytest.fixture(scope="module")

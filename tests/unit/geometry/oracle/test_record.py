@@ -148,47 +148,52 @@ def test_an_unreadable_record_is_bad_input_naming_the_file(recorded):
 def test_every_part_of_the_key_is_checked(recorded, part, edit, why):
     workdir, _, raw = recorded
     kept = json.loads((workdir / "first.json").read_text())
-    assert record.stale_because(kept, raw, str(GATE.parent)) is None
+    assert record.stale_because(kept, raw, str(REPO)) is None
     raw = dict(raw)
     if edit:
         edit(raw)
     else:
         kept["key"][part] = "0" * 64 if part != "python" else "2.7"
-    assert why in record.stale_because(kept, raw, str(GATE.parent))
+    assert why in record.stale_because(kept, raw, str(REPO))
 
 
 def test_vllm_behaviour_is_not_part_of_the_key(recorded):
     workdir, _, raw = recorded
     kept = json.loads((workdir / "first.json").read_text())
-    assert record.stale_because(kept, dict(raw, vllm_behaviour="overlay"), str(GATE.parent)) is None
+    assert record.stale_because(kept, dict(raw, vllm_behaviour="overlay"), str(REPO)) is None
 
 
 def test_a_record_made_without_the_patched_imports_does_not_skip_them(recorded):
     workdir, _, raw = recorded
     path = str(workdir / "first.json")
-    kept, note = gate_main._oracle_from_record(path, raw, str(GATE.parent), None)
+    kept, note = gate_main._oracle_from_record(path, raw, str(REPO), None)
     assert kept is not None
-    kept, note = gate_main._oracle_from_record(path, raw, str(GATE.parent), ["vllm.v1.core.kv_cache_utils"])
+    kept, note = gate_main._oracle_from_record(path, raw, str(REPO), ["vllm.v1.core.kv_cache_utils"])
     assert kept is None and "made without importing the patched modules vllm.v1.core.kv_cache_utils" in note
 
 
-def test_the_code_digest_sees_every_module_of_the_package_and_its_subpackages(tmp_path):
-    package = tmp_path / "geometry"
-    (package / "oracle" / "__pycache__").mkdir(parents=True)
-    (package / "gate.py").write_text("A = 1\n")
-    (package / "oracle" / "plan.py").write_text("B = 1\n")
-    (package / "oracle" / "__pycache__" / "plan.cpython-311.pyc").write_bytes(b"a")
-    (package / "README.md").write_text("notes\n")
-    first = record.code_digest(str(package))
-    (package / "oracle" / "__pycache__" / "plan.cpython-311.pyc").write_bytes(b"bytecode of another build")
-    (package / "README.md").write_text("other notes\n")
-    assert record.code_digest(str(package)) == first
-    (package / "oracle" / "plan.py").write_text("B = 2\n")
-    assert record.code_digest(str(package)) != first
-    (package / "oracle" / "plan.py").write_text("B = 1\n")
-    assert record.code_digest(str(package)) == first
-    (package / "oracle" / "plan.py").rename(package / "plan.py")
-    assert record.code_digest(str(package)) != first
+def test_the_code_digest_sees_what_the_gate_imports_and_nothing_else(tmp_path):
+    """Paths and bytes of the modules the gate imports (at any depth, its packages' __init__.py
+    included); a module nothing imports, notes and bytecode change nothing."""
+    root = tmp_path / "payload"
+    (root / "geometry" / "oracle" / "__pycache__").mkdir(parents=True)
+    (root / "geometry" / "__init__.py").write_text("")
+    (root / "geometry" / "gate_main.py").write_text("def main():\n    from geometry.oracle import plan\n")
+    (root / "geometry" / "oracle" / "__init__.py").write_text("")
+    (root / "geometry" / "oracle" / "plan.py").write_text("B = 1\n")
+    (root / "geometry" / "oracle" / "__pycache__" / "plan.cpython-311.pyc").write_bytes(b"a")
+    (root / "geometry" / "README.md").write_text("notes\n")
+    first = record.code_digest(str(root))
+    (root / "geometry" / "oracle" / "__pycache__" / "plan.cpython-311.pyc").write_bytes(b"bytecode of another build")
+    (root / "geometry" / "README.md").write_text("other notes\n")
+    (root / "geometry" / "oracle" / "engine_core.py").write_text("only the tests import this\n")
+    assert record.code_digest(str(root)) == first
+    (root / "geometry" / "oracle" / "plan.py").write_text("B = 2\n")
+    assert record.code_digest(str(root)) != first
+    (root / "geometry" / "oracle" / "plan.py").write_text("B = 1\n")
+    assert record.code_digest(str(root)) == first
+    (root / "geometry" / "oracle" / "__init__.py").write_text("A = 1\n")
+    assert record.code_digest(str(root)) != first
 
 
 def test_the_tree_digest_sees_sources_and_sizes_not_bytecode(tmp_path):

@@ -123,7 +123,7 @@ def test_without_git_the_inputs_name_the_build(project):
     shutil.rmtree(project / ".git")
     first = rev(project)
     assert re.fullmatch(r"x[0-9a-f]{11}", first) and rev(project) == first
-    (project / "geometry" / "gate.py").write_text("changed\n")
+    (project / "geometry" / "verdict" / "gate.py").write_text("changed\n")
     assert rev(project) != first
 
 
@@ -170,16 +170,26 @@ def context_source_directories(tmp_path, monkeypatch) -> set[str]:
     return directories
 
 
-def test_a_new_file_in_any_directory_the_context_copies_from_changes_the_rev(project, tmp_path, monkeypatch):
-    """An untracked file reaches the image when its directory is copied: the rev is then the inputs' digest."""
+def _modules_only(directory: str) -> bool:
+    """Whether the render copies only the modules the image imports from ``directory`` (not every file)."""
+    return directory.split("/")[0] in ("geometry", "overlay") and not directory.startswith("overlay/series")
+
+
+def test_a_new_file_that_reaches_the_image_changes_the_rev(project, tmp_path, monkeypatch):
+    """An untracked file reaches the image when its directory is copied whole (the series, the host code):
+    the rev is then the inputs' digest. A module nothing in the image imports does not reach it."""
     directories = context_source_directories(tmp_path, monkeypatch)
-    assert {"overlay", "geometry", "geometry/preflight"} <= directories  # the three payload trees at least
+    assert {"overlay", "geometry", "geometry/preflight", "overlay/series/vllm-0.33.0"} <= directories
     clean = rev(project)
     assert clean == git(project, "rev-parse", "HEAD").strip()[:12]
     for directory in sorted(directories):
         probe = project / directory / "zz_untracked_probe.py"
         probe.write_text("first = 1\n")
         first = rev(project)
+        if _modules_only(directory):
+            assert first == clean, directory
+            probe.unlink()
+            continue
         assert re.fullmatch(r"x[0-9a-f]{11}", first), directory
         probe.write_text("second = 2\n")
         assert rev(project) not in (first, clean), directory  # its bytes are in the digest
@@ -190,7 +200,7 @@ def test_a_new_file_in_any_directory_the_context_copies_from_changes_the_rev(pro
 def test_an_ignored_file_in_a_copied_directory_changes_the_rev(project):
     """git does not list an ignored file as untracked, but the render copies it all the same."""
     clean = rev(project)
-    ignored = project / "geometry" / ".hypothesis" / "note.py"
+    ignored = project / "overlay" / "series" / "vllm-0.33.0" / ".hypothesis" / "note.py"
     ignored.parent.mkdir()
     ignored.write_text("x = 1\n")
     assert git(project, "status", "--porcelain", "--untracked-files=all") == ""

@@ -158,18 +158,13 @@ def test_context_carries_no_credentials_or_weights(plan, tmp_path, monkeypatch):
     assert "preflight-payload/opt/glm53-overlay/geometry/preflight/entrypoint.py" in files
     assert "preflight-payload/opt/glm53-overlay/preflight-checked.json" in files
     # The patch step's payload is what it runs: the applier (overlay/apply.py and the package's
-    # modules it imports, not the maintainers' refresh.py, pristine.py and port.py), every series,
-    # the mtime script.
+    # modules, all of which it imports), every series, the mtime script.
     series = sorted(
         f"patch-payload/opt/glm53-overlay/{q.relative_to(REPO).as_posix()}"
         for q in (REPO / "overlay" / "series").rglob("*")
         if q.is_file()
     )
-    applier = [
-        f"patch-payload/opt/glm53-overlay/overlay/{q.name}"
-        for q in (REPO / "overlay").glob("*.py")
-        if q.name not in ("refresh.py", "pristine.py", "port.py")
-    ]
+    applier = [f"patch-payload/opt/glm53-overlay/overlay/{q.name}" for q in (REPO / "overlay").glob("*.py")]
     assert "patch-payload/opt/glm53-overlay/overlay/__init__.py" in applier
     assert [f for f in files if f.startswith("patch-payload/")] == sorted(
         [*applier, "patch-payload/opt/glm53-overlay/normalise-mtimes.sh", *series]

@@ -1,4 +1,4 @@
-"""``python -m geometry.oracle --engine-core CASES``: one ``OVERLAY_PLAN {json}``
+"""``python -m support.engine_core_cli --engine-core CASES`` (``tests/`` on ``sys.path``): one ``OVERLAY_PLAN {json}``
 line (``engine_core_summary``) per case, planned by the imported vLLM's engine core.
 
 Every case is checked before the first is planned: a case that is not an object of
@@ -13,12 +13,12 @@ import logging
 import os
 import sys
 
-from geometry.oracle.engine_core import BadEngineCoreCase, engine_core_parameters, engine_core_summary
+from support.engine_core import BadEngineCoreCase, engine_core_parameters, engine_core_summary
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m geometry.oracle", description="Plan with the imported vLLM's engine core."
+        prog="python -m support.engine_core_cli", description="Plan with the imported vLLM's engine core."
     )
     ap.add_argument(
         "--engine-core",

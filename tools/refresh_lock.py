@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """Maintainer script: recompute the series lock from a pristine vLLM tree.
 
-    python -m overlay.refresh [--pristine DIR] [--series DIR] [--check]
+    python -m tools.refresh_lock [--pristine DIR] [--series DIR] [--check]
 
 (from the repository root, or anywhere once the project is installed).
 
 DIR holds the package directory (``vllm/``) and the dist-info exactly as unpacked
 from the PyPI wheel the series' ``distribution`` file names (``make -f
-overlay/pristine.mk pristine SERIES=<name>`` puts them in ``.cache/<name>``; see
-``overlay.pristine``). It records the distribution, its version and the source, and for
+tools/pristine.mk pristine SERIES=<name>`` puts them in ``.cache/<name>``; see
+``tools.pristine``). It records the distribution, its version and the source, and for
 every file the series touches the pristine sha256 and the sha256 after applying the whole
 series (strictly, with the applier's own code: overlay.diff), plus each patch's sha256, in
 ``lock.json``. Hashes are never typed by hand.
@@ -27,7 +27,7 @@ from overlay.diff import parse_patch, patch_in_memory
 from overlay.errors import OverlayError
 from overlay.locate import installed_version, locate_vllm
 from overlay.lock import LOCK_FILE, default_series, read_series, series_sha256, sha256_bytes
-from overlay.pristine import pristine_dir, read_base
+from tools.pristine import pristine_dir, read_base
 
 
 def compute_lock(series_dir: Path, pristine: Path) -> dict:
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     if args.check:
         current = lock_path.read_text(encoding="utf-8") if lock_path.exists() else ""
         if current != text:
-            print(f"refresh: {lock_path} is stale; run python -m overlay.refresh", file=sys.stderr)
+            print(f"refresh: {lock_path} is stale; run python -m tools.refresh_lock", file=sys.stderr)
             return 1
         print(f"refresh: {lock_path} is up to date")
         return 0

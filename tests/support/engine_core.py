@@ -32,9 +32,9 @@ one that covers what only the engine core does (the global block size after
 grouping, the scheduler's view) and the patched tree's log lines.
 
 Command line (``sys.path`` must start with the vLLM tree under test, e.g.
-``PYTHONPATH=TREE:REPO``)::
+``PYTHONPATH=TREE:REPO:REPO/tests``)::
 
-    python -m geometry.oracle --engine-core '[{"tp": 1, "num_spec": 7, ...}, ...]'
+    python -m support.engine_core_cli --engine-core '[{"tp": 1, "num_spec": 7, ...}, ...]'
 
 prints one ``OVERLAY_PLAN {json}`` line (``engine_core_summary``) per case.
 """

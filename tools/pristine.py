@@ -11,8 +11,8 @@ series name's version must be the distribution's. The cache is ``$OVERLAY_CACHE`
 variable of the same name) or ``.cache`` in the repository; ``$VLLM_PRISTINE_DIR`` names the
 tree of the default series (``lock.default_series``) directly, as it always has.
 
-    python -m overlay.pristine unpack --series DIR --wheel-dir DIR   (pristine.mk runs it)
-    python -m overlay.pristine show --series DIR                     (distribution, version, tree)
+    python -m tools.pristine unpack --series DIR --wheel-dir DIR     (pristine.mk runs it)
+    python -m tools.pristine show --series DIR                       (distribution, version, tree)
 
 Exit status: 0 done; 1 bad series or wheel (one line naming the file); 2 usage.
 """
@@ -27,8 +27,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import OverlayError
-from .lock import default_series
+from overlay.errors import OverlayError
+from overlay.lock import default_series
 
 REPO = Path(__file__).resolve().parent.parent
 DISTRIBUTION_FILE = "distribution"

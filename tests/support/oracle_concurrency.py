@@ -36,9 +36,9 @@ from collections import deque
 
 from geometry.model.inputs import GeometryInputs
 from geometry.oracle.cpu_shims import model_registry_fallback
-from geometry.oracle.engine_core import _StandInExecutor
 from geometry.oracle.plan import _build
 from geometry.oracle.serving_platform import serving_platform
+from support.engine_core import _StandInExecutor
 
 # What the engine core and the scheduler read of the model config beyond planning: a text-only,
 # decoder-only generate model whose class declares no KV-cache grouping of its own (no model class of

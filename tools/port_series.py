@@ -1,7 +1,7 @@
 """Port a patch series to another pristine vLLM tree, hunk by hunk (maintainer tool).
 
-    python -m overlay.port --series SRC --pristine TREE --to DEST
-                           [--distribution NAME==VERSION] [--replace] [--json]
+    python -m tools.port_series --series SRC --pristine TREE --to DEST
+                                [--distribution NAME==VERSION] [--replace] [--json]
 
 SRC is a series directory (``series``, the patches); TREE holds the new vLLM's package
 directory and dist-info as unpacked from its wheel (``make pristine SERIES=<name>``);
@@ -20,7 +20,7 @@ reported on one line (patch, file, hunk header, outcome):
 
 When every hunk is clean or at an offset, DEST is written whole: ``series``, the patches
 with each hunk header renumbered to where it applies (their text otherwise unchanged, the
-free-form header included), ``distribution`` and ``lock.json`` (``refresh.compute_lock``:
+free-form header included), ``distribution`` and ``lock.json`` (``refresh_lock.compute_lock``:
 the strict applier's own code, so DEST applies to TREE exactly). It is staged next to
 DEST and moved into place; an existing DEST is replaced only with ``--replace``. Otherwise
 nothing is written. A hunk that needs fuzz or fails is fixed in SRC (or a copy of it) by
@@ -47,8 +47,8 @@ from overlay.diff import Hunk, apply_file_patch, parse_patch
 from overlay.errors import OverlayError
 from overlay.locate import installed_version, locate_vllm
 from overlay.lock import LOCK_FILE, SERIES_FILE, read_series
-from overlay.pristine import DISTRIBUTION_FILE, read_base
-from overlay.refresh import compute_lock
+from tools.pristine import DISTRIBUTION_FILE, read_base
+from tools.refresh_lock import compute_lock
 
 CLEAN = "clean"
 OFFSET = "offset"
@@ -224,7 +224,7 @@ def write_series(src: Path, dest: Path, tree: Path, distribution: str, texts: di
         for name, data in texts.items():
             (stage / name).write_bytes(data)
         (stage / DISTRIBUTION_FILE).write_text(
-            f"# The PyPI wheel this series is made against (overlay/pristine.py): NAME==VERSION.\n{distribution}\n",
+            f"# The PyPI wheel this series is made against (tools/pristine.py): NAME==VERSION.\n{distribution}\n",
             encoding="utf-8",
         )
         lock = compute_lock(stage, tree)
