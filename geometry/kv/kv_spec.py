@@ -28,7 +28,8 @@ DTYPE_BYTES = {
     "fp8_e5m2": 1,
     "uint8": 1,
 }
-SUPPORTED_KV_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
+# The KV cache dtypes modelled (``--kv-cache-dtype`` and the speculative config's): the recipe takes these.
+KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
 
 
 def cdiv(a: int, b: int) -> int:

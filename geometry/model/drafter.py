@@ -23,6 +23,7 @@ from geometry.model.parts import (
     kv_dtype_name,
     kv_heads_per_rank,
 )
+from geometry.roles import Role
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ def build_drafter(
         layers.append(
             Layer(
                 f"drafter.model.layers.{i}.self_attn.attn",
-                "drafter",
+                Role.DRAFTER,
                 "sliding_window" if window is not None else "attention",
                 backend,
                 drafter_attention_builder(spec, backend),

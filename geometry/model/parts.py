@@ -19,6 +19,7 @@ from geometry.kv.kv_spec import (
     SimulatedError,
     SlidingWindowSpec,
 )
+from geometry.roles import Role
 
 SpecBuilder = Callable[[CacheConfig], KVCacheSpec]
 
@@ -43,7 +44,7 @@ class Layer:
     spec builder."""
 
     name: str
-    owner: str  # "target" | "drafter"
+    owner: Role
     role: str  # kda | gdn | mla_latent | sparse_indexer | kpool_tail | attention | sliding_window
     backend: B.Backend
     build: SpecBuilder = field(compare=False, repr=False)

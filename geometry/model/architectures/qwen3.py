@@ -21,6 +21,7 @@ from geometry.model.parts import (
     kv_heads_per_rank,
     required,
 )
+from geometry.roles import Role
 
 
 def build_target(s: TargetSettings) -> Target:
@@ -42,7 +43,7 @@ def build_target(s: TargetSettings) -> Target:
     )
     attn = attention_builder(spec, backend)
     layers = tuple(
-        Layer(f"model.layers.{i}.self_attn.attn", "target", "attention", backend, attn) for i in range(s.num_layers)
+        Layer(f"model.layers.{i}.self_attn.attn", Role.TARGET, "attention", backend, attn) for i in range(s.num_layers)
     )
     return Target(layers, use_mla=False, head_size=head_size, num_kv_heads=kv_heads, mamba_page=0)
 
