@@ -13,7 +13,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from geometry import ConfigInvalid, VllmVersionNotModelled, check_drafter, check_target, release
+from geometry import KV_CACHE_DTYPES, ConfigInvalid, VllmVersionNotModelled, check_drafter, check_target, release
 from overlay.lock import LOCK_FILE
 from stackbuild.core.errors import ImageReferenceInvalid, RecipeError
 from stackbuild.core.gpus import KNOWN_GPUS, NO_GPU, known_gpu
@@ -32,7 +32,6 @@ CAPABILITY_RE = re.compile(r"^(\d+)\.(\d+)$")
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SECRET_NAME_RE = re.compile(r"(TOKEN|PASSWORD|PASSWD|SECRET|API_KEY|CREDENTIAL)", re.I)
-KV_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
 TAG_FIELDS = ("date", "family", "gpu", "rev")
 # Recipe names become file names (compose/<name>.compose.yaml, <name>.env) and label values.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -172,8 +171,8 @@ def check_serving(path: Path, serving: Serving) -> None:
         )
     for key in ("kv_cache_dtype", "drafter_kv_cache_dtype"):
         value = getattr(serving, key)
-        if value is not None and value not in KV_DTYPES:
-            raise RecipeError(path, f"serving.{key}", f"must be one of: {', '.join(KV_DTYPES)}; got {value!r}")
+        if value is not None and value not in KV_CACHE_DTYPES:
+            raise RecipeError(path, f"serving.{key}", f"must be one of: {', '.join(KV_CACHE_DTYPES)}; got {value!r}")
     if serving.max_model_len < 1:
         raise RecipeError(path, "serving.max_model_len", f"must be positive, got {serving.max_model_len}")
     if serving.block_size is not None and not 1 <= serving.block_size <= MAX_BLOCK_SIZE:
