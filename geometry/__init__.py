@@ -43,7 +43,7 @@ _API: dict[str, tuple[str, str | None]] = {
     "DEFAULT_VERSION": ("geometry.vllm_versions", "DEFAULT_VERSION"),
     "release": ("geometry.vllm_versions", "release"),
     "GeometryInputs": ("geometry.model.inputs", "GeometryInputs"),
-    "KV_CACHE_DTYPES": ("geometry.kv.kv_spec", "KV_CACHE_DTYPES"),
+    "KV_CACHE_DTYPES": ("geometry.kv.units", "KV_CACHE_DTYPES"),
     "build_inputs": ("geometry.model.inputs", "build_inputs"),
     "ServeDefaults": ("geometry.model.serve_settings", "ServeDefaults"),
     "check_drafter": ("geometry.model.config", "check_drafter"),

@@ -8,12 +8,8 @@ from dataclasses import dataclass
 from geometry.errors import BadInput
 from geometry.kv import backends as B
 from geometry.kv.drafter_backend import DrafterAsk, drafter_backend, selected_backend_error
-from geometry.kv.kv_spec import (
-    DTYPE_BYTES,
-    FullAttentionSpec,
-    SimulatedError,
-    SlidingWindowSpec,
-)
+from geometry.kv.kv_spec import FullAttentionSpec, SimulatedError, SlidingWindowSpec
+from geometry.kv.units import DTYPE_BYTES
 from geometry.model.inputs import GeometryInputs
 from geometry.model.parts import (
     Layer,

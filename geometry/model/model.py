@@ -8,7 +8,8 @@ from dataclasses import dataclass, field, replace
 
 from geometry.errors import BadInput
 from geometry.kv import backends as B
-from geometry.kv.kv_spec import DTYPE_BYTES, KV_CACHE_DTYPES, SimulatedError
+from geometry.kv.kv_spec import SimulatedError
+from geometry.kv.units import DTYPE_BYTES, KV_CACHE_DTYPES
 from geometry.model.architecture import Architecture
 from geometry.model.drafter import build_drafter
 from geometry.model.inputs import GeometryInputs

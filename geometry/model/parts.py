@@ -10,15 +10,8 @@ from typing import Any, Callable, Mapping
 
 from geometry.errors import BadInput
 from geometry.kv import backends as B
-from geometry.kv.kv_spec import (
-    DTYPE_BYTES,
-    AttentionSpec,
-    CacheConfig,
-    KVCacheSpec,
-    MambaSpec,
-    SimulatedError,
-    SlidingWindowSpec,
-)
+from geometry.kv.kv_spec import AttentionSpec, CacheConfig, KVCacheSpec, MambaSpec, SimulatedError, SlidingWindowSpec
+from geometry.kv.units import DTYPE_BYTES
 from geometry.roles import Role
 
 SpecBuilder = Callable[[CacheConfig], KVCacheSpec]

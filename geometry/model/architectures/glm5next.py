@@ -10,16 +10,8 @@ from typing import Any, Mapping
 
 from geometry.errors import BadInput
 from geometry.kv import backends as B
-from geometry.kv.kv_spec import (
-    DTYPE_BYTES,
-    CacheConfig,
-    CircularBufferSpec,
-    KVCacheSpec,
-    MLAAttentionSpec,
-    SimulatedError,
-    cdiv,
-    next_power_of_2,
-)
+from geometry.kv.kv_spec import CacheConfig, CircularBufferSpec, KVCacheSpec, MLAAttentionSpec, SimulatedError
+from geometry.kv.units import DTYPE_BYTES, cdiv, next_power_of_2
 from geometry.model.architecture import Architecture
 from geometry.model.config_reader import ConfigReader, require_attention
 from geometry.model.parts import (

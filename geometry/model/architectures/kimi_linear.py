@@ -8,7 +8,8 @@ from typing import Mapping
 
 from geometry.errors import BadInput
 from geometry.kv import backends as B
-from geometry.kv.kv_spec import DTYPE_BYTES, MLAAttentionSpec, SimulatedError
+from geometry.kv.kv_spec import MLAAttentionSpec, SimulatedError
+from geometry.kv.units import DTYPE_BYTES
 from geometry.model.architecture import Architecture
 from geometry.model.config_reader import NO_ATTENTION, ConfigReader
 from geometry.model.parts import Layer, Target, TargetSettings, attention_builder, kda_state, mamba_builder, required

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from geometry.kv.kv_spec import DTYPE_BYTES, FullAttentionSpec, SimulatedError
+from geometry.kv.kv_spec import FullAttentionSpec, SimulatedError
+from geometry.kv.units import DTYPE_BYTES
 from geometry.model.architecture import Architecture
 from geometry.model.config_reader import ConfigReader
 from geometry.model.parts import (

@@ -11,7 +11,8 @@ the model dtype."""
 from __future__ import annotations
 
 from geometry.kv import backends as B
-from geometry.kv.kv_spec import DTYPE_BYTES, FullAttentionSpec, SimulatedError
+from geometry.kv.kv_spec import FullAttentionSpec, SimulatedError
+from geometry.kv.units import DTYPE_BYTES
 from geometry.model.architecture import Architecture
 from geometry.model.config_reader import ConfigReader, require_attention
 from geometry.model.parts import (
