@@ -37,10 +37,14 @@ _API: dict[str, tuple[str, str | None]] = {
     "ContractError": ("geometry.image_contract", "ContractError"),
     "ServeFlagsRejected": ("geometry.preflight.serve_flags", "ServeFlagsRejected"),
     "VllmVersionNotModelled": ("geometry.vllm_versions", "VllmVersionNotModelled"),
+    # the closed sets: which model, which vLLM
+    "Role": ("geometry.roles", "Role"),
+    "Behaviour": ("geometry.roles", "Behaviour"),
     # the inputs
     "DEFAULT_VERSION": ("geometry.vllm_versions", "DEFAULT_VERSION"),
     "release": ("geometry.vllm_versions", "release"),
     "GeometryInputs": ("geometry.model.inputs", "GeometryInputs"),
+    "KV_CACHE_DTYPES": ("geometry.kv.units", "KV_CACHE_DTYPES"),
     "build_inputs": ("geometry.model.inputs", "build_inputs"),
     "ServeDefaults": ("geometry.model.serve_settings", "ServeDefaults"),
     "check_drafter": ("geometry.model.config", "check_drafter"),

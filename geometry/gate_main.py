@@ -45,6 +45,7 @@ from geometry.model import inputs as inputs_mod
 from geometry.oracle import record as record_mod
 from geometry.oracle.cross_check import CODE_ROOT, CrossCheck
 from geometry.oracle.installed import import_patched, overlay_applied, patched_modules
+from geometry.roles import Behaviour
 from geometry.verdict import table
 from geometry.verdict.gate_run import run_gate
 from overlay.json_shape import read_json
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     ap.add_argument("--report-out", help="write the JSON report here")
-    ap.add_argument("--behaviour", default="auto", choices=("auto", "stock", "overlay", "input"))
+    ap.add_argument("--behaviour", default="auto", choices=("auto", *(b.value for b in Behaviour), "input"))
     ap.add_argument(
         "--verdict-failure-allowed",
         action="store_true",
@@ -110,9 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         note = None
         if args.behaviour == "auto":
             applied, note = overlay_applied(args.overlay_manifest)
-            inputs = inputs.replace(vllm_behaviour="overlay" if applied else "stock")
-        elif args.behaviour in ("stock", "overlay"):
-            inputs = inputs.replace(vllm_behaviour=args.behaviour)
+            inputs = inputs.replace(vllm_behaviour=Behaviour.OVERLAY if applied else Behaviour.STOCK)
+        elif args.behaviour in tuple(Behaviour):
+            inputs = inputs.replace(vllm_behaviour=Behaviour(args.behaviour))
         wanted = patched_modules(args.overlay_manifest) if args.import_patched else None
         recorded, record_note = None, None
         if args.oracle_record:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Mapping, Optional
 
+from geometry.roles import Behaviour
 from overlay.json_shape import exact_keys, json_object, read_json, strings, typed
 
 from .errors import ExitCode
@@ -63,13 +64,17 @@ GATE_MODULE_PATH = GATE_MODULE.replace(".", "/") + ".py"  # its file under the p
 
 
 def gate_argv(
-    payload_dir: str = PAYLOAD_DIR, *, build: bool, stock: bool = False, failure_allowed: bool = False
+    payload_dir: str = PAYLOAD_DIR,
+    *,
+    build: bool,
+    behaviour: Behaviour = Behaviour.OVERLAY,
+    failure_allowed: bool = False,
 ) -> list[str]:
     """The in-image gate's command line.
 
     ``build``: the build's gate step (import every patched module, use or write
     the oracle record, write the gate report); otherwise ``verify``'s re-run
-    (JSON on stdout, nothing written). ``stock``: a build without the patch
+    (JSON on stdout, nothing written). ``behaviour`` stock: a build without the patch
     series (no manifest, nothing patched to import: the installed vLLM as it
     is). ``failure_allowed``: a failed verdict is written to the report and the
     step exits 0 (a disagreement with vLLM, or bad input, still fails it).
@@ -86,8 +91,8 @@ def gate_argv(
     ]
     if build:
         argv += (
-            ["--behaviour", "stock"]
-            if stock
+            ["--behaviour", Behaviour.STOCK.value]
+            if behaviour is Behaviour.STOCK
             else ["--overlay-manifest", payload_path(OVERLAY_MANIFEST, payload_dir), "--import-patched"]
         )
         argv += [

@@ -40,9 +40,10 @@ from geometry.kv import backends as B
 from geometry.kv.kv_spec import SimulatedError
 
 _QUANTIZED = ("fp8", "fp8_e4m3", "fp8_e5m2")
-_FA_KV_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3")
-_FLASHINFER_KV_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
-_TRITON_KV_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
+# Each backend's ``supported_kv_cache_dtypes``: its entry in backends.py.
+_FA_KV_DTYPES = B.FLASH_ATTN.kv_cache_dtypes
+_FLASHINFER_KV_DTYPES = B.FLASHINFER.kv_cache_dtypes
+_TRITON_KV_DTYPES = B.TRITON_ATTN.kv_cache_dtypes
 _FLEX_KV_DTYPES = ("auto", "float16", "bfloat16")
 _FLASHINFER_HEAD_SIZES = (64, 128, 256, 512)
 _HALF_DTYPES = ("float16", "bfloat16")

@@ -16,31 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from geometry.kv import backends as B
-
-DTYPE_BYTES = {
-    "float32": 4,
-    "float": 4,
-    "bfloat16": 2,
-    "float16": 2,
-    "half": 2,
-    "fp8": 1,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-    "uint8": 1,
-}
-SUPPORTED_KV_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def round_up(x: int, m: int) -> int:
-    return cdiv(x, m) * m
-
-
-def next_power_of_2(n: int) -> int:
-    return 1 if n < 1 else 1 << (n - 1).bit_length()
+from geometry.kv.units import cdiv
 
 
 class SimulatedError(Exception):

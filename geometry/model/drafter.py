@@ -8,12 +8,8 @@ from dataclasses import dataclass
 from geometry.errors import BadInput
 from geometry.kv import backends as B
 from geometry.kv.drafter_backend import DrafterAsk, drafter_backend, selected_backend_error
-from geometry.kv.kv_spec import (
-    DTYPE_BYTES,
-    FullAttentionSpec,
-    SimulatedError,
-    SlidingWindowSpec,
-)
+from geometry.kv.kv_spec import FullAttentionSpec, SimulatedError, SlidingWindowSpec
+from geometry.kv.units import DTYPE_BYTES
 from geometry.model.inputs import GeometryInputs
 from geometry.model.parts import (
     Layer,
@@ -23,6 +19,7 @@ from geometry.model.parts import (
     kv_dtype_name,
     kv_heads_per_rank,
 )
+from geometry.roles import Role
 
 
 @dataclass(frozen=True)
@@ -98,7 +95,7 @@ def build_drafter(
         layers.append(
             Layer(
                 f"drafter.model.layers.{i}.self_attn.attn",
-                "drafter",
+                Role.DRAFTER,
                 "sliding_window" if window is not None else "attention",
                 backend,
                 drafter_attention_builder(spec, backend),

@@ -19,13 +19,13 @@ from typing import Any, Mapping
 from geometry.errors import BadInput
 from geometry.model.config import DrafterModel, TargetModel, check_drafter, check_target, read_target
 from geometry.model.serve_settings import ServeSettings
+from geometry.roles import Behaviour
 from geometry.vllm_versions import DEFAULT_VERSION, VllmRelease, release
 
 # vLLM's CacheConfig.mamba_cache_mode default ("none": no prefix caching
 # of mamba state).  "align" is the other value vLLM accepts.
 DEFAULT_MAMBA_CACHE_MODE = "none"
 MAMBA_CACHE_MODES = ("none", "align")
-BEHAVIOURS = ("stock", "overlay")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,7 +43,7 @@ class GeometryInputs:
     enable_prefix_caching: bool = False
     block_size: int | None = None
     kv_cache_memory_bytes: int
-    vllm_behaviour: str = "overlay"
+    vllm_behaviour: Behaviour = Behaviour.OVERLAY
     # Extras (optional): max_model_len decides the mamba block size in
     # mamba_cache_mode "none" (vLLM sets it to max_model_len); default is the
     # target's max_position_embeddings.  drafter_attention_backend is the
@@ -89,8 +89,9 @@ class GeometryInputs:
             if value is not None and (type(value) is not int or value <= 0):
                 raise BadInput(f"{name} must be a positive integer or null, got {value!r}")
         release(self.vllm_version)
-        if self.vllm_behaviour not in BEHAVIOURS:
-            raise BadInput(f"vllm_behaviour must be one of {BEHAVIOURS}")
+        if self.vllm_behaviour not in tuple(Behaviour):
+            raise BadInput(f"vllm_behaviour must be one of {tuple(b.value for b in Behaviour)}")
+        object.__setattr__(self, "vllm_behaviour", Behaviour(self.vllm_behaviour))
         if not isinstance(self.kv_cache_dtype, str):
             raise BadInput("kv_cache_dtype must be a string")
         if self.drafter_kv_cache_dtype is not None and not isinstance(self.drafter_kv_cache_dtype, str):

@@ -8,11 +8,13 @@ from dataclasses import dataclass, field, replace
 
 from geometry.errors import BadInput
 from geometry.kv import backends as B
-from geometry.kv.kv_spec import DTYPE_BYTES, SUPPORTED_KV_DTYPES, SimulatedError
+from geometry.kv.kv_spec import SimulatedError
+from geometry.kv.units import DTYPE_BYTES, KV_CACHE_DTYPES
 from geometry.model.architecture import Architecture
 from geometry.model.drafter import build_drafter
 from geometry.model.inputs import GeometryInputs
 from geometry.model.parts import Layer, TargetSettings, kv_dtype_name
+from geometry.roles import Role
 
 
 def resolve_kv_dtypes(inputs: GeometryInputs) -> tuple[str, str | None]:
@@ -30,8 +32,8 @@ def resolve_kv_dtypes(inputs: GeometryInputs) -> tuple[str, str | None]:
     target = inputs.kv_cache_dtype
     drafter = inputs.drafter_kv_cache_dtype if inputs.has_drafter else None
     for what, kv in (("kv_cache_dtype", target), ("drafter_kv_cache_dtype", drafter)):
-        if kv is not None and kv not in SUPPORTED_KV_DTYPES:
-            raise BadInput(f"{what} {kv!r} not modelled (supported: {SUPPORTED_KV_DTYPES})")
+        if kv is not None and kv not in KV_CACHE_DTYPES:
+            raise BadInput(f"{what} {kv!r} not modelled (supported: {KV_CACHE_DTYPES})")
     sparse = inputs.target.runs_sparse_mla
     if sparse and target == "auto" and inputs.capability_family == 100:
         target = "fp8"
@@ -95,7 +97,7 @@ class Model:
         of the target depends on the drafter)."""
         return replace(
             self,
-            layers=tuple(layer for layer in self.layers if layer.owner == "target"),
+            layers=tuple(layer for layer in self.layers if layer.owner is Role.TARGET),
             kv_drafter=None,
             drafter_backend=None,
             drafter_error=None,

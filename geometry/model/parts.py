@@ -10,15 +10,9 @@ from typing import Any, Callable, Mapping
 
 from geometry.errors import BadInput
 from geometry.kv import backends as B
-from geometry.kv.kv_spec import (
-    DTYPE_BYTES,
-    AttentionSpec,
-    CacheConfig,
-    KVCacheSpec,
-    MambaSpec,
-    SimulatedError,
-    SlidingWindowSpec,
-)
+from geometry.kv.kv_spec import AttentionSpec, CacheConfig, KVCacheSpec, MambaSpec, SimulatedError, SlidingWindowSpec
+from geometry.kv.units import DTYPE_BYTES
+from geometry.roles import Role
 
 SpecBuilder = Callable[[CacheConfig], KVCacheSpec]
 
@@ -43,7 +37,7 @@ class Layer:
     spec builder."""
 
     name: str
-    owner: str  # "target" | "drafter"
+    owner: Role
     role: str  # kda | gdn | mla_latent | sparse_indexer | kpool_tail | attention | sliding_window
     backend: B.Backend
     build: SpecBuilder = field(compare=False, repr=False)

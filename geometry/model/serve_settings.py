@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Optional
 
+from geometry.roles import Behaviour
+
 
 @dataclass(frozen=True, kw_only=True)
 class ServeDefaults:
@@ -20,7 +22,7 @@ class ServeDefaults:
 
     nodes: int  # machines the tensor-parallel group spans
     capability_family: int  # the GPU's (vLLM's is_device_capability_family)
-    vllm_behaviour: str  # the vLLM the image runs: "stock" or "overlay"
+    vllm_behaviour: Behaviour  # the vLLM the image runs
     kv_cache_memory_bytes: int  # the KV budget without --kv-cache-memory-bytes
     # Without --max-num-batched-tokens: `vllm serve`'s default for the GPU (None: not known,
     # SchedulerConfig's own applies).

@@ -15,6 +15,7 @@ from typing import Mapping
 from geometry.model.inputs import GeometryInputs
 from geometry.oracle import record as record_mod
 from geometry.plan.report import GeometryReport
+from geometry.roles import Behaviour
 
 # Where the gate's code is (record.code_digest hashes what the gate imports under it): the directory
 # holding geometry/, the payload root in the image.
@@ -27,7 +28,7 @@ IMPORTED_SOURCE = "imported vLLM"
 class CrossCheck:
     """How the simulator is held to vLLM.
 
-    ``installed_behaviour``: the installed vLLM's ("stock" or "overlay"); the
+    ``installed_behaviour``: the installed vLLM's; the
     simulator's model of that behaviour is compared (None: the inputs' own).
     ``recorded``: vLLM's recorded answer for this vLLM tree and input (record.py;
     vLLM is then not imported). Otherwise vLLM is imported and, with
@@ -36,7 +37,7 @@ class CrossCheck:
     ``only_if_passed``: skip it when the verdict already fails.
     """
 
-    installed_behaviour: str | None = None
+    installed_behaviour: Behaviour | None = None
     recorded: Mapping | None = None
     record_to: str | None = None
     record_key_input: Mapping | None = None
@@ -47,7 +48,7 @@ class CrossCheck:
 @dataclass(frozen=True)
 class OracleOutcome:
     source: str  # RECORD_SOURCE or IMPORTED_SOURCE
-    behaviour: str  # the vLLM behaviour the simulator modelled for the comparison
+    behaviour: Behaviour  # the vLLM behaviour the simulator modelled for the comparison
     differences: tuple[str, ...]  # field by field; empty: they agree
     failure: str | None = None  # the installed vLLM could not plan at all ("TypeError: ...")
 

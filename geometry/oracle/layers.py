@@ -22,7 +22,7 @@ Every layer class's own ``get_kv_cache_spec`` runs. How each layer object is mad
 from __future__ import annotations
 
 from geometry.model.inputs import GeometryInputs
-from geometry.oracle.architectures import ORACLE_ARCHITECTURES
+from geometry.oracle.architectures import oracle_architecture
 from geometry.oracle.layer_objects import attention_layer
 
 
@@ -35,7 +35,7 @@ def register_layers(inputs: GeometryInputs, cfg, hf, num_spec: int, with_drafter
     ctx = cfg.compilation_config.static_forward_context
     ctx.clear()
     with set_current_vllm_config(cfg):
-        ORACLE_ARCHITECTURES[inputs.target.kind].register_layers(inputs, cfg, hf, ctx, num_spec)
+        oracle_architecture(inputs.target.kind).register_layers(inputs, cfg, hf, ctx, num_spec)
     if drafter is not None:
         _drafter_layers(inputs, cfg, drafter, ctx)
 

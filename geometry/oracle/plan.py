@@ -26,6 +26,7 @@ from geometry.oracle.vllm_config import build_vllm_config
 from geometry.plan.prefix_cache import PrefixCache, can_hit
 from geometry.plan.report import GeometryReport, GroupRow, LayerRow, Plan
 from geometry.plan.simulate import simulate
+from geometry.roles import Role
 from geometry.vllm_versions import public_version
 
 
@@ -73,7 +74,7 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, drafter_bac
             with set_current_vllm_config(cfg):
                 specs = get_kv_cache_spec(cfg)
                 layout = _resolve_layout(cfg, specs)
-                owners = {n: ("drafter" if n.startswith("drafter.") else "target") for n in specs}
+                owners = {n: (Role.DRAFTER if n.startswith("drafter.") else Role.TARGET) for n in specs}
                 groups = P.get_kv_cache_groups(cfg, dict(specs))
                 final = {}
                 for g in groups:
@@ -83,7 +84,7 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, drafter_bac
                 rows = _rows(final, owners, specs)
                 kvc = P.get_kv_cache_config_from_groups(cfg, groups, inputs.kv_cache_memory_bytes)
                 bpb = P._get_kv_cache_bytes_per_block(groups, layout)
-            t_rows = [r for r in rows if r.owner == "target" and r.role in ("mla_latent", "attention")]
+            t_rows = [r for r in rows if r.owner is Role.TARGET and r.role in ("mla_latent", "attention")]
             grows = []
             for i, g in enumerate(groups):
                 gs = g.kv_cache_spec

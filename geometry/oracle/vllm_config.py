@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from geometry.kv.backends import CPU_FAMILY
 from geometry.model.inputs import GeometryInputs
 from geometry.oracle.architecture import OracleArchitecture
-from geometry.oracle.architectures import ORACLE_ARCHITECTURES
+from geometry.oracle.architectures import oracle_architecture
 
 
 def _hf_config(arch: OracleArchitecture, text: Mapping[str, Any]):
@@ -51,7 +51,7 @@ def build_vllm_config(inputs: GeometryInputs, with_drafter: bool, num_spec: int)
     from vllm.config import DeviceConfig, VllmConfig
 
     target = inputs.target
-    arch = ORACLE_ARCHITECTURES[target.kind]
+    arch = oracle_architecture(target.kind)
     tp = inputs.tensor_parallel_size
     hf = _hf_config(arch, target.text)
     dtype = getattr(torch, target.model_dtype)

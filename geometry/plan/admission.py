@@ -55,7 +55,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from geometry.kv.kv_spec import RequestBlocks, cdiv
+from geometry.kv.kv_spec import RequestBlocks
+from geometry.kv.units import cdiv
 
 
 def lookahead_tokens(speculating: bool, num_spec: int) -> int:

@@ -8,7 +8,8 @@ import itertools
 import math
 
 from geometry.kv import backends as B
-from geometry.kv.kv_spec import CacheConfig, SimulatedError, cdiv
+from geometry.kv.kv_spec import CacheConfig, SimulatedError
+from geometry.kv.units import cdiv
 from geometry.model.inputs import GeometryInputs
 from geometry.model.model import Model
 

@@ -49,6 +49,7 @@ from geometry.model.inputs import GeometryInputs
 from geometry.plan.admission import Prefill, Scheduling, lookahead_tokens, prefill
 from geometry.plan.capacity import kv_token_capacity
 from geometry.plan.report import GeometryReport, Plan
+from geometry.roles import Behaviour, Role
 
 NULL_BLOCKS = 1  # BlockPool's null block
 # Lengths shown when none are named: the default recipe's 1M, and 128K and 32K.
@@ -105,21 +106,23 @@ def cache_block_size(plan: Plan, overlay: bool) -> int:
     kept = [
         g.block_size
         for g in plan.groups
-        if g.kind.prefix_cacheable and not (overlay and all(owners.get(n) == "drafter" for n in g.layer_names))
+        if g.kind.prefix_cacheable and not (overlay and all(owners.get(n) is Role.DRAFTER for n in g.layer_names))
     ]
     return min(kept or [g.block_size for g in plan.groups])
 
 
-def scheduling(plan: Plan, inputs: GeometryInputs, speculating: bool, num_spec: int, behaviour: str) -> Scheduling:
+def scheduling(
+    plan: Plan, inputs: GeometryInputs, speculating: bool, num_spec: int, behaviour: Behaviour
+) -> Scheduling:
     """What the scheduler splits and allocates a prefill of ``plan`` by (``speculating``: the plan has a
-    speculative config, ``num_spec`` tokens; ``behaviour``: the report's, "stock" or "overlay")."""
+    speculative config, ``num_spec`` tokens; ``behaviour``: the report's)."""
     pc = plan.prefix_cache
     return Scheduling(
         max_model_len=max_model_len_of(inputs),
         batched_tokens=batched_tokens(inputs),
         batches_in_flight=concurrent_batches(inputs),
         lookahead=lookahead_tokens(speculating, num_spec),
-        cache_block=cache_block_size(plan, behaviour == "overlay"),
+        cache_block=cache_block_size(plan, behaviour is Behaviour.OVERLAY),
         scheduler_block=pc.scheduler_block_size,
         hash_block=pc.hash_block_size,
         hit_alignment=pc.hit_alignment_tokens,
@@ -137,7 +140,7 @@ def plan_speculation(inputs: GeometryInputs) -> dict[str, tuple[bool, int]]:
 
 
 def request_prefill(
-    plan: Plan, inputs: GeometryInputs, label: str, tokens: int, behaviour: str | None = None
+    plan: Plan, inputs: GeometryInputs, label: str, tokens: int, behaviour: Behaviour | None = None
 ) -> Prefill | None:
     """What one request of ``tokens`` tokens holds through its prefill in ``plan``, as ``behaviour``
     runs it (None: the inputs'; None when vLLM cannot plan)."""
@@ -149,7 +152,7 @@ def request_prefill(
 
 
 def requests_at_once(
-    plan: Plan, inputs: GeometryInputs, label: str, tokens: int, behaviour: str | None = None
+    plan: Plan, inputs: GeometryInputs, label: str, tokens: int, behaviour: Behaviour | None = None
 ) -> int | None:
     """Requests of ``tokens`` tokens the pool admits one after another before it refuses one."""
     p = request_prefill(plan, inputs, label, tokens, behaviour)

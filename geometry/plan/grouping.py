@@ -9,7 +9,8 @@ import math
 from collections import Counter
 
 from geometry.kv import backends as B
-from geometry.kv.kv_spec import KVCacheSpec, SimulatedError, cdiv, is_uniform_type, round_up
+from geometry.kv.kv_spec import KVCacheSpec, SimulatedError, is_uniform_type
+from geometry.kv.units import cdiv, round_up
 from geometry.model.model import Model
 
 

@@ -7,6 +7,7 @@ from geometry.kv.kv_spec import KVCacheSpec, StateBlocks
 from geometry.model.inputs import GeometryInputs
 from geometry.model.model import Model
 from geometry.plan.report import GroupRow, LayerRow
+from geometry.roles import Behaviour
 
 
 def plan_rows(
@@ -16,10 +17,10 @@ def plan_rows(
     specs: dict[str, KVCacheSpec],
     inputs: GeometryInputs,
     num_spec: int,
-    behaviour: str,
+    behaviour: Behaviour,
 ) -> tuple[tuple[LayerRow, ...], tuple[GroupRow, ...]]:
     """One LayerRow per layer and one GroupRow per group of a plan of ``inputs`` with ``num_spec``
-    speculative tokens, as the ``behaviour`` ("stock" or "overlay") runs it."""
+    speculative tokens, as the ``behaviour`` runs it."""
     rows = []
     for layer in model.layers:
         s = specs[layer.name]
@@ -88,7 +89,7 @@ def _state(model: Model, inputs: GeometryInputs, num_spec: int) -> StateBlocks:
     )
 
 
-def _draft_tagged(inputs: GeometryInputs, behaviour: str) -> bool:
+def _draft_tagged(inputs: GeometryInputs, behaviour: Behaviour) -> bool:
     """Whether a drafter layer's spec carries vLLM's ``is_draft`` tag: the release's own, or the patch
     series' (every series sets it where the release does not: OVERLAY_CONTRACT.md)."""
-    return inputs.vllm.spec_draft_tag or behaviour == "overlay"
+    return inputs.vllm.spec_draft_tag or behaviour is Behaviour.OVERLAY

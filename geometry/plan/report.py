@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from geometry.kv.kv_spec import KVCacheSpec, RequestBlocks, spec_kind
 from geometry.plan.prefix_cache import PrefixCache
+from geometry.roles import Behaviour, Role
 
 __all__ = ["LayerRow", "GroupRow", "RequestBlocks", "Plan", "GeometryReport"]
 
@@ -14,7 +15,7 @@ __all__ = ["LayerRow", "GroupRow", "RequestBlocks", "Plan", "GeometryReport"]
 @dataclass(frozen=True)
 class LayerRow:
     name: str
-    owner: str  # "target" | "drafter"
+    owner: Role
     role: str  # kda | gdn | mla_latent | sparse_indexer | kpool_tail | attention | sliding_window
     spec_class: str
     block_size: int
@@ -70,7 +71,7 @@ class Plan:
 
 @dataclass(frozen=True)
 class GeometryReport:
-    behaviour: str
+    behaviour: Behaviour
     model_kind: str
     capability_family: int
     tensor_parallel_size: int

@@ -60,6 +60,7 @@ from geometry.plan.plan_rows import plan_rows
 from geometry.plan.prefix_cache import CacheGroup, PrefixCacheError
 from geometry.plan.prefix_cache import resolve as resolve_prefix_cache
 from geometry.plan.report import GeometryReport, GroupRow, LayerRow, Plan
+from geometry.roles import Behaviour, Role
 
 __all__ = ["simulate", "GeometryReport", "Plan", "LayerRow", "GroupRow", "SimulatedError"]
 
@@ -69,7 +70,7 @@ def overlay_page(model: Model, specs: dict[str, KVCacheSpec]) -> int | None:
     block, the MLA latent page when the target has MLA latent layers (GLM-5.3, Kimi Linear), else the
     page of its first full-attention layer (Qwen3-Next's GQA layers, a dense Qwen3); None without
     either."""
-    target = [layer for layer in model.layers if layer.owner == "target"]
+    target = [layer for layer in model.layers if layer.owner is Role.TARGET]
     for roles in (("mla_latent",), ("attention",)):
         page = next((specs[layer.name].page_size_bytes for layer in target if layer.role in roles), None)
         if page is not None:
@@ -85,7 +86,7 @@ def _apply_overlay(model: Model, specs: dict[str, KVCacheSpec], notes: list[str]
         return specs
     out = dict(specs)
     for layer in model.layers:
-        if layer.owner != "drafter":
+        if layer.owner is not Role.DRAFTER:
             continue
         s = specs[layer.name]
         per_token = s.with_block_size(1).real_page_size_bytes
@@ -103,14 +104,14 @@ def _target_attention_page(model: Model, specs: dict[str, KVCacheSpec]) -> int |
     block the platform fixed, before grouping: the page a drafter layer must equal. Unify may grow
     that layer's block to a drafter's wider page; the page the drafter had to fit is this one."""
     for layer in model.layers:
-        if layer.owner == "target" and layer.role in ("mla_latent", "attention"):
+        if layer.owner is Role.TARGET and layer.role in ("mla_latent", "attention"):
             return specs[layer.name].real_page_size_bytes
     return None
 
 
 def _plan(
     inputs: GeometryInputs,
-    behaviour: str,
+    behaviour: Behaviour,
     with_drafter: bool,
     num_spec: int,
     notes: list[str],
@@ -130,7 +131,7 @@ def _plan(
         cache = update_block_size(model, inputs)
         specs = {layer.name: layer.build(cache) for layer in model.layers}
         target_page = _target_attention_page(model, specs)  # the drafter's layers do not change it
-        if behaviour == "overlay" and with_drafter:
+        if behaviour is Behaviour.OVERLAY and with_drafter:
             specs = _apply_overlay(model, specs, notes)
         layout = resolve_layout(model, specs)
         path, groups, final_specs = group_kv_cache(specs, layout)
@@ -141,7 +142,7 @@ def _plan(
         t_block = next(
             final_specs[layer.name].block_size
             for layer in model.layers
-            if layer.owner == "target" and layer.role in ("mla_latent", "attention")
+            if layer.owner is Role.TARGET and layer.role in ("mla_latent", "attention")
         )
         prefix = resolve_prefix_cache(
             [CacheGroup(gs[0]) for _, gs in groups],
@@ -182,8 +183,8 @@ def _plan(
         )
 
 
-def simulate(inputs: GeometryInputs, behaviour: str | None = None) -> GeometryReport:
-    """Reproduce vLLM's KV-cache geometry for ``inputs``, as the ``behaviour`` ("stock" or "overlay")
+def simulate(inputs: GeometryInputs, behaviour: Behaviour | None = None) -> GeometryReport:
+    """Reproduce vLLM's KV-cache geometry for ``inputs``, as the ``behaviour``
     runs it (None: the inputs' own)."""
     behaviour = behaviour or inputs.vllm_behaviour
     notes: list[str] = []

@@ -41,6 +41,7 @@ from geometry.preflight.outcome import (
     refused,
 )
 from geometry.preflight.serve_flags import ServeFlags, ServeFlagsRejected, parse_serve_flags
+from geometry.roles import Behaviour, Role
 
 # The speculative method the simulator models (DFlash / DFlash2 drafters).
 MODELLED_METHOD = "dflash"
@@ -142,10 +143,10 @@ def _read_configs(flags: ServeFlags, locate: Callable[[str], str]):
     simulator would misread (geometry.model.config: the same checks the recipe loader and the gate run)."""
     from geometry.model.config import ConfigInvalid, check_drafter, check_target
 
-    target = read_config("target", locate(flags.model), flags.model)
+    target = read_config(Role.TARGET, locate(flags.model), flags.model)
     drafter = None
     if flags.drafter_path is not None:
-        drafter = read_config("drafter", locate(flags.drafter_path), flags.drafter_path)
+        drafter = read_config(Role.DRAFTER, locate(flags.drafter_path), flags.drafter_path)
     for mounted, check_one in ((target, check_target), (drafter, check_drafter)):
         if mounted is None:
             continue
@@ -159,13 +160,13 @@ def _read_configs(flags: ServeFlags, locate: Callable[[str], str]):
     return target, drafter
 
 
-def _installed_behaviour(manifest: Optional[str]) -> str:
+def _installed_behaviour(manifest: Optional[str]) -> Behaviour:
     from geometry.oracle.installed import overlay_applied
 
     if manifest is None:
-        return "stock"
+        return Behaviour.STOCK
     applied, _note = overlay_applied(manifest)
-    return "overlay" if applied else "stock"
+    return Behaviour.OVERLAY if applied else Behaviour.STOCK
 
 
 def asks_for_help(argv: Sequence[str]) -> bool:
@@ -190,8 +191,8 @@ def check(
     fast = False
     try:
         if same_argv:  # the build's argv names the recipe's model paths
-            target = read_config("target", locate(checked.target.path), checked.target.path)
-            drafter = read_config("drafter", locate(checked.drafter.path), checked.drafter.path)
+            target = read_config(Role.TARGET, locate(checked.target.path), checked.target.path)
+            drafter = read_config(Role.DRAFTER, locate(checked.drafter.path), checked.drafter.path)
             fast = target.sha256 == checked.target.config_sha256 and drafter.sha256 == checked.drafter.config_sha256
         if fast:
             flags = checked.flags

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from geometry.preflight.safetensors_header import ShardHeader, ShardUnusable, read_header
+from geometry.roles import Role
 
 INDEX = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -71,7 +72,7 @@ def snapshot_of(directory: str) -> Snapshot:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    role: str  # "target" or "drafter"
+    role: Role
     directory: str  # where it was read (on the host: under --models-dir)
     snapshot: Snapshot
     layout: str  # INDEX or SINGLE_FILE: how its weights are listed
@@ -123,7 +124,7 @@ def _read_index(path: str) -> Mapping[str, str]:
     return weight_map
 
 
-def scan(role: str, directory: str) -> Checkpoint:
+def scan(role: Role, directory: str) -> Checkpoint:
     """Every weights file of the checkpoint in ``directory``, its header read and checked (CheckpointUnusable)."""
     snapshot = snapshot_of(directory)
     index_path = os.path.join(directory, INDEX)

@@ -8,6 +8,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from geometry.roles import Role
+
 
 class ConfigUnusable(Exception):
     """A config.json the argv points at is missing, unreadable or not a JSON object."""
@@ -15,13 +17,13 @@ class ConfigUnusable(Exception):
 
 @dataclass(frozen=True)
 class MountedConfig:
-    role: str  # "target" or "drafter"
+    role: Role
     path: str  # where it was read (on the host: under --models-dir)
     sha256: str
     data: Mapping[str, Any]
 
 
-def read_config(role: str, model_dir: str, shown_as: str) -> MountedConfig:
+def read_config(role: Role, model_dir: str, shown_as: str) -> MountedConfig:
     """``model_dir``/config.json; ``shown_as`` is the model path the argv names (for messages)."""
     path = os.path.join(model_dir, "config.json")
     where = f"the {role} config {path}" + (f" (argv: {shown_as})" if not path.startswith(shown_as) else "")

@@ -21,6 +21,7 @@ from geometry.preflight.checkpoint import Checkpoint, CheckpointUnusable, scan
 from geometry.preflight.configs import MountedConfig
 from geometry.preflight.outcome import PREFIX
 from geometry.preflight.serve_flags import ServeFlags
+from geometry.roles import Role
 
 QUANT_FILE = "hf_quant_config.json"
 UNQUANTIZED = "none"
@@ -262,8 +263,8 @@ def check_mounted(
 ) -> Mounted:
     """Items 1-5 in order; CheckpointUnusable / CheckpointMismatch for the first that fails."""
     target_dir = os.path.dirname(target.path)
-    target_ckpt = scan("target", target_dir)
-    drafter_ckpt = scan("drafter", os.path.dirname(drafter.path)) if drafter is not None else None
+    target_ckpt = scan(Role.TARGET, target_dir)
+    drafter_ckpt = scan(Role.DRAFTER, os.path.dirname(drafter.path)) if drafter is not None else None
     notices = identity(target_ckpt, checked.target)
     if drafter_ckpt is not None:
         notices += identity(drafter_ckpt, checked.drafter)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from geometry.plan.capacity import kv_token_capacity
 from geometry.plan.concurrency import Concurrency
 from geometry.plan.report import GeometryReport
+from geometry.roles import Behaviour
 from geometry.verdict.gate import Verdict
 
 
@@ -15,7 +16,7 @@ from geometry.verdict.gate import Verdict
 class BehaviourFigures:
     """One behaviour's with-drafter plan, as vLLM reports it and as the gate weighs it."""
 
-    behaviour: str
+    behaviour: Behaviour
     passed: bool
     reasons: tuple[str, ...]
     group_blocks: tuple[int, ...]  # vLLM's "kv cache group sizes"

@@ -43,6 +43,7 @@ from geometry.model.inputs import GeometryInputs
 from geometry.plan.capacity import kv_token_capacity
 from geometry.plan.concurrency import max_model_len_of, requests_at_once
 from geometry.plan.report import GeometryReport
+from geometry.roles import Behaviour, Role
 from geometry.verdict.fit_keys import KEEPABLE, SEARCHED
 from geometry.verdict.gate import Verdict
 from geometry.verdict.gate_run import run_gate
@@ -150,7 +151,7 @@ def _fit_unit(report: GeometryReport) -> tuple[int, int, int] | None:
     """(unit, target B/token, drafter B/token): the drafter's page equals the target's
     attention page only at blocks that are multiples of unit."""
     plan = report.with_drafter
-    rows = [r for r in plan.layers if r.owner == "drafter"]
+    rows = [r for r in plan.layers if r.owner is Role.DRAFTER]
     if not rows or not plan.target_attention_page or not plan.block_size:
         return None
     t_bpt = plan.target_attention_page // plan.block_size
@@ -160,13 +161,13 @@ def _fit_unit(report: GeometryReport) -> tuple[int, int, int] | None:
     return math.lcm(step, (d_bpt * kernel) // math.gcd(d_bpt * kernel, t_bpt)), t_bpt, d_bpt
 
 
-def _blocks_for(report: GeometryReport | None, behaviour: str) -> list[int]:
+def _blocks_for(report: GeometryReport | None, behaviour: Behaviour) -> list[int]:
     if report is None or report.with_drafter.block_size is None:
         return []
     b0 = report.with_drafter.block_size
     step = report.kernel_block_alignment or 16
     last = BLOCK_RANGE * b0
-    fit = _fit_unit(report) if behaviour == "overlay" else None
+    fit = _fit_unit(report) if behaviour is Behaviour.OVERLAY else None
     if fit is not None:  # a necessary condition of gate check 2 (drafter page == P)
         unit = math.lcm(fit[0], step)
         return [b for b in range(-(-b0 // unit) * unit, last + 1, unit) if b != b0]
@@ -263,7 +264,7 @@ def _why_none(inputs: GeometryInputs, reports: dict, own: Candidate, tried: int,
         ),
         None,
     )
-    fit = _fit_unit(auto) if auto is not None and inputs.vllm_behaviour == "overlay" else None
+    fit = _fit_unit(auto) if auto is not None and inputs.vllm_behaviour is Behaviour.OVERLAY else None
     b0 = auto.with_drafter.block_size if auto is not None else None
     if fit is not None and fit[0] > BLOCK_RANGE * b0:
         unit, t_bpt, d_bpt = fit

@@ -30,13 +30,14 @@ from geometry.plan.capacity import capacity_loss_reason, kv_token_capacity
 from geometry.plan.concurrency import max_num_seqs_refusals
 from geometry.plan.report import GeometryReport, Plan
 from geometry.plan.serving_limits import serving_limit_reasons
+from geometry.roles import Behaviour, Role
 
 
 @dataclass(frozen=True)
 class Verdict:
     passed: bool
     reasons: tuple[str, ...]
-    behaviour: str
+    behaviour: Behaviour
     target_attention_page: int | None
     drafter_bytes_per_token: int | None
     suggested_drafter_block: int | None
@@ -62,7 +63,7 @@ def check(report: GeometryReport) -> Verdict:
         if plan.error:
             reasons.append(f"vLLM would raise {label}: {plan.error}")
     p = w.target_attention_page
-    drafter_rows = [r for r in w.layers if r.owner == "drafter"]
+    drafter_rows = [r for r in w.layers if r.owner is Role.DRAFTER]
     bpt = drafter_rows[0].bytes_per_token if drafter_rows else None
     suggested = None
     multiple = None
@@ -142,11 +143,11 @@ def _prefix_cache_reasons(w: Plan) -> list[str]:
     hits), and hits further apart than one target block waste the cache."""
     reasons = []
     target_block = next(
-        (r.block_size for r in w.layers if r.owner == "target" and r.role in ("mla_latent", "attention")), None
+        (r.block_size for r in w.layers if r.owner is Role.TARGET and r.role in ("mla_latent", "attention")), None
     )
     if target_block is None:
         return reasons
-    for block in sorted({r.block_size for r in w.layers if r.owner == "drafter"}):
+    for block in sorted({r.block_size for r in w.layers if r.owner is Role.DRAFTER}):
         if target_block % block:
             reasons.append(
                 f"prefix caching: drafter block {block} does not divide the target "

@@ -10,6 +10,7 @@ from geometry.plan.capacity import kv_token_capacity
 from geometry.plan.concurrency import Concurrency
 from geometry.plan.prefix_cache import PrefixCache
 from geometry.plan.report import GeometryReport, Plan
+from geometry.roles import Role
 from geometry.verdict.gate import Verdict
 
 GIB = 1 << 30
@@ -176,7 +177,7 @@ def _platform(family: int) -> str:
     return "vLLM's CPU platform" if family == CPU_FAMILY else f"GPU family {family}"
 
 
-def _resolved(report: GeometryReport, owner: str, asked: str | None) -> str:
+def _resolved(report: GeometryReport, owner: Role, asked: str | None) -> str:
     """A KV dtype as asked, with what `auto` resolved to when the plan's layers of that owner say it."""
     if asked != "auto":
         return str(asked)
@@ -189,8 +190,8 @@ def render_text(report: GeometryReport, verdict: Verdict | None = None, concurre
         f"KV geometry: {report.model_kind}, vLLM behaviour {report.behaviour}, "
         f"{_platform(report.capability_family)}, TP {report.tensor_parallel_size}, "
         f"num_speculative_tokens {report.num_speculative_tokens}",
-        f"KV dtypes: target {_resolved(report, 'target', report.target_kv_dtype)}, "
-        f"drafter {_resolved(report, 'drafter', report.drafter_kv_dtype)}; "
+        f"KV dtypes: target {_resolved(report, Role.TARGET, report.target_kv_dtype)}, "
+        f"drafter {_resolved(report, Role.DRAFTER, report.drafter_kv_dtype)}; "
         f"backends (layer order) {', '.join(report.backends)}; kernel block alignment "
         f"{report.kernel_block_alignment}; drafter backend {report.drafter_backend} "
         f"(kernel block {report.drafter_kernel_block})",

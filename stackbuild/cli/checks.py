@@ -119,6 +119,7 @@ def qualify(
     (20-23: the server cannot be measured). With --attach,
     the image's manifest is looked up before anything is measured (2: not a digest reference;
     7-9: the registry), and the record is attached whatever the verdict."""
+    from geometry import Behaviour
     from stackbuild.serve.qualify.cli_support import run_qualify
     from stackbuild.serve.qualify.run import raise_if_failed
 
@@ -131,7 +132,7 @@ def qualify(
         url=url,
         recipe_path=recipe_path,
         model=model,
-        stock=stock,
+        behaviour=Behaviour.of_stock_flag(stock),
         server_log=server_log,
         api_key_env=api_key_env,
         baseline_url=baseline_url,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from geometry import KEEPABLE
+from geometry import KEEPABLE, Behaviour
 from stackbuild.cli.options import json_option, recipe_option
 from stackbuild.cli.output import print_json
 from stackbuild.core.recipe import load_recipe
@@ -46,7 +46,7 @@ def geometry(recipe_path, as_json, stock, contexts):
 
     recipe = load_recipe(recipe_path)
     try:
-        report = recipe_report(recipe, stock=stock, contexts=contexts)
+        report = recipe_report(recipe, behaviour=Behaviour.of_stock_flag(stock), contexts=contexts)
     except ContextTooLong as exc:
         raise click.BadParameter(str(exc), param_hint="--context") from None
     if as_json:
@@ -89,7 +89,7 @@ def fit(recipe_path, as_json, stock, keep, allow):
     from stackbuild.core.fit import fit_recipe, refuse_unfit
 
     recipe = load_recipe(recipe_path)
-    result = fit_recipe(recipe, stock=stock, keep=frozenset(keep), allow=frozenset(allow))
+    result = fit_recipe(recipe, behaviour=Behaviour.of_stock_flag(stock), keep=frozenset(keep), allow=frozenset(allow))
     if as_json:
         print_json(to_json(result))
     else:

@@ -191,6 +191,7 @@ def build(
     against the vLLM installed there. The check a CI runs on the host is
     `build.py geometry`.
     """
+    from geometry import Behaviour
     from stackbuild.image.platform_plans import build_plans
 
     recipe = load_recipe(recipe_path)
@@ -201,7 +202,7 @@ def build(
         repository=repository,
         allow_unpinned=allow_unpinned,
         push=push,
-        stock=stock,
+        behaviour=Behaviour.of_stock_flag(stock),
         gate_failure_allowed=allow_gate_failure,
     )
     plan = plans[0]

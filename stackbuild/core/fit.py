@@ -3,7 +3,7 @@ and its outcome as an exit: none when the recipe passes, 5 when only other setti
 
 from __future__ import annotations
 
-from geometry import KEPT_UNLESS_ALLOWED, BadInput, FitResult
+from geometry import KEPT_UNLESS_ALLOWED, BadInput, Behaviour, FitResult
 from geometry import search_fit as search
 from stackbuild.core.errors import FitNothingPasses, GeometryGateFailed, RecipeError, UsageError
 from stackbuild.core.gate import gate_input
@@ -18,12 +18,14 @@ def kept_keys(keep: frozenset[str], allow: frozenset[str]) -> frozenset[str]:
     return frozenset(keep) | (frozenset(KEPT_UNLESS_ALLOWED) - allow)
 
 
-def fit_recipe(recipe: Recipe, *, stock: bool, keep: frozenset[str], allow: frozenset[str] = frozenset()) -> FitResult:
+def fit_recipe(
+    recipe: Recipe, *, behaviour: Behaviour, keep: frozenset[str], allow: frozenset[str] = frozenset()
+) -> FitResult:
     """The search from the recipe's gate input (stock vLLM's behaviour or the overlay's), holding ``keep``
     and, unless ``allow`` opens them, KEPT_UNLESS_ALLOWED."""
     try:
         kept = kept_keys(keep, allow)
-        return search(gate_input(recipe, vllm_behaviour="stock" if stock else "overlay"), keep=kept)
+        return search(gate_input(recipe, vllm_behaviour=behaviour), keep=kept)
     except BadInput as exc:
         raise RecipeError(recipe.path, "", f"the geometry gate does not model this recipe: {exc}") from None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from geometry import Behaviour
 from stackbuild.core.errors import GeometryGateFailed, RecipeError
 from stackbuild.core.gpus import serve_batched_tokens
 from stackbuild.core.recipe import Recipe
@@ -10,7 +11,7 @@ from stackbuild.core.serve_args import served_flags
 GIB = 1024**3
 
 
-def serve_defaults(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
+def serve_defaults(recipe: Recipe, *, vllm_behaviour: Behaviour = Behaviour.OVERLAY):
     """What the recipe's gate input takes where its serve argv gives no flag
     (geometry.model.serve_settings.ServeDefaults):
     its machines and GPU family, the KV budget of geometry.kv_cache_memory_gib, and `vllm serve`'s batch for
@@ -28,7 +29,7 @@ def serve_defaults(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
     )
 
 
-def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
+def gate_input(recipe: Recipe, *, vllm_behaviour: Behaviour = Behaviour.OVERLAY):
     """The recipe's geometry.model.inputs.GeometryInputs: what the build writes as gate-input.json.
 
     The geometry of what the recipe's serve argv means to vLLM (core/serve_args.served_flags, the flags
@@ -45,7 +46,7 @@ def gate_input(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
         raise RecipeError(recipe.path, "", f"the geometry gate does not model this recipe: {exc}") from None
 
 
-def recipe_geometry(recipe: Recipe, *, vllm_behaviour: str = "overlay"):
+def recipe_geometry(recipe: Recipe, *, vllm_behaviour: Behaviour = Behaviour.OVERLAY):
     """The gate run (geometry.verdict.gate_run.GateRun: inputs, report, verdict) of a recipe on the host;
     what the simulator does not model is a RecipeError."""
     from geometry import BadInput, run_gate

@@ -6,14 +6,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterable, Optional
 
-from geometry import BehaviourComparison, Concurrency, GateRun, comparison_lines, concurrency, figures
+from geometry import Behaviour, BehaviourComparison, Concurrency, GateRun, comparison_lines, concurrency, figures
 from geometry import compare_behaviours as compare
 from geometry import render_table_text as render_text
 from geometry import table_json as to_json
 from stackbuild.core.gate import recipe_geometry, refuse_failed
 from stackbuild.core.recipe import Recipe
-
-BEHAVIOURS = ("stock", "overlay")
 
 
 @dataclass(frozen=True)
@@ -36,11 +34,10 @@ class RecipeGeometry:
         refuse_failed(self.recipe, self.run, rest=rest)
 
 
-def recipe_report(recipe: Recipe, *, stock: bool, contexts: Optional[Iterable[int]] = None) -> RecipeGeometry:
-    """Both behaviours' gate runs and requests at once (``contexts``: the request lengths, default
-    geometry.plan.concurrency.contexts_for's); ContextTooLong for a length above max_model_len."""
-    runs = {b: recipe_geometry(recipe, vllm_behaviour=b) for b in BEHAVIOURS}
+def recipe_report(recipe: Recipe, *, behaviour: Behaviour, contexts: Optional[Iterable[int]] = None) -> RecipeGeometry:
+    """Both behaviours' gate runs and requests at once, ``behaviour``'s judged (``contexts``: the request
+    lengths, default geometry.plan.concurrency.contexts_for's); ContextTooLong for a length above max_model_len."""
+    runs = {b: recipe_geometry(recipe, vllm_behaviour=b) for b in Behaviour}
     at_once = {b: concurrency(r.report, r.inputs, contexts) for b, r in runs.items()}
-    versus = compare(*(figures(runs[b].report, runs[b].verdict, at_once[b]) for b in BEHAVIOURS))
-    judged = "stock" if stock else "overlay"
-    return RecipeGeometry(recipe, runs[judged], at_once[judged], versus)
+    versus = compare(*(figures(runs[b].report, runs[b].verdict, at_once[b]) for b in Behaviour))
+    return RecipeGeometry(recipe, runs[behaviour], at_once[behaviour], versus)

@@ -12,7 +12,7 @@ import hashlib
 from pathlib import Path
 from typing import Optional
 
-from geometry import GeometryInputs, checked
+from geometry import GeometryInputs, Role, checked
 from stackbuild.core.recipe import Recipe
 from stackbuild.core.serve_args import role_commands, serve_argv, served_flags
 
@@ -30,8 +30,8 @@ def checked_serve(
 ) -> checked.CheckedServe:
     models = {}
     for role, model in (
-        ("target", recipe.target),
-        ("drafter", recipe.require_drafter("the image's pre-flight record")),
+        (Role.TARGET, recipe.target),
+        (Role.DRAFTER, recipe.require_drafter("the image's pre-flight record")),
     ):
         models[role] = checked.CheckedModel(
             id=model.id,
@@ -49,8 +49,8 @@ def checked_serve(
     return checked.CheckedServe(
         recipe=recipe.name,
         argv=tuple(serve_argv(recipe)),
-        target=models["target"],
-        drafter=models["drafter"],
+        target=models[Role.TARGET],
+        drafter=models[Role.DRAFTER],
         gate_input=gate_input,
         flags=served_flags(recipe),
         roles=roles,

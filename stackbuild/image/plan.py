@@ -14,7 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping, Optional
 
-from geometry import GeometryInputs, contract
+from geometry import Behaviour, GeometryInputs, contract
 from stackbuild.core import labels as label
 from stackbuild.core.gate import recipe_geometry, summarise_reasons
 from stackbuild.core.lock import PinnedBase, pinned_base
@@ -54,10 +54,15 @@ class BuildPlan:
     # What FROM names when it is not the pinned base itself: the base index's manifest for this
     # platform (the engine keeps one image per digest reference). Set by the pipeline.
     from_reference: Optional[ImageReference] = None
-    # A stock comparison build (`build --stock`): the base's vLLM without the patch series, gated as stock.
-    stock: bool = False
+    # The vLLM gated: stock for a comparison build (`build --stock`): the base's vLLM without the patch series.
+    behaviour: Behaviour = Behaviour.OVERLAY
     # `build --allow-gate-failure`: an image whose in-image verdict is fail is kept (never pushed).
     gate_failure_allowed: bool = False
+
+    @property
+    def stock(self) -> bool:
+        """A stock comparison build."""
+        return self.behaviour is Behaviour.STOCK
 
     @property
     def payload_dir(self) -> str:
@@ -99,7 +104,7 @@ def make_plan(
     repository: str | None = None,
     allow_unpinned: bool = False,
     read_oracle_record: bool = True,
-    stock: bool = False,
+    behaviour: Behaviour = Behaviour.OVERLAY,
     gate_failure_allowed: bool = False,
 ) -> BuildPlan:
     """``read_oracle_record=False`` for commands that build nothing (push, verify, record): they
@@ -110,10 +115,11 @@ def make_plan(
     epoch = source_date_epoch()
     source = source_revision(recipe, epoch)
     name = image_name(recipe, owner=owner, repository=repository, epoch=epoch, source=source, base_digest=base.digest)
+    stock = behaviour is Behaviour.STOCK
     if stock:  # its own repository: a comparison image never takes the patched image's tags
         name = replace(name, repository=name.repository + STOCK_REPOSITORY_SUFFIX)
     series_hash = "" if stock else series_sha256(recipe.series_dir)
-    run = recipe_geometry(recipe, vllm_behaviour="stock" if stock else "overlay")
+    run = recipe_geometry(recipe, vllm_behaviour=behaviour)
     verdict = run.verdict
     record = choose_oracle_record(recipe, run.inputs) if read_oracle_record else NOT_READ
     revision = source.label
@@ -158,6 +164,6 @@ def make_plan(
         labels=MappingProxyType(labels),
         oracle_record=record.path,
         oracle_record_note=record.note,
-        stock=stock,
+        behaviour=behaviour,
         gate_failure_allowed=gate_failure_allowed,
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from geometry import Behaviour
 from stackbuild.core.errors import RecipeError, UsageError
 from stackbuild.core.recipe import Recipe
 from stackbuild.image.pipeline import platform_plan
@@ -35,7 +36,7 @@ def build_plans(
     repository: Optional[str],
     allow_unpinned: bool,
     push: bool,
-    stock: bool = False,
+    behaviour: Behaviour = Behaviour.OVERLAY,
     gate_failure_allowed: bool = False,
 ) -> list[BuildPlan]:
     """What ``build`` builds: a plan per selected platform; ``--platform`` of a multi-platform recipe
@@ -52,7 +53,7 @@ def build_plans(
             owner=owner,
             repository=repository,
             allow_unpinned=allow_unpinned,
-            stock=stock,
+            behaviour=behaviour,
             gate_failure_allowed=gate_failure_allowed,
         )
         for p in selected_platforms(recipe, platform)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import jinja2
 
+from geometry import Behaviour, contract
 from geometry import checked as checked_mod
-from geometry import contract
 from stackbuild.core.context_sources import GATE_PAYLOAD, PATCH_PAYLOAD, PREFLIGHT_PAYLOAD, payload_files
 from stackbuild.core.context_sources import TEMPLATE as TEMPLATE_NAME
 from stackbuild.core.errors import InternalError
@@ -23,7 +23,9 @@ from stackbuild.image.plan import BuildPlan
 TEMPLATE = REPO_ROOT / TEMPLATE_NAME
 
 
-def contract_values(payload_dir: str, *, stock: bool = False, failure_allowed: bool = False) -> dict:
+def contract_values(
+    payload_dir: str, *, behaviour: Behaviour = Behaviour.OVERLAY, failure_allowed: bool = False
+) -> dict:
     """The in-image contract as the template reads it (``{{ contract.gate_command }}`` ...)."""
     return {
         "payload_dir": payload_dir,
@@ -32,7 +34,7 @@ def contract_values(payload_dir: str, *, stock: bool = False, failure_allowed: b
         "overlay_manifest": contract.payload_path(contract.OVERLAY_MANIFEST, payload_dir),
         "normalise_mtimes": contract.payload_path(contract.NORMALISE_MTIMES, payload_dir),
         "gate_command": shlex.join(
-            contract.gate_argv(payload_dir, build=True, stock=stock, failure_allowed=failure_allowed)
+            contract.gate_argv(payload_dir, build=True, behaviour=behaviour, failure_allowed=failure_allowed)
         ),
         "preflight_entrypoint": contract.payload_path(contract.PREFLIGHT_ENTRYPOINT, payload_dir),
         "architecture_mismatch_status": contract.ARCHITECTURE_MISMATCH_STATUS,
@@ -69,7 +71,7 @@ def render(plan: BuildPlan) -> str:
         base_reference=str(plan.from_reference or plan.base.reference),
         platform=recipe.platform,
         uname_machine=recipe.uname_machine,
-        contract=contract_values(plan.payload_dir, stock=plan.stock, failure_allowed=plan.gate_failure_allowed),
+        contract=contract_values(plan.payload_dir, behaviour=plan.behaviour, failure_allowed=plan.gate_failure_allowed),
         source_date_epoch=plan.source_date_epoch,
         labels=dict(plan.labels),
         patch_payload=PATCH_PAYLOAD,

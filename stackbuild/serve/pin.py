@@ -15,20 +15,19 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from geometry import ConfigUnusable, read_config, snapshot_of
+from geometry import ConfigUnusable, Role, read_config, snapshot_of
 from stackbuild.core.atomic import replace_text
 from stackbuild.core.errors import MountedCheckpointMismatch, MountedConfigUnusable, RecipeError, UsageError
 from stackbuild.core.preflight_record import file_sha256, snapshot_path
 from stackbuild.core.recipe import Recipe, load_recipe
 from stackbuild.serve.preflight_host import host_locator
 
-ROLES = ("target", "drafter")
 PINNED_KEYS = ("revision", "config_sha256")
 
 
 @dataclass(frozen=True)
 class Pinned:
-    role: str
+    role: Role
     directory: str  # the host directory read
     revision: str
     config_sha256: str
@@ -38,7 +37,7 @@ class Pinned:
 def _found(recipe: Recipe, models_dir: Path) -> list[Pinned]:
     locate = host_locator(recipe, models_dir)
     out = []
-    for role in ROLES:
+    for role in Role:
         model = getattr(recipe, role)
         if model is None:  # no drafter (speculation.method ngram)
             continue

@@ -10,16 +10,8 @@ from typing import Any, Mapping
 
 from geometry.errors import BadInput
 from geometry.kv import backends as B
-from geometry.kv.kv_spec import (
-    DTYPE_BYTES,
-    CacheConfig,
-    CircularBufferSpec,
-    KVCacheSpec,
-    MLAAttentionSpec,
-    SimulatedError,
-    cdiv,
-    next_power_of_2,
-)
+from geometry.kv.kv_spec import CacheConfig, CircularBufferSpec, KVCacheSpec, MLAAttentionSpec, SimulatedError
+from geometry.kv.units import DTYPE_BYTES, cdiv, next_power_of_2
 from geometry.model.architecture import Architecture
 from geometry.model.config_reader import ConfigReader, require_attention
 from geometry.model.parts import (
@@ -33,6 +25,7 @@ from geometry.model.parts import (
     mamba_builder,
     required,
 )
+from geometry.roles import Role
 
 ATTENTION_INTERVAL = 4
 # kda_prefill_checkpoint_alignment("flashkda") (vllm/model_executor/layers/mamba/kda_checkpoint.py).
@@ -139,12 +132,12 @@ def build_target(s: TargetSettings) -> Target:
     for i in range(s.num_layers):
         p = f"model.layers.{i}.self_attn"
         if layer_types[i] == "linear_attention":
-            layers.append(Layer(p, "target", "kda", B.SSM, kda))
+            layers.append(Layer(p, Role.TARGET, "kda", B.SSM, kda))
             continue
         layers += [
-            Layer(p + ".indexer.k_cache", "target", "sparse_indexer", idx_backend, idx),
-            Layer(p + ".indexer.tail_cache", "target", "kpool_tail", B.KPOOL_TAIL, tail),
-            Layer(p + ".mla_attn", "target", "mla_latent", mla_backend, mla),
+            Layer(p + ".indexer.k_cache", Role.TARGET, "sparse_indexer", idx_backend, idx),
+            Layer(p + ".indexer.tail_cache", Role.TARGET, "kpool_tail", B.KPOOL_TAIL, tail),
+            Layer(p + ".mla_attn", Role.TARGET, "mla_latent", mla_backend, mla),
         ]
     # Glm5NextLinearAttention.get_kv_cache_spec: FlashKDA checkpoints the state inside a prefill chunk
     # (kda_prefill_checkpoint_alignment: 16 tokens), so each KDA spec holds one more block per request in

@@ -8,10 +8,12 @@ from typing import Mapping
 
 from geometry.errors import BadInput
 from geometry.kv import backends as B
-from geometry.kv.kv_spec import DTYPE_BYTES, MLAAttentionSpec, SimulatedError
+from geometry.kv.kv_spec import MLAAttentionSpec, SimulatedError
+from geometry.kv.units import DTYPE_BYTES
 from geometry.model.architecture import Architecture
 from geometry.model.config_reader import NO_ATTENTION, ConfigReader
 from geometry.model.parts import Layer, Target, TargetSettings, attention_builder, kda_state, mamba_builder, required
+from geometry.roles import Role
 
 
 def build_target(s: TargetSettings) -> Target:
@@ -60,9 +62,9 @@ def build_target(s: TargetSettings) -> Target:
     for i in range(s.num_layers):
         p = f"model.layers.{i}.self_attn"
         if i + 1 in kda_set:
-            layers.append(Layer(p, "target", "kda", B.SSM, kda))
+            layers.append(Layer(p, Role.TARGET, "kda", B.SSM, kda))
         else:
-            layers.append(Layer(p, "target", "mla_latent", mla_backend, mla))
+            layers.append(Layer(p, Role.TARGET, "mla_latent", mla_backend, mla))
     return Target(tuple(layers), use_mla=True, head_size=head_size, num_kv_heads=1, mamba_page=state.bytes)
 
 

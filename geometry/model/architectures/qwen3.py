@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from geometry.kv.kv_spec import DTYPE_BYTES, FullAttentionSpec, SimulatedError
+from geometry.kv.kv_spec import FullAttentionSpec, SimulatedError
+from geometry.kv.units import DTYPE_BYTES
 from geometry.model.architecture import Architecture
 from geometry.model.config_reader import ConfigReader
 from geometry.model.parts import (
@@ -21,6 +22,7 @@ from geometry.model.parts import (
     kv_heads_per_rank,
     required,
 )
+from geometry.roles import Role
 
 
 def build_target(s: TargetSettings) -> Target:
@@ -42,7 +44,7 @@ def build_target(s: TargetSettings) -> Target:
     )
     attn = attention_builder(spec, backend)
     layers = tuple(
-        Layer(f"model.layers.{i}.self_attn.attn", "target", "attention", backend, attn) for i in range(s.num_layers)
+        Layer(f"model.layers.{i}.self_attn.attn", Role.TARGET, "attention", backend, attn) for i in range(s.num_layers)
     )
     return Target(layers, use_mla=False, head_size=head_size, num_kv_heads=kv_heads, mamba_page=0)
 

@@ -11,7 +11,8 @@ the model dtype."""
 from __future__ import annotations
 
 from geometry.kv import backends as B
-from geometry.kv.kv_spec import DTYPE_BYTES, FullAttentionSpec, SimulatedError
+from geometry.kv.kv_spec import FullAttentionSpec, SimulatedError
+from geometry.kv.units import DTYPE_BYTES
 from geometry.model.architecture import Architecture
 from geometry.model.config_reader import ConfigReader, require_attention
 from geometry.model.parts import (
@@ -25,6 +26,7 @@ from geometry.model.parts import (
     mamba_builder,
     required,
 )
+from geometry.roles import Role
 
 # transformers' Qwen3NextConfig default, which vLLM reads when the config has no num_key_value_heads.
 DEFAULT_KV_HEADS = 2
@@ -83,9 +85,9 @@ def build_target(s: TargetSettings) -> Target:
     for i in range(s.num_layers):
         p = f"model.layers.{i}"
         if layer_types[i] == "linear_attention":
-            layers.append(Layer(p + ".linear_attn", "target", "gdn", B.SSM, gdn))
+            layers.append(Layer(p + ".linear_attn", Role.TARGET, "gdn", B.SSM, gdn))
         else:
-            layers.append(Layer(p + ".self_attn.attn", "target", "attention", backend, attn))
+            layers.append(Layer(p + ".self_attn.attn", Role.TARGET, "attention", backend, attn))
     return Target(tuple(layers), use_mla=False, head_size=head_size, num_kv_heads=kv_heads, mamba_page=state.bytes)
 
 

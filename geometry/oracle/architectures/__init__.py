@@ -1,19 +1,21 @@
-"""vLLM's own code for each modelled architecture, by the simulator's kind: the twin of
-each entry of geometry/model/architectures/ (the oracle runs vLLM; the simulator cannot import it)."""
+"""vLLM's own code for each modelled architecture: the twin of each entry of
+geometry/model/architectures/ (the oracle runs vLLM; the simulator cannot import it).
+
+The twins are not listed here: the twin of the architecture ``kind`` is the module of that name
+in this package (its ``ORACLE``), loaded on first use."""
 
 from __future__ import annotations
 
-from geometry.oracle.architecture import OracleArchitecture
-from geometry.oracle.architectures.glm5next import ORACLE as GLM5NEXT
-from geometry.oracle.architectures.kimi_linear import ORACLE as KIMI_LINEAR
-from geometry.oracle.architectures.qwen3 import ORACLE as QWEN3
-from geometry.oracle.architectures.qwen3_moe import ORACLE as QWEN3_MOE
-from geometry.oracle.architectures.qwen3_next import ORACLE as QWEN3_NEXT
+import functools
+import importlib
 
-ORACLE_ARCHITECTURES: dict[str, OracleArchitecture] = {
-    "glm5next": GLM5NEXT,
-    "qwen3_next": QWEN3_NEXT,
-    "kimi_linear": KIMI_LINEAR,
-    "qwen3": QWEN3,
-    "qwen3_moe": QWEN3_MOE,
-}
+from geometry.model.architectures import NAMES
+from geometry.oracle.architecture import OracleArchitecture
+
+
+@functools.cache
+def oracle_architecture(kind: str) -> OracleArchitecture:
+    """The twin of the modelled architecture ``kind`` (KeyError for a kind not modelled)."""
+    if kind not in NAMES:
+        raise KeyError(kind)
+    return importlib.import_module(f"{__name__}.{kind}").ORACLE

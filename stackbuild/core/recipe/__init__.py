@@ -14,18 +14,15 @@ section) and ``load`` (:func:`load_recipe`). Import its names from here.
 from __future__ import annotations
 
 from stackbuild.core.recipe.files import MAX_CONFIG_BYTES, config_path
+from stackbuild.core.recipe.hardware import CAPABILITY_RE, HARDWARE_FACTS, PLATFORM_RE
 from stackbuild.core.recipe.load import load_recipe
 from stackbuild.core.recipe.rules import (
-    CAPABILITY_RE,
     ENV_NAME_RE,
-    HARDWARE_FACTS,
-    KV_DTYPES,
     MAX_BLOCK_SIZE,
     MAX_KV_CACHE_GIB,
     MAX_NGRAM,
     MAX_TENSOR_PARALLEL,
     NAME_RE,
-    PLATFORM_RE,
     REVISION_RE,
     SAMPLE_OWNER,
     SECRET_NAME_RE,
@@ -64,7 +61,6 @@ __all__ = [
     "HARDWARE_FACTS",
     "Hardware",
     "ImageSpec",
-    "KV_DTYPES",
     "MAX_BLOCK_SIZE",
     "MAX_CONFIG_BYTES",
     "MAX_KV_CACHE_GIB",

@@ -8,7 +8,8 @@ from types import MappingProxyType
 
 from stackbuild.core.errors import RecipeError
 from stackbuild.core.recipe.files import read_config, read_yaml
-from stackbuild.core.recipe.rules import check_pins, check_rules, check_speculation, resolve_hardware
+from stackbuild.core.recipe.hardware import resolve_hardware
+from stackbuild.core.recipe.rules import check_pins, check_rules, check_speculation
 from stackbuild.core.recipe.values import Recipe
 from stackbuild.core.schema import build_dataclass
 

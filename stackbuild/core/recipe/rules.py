@@ -10,29 +10,24 @@ import hashlib
 import ipaddress
 import posixpath
 import re
-from dataclasses import replace
 from pathlib import Path
 
-from geometry import ConfigInvalid, VllmVersionNotModelled, check_drafter, check_target, release
+from geometry import KV_CACHE_DTYPES, ConfigInvalid, VllmVersionNotModelled, check_drafter, check_target, release
 from overlay.lock import LOCK_FILE
 from stackbuild.core.errors import ImageReferenceInvalid, RecipeError
-from stackbuild.core.gpus import KNOWN_GPUS, NO_GPU, known_gpu
-from stackbuild.core.gpus import tag_field as gpu_tag_field
 from stackbuild.core.labels import RESERVED_PREFIXES
 from stackbuild.core.recipe.files import read_series_lock
-from stackbuild.core.recipe.values import OVERLAY_SERIES_DIR, REPO_ROOT, Hardware, Recipe, Serving, models_root
+from stackbuild.core.recipe.hardware import check_hardware
+from stackbuild.core.recipe.values import OVERLAY_SERIES_DIR, REPO_ROOT, Recipe, Serving, models_root
 from stackbuild.core.reference import DIGEST_RE, ImageReference
 from stackbuild.core.schema import MAX_INTEGER
 from stackbuild.core.serve_flags import repeated_flag
 
 SHA256_HEX_RE = re.compile(r"^[0-9a-f]{64}$")
 REVISION_RE = re.compile(r"^[0-9a-f]{40}$")
-PLATFORM_RE = re.compile(r"^linux/(amd64|arm64)$")
-CAPABILITY_RE = re.compile(r"^(\d+)\.(\d+)$")
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SECRET_NAME_RE = re.compile(r"(TOKEN|PASSWORD|PASSWD|SECRET|API_KEY|CREDENTIAL)", re.I)
-KV_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
 TAG_FIELDS = ("date", "family", "gpu", "rev")
 # Recipe names become file names (compose/<name>.compose.yaml, <name>.env) and label values.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -44,8 +39,6 @@ MAX_TENSOR_PARALLEL = 1024
 MAX_BLOCK_SIZE = 1 << 20
 MAX_KV_CACHE_GIB = 1 << 20  # 1 PiB
 MAX_NGRAM = 1024  # the longest prompt-lookup window a recipe may ask for
-# What a GPU the table does not know must state.
-HARDWARE_FACTS = ("compute_capability", "capability_family", "platforms")
 
 
 def check_rules(path: Path, recipe: Recipe, platform_keys: tuple[str, ...]) -> None:
@@ -115,45 +108,6 @@ def check_references(path: Path, recipe: Recipe) -> None:
         raise RecipeError(path, "base.tag", f"not a valid image tag: {base.tag!r}")
 
 
-def check_hardware(path: Path, recipe: Recipe, platform_keys: tuple[str, ...]) -> None:
-    """The platforms the recipe builds, the GPU's capability and hosts, and the kernels the drafter needs."""
-    hw = recipe.hardware
-    for where, plat in zip(platform_keys, recipe.platforms):
-        if not PLATFORM_RE.match(plat):
-            raise RecipeError(path, where, f"unsupported platform {plat!r} (expected linux/arm64 or linux/amd64)")
-        if recipe.platforms.count(plat) > 1:
-            raise RecipeError(path, where, f"{plat} is listed twice")
-    for i, plat in enumerate(hw.platforms):
-        if not PLATFORM_RE.match(plat):
-            raise RecipeError(
-                path, f"hardware.platforms[{i}]", f"unsupported platform {plat!r} (expected linux/arm64 or linux/amd64)"
-            )
-    cap = CAPABILITY_RE.match(hw.compute_capability)
-    if not cap:
-        raise RecipeError(
-            path, "hardware.compute_capability", f"expected MAJOR.MINOR such as '10.3', got {hw.compute_capability!r}"
-        )
-    family = int(cap.group(1)) * 10
-    if hw.capability_family != family:
-        raise RecipeError(
-            path,
-            "hardware.capability_family",
-            f"{hw.capability_family} does not match compute capability {hw.compute_capability} (family {family})",
-        )
-    for where, plat in zip(platform_keys, recipe.platforms):
-        if plat not in hw.platforms:
-            runs = ", ".join(hw.platforms)
-            raise RecipeError(path, where, f"{plat} cannot run on {hw.gpu} (its hosts are {runs})")
-    if recipe.drafter is not None and recipe.drafter.precision == "mxfp8" and hw.capability_major != 12:
-        raise RecipeError(
-            path,
-            "drafter.precision",
-            f"the MXFP8 drafter needs the B12X kernels, which exist only for "
-            f"SM120/SM121; {hw.gpu} is compute capability "
-            f"{hw.compute_capability}: use bf16",
-        )
-
-
 def check_serving(path: Path, serving: Serving) -> None:
     """The serve flags' ranges, the extra arguments and the environment."""
     tp = serving.tensor_parallel_size
@@ -172,8 +126,8 @@ def check_serving(path: Path, serving: Serving) -> None:
         )
     for key in ("kv_cache_dtype", "drafter_kv_cache_dtype"):
         value = getattr(serving, key)
-        if value is not None and value not in KV_DTYPES:
-            raise RecipeError(path, f"serving.{key}", f"must be one of: {', '.join(KV_DTYPES)}; got {value!r}")
+        if value is not None and value not in KV_CACHE_DTYPES:
+            raise RecipeError(path, f"serving.{key}", f"must be one of: {', '.join(KV_CACHE_DTYPES)}; got {value!r}")
     if serving.max_model_len < 1:
         raise RecipeError(path, "serving.max_model_len", f"must be positive, got {serving.max_model_len}")
     if serving.block_size is not None and not 1 <= serving.block_size <= MAX_BLOCK_SIZE:
@@ -396,44 +350,3 @@ def check_pins(path: Path, recipe: Recipe) -> None:
             raise RecipeError(
                 path, f"{role}.config_sha256", f"{model.config} has sha256 {actual}, not {model.config_sha256}"
             )
-
-
-def resolve_hardware(path: Path, hw: Hardware) -> Hardware:
-    """A known GPU's facts where the recipe leaves them out; what it gives must agree with them.
-    Another GPU needs all of them."""
-    if not gpu_tag_field(hw.gpu):
-        raise RecipeError(path, "hardware.gpu", f"{hw.gpu!r} has no letter or digit to name the GPU by")
-    gpu = known_gpu(hw.gpu)
-    if gpu is None:
-        missing = [k for k in HARDWARE_FACTS if getattr(hw, k) is None]
-        if missing:
-            known = ", ".join(g.name for g in KNOWN_GPUS if g is not NO_GPU)
-            raise RecipeError(
-                path,
-                "hardware.gpu",
-                f"{hw.gpu!r} is not a GPU this tool knows ({known}): for another "
-                f"GPU give all of hardware.{', hardware.'.join(HARDWARE_FACTS)} "
-                f"(missing: {', '.join(missing)})",
-            )
-        return hw
-    table = {"compute_capability": gpu.compute_capability, "capability_family": gpu.capability_family}
-    for key, value in table.items():
-        given = getattr(hw, key)
-        if given is not None and given != value:
-            raise RecipeError(
-                path,
-                f"hardware.{key}",
-                f"{gpu.name} has {key.replace('_', ' ')} {value}, not {given!r} "
-                f"(leave the key out to take it from the GPU table)",
-            )
-    for i, plat in enumerate(hw.platforms or ()):
-        if plat not in gpu.platforms:
-            raise RecipeError(
-                path, f"hardware.platforms[{i}]", f"{gpu.name} comes in {', '.join(gpu.platforms)} hosts, not {plat}"
-            )
-    return replace(
-        hw,
-        compute_capability=table["compute_capability"],
-        capability_family=table["capability_family"],
-        platforms=hw.platforms or gpu.platforms,
-    )

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
+from geometry import Behaviour
 from stackbuild.serve.qualify.result import KvCacheCheck, KvFigure
 from stackbuild.serve.qualify.server_log import LoggedAllocation
 
@@ -24,7 +25,7 @@ FIGURES = ("num_gpu_blocks", "block_size", "group_block_sizes", "kv_cache_tokens
 @dataclass(frozen=True)
 class Predicted:
     recipe: str
-    behaviour: str  # "stock" | "overlay": the vLLM the server runs
+    behaviour: Behaviour  # the vLLM the server runs
     vllm_version: str  # the release the gate models (the recipe's base.vllm_version)
     num_gpu_blocks: Optional[int]
     block_size: Optional[int]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from geometry import Behaviour
 from stackbuild.core.errors import OutputError, UsageError
 from stackbuild.core.qualification_record import QualificationRecord
 from stackbuild.core.recipe import load_recipe
@@ -35,12 +36,14 @@ class QualifyRun:
     record: Optional[QualificationRecord] = None
 
 
-def target_of(recipe_path: Path, model: Optional[str], allow_degenerate: bool, stock: bool, server_log) -> Target:
-    """The recipe's facts and the gate's prediction (stock vLLM with ``stock``, else the recipe's overlay)."""
+def target_of(
+    recipe_path: Path, model: Optional[str], allow_degenerate: bool, behaviour: Behaviour, server_log
+) -> Target:
+    """The recipe's facts and the gate's prediction for the vLLM ``behaviour`` the server runs."""
     from stackbuild.core.gate import recipe_geometry
 
     recipe = load_recipe(recipe_path)
-    run = recipe_geometry(recipe, vllm_behaviour="stock" if stock else "overlay")
+    run = recipe_geometry(recipe, vllm_behaviour=behaviour)
     cache = run.report.with_drafter.prefix_cache
     return Target(
         recipe=str(recipe.path),
@@ -86,7 +89,7 @@ def run_qualify(
     url,
     recipe_path,
     model,
-    stock,
+    behaviour,
     server_log,
     api_key_env,
     baseline_url,
@@ -102,7 +105,7 @@ def run_qualify(
     """The qualification the options ask for, written under ``out_dir`` when given; with ``subject``, the
     record of it for that image."""
     key = api_key(api_key_env)
-    target = target_of(recipe_path, model, allow_degenerate, stock, server_log)
+    target = target_of(recipe_path, model, allow_degenerate, behaviour, server_log)
     check_out_dir(out_dir)
     settings = measure.Settings(
         max_tokens=max_tokens, warmup=warmup, runs=runs, ready_timeout_s=ready_timeout, prefix_blocks=prefix_blocks

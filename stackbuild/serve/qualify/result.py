@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
+from geometry import Behaviour
 from stackbuild.serve.qualify.sanity import OutputCheck
 
 # v2: latency as vLLM's benchmark names it (TTFT, TPOT, ITL from streamed runs; end-to-end output tok/s
@@ -111,7 +112,7 @@ class KvCacheCheck:
     """The server's KV cache against the gate's for the recipe, on the vLLM behaviour named."""
 
     recipe: str
-    behaviour: str  # "stock" | "overlay"
+    behaviour: Behaviour
     gate_vllm_version: str
     server_log: Optional[str]
     log_pool: Optional[str]  # the pool vLLM's log names: GPU, CPU, ...

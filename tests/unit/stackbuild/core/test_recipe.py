@@ -173,7 +173,7 @@ BAD_RECIPES = [
     (
         "unknown-kv-dtype",
         _both(pinned, _set("serving.kv_cache_dtype", "fp16")),
-        "serving.kv_cache_dtype: must be one of: auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2; got 'fp16'",
+        "serving.kv_cache_dtype: must be one of: auto, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2; got 'fp16'",
     ),
     (
         "drafter-precision-choice",

@@ -12,6 +12,7 @@ import pytest
 from recipe_copies import TEST_DIGEST, copy_recipe, pinned
 from support.repo import REPO
 
+from geometry import Behaviour
 from geometry.image_contract import (
     ARCHITECTURE_MISMATCH_STATUS,
     IMAGE_LABELS,
@@ -250,12 +251,12 @@ def test_a_malformed_labels_file_is_named(tmp_path, data, named):
 
 def test_a_stock_build_applies_no_series_and_gates_as_stock(tmp_path, monkeypatch):
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764460800")
-    stock = make_plan(load_recipe(copy_recipe(tmp_path, pinned)), owner="acme", stock=True)
+    stock = make_plan(load_recipe(copy_recipe(tmp_path, pinned)), owner="acme", behaviour=Behaviour.STOCK)
     patch, gate = [args for word, args in instructions(render(stock)) if word == "RUN"]
     # The machine is still checked; nothing is applied and no manifest is written.
     assert f"exit {ARCHITECTURE_MISMATCH_STATUS};" in patch
     assert "apply.py" not in patch and "--manifest" not in patch and "no patch series applied" in patch
-    assert shlex.join(gate_argv(build=True, stock=True)) in gate
+    assert shlex.join(gate_argv(build=True, behaviour=Behaviour.STOCK)) in gate
     assert "--behaviour stock" in gate and "--import-patched" not in gate and "--overlay-manifest" not in gate
     assert "--verdict-failure-allowed" not in gate  # the default recipe's stock build fails at its gate
     assert stock.gate_input.vllm_behaviour == "stock" and stock.geometry_verdict == "fail"
@@ -263,10 +264,13 @@ def test_a_stock_build_applies_no_series_and_gates_as_stock(tmp_path, monkeypatc
     # Its own repository: the patched image's tags never name a stock image.
     assert stock.image.repository == "ghcr.io/acme/glm53-flash-dflash2-gb300-stock"
     allowed = make_plan(
-        load_recipe(copy_recipe(tmp_path / "b", pinned)), owner="acme", stock=True, gate_failure_allowed=True
+        load_recipe(copy_recipe(tmp_path / "b", pinned)),
+        owner="acme",
+        behaviour=Behaviour.STOCK,
+        gate_failure_allowed=True,
     )
     (_, gate) = [args for word, args in instructions(render(allowed)) if word == "RUN"]
-    assert shlex.join(gate_argv(build=True, stock=True, failure_allowed=True)) in gate
+    assert shlex.join(gate_argv(build=True, behaviour=Behaviour.STOCK, failure_allowed=True)) in gate
     assert "--verdict-failure-allowed" in gate
 
 
