@@ -38,8 +38,8 @@ _API: dict[str, tuple[str, str | None]] = {
     "ServeFlagsRejected": ("geometry.preflight.serve_flags", "ServeFlagsRejected"),
     "VllmVersionNotModelled": ("geometry.vllm_versions", "VllmVersionNotModelled"),
     # the closed sets: which model, which vLLM
-    "Role": ("geometry.roles", "Role"),
-    "Behaviour": ("geometry.roles", "Behaviour"),
+    "Role": ("geometry.image_contract", "Role"),
+    "Behaviour": ("geometry.image_contract", "Behaviour"),
     # the inputs
     "DEFAULT_VERSION": ("geometry.vllm_versions", "DEFAULT_VERSION"),
     "release": ("geometry.vllm_versions", "release"),
@@ -82,7 +82,7 @@ _API: dict[str, tuple[str, str | None]] = {
     "read_config": ("geometry.preflight.configs", "read_config"),
     "snapshot_of": ("geometry.preflight.checkpoint", "snapshot_of"),
     # what the image's entry points import (the payload the render copies)
-    "import_closure": ("geometry.imports", "import_closure"),
+    "import_closure": ("geometry.oracle.import_closure", "import_closure"),
     # the documents, as namespaces
     "contract": ("geometry.image_contract", None),
     "oracle_record": ("geometry.oracle.record", None),

@@ -37,6 +37,7 @@ from geometry.image_contract import (
     GATE_INPUT,
     GATE_REASON_PREFIX,
     OVERLAY_MANIFEST,
+    Behaviour,
     GateReport,
     OracleCheck,
     payload_path,
@@ -45,7 +46,6 @@ from geometry.model import inputs as inputs_mod
 from geometry.oracle import record as record_mod
 from geometry.oracle.cross_check import CODE_ROOT, CrossCheck
 from geometry.oracle.installed import import_patched, overlay_applied, patched_modules
-from geometry.roles import Behaviour
 from geometry.verdict import table
 from geometry.verdict.gate_run import run_gate
 from overlay.json_shape import read_json

@@ -23,15 +23,46 @@ It ships in the image in the gate payload: the gate and the pre-flight import it
 
 from __future__ import annotations
 
+import enum
 import os
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Mapping, Optional
 
-from geometry.roles import Behaviour
 from overlay.json_shape import exact_keys, json_object, read_json, strings, typed
 
 from .errors import ExitCode
+
+# The closed sets the geometry's stages, the image and the host share: which model a layer, a config or a
+# checkpoint is (Role) and which vLLM the geometry is planned for (Behaviour). Each member is its string
+# (a str subclass): JSON documents, reports and messages hold the same text a plain string would give.
+
+
+class _Text(str, enum.Enum):
+    """A member formats as its value (``str()``, f-strings, ``json``)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Role(_Text):
+    """Which model: the served target or the DFlash drafter that proposes its tokens."""
+
+    TARGET = "target"
+    DRAFTER = "drafter"
+
+
+class Behaviour(_Text):
+    """The vLLM the geometry is planned for: stock vLLM, or the overlay's patched tree."""
+
+    STOCK = "stock"
+    OVERLAY = "overlay"
+
+    @classmethod
+    def of_stock_flag(cls, stock: bool) -> Behaviour:
+        """What a command's ``--stock`` flag selects: stock vLLM with it, else the overlay."""
+        return cls.STOCK if stock else cls.OVERLAY
+
 
 # ------------------------------------------------------------------ payload paths
 PAYLOAD_DIR = "/opt/glm53-overlay"

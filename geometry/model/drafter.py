@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from geometry.errors import BadInput
+from geometry.image_contract import Role
 from geometry.kv import backends as B
 from geometry.kv.drafter_backend import DrafterAsk, drafter_backend, selected_backend_error
 from geometry.kv.kv_spec import FullAttentionSpec, SimulatedError, SlidingWindowSpec
@@ -19,7 +20,6 @@ from geometry.model.parts import (
     kv_dtype_name,
     kv_heads_per_rank,
 )
-from geometry.roles import Role
 
 
 @dataclass(frozen=True)

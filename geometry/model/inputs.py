@@ -17,9 +17,9 @@ from functools import cached_property
 from typing import Any, Mapping
 
 from geometry.errors import BadInput
+from geometry.image_contract import Behaviour
 from geometry.model.config import DrafterModel, TargetModel, check_drafter, check_target, read_target
 from geometry.model.serve_settings import ServeSettings
-from geometry.roles import Behaviour
 from geometry.vllm_versions import DEFAULT_VERSION, VllmRelease, release
 
 # vLLM's CacheConfig.mamba_cache_mode default ("none": no prefix caching

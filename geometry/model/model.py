@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from geometry.errors import BadInput
+from geometry.image_contract import Role
 from geometry.kv import backends as B
 from geometry.kv.kv_spec import SimulatedError
 from geometry.kv.units import DTYPE_BYTES, KV_CACHE_DTYPES
@@ -14,7 +15,6 @@ from geometry.model.architecture import Architecture
 from geometry.model.drafter import build_drafter
 from geometry.model.inputs import GeometryInputs
 from geometry.model.parts import Layer, TargetSettings, kv_dtype_name
-from geometry.roles import Role
 
 
 def resolve_kv_dtypes(inputs: GeometryInputs) -> tuple[str, str | None]:

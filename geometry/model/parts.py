@@ -9,10 +9,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from geometry.errors import BadInput
+from geometry.image_contract import Role
 from geometry.kv import backends as B
 from geometry.kv.kv_spec import AttentionSpec, CacheConfig, KVCacheSpec, MambaSpec, SimulatedError, SlidingWindowSpec
 from geometry.kv.units import DTYPE_BYTES
-from geometry.roles import Role
 
 SpecBuilder = Callable[[CacheConfig], KVCacheSpec]
 

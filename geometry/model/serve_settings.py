@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Optional
 
-from geometry.roles import Behaviour
+from geometry.image_contract import Behaviour
 
 
 @dataclass(frozen=True, kw_only=True)

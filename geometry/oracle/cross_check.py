@@ -12,10 +12,10 @@ import sys
 from dataclasses import dataclass
 from typing import Mapping
 
+from geometry.image_contract import Behaviour
 from geometry.model.inputs import GeometryInputs
 from geometry.oracle import record as record_mod
 from geometry.plan.report import GeometryReport
-from geometry.roles import Behaviour
 
 # Where the gate's code is (record.code_digest hashes what the gate imports under it): the directory
 # holding geometry/, the payload root in the image.

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace as dc_replace
 
+from geometry.image_contract import Role
 from geometry.model.inputs import GeometryInputs
 from geometry.oracle.cpu_shims import model_registry_fallback
 from geometry.oracle.layers import register_layers
@@ -26,7 +27,6 @@ from geometry.oracle.vllm_config import build_vllm_config
 from geometry.plan.prefix_cache import PrefixCache, can_hit
 from geometry.plan.report import GeometryReport, GroupRow, LayerRow, Plan
 from geometry.plan.simulate import simulate
-from geometry.roles import Role
 from geometry.vllm_versions import public_version
 
 

@@ -30,7 +30,7 @@ import sys
 from typing import Any, Iterable, Mapping
 
 from geometry.image_contract import GATE_MODULE_PATH
-from geometry.imports import import_closure
+from geometry.oracle.import_closure import import_closure
 
 SCHEMA = "glm53-oracle-record/1"
 PLANS = ("with_drafter", "without_drafter", "target_only_same_spec")

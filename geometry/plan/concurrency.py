@@ -44,12 +44,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from geometry.image_contract import Behaviour, Role
 from geometry.kv import backends as B
 from geometry.model.inputs import GeometryInputs
 from geometry.plan.admission import Prefill, Scheduling, lookahead_tokens, prefill
 from geometry.plan.capacity import kv_token_capacity
 from geometry.plan.report import GeometryReport, Plan
-from geometry.roles import Behaviour, Role
 
 NULL_BLOCKS = 1  # BlockPool's null block
 # Lengths shown when none are named: the default recipe's 1M, and 128K and 32K.

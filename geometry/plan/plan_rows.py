@@ -3,11 +3,11 @@ group (its spec class, roles, block, bytes, draft tag and the blocks a request h
 
 from __future__ import annotations
 
+from geometry.image_contract import Behaviour
 from geometry.kv.kv_spec import KVCacheSpec, StateBlocks
 from geometry.model.inputs import GeometryInputs
 from geometry.model.model import Model
 from geometry.plan.report import GroupRow, LayerRow
-from geometry.roles import Behaviour
 
 
 def plan_rows(

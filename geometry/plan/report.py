@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from geometry.image_contract import Behaviour, Role
 from geometry.kv.kv_spec import KVCacheSpec, RequestBlocks, spec_kind
 from geometry.plan.prefix_cache import PrefixCache
-from geometry.roles import Behaviour, Role
 
 __all__ = ["LayerRow", "GroupRow", "RequestBlocks", "Plan", "GeometryReport"]
 

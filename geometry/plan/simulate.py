@@ -51,6 +51,7 @@ message) instead of numbers.
 from __future__ import annotations
 
 from geometry.errors import BadInput
+from geometry.image_contract import Behaviour, Role
 from geometry.kv.kv_spec import KVCacheSpec, SimulatedError
 from geometry.model.inputs import GeometryInputs
 from geometry.model.model import Model, build_model
@@ -60,7 +61,6 @@ from geometry.plan.plan_rows import plan_rows
 from geometry.plan.prefix_cache import CacheGroup, PrefixCacheError
 from geometry.plan.prefix_cache import resolve as resolve_prefix_cache
 from geometry.plan.report import GeometryReport, GroupRow, LayerRow, Plan
-from geometry.roles import Behaviour, Role
 
 __all__ = ["simulate", "GeometryReport", "Plan", "LayerRow", "GroupRow", "SimulatedError"]
 

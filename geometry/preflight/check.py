@@ -22,6 +22,7 @@ import os
 from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
+from geometry.image_contract import Behaviour, Role
 from geometry.model.serve_settings import ServeDefaults
 from geometry.preflight.checked import CheckedServe
 from geometry.preflight.checkpoint import CheckpointUnusable
@@ -41,7 +42,6 @@ from geometry.preflight.outcome import (
     refused,
 )
 from geometry.preflight.serve_flags import ServeFlags, ServeFlagsRejected, parse_serve_flags
-from geometry.roles import Behaviour, Role
 
 # The speculative method the simulator models (DFlash / DFlash2 drafters).
 MODELLED_METHOD = "dflash"

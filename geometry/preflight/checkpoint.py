@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
+from geometry.image_contract import Role
 from geometry.preflight.safetensors_header import ShardHeader, ShardUnusable, read_header
-from geometry.roles import Role
 
 INDEX = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"

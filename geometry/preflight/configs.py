@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from geometry.roles import Role
+from geometry.image_contract import Role
 
 
 class ConfigUnusable(Exception):

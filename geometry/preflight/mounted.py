@@ -15,13 +15,13 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional
 
+from geometry.image_contract import Role
 from geometry.model.config import text_config
 from geometry.preflight.checked import CheckedModel, CheckedServe
 from geometry.preflight.checkpoint import Checkpoint, CheckpointUnusable, scan
 from geometry.preflight.configs import MountedConfig
 from geometry.preflight.outcome import PREFIX
 from geometry.preflight.serve_flags import ServeFlags
-from geometry.roles import Role
 
 QUANT_FILE = "hf_quant_config.json"
 UNQUANTIZED = "none"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from geometry.image_contract import Behaviour
 from geometry.plan.capacity import kv_token_capacity
 from geometry.plan.concurrency import Concurrency
 from geometry.plan.report import GeometryReport
-from geometry.roles import Behaviour
 from geometry.verdict.gate import Verdict
 
 

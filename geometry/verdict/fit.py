@@ -39,11 +39,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from geometry.image_contract import Behaviour, Role
 from geometry.model.inputs import GeometryInputs
 from geometry.plan.capacity import kv_token_capacity
 from geometry.plan.concurrency import max_model_len_of, requests_at_once
 from geometry.plan.report import GeometryReport
-from geometry.roles import Behaviour, Role
 from geometry.verdict.fit_keys import KEEPABLE, SEARCHED
 from geometry.verdict.gate import Verdict
 from geometry.verdict.gate_run import run_gate

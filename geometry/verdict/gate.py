@@ -25,12 +25,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from geometry.image_contract import Behaviour, Role
 from geometry.model.inputs import GeometryInputs
 from geometry.plan.capacity import capacity_loss_reason, kv_token_capacity
 from geometry.plan.concurrency import max_num_seqs_refusals
 from geometry.plan.report import GeometryReport, Plan
 from geometry.plan.serving_limits import serving_limit_reasons
-from geometry.roles import Behaviour, Role
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from geometry.image_contract import Role
 from geometry.kv.backends import CPU_FAMILY
 from geometry.plan.capacity import kv_token_capacity
 from geometry.plan.concurrency import Concurrency
 from geometry.plan.prefix_cache import PrefixCache
 from geometry.plan.report import GeometryReport, Plan
-from geometry.roles import Role
 from geometry.verdict.gate import Verdict
 
 GIB = 1 << 30

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from geometry.errors import BadInput
+from geometry.image_contract import Role
 from geometry.kv import backends as B
 from geometry.kv.kv_spec import CacheConfig, CircularBufferSpec, KVCacheSpec, MLAAttentionSpec, SimulatedError
 from geometry.kv.units import DTYPE_BYTES, cdiv, next_power_of_2
@@ -25,7 +26,6 @@ from geometry.model.parts import (
     mamba_builder,
     required,
 )
-from geometry.roles import Role
 
 ATTENTION_INTERVAL = 4
 # kda_prefill_checkpoint_alignment("flashkda") (vllm/model_executor/layers/mamba/kda_checkpoint.py).

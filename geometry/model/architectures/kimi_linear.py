@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Mapping
 
 from geometry.errors import BadInput
+from geometry.image_contract import Role
 from geometry.kv import backends as B
 from geometry.kv.kv_spec import MLAAttentionSpec, SimulatedError
 from geometry.kv.units import DTYPE_BYTES
 from geometry.model.architecture import Architecture
 from geometry.model.config_reader import NO_ATTENTION, ConfigReader
 from geometry.model.parts import Layer, Target, TargetSettings, attention_builder, kda_state, mamba_builder, required
-from geometry.roles import Role
 
 
 def build_target(s: TargetSettings) -> Target:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
+from geometry.image_contract import Role
 from geometry.kv.kv_spec import FullAttentionSpec, SimulatedError
 from geometry.kv.units import DTYPE_BYTES
 from geometry.model.architecture import Architecture
@@ -22,7 +23,6 @@ from geometry.model.parts import (
     kv_heads_per_rank,
     required,
 )
-from geometry.roles import Role
 
 
 def build_target(s: TargetSettings) -> Target:

@@ -10,6 +10,7 @@ the model dtype."""
 
 from __future__ import annotations
 
+from geometry.image_contract import Role
 from geometry.kv import backends as B
 from geometry.kv.kv_spec import FullAttentionSpec, SimulatedError
 from geometry.kv.units import DTYPE_BYTES
@@ -26,7 +27,6 @@ from geometry.model.parts import (
     mamba_builder,
     required,
 )
-from geometry.roles import Role
 
 # transformers' Qwen3NextConfig default, which vLLM reads when the config has no num_key_value_heads.
 DEFAULT_KV_HEADS = 2
