@@ -50,3 +50,14 @@ def test_the_twins_import_no_vllm_and_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
+
+
+def test_every_product_module_is_registered_under_its_own_name():
+    import geometry.model.architectures as product_architectures
+
+    modules = {m.name for m in pkgutil.iter_modules(product_architectures.__path__)}
+    assert modules == set(NAMES)
+    for name in modules:
+        module = __import__(f"geometry.model.architectures.{name}", fromlist=["ARCHITECTURE"])
+        assert module.ARCHITECTURE.kind == name
+        assert BY_KIND[name] is module.ARCHITECTURE
