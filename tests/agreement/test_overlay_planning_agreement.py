@@ -251,7 +251,7 @@ def test_harness_agrees_with_oracle(harness, oracle, tp, ns):
 @pytest.mark.parametrize("tree", ["stock", "patched"])
 def test_default_recipe_figures_are_what_vllm_plans(oracle, tree):
     """The default recipe's figures (stock vLLM 0.33.0 / with the overlay, worked
-    out by hand in test_geometry.py; the documents' verdict table shows them) are
+    out by hand in tests/unit/geometry/plan/test_simulate.py; the documents' verdict table shows them) are
     what vLLM's own planner gives for the recipe's gate input on the pristine and
     on the patched tree."""
     column = F.STOCK if tree == "stock" else F.OVERLAY

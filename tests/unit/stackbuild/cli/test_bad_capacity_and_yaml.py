@@ -30,8 +30,9 @@ from support.repo import REPO
 
 # --- capacity ------------------------------------------------------------------------------------
 
-# The default recipe with the overlay (tests/default_recipe_figures.py, which test_geometry.py works
-# out by hand and test_overlay_planning.py holds to vLLM's planner): one block holds 9,216 tokens
+# The default recipe with the overlay (tests/default_recipe_figures.py, which
+# tests/unit/geometry/plan/test_simulate.py works out by hand and
+# tests/agreement/test_overlay_planning_agreement.py holds to vLLM's planner): one block holds 9,216 tokens
 # of every layer and costs 55,689,216 B.
 _OVERLAY = F.OVERLAY
 BLOCK_TOKENS = _OVERLAY.target_block
