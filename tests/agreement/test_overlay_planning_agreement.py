@@ -295,7 +295,7 @@ def scheduled(trees):
         cases = {str(on): dict(raw, **prefix_caching(on)) for on in (False, True)}
         env = dict(
             os.environ,
-            PYTHONPATH=os.pathsep.join([str(trees[tree]), str(REPO)]),
+            PYTHONPATH=os.pathsep.join([str(trees[tree]), str(REPO), str(REPO / "tests")]),
             VLLM_TARGET_DEVICE="cpu",
             PYTHONDONTWRITEBYTECODE="1",
         )
