@@ -12,7 +12,8 @@ import sys
 
 import pytest
 import yaml
-from compose_support import DIGEST, NO_REPORT, REPO, SOURCE_DATE_EPOCH, recipe, require_compose_binary
+from compose_support import DIGEST, NO_REPORT, SOURCE_DATE_EPOCH, recipe, require_compose_binary
+from support.repo import REPO
 
 from stackbuild.core.serve_args import baseline_argv, serve_argv
 from stackbuild.serve.compose import BASELINE_SERVICE, SERVICE, default_output, render_compose, write_compose

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from compose_support import REPO, require_compose_binary
+from compose_support import require_compose_binary
+from support.repo import REPO
 
 from stackbuild.core.recipe import load_recipe
 from stackbuild.core.serve_args import serve_argv

@@ -13,7 +13,8 @@ import sys
 
 import pytest
 import yaml
-from compose_support import DIGEST, NO_REPORT, REPO, SOURCE_DATE_EPOCH, recipe, require_compose_binary, require_oracle
+from compose_support import DIGEST, NO_REPORT, SOURCE_DATE_EPOCH, recipe, require_compose_binary, require_oracle
+from support.repo import REPO
 
 from stackbuild.core.errors import ServeArgsRejected
 from stackbuild.core.serve_args import serve_argv, speculative_config
