@@ -10,14 +10,15 @@ test registry and pinned by digest). Checkpoints: random weights written by the 
   recipe's names) builds it with `make image` (`build.py build --push`: overlay/series/vllm-0.32.0
   applied, gated in the image against the installed vLLM), serves it with `build.py compose` +
   `docker compose up` with the start check enforcing and holds it to the gate and to
-  docs/served/cpu-hybrid-dflash.json's overlay figures; it is not built or served a second time here.
+  docs/served/cpu-hybrid-dflash.json's overlay figures, and keeps what its server reported for this module
+  (tests/served_in_run.py; the walk runs first in their unit); it is not built or served a second time here.
 - Stock: `build.py build --stock` (no series) fails at its in-image gate, as GLM-5.3's stock build does;
   `--stock --allow-gate-failure` keeps that image (in `<repository>-stock`, never pushed) to compare
   with. It serves with the start check on in `warn` mode (enforce refuses the failing geometry it was
   built with, which the test shows first).
 - `build.py qualify` holds the stock server's `/metrics` and log to the gate's stock figures; the
-  patched figures the walk's server must serve hold more KV tokens than this stock server by the ratio
-  `build.py geometry` states, and the served figures are those docs/serving.md shows
+  figures the walk's patched server reported in this run hold more KV tokens than this stock server by
+  the ratio `build.py geometry` states, and both servers' figures are those docs/serving.md shows
   (docs/served/cpu-hybrid-dflash.json).
 """
 
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import served_in_run
 from compose_support import require_compose_binary
 from doc_sections import SERVED_RECORD, served_figures
 from hybrid_checkpoints import write_checkpoints
@@ -193,18 +195,24 @@ def test_the_stock_server_serves_the_gates_stock_kv_cache(chain, stock_server, t
     (chain.work / "stock-qualify.json").write_text(json.dumps(result))
 
 
-def test_the_patched_figures_hold_more_kv_tokens_by_the_ratio_the_gate_states(chain, stock_server):
-    """The patched server's figures are the record's (test_docs_walk.py serves them); this stock server's too."""
+def test_the_patched_figures_hold_more_kv_tokens_by_the_ratio_the_gate_states(chain, stock_server, request):
+    """Two live servers of this run: the patched one test_docs_walk.py served (its `qualify --server-log`
+    figures, tests/served_in_run.py) and this stock one. The patched server holds more KV tokens by the
+    ratio `build.py geometry` states; both are what docs/serving.md shows (the stored record)."""
     path = chain.work / "stock-qualify.json"
     assert path.exists(), "the stock server's qualification did not run"
     stock = {f["name"]: f["served"] for f in json.loads(path.read_text())["kv_cache"]["figures"]}
-    served = {"overlay": json.loads(SERVED_RECORD.read_text())["overlay"]["kv_cache_tokens"]}
-    served["stock"] = stock["kv_cache_tokens"]
+    patched = served_in_run.patched(request.config)["figures"]
+    served = {"overlay": patched["kv_cache_tokens"], "stock": stock["kv_cache_tokens"]}
     geometry = cli("geometry", "--recipe", str(chain.recipe), "--json")
     assert geometry.returncode == 0, geometry.stderr
     comparison = json.loads(geometry.stdout)["stock_vs_overlay"]
     assert served["overlay"] > served["stock"]
     assert round(served["overlay"] / served["stock"], 4) == comparison["vllm_kv_cache_size_ratio"]
+    assert patched["block_size"] == stock["block_size"]
+    assert patched["num_gpu_blocks"] > stock["num_gpu_blocks"]
+    record = json.loads(SERVED_RECORD.read_text())
+    assert {"stock": stock, "overlay": patched} == {"stock": record["stock"], "overlay": record["overlay"]}
 
 
 def test_an_enforcing_start_check_refuses_the_stock_image_before_vllm_starts(chain, stock_image):
