@@ -121,9 +121,10 @@ def test_sampled_draw_agrees_with_vllm(case_id, tmp_path, capsys):
 
 def test_the_sample_has_refusals_and_plans():
     """Both outcomes of the simulator are in the sample (a sample of every draw refused, or none, would
-    leave one of the two checks of test_sampled_draw_agrees_with_vllm unexercised), and the refusals leave most of the sample's geometry
-    compared with vLLM's: each draw refused for the drafter's automatic backend has a compared
-    companion with the backend pinned, and at least 90% of the draws (as drawn or pinned) are compared."""
+    leave one of the two checks of test_sampled_draw_agrees_with_vllm unexercised), and the refusals leave
+    most of the sample's geometry compared with vLLM's: each draw refused for the drafter's automatic backend
+    has a compared companion with the backend pinned, and at least 90% of the draws (as drawn or pinned) are
+    compared."""
     assert CASES
     assert REFUSED or N < 100  # a small GEOMETRY_ORACLE_N may draw none
     drawn = {case_id.split("-")[0] for case_id in CASES}
