@@ -324,6 +324,12 @@ def sample(n: int, seed: int = 20261130) -> list[dict]:
     return [scenario(rng) for _ in range(n)]
 
 
+def draws(cases: list[dict], behaviour: str) -> dict[str, dict]:
+    """``cases`` keyed by draw id ``s{i}``, each with ``behaviour``: every draw, whatever the simulator makes of it."""
+    width = len(str(max(len(cases) - 1, 0)))
+    return {f"s{i:0{width}d}": dict(data, vllm_behaviour=behaviour) for i, data in enumerate(cases)}
+
+
 # The recipe-level pin DrafterBackendNotModelled's message tells users to set.
 PINNED_DRAFTER_BACKEND = "FLASH_ATTN"
 

@@ -48,6 +48,9 @@ SHARED_BUILD_MODULES = {
 # minutes each on the CPU serving base, the critical path of a run on a fresh machine; the amd64 group
 # holds two qemu builds; the rest follow.
 ENGINE_ORDER = (LIVE_VLLM, AMD64_BUILD, "test_multiplatform_e2e.py", SERVING)
+# Modules that run before the other modules of their unit: the docs walk serves the patched image whose
+# figures test_chain_cpu_hybrid.py compares its stock server with (tests/served_in_run.py).
+FIRST_IN_UNIT = ("test_docs_walk.py",)
 # The fixtures that hand a test a synthetic base, and the base (run-tests.sh's job name) each waits for.
 BASE_OF_FIXTURE = {
     "synthetic_base_amd64": "amd64",
@@ -124,13 +127,15 @@ def check_groups(items: list[pytest.Item]) -> None:
 
 
 def order_items(items: list[pytest.Item]) -> None:
-    """Tests needing no engine first, then the Docker units in ENGINE_ORDER (in place, stable)."""
+    """Tests needing no engine first, then the Docker units in ENGINE_ORDER, and within a unit the modules of
+    FIRST_IN_UNIT first (in place, stable)."""
 
-    def rank(item: pytest.Item) -> int:
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        within = 0 if item.path.name in FIRST_IN_UNIT else 1
         if item.get_closest_marker("docker") is None:
-            return 0
+            return 0, within
         unit = unit_of(item.nodeid)
         name = PurePosixPath(unit).name
-        return 1 + (ENGINE_ORDER.index(name) if name in ENGINE_ORDER else len(ENGINE_ORDER))
+        return 1 + (ENGINE_ORDER.index(name) if name in ENGINE_ORDER else len(ENGINE_ORDER)), within
 
     items[:] = [item for _, _, item in sorted((rank(item), index, item) for index, item in enumerate(items))]

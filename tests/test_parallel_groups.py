@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from parallel_groups import AMD64_BUILD, LIVE_VLLM, SERVING, next_unit, unit_bases, unit_of
+from pathlib import PurePosixPath
+
+from parallel_groups import AMD64_BUILD, LIVE_VLLM, SERVING, next_unit, order_items, unit_bases, unit_of
 
 MULTI = "tests/e2e/image/test_multiplatform_e2e.py"
 NEEDS = {
@@ -64,3 +66,28 @@ def test_a_units_bases_come_from_its_tests_fixtures():
     ]
     assert unit_bases(items) == {AMD64_BUILD: ["amd64", "arm64"], LIVE_VLLM: ["serving"]}
     assert unit_of("tests/e2e/image/test_push_e2e.py::test_b") == AMD64_BUILD
+
+
+class _Collected:
+    def __init__(self, nodeid: str, docker: bool):
+        self.nodeid, self.docker = nodeid, docker
+        self.path = PurePosixPath(nodeid.split("::")[0])
+
+    def get_closest_marker(self, name: str):
+        return object() if name == "docker" and self.docker else None
+
+
+def test_the_docs_walk_runs_before_the_other_live_vllm_modules():
+    """test_chain_cpu_hybrid.py compares its stock server with the patched server the walk served in the same
+    session: within the live-vLLM unit the walk's tests come first, whatever the collection order."""
+    collected = [
+        _Collected("tests/e2e/serve/test_chain_cpu_hybrid.py::test_a", True),
+        _Collected("tests/unit/stackbuild/core/test_recipe.py::test_b", False),
+        _Collected("tests/docs/test_docs_walk.py::test_c", True),
+        _Collected("tests/e2e/serve/test_chain_cpu_hybrid.py::test_d", True),
+        _Collected("tests/docs/test_docs_walk.py::test_e", True),
+        _Collected("tests/e2e/serve/test_multinode_cpu.py::test_f", True),
+    ]
+    items = list(collected)
+    order_items(items)
+    assert [i.nodeid.split("::")[1] for i in items] == ["test_b", "test_c", "test_e", "test_a", "test_d", "test_f"]

@@ -15,6 +15,7 @@ process's.
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import replace as dc_replace
 
 from geometry.image_contract import Role
@@ -47,7 +48,11 @@ def _build(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
 
 
 def _error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    """``Type: message``; a bare ``assert`` (no message) is named by its statement, the check that failed."""
+    text = str(exc)
+    if not text and isinstance(exc, AssertionError) and exc.__traceback__ is not None:
+        text = (traceback.extract_tb(exc.__traceback__)[-1].line or "").strip()
+    return f"{type(exc).__name__}: {text}"
 
 
 def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, drafter_backends: set | None = None) -> Plan:

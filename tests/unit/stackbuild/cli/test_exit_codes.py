@@ -2,7 +2,7 @@
 
 The codes come from geometry/errors.py ExitCode (the docs' table is generated from it).
 Most are exercised where their failure lives (bad input in tests/unit/stackbuild/cli/test_bad_*.py, the
-registry and engine in tests/image/*_e2e.py, `qualify` in tests/unit/stackbuild/serve/qualify/test_qualify.py, ...):
+registry and engine in tests/e2e/image/*_e2e.py, `qualify` in tests/unit/stackbuild/serve/qualify/test_qualify.py, ...):
 :func:`exercised_codes` finds them by reading the tests, so nothing here runs them twice.
 :data:`TABLE` runs, through the real CLI in this process, the commands no other test drives
 to their code. :data:`UNEXERCISED` names the codes no test reaches through a command, each

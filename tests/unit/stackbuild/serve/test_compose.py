@@ -18,6 +18,7 @@ import threading
 import pytest
 import yaml
 from compose_support import DIGEST, NO_REPORT, SOURCE_DATE_EPOCH, recipe, require_compose_binary
+from recipe_copies import copy_recipe
 from support.repo import REPO
 
 from stackbuild.core.errors import ComposeOverrideError, RecipeError
@@ -263,12 +264,39 @@ def test_models_must_share_a_directory(tmp_path):
         recipe(tmp_path, lambda d: d["drafter"].__setitem__("path", "/drafters/DFlash2"))  # refused as it loads
 
 
+_RENDER_IN_A_FRESH_INTERPRETER = """import sys
+from pathlib import Path
+from stackbuild.core.recipe import load_recipe
+from stackbuild.serve.compose import render_compose
+sys.stdout.write(render_compose(load_recipe(sys.argv[1]), digest=sys.argv[2], report_path=Path(sys.argv[3])))
+"""
+
+
 def test_render_is_deterministic_and_pure(tmp_path):
-    r = recipe(tmp_path)
-    before = set(tmp_path.rglob("*"))
-    assert render_compose(r, digest=DIGEST, report_path=NO_REPORT) == render_compose(
-        r, digest=DIGEST, report_path=NO_REPORT
+    """The same recipe renders to the same bytes in processes that differ in what could leak into the text: the
+    hash seed (set and dict order of str keys), the working directory, and the process itself (ids, imports);
+    and rendering writes nothing beside the recipe."""
+    path = copy_recipe(
+        tmp_path / "src", lambda d: d["image"].__setitem__("tags", ["latest", "sm{family}-{gpu}-{date}"])
     )
+    r = load_recipe(path)
+    before = set(tmp_path.rglob("*"))
+    here = render_compose(r, digest=DIGEST, report_path=NO_REPORT)
+    elsewhere = []
+    for seed in ("1", "2"):
+        cwd = tmp_path / f"cwd-{seed}"
+        cwd.mkdir()
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(REPO), "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH}
+        argv = [sys.executable, "-c", _RENDER_IN_A_FRESH_INTERPRETER, str(path), DIGEST, str(NO_REPORT)]
+        run = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+        assert run.returncode == 0, run.stderr
+        elsewhere.append(run.stdout)
+        cwd.rmdir()
+    assert elsewhere[0] == here and elsewhere[1] == here
+    # What the file says is the recipe's own, computed apart from the renderer.
+    service = _service(yaml.safe_load(here))
+    assert service["command"] == serve_argv(r)
+    assert service["image"] == f"{REPOSITORY}:{PINNED_TAG}@{DIGEST}"
     assert set(tmp_path.rglob("*")) == before
 
 

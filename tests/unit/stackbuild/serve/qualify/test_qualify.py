@@ -164,6 +164,30 @@ def test_a_stream_the_server_ends_with_its_error_event_is_not_ready(stub):
     assert "the server ended the stream with an error: EngineCore encountered an issue. (code 500)" in r.stderr
 
 
+def test_the_readiness_failure_names_what_failed_first_not_only_what_followed(monkeypatch):
+    """A leader whose worker died: its engine ends the first generation with its error, then its API server
+    exits and nothing answers, then it restarts. The exit names the engine's error first and what followed
+    after it (exit 20 alone says neither: nothing answering at all is 20 too)."""
+    from stackbuild.core.errors import ServerUnreachable
+    from stackbuild.serve.qualify import client
+
+    engine = "the server ended the stream with an error: EngineCore encountered an issue. (code 500)"
+    gone, starting = "nothing answers (connection refused)", "HTTP 503"
+    said = iter([engine, gone, gone, starting, gone, starting, starting])
+
+    def attempt():
+        raise client.Retryable(next(said))
+
+    clock = iter(range(100))
+    monkeypatch.setattr(client.time, "monotonic", lambda: next(clock))
+    with pytest.raises(ServerUnreachable) as failed:
+        client.wait_until(5, attempt, interval_s=0)  # seven attempts: the seventh reads 6, past the deadline
+    assert (
+        str(failed.value)
+        == f"{engine}; then {gone}; then {starting} (still, after the readiness timeout: --ready-timeout)"
+    )
+
+
 def test_api_key_refused(stub):
     one_line(qualify("--url", stub({"/v1/models": (401, "{}")})), 22)
 
