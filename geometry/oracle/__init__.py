@@ -17,13 +17,6 @@ The oracle the gate and the tests hold the simulator to:
   whatever platform vLLM detects in this process (VLLM_TARGET_DEVICE included).
 
 Importing this package imports no vLLM and no torch (the gate payload is
-stdlib-importable up to here); its functions import them.
+stdlib-importable up to here); its functions import them. This package module imports none of
+its modules: the gate with a matching record imports only the record and the cross-check.
 """
-
-from geometry.oracle.plan import blocks_per_request, compare_reports, plan_with_vllm
-
-__all__ = [
-    "blocks_per_request",
-    "compare_reports",
-    "plan_with_vllm",
-]

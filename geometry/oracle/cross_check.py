@@ -83,10 +83,10 @@ def compare_with_vllm(inputs: GeometryInputs, modelled: GeometryReport, how: Cro
         return OracleOutcome(source=RECORD_SOURCE, behaviour=modelled.behaviour, differences=tuple(diffs))
     try:
         with _stdout_to_stderr():
-            from geometry import oracle  # imports vLLM
+            from geometry.oracle.plan import compare_reports, plan_with_vllm  # imports vLLM
 
-            planned = oracle.plan_with_vllm(inputs)
-        diffs = oracle.compare_reports(modelled, planned)
+            planned = plan_with_vllm(inputs)
+        diffs = compare_reports(modelled, planned)
     except Exception as exc:  # noqa: BLE001 - the installed vLLM could not plan at all
         return OracleOutcome(
             source=IMPORTED_SOURCE, behaviour=modelled.behaviour, differences=(), failure=f"{type(exc).__name__}: {exc}"

@@ -31,8 +31,7 @@ def check_case(kv_heads: int, version: str) -> list[str]:
     import cpu_hybrid_cases as H
 
     from geometry.model.inputs import GeometryInputs
-    from geometry.oracle import compare_reports, plan_with_vllm
-    from geometry.oracle.plan import vllm_kv_cache_size_tokens
+    from geometry.oracle.plan import compare_reports, plan_with_vllm, vllm_kv_cache_size_tokens
     from geometry.plan.concurrency import concurrency
     from geometry.plan.simulate import simulate
 

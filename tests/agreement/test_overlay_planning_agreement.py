@@ -75,7 +75,7 @@ ORACLE_DRIVER = r"""
 import json, sys
 import vllm
 from geometry.model.inputs import GeometryInputs
-from geometry.oracle import plan_with_vllm
+from geometry.oracle.plan import plan_with_vllm
 
 configs, grid, memory, recipe_input = json.loads(sys.argv[1])
 target = json.load(open(configs + "/target.config.json"))

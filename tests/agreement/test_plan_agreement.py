@@ -39,8 +39,11 @@ from geometry.errors import BadInput  # noqa: E402
 from geometry.image_contract import GATE_REASON_PREFIX  # noqa: E402
 from geometry.kv.drafter_backend import DrafterBackendNotModelled  # noqa: E402
 from geometry.model.inputs import GeometryInputs  # noqa: E402
-from geometry.oracle import compare_reports, plan_with_vllm  # noqa: E402
-from geometry.oracle.plan import drafter_backend_names  # noqa: E402
+from geometry.oracle.plan import (  # noqa: E402
+    compare_reports,
+    drafter_backend_names,  # noqa: E402
+    plan_with_vllm,
+)
 from geometry.plan.simulate import simulate  # noqa: E402
 from geometry.verdict.gate import check  # noqa: E402
 
@@ -593,7 +596,7 @@ def test_capacity_counts_what_vllm_counts(prefix_caching):
     (get_max_concurrency_for_kv_cache_config): a group that keeps every token
     draws cdiv(max_model_len, block) blocks; every other group a fixed number."""
     from geometry.kv.kv_spec import spec_kind
-    from geometry.oracle import blocks_per_request
+    from geometry.oracle.plan import blocks_per_request
 
     kimi_drafter = C.recipe_configs()[1] if BEHAVIOUR == "overlay" else None
     cases = [
@@ -625,7 +628,7 @@ _PLAN_IN_A_FRESH_INTERPRETER = """import json, sys
 import geometry
 from geometry.oracle import record
 from geometry.model.inputs import GeometryInputs
-from geometry.oracle import blocks_per_request, plan_with_vllm
+from geometry.oracle.plan import blocks_per_request, plan_with_vllm
 from vllm.platforms import current_platform
 
 out = {"geometry": geometry.__file__, "platform": type(current_platform).__name__, "plans": []}

@@ -122,7 +122,7 @@ _REPLAN = r"""
 import json, sys
 from geometry.verdict.gate import judge
 from geometry.model.inputs import GeometryInputs
-from geometry.oracle import plan_with_vllm
+from geometry.oracle.plan import plan_with_vllm
 out = []
 for data in json.load(sys.stdin):
     inputs = GeometryInputs.from_json(data)
