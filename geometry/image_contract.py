@@ -16,7 +16,9 @@ in-image gate and the start-time pre-flight all import this module:
   image: it is defined in overlay/manifest.py, next to its writer;
 - the image's labels as the image itself holds them (``ImageLabels``, written by
   the render into the pre-flight payload, read by the start-time check's rank
-  fingerprint: a container cannot read its own image's LABELs).
+  fingerprint: a container cannot read its own image's LABELs);
+- the closed sets both sides and every stage share: ``Role`` (target, drafter)
+  and ``Behaviour`` (stock vLLM or the overlay's), each member its string.
 
 It ships in the image in the gate payload: the gate and the pre-flight import it.
 """
@@ -33,11 +35,10 @@ from overlay.json_shape import exact_keys, json_object, read_json, strings, type
 
 from .errors import ExitCode
 
-# The closed sets the geometry's stages, the image and the host share: which model a layer, a config or a
-# checkpoint is (Role) and which vLLM the geometry is planned for (Behaviour). Each member is its string
-# (a str subclass): JSON documents, reports and messages hold the same text a plain string would give.
 
-
+# ------------------------------------------------------------------ roles and behaviours
+# Each member is its string (a str subclass): JSON documents, reports and messages hold the same text a plain
+# string would give.
 class _Text(str, enum.Enum):
     """A member formats as its value (``str()``, f-strings, ``json``)."""
 
