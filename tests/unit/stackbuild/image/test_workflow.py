@@ -1,4 +1,5 @@
-"""The GitHub Actions workflow: actionlint and the GitHub workflow schema accept it, and it does what it says.
+"""The GitHub Actions workflow: actionlint, the GitHub workflow schema and zizmor (the Actions security
+linter, offline) accept it, and it does what it says.
 
 actionlint comes from its PyPI wheel and the schema from check-jsonschema's
 built-in copy (both pinned in pyproject.toml's test extra); the schema check runs
@@ -32,6 +33,16 @@ def actionlint(path: Path) -> subprocess.CompletedProcess:
     )
 
 
+def zizmor(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(BIN / "zizmor"), "--offline", "--no-progress", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **OFFLINE},
+    )
+
+
 def schema_check(path: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(path)],
@@ -59,6 +70,21 @@ def test_actionlint_rejects_a_broken_copy(tmp_path):
     run = actionlint(broken)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "recipe" in run.stdout
+
+
+def test_zizmor_finds_nothing_in_the_workflow():
+    run = zizmor(WORKFLOW)
+    assert run.returncode == 0 and "No findings to report" in run.stdout, run.stdout + run.stderr
+
+
+def test_zizmor_finds_a_matrix_value_expanded_in_a_run_block(tmp_path):
+    injected = tmp_path / ".github" / "workflows" / "image.yml"
+    injected.parent.mkdir(parents=True)
+    text = WORKFLOW.read_text()
+    assert 'echo "### $NAME (index)"' in text
+    injected.write_text(text.replace('echo "### $NAME (index)"', 'echo "### ${{ matrix.name }} (index)"'))
+    run = zizmor(injected)
+    assert run.returncode != 0 and "template-injection" in run.stdout, run.stdout + run.stderr
 
 
 def test_the_workflow_schema_accepts_the_workflow_offline():
