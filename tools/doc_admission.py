@@ -3,19 +3,13 @@ finds (tools/doc_sections.py)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a script from tools/
-    sys.path.insert(0, str(REPO))
+from doc_format import REPO, _n, _one
 
-
-from doc_format import BEHAVIOURS, _geometry, _gib, _n, _one, _row, _table, _verdict_word  # noqa: E402,F401
-
-from geometry.verdict.gate_run import run_gate  # noqa: E402
-from stackbuild.core.gate import gate_input  # noqa: E402
-from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
+from geometry.verdict.gate_run import run_gate
+from stackbuild.core.gate import gate_input
+from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 
 # What the worked examples call each group, by its first role.
 GROUP_NAMES = {

@@ -3,16 +3,8 @@ public API (tools/doc_sections.py)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import tomllib
-
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a script from tools/
-    sys.path.insert(0, str(REPO))
-
-from doc_format import _one, _table  # noqa: E402
+from doc_format import REPO, _one, _table
 
 
 def _contracts() -> list[dict]:

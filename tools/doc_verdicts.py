@@ -3,23 +3,15 @@ pre-flight's exit codes and requests at once (tools/doc_sections.py)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from doc_format import BEHAVIOURS, REPO, _geometry, _gib, _n, _one, _table, _verdict_word
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a script from tools/
-    sys.path.insert(0, str(REPO))
-
-
-from doc_format import BEHAVIOURS, _geometry, _gib, _n, _one, _row, _table, _verdict_word  # noqa: E402,F401
-
-from geometry.model.inputs import GeometryInputs  # noqa: E402
-from geometry.plan.capacity import kv_token_capacity  # noqa: E402
-from geometry.verdict.gate_run import run_gate  # noqa: E402
-from geometry.vllm_versions import DEFAULT_VERSION  # noqa: E402
-from stackbuild.core import errors  # noqa: E402
-from stackbuild.core.gate import gate_input  # noqa: E402
-from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
+from geometry.model.inputs import GeometryInputs
+from geometry.plan.capacity import kv_token_capacity
+from geometry.verdict.gate_run import run_gate
+from geometry.vllm_versions import DEFAULT_VERSION
+from stackbuild.core import errors
+from stackbuild.core.gate import gate_input
+from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 
 
 def default_recipe_verdict() -> str:
