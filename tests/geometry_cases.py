@@ -17,13 +17,31 @@ compared.  No expected numbers live here: the oracle is vLLM.
 from __future__ import annotations
 
 import copy
+import importlib.metadata
 import json
 import random
 
 from support.repo import REPO
 
+from geometry.vllm_versions import DEFAULT_VERSION, public_version, release
+
 CONFIGS = REPO / "recipes" / "glm53-flash-dflash2-gb300" / "configs"
 GIB = 1 << 30
+
+
+def _oracle_version() -> str:
+    """The release of the importable vLLM (the oracle), read from its metadata without importing it:
+    the venv's, or a pristine tree put first on PYTHONPATH; the default release where none is."""
+    try:
+        return public_version(importlib.metadata.version("vllm"))
+    except importlib.metadata.PackageNotFoundError:
+        return DEFAULT_VERSION
+
+
+# Every case is an input for the oracle's release; the CPU platform's cases only where that release
+# models it (VllmRelease.cpu_refusal).
+ORACLE_VERSION = _oracle_version()
+CPU_PLANNED = release(ORACLE_VERSION).cpu_refusal is None
 
 
 def recipe_configs() -> tuple[dict, dict]:
@@ -161,6 +179,7 @@ def scenario(rng: random.Random) -> dict:
         "block_size": rng.choice([None] * 6 + [16, 64, 128, 256, 1024]),
         "kv_cache_memory_bytes": rng.choice([8, 40, 200]) * GIB + rng.randint(0, GIB),
         "vllm_behaviour": "stock",
+        "vllm_version": ORACLE_VERSION,
         **prefix_caching(kind != "qwen3_next" and rng.random() < 0.5),
     }
 
@@ -238,7 +257,7 @@ def qwen3_dense_target(layers: int = 4, kv_heads: int = 2, head_dim: int = 64) -
     }
 
 
-DENSE_FAMILIES = (0, 90, 100, 120)  # 0: no GPU (vLLM's CPU platform)
+DENSE_FAMILIES = (0, 90, 100, 120)[0 if CPU_PLANNED else 1 :]  # 0: no GPU (vLLM's CPU platform)
 
 
 def dense_matrix(behaviour: str) -> list[dict]:
@@ -266,6 +285,7 @@ def dense_matrix(behaviour: str) -> list[dict]:
                             "mamba_cache_mode": "none",
                             "kv_cache_memory_bytes": GIB + 12345,
                             "vllm_behaviour": behaviour,
+                            "vllm_version": ORACLE_VERSION,
                         }
                     )
     return cases
@@ -294,7 +314,7 @@ def qwen3_moe_matrix(behaviour: str) -> list[dict]:
     x TP 1/2. TP 2 splits 4 KV heads or replicates 1."""
     _, drafter = recipe_configs()
     cases = []
-    for family, drafters in ((100, (None, drafter)), (0, (None,))):
+    for family, drafters in ((100, (None, drafter)), (0, (None,)))[: 2 if CPU_PLANNED else 1]:
         for tp, kv_heads in ((1, 4), (2, 4), (2, 1)):
             for d in drafters:
                 for prefix in (False, True):
@@ -313,6 +333,7 @@ def qwen3_moe_matrix(behaviour: str) -> list[dict]:
                             "mamba_cache_mode": "none",
                             "kv_cache_memory_bytes": GIB + 12345,
                             "vllm_behaviour": behaviour,
+                            "vllm_version": ORACLE_VERSION,
                             "drafter_attention_backend": None if d is None else "FLASH_ATTN",
                         }
                     )
@@ -393,6 +414,7 @@ def recipe_input(behaviour: str, memory: int = 200 * GIB, **changes) -> dict:
         "capability_family": 100,
         "kv_cache_memory_bytes": memory,
         "vllm_behaviour": behaviour,
+        "vllm_version": ORACLE_VERSION,
         "drafter_attention_backend": "FLASH_ATTN",
     }
     data.update(changes)

@@ -182,6 +182,20 @@ def sparse_mla_backend(family: int) -> Backend:
 FP8_DS_MLA_BYTES_PER_TOKEN = 656
 
 
+def fp8_ds_mla_row_bytes(backend: Backend, kv_lora_rank: int, qk_rope_head_dim: int, ropeless_sm120: int | None) -> int:
+    """The bytes of one fp8_ds_mla token row: the packed row, or (where the release sizes the row by
+    the backend's implementation, ``get_fp8_ds_mla_row_bytes``) FLASHINFER_MLA_SPARSE_SM120's
+    ``ropeless_sm120`` bytes for a 512-wide latent without RoPE."""
+    if (
+        ropeless_sm120 is not None
+        and backend.name == "FLASHINFER_MLA_SPARSE_SM120"
+        and kv_lora_rank == 512
+        and qk_rope_head_dim == 0
+    ):
+        return ropeless_sm120
+    return FP8_DS_MLA_BYTES_PER_TOKEN
+
+
 def canonical_sparse_mla_kv_cache_dtype(backend: Backend, kv_cache_dtype: str) -> str:
     """``_canonicalize_sparse_mla_kv_cache_dtype`` (mla_attention.py) for the
     modelled sparse backends: FLASHINFER_MLA_SPARSE_SM120 runs auto, fp8 and

@@ -74,6 +74,8 @@ class DrafterAsk:
     # FLASH_ATTN's kernel block sizes without a spec read them (flash_attn_kernel_blocks).
     target_head_size: int
     target_kv_cache_dtype: str
+    # VllmRelease.sm90_fp8_d512_block_multiple: FLASH_ATTN's block rule for an SM90 FP8 head-512 cache.
+    sm90_fp8_d512_block_multiple: int | None = None
 
 
 def flash_attn_version(ask: DrafterAsk) -> int:
@@ -120,6 +122,15 @@ def _flash_attn(ask: DrafterAsk) -> list[str]:
         on_sm90 = ask.family == 90 and (v == 3 or (v == 4 and ask.head_size == 512))
         if not (on_sm90 or (ask.family == 100 and v == 4)):
             reasons.append("kv_cache_dtype not supported")
+        multiple = ask.sm90_fp8_d512_block_multiple
+        if (
+            multiple
+            and ask.family == 90
+            and ask.head_size == 512
+            and ask.user_block_size is not None
+            and ask.user_block_size % multiple
+        ):
+            reasons.append(f"SM90 d512 FP8 KV requires a block size divisible by {multiple}")
     return reasons
 
 

@@ -114,6 +114,8 @@ def check_platform(inputs: GeometryInputs) -> None:
                 f"not on capability family {inputs.capability_family}"
             )
         return
+    if vllm.cpu_refusal:
+        raise BadInput(vllm.cpu_refusal)
     if not target.architecture.runs_on_cpu:
         raise BadInput(
             f"on the CPU platform (no GPU) a {target.kind} target is not modelled (vLLM's CPU build "
@@ -146,6 +148,7 @@ def build_model(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Mo
         model_dtype=model_dtype,
         kv_cache_dtype=kv_target,
         max_model_len=max_model_len,
+        sm120_ropeless_ds_mla_row_bytes=inputs.vllm.sm120_ropeless_ds_mla_row_bytes,
     )
     built = target.architecture.build_target(settings)
     model = Model(

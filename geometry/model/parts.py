@@ -55,6 +55,9 @@ class TargetSettings:
     model_dtype: str
     kv_cache_dtype: str  # the cache-dtype string the target layers run
     max_model_len: int
+    # The release's fp8_ds_mla row on FLASHINFER_MLA_SPARSE_SM120 for a 512-wide latent without RoPE
+    # (VllmRelease.sm120_ropeless_ds_mla_row_bytes; None: the packed row).
+    sm120_ropeless_ds_mla_row_bytes: int | None = None
 
     @property
     def num_layers(self) -> int:

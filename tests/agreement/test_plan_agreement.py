@@ -20,6 +20,7 @@ pytestmark = pytest.mark.oracle
 
 try:
     import torch  # noqa: F401
+    import vllm
     import vllm.v1.core.kv_cache_planning  # noqa: F401
 except ImportError as exc:
     if in_ci():
@@ -42,6 +43,7 @@ from geometry.oracle.plan import (  # noqa: E402
 )
 from geometry.plan.simulate import simulate  # noqa: E402
 from geometry.verdict.gate import check  # noqa: E402
+from geometry.vllm_versions import release  # noqa: E402
 
 # The seeded sample, each draw a case whatever the simulator makes of it (test_sampled_draw_agrees_with_vllm):
 # planned by both, refused by both for the same reason, or refused by the simulator for a reason vLLM's code
@@ -187,7 +189,9 @@ def test_gb10_matrix_agrees_with_vllm(idx):
     assert not diffs, "\n".join(diffs[:20])
     alone = vllm.target_only_same_spec
     assert not alone.error  # auto and fp8 both run as fp8_ds_mla
-    assert {r.bytes_per_token for r in alone.layers if r.role == "mla_latent"} == {656}
+    # fp8_ds_mla rows: 512 B NoPE + 16 B scales + 128 B RoPE, or the SM120 implementation's 528 for
+    # GLM-5.3's RoPE-free 512-wide latent where the release sizes rows by the implementation
+    assert {r.bytes_per_token for r in alone.layers if r.role == "mla_latent"} == {SM120_ROW}
     d_kv = data["drafter_kv_cache_dtype"]
     if data["drafter_config"] is not None and d_kv not in ("auto", "bfloat16"):
         # inherited fp8_ds_mla, or fp8: FLASH_ATTN (FA2 on SM12x) takes neither
@@ -211,6 +215,11 @@ def test_dense_matrix_agrees_with_vllm(idx):
 # (target head size, target KV cache dtype): FLASH_ATTN's kernel blocks follow the model config's (the
 # SM90 FP8 head-512 page, the SM10x head-256 FA4 page), so the targets span them.
 _SELECTION_TARGETS = ((128, "auto"), (256, "auto"), (512, "fp8"))
+# The fp8_ds_mla row GLM-5.3's latent has on SM120 under the imported release: 656 B, or the
+# implementation's 528 (VllmRelease.sm120_ropeless_ds_mla_row_bytes, read from vLLM's source).
+SM120_ROW = release(vllm.__version__).sm120_ropeless_ds_mla_row_bytes or 656
+# The imported release's FLASH_ATTN block rule for an SM90 FP8 head-512 cache (its VllmRelease field).
+D512_FP8_BLOCK_MULTIPLE = release(vllm.__version__).sm90_fp8_d512_block_multiple
 
 
 @pytest.mark.parametrize("family", [90, 100, 120])
@@ -262,7 +271,9 @@ def test_the_drafters_automatic_backend_is_the_one_vllms_selector_picks(family):
                 ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla"),
                 (False, True),
             ):
-                ask = DrafterAsk(family, head, kv, "bfloat16", non_causal, block, target_head, target_kv)
+                ask = DrafterAsk(
+                    family, head, kv, "bfloat16", non_causal, block, target_head, target_kv, D512_FP8_BLOCK_MULTIPLE
+                )
                 try:
                     expected = select(ask)
                 except SimulatedError as exc:
@@ -281,7 +292,19 @@ def test_the_drafters_automatic_backend_is_the_one_vllms_selector_picks(family):
 def test_dense_cpu_by_hand():
     """vLLM's CPU platform for a dense Qwen3 without a block size, by hand: CpuPlatform asks its
     backend from 128 tokens and CPU_ATTN takes any multiple of 32, so the block is 128; a block of
-    one layer holds K and V of 2 KV heads x head 64 in bf16 for 128 tokens; 4 layers share a block."""
+    one layer holds K and V of 2 KV heads x head 64 in bf16 for 128 tokens; 4 layers share a block.
+    On a release whose CPU platform is not modelled, the simulator refuses it and vLLM's own
+    CpuPlatform does not start on this x86 machine."""
+    if not C.CPU_PLANNED:
+        data = dict(C.dense_matrix(BEHAVIOUR)[0], capability_family=0)
+        with pytest.raises(BadInput, match="not modelled on the CPU platform"):
+            simulate(GeometryInputs.from_json(data))
+        from geometry.oracle.serving_platform import serving_platform
+        from geometry.oracle.vllm_config import build_vllm_config
+
+        with pytest.raises(RuntimeError, match="requires Triton"), serving_platform(0):
+            build_vllm_config(GeometryInputs.from_json(data), False, 0)
+        return
     data = dict(C.dense_matrix(BEHAVIOUR)[0], block_size=None, kv_cache_memory_bytes=1 << 30)
     assert data["capability_family"] == 0 and data["tensor_parallel_size"] == 1
     sim, vllm, diffs = agree(data)

@@ -32,6 +32,7 @@ from geometry.oracle.plan import (  # noqa: E402
 )
 from geometry.plan.simulate import simulate  # noqa: E402
 from geometry.verdict.gate import check  # noqa: E402
+from geometry.vllm_versions import release  # noqa: E402
 
 RECIPES = sorted((REPO / "recipes").glob("*/recipe.yaml"))
 
@@ -42,7 +43,9 @@ def test_recipe_gate_input_agrees_with_vllm(path):
     from stackbuild.core.gate import gate_input
     from stackbuild.core.recipe import load_recipe
 
-    sim, vllm, diffs = agree(gate_input(load_recipe(path), vllm_behaviour=BEHAVIOUR).to_json())
+    # the recipe's input on the oracle's release (a recipe pins the default one)
+    data = dict(gate_input(load_recipe(path), vllm_behaviour=BEHAVIOUR).to_json(), vllm_version=C.ORACLE_VERSION)
+    sim, vllm, diffs = agree(data)
     assert not diffs, "\n".join(diffs[:20])
     assert check(vllm).passed is (BEHAVIOUR == "overlay")
 
@@ -76,11 +79,14 @@ def test_gb10_tp2_by_hand(prefix_caching):
     assert not diffs, "\n".join(diffs[:20])
     block = _gb10_tp2_block()
     assert block == 4608
-    mla_page = block * 656  # fp8_ds_mla: 512 NoPE + 16 scales + 128 RoPE bytes per token
+    # fp8_ds_mla: 512 NoPE + 16 scales + 128 RoPE bytes per token; vLLM 0.34.0 asks the SM120
+    # implementation, whose row for a 512-wide latent without RoPE is 512 + 16 scales (528)
+    row = 528 if release(C.ORACLE_VERSION).sm120_ropeless_ds_mla_row_bytes else 656
+    mla_page = block * row
     indexer_page = block // 4 * (128 + 4)  # one fp8 key + 4 scale bytes per kpool-4 state
-    # block stride: the lcm of the MLA rows (64 x 656) and the indexer's
+    # block stride: the lcm of the MLA rows (64 x row) and the indexer's
     # MultipleOf(256) (its page at 256 tokens: 64 states x 132)
-    stride = math.lcm(64 * 656, 64 * 132)
+    stride = math.lcm(64 * row, 64 * 132)
     target_widest = 11 * (mla_page + indexer_page)
     # no exact fit for the drafter: P / 2048 B per token = 1476 is not a multiple
     # of FLASH_ATTN's 16, so both behaviours keep the whole block: 4 KV heads
@@ -92,11 +98,13 @@ def test_gb10_tp2_by_hand(prefix_caching):
         (vllm.target_only_same_spec, target_widest),
     ):
         assert plan.block_size == block
-        assert plan.target_attention_page == mla_page == 3_022_848
+        assert plan.target_attention_page == mla_page == {656: 3_022_848, 528: 2_433_024}[row]
         assert plan.mamba_page_size_padded == block * 512
         assert plan.bytes_per_block == stride * -(-widest // stride)
-    assert vllm.target_only_same_spec.bytes_per_block == 36_022_272
-    assert vllm.with_drafter.bytes_per_block == 48_491_520
+    # 528: the target's 11 x (2,433,024 + 152,064) = 28,435,968 B rounds up to 842 strides of
+    # 33,792; the drafter's 47,185,920 B to 1,397
+    assert vllm.target_only_same_spec.bytes_per_block == {656: 36_022_272, 528: 28_452_864}[row]
+    assert vllm.with_drafter.bytes_per_block == {656: 48_491_520, 528: 47_207_424}[row]
     assert not check(vllm).passed  # the drafter's group widens every block
 
 

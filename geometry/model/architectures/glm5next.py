@@ -122,7 +122,16 @@ def build_target(s: TargetSettings) -> Target:
         head_size_v=0,
         dtype_bytes=DTYPE_BYTES[t_dtype],
         dtype=t_dtype,
-        content_bytes=(B.FP8_DS_MLA_BYTES_PER_TOKEN if s.kv_cache_dtype == "fp8_ds_mla" else None),
+        content_bytes=(
+            B.fp8_ds_mla_row_bytes(
+                mla_backend,
+                int(required(tc, "kv_lora_rank")),
+                int(tc.get("qk_rope_head_dim", 0) or 0),
+                s.sm120_ropeless_ds_mla_row_bytes,
+            )
+            if s.kv_cache_dtype == "fp8_ds_mla"
+            else None
+        ),
     )
     kda = mamba_builder(state, s.max_model_len)
     idx = attention_builder(indexer, idx_backend)

@@ -100,6 +100,9 @@ def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None
             non_causal_multi_token_decode=False,
             attn_backend=mla_cls,
             kv_sharing_target_layer_name=None,
+            # The backend's implementation, whose get_fp8_ds_mla_row_bytes sizes an fp8_ds_mla row
+            # where the release asks it (its constructor, like the layer's, is skipped).
+            impl=bare_layer(mla_cls.get_impl_cls(), kv_lora_rank=hf.kv_lora_rank, qk_rope_head_dim=hf.qk_rope_head_dim),
         )
 
 

@@ -222,14 +222,24 @@ def test_family_120_runs_fp8_ds_mla(requested):
     assert (inherit.target_kv_dtype, inherit.drafter_kv_dtype) == ("fp8_ds_mla", "fp8_ds_mla")
     assert inherit.with_drafter.error.startswith("ValueError")
     assert not inherit.target_only_same_spec.error  # the target alone still plans
-    own = simulate(
-        _inputs(C.recipe_input("stock", capability_family=120, kv_cache_dtype=requested, drafter_kv_cache_dtype="auto"))
-    )
-    assert (own.target_kv_dtype, own.drafter_kv_dtype) == ("fp8_ds_mla", "auto")
-    mla = [r for r in own.with_drafter.layers if r.role == "mla_latent"]
-    # the packed layout: 512 B NoPE + 16 B scales + 128 B RoPE per token
-    assert {r.bytes_per_token for r in mla} == {656}
-    assert {r.real_page_bytes for r in mla} == {own.with_drafter.block_size * 656}
+    # the packed layout: 512 B NoPE + 16 B scales + 128 B RoPE per token (0.33.0); 0.34.0 asks the
+    # SM120 implementation, whose row for GLM-5.3's 512-wide latent without RoPE drops the RoPE part
+    for version, row in (("0.33.0", 656), ("0.34.0", 528)):
+        own = simulate(
+            _inputs(
+                C.recipe_input(
+                    "stock",
+                    capability_family=120,
+                    kv_cache_dtype=requested,
+                    drafter_kv_cache_dtype="auto",
+                    vllm_version=version,
+                )
+            )
+        )
+        assert (own.target_kv_dtype, own.drafter_kv_dtype) == ("fp8_ds_mla", "auto")
+        mla = [r for r in own.with_drafter.layers if r.role == "mla_latent"]
+        assert {r.bytes_per_token for r in mla} == {row}
+        assert {r.real_page_bytes for r in mla} == {own.with_drafter.block_size * row}
 
 
 @pytest.mark.parametrize("requested", ["bfloat16", "float16", "fp8_e5m2"])
