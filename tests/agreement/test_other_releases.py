@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
 import sys
+from pathlib import Path
 
 import pytest
 from infra.fixtures import in_ci
