@@ -6,20 +6,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterable, Optional
 
-from geometry import (
-    BadInput,
-    Behaviour,
-    BehaviourComparison,
-    Concurrency,
-    GateRun,
-    comparison_lines,
-    concurrency,
-    figures,
-)
+from geometry import Behaviour, BehaviourComparison, Concurrency, GateRun, comparison_lines, concurrency, figures
 from geometry import compare_behaviours as compare
 from geometry import render_table_text as render_text
 from geometry import table_json as to_json
-from stackbuild.core.errors import RecipeError
 from stackbuild.core.gate import recipe_geometry, refuse_failed
 from stackbuild.core.recipe import Recipe
 
@@ -46,12 +36,8 @@ class RecipeGeometry:
 
 def recipe_report(recipe: Recipe, *, behaviour: Behaviour, contexts: Optional[Iterable[int]] = None) -> RecipeGeometry:
     """Both behaviours' gate runs and requests at once, ``behaviour``'s judged (``contexts``: the request
-    lengths, default geometry.plan.concurrency.contexts_for's); ContextTooLong for a length above max_model_len,
-    a RecipeError for a size beyond what the admission model walks through (geometry/plan/limits.py)."""
+    lengths, default geometry.plan.concurrency.contexts_for's); ContextTooLong for a length above max_model_len."""
     runs = {b: recipe_geometry(recipe, vllm_behaviour=b) for b in Behaviour}
-    try:
-        at_once = {b: concurrency(r.report, r.inputs, contexts) for b, r in runs.items()}
-    except BadInput as exc:
-        raise RecipeError(recipe.path, "serving.max_model_len", str(exc)) from None
+    at_once = {b: concurrency(r.report, r.inputs, contexts) for b, r in runs.items()}
     versus = compare(*(figures(runs[b].report, runs[b].verdict, at_once[b]) for b in Behaviour))
     return RecipeGeometry(recipe, runs[behaviour], at_once[behaviour], versus)
