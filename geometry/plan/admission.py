@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 from geometry.kv.kv_spec import RequestBlocks
 from geometry.kv.units import cdiv
+from geometry.plan.limits import check_prefill_steps
 
 
 def lookahead_tokens(speculating: bool, num_spec: int) -> int:
@@ -209,9 +210,15 @@ def _checkpoint(g: RequestBlocks, start: int, end: int, prompt: int, s: Scheduli
     )
 
 
-def prefill(groups: tuple[RequestBlocks, ...], tokens: int, s: Scheduling) -> Prefill:
-    """What a request of ``tokens`` tokens holds through its prefill, group by group."""
+def prefill(groups: tuple[RequestBlocks, ...], tokens: int, s: Scheduling, pool: int | None = None) -> Prefill:
+    """What a request of ``tokens`` tokens holds through its prefill, group by group; with ``pool`` (the
+    free blocks), a request whose admission check asks more is refused before a step (no chunks, nothing
+    held). limits.PrefillTooLong for a prefill longer than the model walks through."""
     prompt = tokens - 1
+    admission = sum(_admission(g, prompt, s) for g in groups)
+    if pool is not None and admission > pool:
+        return Prefill(prompt, (), (), admission, admission, admission)
+    check_prefill_steps(tokens, s.batched_tokens)
     sizes = chunks(prompt, s, groups)
     length = [0] * len(groups)  # block-table entries (the window's include the freed ones)
     removed = [0] * len(groups)
@@ -257,5 +264,4 @@ def prefill(groups: tuple[RequestBlocks, ...], tokens: int, s: Scheduling) -> Pr
         peak = max(peak, sum(held))
         need = max(need, sum(held) + copies)
         start = end
-    admission = sum(_admission(g, prompt, s) for g in groups)
     return Prefill(prompt, sizes, tuple(held), peak, max(need, admission), admission)

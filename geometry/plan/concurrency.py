@@ -49,6 +49,7 @@ from geometry.kv import backends as B
 from geometry.model.inputs import GeometryInputs
 from geometry.plan.admission import Prefill, Scheduling, lookahead_tokens, prefill
 from geometry.plan.capacity import kv_token_capacity
+from geometry.plan.limits import PrefillTooLong
 from geometry.plan.report import GeometryReport, Plan
 
 NULL_BLOCKS = 1  # BlockPool's null block
@@ -148,15 +149,24 @@ def request_prefill(
         return None
     speculating, num_spec = plan_speculation(inputs)[label]
     s = scheduling(plan, inputs, speculating, num_spec, behaviour or inputs.vllm_behaviour)
-    return prefill(tuple(g.per_request for g in plan.groups), tokens, s)
+    return prefill(tuple(g.per_request for g in plan.groups), tokens, s, free_blocks(plan))
+
+
+def free_blocks(plan: Plan) -> int:
+    """The blocks a request can draw: the pool less the null block."""
+    return max((plan.num_blocks or 0) - NULL_BLOCKS, 0)
 
 
 def requests_at_once(
     plan: Plan, inputs: GeometryInputs, label: str, tokens: int, behaviour: Behaviour | None = None
 ) -> int | None:
-    """Requests of ``tokens`` tokens the pool admits one after another before it refuses one."""
-    p = request_prefill(plan, inputs, label, tokens, behaviour)
-    return None if p is None else p.requests(max(plan.num_blocks - NULL_BLOCKS, 0))
+    """Requests of ``tokens`` tokens the pool admits one after another before it refuses one (None: vLLM
+    cannot plan, or the prefill is longer than the model walks through)."""
+    try:
+        p = request_prefill(plan, inputs, label, tokens, behaviour)
+    except PrefillTooLong:
+        return None
+    return None if p is None else p.requests(free_blocks(plan))
 
 
 @dataclass(frozen=True)
@@ -206,17 +216,25 @@ class Concurrency:
 
 
 def _fit(plan: Plan, inputs: GeometryInputs, behaviour: str, label: str, tokens: int, in_flight: int) -> Fit:
-    p = request_prefill(plan, inputs, label, tokens, behaviour)
+    try:
+        p = request_prefill(plan, inputs, label, tokens, behaviour)
+    except PrefillTooLong:  # the gate refuses it (serving_limits.py)
+        p = None
     if p is None:
         return Fit(tokens, None, None, None, None)
     sizing = sum(blocks_per_request(plan, tokens, in_flight))
+    logged = round(plan.num_blocks / sizing, 2)
+    if not p.chunks:  # refused at admission: the pool is smaller than one request asks
+        return Fit(
+            tokens, 0, None, None, logged, sizing, admission_blocks=p.admission_blocks, need_blocks=p.need_blocks
+        )
     attention = sum(n for n, g in zip(p.held, plan.groups) if g.kind.keeps_every_token)
     return Fit(
         tokens,
-        p.requests(max(plan.num_blocks - NULL_BLOCKS, 0)),
+        p.requests(free_blocks(plan)),
         p.blocks,
         attention,
-        round(plan.num_blocks / sizing, 2),
+        logged,
         sizing,
         p.peak_blocks,
         p.need_blocks,

@@ -3,13 +3,16 @@
 The page and capacity checks of gate.check say whether the drafter costs the
 target KV capacity; these say whether the deployment can serve one request:
 at least one block fits in the KV memory, ``max_model_len`` is within the
-target's ``max_position_embeddings``, and one request of ``max_model_len``
-tokens fits in the pool (geometry/plan/capacity.py's token capacity, as the verdict has it).
+target's ``max_position_embeddings``, one request of ``max_model_len``
+tokens fits in the pool (geometry/plan/capacity.py's token capacity, as the verdict has it), and its
+prefill is within the scheduler steps the admission model walks through (limits.py).
 """
 
 from __future__ import annotations
 
 from geometry.model.inputs import GeometryInputs
+from geometry.plan.concurrency import batched_tokens
+from geometry.plan.limits import prefill_steps_reason
 from geometry.plan.report import GeometryReport
 
 
@@ -19,6 +22,9 @@ def serving_limit_reasons(report: GeometryReport, inputs: GeometryInputs, capaci
     reasons = []
     max_pos = inputs.target.max_position_embeddings
     wanted = inputs.max_model_len if inputs.max_model_len is not None else max_pos
+    steps = prefill_steps_reason(wanted, batched_tokens(inputs)) if wanted is not None else None
+    if steps:
+        reasons.append(steps)
     if inputs.max_model_len is not None and max_pos is not None and inputs.max_model_len > max_pos:
         reasons.append(
             f"max_model_len {inputs.max_model_len:,} is above the target's max_position_embeddings {max_pos:,}"

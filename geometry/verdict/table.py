@@ -125,6 +125,8 @@ def _nodes_line(report: GeometryReport) -> str:
 def _requests_cell(fit) -> str:
     if fit.requests is None:
         return "-"
+    if fit.blocks_per_request is None:
+        return f"0 (admission asks {fit.admission_blocks:,} blocks)"
     return f"{fit.requests:,} ({fit.blocks_per_request:,} blocks, {fit.attention_blocks:,} of them attention)"
 
 
