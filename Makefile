@@ -2,6 +2,10 @@
 #   make image     build, tag and push the default recipe (PUSH=0: no push). Needs a Docker engine
 #                  that answers, Python >= 3.10 and git; creates the venv with the project's runtime
 #                  dependencies (no test extra) and installs nothing else.
+#   make port TO=VERSION   (maintainers) follow a vLLM release: fetch its wheel, port the newest overlay
+#                  series onto it, hold the gate to its planning; one report, exit code per outcome
+#                  (TO=latest: PyPI's newest, TO=nightly; PORT_ARGS=--json, --from SERIES, --write;
+#                  docs/overlay.md "Following a vLLM release")
 #   make test      the whole test suite, with its Docker engine and registry (a Debian machine:
 #                  installs the test packages, and Debian's docker.io only where no engine is)
 SHELL := /bin/bash
@@ -23,7 +27,7 @@ pin = $(shell grep -E '^$(1)==' requirements/vllm.txt)
 
 export IMAGE_OWNER
 
-.PHONY: owner host install test-install oracle deps lock record image compose geometry docs lint test test-setup bench pristine clean
+.PHONY: owner host install test-install oracle deps lock record image compose geometry docs lint test test-setup bench pristine port clean
 
 include tools/pristine.mk
 
@@ -125,6 +129,12 @@ test: deps
 	  INFRA_SETUP='$(MAKE) --no-print-directory test-setup' tests/infra/run-tests.sh $(PYTEST_ARGS)
 
 test-setup: test-install oracle pristine-all vllm-tests
+
+# tools/port_release.py: the maintainer's; the planning runs the release's own code on the oracle's torch.
+PORT_ARGS ?=
+port: oracle
+	@test -n "$(TO)" || { echo "make port: TO=VERSION (or TO=latest, TO=nightly) is required" >&2; exit 2; }
+	$(PY) -m tools.port_release --to $(TO) $(PORT_ARGS)
 
 bench: deps test-install oracle pristine
 	PYTHON_VENV=$(abspath $(PY)) tests/infra/run-bench.sh

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from infra.fixtures import unavailable
 from support.repo import REPO
 
 from geometry.vllm_versions import DEFAULT_VERSION, V0_32_0
+from tools.pristine import copy_tree  # noqa: F401 (the tests' copies of a pristine tree)
 
 OVERLAY = REPO / "overlay"
 APPLY = OVERLAY / "apply.py"
@@ -43,36 +43,6 @@ def series_pristine(series: Path) -> Path:
             f"`make -f tools/pristine.mk pristine SERIES={series.name}` or set OVERLAY_CACHE"
         )
     return path
-
-
-def copy_tree(pristine: Path, site: Path) -> Path:
-    """A site-packages-like copy: every vllm/**.py plus the dist-info.
-
-    Compiled extensions are skipped (the planning code imports without
-    them). Files are hard-linked when possible: the applier replaces files
-    with os.replace, so the pristine inodes are never written to.
-    """
-    site.mkdir(parents=True, exist_ok=True)
-    link = True
-    src_pkg = pristine / "vllm"
-    for root, dirs, files in os.walk(src_pkg):
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
-        rel = Path(root).relative_to(pristine)
-        (site / rel).mkdir(parents=True, exist_ok=True)
-        for name in files:
-            if not name.endswith(".py"):
-                continue
-            src, dst = Path(root) / name, site / rel / name
-            if link:
-                try:
-                    os.link(src, dst)
-                    continue
-                except OSError:
-                    link = False
-            shutil.copy2(src, dst)
-    for dist in pristine.glob("*.dist-info"):
-        shutil.copytree(dist, site / dist.name)
-    return site
 
 
 def tree_digest(site: Path) -> dict:

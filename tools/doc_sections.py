@@ -32,6 +32,7 @@ from doc_verdicts import (  # noqa: E402
     preflight_exit_codes,
     recipe_verdicts,
 )
+from port_report import exit_code_table as port_exit_codes  # noqa: E402
 
 DOCUMENTS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
 BEGIN = re.compile(r"^<!-- BEGIN generated: (?P<name>[a-z0-9-]+) -->\n", re.M)
@@ -51,6 +52,7 @@ SECTIONS: dict[str, Callable[[], str]] = {
     "default-recipe-fit": default_recipe_fit,
     "import-contracts": import_contracts,
     "geometry-api": geometry_api,
+    "port-exit-codes": port_exit_codes,
 }
 
 

@@ -118,6 +118,35 @@ def unpack(base: SeriesBase, wheel_dir: Path, dest: Path) -> str:
     return f"{wheels[0].name}: {len(names)} files -> {dest}"
 
 
+def copy_tree(pristine: Path, site: Path, package: str = "vllm") -> Path:
+    """A site-packages-like copy of a pristine tree: every ``package/**.py`` plus the dist-info.
+
+    Compiled extensions are skipped (the planning code imports without them). Files are hard-linked
+    when possible: the applier replaces files with os.replace, so the pristine inodes are never
+    written to.
+    """
+    site.mkdir(parents=True, exist_ok=True)
+    link = True
+    for root, dirs, files in os.walk(pristine / package):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        rel = Path(root).relative_to(pristine)
+        (site / rel).mkdir(parents=True, exist_ok=True)
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            src, dst = Path(root) / name, site / rel / name
+            if link:
+                try:
+                    os.link(src, dst)
+                    continue
+                except OSError:
+                    link = False
+            shutil.copy2(src, dst)
+    for dist in pristine.glob("*.dist-info"):
+        shutil.copytree(dist, site / dist.name)
+    return site
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="The pristine tree of a patch series.")
     sub = parser.add_subparsers(dest="command", required=True)
