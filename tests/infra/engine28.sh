@@ -9,8 +9,10 @@
 # containerd (started by that dockerd), pid file and socket ($INFRA_STATE_DIR/engine28/docker.sock);
 # `"features": {"containerd-snapshotter": true}`. Beside the first engine in the host's network
 # namespace it touches neither docker0 nor iptables: its default bridge is a bridge of its own
-# (BRIDGE, BRIDGE_CIDR), iptables off (published ports go through docker-proxy), and the networks it
-# makes come from its own address pool. /tmp is mounted at the same path inside, so a bind mount of
+# (BRIDGE, BRIDGE_CIDR), iptables off (published ports go through docker-proxy); the networks it makes
+# take subnets no host route uses. Never `"bridge": "none"` nor `default-address-pools`: with either,
+# dockerd deletes the link named docker0 at start (the first engine's bridge); `up` checks docker0
+# is still there afterwards. /tmp is mounted at the same path inside, so a bind mount of
 # a test's temporary directory names the same files. `down` stops what `up` started and removes the
 # bridge; the unpacked rootfs and the engine's images stay for the next `up`.
 set -euo pipefail
@@ -24,7 +26,6 @@ PID_FILE="$E/dockerd.pid"
 LOG="$E/dockerd.log"
 BRIDGE="glm53-e28br0"
 BRIDGE_CIDR="10.213.255.1/24"
-ADDRESS_POOL="10.213.0.0/17"
 
 log() { echo "[engine28] $*" >&2; }
 die() { echo "[engine28] ERROR: $*" >&2; exit 1; }
@@ -65,7 +66,6 @@ write_config() {
   "bridge": "$BRIDGE",
   "iptables": false,
   "ip6tables": false,
-  "default-address-pools": [{"base": "$ADDRESS_POOL", "size": 24}],
   "cgroup-parent": "glm53-engine28"
 }
 JSON
@@ -91,6 +91,7 @@ cmd_up() {
   write_config
   ensure_bridge
   rm -f "$SOCK"
+  local docker0; docker0="$(ip -o -4 addr show dev docker0 2>/dev/null | awk '{print $4}' | head -n1)"
   # In the new mount namespace: the rootfs a mount of its own (dockerd looks its data root's mount
   # up), the kernel's file systems, a fresh /run, /tmp and this directory at their own paths.
   setsid unshare --mount --propagation private bash -euc '
@@ -109,6 +110,11 @@ cmd_up() {
   if ! wait_for 60 ping_ok; then
     tail -n 30 "$LOG" >&2 || true
     die "dockerd did not answer at $SOCK within 60 s"
+  fi
+  if [[ -n "$docker0" ]] && ! ip link show docker0 >/dev/null 2>&1; then
+    ip link add docker0 type bridge && ip addr add "$docker0" dev docker0 && ip link set docker0 up
+    cmd_down
+    die "starting it removed the first engine's docker0 (put back, $docker0); see $LOG"
   fi
   log "up in $(( $(date +%s) - t0 )) s: $(DOCKER_HOST="unix://$SOCK" docker version --format 'Docker {{.Server.Version}}, API {{.Server.APIVersion}}' 2>/dev/null) at unix://$SOCK"
 }
