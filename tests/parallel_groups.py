@@ -62,6 +62,7 @@ BASE_OF_FIXTURE = {
     "wrong_vllm_base": "wrong-version",
     "cpu_serving_base": "serving",
     "cpu_serving_base_pushed": "serving",
+    "engine28_host": harness.ENGINE28,
 }
 # What a unit of the second engine waits for besides its fixtures' bases: that engine (run-tests.sh's job).
 ENGINE28_JOB = harness.ENGINE28
