@@ -234,6 +234,13 @@ class ExitCode(enum.IntEnum):
         "the image's gate with `--import-patched` (the build's gate step): a module the overlay patched "
         "fails to import; `build.py build` reports that gate step as 5",
     )
+    ENGINE_TOO_OLD = (
+        32,
+        "the Docker engine is too old",
+        "the Docker engine is older than the oldest supported (README.md: its API version below Docker 20.10's "
+        "1.41; the line names it, the oldest supported and the newest tested), or, `compose --engine-api`, older "
+        "than the API the file would be written for",
+    )
     INTERNAL = (
         70,
         "internal error (a bug)",

@@ -54,8 +54,8 @@ E = ExitCode  # short, for the table below
 COMMAND_EXITS: Mapping[str, CommandExits] = MappingProxyType(
     {
         "render": CommandExits((E.OUTPUT,)),
-        "lock": CommandExits(_REGISTRY),
-        "record": CommandExits((E.NO_ENGINE, E.OUTPUT)),
+        "lock": CommandExits((E.ENGINE_TOO_OLD, *_REGISTRY)),
+        "record": CommandExits((E.NO_ENGINE, E.ENGINE_TOO_OLD, E.OUTPUT)),
         "geometry": CommandExits(
             (E.GEOMETRY,),
             {E.SUCCESS: "the gate passes", E.GEOMETRY: "the gate refuses the recipe (the check a CI runs on the host)"},
@@ -70,6 +70,7 @@ COMMAND_EXITS: Mapping[str, CommandExits] = MappingProxyType(
         "build": CommandExits(
             (
                 E.NO_ENGINE,
+                E.ENGINE_TOO_OLD,
                 E.BUILD_STEP,
                 E.GEOMETRY,
                 E.ARCHITECTURE,
@@ -80,10 +81,24 @@ COMMAND_EXITS: Mapping[str, CommandExits] = MappingProxyType(
                 E.OUTPUT,
             )
         ),
-        "push": CommandExits((E.NO_ENGINE, *_REGISTRY, E.PINNED_TAG_TAKEN, E.OUTPUT)),
+        "push": CommandExits((E.NO_ENGINE, E.ENGINE_TOO_OLD, *_REGISTRY, E.PINNED_TAG_TAKEN, E.OUTPUT)),
         "index": CommandExits((*_REGISTRY, E.PINNED_TAG_TAKEN)),
         "compose": CommandExits(
-            (E.GEOMETRY, E.SERVE_FLAGS, E.ORACLE_BROKEN, E.COMPOSE_INVALID, E.OUTPUT, E.COMPOSE_VERSION)
+            (
+                E.NO_ENGINE,
+                E.ENGINE_TOO_OLD,
+                E.GEOMETRY,
+                E.SERVE_FLAGS,
+                E.ORACLE_BROKEN,
+                E.COMPOSE_INVALID,
+                E.OUTPUT,
+                E.COMPOSE_VERSION,
+            ),
+            {
+                E.NO_ENGINE: "`--engine-api auto`: no Docker engine answers",
+                E.ENGINE_TOO_OLD: "`--engine-api`: the engine is older than the oldest supported, or than the API "
+                "the file would be written for",
+            },
         ),
         "deploy": CommandExits((E.GEOMETRY, E.SERVE_FLAGS, E.ORACLE_BROKEN, E.OUTPUT, E.MANIFEST_INVALID)),
         "preflight": CommandExits(
@@ -92,7 +107,7 @@ COMMAND_EXITS: Mapping[str, CommandExits] = MappingProxyType(
         ),
         "pin": CommandExits((E.MOUNTED_FILE, E.CHECKPOINT_MISMATCH)),
         "verify": CommandExits(
-            (E.NO_ENGINE, *_REGISTRY, E.IMAGE_MISMATCH), {E.SUCCESS: "the image matches its recipe"}
+            (E.NO_ENGINE, E.ENGINE_TOO_OLD, *_REGISTRY, E.IMAGE_MISMATCH), {E.SUCCESS: "the image matches its recipe"}
         ),
         "qualify": CommandExits(
             (

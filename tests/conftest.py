@@ -8,6 +8,7 @@ CI=true and one is missing. The end-to-end fixtures live in tests/stack_e2e.py.
 from __future__ import annotations
 
 import pytest
+from engines import main_build, on_engine, target_engine  # noqa: F401
 
 # Fixtures, imported to register them (pytest finds a conftest's names).
 from infra.fixtures import (  # noqa: F401

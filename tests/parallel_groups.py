@@ -17,6 +17,7 @@ in pytest's cache for the scheduler, which sees node ids alone.
 
 from __future__ import annotations
 
+import re
 from pathlib import PurePosixPath
 
 import pytest
@@ -24,6 +25,9 @@ from infra import harness
 from xdist.scheduler import LoadScopeScheduling
 
 AMD64_BUILD = "engine-amd64-build"
+# The main path's tests on the second engine (tests/engines.py): their own unit, whatever their module.
+ENGINE28_RUNS = "engine-28"
+ENGINE28_ID = re.compile(r"\[(?:.*-)?engine28(?:-.*)?\]$")
 SERVING = "engine-serving"
 # The modules that build CPU images with build.py and serve them (a vLLM server or group each, minutes
 # of both cores): one worker takes them in turn, so two of them never serve at once.
@@ -47,7 +51,7 @@ SHARED_BUILD_MODULES = {
 # Docker units in the order workers take them, costliest first: the live-vLLM modules serve for
 # minutes each on the CPU serving base, the critical path of a run on a fresh machine; the amd64 group
 # holds two qemu builds; the rest follow.
-ENGINE_ORDER = (LIVE_VLLM, AMD64_BUILD, "test_multiplatform_e2e.py", SERVING)
+ENGINE_ORDER = (LIVE_VLLM, AMD64_BUILD, "test_multiplatform_e2e.py", ENGINE28_RUNS, SERVING)
 # Modules that run before the other modules of their unit: the docs walk serves the patched image whose
 # figures test_chain_cpu_hybrid.py compares its stock server with (tests/served_in_run.py).
 FIRST_IN_UNIT = ("test_docs_walk.py",)
@@ -58,13 +62,19 @@ BASE_OF_FIXTURE = {
     "wrong_vllm_base": "wrong-version",
     "cpu_serving_base": "serving",
     "cpu_serving_base_pushed": "serving",
+    "engine28_host": harness.ENGINE28,
 }
+# What a unit of the second engine waits for besides its fixtures' bases: that engine (run-tests.sh's job).
+ENGINE28_JOB = harness.ENGINE28
 # pytest's cache key under which the workers leave {unit: [bases]} for the scheduler.
 UNIT_BASES_KEY = "parallel_groups/unit-bases"
 
 
 def unit_of(nodeid: str) -> str:
-    """The unit of work of a test: its module's shared-build group, else its module."""
+    """The unit of work of a test: the second engine's unit for its tests there, else its module's
+    shared-build group, else its module."""
+    if ENGINE28_ID.search(nodeid):
+        return ENGINE28_RUNS
     module = nodeid.split("::", 1)[0]
     return SHARED_BUILD_MODULES.get(PurePosixPath(module).name, module)
 
@@ -76,6 +86,8 @@ def unit_bases(items: list[pytest.Item]) -> dict[str, list[str]]:
         for fixture in getattr(item, "fixturenames", ()):
             if fixture in BASE_OF_FIXTURE:
                 bases.setdefault(unit_of(item.nodeid), set()).add(BASE_OF_FIXTURE[fixture])
+        if unit_of(item.nodeid) == ENGINE28_RUNS:
+            bases.setdefault(ENGINE28_RUNS, set()).add(ENGINE28_JOB)
     return {unit: sorted(names) for unit, names in sorted(bases.items())}
 
 

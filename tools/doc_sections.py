@@ -24,6 +24,7 @@ if str(REPO) not in sys.path:  # run as a script from tools/
 
 from doc_admission import default_recipe_admission, default_recipe_fit, default_recipe_headroom  # noqa: E402
 from doc_architecture import _contracts, _layer_modules, geometry_api, import_contracts  # noqa: E402,F401
+from doc_engines import supported_engines  # noqa: E402
 from doc_served import SERVED_RECORD, served_figures, served_kv_cache  # noqa: E402,F401
 from doc_verdicts import (  # noqa: E402
     default_recipe_requests,
@@ -53,6 +54,7 @@ SECTIONS: dict[str, Callable[[], str]] = {
     "import-contracts": import_contracts,
     "geometry-api": geometry_api,
     "port-exit-codes": port_exit_codes,
+    "supported-engines": supported_engines,
 }
 
 

@@ -44,10 +44,20 @@ from stackbuild.core.recipe import load_recipe
     "for `qualify --baseline-url`; <recipe name>.baseline.compose.yaml (.baseline.local.compose.yaml). "
     "One-node recipes.",
 )
+@click.option(
+    "--engine-api",
+    metavar="auto|VERSION",
+    help="The Docker Engine API version the file is written for: `auto` asks the engine at DOCKER_HOST (or the "
+    "default socket); a version (e.g. 1.44) is checked against that engine when one answers (older: exit 32). "
+    "From API 1.44 (Docker 25) the health check probes every 5 s while the server starts (start_interval). "
+    "Default: the oldest supported engine's, 1.41 (no start_interval, every supported engine takes the file). "
+    "Given, it is a machine value (the .local.compose.yaml).",
+)
 @json_option
-def compose(recipe_path, owner, repository, output, models_dir, port, gpus, digest, baseline, as_json):
+def compose(recipe_path, owner, repository, output, models_dir, port, gpus, digest, baseline, engine_api, as_json):
     """Write the compose file that serves the image with `docker compose up` (one per node role
     when the recipe spans several machines), or with --baseline the same model without speculation."""
+    from stackbuild.cli.engine_target import engine_api_for
     from stackbuild.serve.compose_files import check_compose_options, write_compose_files, written_paths
     from stackbuild.serve.target import serve_target
 
@@ -58,8 +68,16 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
             "machine's file (a one-node recipe)"
         )
     check_compose_options(recipe, output, port)
+    api = engine_api_for(engine_api)
     target = serve_target(
-        recipe, owner=owner, repository=repository, digest=digest, models_dir=models_dir, port=port, gpus=gpus
+        recipe,
+        owner=owner,
+        repository=repository,
+        digest=digest,
+        models_dir=models_dir,
+        port=port,
+        gpus=gpus,
+        engine_api=api,
     )
     result = write_compose_files(target, output=output, baseline=baseline)
     emit(as_json, result, "wrote " + ", ".join(written_paths(result)))

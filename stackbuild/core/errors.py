@@ -57,6 +57,12 @@ class EngineUnavailable(StackBuildError):
     exit_code = ExitCode.NO_ENGINE
 
 
+class EngineTooOld(StackBuildError):
+    """The Docker engine speaks an API older than the oldest supported engine's (stackbuild.core.engines)."""
+
+    exit_code = ExitCode.ENGINE_TOO_OLD
+
+
 class BuildStepFailed(StackBuildError):
     """A Dockerfile step failed; carries the step and the last lines of its output."""
 

@@ -35,7 +35,12 @@ def target_document(target: ServeTarget, *, gpu_reservation: bool = True, baseli
 def target_text(target: ServeTarget, *, gpu_reservation: bool = True, baseline: bool = False) -> str:
     """The single-node compose file's text (pure)."""
     document = target_document(target, gpu_reservation=gpu_reservation, baseline=baseline)
-    return compose_text(target.recipe, target.image, header(target.recipe, target.image, baseline=baseline), document)
+    return compose_text(
+        target.recipe,
+        target.image,
+        header(target.recipe, target.image, baseline=baseline, engine_api=target.written_for_api),
+        document,
+    )
 
 
 def compose_document(recipe: Recipe, *, gpu_reservation: bool = True, baseline: bool = False, **options: Any) -> dict:

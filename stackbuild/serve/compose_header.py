@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stackbuild.core.engines import OLDEST, START_INTERVAL_API, api_at_least
 from stackbuild.core.naming import OWNER_VARIABLE
 from stackbuild.core.recipe import Recipe
-from stackbuild.serve.compose_service import BASELINE_SERVICE, env_file_name
+from stackbuild.serve.compose_service import BASELINE_SERVICE, HEALTH_START_INTERVAL, env_file_name
 from stackbuild.serve.generated import COMPOSE
 from stackbuild.serve.health import API_KEY_VARIABLE
 from stackbuild.serve.image_pin import ImagePin
@@ -27,12 +28,29 @@ class Header:
     start: str  # how to start it
     role: tuple[str, ...]  # a node role's own lines (multi-node files)
     image: tuple[str, ...]  # how the image is named: the owner, the pin
+    engine: tuple[str, ...] = ()  # the Docker Engine API the file is written for (engine_lines)
 
     def lines(self) -> list[str]:
-        return [*self.about, self.reach, "#", self.start, *self.role, *self.image]
+        return [*self.about, self.reach, "#", self.start, *self.engine, *self.role, *self.image]
 
 
-def header(recipe: Recipe, image: ImagePin, *, baseline: bool = False) -> Header:
+def engine_lines(engine_api: str, start_interval: str) -> tuple[str, ...]:
+    """Which engines the file is for: its health check's form follows the engine API it was written for."""
+    if api_at_least(engine_api, START_INTERVAL_API):
+        return (
+            f"# Written for Docker Engine API {engine_api} (compose --engine-api): the health check probes every "
+            f"{start_interval}",
+            f"#   while the server starts (start_interval: API {START_INTERVAL_API} and newer; older engines refuse "
+            "the file).",
+        )
+    return (
+        f"# Written for Docker Engine API {engine_api} and newer (Docker {OLDEST.version}, the oldest supported); "
+        "`compose --engine-api auto`",
+        "#   adds the health check's start_interval where the engine takes it.",
+    )
+
+
+def header(recipe: Recipe, image: ImagePin, *, baseline: bool = False, engine_api: str = OLDEST.api) -> Header:
     """The single-node file's header; a node role's file replaces ``reach``, ``start`` and ``role``."""
     drafter = recipe.drafter
     if baseline:
@@ -81,6 +99,7 @@ def header(recipe: Recipe, image: ImagePin, *, baseline: bool = False) -> Header
         + ("   (needs the NVIDIA container toolkit)" if recipe.hardware.has_gpu else ""),
         role=(),
         image=tuple(pin),
+        engine=engine_lines(engine_api, HEALTH_START_INTERVAL),
     )
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping, Optional
 
+from stackbuild.core.engines import START_INTERVAL_API, api_at_least
 from stackbuild.core.errors import ComposeOverrideError
 from stackbuild.core.labels import DRAFTER_ID, DRAFTER_LICENSE, DRAFTER_WEIGHTS, IMAGE_PINNED, RECIPE_NAME, TARGET_ID
 from stackbuild.core.recipe import Recipe
@@ -31,6 +32,10 @@ CACHE_ENV = {
 }
 # A 1M-context model loads weights, compiles and captures graphs before /health answers.
 HEALTH_START_PERIOD = "30m"
+# How often the check runs once the server is up, and during the start period where the engine takes
+# start_interval (API >= engines.START_INTERVAL_API): ready within seconds of /health answering.
+HEALTH_INTERVAL = "30s"
+HEALTH_START_INTERVAL = "5s"
 GPU_ID_RE = re.compile(r"^(\d+|GPU-[0-9A-Fa-f-]+|MIG-[0-9A-Za-z/-]+)$")
 
 
@@ -167,11 +172,13 @@ def service_document(target: ServeTarget, service: Service, *, gpu_reservation: 
         # container when the check runs (health.py says why not a generation).
         spec["healthcheck"] = {
             "test": ["CMD", *(escape(a) for a in readiness_command(service.probe_host, s.port))],
-            "interval": "30s",
+            "interval": HEALTH_INTERVAL,
             "timeout": "10s",
             "retries": 3,
             "start_period": HEALTH_START_PERIOD,
         }
+        if api_at_least(target.written_for_api, START_INTERVAL_API):
+            spec["healthcheck"]["start_interval"] = HEALTH_START_INTERVAL
     spec["restart"] = "unless-stopped"
     spec["logging"] = {"driver": "json-file", "options": {"max-size": "100m", "max-file": "5"}}
     drafter = recipe.drafter if service.name != BASELINE_SERVICE else None  # the baseline serves no drafter

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from geometry import IMAGE_DIGEST_ENV
+from stackbuild.core.engines import OLDEST
 from stackbuild.core.errors import ComposeOverrideError, OutputError
 from stackbuild.core.labels import NODE_ROLE
 from stackbuild.core.output import COMPOSE_SUFFIX, LOCAL_COMPOSE_SUFFIX
@@ -128,7 +129,7 @@ def target_role_document(target: ServeTarget, command: RoleCommand) -> dict:
     return service_document(target, role_service(target.recipe, command, target.image))
 
 
-def role_header(recipe: Recipe, command: RoleCommand, image: ImagePin) -> Header:
+def role_header(recipe: Recipe, command: RoleCommand, image: ImagePin, engine_api: str = OLDEST.api) -> Header:
     """The single-node header with where the API is reached, how to start the file, and the role's own lines."""
     s = recipe.serving
     nodes = s.nodes
@@ -153,7 +154,7 @@ def role_header(recipe: Recipe, command: RoleCommand, image: ImagePin) -> Header
         f"has fetched its pre-flight fingerprint, on :{FINGERPRINT_PORT} (TCP; open both between the nodes)."
     )
     return replace(
-        header(recipe, image),
+        header(recipe, image, engine_api=engine_api),
         reach=(
             f"# The leader's API server binds {s.host_ip}:{s.port} on the host "
             "(serving.host_ip; host networking, nothing is published)."
@@ -169,7 +170,9 @@ def role_header(recipe: Recipe, command: RoleCommand, image: ImagePin) -> Header
 def target_role_text(target: ServeTarget, command: RoleCommand) -> str:
     """One role's compose file's text (pure)."""
     doc = target_role_document(target, command)
-    return compose_text(target.recipe, target.image, role_header(target.recipe, command, target.image), doc)
+    return compose_text(
+        target.recipe, target.image, role_header(target.recipe, command, target.image, target.written_for_api), doc
+    )
 
 
 def role_document(recipe: Recipe, command: RoleCommand, **options: Any) -> dict:

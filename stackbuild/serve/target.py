@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from stackbuild.core.engines import OLDEST
 from stackbuild.core.recipe import Recipe
 from stackbuild.serve.image_pin import ImagePin, resolve_image
 
@@ -20,12 +21,23 @@ class ServeTarget:
     models_dir: Optional[str] = None  # --models-dir: the host directory mounted at the recipe's mount point
     port: Optional[int] = None  # --port: the host port the API is published on
     gpus: Optional[str] = None  # --gpus: the GPU ids to reserve, as given
+    engine_api: Optional[str] = None  # --engine-api: the Docker Engine API version the files are written for
 
     @property
     def machine_values(self) -> tuple[str, ...]:
         """The flags given that write this machine's values into a file."""
-        given = (("--models-dir", self.models_dir), ("--port", self.port), ("--gpus", self.gpus))
+        given = (
+            ("--models-dir", self.models_dir),
+            ("--port", self.port),
+            ("--gpus", self.gpus),
+            ("--engine-api", self.engine_api),
+        )
         return tuple(flag for flag, value in given if value is not None)
+
+    @property
+    def written_for_api(self) -> str:
+        """The engine API the files are written for: --engine-api's, else the oldest supported engine's."""
+        return self.engine_api or OLDEST.api
 
 
 def serve_target(
@@ -39,8 +51,9 @@ def serve_target(
     port: Optional[int] = None,
     gpus: Optional[str] = None,
     image: Optional[ImagePin] = None,
+    engine_api: Optional[str] = None,
 ) -> ServeTarget:
     """The recipe's target: ``image`` when given, else the image resolved from the owner, repository,
     digest and build report (image_pin.py); the machine's values as given."""
     image = image or resolve_image(recipe, owner=owner, repository=repository, digest=digest, report_path=report_path)
-    return ServeTarget(recipe, image, models_dir=models_dir, port=port, gpus=gpus)
+    return ServeTarget(recipe, image, models_dir=models_dir, port=port, gpus=gpus, engine_api=engine_api)

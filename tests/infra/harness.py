@@ -6,6 +6,7 @@ and the synthetic bases (tests/infra/build_base.py).
     base_image(arch)        SyntheticBase for "amd64", "arm64" or "wrong-version"
     wait_for_base(name)     block while run-tests.sh still builds that base in the background
     docker_client()         a docker-py client (raises if no daemon answers)
+    engine28_host()         DOCKER_HOST of the second engine (engine28.sh: Docker 28, containerd store)
 
 State dir: $INFRA_STATE_DIR (default: services.sh's).  Nothing here
 prints or logs the password; Credentials' repr hides it.
@@ -171,6 +172,37 @@ def base_image(arch: str) -> SyntheticBase:
             + ("--wrong-version" if arch == "wrong-version" else f"--arch {arch}")
         )
     return SyntheticBase(json.loads(path.read_text()))
+
+
+# The second test engine (tests/infra/engine28.sh): its state directory, and its name as a background
+# job of run-tests.sh (waited for like a base).
+ENGINE28 = "engine28"
+ENGINE28_SCRIPT = HERE / "engine28.sh"
+
+
+def engine28_dir() -> Path:
+    return state_dir() / ENGINE28
+
+
+def engine28_host() -> str:
+    """DOCKER_HOST of the second engine; InfraUnavailable when it does not answer there."""
+    wait_for_base(ENGINE28)
+    socket = engine28_dir() / "docker.sock"
+    host = f"unix://{socket}"
+    import docker
+
+    try:
+        docker.DockerClient(base_url=host, timeout=10).ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means it does not answer
+        raise InfraUnavailable(
+            f"the second engine does not answer at {host} ({exc}): run tests/infra/engine28.sh up"
+        ) from None
+    return host
+
+
+def engine28_compose_binary() -> Path:
+    """Compose v2 (Debian unstable's docker-compose) from the second engine's rootfs; it runs on the host."""
+    return engine28_dir() / "root" / "usr" / "libexec" / "docker" / "cli-plugins" / "docker-compose"
 
 
 def docker_client(timeout: int = 300):

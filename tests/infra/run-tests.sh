@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite with its services (what `make test` runs):
 #   services.sh up  ->  the synthetic bases built in the background (amd64 then wrong-version,
-#   arm64, and the CPU serving base of the real-server tests)  ->  $INFRA_SETUP while they build
+#   arm64, and the CPU serving base of the real-server tests), and beside them the second engine
+#   (engine28.sh: Docker 28, containerd image store)  ->  $INFRA_SETUP while they build
 #   (make test: the venv and the caches)  ->  pytest on every core
 # The tests that need no engine run first (tests/parallel_groups.py); a test that needs a base
 # waits for its build (tests/infra/harness.py wait_for_base) and fails with the build's log if it
 # failed. services.sh down on exit (only what `up` started). Extra arguments go to pytest.
-#   INFRA_SKIP_BASES=1   do not build the bases (tests needing them skip, or fail when CI=true)
+#   INFRA_SKIP_BASES=1   do not build the bases nor start the second engine (tests needing them skip,
+#                        or fail when CI=true)
 #   INFRA_KEEP_UP=1      leave the services running afterwards
 #   TEST_WORKERS=N       pytest-xdist workers (default: one per core)
 #   INFRA_SETUP=COMMAND  run (by bash) once the base builds have started; a failure ends the run
@@ -35,6 +37,7 @@ cleanup() {
   rm -f "$jobs_dir"/*.pending
   date +%s.%N >"$run_dir/ended"
   if [[ "${INFRA_KEEP_UP:-0}" != "1" ]]; then
+    $SUDO bash "$here/engine28.sh" down || true
     $SUDO bash "$here/services.sh" down || true
   fi
   exit $rc
@@ -79,6 +82,8 @@ if [[ "${INFRA_SKIP_BASES:-0}" != "1" ]]; then
   # The serving base goes first: the live-vLLM modules wait for it and then serve for the rest of
   # the run (tests/parallel_groups.py ENGINE_ORDER), so the other bases build at a lower priority.
   base_py="${INFRA_PYTHON:-$PY}"
+  # The second engine: its rootfs from the cache (made once, ~2 min), unpacked and started in seconds.
+  base_job engine28 -- $SUDO bash "$here/engine28.sh" up
   base_job serving -- $SUDO "$base_py" "$here/serving_base.py"
   base_job amd64 wrong-version -- nice -n 10 "$base_py" "$here/build_base.py" --arch amd64 ";" \
     nice -n 10 "$base_py" "$here/build_base.py" --wrong-version
@@ -101,9 +106,9 @@ rc=0
 "$PY" -m pytest tests --durations=25 -n "$workers" --no-loadscope-reorder --junitxml="$run_dir/junit.xml" "$@" || rc=$?
 date +%s.%N >"$run_dir/pytest.ended"
 echo "$rc" >"$run_dir/pytest.rc"
-for name in amd64 wrong-version arm64 serving; do
+for name in amd64 wrong-version arm64 serving engine28; do
   [[ -f "$jobs_dir/$name.log" ]] || continue
-  grep -hE 'done in|built in|pushed .* in [0-9]+ s|up to date|gate \(' "$jobs_dir/$name.log" | sed "s/^/[run-tests] base $name: /" || true
+  grep -hE 'done in|built in|pushed .* in [0-9]+ s|up to date|gate \(|\] up in ' "$jobs_dir/$name.log" | sed "s/^/[run-tests] base $name: /" || true
   [[ -f "$jobs_dir/$name.pending" ]] && echo "[run-tests] base $name: still building when the tests ended"
   if [[ -f "$jobs_dir/$name.rc" && $(cat "$jobs_dir/$name.rc") != 0 ]]; then
     echo "[run-tests] base $name failed (exit $(cat "$jobs_dir/$name.rc")):"; tail -n 40 "$jobs_dir/$name.log"; rc=1

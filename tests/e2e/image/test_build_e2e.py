@@ -56,8 +56,8 @@ def image_file(image: str, path: str) -> bytes:
         return archive.extractfile(member).read()
 
 
-def test_happy_path_build_push_and_pull_back(amd64_build, registry, synthetic_base_amd64, tmp_path, monkeypatch):
-    build = amd64_build
+def test_happy_path_build_push_and_pull_back(main_build, on_engine, registry, synthetic_base_amd64, monkeypatch):
+    build = main_build
     report = build.report
     # The report on stdout is the report in the file; the image went to the registry under both tags.
     assert json.loads(build.run.stdout) == report == json.loads(build.report_path.read_text())
@@ -127,15 +127,15 @@ def test_happy_path_build_push_and_pull_back(amd64_build, registry, synthetic_ba
         assert image_file(pinned, path) == image_file(synthetic_base_amd64.local_reference, path)
 
 
-def test_the_engine_digest_is_the_registry_digest(amd64_build, registry):
+def test_the_engine_digest_is_the_registry_digest(main_build, registry):
     """The report's pushed digest and config digest are what the registry serves under each tag
     (asked over HTTP here)."""
     from stack_e2e import registry_manifest
 
     for tag in EXPECTED_TAGS:
-        digest, manifest = registry_manifest(registry, amd64_build.repository, tag)
-        assert digest == amd64_build.report["pushed_digest"]
-        assert manifest["config"]["digest"] == amd64_build.report["config_digest"]
+        digest, manifest = registry_manifest(registry, main_build.repository, tag)
+        assert digest == main_build.report["pushed_digest"]
+        assert manifest["config"]["digest"] == main_build.report["config_digest"]
 
 
 def test_drafter_that_does_not_fit_fails_at_the_gate_and_nothing_moves(

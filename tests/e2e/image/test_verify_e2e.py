@@ -10,10 +10,10 @@ from stack_e2e import cli, json_events, recipe_copy
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 
 
-def test_verify_passes_for_the_image_of_the_recipe(amd64_build):
-    pinned = amd64_build.report["pushed_reference"]
+def test_verify_passes_for_the_image_of_the_recipe(main_build, on_engine):
+    pinned = main_build.report["pushed_reference"]
     run = cli(
-        "verify", pinned, "--recipe", str(amd64_build.recipe), "--json", docker_config_dir=amd64_build.docker_config
+        "verify", pinned, "--recipe", str(main_build.recipe), "--json", docker_config_dir=main_build.docker_config
     )
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
