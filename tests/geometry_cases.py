@@ -8,10 +8,10 @@ GPU families 90/100/120, default and user block sizes, GLM-5.3-style targets
 latent widths) and a Qwen3-Next style GDN + full-attention hybrid, each with
 and without a drafter (50% GLM, 30% Kimi Linear, 20% Qwen3-Next).  The full
 product is far too big for the oracle, so ``sample(n, seed)`` draws a seeded,
-reproducible subset, which ``simulator_decides`` splits into the cases the simulator plans and
-those it refuses (tested as refusals); a draw refused for vLLM's automatic drafter backend also
-yields a companion with the drafter's backend pinned to FLASH_ATTN, so its geometry is still
-compared.  No expected numbers live here: the oracle is vLLM.
+reproducible subset from the configs' and flags' values alone: no simulator runs to choose, keep
+or change a draw (a drafter's ``attention_backend`` is drawn as well: unset, "auto" or the
+recipes' FLASH_ATTN). Each draw is compared as drawn, planned or refused by either side.
+No expected numbers live here: the oracle is vLLM.
 """
 
 from __future__ import annotations
@@ -340,66 +340,31 @@ def qwen3_moe_matrix(behaviour: str) -> list[dict]:
     return cases
 
 
+# The drafter's --speculative-config attention_backend a draw runs: unset (vLLM's automatic choice), "auto"
+# (the same, said), or the pin the recipes set; drawn from its own seeded stream.
+DRAFTER_ATTENTION_BACKENDS = (None, "auto", "FLASH_ATTN", "FLASH_ATTN", "FLASH_ATTN")
+
+
 def sample(n: int, seed: int = 20261130) -> list[dict]:
-    rng = random.Random(seed)
-    return [scenario(rng) for _ in range(n)]
+    """``n`` seeded draws of ``scenario``, each drafter's ``attention_backend`` drawn from a second stream."""
+    rng, backends = random.Random(seed), random.Random(f"{seed}-drafter-attention-backend")
+    cases = []
+    for _ in range(n):
+        data = scenario(rng)
+        backend = backends.choice(DRAFTER_ATTENTION_BACKENDS)
+        if data["drafter_config"] is not None and backend is not None:
+            data["drafter_attention_backend"] = backend
+        cases.append(data)
+    return cases
 
 
-def draws(cases: list[dict], behaviour: str) -> dict[str, dict]:
-    """``cases`` keyed by draw id ``s{i}``, each with ``behaviour``: every draw, whatever the simulator makes of it."""
+def draws(cases: list[dict], behaviour: str, vllm_version: str) -> dict[str, dict]:
+    """``cases`` keyed by draw id ``s{i}``, each with ``behaviour`` and ``vllm_version``: every draw, as drawn."""
     width = len(str(max(len(cases) - 1, 0)))
-    return {f"s{i:0{width}d}": dict(data, vllm_behaviour=behaviour) for i, data in enumerate(cases)}
-
-
-# The recipe-level pin DrafterBackendNotModelled's message tells users to set.
-PINNED_DRAFTER_BACKEND = "FLASH_ATTN"
-
-
-def pinned_companion(data: dict) -> dict:
-    """``data`` with the drafter's attention backend pinned (``PINNED_DRAFTER_BACKEND``), all else the same."""
-    return dict(data, drafter_attention_backend=PINNED_DRAFTER_BACKEND)
-
-
-def simulator_decides(cases: list[dict], behaviour: str) -> tuple[dict[str, dict], dict[str, dict]]:
-    """``cases`` split, in order, into those the simulator plans and those it refuses as not
-    modelled (BadInput: a drafter backend vLLM picks that is not modelled, ...), each keyed by its
-    case id: each refusal is a case of its own, never a skipped comparison. Draw ``i`` is ``s{i}``
-    where planned and ``s{i}-refused`` where refused. A draw refused for the drafter's automatic
-    backend (DrafterBackendNotModelled), or refused otherwise with an automatic backend but planned
-    once it is pinned, also yields ``s{i}-pinned-FLASH_ATTN`` (``pinned_companion``): planned, it is
-    compared; refused, it is a refusal as well."""
-    from geometry.errors import BadInput
-    from geometry.kv.drafter_backend import DrafterBackendNotModelled
-    from geometry.model.inputs import GeometryInputs
-    from geometry.plan.simulate import simulate
-
-    def refusal(data: dict) -> BadInput | None:
-        try:
-            simulate(GeometryInputs.from_json(data))
-        except BadInput as exc:
-            return exc
-        return None
-
-    width = len(str(max(len(cases) - 1, 0)))
-    decided, refused = {}, {}
-    for i, data in enumerate(cases):
-        data = dict(data, vllm_behaviour=behaviour)
-        case_id = f"s{i:0{width}d}"
-        why = refusal(data)
-        if why is None:
-            decided[case_id] = data
-            continue
-        refused[f"{case_id}-refused"] = data
-        automatic = data["drafter_config"] is not None and data.get("drafter_attention_backend") in (None, "auto")
-        if not automatic:
-            continue
-        pinned = pinned_companion(data)
-        pinned_id = f"{case_id}-pinned-{PINNED_DRAFTER_BACKEND}"
-        if refusal(pinned) is None:
-            decided[pinned_id] = pinned
-        elif isinstance(why, DrafterBackendNotModelled):
-            refused[pinned_id] = pinned
-    return decided, refused
+    return {
+        f"s{i:0{width}d}": dict(data, vllm_behaviour=behaviour, vllm_version=vllm_version)
+        for i, data in enumerate(cases)
+    }
 
 
 def recipe_input(behaviour: str, memory: int = 200 * GIB, **changes) -> dict:

@@ -31,6 +31,7 @@ from typing import Any, Iterable, Mapping
 
 from geometry.image_contract import GATE_MODULE_PATH
 from geometry.oracle.import_closure import import_closure
+from geometry.oracle.refusals import differences as refusal_differences
 
 SCHEMA = "glm53-oracle-record/1"
 PLANS = ("with_drafter", "without_drafter", "target_only_same_spec")
@@ -103,18 +104,17 @@ def comparable(report: Any) -> dict:
 def compare(sim: Mapping, vllm: Mapping) -> tuple[str, ...]:
     """Field-by-field differences between two :func:`comparable` documents (empty when they agree).
 
-    Errors are compared by exception type only: the messages carry numbers the
-    two sides phrase differently.
+    A plan one side refuses and the other plans is a difference; two refusals agree when they refuse for
+    the same reason (refusals.py reads each message: the layer, backend, field or setting it names).
     """
     diffs: list[str] = []
     for label in PLANS:
         a, b = sim[label], vllm[label]
-        ea = a["error"].split(":")[0] if a["error"] else None
-        eb = b["error"].split(":")[0] if b["error"] else None
-        if ea != eb:
+        if bool(a["error"]) != bool(b["error"]):
             diffs.append(f"{label}: error simulator={a['error']!r} vllm={b['error']!r}")
             continue
-        if ea:
+        if a["error"]:
+            diffs.extend(refusal_differences(label, a["error"], b["error"]))
             continue
         for f in PLAN_FIELDS:
             if a[f] != b[f]:

@@ -1,6 +1,7 @@
 """What a refusal is for: vLLM's error message and the simulator's, each mapped to the reason it names (the
 layer, the backend and the field it refuses, the setting TP does not divide), so that two refusals agree only
-when they refuse for the same thing, never by their exception types alone.
+when they refuse for the same thing, never by their exception types alone (record.py's ``compare``; stdlib
+only, as the record is).
 
 Each side has its own table of the messages it writes. A message neither table reads is no reason at all
 (``None``): the caller reports it as a disagreement, so a new kind of refusal needs its mapping here first.
@@ -144,9 +145,7 @@ def differences(label: str, sim_error: str, vllm_error: str) -> list[str]:
             if r is None
         ]
         return [
-            f"{label}: no reason mapped for the refusal of "
-            + " and ".join(unread)
-            + " (tests/agreement/refusal_reasons.py)"
+            f"{label}: no reason mapped for the refusal of " + " and ".join(unread) + " (geometry/oracle/refusals.py)"
         ]
     if not agree(sim, vllm):
         return [f"{label}: refused for another reason: simulator {sim} ({sim_error!r}), vLLM {vllm} ({vllm_error!r})"]
