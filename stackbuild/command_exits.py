@@ -49,6 +49,15 @@ class CommandExits:
 
 
 _REGISTRY = (ExitCode.REGISTRY_AUTH, ExitCode.REGISTRY_UNREACHABLE, ExitCode.TRANSFER_REFUSED)
+# verify's refusals with --key or --certificate-identity, checked before anything else it reads.
+_SIGNATURES = (
+    ExitCode.SIGNER_MISSING,
+    ExitCode.UNSIGNED,
+    ExitCode.SIGNATURE_INVALID,
+    ExitCode.TAG_MOVED,
+    ExitCode.ATTESTATION_TAMPERED,
+    ExitCode.SBOM_MISMATCH,
+)
 
 E = ExitCode  # short, for the table below
 COMMAND_EXITS: Mapping[str, CommandExits] = MappingProxyType(
@@ -78,9 +87,10 @@ COMMAND_EXITS: Mapping[str, CommandExits] = MappingProxyType(
                 E.ORACLE_BROKEN,
                 E.PINNED_TAG_TAKEN,
                 E.OUTPUT,
+                E.SIGNER_MISSING,
             )
         ),
-        "push": CommandExits((E.NO_ENGINE, *_REGISTRY, E.PINNED_TAG_TAKEN, E.OUTPUT)),
+        "push": CommandExits((E.NO_ENGINE, E.BUILD_STEP, *_REGISTRY, E.PINNED_TAG_TAKEN, E.OUTPUT, E.SIGNER_MISSING)),
         "index": CommandExits((*_REGISTRY, E.PINNED_TAG_TAKEN)),
         "compose": CommandExits(
             (E.GEOMETRY, E.SERVE_FLAGS, E.ORACLE_BROKEN, E.COMPOSE_INVALID, E.OUTPUT, E.COMPOSE_VERSION)
@@ -92,7 +102,8 @@ COMMAND_EXITS: Mapping[str, CommandExits] = MappingProxyType(
         ),
         "pin": CommandExits((E.MOUNTED_FILE, E.CHECKPOINT_MISMATCH)),
         "verify": CommandExits(
-            (E.NO_ENGINE, *_REGISTRY, E.IMAGE_MISMATCH), {E.SUCCESS: "the image matches its recipe"}
+            (E.NO_ENGINE, *_REGISTRY, E.IMAGE_MISMATCH, *_SIGNATURES),
+            {E.SUCCESS: "the image matches its recipe (and with --key or an identity, its signatures verify)"},
         ),
         "qualify": CommandExits(
             (

@@ -12,6 +12,7 @@ import click
 
 from stackbuild.cli.options import json_option, owner_option, recipe_option, repository_option
 from stackbuild.cli.output import emit
+from stackbuild.cli.signing_options import signer_of, signing_options
 from stackbuild.core.recipe import load_recipe
 
 force_option = click.option(
@@ -164,6 +165,7 @@ def record(recipe_path, owner, repository, allow_unpinned, image, as_json):
 )
 @force_option
 @platform_option
+@signing_options
 def build(
     recipe_path,
     owner,
@@ -179,6 +181,10 @@ def build(
     allow_gate_failure,
     force,
     platform,
+    signing_key,
+    signing_key_env,
+    signing_passphrase_file,
+    cosign_path,
 ):
     """Build (and optionally push) the image; nothing is tagged if any step fails.
 
@@ -195,6 +201,7 @@ def build(
     from stackbuild.image.platform_plans import build_plans
 
     recipe = load_recipe(recipe_path)
+    signer = signer_of(signing_key, signing_key_env, signing_passphrase_file, cosign_path, push)
     plans = build_plans(
         recipe,
         platform,
@@ -225,6 +232,7 @@ def build(
         nocache=no_cache,
         keep_record=keep_record,
         force=force,
+        signer=signer,
     )
     built = report.get("images") or {plan.recipe.platform: report}
     emit(
@@ -248,12 +256,36 @@ def build(
     help="Build report to complete with the pushed digest (default out/build-report.json).",
 )
 @force_option
-def push(recipe_path, owner, repository, allow_unpinned, as_json, report_path, force):
+@signing_options
+def push(
+    recipe_path,
+    owner,
+    repository,
+    allow_unpinned,
+    as_json,
+    report_path,
+    force,
+    signing_key,
+    signing_key_env,
+    signing_passphrase_file,
+    cosign_path,
+):
     """Push the tags of an image built from this recipe and attach its SBOM and provenance
-    (credentials from `docker login`)."""
+    (credentials from `docker login`); with a signing key, sign them (cosign, sigstore format)."""
     from stackbuild.image.pipeline import run_push
 
-    _publish(run_push, recipe_path, owner, repository, allow_unpinned, as_json, report_path=report_path, force=force)
+    signer = signer_of(signing_key, signing_key_env, signing_passphrase_file, cosign_path, True)
+    _publish(
+        run_push,
+        recipe_path,
+        owner,
+        repository,
+        allow_unpinned,
+        as_json,
+        report_path=report_path,
+        force=force,
+        signer=signer,
+    )
 
 
 @click.command()
