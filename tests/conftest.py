@@ -11,8 +11,8 @@ import pytest
 
 # Fixtures, imported to register them (pytest finds a conftest's names).
 from infra.fixtures import (  # noqa: F401
-    cpu_serving_base,
     cosign,
+    cpu_serving_base,
     cpu_serving_base_pushed,
     docker_engine,
     registry,

@@ -24,13 +24,15 @@ from stackbuild.core.reference import ImageReference
 from stackbuild.image.attach import fetch_document
 from stackbuild.image.cosign import KEY_SIGNING_ARGS, Signer, first_error_line, registry_args
 from stackbuild.image.progress import Progress
-from stackbuild.image.provenance import PROVENANCE_MEDIA_TYPE
+from stackbuild.image.provenance import PREDICATE_TYPE, PROVENANCE_MEDIA_TYPE
 from stackbuild.image.registry import RegistryClient
 from stackbuild.image.sbom import SBOM_MEDIA_TYPE
 
-# cosign's --type for each signed attestation, and the predicate type it writes in the statement.
+# cosign's --type for each signed attestation, and the predicate type it writes in the statement. The
+# provenance goes by its URI: cosign then keeps the predicate as it is (``slsaprovenance1`` would re-encode
+# it through its own SLSA struct and drop what that does not know).
 SBOM_ATTESTATION = ("cyclonedx", "https://cyclonedx.org/bom")
-PROVENANCE_ATTESTATION = ("slsaprovenance1", "https://slsa.dev/provenance/v1")
+PROVENANCE_ATTESTATION = (PREDICATE_TYPE, PREDICATE_TYPE)
 UNSIGNED_NOTE = "no signing key given: the pushed image is unsigned (`--signing-key` or `--signing-key-env` signs it)"
 
 
@@ -54,8 +56,8 @@ def sign_image(signer: Signer, client: RegistryClient, digest: str, progress: Pr
         (PROVENANCE_ATTESTATION, json.dumps(json.loads(statement)["predicate"], sort_keys=True).encode()),
     )
     with tempfile.TemporaryDirectory(prefix="stackbuild-sign-") as tmp:
-        for (kind, _predicate_type), document in predicates:
-            path = Path(tmp) / f"{kind}.json"
+        for number, ((kind, _predicate_type), document) in enumerate(predicates):
+            path = Path(tmp) / f"predicate-{number}.json"
             path.write_bytes(document)
             _cosign(signer, client, ["attest", "--type", kind, "--predicate", str(path), reference], reference)
     _cosign(signer, client, ["sign", reference], reference)
