@@ -91,7 +91,7 @@ COMMAND_EXITS: Mapping[str, CommandExits] = MappingProxyType(
             )
         ),
         "push": CommandExits((E.NO_ENGINE, E.BUILD_STEP, *_REGISTRY, E.PINNED_TAG_TAKEN, E.OUTPUT, E.SIGNER_MISSING)),
-        "index": CommandExits((*_REGISTRY, E.PINNED_TAG_TAKEN)),
+        "index": CommandExits((E.BUILD_STEP, *_REGISTRY, E.PINNED_TAG_TAKEN, E.SIGNER_MISSING)),
         "compose": CommandExits(
             (E.GEOMETRY, E.SERVE_FLAGS, E.ORACLE_BROKEN, E.COMPOSE_INVALID, E.OUTPUT, E.COMPOSE_VERSION)
         ),

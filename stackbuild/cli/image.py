@@ -184,6 +184,7 @@ def build(
     signing_key,
     signing_key_env,
     signing_passphrase_file,
+    sign_keyless,
     cosign_path,
 ):
     """Build (and optionally push) the image; nothing is tagged if any step fails.
@@ -201,7 +202,7 @@ def build(
     from stackbuild.image.platform_plans import build_plans
 
     recipe = load_recipe(recipe_path)
-    signer = signer_of(signing_key, signing_key_env, signing_passphrase_file, cosign_path, push)
+    signer = signer_of(signing_key, signing_key_env, signing_passphrase_file, sign_keyless, cosign_path, push)
     plans = build_plans(
         recipe,
         platform,
@@ -268,13 +269,14 @@ def push(
     signing_key,
     signing_key_env,
     signing_passphrase_file,
+    sign_keyless,
     cosign_path,
 ):
     """Push the tags of an image built from this recipe and attach its SBOM and provenance
     (credentials from `docker login`); with a signing key, sign them (cosign, sigstore format)."""
     from stackbuild.image.pipeline import run_push
 
-    signer = signer_of(signing_key, signing_key_env, signing_passphrase_file, cosign_path, True)
+    signer = signer_of(signing_key, signing_key_env, signing_passphrase_file, sign_keyless, cosign_path, True)
     _publish(
         run_push,
         recipe_path,
@@ -295,16 +297,31 @@ def push(
 @unpinned_option(UNPINNED_IMAGE)
 @json_option
 @force_option
-def index(recipe_path, owner, repository, allow_unpinned, as_json, force):
+@signing_options
+def index(
+    recipe_path,
+    owner,
+    repository,
+    allow_unpinned,
+    as_json,
+    force,
+    signing_key,
+    signing_key_env,
+    signing_passphrase_file,
+    sign_keyless,
+    cosign_path,
+):
     """Put the OCI image index over a multi-platform recipe's pushed images under its tags.
 
     Each platform's image must be in the registry under `<pinned tag>-<arch>`
     (`build --platform P --push` on a machine of that platform); `build --push`
-    of all platforms does this itself.
+    of all platforms does this itself. With a signing key (or --sign-keyless) the index's
+    digest is signed.
     """
     from stackbuild.image.pipeline import run_index
 
-    _publish(run_index, recipe_path, owner, repository, allow_unpinned, as_json, force=force)
+    signer = signer_of(signing_key, signing_key_env, signing_passphrase_file, sign_keyless, cosign_path, True)
+    _publish(run_index, recipe_path, owner, repository, allow_unpinned, as_json, force=force, signer=signer)
 
 
 def _publish(run, recipe_path, owner, repository, allow_unpinned, as_json, **options) -> None:

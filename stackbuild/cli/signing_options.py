@@ -35,6 +35,12 @@ def signing_options(command):
                 type=click.Path(dir_okay=False, path_type=Path),
                 help="The signing key's passphrase, the file's one line (default: $COSIGN_PASSWORD).",
             ),
+            click.option(
+                "--sign-keyless",
+                is_flag=True,
+                help="Sign keyless instead: cosign's OIDC flow (in GitHub Actions the workflow's identity, with "
+                "`id-token: write`), the signature entered in sigstore's public transparency log.",
+            ),
             click.option("--cosign", "cosign_path", metavar="PATH", help=COSIGN_HELP),
         )
     ):
@@ -70,18 +76,28 @@ def verify_options(command):
     return command
 
 
-def signer_of(key_file: Optional[Path], key_env: Optional[str], passphrase_file: Optional[Path], cosign_path, push):
+def signer_of(
+    key_file: Optional[Path],
+    key_env: Optional[str],
+    passphrase_file: Optional[Path],
+    keyless: bool,
+    cosign_path: Optional[str],
+    push: bool,
+):
     """The Signer the options name, or None; SignerMissing / UsageError before anything runs."""
     from stackbuild.core.errors import UsageError
     from stackbuild.image.cosign import Signer, SigningKey, find_cosign
 
-    if key_file is None and key_env is None:
+    keyed = key_file is not None or key_env is not None
+    if not keyed and not keyless:
         if passphrase_file is not None:
             raise UsageError("--signing-passphrase-file without --signing-key or --signing-key-env")
         return None
+    if keyed and keyless:
+        raise UsageError("--sign-keyless and a signing key: give one of them")
     if not push:
-        raise UsageError("--signing-key/--signing-key-env sign what a push puts: add --push")
-    key = SigningKey.of(key_file, key_env, passphrase_file)
+        raise UsageError("signing applies to what a push puts: add --push")
+    key = SigningKey.of(key_file, key_env, passphrase_file) if keyed else None
     return Signer(find_cosign(cosign_path, "signing the push"), key)
 
 

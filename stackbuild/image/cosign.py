@@ -122,8 +122,23 @@ class SigningKey:
 
 @dataclass(frozen=True)
 class Signer:
+    """cosign and what it signs with: a key (transparency log off), or None: keyless, the CI's OIDC identity
+    (a Fulcio certificate, the signature entered in the Rekor log)."""
+
     cosign: Cosign
-    key: SigningKey
+    key: Optional[SigningKey]
+
+    def args(self) -> list[str]:
+        if self.key is None:
+            return ["--yes"]
+        return [*KEY_SIGNING_ARGS, "--key", self.key.reference]
+
+    def passphrase(self) -> Optional[str]:
+        return self.key.passphrase() if self.key is not None else None
+
+    @property
+    def source(self) -> str:
+        return self.key.source if self.key is not None else "keyless (OIDC identity)"
 
 
 @dataclass(frozen=True)

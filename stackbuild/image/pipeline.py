@@ -274,19 +274,27 @@ def run_index(
     *,
     json_progress: bool = False,
     force: bool = False,
+    signer: Optional[Signer] = None,
     engine: Optional[ContainerEngine] = None,
 ) -> dict:
-    """Put the index over the platforms' images already in the registry under ``<pinned tag>-<arch>``."""
+    """Put the index over the platforms' images already in the registry under ``<pinned tag>-<arch>``
+    (signed with ``signer``)."""
     progress = Progress(json_lines=json_progress)
     try:
         with engine_errors(f"index {plans[0].image.repository}"):
-            return _index(plans, progress, force, engine)
+            return _index(plans, progress, force, engine, signer)
     except StackBuildError as exc:
         progress.failure(exc)
         raise
 
 
-def _index(plans: Sequence[BuildPlan], progress: Progress, force: bool, engine: Optional[ContainerEngine]) -> dict:
+def _index(
+    plans: Sequence[BuildPlan],
+    progress: Progress,
+    force: bool,
+    engine: Optional[ContainerEngine],
+    signer: Optional[Signer],
+) -> dict:
     if len(plans) < 2:
         raise PushError(
             f"{plans[0].recipe.path}: one platform ({plans[0].recipe.platform}): `build --push` pushes its image "
@@ -316,6 +324,8 @@ def _index(plans: Sequence[BuildPlan], progress: Progress, force: bool, engine: 
         check_index_tags(client, name, configs, progress, force=force)
     with progress.phase("index", ", ".join(name.references)):
         digest = push_index(client, name, digests, progress)
+        if signer is not None:
+            sign_index(signer, client, digest, progress)
     return {
         "image": name.repository,
         "tags": list(name.tags),
@@ -323,5 +333,6 @@ def _index(plans: Sequence[BuildPlan], progress: Progress, force: bool, engine: 
         "images": {p: {"pushed_digest": d, "config_digest": configs[p].id} for p, d in digests.items()},
         "pushed_digest": digest,
         "pushed_reference": str(name.reference(digest=digest)),
+        "signature": signature_record(signer, [digest], []),
         "phase_seconds": dict(progress.phase_seconds),
     }

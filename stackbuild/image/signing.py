@@ -22,7 +22,7 @@ from typing import Optional
 from stackbuild.core.errors import BuildStepFailed
 from stackbuild.core.reference import ImageReference
 from stackbuild.image.attach import fetch_document
-from stackbuild.image.cosign import KEY_SIGNING_ARGS, Signer, first_error_line, registry_args
+from stackbuild.image.cosign import Signer, first_error_line, registry_args
 from stackbuild.image.progress import Progress
 from stackbuild.image.provenance import PREDICATE_TYPE, PROVENANCE_MEDIA_TYPE
 from stackbuild.image.registry import RegistryClient
@@ -33,13 +33,15 @@ from stackbuild.image.sbom import SBOM_MEDIA_TYPE
 # it through its own SLSA struct and drop what that does not know).
 SBOM_ATTESTATION = ("cyclonedx", "https://cyclonedx.org/bom")
 PROVENANCE_ATTESTATION = (PREDICATE_TYPE, PREDICATE_TYPE)
-UNSIGNED_NOTE = "no signing key given: the pushed image is unsigned (`--signing-key` or `--signing-key-env` signs it)"
+UNSIGNED_NOTE = (
+    "no signing key given: the pushed image is unsigned (`--signing-key`, `--signing-key-env` or `--sign-keyless` "
+    "signs it)"
+)
 
 
 def _cosign(signer: Signer, client: RegistryClient, args: list[str], what: str) -> None:
     result = signer.cosign.run(
-        [*args, *KEY_SIGNING_ARGS, "--key", signer.key.reference, *registry_args(client.plain_http)],
-        passphrase=signer.key.passphrase(),
+        [*args, *signer.args(), *registry_args(client.plain_http)], passphrase=signer.passphrase()
     )
     if result.returncode != 0:
         raise BuildStepFailed("sign", f"{what}: cosign failed: {first_error_line(result)}")
@@ -61,7 +63,7 @@ def sign_image(signer: Signer, client: RegistryClient, digest: str, progress: Pr
             path.write_bytes(document)
             _cosign(signer, client, ["attest", "--type", kind, "--predicate", str(path), reference], reference)
     _cosign(signer, client, ["sign", reference], reference)
-    progress.note(f"signed {reference} and its SBOM and provenance attestations (key from {signer.key.source})")
+    progress.note(f"signed {reference} and its SBOM and provenance attestations (key: {signer.source})")
     return [predicate_type for (_kind, predicate_type), _ in predicates]
 
 
@@ -78,8 +80,8 @@ def signature_record(signer: Optional[Signer], digests: list[str], attestations:
     return {
         "signed": True,
         "format": "sigstore (cosign)",
-        "key": signer.key.source,
-        "transparency_log": False,
+        "key": signer.source,
+        "transparency_log": signer.key is None,
         "digests": digests,
         "attestations": attestations,
     }
