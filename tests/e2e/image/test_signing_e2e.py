@@ -37,8 +37,6 @@ from signing_support import (
 )
 from stack_e2e import cli, json_events, tag_locally, variant_of
 
-from geometry import ExitCode
-
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 
 PROVENANCE = "https://slsa.dev/provenance/v1"
@@ -150,13 +148,13 @@ def test_verify_accepts_what_stock_cosign_signed(amd64_build, keys, cosign, regi
 # ---------------------------------------------------------------- the refusals, each its own exit code
 def test_an_unsigned_image_is_refused(amd64_build, keys, cosign):
     run = verify_key(amd64_build, amd64_build.report["pushed_reference"], keys, cosign)
-    assert run.returncode == ExitCode.UNSIGNED, run.stderr
+    assert run.returncode == 41, run.stderr
     assert len(run.stderr.strip().splitlines()) == 1 and "not signed" in run.stderr
 
 
 def test_another_key_is_refused(amd64_build, signed, other_keys, cosign):
     run = verify_key(amd64_build, signed.reference, other_keys, cosign)
-    assert run.returncode == ExitCode.SIGNATURE_INVALID, run.stderr
+    assert run.returncode == 42, run.stderr
     assert f"no signature verifies with key {other_keys.public}" in run.stderr
 
 
@@ -168,7 +166,7 @@ def test_a_moved_tag_is_refused_though_it_names_a_valid_image(amd64_build, keys,
     moved = push_copy_of_local(amd64_build, copy.repository, keys, cosign)
     assert moved != copy.digest
     run = verify_key(amd64_build, f"{copy.repository}:{tag}@{copy.digest}", keys, cosign)
-    assert run.returncode == ExitCode.TAG_MOVED, run.stderr
+    assert run.returncode == 43, run.stderr
     assert f"names {moved}, not {copy.digest}" in run.stderr
 
 
@@ -187,7 +185,7 @@ def test_an_altered_attestation_is_refused(amd64_build, keys, cosign, registry, 
     copy = signed_copy(amd64_build, keys, cosign, "altered", tmp_path)
     tamper_attestation(registry, copy, lambda statement: statement["predicate"]["metadata"].update(tampered=True))
     run = verify_key(amd64_build, copy.reference, keys, cosign)
-    assert run.returncode == ExitCode.ATTESTATION_TAMPERED, run.stderr
+    assert run.returncode == 44, run.stderr
     assert "no cyclonedx attestation verifies" in run.stderr
 
 
@@ -235,7 +233,7 @@ def test_an_attestation_for_another_subject_is_refused(amd64_build, keys, cosign
         if (statement_of(bundle) or {}).get("predicateType") == "https://cyclonedx.org/bom":
             replace_referrer(registry, copy.repository, copy.digest, entry["digest"], foreign)
     run = verify_key(amd64_build, copy.reference, keys, cosign)
-    assert run.returncode == ExitCode.ATTESTATION_TAMPERED, run.stderr
+    assert run.returncode == 44, run.stderr
 
 
 def test_a_replaced_sbom_is_refused(amd64_build, keys, cosign, registry, tmp_path):
@@ -254,5 +252,5 @@ def test_a_replaced_sbom_is_refused(amd64_build, keys, cosign, registry, tmp_pat
     digest, size = put_manifest(registry, copy.repository, replaced)
     replace_referrer(registry, copy.repository, copy.digest, entry["digest"], {**entry, "digest": digest, "size": size})
     run = verify_key(amd64_build, copy.reference, keys, cosign)
-    assert run.returncode == ExitCode.SBOM_MISMATCH, run.stderr
+    assert run.returncode == 45, run.stderr
     assert "the attached SBOM is not the signed one" in run.stderr

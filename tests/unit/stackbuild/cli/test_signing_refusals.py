@@ -9,8 +9,6 @@ from __future__ import annotations
 from bad_input_helpers import assert_refused, invoke
 from recipe_copies import copy_recipe, pinned
 
-from geometry import ExitCode
-
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = f"127.0.0.1:5000/glm53/flash@{DIGEST}"
 
@@ -24,7 +22,7 @@ def test_a_signing_key_and_no_cosign_refuse_the_build_before_it_starts(tmp_path)
             [*command, "--recipe", recipe, "--owner", "someone", "--signing-key", key, "--cosign", tmp_path / "none"],
             STACKBUILD_COSIGN=None,
         )
-        line = assert_refused(result, ExitCode.SIGNER_MISSING, "needs cosign", f"--cosign ({tmp_path / 'none'})")
+        line = assert_refused(result, 40, "needs cosign", f"--cosign ({tmp_path / 'none'})")
         assert "nothing was built, pushed or pulled" in line
 
 
@@ -33,15 +31,15 @@ def test_no_cosign_on_path_names_path(tmp_path):
     key = tmp_path / "cosign.key"
     key.write_text("x\n")
     result = invoke(["push", "--recipe", recipe, "--owner", "someone", "--signing-key", key], PATH=str(tmp_path))
-    assert_refused(result, ExitCode.SIGNER_MISSING, "none was found in PATH")
+    assert_refused(result, 40, "none was found in PATH")
 
 
 def test_an_unreadable_key_or_an_unset_key_variable_is_refused(tmp_path):
     recipe = copy_recipe(tmp_path, pinned)
     missing = invoke(["push", "--recipe", recipe, "--owner", "o", "--signing-key", tmp_path / "absent.key"])
-    assert_refused(missing, ExitCode.SIGNER_MISSING, f"--signing-key {tmp_path / 'absent.key'}")
+    assert_refused(missing, 40, f"--signing-key {tmp_path / 'absent.key'}")
     unset = invoke(["push", "--recipe", recipe, "--owner", "o", "--signing-key-env", "SIGN_TEST_UNSET"])
-    assert_refused(unset, ExitCode.SIGNER_MISSING, "--signing-key-env SIGN_TEST_UNSET")
+    assert_refused(unset, 40, "--signing-key-env SIGN_TEST_UNSET")
 
 
 def test_a_signing_key_without_push_is_a_usage_error(tmp_path):
@@ -49,7 +47,7 @@ def test_a_signing_key_without_push_is_a_usage_error(tmp_path):
     key = tmp_path / "cosign.key"
     key.write_text("x\n")
     result = invoke(["build", "--recipe", recipe, "--signing-key", key])
-    assert_refused(result, ExitCode.BAD_INPUT, "add --push")
+    assert_refused(result, 2, "add --push")
 
 
 def test_verify_with_a_key_and_no_cosign_refuses_before_the_pull(tmp_path):
@@ -57,10 +55,10 @@ def test_verify_with_a_key_and_no_cosign_refuses_before_the_pull(tmp_path):
     public = tmp_path / "cosign.pub"
     public.write_text("x\n")
     result = invoke(["verify", IMAGE, "--recipe", recipe, "--key", public, "--cosign", tmp_path / "none"])
-    assert_refused(result, ExitCode.SIGNER_MISSING, "checking the signature needs cosign")
+    assert_refused(result, 40, "checking the signature needs cosign")
 
 
 def test_verify_keyless_needs_both_identity_and_issuer(tmp_path):
     recipe = copy_recipe(tmp_path, pinned)
     result = invoke(["verify", IMAGE, "--recipe", recipe, "--certificate-identity", "someone"])
-    assert_refused(result, ExitCode.BAD_INPUT, "--certificate-identity and --certificate-oidc-issuer go together")
+    assert_refused(result, 2, "--certificate-identity and --certificate-oidc-issuer go together")
