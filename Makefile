@@ -27,7 +27,7 @@ pin = $(shell grep -E '^$(1)==' requirements/vllm.txt)
 
 export IMAGE_OWNER
 
-.PHONY: owner host install test-install oracle deps lock record image compose geometry docs lint test test-setup bench pristine port clean
+.PHONY: owner host install test-install oracle deps lock record image compose geometry docs lint test test-setup cosign bench pristine port clean
 
 include tools/pristine.mk
 
@@ -128,7 +128,11 @@ test: deps
 	PYTHON_VENV=$(abspath $(PY)) INFRA_PYTHON="$$(command -v $(PYTHON))" \
 	  INFRA_SETUP='$(MAKE) --no-print-directory test-setup' tests/infra/run-tests.sh $(PYTEST_ARGS)
 
-test-setup: test-install oracle pristine-all vllm-tests
+test-setup: test-install oracle pristine-all vllm-tests cosign
+
+# Debian's cosign for the signing tests, unpacked into .cache/infra (tests/infra/cosign.py pins it).
+cosign:
+	$(PYTHON) tests/infra/cosign.py
 
 # tools/port_release.py: the maintainer's; the planning runs the release's own code on the oracle's torch.
 PORT_ARGS ?=

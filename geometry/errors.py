@@ -241,6 +241,44 @@ class ExitCode(enum.IntEnum):
         "1.41; the line names it, the oldest supported and the newest tested), or, `compose --engine-api`, older "
         "than the API the file would be written for",
     )
+    SIGNER_MISSING = (
+        40,
+        "no cosign to sign or verify with",
+        "a signing key or a verification key (or identity) was given and no `cosign` was found (`--cosign`, "
+        "`STACKBUILD_COSIGN`, then `PATH`), or the key file or passphrase file is unreadable: refused before "
+        "anything is built, pushed or pulled",
+    )
+    UNSIGNED = (
+        41,
+        "the image is not signed",
+        "`verify --key`/`--certificate-identity`: no signature refers to the image's digest (or to one of its "
+        "platforms' images)",
+    )
+    SIGNATURE_INVALID = (
+        42,
+        "the signature does not verify",
+        "`verify --key`/`--certificate-identity`: the image has signatures, none of them by that key (or "
+        "identity): another key signed it, or a signature was altered",
+    )
+    TAG_MOVED = (
+        43,
+        "the tag names another digest",
+        "`verify REPOSITORY:TAG@DIGEST`: the registry's TAG no longer names DIGEST (it was moved to another "
+        "image, even a validly built and signed one); checked before the signature",
+    )
+    ATTESTATION_TAMPERED = (
+        44,
+        "a signed attestation is missing or altered",
+        "`verify --key`/`--certificate-identity`: the signed SBOM or provenance attestation is missing, does not "
+        "verify, names another subject than the image's digest, or the provenance attached beside it differs "
+        "from the signed one",
+    )
+    SBOM_MISMATCH = (
+        45,
+        "the SBOM no longer matches",
+        "`verify --key`/`--certificate-identity`: the SBOM attached to the image is not the one its signed "
+        "attestation holds (it was replaced or edited after signing)",
+    )
     INTERNAL = (
         70,
         "internal error (a bug)",

@@ -49,6 +49,15 @@ class CommandExits:
 
 
 _REGISTRY = (ExitCode.REGISTRY_AUTH, ExitCode.REGISTRY_UNREACHABLE, ExitCode.TRANSFER_REFUSED)
+# verify's refusals with --key or --certificate-identity, checked before anything else it reads.
+_SIGNATURES = (
+    ExitCode.SIGNER_MISSING,
+    ExitCode.UNSIGNED,
+    ExitCode.SIGNATURE_INVALID,
+    ExitCode.TAG_MOVED,
+    ExitCode.ATTESTATION_TAMPERED,
+    ExitCode.SBOM_MISMATCH,
+)
 
 E = ExitCode  # short, for the table below
 COMMAND_EXITS: Mapping[str, CommandExits] = MappingProxyType(
@@ -79,10 +88,13 @@ COMMAND_EXITS: Mapping[str, CommandExits] = MappingProxyType(
                 E.ORACLE_BROKEN,
                 E.PINNED_TAG_TAKEN,
                 E.OUTPUT,
+                E.SIGNER_MISSING,
             )
         ),
-        "push": CommandExits((E.NO_ENGINE, E.ENGINE_TOO_OLD, *_REGISTRY, E.PINNED_TAG_TAKEN, E.OUTPUT)),
-        "index": CommandExits((*_REGISTRY, E.PINNED_TAG_TAKEN)),
+        "push": CommandExits(
+            (E.NO_ENGINE, E.ENGINE_TOO_OLD, E.BUILD_STEP, *_REGISTRY, E.PINNED_TAG_TAKEN, E.OUTPUT, E.SIGNER_MISSING)
+        ),
+        "index": CommandExits((E.BUILD_STEP, *_REGISTRY, E.PINNED_TAG_TAKEN, E.SIGNER_MISSING)),
         "compose": CommandExits(
             (
                 E.NO_ENGINE,
@@ -107,7 +119,8 @@ COMMAND_EXITS: Mapping[str, CommandExits] = MappingProxyType(
         ),
         "pin": CommandExits((E.MOUNTED_FILE, E.CHECKPOINT_MISMATCH)),
         "verify": CommandExits(
-            (E.NO_ENGINE, E.ENGINE_TOO_OLD, *_REGISTRY, E.IMAGE_MISMATCH), {E.SUCCESS: "the image matches its recipe"}
+            (E.NO_ENGINE, E.ENGINE_TOO_OLD, *_REGISTRY, E.IMAGE_MISMATCH, *_SIGNATURES),
+            {E.SUCCESS: "the image matches its recipe (and with --key or an identity, its signatures verify)"},
         ),
         "qualify": CommandExits(
             (

@@ -12,6 +12,7 @@ from engines import main_build, on_engine, target_engine  # noqa: F401
 
 # Fixtures, imported to register them (pytest finds a conftest's names).
 from infra.fixtures import (  # noqa: F401
+    cosign,
     cpu_serving_base,
     cpu_serving_base_pushed,
     docker_engine,

@@ -56,6 +56,7 @@ WALK = (
     (QUICKSTART, "## 6. Qualify it"),
     (QUICKSTART, "## 7. The baseline"),
     (README, "## Serving"),
+    (README, "## Verifying a pulled image"),
 )
 
 
@@ -261,6 +262,20 @@ def table(s: StandIns) -> Table:
                 for role, repo in HUB_REPOS.items()
             ),
             Mapped("make test", None, "the suite this walk runs in (`.ci/run` starts it)"),
+            *(
+                Mapped(
+                    start,
+                    None,
+                    "stock cosign on a signed image: tests/e2e/image/test_signing_e2e.py runs these against the "
+                    "test registry with a key pair; keyless needs sigstore's public services, not reachable here",
+                )
+                for start in (
+                    "cosign verify ghcr.io",
+                    "cosign verify-attestation --type cyclonedx ghcr.io",
+                    "cosign verify --key",
+                    "cosign verify-attestation --key",
+                )
+            ),
         ),
         appended=(
             Appended(

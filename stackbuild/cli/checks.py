@@ -9,6 +9,7 @@ import click
 
 from stackbuild.cli.options import json_option, recipe_option
 from stackbuild.cli.output import emit, print_json
+from stackbuild.cli.signing_options import signature_check_of, verify_options
 from stackbuild.core.recipe import load_recipe
 
 
@@ -16,13 +17,21 @@ from stackbuild.core.recipe import load_recipe
 @click.argument("image")
 @recipe_option
 @json_option
-def verify(image, recipe_path, as_json):
+@verify_options
+def verify(image, recipe_path, as_json, key, certificate_identity, certificate_oidc_issuer, cosign_path):
     """Pull IMAGE@DIGEST, compare its labels with the recipe, re-run the gate inside it,
-    check its SBOM and provenance."""
+    check its SBOM and provenance.
+
+    With --key (or keyless --certificate-identity and --certificate-oidc-issuer), first check
+    the signatures of the image and of its SBOM and provenance attestations with cosign, and
+    with IMAGE given as REPOSITORY:TAG@DIGEST that the tag still names the digest; nothing else
+    is read before those pass.
+    """
     from stackbuild.image.verify import image_by_digest, qualification_lines, verify_image
 
     image_by_digest(image)
-    result = verify_image(image, load_recipe(recipe_path), json_progress=as_json)
+    signatures = signature_check_of(key, certificate_identity, certificate_oidc_issuer, cosign_path)
+    result = verify_image(image, load_recipe(recipe_path), json_progress=as_json, signatures=signatures)
     emit(as_json, result, "\n".join([f"{image}: {result['verdict']}", *qualification_lines(result)]))
 
 

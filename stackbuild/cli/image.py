@@ -12,6 +12,7 @@ import click
 
 from stackbuild.cli.options import json_option, owner_option, recipe_option, repository_option
 from stackbuild.cli.output import emit
+from stackbuild.cli.signing_options import signer_of, signing_options
 from stackbuild.core.recipe import load_recipe
 
 force_option = click.option(
@@ -164,6 +165,7 @@ def record(recipe_path, owner, repository, allow_unpinned, image, as_json):
 )
 @force_option
 @platform_option
+@signing_options
 def build(
     recipe_path,
     owner,
@@ -179,6 +181,11 @@ def build(
     allow_gate_failure,
     force,
     platform,
+    signing_key,
+    signing_key_env,
+    signing_passphrase_file,
+    sign_keyless,
+    cosign_path,
 ):
     """Build (and optionally push) the image; nothing is tagged if any step fails.
 
@@ -195,6 +202,7 @@ def build(
     from stackbuild.image.platform_plans import build_plans
 
     recipe = load_recipe(recipe_path)
+    signer = signer_of(signing_key, signing_key_env, signing_passphrase_file, sign_keyless, cosign_path, push)
     plans = build_plans(
         recipe,
         platform,
@@ -225,6 +233,7 @@ def build(
         nocache=no_cache,
         keep_record=keep_record,
         force=force,
+        signer=signer,
     )
     built = report.get("images") or {plan.recipe.platform: report}
     emit(
@@ -248,12 +257,37 @@ def build(
     help="Build report to complete with the pushed digest (default out/build-report.json).",
 )
 @force_option
-def push(recipe_path, owner, repository, allow_unpinned, as_json, report_path, force):
+@signing_options
+def push(
+    recipe_path,
+    owner,
+    repository,
+    allow_unpinned,
+    as_json,
+    report_path,
+    force,
+    signing_key,
+    signing_key_env,
+    signing_passphrase_file,
+    sign_keyless,
+    cosign_path,
+):
     """Push the tags of an image built from this recipe and attach its SBOM and provenance
-    (credentials from `docker login`)."""
+    (credentials from `docker login`); with a signing key, sign them (cosign, sigstore format)."""
     from stackbuild.image.pipeline import run_push
 
-    _publish(run_push, recipe_path, owner, repository, allow_unpinned, as_json, report_path=report_path, force=force)
+    signer = signer_of(signing_key, signing_key_env, signing_passphrase_file, sign_keyless, cosign_path, True)
+    _publish(
+        run_push,
+        recipe_path,
+        owner,
+        repository,
+        allow_unpinned,
+        as_json,
+        report_path=report_path,
+        force=force,
+        signer=signer,
+    )
 
 
 @click.command()
@@ -263,16 +297,31 @@ def push(recipe_path, owner, repository, allow_unpinned, as_json, report_path, f
 @unpinned_option(UNPINNED_IMAGE)
 @json_option
 @force_option
-def index(recipe_path, owner, repository, allow_unpinned, as_json, force):
+@signing_options
+def index(
+    recipe_path,
+    owner,
+    repository,
+    allow_unpinned,
+    as_json,
+    force,
+    signing_key,
+    signing_key_env,
+    signing_passphrase_file,
+    sign_keyless,
+    cosign_path,
+):
     """Put the OCI image index over a multi-platform recipe's pushed images under its tags.
 
     Each platform's image must be in the registry under `<pinned tag>-<arch>`
     (`build --platform P --push` on a machine of that platform); `build --push`
-    of all platforms does this itself.
+    of all platforms does this itself. With a signing key (or --sign-keyless) the index's
+    digest is signed.
     """
     from stackbuild.image.pipeline import run_index
 
-    _publish(run_index, recipe_path, owner, repository, allow_unpinned, as_json, force=force)
+    signer = signer_of(signing_key, signing_key_env, signing_passphrase_file, sign_keyless, cosign_path, True)
+    _publish(run_index, recipe_path, owner, repository, allow_unpinned, as_json, force=force, signer=signer)
 
 
 def _publish(run, recipe_path, owner, repository, allow_unpinned, as_json, **options) -> None:

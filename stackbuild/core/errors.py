@@ -121,6 +121,42 @@ class VerifyError(StackBuildError):
     lists_findings = True
 
 
+class SignerMissing(StackBuildError):
+    """Signing or signature checking was asked for and cosign (or the key, or its passphrase) is not there."""
+
+    exit_code = ExitCode.SIGNER_MISSING
+
+
+class Unsigned(StackBuildError):
+    """No signature refers to the image's digest."""
+
+    exit_code = ExitCode.UNSIGNED
+
+
+class SignatureInvalid(StackBuildError):
+    """Signatures refer to the image, none verifies with the key or identity given."""
+
+    exit_code = ExitCode.SIGNATURE_INVALID
+
+
+class TagMoved(StackBuildError):
+    """The tag given beside the digest names another digest in the registry."""
+
+    exit_code = ExitCode.TAG_MOVED
+
+
+class AttestationTampered(StackBuildError):
+    """A signed attestation is missing, does not verify, names another subject, or differs from the attached one."""
+
+    exit_code = ExitCode.ATTESTATION_TAMPERED
+
+
+class SbomMismatch(StackBuildError):
+    """The attached SBOM is not the one the signed attestation holds."""
+
+    exit_code = ExitCode.SBOM_MISMATCH
+
+
 class ServeArgsRejected(StackBuildError):
     """vLLM's own `vllm serve` parser rejected the generated command line (or the container's)."""
 

@@ -13,7 +13,10 @@ Phases (each timed in the report): those of one platform's build (``pull``, ``bu
 then, with ``--push``, ``check-tags`` (no pinned tag in the registry
 names another image, unless ``--force``), ``tag`` (``latest`` and the pinned
 tag), ``push``, ``attest`` (SBOM and provenance pushed as artifacts
-referring to each pushed digest) and, for several platforms, ``index``.
+referring to each pushed digest), ``sign`` (with a signing key: each image's
+attestations and digest signed with cosign, stackbuild/image/signing.py;
+without one the push says once that it is unsigned) and, for several
+platforms, ``index`` (the index signed too).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from stackbuild.core.labels import RECIPE_SHA256
 from stackbuild.core.naming import ImageName
 from stackbuild.image.attest import attest_image
 from stackbuild.image.connect import connect
+from stackbuild.image.cosign import Signer
 from stackbuild.image.engine_api import ContainerEngine
 from stackbuild.image.engine_errors import engine_errors
 from stackbuild.image.index import check_index_tags, push_index
@@ -37,6 +41,7 @@ from stackbuild.image.progress import Progress
 from stackbuild.image.publish import check_pinned_tags, push_tags, tag_image
 from stackbuild.image.registry import registry_client
 from stackbuild.image.report import PlatformImage, build_report, write_report
+from stackbuild.image.signing import UNSIGNED_NOTE, sign_image, sign_index, signature_record
 
 
 def index_name(plans: Sequence[BuildPlan]) -> Optional[ImageName]:
@@ -63,6 +68,7 @@ def run_build(
     nocache: bool = False,
     keep_record: bool = False,
     force: bool = False,
+    signer: Optional[Signer] = None,
     engine: Optional[ContainerEngine] = None,
 ) -> dict:
     """Build each platform's image and check it, then tag (and push) them all: one image, or an index over several.
@@ -82,7 +88,9 @@ def run_build(
                 )
             built = [build_checked(engine, plan, progress, nocache=nocache, keep_record=keep_record) for plan in plans]
             built = [replace(b, plan=tagged_plan(b.plan, index)) for b in built]
-            return publish(engine, built, index, progress, push=push, report_path=report_path, force=force)
+            return publish(
+                engine, built, index, progress, push=push, report_path=report_path, force=force, signer=signer
+            )
     except StackBuildError as exc:
         progress.failure(exc)
         raise
@@ -111,30 +119,46 @@ def check_tags(
 
 
 def push_attested(
-    engine: ContainerEngine, built: Sequence[PlatformImage], index: Optional[ImageName], progress: Progress
-) -> tuple[list[PlatformImage], Optional[str]]:
-    """Push each image's tags and attest it by its digest, then put the index (if any);
-    the images pushed, the index's digest.
+    engine: ContainerEngine,
+    built: Sequence[PlatformImage],
+    index: Optional[ImageName],
+    progress: Progress,
+    signer: Optional[Signer] = None,
+) -> tuple[list[PlatformImage], Optional[str], dict]:
+    """Push each image's tags, attest (and with ``signer``, sign) it by its digest, then put the index (if any,
+    signed too); the images pushed, the index's digest, the index's signature record.
 
     What each push put in the registry is read back from it (:func:`push_tags`).
     """
     repository = built[0].plan.image.repository
+    client = registry_client(engine, repository, progress)
     with progress.phase("push", repository):
         built = [replace(b, pushed=push_tags(engine, b.plan.image, b.image, b.platform, progress)) for b in built]
     with progress.phase("attest", ", ".join(str(b.plan.image.reference(digest=b.pushed_digest)) for b in built)):
         built = [
             replace(b, attestations=attest_image(engine, b.plan, b.image.id, b.pushed_digest, progress)) for b in built
         ]
+    if signer is None:
+        progress.note(UNSIGNED_NOTE, signed=False)
+        built = [replace(b, signature=signature_record(None, [], [])) for b in built]
+    else:
+        with progress.phase("sign", ", ".join(str(b.pushed_digest) for b in built)):
+            built = [
+                replace(
+                    b,
+                    signature=signature_record(
+                        signer, [b.pushed_digest], sign_image(signer, client, b.pushed_digest, progress)
+                    ),
+                )
+                for b in built
+            ]
     if index is None:
-        return built, None
+        return built, None, {}
     with progress.phase("index", ", ".join(index.references)):
-        digest = push_index(
-            registry_client(engine, repository, progress),
-            index,
-            {b.platform: b.pushed.platform_manifest for b in built},
-            progress,
-        )
-    return built, digest
+        digest = push_index(client, index, {b.platform: b.pushed.platform_manifest for b in built}, progress)
+        if signer is not None:
+            sign_index(signer, client, digest, progress)
+    return built, digest, signature_record(signer, [digest], [])
 
 
 def publish(
@@ -146,6 +170,7 @@ def publish(
     push: bool,
     report_path: Optional[Path],
     force: bool,
+    signer: Optional[Signer] = None,
 ) -> dict:
     """Tag every image (checking the pinned tags first, with ``push``); write the report;
     push, attest, index, report again.
@@ -160,8 +185,17 @@ def publish(
             tag_image(engine, b.image.id, b.plan.image)
     about = engine.about()
 
-    def report(images: Sequence[PlatformImage], index_digest: Optional[str] = None) -> dict:
-        data = build_report(images, phases=progress.phase_seconds, engine=about, index=index, index_digest=index_digest)
+    def report(
+        images: Sequence[PlatformImage], index_digest: Optional[str] = None, signature: Optional[dict] = None
+    ) -> dict:
+        data = build_report(
+            images,
+            phases=progress.phase_seconds,
+            engine=about,
+            index=index,
+            index_digest=index_digest,
+            index_signature=signature,
+        )
         written = write_report(data, report_path)
         progress.note(f"wrote {written} ({data['status']})", report=str(written))
         return data
@@ -169,8 +203,8 @@ def publish(
     built_report = report(built)
     if not push:
         return built_report
-    pushed, index_digest = push_attested(engine, built, index, progress)
-    return report(pushed, index_digest)
+    pushed, index_digest, signature = push_attested(engine, built, index, progress, signer)
+    return report(pushed, index_digest, signature)
 
 
 def run_push(
@@ -179,6 +213,7 @@ def run_push(
     json_progress: bool = False,
     report_path: Optional[Path] = None,
     force: bool = False,
+    signer: Optional[Signer] = None,
     engine: Optional[ContainerEngine] = None,
 ) -> dict:
     """Push the local image(s) the plans' tags name, attested; several platforms get their index too.
@@ -193,9 +228,11 @@ def run_push(
             index = index_name(plans)
             built = [local_built(engine, tagged_plan(plan, index)) for plan in plans]
             if index is not None:
-                return publish(engine, built, index, progress, push=True, report_path=report_path, force=force)
+                return publish(
+                    engine, built, index, progress, push=True, report_path=report_path, force=force, signer=signer
+                )
             check_tags(engine, built, None, progress, force=force)
-            (pushed,), _ = push_attested(engine, built, None, progress)
+            (pushed,), _, _ = push_attested(engine, built, None, progress, signer)
             return _complete_report(pushed, progress, report_path)
     except StackBuildError as exc:
         progress.failure(exc)
@@ -213,6 +250,7 @@ def _complete_report(pushed: PlatformImage, progress: Progress, report_path: Opt
         "pushed_digest": digest,
         "pushed_reference": str(plan.image.reference(digest=digest)),
         "attestations": pushed.attestations,
+        "signature": pushed.signature,
         "phase_seconds": dict(progress.phase_seconds),
     }
     report = read_report(report_path)
@@ -224,6 +262,7 @@ def _complete_report(pushed: PlatformImage, progress: Progress, report_path: Opt
             pushed_reference=result["pushed_reference"],
             config_digest=pushed.pushed.image_digest,
             attestations=pushed.attestations,
+            signature=pushed.signature,
         )
         report.setdefault("phase_seconds", {})["push"] = progress.phase_seconds["push"]
         result["report"] = str(write_report(report, report_path))
@@ -235,19 +274,27 @@ def run_index(
     *,
     json_progress: bool = False,
     force: bool = False,
+    signer: Optional[Signer] = None,
     engine: Optional[ContainerEngine] = None,
 ) -> dict:
-    """Put the index over the platforms' images already in the registry under ``<pinned tag>-<arch>``."""
+    """Put the index over the platforms' images already in the registry under ``<pinned tag>-<arch>``
+    (signed with ``signer``)."""
     progress = Progress(json_lines=json_progress)
     try:
         with engine_errors(f"index {plans[0].image.repository}"):
-            return _index(plans, progress, force, engine)
+            return _index(plans, progress, force, engine, signer)
     except StackBuildError as exc:
         progress.failure(exc)
         raise
 
 
-def _index(plans: Sequence[BuildPlan], progress: Progress, force: bool, engine: Optional[ContainerEngine]) -> dict:
+def _index(
+    plans: Sequence[BuildPlan],
+    progress: Progress,
+    force: bool,
+    engine: Optional[ContainerEngine],
+    signer: Optional[Signer],
+) -> dict:
     if len(plans) < 2:
         raise PushError(
             f"{plans[0].recipe.path}: one platform ({plans[0].recipe.platform}): `build --push` pushes its image "
@@ -277,6 +324,8 @@ def _index(plans: Sequence[BuildPlan], progress: Progress, force: bool, engine: 
         check_index_tags(client, name, configs, progress, force=force)
     with progress.phase("index", ", ".join(name.references)):
         digest = push_index(client, name, digests, progress)
+        if signer is not None:
+            sign_index(signer, client, digest, progress)
     return {
         "image": name.repository,
         "tags": list(name.tags),
@@ -284,5 +333,6 @@ def _index(plans: Sequence[BuildPlan], progress: Progress, force: bool, engine: 
         "images": {p: {"pushed_digest": d, "config_digest": configs[p].id} for p, d in digests.items()},
         "pushed_digest": digest,
         "pushed_reference": str(name.reference(digest=digest)),
+        "signature": signature_record(signer, [digest], []),
         "phase_seconds": dict(progress.phase_seconds),
     }

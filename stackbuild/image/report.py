@@ -50,6 +50,7 @@ class PlatformImage:
     kept: Optional[Path] = None  # the oracle record written, with --keep-record
     pushed: Optional[RemoteImage] = None  # what the registry holds under its tags after the push
     attestations: Optional[Mapping[str, Any]] = None
+    signature: Optional[Mapping[str, Any]] = None  # stackbuild/image/signing.py signature_record
 
     @property
     def platform(self) -> str:
@@ -67,6 +68,7 @@ def build_report(
     engine: BuildEngine,
     index: Optional[ImageName] = None,
     index_digest: Optional[str] = None,
+    index_signature: Optional[Mapping[str, Any]] = None,
 ) -> dict:
     """The report of a build: its one image's, or (``index``, several platforms) the index's with each image's inside.
 
@@ -92,6 +94,7 @@ def build_report(
         "pushed_digest": index_digest,
         "pushed_reference": str(index.reference(digest=index_digest)) if index_digest else None,
         "images": sections,
+        **({"signature": dict(index_signature)} if index_signature is not None else {}),
         "geometry_verdict": "pass" if all(s["geometry_verdict"] == "pass" for s in sections.values()) else "fail",
         "phase_seconds": dict(phases),
         "engine": engine.to_json(),
@@ -144,6 +147,8 @@ def _image_report(built: PlatformImage, phases: Mapping[str, float], engine: Bui
     }
     if built.attestations is not None:
         report["attestations"] = dict(built.attestations)
+    if built.signature is not None:
+        report["signature"] = dict(built.signature)
     return report
 
 

@@ -17,6 +17,7 @@ listing every mismatch, prefixed with its platform for an index.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Optional
 
 from geometry import contract
@@ -27,6 +28,7 @@ from stackbuild.core.recipe import Recipe
 from stackbuild.core.reference import DIGEST_RE, ImageReference, by_digest
 from stackbuild.image.attest import attestation_problems, gate_report_sha256
 from stackbuild.image.connect import connect
+from stackbuild.image.cosign import Cosign, TrustPolicy
 from stackbuild.image.engine_api import ContainerEngine
 from stackbuild.image.engine_errors import engine_errors
 from stackbuild.image.index import index_platforms
@@ -36,6 +38,7 @@ from stackbuild.image.qualification import records as qualification_records
 from stackbuild.image.registry import RegistryClient, registry_client
 from stackbuild.image.report import geometry_verdict
 from stackbuild.image.sbom import read_inventory
+from stackbuild.image.signature_check import check_signatures
 
 # Labels that record time or revision: they differ between two builds of one recipe.
 UNCOMPARED_LABELS = (OCI_CREATED, OCI_REVISION, OCI_VERSION)
@@ -65,11 +68,29 @@ def image_by_digest(image: str) -> ImageReference:
     return by_digest(image, f"verify {image}")
 
 
+def tag_beside_digest(image: str) -> Optional[str]:
+    """The tag of ``REPOSITORY:TAG@DIGEST``, which verify checks still names the digest; None without one."""
+    return ImageReference.parse(image).tag
+
+
+@dataclass(frozen=True)
+class SignatureCheck:
+    """verify's signature check: the cosign it runs and what the signatures must verify with."""
+
+    cosign: Cosign
+    policy: TrustPolicy
+
+
 def verify_image(
-    image: str, recipe: Recipe, *, json_progress: bool = False, engine: Optional[ContainerEngine] = None
+    image: str,
+    recipe: Recipe,
+    *,
+    json_progress: bool = False,
+    engine: Optional[ContainerEngine] = None,
+    signatures: Optional[SignatureCheck] = None,
 ) -> dict:
     with engine_errors(f"verify {image}"):
-        return _verify(image, recipe, json_progress, engine)
+        return _verify(image, recipe, json_progress, engine, signatures)
 
 
 def qualification_lines(result: dict) -> list[str]:
@@ -83,12 +104,36 @@ def qualification_lines(result: dict) -> list[str]:
     return lines or ["no qualifications (`build.py qualify --attach IMAGE@DIGEST` adds one)"]
 
 
-def _verify(image: str, recipe: Recipe, json_progress: bool, engine: Optional[ContainerEngine]) -> dict:
+def _verify(
+    image: str,
+    recipe: Recipe,
+    json_progress: bool,
+    engine: Optional[ContainerEngine],
+    signatures: Optional[SignatureCheck],
+) -> dict:
     reference = image_by_digest(image)
     repository, digest = reference.repository, reference.digest
     progress = Progress(json_lines=json_progress)
     engine = engine or connect()
     client = registry_client(engine, repository, progress)
+    signed = {"signed": None, "trusted": None}  # not checked: no key or identity given
+    if signatures is not None:
+        signed = check_signatures(
+            signatures.cosign, signatures.policy, client, tag_beside_digest(image), digest, progress
+        )
+    result = _verify_unsigned(image, reference, recipe, client, engine, progress)
+    return {**result, "signature": signed}
+
+
+def _verify_unsigned(
+    image: str,
+    reference: ImageReference,
+    recipe: Recipe,
+    client: RegistryClient,
+    engine: ContainerEngine,
+    progress: Progress,
+) -> dict:
+    repository, digest = reference.repository, reference.digest
     top = client.manifest(digest)
     if top is None:
         raise VerifyError(f"{image}: the registry has no such manifest")

@@ -11,6 +11,7 @@ Fixtures (all session-scoped):
     synthetic_base_amd64   SyntheticBase (dict + attributes): reference, image, tag, digest, pinned
     synthetic_base_arm64
     wrong_vllm_base        the amd64 base whose vLLM dist-info says 0.32.1
+    cosign                 Path of Debian's cosign binary, unpacked by tests/infra/cosign.py
 
 When something is missing: with CI=true the test fails, else it is skipped with a
 message saying which command brings it up (tests/infra/services.sh up,
@@ -40,6 +41,7 @@ __all__ = [
     "synthetic_base_amd64",
     "synthetic_base_arm64",
     "wrong_vllm_base",
+    "cosign",
     "RegistryLogin",
     "unavailable",
 ]
@@ -175,3 +177,16 @@ def cpu_serving_base_pushed(docker_engine, registry) -> "harness.SyntheticBase":
     if base.reference.rpartition(":")[2] != "v0.32.0" or not base.digest:
         unavailable(f"{base.reference}: not the pushed CPU serving base (run tests/infra/serving_base.py)")
     return base
+
+
+@pytest.fixture(scope="session")
+def cosign() -> Path:
+    """The pinned cosign binary that `make test-setup` unpacked (tests/infra/cosign.py)."""
+    try:
+        from . import cosign as pinned
+    except ImportError:  # pragma: no cover
+        import cosign as pinned  # type: ignore
+    binary = pinned.binary_path()
+    if not binary.is_file():
+        unavailable(f"cosign {pinned.VERSION} is not unpacked at {binary}: run make cosign")
+    return binary

@@ -107,14 +107,14 @@ def test_every_action_is_pinned_by_full_commit_sha_with_its_release():
         name, _, ref = action.partition("@")
         assert re.fullmatch(r"[0-9a-f]{40}", ref), f"{action} is not pinned by a full commit SHA"
         assert re.fullmatch(r"\s*# v\d+(\.\d+)*", comment), f"{action}: no release comment"
-        assert name in {"actions/checkout", "actions/setup-python", "docker/login-action"}
+        assert name in {"actions/checkout", "actions/setup-python", "docker/login-action", "sigstore/cosign-installer"}
 
 
 def test_publish_pushes_to_ghcr_with_the_workflow_token_and_only_outside_pull_requests():
     data = workflow()
     assert data["permissions"] == {"contents": "read"}
     publish = data["jobs"]["publish"]
-    assert publish["permissions"] == {"contents": "read", "packages": "write"}
+    assert publish["permissions"] == {"contents": "read", "packages": "write", "id-token": "write"}
     assert publish["if"] == "github.event_name != 'pull_request'"
     assert publish["runs-on"] == "${{ matrix.runner }}"
     login = next(step for step in publish["steps"] if str(step.get("uses", "")).startswith("docker/login-action@"))
@@ -180,7 +180,7 @@ def test_each_platform_is_built_on_its_runner_and_the_index_job_puts_the_index()
     assert publish["env"]["PLATFORM"] == "${{ matrix.platform }}"
     assert index["needs"] == ["recipes", "publish"]
     assert index["if"] == "github.event_name != 'pull_request' && needs.recipes.outputs.has_indexes == 'true'"
-    assert index["permissions"] == {"contents": "read", "packages": "write"}
+    assert index["permissions"] == {"contents": "read", "packages": "write", "id-token": "write"}
     assert index["strategy"]["matrix"] == "${{ fromJSON(needs.recipes.outputs.indexes) }}"
     assert 'build.py index --recipe "$RECIPE" --owner "$IMAGE_OWNER"' in "\n".join(
         step.get("run", "") for step in index["steps"]
@@ -205,3 +205,21 @@ def test_a_platform_without_a_native_runner_is_one_error_line(monkeypatch):
         recipe_matrix.matrix(REPO)
     assert raised.value.key == "platform"
     assert "no native GitHub-hosted runner for linux/arm64" in str(raised.value)
+
+
+def test_the_jobs_that_push_sign_keyless_and_verify_against_the_workflow_identity():
+    """id-token: write only where something is signed; each push signed, the verify checks the signature first."""
+    jobs = workflow()["jobs"]
+    minting = {name for name, job in jobs.items() if (job.get("permissions") or {}).get("id-token") == "write"}
+    assert minting == {"publish", "index"}
+    for name in minting:
+        steps = jobs[name]["steps"]
+        installer = [s for s in steps if str(s.get("uses", "")).startswith("sigstore/cosign-installer@")]
+        assert len(installer) == 1 and installer[0]["with"]["cosign-release"].startswith("v")
+        pushes = [
+            s["run"] for s in steps if "build.py build" in s.get("run", "") or "build.py index" in s.get("run", "")
+        ]
+        assert pushes and all("--sign-keyless" in run for run in pushes)
+    verify = next(s["run"] for s in jobs["publish"]["steps"] if "build.py verify" in s.get("run", ""))
+    assert '--certificate-identity "$GITHUB_SERVER_URL/$GITHUB_WORKFLOW_REF"' in verify
+    assert "--certificate-oidc-issuer https://token.actions.githubusercontent.com" in verify
