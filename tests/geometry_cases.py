@@ -23,8 +23,6 @@ import random
 
 from support.repo import REPO
 
-from geometry.vllm_versions import DEFAULT_VERSION, public_version, release
-
 CONFIGS = REPO / "recipes" / "glm53-flash-dflash2-gb300" / "configs"
 GIB = 1 << 30
 
@@ -33,15 +31,24 @@ def _oracle_version() -> str:
     """The release of the importable vLLM (the oracle), read from its metadata without importing it:
     the venv's, or a pristine tree put first on PYTHONPATH; the default release where none is."""
     try:
-        return public_version(importlib.metadata.version("vllm"))
+        return importlib.metadata.version("vllm").split("+", 1)[0]
     except importlib.metadata.PackageNotFoundError:
+        from geometry.vllm_versions import DEFAULT_VERSION
+
         return DEFAULT_VERSION
 
 
 # Every case is an input for the oracle's release; the CPU platform's cases only where that release
-# models it (VllmRelease.cpu_refusal).
+# models it (cpu_planned).
 ORACLE_VERSION = _oracle_version()
-CPU_PLANNED = release(ORACLE_VERSION).cpu_refusal is None
+
+
+def cpu_planned() -> bool:
+    """Whether the oracle's release models vLLM's CPU platform (VllmRelease.cpu_refusal; read when a matrix
+    asks, so drawing the sample imports nothing of the product)."""
+    from geometry.vllm_versions import release
+
+    return release(ORACLE_VERSION).cpu_refusal is None
 
 
 def recipe_configs() -> tuple[dict, dict]:
@@ -257,7 +264,7 @@ def qwen3_dense_target(layers: int = 4, kv_heads: int = 2, head_dim: int = 64) -
     }
 
 
-DENSE_FAMILIES = (0, 90, 100, 120)[0 if CPU_PLANNED else 1 :]  # 0: no GPU (vLLM's CPU platform)
+DENSE_FAMILIES = (0, 90, 100, 120)  # 0: no GPU (vLLM's CPU platform), where the release models it
 
 
 def dense_matrix(behaviour: str) -> list[dict]:
@@ -265,7 +272,7 @@ def dense_matrix(behaviour: str) -> list[dict]:
     1/2/8 x head size 64/128 x default and user block sizes x prefix caching on/off, speculation
     (ngram: num_speculative_tokens 3, no drafter layers) and target KV auto or (GPU) fp8."""
     cases = []
-    for family in DENSE_FAMILIES:
+    for family in DENSE_FAMILIES[0 if cpu_planned() else 1 :]:
         for tp, kv_heads, head_dim in ((1, 2, 64), (2, 2, 128), (2, 1, 64), (1, 8, 128)):
             for block in (None, 32, 256):
                 for prefix in (True, False):
@@ -314,7 +321,7 @@ def qwen3_moe_matrix(behaviour: str) -> list[dict]:
     x TP 1/2. TP 2 splits 4 KV heads or replicates 1."""
     _, drafter = recipe_configs()
     cases = []
-    for family, drafters in ((100, (None, drafter)), (0, (None,)))[: 2 if CPU_PLANNED else 1]:
+    for family, drafters in ((100, (None, drafter)), (0, (None,)))[: 2 if cpu_planned() else 1]:
         for tp, kv_heads in ((1, 4), (2, 4), (2, 1)):
             for d in drafters:
                 for prefix in (False, True):

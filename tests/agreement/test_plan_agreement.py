@@ -274,7 +274,7 @@ def test_dense_cpu_by_hand():
     one layer holds K and V of 2 KV heads x head 64 in bf16 for 128 tokens; 4 layers share a block.
     On a release whose CPU platform is not modelled, the simulator refuses it and vLLM's own
     CpuPlatform does not start on this x86 machine."""
-    if not C.CPU_PLANNED:
+    if not C.cpu_planned():
         data = dict(C.dense_matrix(BEHAVIOUR)[0], capability_family=0)
         with pytest.raises(BadInput, match="not modelled on the CPU platform"):
             simulate(GeometryInputs.from_json(data))

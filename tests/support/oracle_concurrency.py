@@ -31,6 +31,8 @@ own methods bound to the planning stand-in).
 
 from __future__ import annotations
 
+import dataclasses
+
 import types
 from collections import deque
 
@@ -80,6 +82,11 @@ def _scheduler_stand_ins(cfg) -> None:
     spec.disable_lookahead_block_hashes = False
     for name in SPECULATIVE_METHODS:
         setattr(spec, name, types.MethodType(getattr(SpeculativeConfig, name), spec))
+    speculator = getattr(SpeculativeConfig, "speculator_config", None)
+    if isinstance(speculator, property):  # vLLM 0.34.0: the method's speculator config answers for it
+        spec.custom_method = None
+        spec.speculator_config = speculator.fget(spec)
+        spec.uses_target_hidden_states = SpeculativeConfig.uses_target_hidden_states.fget(spec)
     spec.max_num_new_slots_for_drafting = SpeculativeConfig.max_num_new_slots_for_drafting.fget(spec)
 
 
@@ -147,14 +154,13 @@ def _count(inputs: GeometryInputs, with_drafter: bool, num_spec: int, tokens: in
     pool = scheduler.kv_cache_manager.block_pool
     in_flight: deque = deque()
 
+    # vLLM 0.34.0's output dropped req_id_to_index (the index is the position in req_ids).
+    indexed = "req_id_to_index" in {f.name for f in dataclasses.fields(ModelRunnerOutput)}
+
     def hand_back(step) -> None:
         ids = list(step.num_scheduled_tokens)
-        scheduler.update_from_output(
-            step,
-            ModelRunnerOutput(
-                req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=[[] for _ in ids]
-            ),
-        )
+        index = {"req_id_to_index": {r: i for i, r in enumerate(ids)}} if indexed else {}
+        scheduler.update_from_output(step, ModelRunnerOutput(req_ids=ids, sampled_token_ids=[[] for _ in ids], **index))
 
     prompt = tokens - 1
     held: list[tuple[int, ...]] = []
