@@ -32,7 +32,6 @@ own methods bound to the planning stand-in).
 from __future__ import annotations
 
 import dataclasses
-
 import types
 from collections import deque
 
