@@ -15,6 +15,7 @@ from stack_e2e import SOURCE_DATE_EPOCH, cli, recipe_copy, unique_repository
 from geometry.vllm_versions import DEFAULT_VERSION
 from stackbuild.core.recipe import load_recipe
 from stackbuild.image import connect as engine_mod
+from stackbuild.image.engine import engine_of
 from stackbuild.image.plan import make_plan
 from stackbuild.image.platform_build import build_image
 from stackbuild.image.progress import Progress
@@ -44,11 +45,20 @@ MUST_DIFFER = (
     "Descriptor",
 )
 MUST_DIFFER_IN = {"ContainerConfig": ("Hostname", "Image"), "Config": ("Image",)}
+# The containerd image store's ``Size`` counts what the engine keeps for the image (its
+# compressed blobs beside the unpacked snapshots), which varies by a few bytes between
+# builds of the same layers; the classic store's is the sum of the layers' sizes.
+MUST_DIFFER_IN_CONTAINERD_STORE = ("Size",)
+
+
+def _containerd_store(client) -> bool:
+    return engine_of(client.version(), client.info(), "").image_store == "containerd"
 
 
 def _comparable(client, image_id: str) -> dict:
     """The image's inspect document and history without what must differ."""
-    attrs = {k: v for k, v in client.api.inspect_image(image_id).items() if k not in MUST_DIFFER}
+    skip = MUST_DIFFER + (MUST_DIFFER_IN_CONTAINERD_STORE if _containerd_store(client) else ())
+    attrs = {k: v for k, v in client.api.inspect_image(image_id).items() if k not in skip}
     for section, keys in MUST_DIFFER_IN.items():
         attrs[section] = {k: v for k, v in (attrs.get(section) or {}).items() if k not in keys}
     attrs["History"] = [(h["CreatedBy"], h["Size"]) for h in client.api.history(image_id)]
