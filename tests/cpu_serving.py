@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 from support.repo import REPO
 
@@ -43,9 +44,10 @@ def _context(base: str, directory: Path) -> str:
     return digest.hexdigest()
 
 
-def build_cpu_image(base: str) -> str:
+def build_cpu_image(base: str, env: Optional[dict] = None) -> str:
     """``CPU_IMAGE`` built FROM ``base`` with this checkout's entrypoint (not rebuilt when its
-    inputs are those of the image already there)."""
+    inputs are those of the image already there), on the engine of ``env`` (DOCKER_HOST), else the
+    environment's."""
     with tempfile.TemporaryDirectory() as tmp:
         context = Path(tmp)
         want = _context(base, context)
@@ -53,12 +55,17 @@ def build_cpu_image(base: str) -> str:
             ["docker", "image", "inspect", "--format", '{{ index .Config.Labels "' + INPUT_LABEL + '" }}', CPU_IMAGE],
             capture_output=True,
             text=True,
+            env=env,
         ).stdout.strip()
         if have != want:
             with open(context / "Dockerfile", "a") as fh:
                 fh.write(f'LABEL {INPUT_LABEL}="{want}"\n')
             r = subprocess.run(
-                ["docker", "build", "-q", "-t", CPU_IMAGE, str(context)], capture_output=True, text=True, timeout=300
+                ["docker", "build", "-q", "-t", CPU_IMAGE, str(context)],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env=env,
             )
             assert r.returncode == 0, r.stderr
     return CPU_IMAGE

@@ -9,7 +9,9 @@ image store) and the second (tests/infra/engine28.sh: Docker 28.5, containerd im
                     build.py, docker-py), what the test's `docker` commands then reach
 
 Only the main path's tests take these (build and push, the registry's digest, verify, two clean
-builds, compose up); the rest of the suite runs on the first engine. Tests of the second engine
+builds, the amd64 + arm64 build pushed as one index, `docker compose up` with the start check passing
+and stopping a misfit drafter, a served container measured by `qualify`); the rest of the suite runs
+on the first engine. Tests of the second engine
 carry ENGINE28 in their id, which tests/parallel_groups.py reads to give them a unit of their own.
 """
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from engines import FIRST, TestEngine
 from stack_e2e import cli, docker_login, json_events, recipe_copy, repository_name, unique_repository
 
 from geometry.vllm_versions import DEFAULT_VERSION
@@ -73,6 +74,7 @@ class MultiBuild:
     report: dict
     run: subprocess.CompletedProcess
     seconds: float
+    engine: TestEngine  # where it was built
 
 
 def own_base(registry, base, config: Path) -> str:
@@ -119,19 +121,19 @@ def base_index(registry, synthetic_base_amd64, synthetic_base_arm64, tmp_path_fa
     return synthetic_base_amd64.image, put_index(registry, name, BASE_INDEX_TAG, entries)
 
 
-@pytest.fixture(scope="module")
-def multi_build(registry, base_index, tmp_path_factory) -> MultiBuild:
+def _multi_build(registry, base_index, tmp: Path, engine: TestEngine) -> MultiBuild:
+    """The SM100 recipe (amd64 + arm64) locked to the base index, built on ``engine`` and pushed as one index."""
     import time
 
-    tmp = tmp_path_factory.mktemp("multi-build")
     image, index_digest = base_index
     config = docker_login(tmp, registry)
+    env = engine.env({})
     recipe = recipe_copy(tmp, "glm53-flash-dflash2-sm100", base=image, tag=BASE_INDEX_TAG)
-    lock = cli("lock", "--recipe", str(recipe), "--json", docker_config_dir=config)
+    lock = cli("lock", "--recipe", str(recipe), "--json", docker_config_dir=config, env=env)
     assert lock.returncode == 0, lock.stderr
     assert json.loads(lock.stdout)["digest"] == index_digest
     assert json.loads((recipe.parent / "recipe.lock.json").read_text())["base"]["platforms"] == PLATFORMS
-    repository = unique_repository(registry.address, "glm53-sm100")
+    repository = unique_repository(registry.address, f"glm53-sm100-{engine.name}")
     report_path = tmp / "build-report.json"
     started = time.monotonic()
     run = cli(
@@ -145,15 +147,33 @@ def multi_build(registry, base_index, tmp_path_factory) -> MultiBuild:
         "--report",
         str(report_path),
         docker_config_dir=config,
+        env=env,
         timeout=5400,
     )
     seconds = time.monotonic() - started
     assert run.returncode == 0, run.stderr[-6000:]
-    print(f"\n[multi-platform e2e] build --push of linux/amd64 + linux/arm64: {seconds:.0f} s")
-    return MultiBuild(recipe, repository, config, json.loads(report_path.read_text()), run, seconds)
+    print(f"\n[multi-platform e2e] build --push of linux/amd64 + linux/arm64 on {engine.name}: {seconds:.0f} s")
+    return MultiBuild(recipe, repository, config, json.loads(report_path.read_text()), run, seconds, engine)
 
 
-def test_the_index_holds_both_platforms_with_the_digests_the_builds_produced(registry, multi_build):
+@pytest.fixture(scope="module")
+def multi_build(docker_engine, registry, base_index, tmp_path_factory) -> MultiBuild:
+    """The build on the first engine: every test of this module reads it."""
+    first = TestEngine(FIRST, None, docker_engine)
+    return _multi_build(registry, base_index, tmp_path_factory.mktemp("multi-build"), first)
+
+
+@pytest.fixture(scope="module")
+def engine_multi_build(request, target_engine, registry, base_index, tmp_path_factory) -> MultiBuild:
+    """The build on each test engine (the main path's arm64 build on both): the first's is ``multi_build``."""
+    if target_engine.name == FIRST:
+        return request.getfixturevalue("multi_build")
+    tmp = tmp_path_factory.mktemp(f"multi-build-{target_engine.name}")
+    return _multi_build(registry, base_index, tmp, target_engine)
+
+
+def test_the_index_holds_both_platforms_with_the_digests_the_builds_produced(registry, engine_multi_build):
+    multi_build = engine_multi_build
     report, name = multi_build.report, repository_name(multi_build.repository)
     assert report["status"] == "pushed" and report["platforms"] == PLATFORMS
     assert report["tags"][0] == "latest" and PINNED_RE.fullmatch(report["tags"][1]), report["tags"]
@@ -167,19 +187,23 @@ def test_the_index_holds_both_platforms_with_the_digests_the_builds_produced(reg
     for platform in PLATFORMS:
         arch = platform.split("/")[1]
         image_id = report["images"][platform]["image_id"]
+        config_digest = report["images"][platform]["config_digest"]
         # The engine's image, as the build left it under its per-platform tag, is the one the index names.
         local = subprocess.run(
             ["docker", "image", "inspect", f"{multi_build.repository}:{report['tags'][1]}-{arch}"],
             capture_output=True,
             text=True,
             check=True,
+            env=multi_build.engine.env(),
         )
         (inspected,) = json.loads(local.stdout)
         assert (inspected["Id"], inspected["Os"], inspected["Architecture"]) == (image_id, "linux", arch)
         digest, child, _content = manifest(registry, name, pushed[platform])
-        assert child["config"]["digest"] == image_id
+        assert child["config"]["digest"] == config_digest
+        # The engine's id: the config digest in the classic store, the manifest it pushed in containerd's.
+        assert image_id == (config_digest if multi_build.engine.name == FIRST else digest)
         assert manifest(registry, name, f"{report['tags'][1]}-{arch}")[0] == pushed[platform]
-        config = json.loads(http(registry, "GET", name, f"blobs/{image_id}", headers={}).content)
+        config = json.loads(http(registry, "GET", name, f"blobs/{config_digest}", headers={}).content)
         assert (config["os"], config["architecture"]) == ("linux", arch)
         assert config["config"]["Labels"]["io.github.glm53.platform"] == platform
         # Its SBOM and provenance refer to its own digest.
@@ -195,7 +219,8 @@ def test_the_index_holds_both_platforms_with_the_digests_the_builds_produced(reg
     assert phases.index("index") > phases.index("attest") > phases.index("push") > phases.index("tag")
 
 
-def test_verify_passes_for_every_platform(multi_build):
+def test_verify_passes_for_every_platform(engine_multi_build):
+    multi_build = engine_multi_build
     run = cli(
         "verify",
         multi_build.report["pushed_reference"],
@@ -203,6 +228,7 @@ def test_verify_passes_for_every_platform(multi_build):
         str(multi_build.recipe),
         "--json",
         docker_config_dir=multi_build.docker_config,
+        env=multi_build.engine.env({}),
         timeout=3600,
     )
     assert run.returncode == 0, run.stderr[-4000:]

@@ -25,6 +25,8 @@ from typing import Optional
 import pytest
 import yaml
 from compose_support import require_compose_binary
+from engines import FIRST, TestEngine
+from infra import harness
 from models_support import DRAFTER_DIR, misfit_drafter, models_dir
 from stack_e2e import cli, docker_login, recipe_copy, unique_repository
 
@@ -48,6 +50,7 @@ PINNED_TAG = "sm100-b200-20251130"  # SOURCE_DATE_EPOCH of stack_e2e
 class Image:
     recipe: Path
     repository: str
+    engine: TestEngine  # where it was built: compose up runs there
 
     @property
     def pin(self) -> ImagePin:
@@ -67,8 +70,9 @@ shutil.copytree('/tmp/serve-cli-deps', site, dirs_exist_ok=True); shutil.rmtree(
 """
 
 
-def serve_cli_base(tmp: Path, registry, base) -> tuple[str, str]:
-    """The synthetic base plus the serve CLI's missing dependencies, pushed to a repository of our own."""
+def serve_cli_base(tmp: Path, registry, base, engine: TestEngine) -> tuple[str, str]:
+    """The synthetic base plus the serve CLI's missing dependencies, built on ``engine`` and pushed to a
+    repository of our own."""
     deps = tmp / "serve-cli-context" / "deps"
     for name in SERVE_CLI_DEPS:
         dist = importlib.metadata.distribution(name)
@@ -81,26 +85,41 @@ def serve_cli_base(tmp: Path, registry, base) -> tuple[str, str]:
             shutil.copyfile(source, target)
     (deps.parent / "Dockerfile").write_text(SERVE_CLI_DOCKERFILE.format(base=base.pinned))
     repository, tag = unique_repository(registry.address, "vllm-openai-serve-cli"), base.tag
-    env = registry.env
+    env = engine.env(registry.env)
     for command in (["build", "-q", "-t", f"{repository}:{tag}", str(deps.parent)], ["push", f"{repository}:{tag}"]):
         run = subprocess.run(["docker", *command], capture_output=True, text=True, timeout=900, env=env)
         assert run.returncode == 0, run.stderr
     return repository, tag
 
 
-@pytest.fixture(scope="module")
-def image(registry, synthetic_base_amd64, tmp_path_factory) -> Image:
-    """The B200 test recipe built (not pushed) into a repository of this module's own."""
-    tmp = tmp_path_factory.mktemp("preflight-image")
+def _build_image(engine: TestEngine, registry, synthetic_base, tmp: Path) -> Image:
+    """The B200 test recipe built (not pushed) on ``engine`` into a repository of its own."""
     config = docker_login(tmp, registry)
-    base, tag = serve_cli_base(tmp, registry, synthetic_base_amd64)
+    base, tag = serve_cli_base(tmp, registry, synthetic_base, engine)
     recipe = recipe_copy(tmp, "b200-amd64", base=base, tag=tag)
-    lock = cli("lock", "--recipe", str(recipe), docker_config_dir=config)
+    env = engine.env({})
+    lock = cli("lock", "--recipe", str(recipe), docker_config_dir=config, env=env)
     assert lock.returncode == 0, lock.stderr
-    repository = unique_repository(registry.address, "glm53-preflight")
-    build = cli("build", "--recipe", str(recipe), "--repository", repository, docker_config_dir=config)
+    repository = unique_repository(registry.address, f"glm53-preflight-{engine.name}")
+    build = cli("build", "--recipe", str(recipe), "--repository", repository, docker_config_dir=config, env=env)
     assert build.returncode == 0, build.stderr[-6000:]
-    return Image(recipe, repository)
+    return Image(recipe, repository, engine)
+
+
+@pytest.fixture(scope="module")
+def image(docker_engine, registry, synthetic_base_amd64, tmp_path_factory) -> Image:
+    """The B200 test recipe built on the first engine."""
+    first = TestEngine(FIRST, None, docker_engine)
+    return _build_image(first, registry, synthetic_base_amd64, tmp_path_factory.mktemp("preflight-image"))
+
+
+@pytest.fixture(scope="module")
+def engine_image(request, target_engine, registry, synthetic_base_amd64, tmp_path_factory) -> Image:
+    """The B200 test recipe built on each test engine (the main path's start: compose up on both)."""
+    if target_engine.name == FIRST:
+        return request.getfixturevalue("image")
+    tmp = tmp_path_factory.mktemp(f"preflight-image-{target_engine.name}")
+    return _build_image(target_engine, registry, synthetic_base_amd64, tmp)
 
 
 def models(tmp: Path, drafter: Optional[dict] = None) -> Path:
@@ -126,12 +145,23 @@ def edited(command: list[str], flag: str, value: str) -> list[str]:
     return [*command, flag, value]
 
 
+def _compose_for(engine: TestEngine) -> tuple[str, Optional[str]]:
+    """The Compose binary that drives ``engine`` and the engine API the file is written for: the first engine's
+    with the suite's Compose and the default health check; the second's with its own Compose v2 (Debian
+    unstable's, what users run beside Docker 28) and a file written for its API (start_interval)."""
+    if engine.name == FIRST:
+        return require_compose_binary(), None
+    return str(harness.engine28_compose_binary()), engine.client.version()["ApiVersion"]
+
+
 def up(tmp: Path, image: Image, models_dir: Path, *, edit: tuple[str, ...] = (), env: Optional[dict] = None) -> Run:
     """`docker compose up` the generated service (its command ``edited`` by ``edit``, a flag and a value);
     wait for it to exit; its log."""
-    binary = require_compose_binary()
+    binary, engine_api = _compose_for(image.engine)
     recipe = load_recipe(image.recipe)
-    doc = compose_document(recipe, image=image.pin, models_dir=str(models_dir), gpu_reservation=False)
+    doc = compose_document(
+        recipe, image=image.pin, models_dir=str(models_dir), gpu_reservation=False, engine_api=engine_api
+    )
     service = doc["services"][SERVICE]
     project = f"preflight-{uuid.uuid4().hex[:10]}"
     service.pop("ports")
@@ -144,12 +174,17 @@ def up(tmp: Path, image: Image, models_dir: Path, *, edit: tuple[str, ...] = (),
     path = tmp / f"compose-{uuid.uuid4().hex[:6]}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     base = [binary, "-f", str(path), "-p", project]
+    run_env = image.engine.env()
     try:
-        started = subprocess.run([*base, "up", "-d", "--pull", "never"], capture_output=True, text=True, timeout=300)
+        started = subprocess.run(
+            [*base, "up", "-d", "--pull", "never"], capture_output=True, text=True, timeout=300, env=run_env
+        )
         assert started.returncode == 0, started.stderr
         deadline = time.monotonic() + 600
         while True:
-            ps = subprocess.run([*base, "ps", "-a", "--format", "json"], capture_output=True, text=True, timeout=60)
+            ps = subprocess.run(
+                [*base, "ps", "-a", "--format", "json"], capture_output=True, text=True, timeout=60, env=run_env
+            )
             rows = [json.loads(line) for line in ps.stdout.splitlines() if line.strip()]
             if rows and rows[0]["State"] == "exited":
                 exit_code = int(rows[0]["ExitCode"])
@@ -157,11 +192,13 @@ def up(tmp: Path, image: Image, models_dir: Path, *, edit: tuple[str, ...] = (),
             assert time.monotonic() < deadline, f"the container did not exit: {ps.stdout}"
             time.sleep(1)
         logs = subprocess.run(
-            [*base, "logs", "--no-log-prefix", "--no-color"], capture_output=True, text=True, timeout=60
+            [*base, "logs", "--no-log-prefix", "--no-color"], capture_output=True, text=True, timeout=60, env=run_env
         )
         return Run(exit_code, logs.stdout.splitlines(), command)
     finally:
-        subprocess.run([*base, "down", "--volumes", "--remove-orphans"], capture_output=True, text=True, timeout=300)
+        subprocess.run(
+            [*base, "down", "--volumes", "--remove-orphans"], capture_output=True, text=True, timeout=300, env=run_env
+        )
 
 
 def expected_verdict(image: Image, drafter: Optional[dict] = None, **changes) -> bool:
@@ -172,16 +209,16 @@ def expected_verdict(image: Image, drafter: Optional[dict] = None, **changes) ->
     return run_gate(inputs).verdict.passed
 
 
-def test_snapshot_configs_start_vllm_with_the_compose_argv(image, tmp_path):
-    run = up(tmp_path, image, models(tmp_path))
+def test_snapshot_configs_start_vllm_with_the_compose_argv(engine_image, tmp_path):
+    run = up(tmp_path, engine_image, models(tmp_path))
     assert run.exit_code == 0, run.lines
     assert run.lines[0].startswith("pre-flight: PASS: the geometry the build checked (argv as built")
     # The stub prints its arguments: `serve` (the entrypoint's) and then exactly the compose command.
     assert run.lines[1:] == [STUB + " ".join(["serve", *run.command])]
 
 
-def test_misfitting_drafter_stops_the_container_naming_a_drafter_layer(image, tmp_path):
-    run = up(tmp_path, image, models(tmp_path, drafter=misfit_drafter()))
+def test_misfitting_drafter_stops_the_container_naming_a_drafter_layer(engine_image, tmp_path):
+    run = up(tmp_path, engine_image, models(tmp_path, drafter=misfit_drafter()))
     assert run.exit_code == GeometryGateFailed.exit_code, run.lines
     assert run.lines[0].startswith("pre-flight: FAIL: re-checked (drafter config sha256 ")
     assert "drafter layer drafter.model.layers.0.self_attn.attn" in run.lines[0]

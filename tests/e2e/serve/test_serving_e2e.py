@@ -27,11 +27,15 @@ import subprocess
 import sys
 import time
 import uuid
+from typing import Optional
 
 import pytest
 import yaml
 from compose_support import require_compose_binary
 from cpu_serving import CPU_IMAGE_REPOSITORY, build_cpu_image
+from engines import FIRST
+from infra import harness
+from infra.fixtures import CPU_SERVING_BASE
 from support.repo import REPO
 from tiny_model import write_tiny_model
 
@@ -48,8 +52,8 @@ PREFLIGHT_OFF = "pre-flight: off (GLM53_PREFLIGHT=off)"
 BASELINE_KV_GIB = 2  # the baseline server's VLLM_CPU_KVCACHE_SPACE; the recipe's is 1
 
 
-def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check)
+def docker(*args: str, check: bool = True, env: Optional[dict] = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, env=env)
 
 
 def qualify(*args: str, env: dict | None = None, log: str | None = None) -> subprocess.CompletedProcess:
@@ -72,12 +76,15 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def compose_server(cpu_serving_base, tmp_path_factory, name: str, service_override=None):
+def compose_server(cpu_serving_base, tmp_path_factory, name: str, service_override=None, engine=None):
     """The recipe's compose file as `build.py compose` writes it, up and healthy: (URL, its log function).
     ``service_override(generated vllm service)``: the keys of the service to replace (a server started
-    otherwise than the recipe says)."""
-    binary = require_compose_binary()
-    image = build_cpu_image(cpu_serving_base)
+    otherwise than the recipe says). ``engine``: a second test engine (tests/engines.py) to serve on, with
+    its own Compose v2 and the file written for its API (`compose --engine-api auto`); else the first."""
+    on_second = engine is not None and engine.host is not None
+    binary = str(harness.engine28_compose_binary()) if on_second else require_compose_binary()
+    env = engine.env() if on_second else dict(os.environ)
+    image = build_cpu_image(cpu_serving_base, env=env)
     work = tmp_path_factory.mktemp(name)
     models = work / "models"
     write_tiny_model(models / SERVED_MODEL)
@@ -100,11 +107,13 @@ def compose_server(cpu_serving_base, tmp_path_factory, name: str, service_overri
             "--port",
             str(port),
             "--json",
+            *(("--engine-api", "auto") if on_second else ()),
         ],
         capture_output=True,
         text=True,
         cwd=REPO,
         timeout=300,
+        env=env,
     )
     assert wrote.returncode == 0, wrote.stderr
     assert json.loads(wrote.stdout)["image"] == image
@@ -120,25 +129,33 @@ def compose_server(cpu_serving_base, tmp_path_factory, name: str, service_overri
     )
     base = [binary, "-f", str(compose), "-f", str(override), "-p", project]
     try:
-        up = subprocess.run([*base, "up", "-d", "--pull", "never"], capture_output=True, text=True, timeout=300)
+        up = subprocess.run(
+            [*base, "up", "-d", "--pull", "never"], capture_output=True, text=True, timeout=300, env=env
+        )
         assert up.returncode == 0, up.stderr
-        name = subprocess.run([*base, "ps", "-q", "vllm"], capture_output=True, text=True, timeout=60).stdout.strip()
+        name = subprocess.run(
+            [*base, "ps", "-q", "vllm"], capture_output=True, text=True, timeout=60, env=env
+        ).stdout.strip()
         assert name
         deadline = time.monotonic() + HEALTHY_WITHIN_S
         status = ""
         while time.monotonic() < deadline:
-            status = docker("inspect", "--format", "{{.State.Status}} {{.State.Health.Status}}", name).stdout.strip()
+            status = docker(
+                "inspect", "--format", "{{.State.Status}} {{.State.Health.Status}}", name, env=env
+            ).stdout.strip()
             if status.endswith(" healthy") or not status.startswith("running"):
                 break
             time.sleep(3)
-        logs = docker("logs", name, check=False)
+        logs = docker("logs", name, check=False, env=env)
         assert status == "running healthy", (status, logs.stderr[-3000:])
         assert logs.stderr.startswith(PREFLIGHT_OFF), logs.stderr[:500]
         assert KEY not in logs.stdout + logs.stderr
 
         def compose_logs() -> str:
             """`docker compose logs vllm`, as a user pipes it into `qualify --server-log -`."""
-            r = subprocess.run([*base, "logs", "--no-color", "vllm"], capture_output=True, text=True, timeout=60)
+            r = subprocess.run(
+                [*base, "logs", "--no-color", "vllm"], capture_output=True, text=True, timeout=60, env=env
+            )
             assert r.returncode == 0, r.stderr
             return r.stdout + r.stderr
 
@@ -149,11 +166,13 @@ def compose_server(cpu_serving_base, tmp_path_factory, name: str, service_overri
             capture_output=True,
             text=True,
             timeout=300,
+            env=env,
         )
         assert down.returncode == 0, down.stderr
-        left = docker("ps", "-a", "-q", "--filter", f"label=com.docker.compose.project={project}").stdout.strip()
+        project_label = f"label=com.docker.compose.project={project}"
+        left = docker("ps", "-a", "-q", "--filter", project_label, env=env).stdout.strip()
         assert not left, left
-        volumes = docker("volume", "ls", "-q", "--filter", f"label=com.docker.compose.project={project}").stdout.strip()
+        volumes = docker("volume", "ls", "-q", "--filter", project_label, env=env).stdout.strip()
         assert not volumes, (volumes, down.stderr)
 
 
@@ -167,6 +186,28 @@ def served(cpu_serving_base, tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(served):
     return served[0]
+
+
+def _serving_base_on(engine, registry, pushed) -> str:
+    """The CPU serving base pulled into ``engine`` by digest from the test registry, under the local name the
+    first engine has it by (what the stand-in image builds FROM)."""
+    env = engine.env(registry.env)
+    for command in (["pull", "-q", pushed.pinned], ["tag", pushed.pinned, CPU_SERVING_BASE]):
+        run = subprocess.run(["docker", *command], capture_output=True, text=True, timeout=900, env=env)
+        assert run.returncode == 0, f"docker {' '.join(command)} on {engine.host}: {run.stderr}"
+    return CPU_SERVING_BASE
+
+
+@pytest.fixture(scope="module")
+def engine_served(request, target_engine, tmp_path_factory):
+    """The recipe's server on each test engine (the main path's `docker compose up` and `qualify` on both)."""
+    if target_engine.name == FIRST:
+        yield request.getfixturevalue("served")
+        return
+    registry = request.getfixturevalue("registry")
+    base = _serving_base_on(target_engine, registry, request.getfixturevalue("cpu_serving_base_pushed"))
+    with compose_server(base, tmp_path_factory, f"cpu-compose-{target_engine.name}", engine=target_engine) as up:
+        yield up
 
 
 @pytest.fixture(scope="module")
@@ -199,8 +240,8 @@ RECIPE_ARGS = ("--recipe", str(CPU_RECIPE), "--stock")
 RUN_TOKENS = 32
 
 
-def test_qualify_measures_the_real_server(served, tmp_path):
-    server, logs = served
+def test_qualify_measures_the_real_server(engine_served, tmp_path):
+    server, logs = engine_served
     # --recipe: the gate's KV cache and prefix-cache hit alignment, for vLLM's CPU platform.
     r = qualify(
         "--url",
