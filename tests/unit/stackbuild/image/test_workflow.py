@@ -11,46 +11,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 from support.repo import REPO
+from support.workflow_linters import WORKFLOWS, actionlint, schema_check, workflow_files, zizmor
 
-WORKFLOW = REPO / ".github" / "workflows" / "image.yml"
+WORKFLOW = WORKFLOWS / "image.yml"
 MATRIX_SCRIPT = REPO / ".github" / "recipe_matrix.py"
-BIN = Path(sys.executable).parent
-OFFLINE = {"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": ""}
-
-
-def actionlint(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(BIN / "actionlint"), "-no-color", str(path)], capture_output=True, text=True, timeout=120
-    )
-
-
-def zizmor(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(BIN / "zizmor"), "--offline", "--no-progress", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **OFFLINE},
-    )
-
-
-def schema_check(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **OFFLINE},
-    )
 
 
 def workflow() -> dict:
@@ -58,9 +29,12 @@ def workflow() -> dict:
     return yaml.safe_load(WORKFLOW.read_text())
 
 
-def test_actionlint_accepts_the_workflow():
-    run = actionlint(WORKFLOW)
-    assert run.returncode == 0, run.stdout + run.stderr
+@pytest.mark.parametrize("path", workflow_files(), ids=lambda p: p.name)
+def test_actionlint_zizmor_and_the_schema_accept_every_workflow(path):
+    for check in (actionlint, zizmor, schema_check):
+        run = check(path)
+        assert run.returncode == 0, (check.__name__, run.stdout + run.stderr)
+    assert "No findings to report" in zizmor(path).stdout
 
 
 def test_actionlint_rejects_a_broken_copy(tmp_path):
@@ -70,11 +44,6 @@ def test_actionlint_rejects_a_broken_copy(tmp_path):
     run = actionlint(broken)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "recipe" in run.stdout
-
-
-def test_zizmor_finds_nothing_in_the_workflow():
-    run = zizmor(WORKFLOW)
-    assert run.returncode == 0 and "No findings to report" in run.stdout, run.stdout + run.stderr
 
 
 def test_zizmor_finds_a_matrix_value_expanded_in_a_run_block(tmp_path):
@@ -87,7 +56,7 @@ def test_zizmor_finds_a_matrix_value_expanded_in_a_run_block(tmp_path):
     assert run.returncode != 0 and "template-injection" in run.stdout, run.stdout + run.stderr
 
 
-def test_the_workflow_schema_accepts_the_workflow_offline():
+def test_the_workflow_schema_accepts_the_image_workflow_offline():
     run = schema_check(WORKFLOW)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "ok -- validation done" in run.stdout
