@@ -97,17 +97,17 @@ class DockerEngine:
     def registry_digest(
         self,
         reference: ImageReference,
-        platforms: tuple[str, ...],
         *,
         deadline: Optional[float] = None,
         on_retry: Optional[EventSink] = None,
     ) -> tuple[str, tuple[str, ...]]:
-        """What ``reference`` points to in its registry, and the platforms it offers.
+        """What ``reference`` points to in its registry, and the platforms the engine reads off it.
 
         Asked through the daemon (distribution inspect), so the standard
         credentials apply; with a ``deadline`` (seconds) each request and the
-        retries together end within it. Raises LockError when one of
-        ``platforms`` is not offered.
+        retries together end within it. The engine names the platforms of an
+        index and of a Docker v2 manifest, none of a single OCI image manifest
+        (what Docker's containerd image store pushes): its platform is in its config.
         """
         what = f"{reference}: distribution inspect"
         registry = reference.registry
@@ -135,12 +135,6 @@ class DockerEngine:
         for p in data.get("Platforms") or []:
             name = f"{p.get('os')}/{p.get('architecture')}" + (f"/{p['variant']}" if p.get("variant") else "")
             offered.append(name)
-        plain = {"/".join(o.split("/")[:2]) for o in offered}
-        for platform in platforms:
-            if platform not in offered and platform not in plain:
-                raise LockError(
-                    f"{reference}: the registry offers {', '.join(sorted(offered)) or 'no platform'}, not {platform}"
-                )
         return digest, tuple(sorted(set(offered)))
 
     # ------------------------------------------------------------------- pull

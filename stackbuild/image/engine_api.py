@@ -100,13 +100,13 @@ class ContainerEngine(Protocol):
     def registry_digest(
         self,
         reference: ImageReference,
-        platforms: tuple[str, ...],
         *,
         deadline: Optional[float] = None,
         on_retry: Optional[EventSink] = None,
     ) -> tuple[str, tuple[str, ...]]:
-        """What ``reference`` points to in its registry, and the platforms it offers; LockError without one of
-        ``platforms``. With a ``deadline`` (seconds) the look-up, retries included, ends within it."""
+        """What ``reference`` points to in its registry, and the platforms the engine reads off it (none for a
+        single OCI image manifest, whose platform is in its config). With a ``deadline`` (seconds) the
+        look-up, retries included, ends within it."""
 
     def pull(
         self, reference: ImageReference, platform: str, on_event: EventSink, on_retry: Optional[EventSink] = None
