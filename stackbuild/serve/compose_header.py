@@ -29,9 +29,10 @@ class Header:
     role: tuple[str, ...]  # a node role's own lines (multi-node files)
     image: tuple[str, ...]  # how the image is named: the owner, the pin
     engine: tuple[str, ...] = ()  # the Docker Engine API the file is written for (engine_lines)
+    signature: tuple[str, ...] = ()  # how the signature is checked before up (compose_signature.header_lines)
 
     def lines(self) -> list[str]:
-        return [*self.about, self.reach, "#", self.start, *self.engine, *self.role, *self.image]
+        return [*self.about, self.reach, "#", self.start, *self.signature, *self.engine, *self.role, *self.image]
 
 
 def engine_lines(engine_api: str, start_interval: str) -> tuple[str, ...]:
