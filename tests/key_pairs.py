@@ -1,8 +1,10 @@
 """Key pairs the tools themselves make, for the tests of what reads public keys: cosign's own
-(`cosign generate-key-pair`: ECDSA P-256, the private key encrypted) and OpenSSL's (`openssl genpkey`)."""
+(`cosign generate-key-pair`: ECDSA P-256, the private key encrypted) and OpenSSL's (`openssl genpkey`), and
+the key's fingerprint as OpenSSL derives it."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -29,3 +31,11 @@ def openssl_pair(directory: Path, name: str, *genpkey: str) -> tuple[Path, Path]
     subprocess.run(["openssl", "genpkey", *genpkey, "-out", str(private)], check=True, capture_output=True)
     subprocess.run(["openssl", "pkey", "-in", str(private), "-pubout", "-out", str(public)], check=True)
     return private, public
+
+
+def der_sha256(public: Path) -> str:
+    """The sha256 (hex) of the public key's DER SubjectPublicKeyInfo, as OpenSSL writes the DER."""
+    der = subprocess.run(
+        ["openssl", "pkey", "-pubin", "-in", str(public), "-outform", "DER"], check=True, capture_output=True
+    ).stdout
+    return hashlib.sha256(der).hexdigest()

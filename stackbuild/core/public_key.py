@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,12 @@ class PublicKey:
     path: Path
     pem: str  # the one PEM block, as read (armour lines included, ending in a newline)
     kind: str  # "ECDSA P-256", "RSA", "Ed25519"
+    fingerprint: str  # sha256 of the DER SubjectPublicKeyInfo, hex (`openssl pkey -pubin -outform DER | sha256sum`)
+
+    @property
+    def describe(self) -> str:
+        """The key where it is named (messages, headers, labels): its kind and fingerprint, never a path."""
+        return f"{self.kind} key sha256:{self.fingerprint[:16]}"
 
 
 def _tlv(data: bytes, at: int) -> tuple[int, bytes, int]:
@@ -124,4 +131,4 @@ def public_key_of(text: str, path: Path, where: str) -> PublicKey:
         raise PublicKeyInvalid(f"{where}: not a public key cosign verifies with: {exc}") from None
     match = PEM_RE.search(text)
     assert match is not None
-    return PublicKey(path, match.group(0) + "\n", kind)
+    return PublicKey(path, match.group(0) + "\n", kind, hashlib.sha256(der).hexdigest())

@@ -11,7 +11,6 @@ file only when both pass or are skipped with a notice. The file is rendered and 
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Optional
@@ -19,9 +18,8 @@ from typing import Any, Optional
 from stackbuild.core.output import COMPOSE_SUFFIX, LOCAL_COMPOSE_SUFFIX, repository_file
 from stackbuild.core.recipe import REPO_ROOT, Recipe
 from stackbuild.core.serve_args import baseline_argv, serve_argv
-from stackbuild.serve.compose_header import compose_text, header
+from stackbuild.serve.compose_header import compose_text, header, signed
 from stackbuild.serve.compose_service import BASELINE, escape, service_document, single_node_service
-from stackbuild.serve.compose_signature import header_lines as signature_header
 from stackbuild.serve.generated import COMPOSE
 from stackbuild.serve.target import ServeTarget, serve_target
 from stackbuild.serve.writer import Document, notice, write_documents
@@ -38,8 +36,7 @@ def target_text(target: ServeTarget, *, gpu_reservation: bool = True, baseline: 
     """The single-node compose file's text (pure)."""
     document = target_document(target, gpu_reservation=gpu_reservation, baseline=baseline)
     head = header(target.recipe, target.image, baseline=baseline, engine_api=target.written_for_api)
-    if target.signature is not None:
-        head = replace(head, signature=signature_header(target.signature))
+    head = signed(head, target.signature)
     return compose_text(target.recipe, target.image, head, document)
 
 

@@ -43,10 +43,11 @@ def labels(trust: SignatureTrust) -> dict:
 
 
 def header_lines(trust: SignatureTrust) -> tuple[str, ...]:
+    """The header's lines under its Start line (which names `build.py up`: compose_header.signed)."""
     return (
-        f"# Signed image required ({trust.describe}): start with `python build.py up -f <this file>`,",
-        "#   which checks the image's signature and its signed SBOM and provenance with cosign, then runs",
-        f"#   `docker compose up -d`; started otherwise, the container's {SIGNATURE_VERIFIED} label says {UNVERIFIED}.",
+        f"#   Signed image required ({trust.describe}): `build.py up` checks the image's signature and its",
+        "#   signed SBOM and provenance with cosign (x-signature-policy below), then runs docker compose up -d;",
+        f"#   started otherwise, the container's {SIGNATURE_VERIFIED} label says {UNVERIFIED}.",
     )
 
 

@@ -38,9 +38,8 @@ from stackbuild.core.serve_args import (
 )
 from stackbuild.serve.compose import COMPOSE_DIR
 from stackbuild.serve.compose import output_dir as default_output_dir
-from stackbuild.serve.compose_header import Header, compose_text, header
+from stackbuild.serve.compose_header import Header, compose_text, header, signed
 from stackbuild.serve.compose_service import LOOPBACK, Service, escape, project_name, service_document
-from stackbuild.serve.compose_signature import header_lines as signature_header
 from stackbuild.serve.generated import COMPOSE
 from stackbuild.serve.image_pin import ImagePin
 from stackbuild.serve.target import ServeTarget, serve_target
@@ -172,8 +171,7 @@ def target_role_text(target: ServeTarget, command: RoleCommand) -> str:
     """One role's compose file's text (pure)."""
     doc = target_role_document(target, command)
     head = role_header(target.recipe, command, target.image, target.written_for_api)
-    if target.signature is not None:
-        head = replace(head, signature=signature_header(target.signature))
+    head = signed(head, target.signature)
     return compose_text(target.recipe, target.image, head, doc)
 
 

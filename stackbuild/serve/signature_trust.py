@@ -43,7 +43,7 @@ class SignatureTrust:
     @property
     def describe(self) -> str:
         if self.key is not None:
-            return f"key {self.key.path.name} ({self.key.kind})"
+            return self.key.describe
         return f"identity {self.identity} ({self.issuer})"
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 
 import pytest
-from key_pairs import cosign_pair, openssl_pair
+from key_pairs import cosign_pair, der_sha256, openssl_pair
 
 from stackbuild.core.errors import PublicKeyInvalid
 from stackbuild.core.public_key import read_public_key
@@ -21,6 +21,8 @@ def test_cosigns_own_key_pair(cosign, tmp_path):
     key = read_public_key(public, "--signature-key")
     assert key.kind == "ECDSA P-256"  # cosign generate-key-pair's curve
     assert key.pem == public.read_text()  # the one block, as written
+    assert key.fingerprint == der_sha256(public)
+    assert key.describe == f"ECDSA P-256 key sha256:{der_sha256(public)[:16]}"
     with pytest.raises(PublicKeyInvalid) as refused:
         read_public_key(private, "--signature-key")
     assert str(refused.value) == (
@@ -40,7 +42,8 @@ def test_cosigns_own_key_pair(cosign, tmp_path):
 )
 def test_openssl_keys_of_the_kinds_cosign_verifies_with(tmp_path, name, genpkey, kind):
     _private, public = openssl_pair(tmp_path, name, *genpkey)
-    assert read_public_key(public, "--signature-key").kind == kind
+    key = read_public_key(public, "--signature-key")
+    assert (key.kind, key.fingerprint) == (kind, der_sha256(public))
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 from bad_input_helpers import assert_refused, invoke
-from key_pairs import cosign_pair
+from key_pairs import cosign_pair, der_sha256
 from support.repo import REPO
 
 from stackbuild.core.errors import PublicKeyInvalid, UsageError
@@ -47,7 +47,10 @@ def test_the_file_carries_the_key_and_compose_reads_the_verified_label(keys, tmp
     assert result.exit_code == 0, result.stderr
     path = tmp_path / "signed.compose.yaml"
     text = path.read_text()
-    assert "# Signed image required (key cosign.pub (ECDSA P-256)): start with `python build.py up -f" in text
+    assert "\n# Start: python build.py up -f <this file>   (needs the NVIDIA container toolkit)\n" in text
+    fingerprint = der_sha256(public)[:16]
+    assert f"\n#   Signed image required (ECDSA P-256 key sha256:{fingerprint}): `build.py up` checks" in text
+    assert "docker compose -f <this file> up" not in text
     document = yaml.safe_load(text)
     assert document["x-signature-policy"] == {
         "key": public.read_text(),
@@ -70,7 +73,9 @@ def test_each_node_roles_file_carries_the_keyless_identity():
     image = ImagePin("ghcr.io/someone/glm53-flash-dflash2-2x-gb10", "t", DIGEST, "--digest")
     target = ServeTarget(recipe, image, signature=signature_trust(None, IDENTITY, ISSUER))
     for command in role_commands(recipe):
-        document = yaml.safe_load(target_role_text(target, command))
+        text = target_role_text(target, command)
+        assert f"# Start: python build.py up -f <this file>   (on the {command.role} machine;" in text
+        document = yaml.safe_load(text)
         assert document["x-signature-policy"]["identity"] == IDENTITY
         assert document["x-signature-policy"]["issuer"] == ISSUER
         (service,) = document["services"].values()
