@@ -92,11 +92,12 @@ def up(compose_file, cosign_path, check_only, as_json, compose_args):
     from stackbuild.core.errors import EngineError
     from stackbuild.serve.compose_signature import VERIFIED_VARIABLE
 
+    compose = None if check_only else compose_command()  # found before the check, which takes a while
     result = check_file(compose_file, cosign_path, as_json)
     verified = ", ".join(f"{c['digests'][0]} ({c['trusted']})" for c in result["checked"])
     result["started"] = False
-    if not check_only:
-        command = [*compose_command(), "-f", str(compose_file), "up", "-d", *compose_args]
+    if compose is not None:
+        command = [*compose, "-f", str(compose_file), "up", "-d", *compose_args]
         # Compose's own output goes to stderr: stdout carries the one --json object.
         run = subprocess.run(command, env={**os.environ, VERIFIED_VARIABLE: verified}, stdout=sys.stderr)
         if run.returncode != 0:

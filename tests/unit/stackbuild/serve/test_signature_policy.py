@@ -60,10 +60,36 @@ def policy_controller(namespace=None) -> list[dict]:
     return documents(PolicyEngine.POLICY_CONTROLLER, signature_trust(None, IDENTITY, ISSUER), namespace)
 
 
+def kyverno_webhook_refusals(policy: dict) -> list[str]:
+    """Kyverno's own checks of a verifyImages rule (api/kyverno/v1/image_verification_types.go, Validate),
+    the ones the CRD schema does not hold."""
+    found = []
+    for verify in policy["spec"]["rules"][0]["verifyImages"]:
+        if verify.get("failureAction") == "Audit" and verify.get("mutateDigest", True):
+            found.append("mutateDigest must be set to false for 'Audit' failure action")
+        if not verify.get("imageReferences"):
+            found.append("An image reference is required")
+        sets = [*verify.get("attestors", []), *(s for a in verify.get("attestations", []) for s in a["attestors"])]
+        for attestor_set in sets:
+            if not attestor_set.get("entries"):
+                found.append("An entry is required")
+            for entry in attestor_set.get("entries", []):
+                kinds = [k for k in ("keys", "certificates", "keyless", "attestor") if k in entry]
+                if len(kinds) != 1:
+                    found.append("keys, certificates, keyless, or a nested attestor is required")
+                if "keys" in entry and not entry["keys"].get("publicKeys"):
+                    found.append("A public key, kms key or secret is required")
+                keyless = entry.get("keyless", {})
+                if "keyless" in entry and not (keyless.get("rekor", {}).get("url") or keyless.get("roots")):
+                    found.append("Either Rekor URL or roots are required")
+    return found
+
+
 def test_kyverno_with_the_key_fits_its_schema_and_requires_what_the_push_signs(public_key):
     policy = kyverno_key(public_key)
     assert (policy["apiVersion"], policy["kind"]) == ("kyverno.io/v1", "ClusterPolicy")
-    assert errors(policy) == []
+    assert errors(policy) == [] and kyverno_webhook_refusals(policy) == []
+    assert kyverno_webhook_refusals(_edit(policy, "spec.rules.0.verifyImages.0.failureAction", "Audit"))
     (rule,) = policy["spec"]["rules"]
     assert rule["match"] == {"any": [{"resources": {"kinds": ["Pod"]}}]}
     (verify,) = rule["verifyImages"]
@@ -79,7 +105,7 @@ def test_kyverno_with_the_key_fits_its_schema_and_requires_what_the_push_signs(p
 
 def test_kyverno_keyless_names_the_identity_and_issuer():
     (policy,) = documents(PolicyEngine.KYVERNO, signature_trust(None, IDENTITY, ISSUER))
-    assert errors(policy) == []
+    assert errors(policy) == [] and kyverno_webhook_refusals(policy) == []
     entry = policy["spec"]["rules"][0]["verifyImages"][0]["attestors"][0]["entries"][0]
     assert entry == {"keyless": {"subject": IDENTITY, "issuer": ISSUER, "rekor": {"url": "https://rekor.sigstore.dev"}}}
 
