@@ -4,9 +4,8 @@ makes P-256), RSA or Ed25519.
 
 :func:`read_public_key` (a file; :func:`public_key_of`: text already read) returns the PEM text (what a
 signature policy inlines) and the key's kind, or raises :class:`PublicKeyInvalid` with one line naming the
-file and what is wrong (a private key, no PEM block, another algorithm, DER that does not parse). The DER
-is read here, by the few rules a SubjectPublicKeyInfo needs (definite lengths, the algorithm's OID, a BIT
-STRING); nothing of the key is verified beyond its form.
+file and what is wrong (a private key, no PEM block, another algorithm, DER that does not parse). The key
+is parsed by the ``cryptography`` library; nothing of it is verified beyond its form.
 """
 
 from __future__ import annotations
@@ -18,16 +17,16 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.hazmat.primitives.serialization import load_der_public_key
+
 from stackbuild.core.errors import PublicKeyInvalid
 
 PEM_RE = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----\s*(.*?)\s*-----END \1-----", re.DOTALL)
 PUBLIC_KEY_LABEL = "PUBLIC KEY"
-EC_PUBLIC_KEY = "1.2.840.10045.2.1"
-# The curves cosign's ECDSA keys use, and each one's field size in bytes.
-EC_CURVES = {"1.2.840.10045.3.1.7": ("P-256", 32), "1.3.132.0.34": ("P-384", 48), "1.3.132.0.35": ("P-521", 66)}
-RSA = "1.2.840.113549.1.1.1"
-ED25519 = "1.3.101.112"
-SEQUENCE, BIT_STRING, OID, NULL = 0x30, 0x03, 0x06, 0x05
+# The curves cosign's ECDSA keys use, by the library's name for each.
+EC_CURVES = {"secp256r1": "P-256", "secp384r1": "P-384", "secp521r1": "P-521"}
 
 
 @dataclass(frozen=True)
@@ -43,64 +42,24 @@ class PublicKey:
         return f"{self.kind} key sha256:{self.fingerprint[:16]}"
 
 
-def _tlv(data: bytes, at: int) -> tuple[int, bytes, int]:
-    """(tag, value, the offset after it) of the DER element at ``at``; ValueError when it does not parse."""
-    if at + 2 > len(data):
-        raise ValueError("truncated")
-    tag, length, at = data[at], data[at + 1], at + 2
-    if length & 0x80:
-        count = length & 0x7F
-        if count == 0 or count > 4 or at + count > len(data):
-            raise ValueError("bad length")
-        length, at = int.from_bytes(data[at : at + count], "big"), at + count
-    if at + length > len(data):
-        raise ValueError("truncated")
-    return tag, data[at : at + length], at + length
-
-
-def _oid(value: bytes) -> str:
-    if not value:
-        raise ValueError("empty OID")
-    parts, number = [value[0] // 40, value[0] % 40], 0
-    for byte in value[1:]:
-        number = (number << 7) | (byte & 0x7F)
-        if not byte & 0x80:
-            parts.append(number)
-            number = 0
-    return ".".join(str(p) for p in parts)
-
-
 def key_kind(der: bytes) -> str:
     """The key's kind from its SubjectPublicKeyInfo; ValueError naming what does not fit."""
-    tag, info, end = _tlv(der, 0)
-    if tag != SEQUENCE or end != len(der):
-        raise ValueError("not one DER SEQUENCE")
-    tag, algorithm, at = _tlv(info, 0)
-    tag_key, key, end = _tlv(info, at)
-    if tag != SEQUENCE or tag_key != BIT_STRING or end != len(info) or not key or key[0] != 0:
-        raise ValueError("not a SubjectPublicKeyInfo (algorithm, BIT STRING)")
-    tag, oid, at = _tlv(algorithm, 0)
-    if tag != OID:
-        raise ValueError("no algorithm OID")
-    name = _oid(oid)
-    if name == EC_PUBLIC_KEY:
-        tag, curve, _ = _tlv(algorithm, at)
-        if tag != OID or _oid(curve) not in EC_CURVES:
-            raise ValueError("an ECDSA key on a curve cosign does not use (P-256, P-384, P-521)")
-        label, size = EC_CURVES[_oid(curve)]
-        point = key[1:]
-        if not (point[:1] == b"\x04" and len(point) == 1 + 2 * size) and not (
-            point[:1] in (b"\x02", b"\x03") and len(point) == 1 + size
-        ):
-            raise ValueError(f"the {label} point is not {1 + 2 * size} (or {1 + size} compressed) bytes")
-        return f"ECDSA {label}"
-    if name == RSA:
+    try:
+        key = load_der_public_key(der)
+    except UnsupportedAlgorithm as exc:
+        raise ValueError(f"an algorithm cosign does not verify with (ECDSA, RSA, Ed25519): {exc}") from None
+    except ValueError:
+        raise ValueError("the DER is not a SubjectPublicKeyInfo") from None
+    if isinstance(key, ec.EllipticCurvePublicKey):
+        if key.curve.name not in EC_CURVES:
+            raise ValueError(f"an ECDSA key on {key.curve.name}, a curve cosign does not use (P-256, P-384, P-521)")
+        return f"ECDSA {EC_CURVES[key.curve.name]}"
+    if isinstance(key, rsa.RSAPublicKey):
         return "RSA"
-    if name == ED25519:
-        if len(key) != 33:
-            raise ValueError("an Ed25519 key is not 32 bytes")
+    if isinstance(key, ed25519.Ed25519PublicKey):
         return "Ed25519"
-    raise ValueError(f"algorithm {name} is none cosign verifies with (ECDSA, RSA, Ed25519)")
+    algorithm = type(key).__name__.lstrip("_").removesuffix("PublicKey")
+    raise ValueError(f"algorithm {algorithm} is none cosign verifies with (ECDSA, RSA, Ed25519)")
 
 
 def read_public_key(path: Path, flag: str) -> PublicKey:
