@@ -279,6 +279,13 @@ class ExitCode(enum.IntEnum):
         "`verify --key`/`--certificate-identity`: the SBOM attached to the image is not the one its signed "
         "attestation holds (it was replaced or edited after signing)",
     )
+    PUBLIC_KEY_INVALID = (
+        46,
+        "the policy's public key is not one",
+        "`deploy --signature-key`, `compose --verify-key`: the public key file is unreadable, holds a private key "
+        "or no PEM `PUBLIC KEY` block, or its key is not one cosign verifies with (ECDSA P-256/P-384/P-521, RSA, "
+        "Ed25519); nothing is written",
+    )
     INTERNAL = (
         70,
         "internal error (a bug)",

@@ -105,6 +105,7 @@ COMMAND_EXITS: Mapping[str, CommandExits] = MappingProxyType(
                 E.COMPOSE_INVALID,
                 E.OUTPUT,
                 E.COMPOSE_VERSION,
+                E.PUBLIC_KEY_INVALID,
             ),
             {
                 E.NO_ENGINE: "`--engine-api auto`: no Docker engine answers",
@@ -112,7 +113,23 @@ COMMAND_EXITS: Mapping[str, CommandExits] = MappingProxyType(
                 "the file would be written for",
             },
         ),
-        "deploy": CommandExits((E.GEOMETRY, E.SERVE_FLAGS, E.ORACLE_BROKEN, E.OUTPUT, E.MANIFEST_INVALID)),
+        "up": CommandExits(
+            (
+                E.NO_ENGINE,
+                E.ENGINE_TOO_OLD,
+                *_REGISTRY,
+                *(c for c in _SIGNATURES if c != E.TAG_MOVED),
+                E.PUBLIC_KEY_INVALID,
+            ),
+            {
+                E.SUCCESS: "every image's signature verifies and `docker compose up` started the file",
+                E.NO_ENGINE: "no Docker engine answers, or `docker compose up` failed (its output above the line)",
+                E.PUBLIC_KEY_INVALID: "the file's x-signature-policy key is not a PEM public key",
+            },
+        ),
+        "deploy": CommandExits(
+            (E.GEOMETRY, E.SERVE_FLAGS, E.ORACLE_BROKEN, E.OUTPUT, E.MANIFEST_INVALID, E.PUBLIC_KEY_INVALID)
+        ),
         "preflight": CommandExits(
             (E.GEOMETRY, E.SERVE_FLAGS, E.MOUNTED_FILE, E.UNCHECKED, E.CHECKPOINT_MISMATCH),
             {E.SUCCESS: "every check passes"},

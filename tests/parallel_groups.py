@@ -44,6 +44,7 @@ SHARED_BUILD_MODULES = {
     "test_verify_e2e.py": AMD64_BUILD,
     "test_signing_e2e.py": AMD64_BUILD,
     "test_signing_tamper_e2e.py": AMD64_BUILD,
+    "test_signed_up_e2e.py": AMD64_BUILD,
     "test_serving_e2e.py": SERVING,
     "test_health_e2e.py": SERVING,
     "test_chain_cpu_hybrid.py": LIVE_VLLM,

@@ -42,6 +42,7 @@ EXPLAINED_IN = {
     "push": "publishing.md",
     "index": "publishing.md",
     "compose": "serving.md",
+    "up": "publishing.md#deploys-that-require-a-signature",
     "deploy": "serving.md",
     "preflight": "serving.md#the-start-time-pre-flight",
     "pin": "recipe.md#the-lock",

@@ -6,7 +6,7 @@ stackbuild/command_exits.py.
 
 This module is the command group: how a failure is printed and exits, and which commands it holds.
 The commands live by stage: image.py (render, lock, record, build, push, index), gate.py (geometry,
-fit), serve.py (compose, deploy, preflight, pin) and checks.py (verify, qualify); each parses its
+fit), serve.py (compose, deploy, preflight, pin), up.py (up) and checks.py (verify, qualify); each parses its
 options, calls its stage (stackbuild/image/, stackbuild/serve/, stackbuild/core/) and prints the result.
 """
 
@@ -22,6 +22,7 @@ from stackbuild.cli.gate import fit, geometry
 from stackbuild.cli.image import build, index, lock, push, record, render
 from stackbuild.cli.output import json_failure
 from stackbuild.cli.serve import compose, deploy, pin, preflight
+from stackbuild.cli.up import up
 from stackbuild.command_exits import COMMAND_EXITS
 from stackbuild.core.errors import InternalError, StackBuildError
 
@@ -138,6 +139,7 @@ for _command in (
     push,
     index,
     compose,
+    up,
     deploy,
     preflight,
     pin,

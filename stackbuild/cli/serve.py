@@ -9,7 +9,9 @@ import click
 
 from stackbuild.cli.options import json_option, owner_option, recipe_option, repository_option
 from stackbuild.cli.output import emit, print_json
+from stackbuild.cli.signing_options import signature_trust_options
 from stackbuild.core.recipe import load_recipe
+from stackbuild.serve.signature_policy import PolicyEngine
 
 
 @click.command()
@@ -53,15 +55,36 @@ from stackbuild.core.recipe import load_recipe
     "Default: the oldest supported engine's, 1.41 (no start_interval, every supported engine takes the file). "
     "Given, it is a machine value (the .local.compose.yaml).",
 )
+@signature_trust_options
 @json_option
-def compose(recipe_path, owner, repository, output, models_dir, port, gpus, digest, baseline, engine_api, as_json):
+def compose(
+    recipe_path,
+    owner,
+    repository,
+    output,
+    models_dir,
+    port,
+    gpus,
+    digest,
+    baseline,
+    engine_api,
+    signature_key,
+    signature_identity,
+    signature_issuer,
+    as_json,
+):
     """Write the compose file that serves the image with `docker compose up` (one per node role
-    when the recipe spans several machines), or with --baseline the same model without speculation."""
+    when the recipe spans several machines), or with --baseline the same model without speculation.
+
+    With --signature-key (or --signature-identity and --signature-issuer) the file carries what the
+    image's signature must verify with, and `build.py up -f FILE` checks it before `docker compose up`."""
     from stackbuild.cli.engine_target import engine_api_for
     from stackbuild.serve.compose_files import check_compose_options, write_compose_files, written_paths
+    from stackbuild.serve.signature_trust import signature_trust
     from stackbuild.serve.target import serve_target
 
     recipe = load_recipe(recipe_path)
+    trust = signature_trust(signature_key, signature_identity, signature_issuer)
     if baseline and recipe.serving.nodes > 1:
         raise click.UsageError(
             f"--baseline: recipe {recipe.name} serves on {recipe.serving.nodes} nodes; the baseline is one "
@@ -78,6 +101,7 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
         port=port,
         gpus=gpus,
         engine_api=api,
+        signature=trust,
     )
     result = write_compose_files(target, output=output, baseline=baseline)
     emit(as_json, result, "wrote " + ", ".join(written_paths(result)))
@@ -119,6 +143,15 @@ def compose(recipe_path, owner, repository, output, models_dir, port, gpus, dige
     help="imagePullSecrets entry (repeatable) for a private registry, e.g. a GHCR package (default: none).",
 )
 @click.option("--digest", help="Image digest to pin (default: from the last build report).")
+@signature_trust_options
+@click.option(
+    "--signature-policy",
+    "signature_policy",
+    type=click.Choice([e.value for e in PolicyEngine]),
+    help="The admission controller the signature policy is written for: kyverno (a ClusterPolicy verifyImages "
+    "rule; key or keyless; the default) or policy-controller (sigstore's ClusterImagePolicy; keyless only: it "
+    "verifies the bundles a push writes only for keyless authorities). The policy comes first in the file.",
+)
 @json_option
 def deploy(
     target,
@@ -133,15 +166,23 @@ def deploy(
     api_key_secret,
     image_pull_secrets,
     digest,
+    signature_key,
+    signature_identity,
+    signature_issuer,
+    signature_policy,
     as_json,
 ):
     """Write Kubernetes manifests: a Deployment (one machine) or a LeaderWorkerSet (serving.nodes > 1),
-    and a Service."""
+    and a Service; with --signature-key (or --signature-identity and --signature-issuer) first an admission
+    policy that admits the image only signed by that key or identity."""
     from stackbuild.serve.k8s import write_manifests
     from stackbuild.serve.k8s_options import deploy_options
+    from stackbuild.serve.signature_policy import signature_policy as policy_of
+    from stackbuild.serve.signature_trust import signature_trust
     from stackbuild.serve.target import serve_target
 
     recipe = load_recipe(recipe_path)
+    policy = policy_of(signature_trust(signature_key, signature_identity, signature_issuer), signature_policy)
     options = deploy_options(
         output_dir=output_dir,
         models_host_path=models_host_path,
@@ -150,6 +191,7 @@ def deploy(
         namespace=namespace,
         api_key_secret=api_key_secret,
         image_pull_secrets=image_pull_secrets,
+        signature=policy,
     )
     result = write_manifests(serve_target(recipe, owner=owner, repository=repository, digest=digest), options)
     emit(as_json, result, f"wrote {result['path']} ({', '.join(result['kinds'])})")

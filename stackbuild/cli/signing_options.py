@@ -1,5 +1,6 @@
-"""The signing options of build and push, and the signature options of verify; each resolved to what
-stackbuild/image/cosign.py runs before anything is built, pushed or pulled."""
+"""The signing options of build and push, the signature options of verify, and the signature options of
+deploy and compose (what the served image's signature must verify with); each resolved before anything is
+built, pushed, pulled or written."""
 
 from __future__ import annotations
 
@@ -70,6 +71,36 @@ def verify_options(command):
                 help="Keyless: the identity's OIDC issuer (`https://token.actions.githubusercontent.com`).",
             ),
             click.option("--cosign", "cosign_path", metavar="PATH", help=COSIGN_HELP),
+        )
+    ):
+        command = option(command)
+    return command
+
+
+def signature_trust_options(command):
+    """--signature-key / --signature-identity / --signature-issuer on deploy and compose: what the image's
+    signature must verify with where it is served (verify's --key, --certificate-identity and
+    --certificate-oidc-issuer)."""
+    for option in reversed(
+        (
+            click.option(
+                "--signature-key",
+                type=click.Path(dir_okay=False, path_type=Path),
+                help="Require the image signed, with its SBOM and provenance attestations, by this cosign public key "
+                "(PEM, inlined in what is written; transparency log off, as `push --signing-key` signs). A file that "
+                "is not a public key: exit 46. Needs the image pinned by digest.",
+            ),
+            click.option(
+                "--signature-identity",
+                metavar="ID",
+                help="Keyless: require the signing certificate's identity (the workflow's "
+                "`https://github.com/OWNER/REPO/.github/workflows/image.yml@refs/...`), with --signature-issuer.",
+            ),
+            click.option(
+                "--signature-issuer",
+                metavar="URL",
+                help="Keyless: the identity's OIDC issuer (`https://token.actions.githubusercontent.com`).",
+            ),
         )
     ):
         command = option(command)

@@ -157,6 +157,12 @@ class SbomMismatch(StackBuildError):
     exit_code = ExitCode.SBOM_MISMATCH
 
 
+class PublicKeyInvalid(StackBuildError):
+    """A signature policy's public key file (deploy --signature-key, compose --verify-key) is not a public key."""
+
+    exit_code = ExitCode.PUBLIC_KEY_INVALID
+
+
 class ServeArgsRejected(StackBuildError):
     """vLLM's own `vllm serve` parser rejected the generated command line (or the container's)."""
 

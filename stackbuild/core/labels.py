@@ -38,3 +38,5 @@ TARGET_ID = f"{LABEL_NS}.target.id"
 DRAFTER_WEIGHTS = f"{LABEL_NS}.drafter.weights"
 IMAGE_PINNED = f"{LABEL_NS}.image.pinned"
 NODE_ROLE = f"{LABEL_NS}.node.role"
+# compose --signature-key: what `build.py up` checked before starting the container ("unverified" otherwise).
+SIGNATURE_VERIFIED = f"{LABEL_NS}.signature.verified"

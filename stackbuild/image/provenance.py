@@ -13,12 +13,12 @@ from __future__ import annotations
 import os
 from typing import Mapping, Optional
 
-from stackbuild.core.in_toto import MEDIA_TYPE, STATEMENT_TYPE
+from stackbuild.core.in_toto import MEDIA_TYPE, SLSA_PROVENANCE_PREDICATE, STATEMENT_TYPE
 from stackbuild.core.labels import OCI_SOURCE, RECIPE_SHA256
 from stackbuild.image.plan import BuildPlan
 
 PROVENANCE_MEDIA_TYPE = MEDIA_TYPE
-PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
+PREDICATE_TYPE = SLSA_PROVENANCE_PREDICATE
 BUILD_TYPE = "urn:glm53-dflash2-images:build.py:v1"
 
 

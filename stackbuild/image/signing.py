@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from stackbuild.core.errors import BuildStepFailed
+from stackbuild.core.in_toto import CYCLONEDX_PREDICATE
 from stackbuild.core.reference import ImageReference
 from stackbuild.image.attach import fetch_document
 from stackbuild.image.cosign import Signer, first_error_line, registry_args
@@ -31,7 +32,7 @@ from stackbuild.image.sbom import SBOM_MEDIA_TYPE
 # cosign's --type for each signed attestation, and the predicate type it writes in the statement. The
 # provenance goes by its URI: cosign then keeps the predicate as it is (``slsaprovenance1`` would re-encode
 # it through its own SLSA struct and drop what that does not know).
-SBOM_ATTESTATION = ("cyclonedx", "https://cyclonedx.org/bom")
+SBOM_ATTESTATION = ("cyclonedx", CYCLONEDX_PREDICATE)
 PROVENANCE_ATTESTATION = (PREDICATE_TYPE, PREDICATE_TYPE)
 UNSIGNED_NOTE = (
     "no signing key given: the pushed image is unsigned (`--signing-key`, `--signing-key-env` or `--sign-keyless` "

@@ -18,7 +18,7 @@ from typing import Any, Optional
 from stackbuild.core.output import COMPOSE_SUFFIX, LOCAL_COMPOSE_SUFFIX, repository_file
 from stackbuild.core.recipe import REPO_ROOT, Recipe
 from stackbuild.core.serve_args import baseline_argv, serve_argv
-from stackbuild.serve.compose_header import compose_text, header
+from stackbuild.serve.compose_header import compose_text, header, signed
 from stackbuild.serve.compose_service import BASELINE, escape, service_document, single_node_service
 from stackbuild.serve.generated import COMPOSE
 from stackbuild.serve.target import ServeTarget, serve_target
@@ -35,12 +35,9 @@ def target_document(target: ServeTarget, *, gpu_reservation: bool = True, baseli
 def target_text(target: ServeTarget, *, gpu_reservation: bool = True, baseline: bool = False) -> str:
     """The single-node compose file's text (pure)."""
     document = target_document(target, gpu_reservation=gpu_reservation, baseline=baseline)
-    return compose_text(
-        target.recipe,
-        target.image,
-        header(target.recipe, target.image, baseline=baseline, engine_api=target.written_for_api),
-        document,
-    )
+    head = header(target.recipe, target.image, baseline=baseline, engine_api=target.written_for_api)
+    head = signed(head, target.signature)
+    return compose_text(target.recipe, target.image, head, document)
 
 
 def compose_document(recipe: Recipe, *, gpu_reservation: bool = True, baseline: bool = False, **options: Any) -> dict:

@@ -3,15 +3,18 @@ then the document with a comment above the keys that need one."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Optional
 
 from stackbuild.core.engines import OLDEST, START_INTERVAL_API, api_at_least
 from stackbuild.core.naming import OWNER_VARIABLE
 from stackbuild.core.recipe import Recipe
 from stackbuild.serve.compose_service import BASELINE_SERVICE, HEALTH_START_INTERVAL, env_file_name
+from stackbuild.serve.compose_signature import header_lines as signature_lines
 from stackbuild.serve.generated import COMPOSE
 from stackbuild.serve.health import API_KEY_VARIABLE
 from stackbuild.serve.image_pin import ImagePin
+from stackbuild.serve.signature_trust import SignatureTrust
 from stackbuild.serve.yaml_text import dump_yaml
 
 LICENCE_NAMES = {"CC-BY-NC-ND-4.0": "CC BY-NC-ND 4.0 (non-commercial, no derivatives)"}
@@ -29,9 +32,10 @@ class Header:
     role: tuple[str, ...]  # a node role's own lines (multi-node files)
     image: tuple[str, ...]  # how the image is named: the owner, the pin
     engine: tuple[str, ...] = ()  # the Docker Engine API the file is written for (engine_lines)
+    signature: tuple[str, ...] = ()  # how the signature is checked before up (compose_signature.header_lines)
 
     def lines(self) -> list[str]:
-        return [*self.about, self.reach, "#", self.start, *self.engine, *self.role, *self.image]
+        return [*self.about, self.reach, "#", self.start, *self.signature, *self.engine, *self.role, *self.image]
 
 
 def engine_lines(engine_api: str, start_interval: str) -> tuple[str, ...]:
@@ -101,6 +105,17 @@ def header(recipe: Recipe, image: ImagePin, *, baseline: bool = False, engine_ap
         image=tuple(pin),
         engine=engine_lines(engine_api, HEALTH_START_INTERVAL),
     )
+
+
+COMPOSE_UP = "docker compose -f <this file> up -d"
+BUILD_UP = "python build.py up -f <this file>"
+
+
+def signed(head: Header, trust: Optional[SignatureTrust]) -> Header:
+    """The header of a file whose image's signature `build.py up` checks: started by it, and why."""
+    if trust is None:
+        return head
+    return replace(head, start=head.start.replace(COMPOSE_UP, BUILD_UP), signature=signature_lines(trust))
 
 
 def compose_text(recipe: Recipe, image: ImagePin, head: Header, document: dict) -> str:

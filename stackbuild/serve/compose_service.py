@@ -15,6 +15,8 @@ from stackbuild.core.errors import ComposeOverrideError
 from stackbuild.core.labels import DRAFTER_ID, DRAFTER_LICENSE, DRAFTER_WEIGHTS, IMAGE_PINNED, RECIPE_NAME, TARGET_ID
 from stackbuild.core.recipe import Recipe
 from stackbuild.core.serve_args import baseline_argv, ranks_per_node, serve_argv
+from stackbuild.serve.compose_signature import EXTENSION, extension
+from stackbuild.serve.compose_signature import labels as signature_labels
 from stackbuild.serve.health import readiness_command
 from stackbuild.serve.target import ServeTarget
 
@@ -195,6 +197,7 @@ def service_document(target: ServeTarget, service: Service, *, gpu_reservation: 
             else {}
         ),
         IMAGE_PINNED: "digest" if image.digest else "tag-only",
+        **(signature_labels(target.signature) if target.signature else {}),
         **service.labels,
     }
     if service.published_port is None:
@@ -203,6 +206,7 @@ def service_document(target: ServeTarget, service: Service, *, gpu_reservation: 
         spec["deploy"] = reserve_gpus(recipe, gpus)
     return {
         "name": service.project,
+        **({EXTENSION: extension(target.signature)} if target.signature else {}),
         "services": {service.name: spec},
         "volumes": {
             "kernel-cache": {"name": f"{project_name(recipe)}-kernels-{re.sub(r'[^A-Za-z0-9_.-]', '-', cache_key)}"}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from functools import partial
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from geometry import IMAGE_DIGEST_ENV
 from stackbuild.core.errors import OwnerMissing
@@ -37,6 +37,8 @@ from stackbuild.serve.generated import DEPLOY
 from stackbuild.serve.health import API_KEY_VARIABLE, HEALTH_PATH, readiness_command
 from stackbuild.serve.image_pin import ImagePin
 from stackbuild.serve.k8s_options import DEFAULT_IFNAME, DeployOptions, ModelVolume, default_api_key_secret, object_name
+from stackbuild.serve.signature_policy import header_lines, policy_documents
+from stackbuild.serve.signature_trust import require_pinned
 from stackbuild.serve.target import ServeTarget
 from stackbuild.serve.writer import Document, write_documents
 from stackbuild.serve.yaml_text import dump_yaml
@@ -287,9 +289,9 @@ def _header(recipe: Recipe, image: ImagePin) -> list[str]:
     return lines
 
 
-def render(recipe: Recipe, objects: list[dict], image: ImagePin) -> str:
+def render(recipe: Recipe, objects: list[dict], image: ImagePin, policy_lines: Sequence[str] = ()) -> str:
     docs = [dump_yaml(o) for o in objects]
-    return "\n".join(_header(recipe, image)) + "\n---\n" + "---\n".join(docs)
+    return "\n".join([*_header(recipe, image), *policy_lines]) + "\n---\n" + "---\n".join(docs)
 
 
 def output_path(recipe: Recipe, directory: Optional[Path]) -> Path:
@@ -322,13 +324,24 @@ def write_manifests(target: ServeTarget, options: DeployOptions) -> dict:
         image_pull_secrets=options.image_pull_secrets,
         image_digest=image.digest,
     )
+    policy_objects, policy_lines = [], []
+    if options.signature is not None:
+        require_pinned(image, "deploy")
+        policy_objects = policy_documents(recipe, object_name(recipe), image, options.signature, options.namespace)
+        policy_lines = header_lines(options.signature, options.namespace)
     output_dir = options.output_dir
     path = output_path(recipe, output_dir)
-    text = render(recipe, objects, image)
+    # The policy first: `kubectl apply -f` creates it before the pods it admits.
+    text = render(recipe, [*policy_objects, *objects], image, policy_lines)
 
     def check(_temps) -> tuple[list[str], dict[str, str]]:
         """The schemas checked, and each pod's serve-parser verdict."""
-        checked = validate(objects, str(path))
+        checked = validate([o for o in policy_objects if o["kind"] == "Namespace"] + objects, str(path))
+        checked += [
+            f"{o['kind']}: {o['apiVersion']}, not checked when written (the tests hold it to its CRD's schema)"
+            for o in policy_objects
+            if o["kind"] != "Namespace"
+        ]
         # Every pod's argv as Kubernetes expands it, through vLLM's serve parser (multi-node checks included).
         cases = []
         for obj in objects[:1]:
@@ -356,7 +369,8 @@ def write_manifests(target: ServeTarget, options: DeployOptions) -> dict:
         "path": str(path),
         "image": image.reference,
         "pinned": bool(image.digest),
-        "kinds": [o["kind"] for o in objects],
+        "kinds": [o["kind"] for o in [*policy_objects, *objects]],
+        "signature_policy": options.signature.engine.value if options.signature else None,
         "schemas": checked,
         "serve_args": serve_checks,
     }

@@ -1,5 +1,5 @@
 """What `deploy --target k8s` is told besides the image: the models volume, the network interface, the
-namespace, the Secrets, the output directory (:class:`DeployOptions`, checked when made), and the
+namespace, the Secrets, the signature policy, the output directory (:class:`DeployOptions`, checked when made), and the
 Kubernetes names derived from the recipe."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Optional
 
 from stackbuild.core.errors import DeployOptionError, OutputError
 from stackbuild.core.recipe import Recipe
+from stackbuild.serve.signature_policy import SignaturePolicy
 
 DEFAULT_IFNAME = "eth0"  # a pod's own interface
 IFNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,14}(,[A-Za-z0-9][A-Za-z0-9_.:@-]{0,14})*$")
@@ -78,6 +79,7 @@ class DeployOptions:
     namespace: Optional[str] = None
     api_key_secret: Optional[str] = None
     image_pull_secrets: tuple[str, ...] = ()
+    signature: Optional[SignaturePolicy] = None  # --signature-key / --signature-identity: the admission policy
 
     def volume(self, recipe: Recipe) -> ModelVolume:
         """The models volume (--models-host-path or --models-pvc), checked."""
@@ -93,6 +95,7 @@ def deploy_options(
     namespace: Optional[str] = None,
     api_key_secret: Optional[str] = None,
     image_pull_secrets: tuple[str, ...] = (),
+    signature: Optional[SignaturePolicy] = None,
 ) -> DeployOptions:
     """The options, refused before the image is resolved when an interface, namespace or Secret name is
     not one, or -o is no directory."""
@@ -107,5 +110,12 @@ def deploy_options(
     if output_dir is not None and not Path(output_dir).is_dir():
         raise OutputError(f"-o {output_dir}: not an existing directory")
     return DeployOptions(
-        output_dir, models_host_path, models_pvc, ifname, namespace, api_key_secret, tuple(image_pull_secrets)
+        output_dir,
+        models_host_path,
+        models_pvc,
+        ifname,
+        namespace,
+        api_key_secret,
+        tuple(image_pull_secrets),
+        signature,
     )

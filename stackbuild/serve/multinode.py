@@ -38,7 +38,7 @@ from stackbuild.core.serve_args import (
 )
 from stackbuild.serve.compose import COMPOSE_DIR
 from stackbuild.serve.compose import output_dir as default_output_dir
-from stackbuild.serve.compose_header import Header, compose_text, header
+from stackbuild.serve.compose_header import Header, compose_text, header, signed
 from stackbuild.serve.compose_service import LOOPBACK, Service, escape, project_name, service_document
 from stackbuild.serve.generated import COMPOSE
 from stackbuild.serve.image_pin import ImagePin
@@ -170,9 +170,9 @@ def role_header(recipe: Recipe, command: RoleCommand, image: ImagePin, engine_ap
 def target_role_text(target: ServeTarget, command: RoleCommand) -> str:
     """One role's compose file's text (pure)."""
     doc = target_role_document(target, command)
-    return compose_text(
-        target.recipe, target.image, role_header(target.recipe, command, target.image, target.written_for_api), doc
-    )
+    head = role_header(target.recipe, command, target.image, target.written_for_api)
+    head = signed(head, target.signature)
+    return compose_text(target.recipe, target.image, head, doc)
 
 
 def role_document(recipe: Recipe, command: RoleCommand, **options: Any) -> dict:

@@ -10,6 +10,7 @@ from typing import Optional
 from stackbuild.core.engines import OLDEST
 from stackbuild.core.recipe import Recipe
 from stackbuild.serve.image_pin import ImagePin, resolve_image
+from stackbuild.serve.signature_trust import SignatureTrust, require_pinned
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,7 @@ class ServeTarget:
     port: Optional[int] = None  # --port: the host port the API is published on
     gpus: Optional[str] = None  # --gpus: the GPU ids to reserve, as given
     engine_api: Optional[str] = None  # --engine-api: the Docker Engine API version the files are written for
+    signature: Optional[SignatureTrust] = None  # --signature-key / --signature-identity: `build.py up` checks it
 
     @property
     def machine_values(self) -> tuple[str, ...]:
@@ -52,8 +54,14 @@ def serve_target(
     gpus: Optional[str] = None,
     image: Optional[ImagePin] = None,
     engine_api: Optional[str] = None,
+    signature: Optional[SignatureTrust] = None,
 ) -> ServeTarget:
     """The recipe's target: ``image`` when given, else the image resolved from the owner, repository,
-    digest and build report (image_pin.py); the machine's values as given."""
+    digest and build report (image_pin.py); the machine's values as given; ``signature``: the image must be
+    pinned by digest and named in full (signature_trust.require_pinned)."""
     image = image or resolve_image(recipe, owner=owner, repository=repository, digest=digest, report_path=report_path)
-    return ServeTarget(recipe, image, models_dir=models_dir, port=port, gpus=gpus, engine_api=engine_api)
+    if signature is not None:
+        require_pinned(image, "compose")
+    return ServeTarget(
+        recipe, image, models_dir=models_dir, port=port, gpus=gpus, engine_api=engine_api, signature=signature
+    )

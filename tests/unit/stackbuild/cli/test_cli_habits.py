@@ -51,7 +51,21 @@ def test_the_json_commands_are_the_ones_that_read():
     assert {"geometry", "build", "compose", "preflight", "verify", "lock"} <= set(JSON_COMMANDS)
 
 
-@pytest.mark.parametrize("name", JSON_COMMANDS)
+# The JSON commands that read a recipe (`up` reads a compose file instead: its own test below).
+RECIPE_COMMANDS = [n for n in JSON_COMMANDS if any(p.name == "recipe_path" for p in cli.commands[n].params)]
+
+
+def test_json_up_prints_one_object_on_failure(tmp_path):
+    missing = tmp_path / "nowhere.compose.yaml"
+    done = run("up", "-f", str(missing), "--json")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    data = json.loads(done.stdout)
+    assert data == {"ok": False, "exit_code": 2, "error": data["error"]}
+    assert f"-f {missing}: cannot read a compose file" in data["error"]
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", RECIPE_COMMANDS)
 def test_json_prints_one_object_on_failure(name, tmp_path):
     """A recipe that is not there: exit 2, one line on stderr, and one object on stdout."""
     missing = str(tmp_path / "nowhere" / "recipe.yaml")
