@@ -158,7 +158,7 @@ def test_a_recipe_pinning_an_earlier_release_builds_on_it_with_its_series(tmp_pa
     earlier = make_plan(load_recipe(copy_recipe(tmp_path, edit)), owner="acme")
     steps = instructions(render(earlier))
     assert steps[0] == ("FROM", f"vllm/vllm-openai:v{version}@{TEST_DIGEST}")
-    patch, gate = [args for word, args in steps if word == "RUN"]
+    patch = next(args for word, args in steps if word == "RUN")
     assert f"--series /opt/glm53-overlay/overlay/series/vllm-{version}" in patch
     assert earlier.gate_input.vllm_version == version and earlier.geometry_verdict == "pass"
     labels = label_line(earlier)
