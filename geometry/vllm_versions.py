@@ -121,7 +121,7 @@ V0_32_0 = VllmRelease(
 
 RELEASES: dict[str, VllmRelease] = {r.version: r for r in (V0_34_0, V0_33_0, V0_32_0)}
 # The release the oracle runs (requirements/vllm.txt) and a gate input without a version means.
-DEFAULT_VERSION = V0_33_0.version
+DEFAULT_VERSION = V0_34_0.version
 
 
 class VllmVersionNotModelled(BadInput):

@@ -1,4 +1,4 @@
-"""The default recipe's KV geometry, stock vLLM 0.33.0 and with the overlay, as literal figures.
+"""The default recipe's KV geometry, stock vLLM 0.34.0 and with the overlay, as literal figures.
 
 Every figure is worked out by hand below, in the comments next to it, from the
 recipe's config snapshots (recipes/glm53-flash-dflash2-gb300/configs: the target's
@@ -8,7 +8,7 @@ recipe's config snapshots (recipes/glm53-flash-dflash2-gb300/configs: the target
 ``max_position_embeddings`` 1,048,576; the drafter's 5 layers of 8 KV heads x
 ``head_dim`` 128, ``sliding_window`` 2,048), the recipe's serving settings (GB300:
 capability family 100, TP1, fp8 KV, drafter KV auto = bf16, num_speculative_tokens 7,
-150 GiB of KV memory, prefix caching on) and vLLM 0.33.0's formulas, named at each
+150 GiB of KV memory, prefix caching on) and vLLM 0.34.0's formulas, named at each
 figure. Nothing here is copied from the simulator's or vLLM's output.
 
 Who holds what to these figures:
@@ -33,7 +33,7 @@ DRAFTER_BYTES_PER_TOKEN = 4_096  # 2 (K, V) x 8 KV heads x 128 x 2 B (bf16)
 
 @dataclass(frozen=True)
 class Column:
-    """One column of the comparison: stock vLLM 0.33.0 or with the overlay."""
+    """One column of the comparison: stock vLLM 0.34.0 or with the overlay."""
 
     target_block: int
     mla_page: int
@@ -48,7 +48,7 @@ class Column:
     passed: bool
 
 
-# Both columns (vLLM 0.33.0, Platform._align_hybrid_block_size and the planner):
+# Both columns (vLLM 0.34.0, Platform._align_hybrid_block_size and the planner):
 # * KDA state (MambaStateShapeCalculator.kda_state_shape / kda_state_dtype): conv state
 #   3 x 64 heads x 128 = 24,576 channels x (kernel 4 - 1 + 7 speculative) = 10 positions x 2 B (bf16)
 #   = 491,520 B, recurrent state 64 x 128 x 128 x 4 B (fp32) = 4,194,304 B: 4,685,824 B.
@@ -69,7 +69,7 @@ STOCK = Column(
     mla_page=4_718_592,
     kda_real_page=4_685_824,
     kda_padded_page=4_718_592,
-    # stock 0.33.0 gives the drafter the target's block: 9,216 x 4,096 B = 37,748,736 B per page,
+    # stock 0.34.0 gives the drafter the target's block: 9,216 x 4,096 B = 37,748,736 B per page,
     # 5 drafter layers = 188,743,680 B, the widest group: 350 x 540,672 = 189,235,200 B per block.
     drafter_block=9_216,
     drafter_page=37_748_736,
@@ -170,7 +170,7 @@ PREFIX_ON = PrefixCaching(
     hash_block=1_152,
     hits_every_overlay=1_152,
     hits_every_stock=9_216,
-    # GB300 (SM103), a bf16 model, KDA head_dim 128, a bounded gate (linear_lower_bound -5.0): vLLM 0.33.0
+    # GB300 (SM103), a bf16 model, KDA head_dim 128, a bounded gate (linear_lower_bound -5.0): vLLM 0.34.0
     # runs the KDA prefill on FlashKDA, whose spec holds one prefill-checkpoint block per request in
     # "align" (Glm5NextLinearAttention.get_kv_cache_spec, checkpoint alignment 16 tokens): 2 + 7 + 1.
     kda_state_blocks_sized=2 + 7 + 1,

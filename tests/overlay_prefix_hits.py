@@ -37,6 +37,7 @@ scheduler reads on top of planning (text-only, generate runner) are set here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -107,6 +108,8 @@ def _run_to_completion(scheduler, request) -> list[int]:
     """Schedule ``request`` until it finishes; returns the chunk sizes."""
     from vllm.v1.outputs import ModelRunnerOutput
 
+    # vLLM 0.34.0's output has no req_id_to_index (the index is the position in req_ids).
+    indexed = "req_id_to_index" in {f.name for f in dataclasses.fields(ModelRunnerOutput)}
     scheduler.add_request(request)
     chunks = []
     for _ in range(10_000):
@@ -114,13 +117,14 @@ def _run_to_completion(scheduler, request) -> list[int]:
         n = out.num_scheduled_tokens.get(request.request_id, 0)
         chunks.append(n)
         sampled = request.num_computed_tokens >= request.num_prompt_tokens
+        index = {"req_id_to_index": {request.request_id: 0} if n else {}} if indexed else {}
         runner = ModelRunnerOutput(
             req_ids=[request.request_id] if n else [],
-            req_id_to_index={request.request_id: 0} if n else {},
             sampled_token_ids=[[7] if sampled else []] if n else [],
             logprobs=None,
             prompt_logprobs_dict={},
             pooler_output=None,
+            **index,
         )
         scheduler.update_from_output(out, runner)
         if request.is_finished():

@@ -145,7 +145,16 @@ def default_recipe_fit() -> str:
     gb10_top, free = _fit_recipe(gb10, block_size=None)
     found, at_recipe = free.ranked[0], _fit_recipe(gb10)[1].recipe
     # The search drops a setting another one matches or beats on every measure it shows.
-    dominated = "dominated" if at_recipe.block_size not in {c.block_size for c in free.ranked} else "ranked below it"
+    if found.block_size == at_recipe.block_size:
+        against = ": the recipe's block"
+    else:
+        dominated = (
+            "dominated" if at_recipe.block_size not in {c.block_size for c in free.ranked} else "ranked below it"
+        )
+        against = (
+            f", which leaves the recipe's {_n(at_recipe.block_size)} "
+            f"({_n(at_recipe.requests_at_max_model_len)}, {_n(at_recipe.kv_tokens)}) {dominated}"
+        )
     return (
         f"On the default recipe the first is block {_n(best.block_size)}{with_dtype}: "
         f"{_n(best.requests_at_max_model_len)} requests of {_short(top)} tokens instead of "
@@ -157,6 +166,5 @@ def default_recipe_fit() -> str:
         "(`bench/fit_bench.py` times it beside one `geometry` run)."
         f" The 2x GB10 recipe without `block_size` gets {_n(found.block_size)} "
         f"({_n(found.requests_at_max_model_len)} requests of {_short(gb10_top)}, "
-        f"{_n(found.kv_tokens)} tokens), which leaves the recipe's {_n(at_recipe.block_size)} "
-        f"({_n(at_recipe.requests_at_max_model_len)}, {_n(at_recipe.kv_tokens)}) {dominated}.\n"
+        f"{_n(found.kv_tokens)} tokens){against}.\n"
     )

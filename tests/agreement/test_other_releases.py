@@ -8,17 +8,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from infra.fixtures import in_ci
+from support.release_trees import release_tree
 from support.repo import REPO
 
 from geometry.vllm_versions import DEFAULT_VERSION, RELEASES
 
 pytestmark = pytest.mark.oracle
 
-CACHE = REPO / ".cache"
 # The releases vLLM's GPU planning code runs on this CPU for: modelled on a GPU, not the venv's.
 OTHER = sorted(v for v, r in RELEASES.items() if r.gpu_modelled and v != DEFAULT_VERSION)
 MODULES = ("tests/agreement/test_plan_agreement.py", "tests/agreement/test_recipe_agreement.py")
@@ -26,12 +24,8 @@ MODULES = ("tests/agreement/test_plan_agreement.py", "tests/agreement/test_recip
 
 @pytest.mark.parametrize("version", OTHER)
 def test_the_agreement_holds_on_another_release(version, tmp_path):
-    tree = Path(os.environ.get("OVERLAY_CACHE", CACHE)) / f"vllm-{version}"
-    if not (tree / "vllm").is_dir():
-        if in_ci():
-            pytest.fail(f"no pristine vLLM {version} tree at {tree}: run `make pristine-all`")
-        pytest.skip(f"no pristine vLLM {version} tree at {tree}: run `make pristine-all`")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree.resolve()), str(REPO)]))
+    tree = release_tree(version)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(REPO)]))
     env.setdefault("GEOMETRY_ORACLE_N", "120")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-o", f"cache_dir={tmp_path}", *MODULES],

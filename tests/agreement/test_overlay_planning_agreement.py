@@ -1,4 +1,4 @@
-"""vLLM 0.33.0's own KV planning, pristine vs patched, for the default recipe.
+"""vLLM 0.34.0's own KV planning, pristine vs patched, for the default recipe.
 
 The series is applied to a copy of the pristine tree; planning runs on the
 CPU in subprocesses whose ``sys.path`` starts with that tree:
@@ -250,7 +250,7 @@ def test_harness_agrees_with_oracle(harness, oracle, tp, ns):
 
 @pytest.mark.parametrize("tree", ["stock", "patched"])
 def test_default_recipe_figures_are_what_vllm_plans(oracle, tree):
-    """The default recipe's figures (stock vLLM 0.33.0 / with the overlay, worked
+    """The default recipe's figures (stock vLLM 0.34.0 / with the overlay, worked
     out by hand in tests/unit/geometry/plan/test_simulate.py; the documents' verdict table shows them) are
     what vLLM's own planner gives for the recipe's gate input on the pristine and
     on the patched tree."""

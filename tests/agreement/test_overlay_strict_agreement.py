@@ -1,6 +1,6 @@
 """Strict overlay: patch 0001 refuses a drafter it cannot fit, unless told not to.
 
-vLLM 0.33.0's own planning on the CPU (tests/support/engine_core.py: the V2
+vLLM 0.34.0's own planning on the CPU (tests/support/engine_core.py: the V2
 runner's spec collection, where patch 0001 runs, then
 EngineCore._initialize_kv_caches) on the pristine tree with the series
 applied. GLM53_OVERLAY_STRICT=1 (what the image sets) makes the fit's failure

@@ -1,6 +1,6 @@
 """Simulator vs vLLM's own code, field by field.
 
-Needs an importable vLLM (0.33.0, CPU torch is enough): run with the oracle
+Needs an importable vLLM (requirements/vllm.txt's, CPU torch is enough): run with the oracle
 venv, e.g. ``.venv/bin/python -m pytest tests/test_geometry_oracle.py`` after ``make oracle``.
 Point PYTHONPATH at a patched vLLM tree to test the overlay instead
 (GEOMETRY_ORACLE_BEHAVIOUR=overlay).  The matrix is a seeded sample of the

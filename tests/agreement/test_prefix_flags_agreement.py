@@ -1,4 +1,4 @@
-"""``resolve_prefix_caching`` against vLLM 0.33.0's own resolution of the serve
+"""``resolve_prefix_caching`` against vLLM 0.34.0's own resolution of the serve
 flags: vLLM's serve argument parser, ``EngineArgs.from_cli_args`` and
 ``EngineArgs.create_engine_config`` (which sets the prefix-caching default
 from ``ModelConfig.is_prefix_caching_supported`` and runs

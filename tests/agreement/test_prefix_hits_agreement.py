@@ -1,4 +1,4 @@
-"""Prefix-cache hits measured with vLLM 0.33.0's own scheduler and KV cache
+"""Prefix-cache hits measured with vLLM 0.34.0's own scheduler and KV cache
 manager, pristine vs patched, for the default recipe with prefix caching on.
 
 vLLM serves GLM-5.3-Flash with prefix caching on by default, which puts the
@@ -9,7 +9,7 @@ them (tests/overlay_prefix_hits.py). Request A runs to completion and is
 freed; request B shares A's first S tokens and has another tail; the hit is
 what ``get_computed_blocks(B)`` reports.
 
-The rules the expectations follow (vLLM 0.33.0):
+The rules the expectations follow (vLLM 0.34.0):
 
 * hash block h: one group -> its block; several -> the GCD of the prefix-
   cacheable groups' blocks (resolve_kv_cache_block_sizes). Hits land on h
@@ -159,7 +159,7 @@ def test_overlay_hits_land_on_the_drafter_block(hits):
     assert (r["hash_block_size"], r["scheduler_block_size"]) == (DRAFT_BLOCK_PATCHED, B)
     assert r["partial_hash_hits"] and r["cache_hit_alignment_tokens"] == DRAFT_BLOCK_PATCHED
     # DFlash drafts from target hidden states only: no EAGLE drop, no group
-    # flagged as the drafter's (vLLM 0.33.0: needs_eagle_block_drop() is false).
+    # flagged as the drafter's (vLLM 0.34.0, as 0.33.0: needs_eagle_block_drop() is false).
     assert not r["use_eagle"] and r["eagle_group_ids"] == []
     assert r["hit_tokens"] == _expected_hit(DRAFT_BLOCK_PATCHED) == SHARED
     # The drafter's group hits SHARED / 1,152 = 21 blocks, the target's 2 full
@@ -185,7 +185,7 @@ def test_eagle_style_drop_on_a_dflash_drafter(hits):
     matched block: the hit falls to 9,216 on both trees. On the overlay that
     throws away 14,976 of the 24,192 shareable tokens; it would be wrong for
     DFlash (its drafter KV does not depend on the next token), and vLLM
-    0.33.0 does not apply it to DFlash."""
+    0.34.0 does not apply it to DFlash."""
     dropped = PROMPT_A // B * B - B
     assert dropped == 9216
     for name in ("stock", "patched"):

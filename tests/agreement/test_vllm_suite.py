@@ -1,7 +1,7 @@
-"""vLLM 0.33.0's own KV-cache tests as a guard for the patch series.
+"""The default release's own KV-cache tests (vLLM's, requirements/vllm.txt) as a guard for the patch series.
 
-The vllm 0.33.0 sdist ships vLLM's tests (`make -f tools/pristine.mk
-vllm-tests` unpacks them into .cache/vllm-0.33.0-sdist). Two pytest sessions
+Its sdist ships vLLM's tests (`make -f tools/pristine.mk vllm-tests` unpacks
+them into .cache/vllm-VERSION-sdist). Two pytest sessions
 run the selected files of its ``tests/v1/core/`` (tests/vllm_suite/selection.txt),
 one on a copy of the pristine tree and one on a copy with the series applied,
 side by side; every test that passes on the pristine tree must pass on the
@@ -43,7 +43,7 @@ def doc_figure(pattern: str) -> int:
 
 
 def vllm_tests_dir() -> Path:
-    """VLLM_TESTS_DIR if set, else .cache/vllm-0.33.0-sdist (make vllm-tests)."""
+    """VLLM_TESTS_DIR if set, else .cache/vllm-VERSION-sdist (make vllm-tests)."""
     env = os.environ.get("VLLM_TESTS_DIR")
     path = Path(env) if env else REPO / ".cache" / f"vllm-{VERSION}-sdist"
     if not (path / "tests" / "v1" / "core").is_dir():

@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
-"""Build, tag and push the synthetic stand-ins for vllm/vllm-openai:v0.33.0.
+"""Build, tag and push the synthetic stand-ins for vllm/vllm-openai:vVERSION, VERSION the vLLM
+requirements/vllm.txt pins (the default release).
 
     build_base.py --arch amd64|arm64      the shared Debian bookworm minbase rootfs (rootfs.py)
-                                          + vLLM 0.33.0's real Python tree + CPU torch
+                                          + that vLLM's real Python tree + CPU torch
                                           + the pure-Python packages its KV-cache code imports,
                                           in /usr/local/lib/python3.11/dist-packages.
     build_base.py --wrong-version         FROM the amd64 base, vLLM's METADATA says 0.32.1.
     build_base.py --all                   all three.
 
 Images (REGISTRY = 127.0.0.1:5000 unless INFRA_REGISTRY_ADDR):
-    amd64  REGISTRY/vllm/vllm-openai:v0.33.0-amd64
-    arm64  REGISTRY/vllm/vllm-openai:v0.33.0          (config architecture arm64)
+    amd64  REGISTRY/vllm/vllm-openai:vVERSION-amd64
+    arm64  REGISTRY/vllm/vllm-openai:vVERSION          (config architecture arm64)
     wrong  REGISTRY/vllm/vllm-openai:v0.32.1-synthetic
 
 Each image is pushed to the local registry (credentials from the services.sh

@@ -1,5 +1,5 @@
 """Requests at once, max_num_seqs and how close the capacity comes to the KV
-memory, for the default recipe, derived by hand from vLLM 0.33.0's rules
+memory, for the default recipe, derived by hand from vLLM 0.34.0's rules
 (vLLM's own count: test_concurrency_oracle.py; the overlay's, which these are:
 tests/agreement/test_overlay_planning_agreement.py)."""
 
@@ -121,7 +121,7 @@ def test_prefix_caching_off_holds_fewer_state_blocks():
 
 
 def test_max_num_seqs_above_the_pool_is_refused_and_above_the_fit_warned():
-    """vLLM 0.33.0 refuses to start (CompilationConfig.resolve_cudagraph_mode_and_sizes) when
+    """vLLM 0.34.0 refuses to start (CompilationConfig.resolve_cudagraph_mode_and_sizes) when
     max_num_seqs exceeds the pool's blocks with mamba layers and full CUDA graphs: the gate fails;
     above what fits at a listed length it only warns."""
     too_many = _default(max_num_seqs=2893)
@@ -257,7 +257,7 @@ def test_the_batch_vllm_serve_picks_for_the_gpu_unless_the_recipe_says(tmp_path)
 
 
 def test_flashkda_holds_a_prefill_checkpoint_block_where_vllm_picks_it():
-    """vLLM 0.33.0 (vllm/models/glm5next/common/kda.py): `_resolve_kda_prefill_backend` picks FlashKDA on
+    """vLLM 0.34.0 (vllm/models/glm5next/common/kda.py): `_resolve_kda_prefill_backend` picks FlashKDA on
     CUDA major 9, 10 or 12 for a bfloat16 model, KDA head_dim 128 and a bounded gate, and
     `Glm5NextLinearAttention.get_kv_cache_spec` then gives each KDA spec one prefill-checkpoint block,
     which `MambaSpec.max_memory_usage_bytes` counts in "align" mode only. The default recipe has all four

@@ -43,7 +43,7 @@ def test_post_scenario_numbers():
     assert {r.block_size for r in drafter} == {4288}
     assert {r.real_page_bytes for r in drafter} == {4_390_912}
     assert check(report).passed
-    # stock 0.33.0 gives the drafter the target's block instead
+    # stock 0.34.0 gives the drafter the target's block instead
     stock = simulate(_inputs(C.post_scenario("stock")))
     assert {r.block_size for r in stock.layers if r.owner == "drafter"} == {stock.with_drafter.block_size}
     v = check(stock)
@@ -78,8 +78,8 @@ def test_recipe_stock_fails_overlay_passes():
 
 
 def test_default_recipe_figures_from_config_arithmetic():
-    """The default recipe's figures (stock vLLM 0.33.0 / with the overlay), each dataclass compared
-    whole with vLLM 0.33.0's formulas worked out here on the config snapshots' fields, then the
+    """The default recipe's figures (stock vLLM 0.34.0 / with the overlay), each dataclass compared
+    whole with vLLM 0.34.0's formulas worked out here on the config snapshots' fields, then the
     simulator's report for the recipe's own gate input against every figure: the documents' tables
     are that report, rendered."""
     fields = default_recipe_fields()
@@ -142,7 +142,7 @@ def test_default_recipe_figures_from_config_arithmetic():
 
     assert F.DRAFTER_BYTES_PER_TOKEN == drafter_per_token == 4_096
     for column, (drafter_block, with_bytes) in (
-        (F.STOCK, (block, stock_with)),  # stock 0.33.0 gives the drafter the target's block
+        (F.STOCK, (block, stock_with)),  # stock 0.34.0 gives the drafter the target's block
         (F.OVERLAY, (exact_fit, without)),  # the overlay the exact fit
     ):
         assert column == Column(
@@ -199,7 +199,7 @@ def test_overlay_without_exact_fit_keeps_stock():
 
 
 def test_auto_kv_rule_only_on_family_100():
-    """vLLM 0.33.0's Glm5NextModelConfig.verify_and_update_config: only a
+    """vLLM 0.34.0's Glm5NextModelConfig.verify_and_update_config: only a
     target KV dtype "auto" on capability family 100 becomes fp8, and then a
     non-MTP drafter without its own dtype gets "auto" (bf16). Otherwise
     nothing changes and the drafter runs the target's dtype."""

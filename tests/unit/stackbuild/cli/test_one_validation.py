@@ -18,8 +18,8 @@ COMMANDS = (("geometry",), ("render",), ("build", "--dry-run"), ("compose", "-o"
 
 CASES = {
     "series for another vLLM": (
-        set_key("base.vllm_version", "0.34.0"),
-        f"base.vllm_version: 0.34.0: the patch series 'vllm-{DEFAULT_VERSION}' is written for vLLM "
+        set_key("base.vllm_version", "0.33.0"),
+        f"base.vllm_version: 0.33.0: the patch series 'vllm-{DEFAULT_VERSION}' is written for vLLM "
         f"{DEFAULT_VERSION} (overlay/series/vllm-{DEFAULT_VERSION}/lock.json)",
     ),
     "extra_args repeats a flag": (

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from recipe_copies import TEST_DIGEST, copy_recipe, pinned
+from recipe_copies import TEST_DIGEST, copy_recipe, pinned, set_key
 from support.repo import REPO
 
 from geometry import Behaviour
@@ -22,7 +22,7 @@ from geometry.image_contract import (
     read_image_labels,
     step_name,
 )
-from geometry.vllm_versions import DEFAULT_VERSION
+from geometry.vllm_versions import DEFAULT_VERSION, RELEASES
 from stackbuild.core.recipe import load_recipe
 from stackbuild.image.plan import make_plan
 from stackbuild.image.render import render, write_context
@@ -139,6 +139,31 @@ def test_labels_present_and_derived_from_recipe(plan):
     assert labels["io.github.glm53.drafter.license"] == "CC-BY-NC-ND-4.0"
     for key in ("source", "revision", "version", "created", "base.name", "base.digest"):
         assert f"org.opencontainers.image.{key}" in labels
+
+
+# The GPU releases a recipe may still pin besides the default (each with its own series).
+EARLIER = sorted(v for v, r in RELEASES.items() if r.gpu_modelled and v != DEFAULT_VERSION)
+
+
+@pytest.mark.parametrize("version", EARLIER)
+def test_a_recipe_pinning_an_earlier_release_builds_on_it_with_its_series(tmp_path, monkeypatch, version):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764460800")
+
+    def edit(data):
+        pinned(data)
+        set_key("base.tag", f"v{version}")(data)
+        set_key("base.vllm_version", version)(data)
+        set_key("overlay.series", f"vllm-{version}")(data)
+
+    earlier = make_plan(load_recipe(copy_recipe(tmp_path, edit)), owner="acme")
+    steps = instructions(render(earlier))
+    assert steps[0] == ("FROM", f"vllm/vllm-openai:v{version}@{TEST_DIGEST}")
+    patch = next(args for word, args in steps if word == "RUN")
+    assert f"--series /opt/glm53-overlay/overlay/series/vllm-{version}" in patch
+    assert earlier.gate_input.vllm_version == version and earlier.geometry_verdict == "pass"
+    labels = label_line(earlier)
+    assert labels["io.github.glm53.vllm.version"] == version
+    assert labels["io.github.glm53.overlay.series"] == f"vllm-{version}"
 
 
 def test_tags_and_repository(plan):
