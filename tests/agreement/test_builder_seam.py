@@ -124,6 +124,18 @@ def test_planning_takes_the_builders_groups_as_the_series_plans_them(with_builde
     assert seam_rows(stock) == group_rows(predicted(Behaviour.STOCK)) != seam_rows(plan)
 
 
+def test_the_builders_plan_is_the_patched_trees(with_builder, patched):
+    """The series on its tree, no builder: the same groups, blocks and KV views; only the block the
+    runner reports for the draft layers differs (fitted there, the target's here)."""
+    plan = with_builder["recipe"]
+    series = seam(patched, {"inputs": recipe_input(), "builder": False})["recipe"]
+    same = ("groups", "bytes_per_block", "num_blocks", "draft_view_shapes", "target_page")
+    assert {k: series[k] for k in same} == {k: plan[k] for k in same}
+    (draft_block,) = {g["block_size"] for g in series["groups"] if "drafter." in g["layers"][0]}
+    assert set(series["runner_draft_blocks"].values()) == {draft_block}
+    assert set(plan["runner_draft_blocks"].values()) != {draft_block}
+
+
 def test_the_runners_kv_views_take_the_groups_block(with_builder):
     """allocate_kv_cache views each draft layer with its group's block (the token axis of the
     block-outermost view), not the block of the spec the runner reported."""
