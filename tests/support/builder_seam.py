@@ -5,8 +5,9 @@ imported vLLM (run from its tree, ``PYTHONPATH=TREE:REPO:REPO/tests``) does with
 * ``ExactFitDraftBuilder``: vLLM's ``DefaultKVCacheConfigBuilder`` whose ``get_kv_cache_groups`` first
   re-sizes each draft attention spec (``dataclasses.replace`` of the spec the runner reported, block
   ``P / bytes per token``, kept only when exact and unpadded) and then groups as the default does. It
-  sees specs only: the engine-core process that calls it holds no layers, so the drafter backend's
-  kernel block sizes (the last condition of patch 0001's fit) are not checked here.
+  sees specs only: with the multiprocess executor the engine-core process that calls it holds no
+  layers, so the drafter backend's kernel block sizes (the last condition of patch 0001's fit) are
+  not checked here.
 * ``builder_installed``: the platform hook ``Platform.get_kv_cache_config_builder_cls`` answering the
   builder's qualified name inside the block (a platform that overrides the hook does this; nothing
   in vLLM selects a builder by name).
