@@ -21,7 +21,7 @@ from geometry.kv import backends as B
 from geometry.model.inputs import GeometryInputs
 from geometry.plan.concurrency import NULL_BLOCKS, plan_speculation, scheduling
 from geometry.plan.report import Plan
-from geometry.plan.together import Run, Stepping, Workload, requests_at_once
+from geometry.plan.together import Run, Stepping, Workload, requests_at_once, run
 
 CPU_MAX_NUM_SEQS = 128  # per rank
 GPU_MAX_NUM_SEQS = (8_192, 1_024, 256)  # (serve batch at least this, then, else)
@@ -46,6 +46,7 @@ class AtOnce:
     requests: int | None  # None: vLLM cannot plan
     run: Run | None  # the run of ``requests`` sent together
     over: Run | None  # the run of one more (what stops the count: a preemption, or one left waiting)
+    alone: Run | None = None  # one request run to its end: what it holds after its prefill and decoding
 
     @property
     def stopped_by(self) -> str:
@@ -80,4 +81,4 @@ def at_once(
     st = Stepping(max_num_seqs(inputs), num_spec, s.batches_in_flight > 1)
     free = max(blocks - NULL_BLOCKS, 0)
     n, last, over = requests_at_once(groups, s, st, free, work)
-    return AtOnce(work, blocks, n, last, over)
+    return AtOnce(work, blocks, n, last, over, run(groups, s, st, free, work, 1, to_the_end=True))

@@ -12,9 +12,9 @@ describes for a prefill, which hold the same in decode:
 * a sliding window: the blocks up to the slots, less those wholly before ``processed - (window - 1)``;
 * a mamba state in "none" mode: ``ceil((slots + block x speculative) / block)``, less the blocks
   wholly before the processed tokens;
-* a mamba state in "align" mode: one state block per step end kept from the block of the last
-  processed token on, the speculative blocks, and on the step that ends the prompt the
-  prefill-checkpoint block where the backend exports it there.
+* a mamba state in "align" mode: one state block per step end, and on the step that ends the prompt
+  the prefill checkpoint's block where the backend exports it there, each kept until the processed
+  tokens pass its block; and the speculative blocks.
 """
 
 from __future__ import annotations
@@ -89,20 +89,30 @@ class Holdings:
                 self._next_length[i] = max(self.length[i], cdiv(slots + b * g.state.speculative, b))
                 nxt[i] = self._next_length[i] - self.removed[i]
             else:
-                states = self.states[i] | {(end - 1) // b}
-                checkpoint = int(needs_checkpoint(g, start, end, self.prompt, s))
-                nxt[i] = len(states) + g.state.speculative + checkpoint
+                states = self.states[i] | self._written(g, start, end)
+                nxt[i] = len(states) + g.state.speculative
                 if partial and start and start == tail and tail % b:
                     copies += 1
         self._next = nxt
         return max(sum(nxt) - self.blocks, 0) + copies
+
+    def _written(self, g: RequestBlocks, start: int, end: int) -> set[int]:
+        """The state blocks a step from ``start`` to ``end`` writes in "align" mode: the state after its
+        last token's block, and on the step that ends the prompt the prefill checkpoint's block
+        (``cdiv(end, block) - 2``) where the backend exports it; both are freed as the processed tokens
+        pass them."""
+        b = g.block_size
+        out = {(end - 1) // b}
+        if needs_checkpoint(g, start, end, self.prompt, self.s):
+            out.add(cdiv(end, b) - 2)
+        return out
 
     def take(self, start: int, n: int) -> None:
         """Keep what the last ``ask`` (for the same step) counted."""
         end = start + n
         for i, g in enumerate(self.groups):
             if g.rule == "state" and g.state.align:
-                self.states[i].add((end - 1) // g.block_size)
+                self.states[i] |= self._written(g, start, end)
         self.length = self._next_length
         self.held = self._next
         self._next = None

@@ -92,8 +92,17 @@ class Stepping:
     async_scheduling: bool  # output placeholders: decodes scheduled ahead
 
 
-def run(groups: tuple[RequestBlocks, ...], s: Scheduling, st: Stepping, free: int, work: Workload, sent: int) -> Run:
-    """Step ``sent`` requests of ``work`` sent together on ``free`` blocks (the pool less the null block)."""
+def run(
+    groups: tuple[RequestBlocks, ...],
+    s: Scheduling,
+    st: Stepping,
+    free: int,
+    work: Workload,
+    sent: int,
+    to_the_end: bool = False,
+) -> Run:
+    """Step ``sent`` requests of ``work`` sent together on ``free`` blocks (the pool less the null block):
+    until all finish (``to_the_end``), else until what they can still hold is known to fit."""
     check_together(work.prompt, work.output, s.batched_tokens, sent)
     reqs = [_Request(Holdings(groups, s, work.prompt)) for _ in range(sent)]
     waiting = deque(reqs)
@@ -104,7 +113,7 @@ def run(groups: tuple[RequestBlocks, ...], s: Scheduling, st: Stepping, free: in
     peak_running = peak_blocks = steps = 0
     after_prefill = decode_peak = 0
     used = 0
-    while waiting or running or queue:
+    while waiting or running:
         steps += 1
         step: dict[_Request, tuple[int, int, bool]] = {}
         budget = s.batched_tokens
@@ -162,7 +171,8 @@ def run(groups: tuple[RequestBlocks, ...], s: Scheduling, st: Stepping, free: in
         if not step and not queue and waiting and not running:
             break  # one request asks more than the whole pool: it waits for ever
         if (
-            not waiting
+            not to_the_end
+            and not waiting
             and len(running) == sent
             and sum(r.hold.most(work.tokens + st.num_spec + 1) for r in running) <= free
         ):

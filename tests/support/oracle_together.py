@@ -71,7 +71,7 @@ def send_together(
             scheduler.add_request(r)
             requests.append(r)
         first = requests[0]
-        while scheduler.has_requests() or queue:
+        while scheduler.has_requests():
             steps += 1
             if steps > max_steps:
                 raise RuntimeError(f"{sent} requests did not finish in {max_steps} steps")
