@@ -71,7 +71,7 @@ _API: dict[str, tuple[str, str | None]] = {
     "figures": ("geometry.verdict.behaviours", "figures"),
     "TogetherReport": ("geometry.verdict.together_report", "TogetherReport"),
     "together_report": ("geometry.verdict.together_report", "together_report"),
-    "length_workload": ("geometry.verdict.together_report", "workload"),
+    "together_workloads": ("geometry.verdict.together_report", "workloads"),
     "FitResult": ("geometry.verdict.fit", "FitResult"),
     "search_fit": ("geometry.verdict.fit", "search"),
     "render_fit_text": ("geometry.verdict.fit", "render_text"),

@@ -103,7 +103,7 @@ class Holdings:
         pass them."""
         b = g.block_size
         out = {(end - 1) // b}
-        if needs_checkpoint(g, start, end, self.prompt, self.s):
+        if start < self.prompt <= end and needs_checkpoint(g, start, end, self.prompt, self.s):
             out.add(cdiv(end, b) - 2)
         return out
 
@@ -116,6 +116,30 @@ class Holdings:
         self.length = self._next_length
         self.held = self._next
         self._next = None
+
+    def quiet(self, start: int, n: int, processed: int) -> int:
+        """Steps of ``n`` tokens from ``start`` (``processed`` behind it), each one token further, over which
+        no group allocates or frees a block: until the slots, the step's end or the processed tokens
+        cross a block boundary that moves a rule above, or the slots reach max_model_len."""
+        s = self.s
+        end = start + n
+        raw = end + s.lookahead
+        out = s.max_model_len - raw if raw < s.max_model_len else 1 << 62
+        for g in self.groups:
+            b = g.block_size
+            if g.rule == "per_token":
+                marks = (raw + b - 1,)
+            elif g.rule == "window":
+                marks = (raw + b - 1, processed - g.window + 1)
+            elif g.rule == "state" and not g.state.align:
+                marks = (raw + b * g.state.speculative + b - 1, processed - 1)
+            elif g.rule == "state":
+                marks = (end - 1, processed - 1)
+            else:
+                marks = ()
+            for x in marks:
+                out = min(out, b - x % b)
+        return out
 
     def most(self, last_token: int) -> int:
         """A bound on what the request can hold from now until its sequence reaches ``last_token``

@@ -113,10 +113,13 @@ def run(
     peak_running = peak_blocks = steps = 0
     after_prefill = decode_peak = 0
     used = 0
+    bounded = False
+    steady = None  # the last step's state when nothing changed in it (_steady_state)
     while waiting or running:
         steps += 1
         step: dict[_Request, tuple[int, int, bool]] = {}
         budget = s.batched_tokens
+        quiet = not waiting  # nothing admitted, allocated, freed or finished this step
         for r in running:
             if budget <= 0:
                 break
@@ -127,8 +130,10 @@ def run(
             n = aligned_split(r.computed, n, work.prompt, s, groups) if _aligned(groups) else n
             if n <= 0:
                 continue
-            used -= r.hold.free_skipped(max(0, r.computed - r.in_flight))
+            freed = r.hold.free_skipped(max(0, r.computed - r.in_flight))
+            used -= freed
             need = r.hold.ask(r.computed, n)
+            quiet = quiet and not (freed or need)
             if need > free - used:
                 return Run(sent, peak_running, steps, steps, peak_blocks, after_prefill, decode_peak)
             r.hold.take(r.computed, n)
@@ -163,36 +168,81 @@ def run(
         peak_blocks = max(peak_blocks, used)
         queue.appendleft(step)
         if len(queue) >= s.batches_in_flight or not (step or waiting or running):
-            used -= _hand_back(queue.pop(), running, work, st, s)
+            done = _hand_back(queue.pop(), running, work, st, s)
+            used -= done
+            quiet = quiet and not done
+        state = _steady_state(step, running, steps) if quiet else None
+        if state is not None and state == steady:
+            skip = _quiet_steps(step, s, st, work)
+            for r in running:
+                r.computed += skip
+                r.outputs += skip
+            steps += skip
+            state = _steady_state(step, running, steps)
+        steady = state
         if first.computed >= work.prompt and not after_prefill:
             after_prefill = first.hold.blocks
         elif after_prefill and not first.done:
             decode_peak = max(decode_peak, first.hold.blocks)
         if not step and not queue and waiting and not running:
             break  # one request asks more than the whole pool: it waits for ever
-        if (
-            not to_the_end
-            and not waiting
-            and len(running) == sent
-            and sum(r.hold.most(work.tokens + st.num_spec + 1) for r in running) <= free
-        ):
-            break  # all run, and what they can still hold fits: no preemption is left to come
+        if not to_the_end and not waiting and not bounded and len(running) == sent:
+            bounded = True  # asked once, when the last is admitted
+            if sum(r.hold.most(work.tokens + st.num_spec + 1) for r in running) <= free:
+                break  # all run, and what they can still hold fits: no preemption is left to come
     return Run(sent, peak_running, None, steps, peak_blocks, after_prefill, decode_peak)
 
 
 def requests_at_once(
     groups: tuple[RequestBlocks, ...], s: Scheduling, st: Stepping, free: int, work: Workload
 ) -> tuple[int, Run | None, Run | None]:
-    """``(N, the run of N, the run of N + 1)``: the largest N whose run all ran, counting up from one
-    (at most ``max_num_seqs``, and no more than the free blocks: each request holds one)."""
-    last = None
+    """``(N, the run of N, the run of N + 1)``: the largest N whose run all ran (at most ``max_num_seqs``, and
+    no more than the free blocks: each request holds one), found by doubling then halving: a run that all
+    ran says every smaller one does (fewer requests draw less from the same pool at the same steps)."""
     limit = min(st.max_running, free)
-    for n in range(1, limit + 1):
-        r = run(groups, s, st, free, work, n)
-        if not r.all_ran:
-            return n - 1, last, r
-        last = r
-    return limit, last, None
+    runs: dict[int, Run] = {}
+
+    def ran(n: int) -> bool:
+        runs[n] = run(groups, s, st, free, work, n)
+        return runs[n].all_ran
+
+    lo, hi = 0, 1  # lo all ran (none sent), hi is the next to try
+    while hi <= limit and ran(hi):
+        lo, hi = hi, min(hi * 2, limit + 1)
+        if lo == limit:
+            break
+    hi = min(hi, limit + 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ran(mid) else (lo, mid)
+    last = runs.get(lo) if lo else None
+    over = runs.get(hi) if hi <= limit else None
+    if over is None and hi <= limit:
+        over = run(groups, s, st, free, work, hi)
+    return lo, last, over
+
+
+def _steady_state(step: dict, running: list[_Request], steps: int) -> tuple | None:
+    """What two steps in a row must share for the run to be in a steady decode: every running request
+    decoding, scheduled the same tokens and drafts, with the same tokens in flight, placeholders and
+    drafts, its computed and output tokens one more per step (None: not decoding alone)."""
+    if len(step) != len(running) or not all(samples for _, _, samples in step.values()):
+        return None
+    return tuple(
+        (step[r][:2], r.computed - steps, r.outputs - steps, r.in_flight, r.placeholders, r.drafts) for r in running
+    )
+
+
+def _quiet_steps(step: dict, s: Scheduling, st: Stepping, work: Workload) -> int:
+    """Steps of a steady decode that change nothing but each request's computed and output tokens (one
+    each per step): fewer than it takes any request to cross a block boundary that allocates or frees
+    a block, or to come near its end (then the steps are walked one by one again)."""
+    margin = 3 + st.num_spec
+    out = []
+    for r, (n, _, _) in step.items():
+        near_end = work.output - r.outputs - margin - r.placeholders
+        out.append(min(near_end, r.hold.quiet(r.computed, n, max(0, r.computed - r.in_flight))) - 2)
+    return max(min(out, default=0), 0)
 
 
 def _aligned(groups: tuple[RequestBlocks, ...]) -> bool:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from geometry.image_contract import Behaviour
 from geometry.model.inputs import GeometryInputs
 from geometry.plan.at_once import at_once
+from geometry.plan.concurrency import ContextTooLong, contexts_for, max_model_len_of
 from geometry.plan.concurrency import requests_at_once as after_prefill_count
 from geometry.plan.report import GeometryReport
 from geometry.plan.together import DEFINITION, Workload
@@ -33,6 +34,23 @@ def workload(tokens: int, output: int | None = None) -> Workload:
         return Workload(tokens, output)
     out = min(DEFAULT_OUTPUT_TOKENS, max(tokens // 4, 1))
     return Workload(tokens - out, out)
+
+
+def workloads(inputs: GeometryInputs, named: list[tuple[int, int | None]] | None = None) -> list[Workload]:
+    """The workloads of the lengths named (``(prompt, output or None)``), else of the default lengths up to
+    max_model_len and max_model_len itself; ContextTooLong for one vLLM refuses (a prompt and output longer
+    than max_model_len, or an empty prompt or output)."""
+    limit = max_model_len_of(inputs)
+    chosen = [workload(t, o) for t, o in named] if named else [workload(t) for t in contexts_for(limit)]
+    for w in chosen:
+        if w.prompt < 1 or w.output < 1:
+            raise ContextTooLong(f"length {w.prompt:,}:{w.output:,} needs a prompt token and an output token")
+        if w.tokens > limit:
+            raise ContextTooLong(
+                f"length {w.prompt:,}:{w.output:,} ({w.tokens:,} tokens) is above max_model_len {limit:,} "
+                "(vLLM refuses a prompt and max_tokens longer than that)"
+            )
+    return chosen
 
 
 @dataclass(frozen=True)
