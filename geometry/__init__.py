@@ -60,6 +60,7 @@ _API: dict[str, tuple[str, str | None]] = {
     "Workload": ("geometry.plan.together", "Workload"),
     "TooMuchToStep": ("geometry.plan.limits", "TooMuchToStep"),
     "at_once": ("geometry.plan.at_once", "at_once"),
+    "sent_together": ("geometry.plan.at_once", "sent_together"),
     # the gate verdict
     "GateRun": ("geometry.verdict.gate_run", "GateRun"),
     "run_gate": ("geometry.verdict.gate_run", "run_gate"),

@@ -58,6 +58,21 @@ class AtOnce:
         return f"{self.over.sent - self.over.peak_running:,} left waiting"
 
 
+def _stepped(plan: Plan, inputs: GeometryInputs, label: str, behaviour: Behaviour, num_blocks: int | None):
+    """``(plan on the pool, groups, Scheduling, Stepping, free blocks)``, or None when vLLM cannot plan."""
+    if num_blocks is not None and plan.num_blocks is not None:
+        plan = replace(plan, num_blocks=num_blocks)
+    if plan.error or plan.num_blocks is None or plan.prefix_cache is None or not plan.groups:
+        return None
+    groups = tuple(g.per_request for g in plan.groups)
+    if any(g is None for g in groups):
+        return None
+    speculating, num_spec = plan_speculation(inputs)[label]
+    s = scheduling(plan, inputs, speculating, num_spec, behaviour)
+    st = Stepping(max_num_seqs(inputs), num_spec, s.batches_in_flight > 1)
+    return plan, groups, s, st, max(plan.num_blocks - NULL_BLOCKS, 0)
+
+
 def at_once(
     plan: Plan,
     inputs: GeometryInputs,
@@ -68,17 +83,26 @@ def at_once(
 ) -> AtOnce:
     """Requests of ``work`` at once in ``plan`` as ``behaviour`` runs it, on ``num_blocks`` blocks
     (``--num-gpu-blocks-override``; None: the plan's)."""
-    if num_blocks is not None and plan.num_blocks is not None:
-        plan = replace(plan, num_blocks=num_blocks)
-    blocks = plan.num_blocks or 0
-    if plan.error or plan.num_blocks is None or plan.prefix_cache is None or not plan.groups:
-        return AtOnce(work, blocks, None, None, None)
-    groups = tuple(g.per_request for g in plan.groups)
-    if any(g is None for g in groups):
-        return AtOnce(work, blocks, None, None, None)
-    speculating, num_spec = plan_speculation(inputs)[label]
-    s = scheduling(plan, inputs, speculating, num_spec, behaviour)
-    st = Stepping(max_num_seqs(inputs), num_spec, s.batches_in_flight > 1)
-    free = max(blocks - NULL_BLOCKS, 0)
+    stepped = _stepped(plan, inputs, label, behaviour, num_blocks)
+    if stepped is None:
+        return AtOnce(work, num_blocks or plan.num_blocks or 0, None, None, None)
+    plan, groups, s, st, free = stepped
     n, last, over = requests_at_once(groups, s, st, free, work)
-    return AtOnce(work, blocks, n, last, over, run(groups, s, st, free, work, 1, to_the_end=True))
+    return AtOnce(work, plan.num_blocks, n, last, over, run(groups, s, st, free, work, 1, to_the_end=True))
+
+
+def sent_together(
+    plan: Plan,
+    inputs: GeometryInputs,
+    work: Workload,
+    behaviour: Behaviour,
+    sent: int,
+    num_blocks: int | None = None,
+) -> Run | None:
+    """The with-drafter run of ``sent`` requests of ``work`` sent together, to their end (None: vLLM cannot
+    plan): what a server given the same requests shows."""
+    stepped = _stepped(plan, inputs, "with_drafter", behaviour, num_blocks)
+    if stepped is None:
+        return None
+    _, groups, s, st, free = stepped
+    return run(groups, s, st, free, work, sent, to_the_end=True)

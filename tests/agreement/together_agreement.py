@@ -10,8 +10,8 @@ prints one ``TOGETHER {json}`` line per case (``VLLM {path}`` first) and exits 0
 Each case: the gate input, the plan (with the drafter), a pool (``--num-gpu-blocks-override``, None:
 the plan's), a prompt and an output length. Compared: the count (the largest N whose N requests sent
 together all run at once without a preemption, counting up from one), and for the runs of N and of
-N + 1 how many ran together, whether and at which step one was preempted, and what the first request
-held after its prefill and at most while it decoded.
+N + 1 how many ran together and whether and at which step one was preempted; and what one request sent
+alone holds after its prefill and at most while it decodes.
 """
 
 from __future__ import annotations
@@ -34,12 +34,13 @@ HYBRID_FIXED = [(150, 3000, 64), (250, 6000, 200), (200, 1000, 300), (120, 6000,
 
 
 def hybrid_sampled(seed: int = 44, n: int = 6) -> list[tuple[int, int, int]]:
-    """Pools, prompts and outputs drawn at random (a fixed seed): pools from one request's worth up."""
+    """Pools, prompts and outputs drawn at random (a fixed seed): pools from just above what vLLM needs to
+    start at max_model_len 8192 (one request of that length) up."""
     rnd = random.Random(seed)
     out = []
     for _ in range(n):
         prompt = rnd.randint(300, 7000)
-        out.append((rnd.randint(70, 320), prompt, rnd.randint(1, min(600, HYBRID_LEN - prompt))))
+        out.append((rnd.randint(100, 320), prompt, rnd.randint(1, min(600, HYBRID_LEN - prompt))))
     return out
 
 
@@ -71,7 +72,8 @@ def cases(behaviour: str) -> dict[str, tuple[dict, int | None, int, int]]:
     return out
 
 
-RUN_FIELDS = ("sent", "peak_running", "preempted_at", "all_ran", "after_prefill_blocks", "decode_blocks")
+RUN_FIELDS = ("sent", "peak_running", "preempted_at", "all_ran")
+ALONE_FIELDS = ("after_prefill_blocks", "decode_blocks")
 
 
 def gate_side(raw: dict, pool: int | None, prompt: int, output: int) -> dict:
@@ -91,6 +93,7 @@ def gate_side(raw: dict, pool: int | None, prompt: int, output: int) -> dict:
     return {
         "requests": got.requests,
         "runs": [{k: r[k] for k in RUN_FIELDS} for r in runs],
+        "alone": {k: getattr(got.alone, k) for k in ALONE_FIELDS},
         "after_prefill_requests": line.after_prefill_requests,
     }
 
@@ -102,12 +105,17 @@ def vllm_side(raw: dict, pool: int | None, prompt: int, output: int) -> dict:
 
     inputs = GeometryInputs.from_json(raw)
     counted = requests_at_once(inputs, inputs.has_drafter, inputs.num_speculative_tokens, prompt, output, pool)
-    return {"requests": counted["requests"], "runs": [{k: r[k] for k in RUN_FIELDS} for r in counted["runs"][-2:]]}
+    runs = counted["runs"]
+    return {
+        "requests": counted["requests"],
+        "runs": [{k: r[k] for k in RUN_FIELDS} for r in runs[-2:]],
+        "alone": {k: runs[0][k] for k in ALONE_FIELDS},
+    }
 
 
 def compare(name: str, case: tuple) -> dict:
     gate, vllm = gate_side(*case), vllm_side(*case)
-    agree = gate["requests"] == vllm["requests"] and gate["runs"] == vllm["runs"]
+    agree = all(gate[k] == vllm[k] for k in ("requests", "runs", "alone"))
     return {"name": name, "gate": gate, "vllm": vllm, "agree": agree}
 
 
