@@ -2,8 +2,8 @@
 images, stock and patched, on small pools.
 
 The recipe (tests/recipes/cpu-hybrid-dflash, as tests/e2e/serve/test_chain_cpu_hybrid.py serves it) with
-``serving.max_model_len`` 4096 (its target's longest) and ``serving.max_num_batched_tokens`` 2048; each image is built once
-(`build.py build --no-push`, the stock one with ``--stock --allow-gate-failure``) and served by `docker
+``serving.max_model_len`` 4096 (its target's longest) and ``serving.max_num_batched_tokens`` 2048; each image is
+built once (`build.py build --no-push`, the stock one with ``--stock --allow-gate-failure``) and served by `docker
 run` with the recipe's own argv and ``--num-gpu-blocks-override N`` added, the start check in ``warn``
 mode. For each pool and length, `build.py geometry --lengths PROMPT:OUTPUT --num-gpu-blocks-override N`
 gives the gate's count and the count the pool gives when each request keeps what its prefill left it;
