@@ -20,6 +20,7 @@ from geometry.image_contract import Behaviour
 from geometry.kv import backends as B
 from geometry.model.inputs import GeometryInputs
 from geometry.plan.concurrency import NULL_BLOCKS, plan_speculation, scheduling
+from geometry.plan.limits import TooMuchToStep, prefill_steps_reason
 from geometry.plan.report import Plan
 from geometry.plan.together import Run, Stepping, Workload, requests_at_once, run
 
@@ -87,6 +88,9 @@ def at_once(
     if stepped is None:
         return AtOnce(work, num_blocks or plan.num_blocks or 0, None, None, None)
     plan, groups, s, st, free = stepped
+    reason = prefill_steps_reason(work.prompt + 1, s.batched_tokens)
+    if reason:
+        raise TooMuchToStep(reason)
     n, last, over = requests_at_once(groups, s, st, free, work)
     return AtOnce(work, plan.num_blocks, n, last, over, run(groups, s, st, free, work, 1, to_the_end=True))
 

@@ -18,6 +18,7 @@ from geometry.model.inputs import GeometryInputs
 from geometry.plan.at_once import at_once
 from geometry.plan.concurrency import ContextTooLong, contexts_for, max_model_len_of
 from geometry.plan.concurrency import requests_at_once as after_prefill_count
+from geometry.plan.limits import TooMuchToStep
 from geometry.plan.report import GeometryReport
 from geometry.plan.together import DEFINITION, Workload
 
@@ -110,7 +111,12 @@ def _fmt(n: int | None) -> str:
 def row(report: GeometryReport, inputs: GeometryInputs, work: Workload, num_blocks: int | None = None) -> TogetherRow:
     """One behaviour's row for ``work`` on its with-drafter plan (``num_blocks``: the override)."""
     plan = report.with_drafter
-    got = at_once(plan, inputs, "with_drafter", work, report.behaviour, num_blocks)
+    try:
+        got = at_once(plan, inputs, "with_drafter", work, report.behaviour, num_blocks)
+    except TooMuchToStep as exc:  # the row says why, the rest of the report stands
+        return TogetherRow(
+            report.behaviour, work.prompt, work.output, plan.num_blocks, None, str(exc), None, None, None
+        )
     pooled = replace(plan, num_blocks=num_blocks) if num_blocks is not None and plan.num_blocks is not None else plan
     before = after_prefill_count(pooled, inputs, "with_drafter", work.prompt + 1, report.behaviour)
     alone = got.alone

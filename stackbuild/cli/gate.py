@@ -56,8 +56,9 @@ def _lengths(_ctx, _param, value):
     callback=_lengths,
     default=None,
     metavar="PROMPT[:OUTPUT][,...]",
-    help="Requests sent together: prompt and output lengths in tokens (e.g. 6000:200,32K); a length alone is "
-    "split into a prompt and an output. Default: the 'requests at once' lengths.",
+    help="Add 'requests sent together' (stock and overlay): prompt and output lengths in tokens (e.g. "
+    "6000:200,32K); a length alone is split into a prompt and an output. With only a pool flag: the 'requests "
+    "at once' lengths.",
 )
 @click.option(
     "--num-gpu-blocks-override",

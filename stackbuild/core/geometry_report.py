@@ -33,13 +33,13 @@ class RecipeGeometry:
     run: GateRun
     at_once: Concurrency
     versus: BehaviourComparison
-    together: TogetherReport
+    together: Optional[TogetherReport]  # asked with --lengths or a pool flag (each row steps the scheduler)
 
     def to_json(self) -> dict:
         return {
             **to_json(self.run.report, self.run.verdict, self.at_once),
             "stock_vs_overlay": asdict(self.versus),
-            "requests_sent_together": self.together.to_json(),
+            **({"requests_sent_together": self.together.to_json()} if self.together else {}),
         }
 
     def text(self) -> str:
@@ -47,7 +47,7 @@ class RecipeGeometry:
             [
                 render_text(self.run.report, self.run.verdict, self.at_once),
                 *comparison_lines(self.versus),
-                *self.together.lines(),
+                *(self.together.lines() if self.together else ()),
             ]
         )
 
@@ -66,16 +66,18 @@ def recipe_report(
     kv_cache_memory_bytes: Optional[int] = None,
 ) -> RecipeGeometry:
     """Both behaviours' gate runs and requests at once, ``behaviour``'s judged (``contexts``: the request
-    lengths, default geometry.plan.concurrency.contexts_for's), and requests sent together for ``lengths``
-    (``(prompt, output or None)``) on the pool of ``num_gpu_blocks_override`` / ``kv_cache_memory_bytes``;
-    ContextTooLong for a length vLLM refuses."""
+    lengths, default geometry.plan.concurrency.contexts_for's), and, when any of them is given, requests sent
+    together for ``lengths`` (``(prompt, output or None)``; default the default lengths) on the pool of
+    ``num_gpu_blocks_override`` / ``kv_cache_memory_bytes``; ContextTooLong for a length vLLM refuses."""
     runs = {
         b: recipe_geometry(recipe, vllm_behaviour=b, kv_cache_memory_bytes=kv_cache_memory_bytes) for b in Behaviour
     }
     at_once = {b: concurrency(r.report, r.inputs, contexts) for b, r in runs.items()}
     versus = compare(*(figures(runs[b].report, runs[b].verdict, at_once[b]) for b in Behaviour))
-    works = together_workloads(runs[behaviour].inputs, lengths)
-    together = together_report(
-        {b: (r.report, r.inputs) for b, r in runs.items()}, works, num_gpu_blocks_override, kv_cache_memory_bytes
-    )
+    together = None
+    if lengths or num_gpu_blocks_override is not None or kv_cache_memory_bytes is not None:
+        works = together_workloads(runs[behaviour].inputs, lengths)
+        together = together_report(
+            {b: (r.report, r.inputs) for b, r in runs.items()}, works, num_gpu_blocks_override, kv_cache_memory_bytes
+        )
     return RecipeGeometry(recipe, runs[behaviour], at_once[behaviour], versus, together)
