@@ -241,6 +241,13 @@ class ExitCode(enum.IntEnum):
         "1.41; the line names it, the oldest supported and the newest tested), or, `compose --engine-api`, older "
         "than the API the file would be written for",
     )
+    CAPACITY_DIFFERS = (
+        33,
+        "the live requests at once are not the gate's",
+        "`qualify --capacity`: the requests a running server ran together without a preemption (the most "
+        "`vllm:num_requests_running` of `/metrics` while `vllm:num_preemptions_total` stays) are not what the gate "
+        "predicts for the same requests, length and pool (both numbers named)",
+    )
     SIGNER_MISSING = (
         40,
         "no cosign to sign or verify with",

@@ -150,9 +150,10 @@ COMMAND_EXITS: Mapping[str, CommandExits] = MappingProxyType(
                 E.QUALIFY_FAILED,
                 E.BELOW_EXPECTATION,
                 E.KV_CACHE_DIFFERS,
+                E.CAPACITY_DIFFERS,
             ),
             {
-                E.SUCCESS: "everything holds",
+                E.SUCCESS: "everything holds (`--capacity`: the server ran together what the gate predicts)",
                 E.TRANSFER_REFUSED: "`--attach`: the registry has no manifest of that digest",
             },
         ),

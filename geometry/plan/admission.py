@@ -130,7 +130,7 @@ def _state_groups(groups: tuple[RequestBlocks, ...]) -> list[RequestBlocks]:
     return [g for g in groups if g.rule == "state"]
 
 
-def _split(start: int, n: int, prompt: int, s: Scheduling, groups: tuple[RequestBlocks, ...]) -> int:
+def aligned_split(start: int, n: int, prompt: int, s: Scheduling, groups: tuple[RequestBlocks, ...]) -> int:
     """``Scheduler._mamba_block_aligned_split`` for a fresh request (no hit, no shared-prefix junction)."""
     if start >= prompt:
         return n
@@ -168,7 +168,7 @@ def chunks(prompt: int, s: Scheduling, groups: tuple[RequestBlocks, ...]) -> tup
     while start < prompt:
         n = min(prompt - start, s.batched_tokens)
         if align:
-            n = _split(start, n, prompt, s, groups)
+            n = aligned_split(start, n, prompt, s, groups)
         if n <= 0:
             raise ValueError(f"the scheduler cannot split a prompt of {prompt:,} tokens at {start:,}")
         out.append(n)
@@ -176,7 +176,7 @@ def chunks(prompt: int, s: Scheduling, groups: tuple[RequestBlocks, ...]) -> tup
     return tuple(out)
 
 
-def _admission(g: RequestBlocks, prompt: int, s: Scheduling) -> int:
+def admission_blocks(g: RequestBlocks, prompt: int, s: Scheduling) -> int:
     """The group's blocks in the admission check (``get_num_blocks_to_allocate`` for the whole prompt,
     ``apply_admission_cap``)."""
     b = g.block_size
@@ -190,11 +190,11 @@ def _admission(g: RequestBlocks, prompt: int, s: Scheduling) -> int:
     st = g.state
     if not st.align:
         return cdiv(prompt + b * st.speculative, b)
-    checkpoint = int(_checkpoint(g, 0, prompt, prompt, s))
+    checkpoint = int(needs_checkpoint(g, 0, prompt, prompt, s))
     return min(cdiv(prompt, b) + st.speculative, 1 + checkpoint + st.speculative)
 
 
-def _checkpoint(g: RequestBlocks, start: int, end: int, prompt: int, s: Scheduling) -> bool:
+def needs_checkpoint(g: RequestBlocks, start: int, end: int, prompt: int, s: Scheduling) -> bool:
     """``MambaManager._needs_internal_checkpoint`` for a query of a fresh request: only the chunk that
     ends the prompt reserves one."""
     st = g.state
@@ -215,7 +215,7 @@ def prefill(groups: tuple[RequestBlocks, ...], tokens: int, s: Scheduling, pool:
     free blocks), a request whose admission check asks more is refused before a step (no chunks, nothing
     held). limits.PrefillTooLong for a prefill longer than the model walks through."""
     prompt = tokens - 1
-    admission = sum(_admission(g, prompt, s) for g in groups)
+    admission = sum(admission_blocks(g, prompt, s) for g in groups)
     if pool is not None and admission > pool:
         return Prefill(prompt, (), (), admission, admission, admission)
     check_prefill_steps(tokens, s.batched_tokens)
@@ -260,7 +260,7 @@ def prefill(groups: tuple[RequestBlocks, ...], tokens: int, s: Scheduling, pool:
                     first = (processed - 1) // b
                     states[i] = {x for x in states[i] if x >= first}
                 states[i].add((end - 1) // b)
-                held[i] = len(states[i]) + g.state.speculative + int(_checkpoint(g, start, end, prompt, s))
+                held[i] = len(states[i]) + g.state.speculative + int(needs_checkpoint(g, start, end, prompt, s))
         peak = max(peak, sum(held))
         need = max(need, sum(held) + copies)
         start = end

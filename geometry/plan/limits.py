@@ -42,3 +42,36 @@ def check_prefill_steps(tokens: int, batched_tokens: int) -> None:
     why = prefill_steps_reason(tokens, batched_tokens)
     if why:
         raise PrefillTooLong(why)
+
+
+# Requests sent together that the together model steps (together.py), and the scheduler steps it
+# walks through for one such run: a run of N requests takes about N x prompt / max_num_batched_tokens
+# steps to admit them all, then the output's decode steps.
+MAX_SENT = 4_096
+MAX_TOGETHER_STEPS = 1_000_000
+
+
+class TooMuchToStep(BadInput):
+    """A run of requests sent together is beyond what the together model steps through."""
+
+
+def together_reason(prompt: int, output: int, batched_tokens: int, sent: int) -> str | None:
+    """Why ``sent`` requests of ``prompt`` and ``output`` tokens are beyond the together model (None: they
+    are not)."""
+    if sent > MAX_SENT:
+        return f"{sent:,} requests sent together: the model steps at most {MAX_SENT:,}"
+    steps = sent * cdiv(max(prompt, 1), max(batched_tokens, 1)) * 2 + output
+    if steps > MAX_TOGETHER_STEPS:
+        return (
+            f"{sent:,} requests of {prompt:,} prompt and {output:,} output tokens take about {steps:,} scheduler "
+            f"steps of max_num_batched_tokens {batched_tokens:,}; the model steps through at most "
+            f"{MAX_TOGETHER_STEPS:,} (shorten the output, or raise max_num_batched_tokens)"
+        )
+    return None
+
+
+def check_together(prompt: int, output: int, batched_tokens: int, sent: int) -> None:
+    """TooMuchToStep when ``together_reason`` gives one."""
+    why = together_reason(prompt, output, batched_tokens, sent)
+    if why:
+        raise TooMuchToStep(why)

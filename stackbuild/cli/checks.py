@@ -100,6 +100,27 @@ def verify(image, recipe_path, as_json, key, certificate_identity, certificate_o
     help="Push the result, pass or fail (its verdict inside), as an in-toto statement referring to this "
     "image (REPOSITORY@sha256:...), as the SBOM and provenance are; credentials from `docker login`.",
 )
+@click.option(
+    "--capacity",
+    metavar="PROMPT:OUTPUT",
+    default=None,
+    help="Instead of the measurements: send requests of PROMPT prompt and OUTPUT output tokens at once and "
+    "hold the most the server runs together without a preemption (/metrics) to the gate's prediction for the "
+    "server's max_model_len and pool; writes capacity.json and capacity.png under --out (exit 33 when they differ).",
+)
+@click.option(
+    "--capacity-requests",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="Requests --capacity sends at once (default: one more than the gate's requests at once).",
+)
+@click.option(
+    "--capacity-timeout",
+    type=click.FloatRange(1, 86400),
+    default=900,
+    show_default=True,
+    help="Seconds --capacity waits for its requests.",
+)
 @json_option
 def qualify(
     url,
@@ -117,6 +138,9 @@ def qualify(
     prefix_blocks,
     allow_degenerate,
     attach_to,
+    capacity,
+    capacity_requests,
+    capacity_timeout,
     as_json,
 ):
     """Measure a running deployment as the published numbers were measured: its KV cache against the
@@ -132,6 +156,9 @@ def qualify(
     from stackbuild.serve.qualify.cli_support import run_qualify
     from stackbuild.serve.qualify.run import raise_if_failed
 
+    if capacity is not None:
+        _capacity(url, recipe_path, model, stock, api_key_env, out_dir, capacity, capacity_requests, capacity_timeout)
+        return
     target = None
     if attach_to is not None:
         from stackbuild.image.qualification import target_of
@@ -167,3 +194,35 @@ def qualify(
     if as_json:
         print_json(data)
     raise_if_failed(run.result)
+
+
+def _capacity(url, recipe_path, model, stock, api_key_env, out_dir, capacity, sent, timeout_s) -> None:
+    """`qualify --capacity`: the probe, its table on stderr, capacity.json and capacity.png under --out."""
+    import json
+
+    from geometry import Behaviour
+    from stackbuild.serve.qualify import capacity as C
+    from stackbuild.serve.qualify.cli_support import api_key, check_out_dir
+    from stackbuild.serve.qualify.client import Server
+
+    prompt, _, output = capacity.partition(":")
+    if not (prompt.isdigit() and output.isdigit() and int(prompt) >= 1 and int(output) >= 1):
+        raise click.BadParameter(
+            f"{capacity!r} is not PROMPT:OUTPUT in tokens (e.g. 6000:200)", param_hint="--capacity"
+        )
+    check_out_dir(out_dir)
+    server = Server(url, api_key(api_key_env))
+    behaviour = Behaviour.of_stock_flag(stock)
+    result = C.run_capacity(
+        server, load_recipe(recipe_path), model, behaviour, int(prompt), int(output), sent, timeout_s
+    )
+    click.echo(result.text(), err=True)
+    if out_dir is not None:
+        from stackbuild.core.atomic import replace_text
+
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / C.JSON_NAME
+        replace_text(path, json.dumps(result.to_json(), indent=2, sort_keys=True) + "\n")
+        click.echo(f"wrote {path}", err=True)
+        click.echo(f"wrote {C.figure(result, out_dir / C.FIGURE_NAME)}", err=True)
+    C.raise_if_differs(result)

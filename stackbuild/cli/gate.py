@@ -17,12 +17,33 @@ def _contexts(_ctx, _param, value):
         return None
     out = []
     for item in value.split(","):
-        text = item.strip().upper()
-        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
-        digits = text[:-1] if scale != 1 else text
-        if not digits.isdigit() or int(digits) < 1:
+        tokens = _tokens(item)
+        if tokens is None:
             raise click.BadParameter(f"{item.strip()!r} is not a positive token count (e.g. 8192, 32K, 1M)")
-        out.append(int(digits) * scale)
+        out.append(tokens)
+    return out
+
+
+def _tokens(text: str) -> int | None:
+    """``8192``, ``32K``, ``1M`` -> tokens (None: not a positive count)."""
+    text = text.strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+    digits = text[:-1] if scale != 1 else text
+    return int(digits) * scale if digits.isdigit() and int(digits) >= 1 else None
+
+
+def _lengths(_ctx, _param, value):
+    """``--lengths 6000:200,32K,128K:4096`` -> [(prompt, output or None), ...]: PROMPT:OUTPUT is a prompt and
+    its output; a length alone is a prompt and output making that length (the report says how it splits)."""
+    if value is None:
+        return None
+    out = []
+    for item in value.split(","):
+        prompt, _, output = item.partition(":")
+        p, o = _tokens(prompt), (_tokens(output) if output else None)
+        if p is None or (output and o is None):
+            raise click.BadParameter(f"{item.strip()!r} is not PROMPT[:OUTPUT] in tokens (e.g. 6000:200, 32K, 1M:4K)")
+        out.append((p, o))
     return out
 
 
@@ -30,6 +51,27 @@ def _contexts(_ctx, _param, value):
 @recipe_option
 @json_option
 @click.option("--stock", is_flag=True, help="Model stock vLLM (no overlay) instead of the patched tree.")
+@click.option(
+    "--lengths",
+    callback=_lengths,
+    default=None,
+    metavar="PROMPT[:OUTPUT][,...]",
+    help="Add 'requests sent together' (stock and overlay): prompt and output lengths in tokens (e.g. "
+    "6000:200,32K); a length alone is split into a prompt and an output. With only a pool flag: the 'requests "
+    "at once' lengths.",
+)
+@click.option(
+    "--num-gpu-blocks-override",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The pool the server runs with --num-gpu-blocks-override (blocks, null block included).",
+)
+@click.option(
+    "--kv-cache-memory-bytes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The KV memory the server runs with --kv-cache-memory-bytes (bytes per rank).",
+)
 @click.option(
     "--context",
     "contexts",
@@ -39,16 +81,23 @@ def _contexts(_ctx, _param, value):
     help="Request lengths for 'requests at once' (e.g. 8192,32K,1M); default 32K, 128K, 1M up to "
     "max_model_len, and max_model_len.",
 )
-def geometry(recipe_path, as_json, stock, contexts):
+def geometry(recipe_path, as_json, stock, lengths, num_gpu_blocks_override, kv_cache_memory_bytes, contexts):
     """Run the KV-geometry simulator and gate for a recipe on the host."""
     from geometry import ContextTooLong
     from stackbuild.core.geometry_report import recipe_report
 
     recipe = load_recipe(recipe_path)
     try:
-        report = recipe_report(recipe, behaviour=Behaviour.of_stock_flag(stock), contexts=contexts)
+        report = recipe_report(
+            recipe,
+            behaviour=Behaviour.of_stock_flag(stock),
+            contexts=contexts,
+            lengths=lengths,
+            num_gpu_blocks_override=num_gpu_blocks_override,
+            kv_cache_memory_bytes=kv_cache_memory_bytes,
+        )
     except ContextTooLong as exc:
-        raise click.BadParameter(str(exc), param_hint="--context") from None
+        raise click.BadParameter(str(exc), param_hint="--lengths" if lengths else "--context") from None
     if as_json:
         print_json(report.to_json())
     else:

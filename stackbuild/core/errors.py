@@ -276,6 +276,14 @@ class ServedKvCacheDiffers(StackBuildError):
     lists_findings = True
 
 
+class CapacityDiffers(StackBuildError):
+    """`qualify --capacity`: the requests the server ran together without a preemption are not the gate's
+    prediction for the same requests, length and pool; one difference per line, both numbers named."""
+
+    exit_code = ExitCode.CAPACITY_DIFFERS
+    lists_findings = True
+
+
 class InternalError(StackBuildError):
     """An exception the driver did not expect: a bug, reported as one line asking for a report."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from geometry import Behaviour
 from stackbuild.core.errors import GeometryGateFailed, RecipeError
 from stackbuild.core.gpus import serve_batched_tokens
@@ -46,12 +48,17 @@ def gate_input(recipe: Recipe, *, vllm_behaviour: Behaviour = Behaviour.OVERLAY)
         raise RecipeError(recipe.path, "", f"the geometry gate does not model this recipe: {exc}") from None
 
 
-def recipe_geometry(recipe: Recipe, *, vllm_behaviour: Behaviour = Behaviour.OVERLAY):
-    """The gate run (geometry.verdict.gate_run.GateRun: inputs, report, verdict) of a recipe on the host;
-    what the simulator does not model is a RecipeError."""
+def recipe_geometry(
+    recipe: Recipe, *, vllm_behaviour: Behaviour = Behaviour.OVERLAY, kv_cache_memory_bytes: Optional[int] = None
+):
+    """The gate run (geometry.verdict.gate_run.GateRun: inputs, report, verdict) of a recipe on the host
+    (``kv_cache_memory_bytes``: the memory ``--kv-cache-memory-bytes`` gives the KV cache instead of the
+    recipe's); what the simulator does not model is a RecipeError."""
     from geometry import BadInput, run_gate
 
     inputs = gate_input(recipe, vllm_behaviour=vllm_behaviour)
+    if kv_cache_memory_bytes is not None:
+        inputs = inputs.replace(kv_cache_memory_bytes=kv_cache_memory_bytes)
     try:
         return run_gate(inputs)
     except BadInput as exc:

@@ -89,10 +89,16 @@ def _scheduler_stand_ins(cfg) -> None:
     spec.max_num_new_slots_for_drafting = SpeculativeConfig.max_num_new_slots_for_drafting.fget(spec)
 
 
-def engine_core_scheduler(inputs: GeometryInputs, with_drafter: bool, num_spec: int):
+def engine_core_scheduler(
+    inputs: GeometryInputs,
+    with_drafter: bool,
+    num_spec: int,
+    num_gpu_blocks_override: int | None = None,
+    max_num_seqs: int | None = None,
+):
     """``(vllm_config, scheduler, block_hasher)``: the KV cache planned by ``EngineCore._initialize_kv_caches``
-    for ``inputs`` and vLLM's scheduler on it, as ``EngineCore.__init__`` sets them up. Call it inside
-    ``serving_platform``."""
+    for ``inputs`` and vLLM's scheduler on it, as ``EngineCore.__init__`` sets them up (``--num-gpu-blocks-override``
+    and ``--max-num-seqs`` set on the config as `vllm serve` sets them). Call it inside ``serving_platform``."""
     from vllm.config import set_current_vllm_config
     from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
     from vllm.platforms import current_platform
@@ -104,6 +110,9 @@ def engine_core_scheduler(inputs: GeometryInputs, with_drafter: bool, num_spec: 
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
 
     cfg = _build(inputs, with_drafter, num_spec)
+    cfg.cache_config.num_gpu_blocks_override = num_gpu_blocks_override
+    if max_num_seqs is not None:
+        cfg.scheduler_config.max_num_seqs = max_num_seqs
     with model_registry_fallback():
         type(current_platform).update_block_size_for_backend(cfg)
     with set_current_vllm_config(cfg):

@@ -167,9 +167,23 @@ class Server:
             seconds=seconds,
         )
 
-    def complete_ids(self, model: str, prompt_ids: list[int], max_tokens: int) -> Completion:
-        """A non-streamed completion of a prompt given as token ids (the prefix-cache probe)."""
+    def max_model_len(self, model: str) -> Optional[int]:
+        """The ``max_model_len`` /v1/models gives for ``model`` (None: not listed)."""
+        response = self._request("GET", "/v1/models")
+        data = self._json(response, "/v1/models").get("data") or []
+        for card in data:
+            if isinstance(card, dict) and card.get("id") == model and isinstance(card.get("max_model_len"), int):
+                return card["max_model_len"]
+        return None
+
+    def complete_ids(
+        self, model: str, prompt_ids: list[int], max_tokens: int, *, ignore_eos: bool = False
+    ) -> Completion:
+        """A non-streamed completion of a prompt given as token ids (the prefix-cache probe; with ``ignore_eos``
+        exactly ``max_tokens`` tokens, the capacity probe)."""
         body = {"model": model, "prompt": prompt_ids, "max_tokens": max_tokens, "temperature": 0, "stream": False}
+        if ignore_eos:
+            body["ignore_eos"] = True
         start = time.perf_counter()
         response = self._request("POST", "/v1/completions", json=body)
         seconds = time.perf_counter() - start

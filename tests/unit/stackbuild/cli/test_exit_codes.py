@@ -51,6 +51,11 @@ UNEXERCISED = {
         "the image's entrypoint returns it (a multi-node worker whose leader stays silent), no build.py command does; "
         "tests/e2e/serve/test_multinode_rendezvous.py and tests/unit/geometry/preflight/test_ranks.py assert it"
     ),
+    33: (
+        "`qualify --capacity` exits with it against a live vLLM server that runs together other than the gate "
+        "predicts; tests/unit/stackbuild/serve/qualify/test_capacity.py asserts the error's code, "
+        "tests/e2e/serve/test_capacity_cpu_hybrid.py holds live servers to 0"
+    ),
     25: (
         "`qualify` below the recipe's qualify.min_* needs a vLLM server that streams slowly; "
         "tests/unit/stackbuild/serve/qualify/test_qualify.py checks the figures against the expectations "

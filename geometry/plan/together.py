@@ -1,0 +1,272 @@
+"""Requests sent together: the modelled vLLM release's scheduler stepped over block counts (stdlib only).
+
+``run`` sends ``sent`` requests of one prompt length and one output length at once and steps them
+the way ``Scheduler.schedule`` and ``Scheduler.update_from_output`` do
+(vllm/v1/core/sched/scheduler.py) for requests that share no prefix, under the first-come policy:
+
+* each step has ``max_num_batched_tokens`` tokens; the running requests are scheduled first, in
+  the order they were admitted, each its next prefill chunk (the mamba block-aligned split in
+  "align" mode) or its decode tokens (one, plus the drafts the drafter proposed for it); a
+  running request whose blocks the pool cannot give is where vLLM preempts;
+* then, when no request was preempted, waiting requests are admitted while the budget lasts and
+  fewer than ``max_num_seqs`` run: each only if its whole prompt fits the free pool (the
+  full-sequence admission check) and its first chunk's blocks do; the first that does not waits;
+* a step's tokens count as computed when it is scheduled; with ``max_concurrent_batches`` steps in
+  flight (two with async scheduling) a step is handed back one step later (the engine core's batch
+  queue), and until then its tokens are in flight (``remove_skipped_blocks`` frees only behind the
+  processed tokens); async scheduling schedules decodes ahead with output placeholders;
+* a handed-back step samples one token for each of its requests that is past its prompt; drafts
+  are proposed for each and none is accepted (a drafter that guesses wrong); a request that has
+  its ``output`` tokens (or reaches ``max_model_len``) finishes and frees its blocks.
+
+``requests_at_once`` is the one definition the gate reports: the largest N such that N requests
+sent together all run at once, admitted as vLLM admits them, without a preemption.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from geometry.kv.kv_spec import RequestBlocks
+from geometry.plan.admission import Scheduling, admission_blocks, aligned_split
+from geometry.plan.holdings import Holdings
+from geometry.plan.limits import check_together
+
+# The definition, written once: the report header and docs/gate.md quote it.
+DEFINITION = (
+    "requests at once: the largest N such that N requests of the prompt and output length, sent "
+    "together and admitted as vLLM's scheduler admits them, all run at once without a preemption"
+)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One request's prompt tokens and output tokens (``max_tokens``, the end of sequence ignored)."""
+
+    prompt: int
+    output: int
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt + self.output
+
+
+@dataclass(frozen=True)
+class Run:
+    """``sent`` requests sent together, stepped until they finish or one is preempted."""
+
+    sent: int
+    peak_running: int  # the most running together
+    preempted_at: int | None  # the step of the first preemption (None: none)
+    steps: int
+    peak_blocks: int  # the most blocks the requests held at once
+    after_prefill_blocks: int  # what the first request held after its last prefill step
+    decode_blocks: int  # the most the first request held while it decoded
+
+    @property
+    def all_ran(self) -> bool:
+        """All ``sent`` ran at once and none was preempted."""
+        return self.preempted_at is None and self.peak_running == self.sent
+
+
+class _Request:
+    __slots__ = ("hold", "computed", "in_flight", "outputs", "placeholders", "drafts", "done")
+
+    def __init__(self, hold: Holdings) -> None:
+        self.hold = hold
+        self.computed = 0
+        self.in_flight = 0
+        self.outputs = 0
+        self.placeholders = 0
+        self.drafts = 0
+        self.done = False
+
+
+@dataclass(frozen=True)
+class Stepping:
+    """What the scheduler steps requests by, beyond a prefill's ``Scheduling``."""
+
+    max_running: int  # max_num_seqs
+    num_spec: int  # drafts proposed per decode step (num_speculative_tokens)
+    async_scheduling: bool  # output placeholders: decodes scheduled ahead
+
+
+def run(
+    groups: tuple[RequestBlocks, ...],
+    s: Scheduling,
+    st: Stepping,
+    free: int,
+    work: Workload,
+    sent: int,
+    to_the_end: bool = False,
+) -> Run:
+    """Step ``sent`` requests of ``work`` sent together on ``free`` blocks (the pool less the null block):
+    until all finish (``to_the_end``), else until what they can still hold is known to fit."""
+    check_together(work.prompt, work.output, s.batched_tokens, sent)
+    reqs = [_Request(Holdings(groups, s, work.prompt)) for _ in range(sent)]
+    waiting = deque(reqs)
+    running: list[_Request] = []
+    queue: deque = deque()
+    admission = sum(admission_blocks(g, work.prompt, s) for g in groups)
+    first = reqs[0]
+    peak_running = peak_blocks = steps = 0
+    after_prefill = decode_peak = 0
+    used = 0
+    bounded = False
+    steady = None  # the last step's state when nothing changed in it (_steady_state)
+    while waiting or running:
+        steps += 1
+        step: dict[_Request, tuple[int, int, bool]] = {}
+        budget = s.batched_tokens
+        quiet = not waiting  # nothing admitted, allocated, freed or finished this step
+        for r in running:
+            if budget <= 0:
+                break
+            if st.async_scheduling and r.placeholders > 0 and r.computed + 2 - r.placeholders >= work.tokens:
+                continue
+            n = work.prompt + r.outputs + r.drafts + r.placeholders - r.computed
+            n = min(n, budget, s.max_model_len - r.computed - 1)
+            n = aligned_split(r.computed, n, work.prompt, s, groups) if _aligned(groups) else n
+            if n <= 0:
+                continue
+            freed = r.hold.free_skipped(max(0, r.computed - r.in_flight))
+            used -= freed
+            need = r.hold.ask(r.computed, n)
+            quiet = quiet and not (freed or need)
+            if need > free - used:
+                return Run(sent, peak_running, steps, steps, peak_blocks, after_prefill, decode_peak)
+            r.hold.take(r.computed, n)
+            used += need
+            spec = min(r.drafts, n + r.computed - work.prompt - r.outputs - r.placeholders) if r.drafts else 0
+            r.drafts = 0
+            step[r] = (n, max(spec, 0), False)
+            budget -= n
+        while budget > 0 and waiting and len(running) < st.max_running:
+            r = waiting[0]
+            n = min(work.prompt, budget)
+            n = aligned_split(0, n, work.prompt, s, groups) if _aligned(groups) else n
+            if n <= 0 or admission > free - used:
+                break
+            need = r.hold.ask(0, n)
+            if need > free - used:
+                break
+            r.hold.take(0, n)
+            used += need
+            running.append(waiting.popleft())
+            step[r] = (n, 0, False)
+            budget -= n
+        for r, (n, spec, _) in list(step.items()):
+            r.computed += n
+            r.in_flight += n
+            prefilling = r.computed < work.prompt + r.outputs + r.placeholders
+            step[r] = (n, spec, not prefilling)
+            if st.async_scheduling and not prefilling:
+                r.placeholders += 1 + spec
+                r.drafts = st.num_spec
+        peak_running = max(peak_running, len(running))
+        peak_blocks = max(peak_blocks, used)
+        queue.appendleft(step)
+        if len(queue) >= s.batches_in_flight or not (step or waiting or running):
+            done = _hand_back(queue.pop(), running, work, st, s)
+            used -= done
+            quiet = quiet and not done
+        state = _steady_state(step, running, steps) if quiet else None
+        if state is not None and state == steady:
+            skip = _quiet_steps(step, s, st, work)
+            for r in running:
+                r.computed += skip
+                r.outputs += skip
+            steps += skip
+            state = _steady_state(step, running, steps)
+        steady = state
+        if first.computed >= work.prompt and not after_prefill:
+            after_prefill = first.hold.blocks
+        elif after_prefill and not first.done:
+            decode_peak = max(decode_peak, first.hold.blocks)
+        if not step and not queue and waiting and not running:
+            break  # one request asks more than the whole pool: it waits for ever
+        if not to_the_end and not waiting and not bounded and len(running) == sent:
+            bounded = True  # asked once, when the last is admitted
+            if sum(r.hold.most(work.tokens + st.num_spec + 1) for r in running) <= free:
+                break  # all run, and what they can still hold fits: no preemption is left to come
+    return Run(sent, peak_running, None, steps, peak_blocks, after_prefill, decode_peak)
+
+
+def requests_at_once(
+    groups: tuple[RequestBlocks, ...], s: Scheduling, st: Stepping, free: int, work: Workload
+) -> tuple[int, Run | None, Run | None]:
+    """``(N, the run of N, the run of N + 1)``: the largest N whose run all ran (at most ``max_num_seqs``, and
+    no more than the free blocks: each request holds one), found by doubling then halving: a run that all
+    ran says every smaller one does (fewer requests draw less from the same pool at the same steps)."""
+    limit = min(st.max_running, free)
+    runs: dict[int, Run] = {}
+
+    def ran(n: int) -> bool:
+        runs[n] = run(groups, s, st, free, work, n)
+        return runs[n].all_ran
+
+    lo, hi = 0, 1  # lo all ran (none sent), hi is the next to try
+    while hi <= limit and ran(hi):
+        lo, hi = hi, min(hi * 2, limit + 1)
+        if lo == limit:
+            break
+    hi = min(hi, limit + 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ran(mid) else (lo, mid)
+    last = runs.get(lo) if lo else None
+    over = runs.get(hi) if hi <= limit else None
+    if over is None and hi <= limit:
+        over = run(groups, s, st, free, work, hi)
+    return lo, last, over
+
+
+def _steady_state(step: dict, running: list[_Request], steps: int) -> tuple | None:
+    """What two steps in a row must share for the run to be in a steady decode: every running request
+    decoding, scheduled the same tokens and drafts, with the same tokens in flight, placeholders and
+    drafts, its computed and output tokens one more per step (None: not decoding alone)."""
+    if len(step) != len(running) or not all(samples for _, _, samples in step.values()):
+        return None
+    return tuple(
+        (step[r][:2], r.computed - steps, r.outputs - steps, r.in_flight, r.placeholders, r.drafts) for r in running
+    )
+
+
+def _quiet_steps(step: dict, s: Scheduling, st: Stepping, work: Workload) -> int:
+    """Steps of a steady decode that change nothing but each request's computed and output tokens (one
+    each per step): fewer than it takes any request to cross a block boundary that allocates or frees
+    a block, or to come near its end (then the steps are walked one by one again)."""
+    margin = 3 + st.num_spec
+    out = []
+    for r, (n, _, _) in step.items():
+        near_end = work.output - r.outputs - margin - r.placeholders
+        out.append(min(near_end, r.hold.quiet(r.computed, n, max(0, r.computed - r.in_flight))) - 2)
+    return max(min(out, default=0), 0)
+
+
+def _aligned(groups: tuple[RequestBlocks, ...]) -> bool:
+    return any(g.rule == "state" and g.state.align for g in groups)
+
+
+def _hand_back(step: dict, running: list[_Request], work: Workload, st: Stepping, s: Scheduling) -> int:
+    """``update_from_output`` for a handed-back step: the blocks the requests it finishes free."""
+    freed = 0
+    for r, (n, spec, samples) in step.items():
+        r.in_flight -= n
+        if r.done or not samples:
+            continue
+        if spec:  # every draft rejected
+            r.computed -= spec
+            if r.placeholders > 0:
+                r.placeholders -= spec
+        r.outputs += 1
+        if r.placeholders > 0:
+            r.placeholders -= 1
+        if r.outputs >= work.output or work.prompt + r.outputs >= s.max_model_len:
+            r.done = True
+            running.remove(r)
+            freed += r.hold.blocks
+        elif not st.async_scheduling and st.num_spec:
+            r.drafts = st.num_spec
+    return freed

@@ -1,0 +1,263 @@
+"""`qualify --capacity`: requests at once, asked of a running server and of the gate.
+
+N requests of one prompt and output length are sent to the server at once (the completions API, the
+prompt as token ids, one fixed id per request so no request hits another's prefix cache,
+``ignore_eos`` and ``max_tokens`` the output), and its /metrics is read every POLL_S seconds while
+they run: ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
+``vllm:num_preemptions_total`` and ``vllm:kv_cache_usage_perc``. The live figure is the most requests
+running together before the first preemption. Beside it, the gate's run of the same N requests
+(geometry's ``sent_together``) for the server's ``max_model_len`` (/v1/models) and its pool
+(``num_gpu_blocks`` of ``vllm:cache_config_info``, which ``--num-gpu-blocks-override`` sets), and the
+gate's requests at once for the length (the definition, geometry's ``AT_ONCE_DEFINITION``). They
+differ when the live peak is not the gate's peak, or one preempts and the other does not.
+
+Bounded: at most MAX_REQUESTS requests, each no longer than the server's ``max_model_len``, sent only to
+the server at ``--url``, and stopped after ``--capacity-timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from stackbuild.core.errors import CapacityDiffers, NotVllmServer, UsageError
+
+MAX_REQUESTS = 64
+POLL_S = 0.1
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+PREEMPTIONS = "vllm:num_preemptions"
+KV_USAGE = "vllm:kv_cache_usage_perc"
+CACHE_CONFIG = "vllm:cache_config_info"
+JSON_NAME = "capacity.json"
+FIGURE_NAME = "capacity.png"
+FIRST_TOKEN_ID = 100  # request i's prompt is token FIRST_TOKEN_ID + i, repeated
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One /metrics read while the requests run (seconds since they were sent)."""
+
+    t: float
+    running: int
+    waiting: int
+    preemptions: int
+    kv_usage: float
+
+
+def sample(text: str, t: float, where: str) -> Sample:
+    """The gauges and the preemption counter of a /metrics page, summed over engines."""
+    found: dict[str, float] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if s.name in (RUNNING, WAITING, KV_USAGE, PREEMPTIONS + "_total"):
+                    found[s.name] = found.get(s.name, 0.0) + s.value
+    except (ValueError, TypeError, IndexError) as exc:
+        raise NotVllmServer(f"{where}: not Prometheus text ({str(exc)[:120]}): not a vLLM server") from None
+    missing = [n for n in (RUNNING, WAITING, PREEMPTIONS + "_total") if n not in found]
+    if missing:
+        raise NotVllmServer(f"{where}: no {', '.join(missing)} in /metrics: not a vLLM server")
+    return Sample(
+        t, int(found[RUNNING]), int(found[WAITING]), int(found[PREEMPTIONS + "_total"]), found.get(KV_USAGE, 0.0)
+    )
+
+
+def num_gpu_blocks(text: str) -> Optional[int]:
+    """``num_gpu_blocks`` of ``vllm:cache_config_info`` (None: not exposed)."""
+    for family in text_string_to_metric_families(text):
+        if family.name == CACHE_CONFIG:
+            for s in family.samples:
+                value = s.labels.get("num_gpu_blocks", "")
+                if value.isdigit():
+                    return int(value)
+    return None
+
+
+@dataclass(frozen=True)
+class Live:
+    peak_running: int  # the most running together before the first preemption
+    preemptions: int  # during the probe
+    max_waiting: int
+    peak_kv_usage: float
+    seconds: float
+    samples: tuple[Sample, ...]
+
+
+def live(samples: list[Sample], seconds: float) -> Live:
+    """The figures of a probe's samples (the first is read before the requests are sent)."""
+    base = samples[0].preemptions
+    before = [s for s in samples if s.preemptions == base]
+    return Live(
+        max((s.running for s in before), default=0),
+        samples[-1].preemptions - base,
+        max(s.waiting for s in samples),
+        max(s.kv_usage for s in samples),
+        seconds,
+        tuple(samples),
+    )
+
+
+@dataclass(frozen=True)
+class Capacity:
+    definition: str
+    url: str
+    model: str
+    behaviour: str
+    prompt: int
+    output: int
+    sent: int
+    max_model_len: int
+    num_gpu_blocks: Optional[int]
+    gate_requests_at_once: Optional[int]
+    gate_peak_running: Optional[int]
+    gate_preempted_at: Optional[int]
+    live: Live
+
+    @property
+    def differences(self) -> tuple[str, ...]:
+        out = []
+        if self.gate_peak_running != self.live.peak_running:
+            out.append(
+                f"{self.sent} requests of {self.prompt:,}+{self.output:,} tokens: the server ran "
+                f"{self.live.peak_running} together before a preemption, the gate predicts {self.gate_peak_running}"
+            )
+        if (self.gate_preempted_at is not None) != (self.live.preemptions > 0):
+            out.append(
+                f"the server preempted {self.live.preemptions} time(s), the gate predicts "
+                + ("a preemption" if self.gate_preempted_at is not None else "none")
+            )
+        return tuple(out)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["differences"] = list(self.differences)
+        return data
+
+    def text(self) -> str:
+        return "\n".join(
+            [
+                f"capacity: {self.sent} requests of {self.prompt:,} prompt + {self.output:,} output tokens sent "
+                f"together "
+                f"to {self.url} ({self.model}; max_model_len {self.max_model_len:,}, "
+                f"num_gpu_blocks {self.num_gpu_blocks if self.num_gpu_blocks is not None else 'not exposed'})",
+                f"  {self.definition}",
+                f"  gate ({self.behaviour}): {self.gate_requests_at_once} at once; of {self.sent} sent, "
+                f"{self.gate_peak_running} run together, "
+                + (
+                    "none preempted"
+                    if self.gate_preempted_at is None
+                    else f"preempted at step {self.gate_preempted_at}"
+                ),
+                f"  server: {self.live.peak_running} ran together before a preemption, {self.live.preemptions} "
+                f"preemption(s), at most {self.live.max_waiting} waiting, KV use up to {self.live.peak_kv_usage:.0%}, "
+                f"{self.live.seconds:.1f} s",
+                *(f"  DIFFERS: {d}" for d in self.differences),
+            ]
+        )
+
+
+def check_request(prompt: int, output: int, sent: int, max_model_len: int) -> None:
+    """UsageError for a probe beyond the bounds (before anything is sent)."""
+    if not 1 <= sent <= MAX_REQUESTS:
+        raise UsageError(f"--capacity-requests {sent}: between 1 and {MAX_REQUESTS}")
+    if prompt + output > max_model_len:
+        raise UsageError(
+            f"--capacity {prompt}:{output}: {prompt + output:,} tokens is above the server's max_model_len "
+            f"{max_model_len:,}"
+        )
+
+
+def probe(server, model: str, prompt: int, output: int, sent: int, timeout_s: float) -> Live:
+    """Send the requests at once and read /metrics until they are answered (or ``timeout_s``)."""
+    where = f"{server.role} {server.url}/metrics"
+    start = time.monotonic()
+    samples = [sample(server.metrics_text(), 0.0, where)]
+    with ThreadPoolExecutor(max_workers=sent) as pool:
+        futures = [
+            pool.submit(server.complete_ids, model, [FIRST_TOKEN_ID + i] * prompt, output, ignore_eos=True)
+            for i in range(sent)
+        ]
+        while not all(f.done() for f in futures):
+            if time.monotonic() - start > timeout_s:
+                raise UsageError(f"--capacity-timeout {timeout_s:g}: the requests were not answered in time")
+            time.sleep(POLL_S)
+            samples.append(sample(server.metrics_text(), time.monotonic() - start, where))
+        for f in futures:
+            f.result()  # a request the server refused raises its error here
+    samples.append(sample(server.metrics_text(), time.monotonic() - start, where))
+    return live(samples, time.monotonic() - start)
+
+
+def raise_if_differs(result: Capacity) -> None:
+    if result.differences:
+        raise CapacityDiffers("\n".join(result.differences))
+
+
+def figure(result: Capacity, path: Path) -> Path:
+    """Requests running and waiting over time, with the gate's peak, and the KV cache use."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    s = result.live.samples
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    ax.step([x.t for x in s], [x.running for x in s], where="post", label="running")
+    ax.step([x.t for x in s], [x.waiting for x in s], where="post", label="waiting")
+    if result.gate_peak_running is not None:
+        ax.axhline(result.gate_peak_running, color="tab:red", linestyle="--", label="gate: run together")
+    ax.set_xlabel("seconds since the requests were sent")
+    ax.set_ylabel("requests")
+    kv = ax.twinx()
+    kv.plot([x.t for x in s], [x.kv_usage * 100 for x in s], color="tab:gray", alpha=0.6, label="KV cache use")
+    kv.set_ylabel("KV cache use (%)")
+    kv.set_ylim(0, 100)
+    ax.set_title(f"{result.sent} requests of {result.prompt:,}+{result.output:,} tokens sent together")
+    ax.legend(loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def run_capacity(
+    server, recipe, model: Optional[str], behaviour, prompt: int, output: int, sent: Optional[int], timeout_s: float
+) -> Capacity:
+    """The probe the options ask for, beside the gate's prediction for the server's length and pool
+    (``sent`` None: one more than the gate's requests at once, so the edge shows)."""
+    from geometry import AT_ONCE_DEFINITION, Workload, at_once, sent_together, simulate
+    from stackbuild.core.gate import gate_input
+
+    name = server.pick_model(model or recipe.serving.served_model_name)
+    max_len = server.max_model_len(name) or recipe.serving.max_model_len
+    blocks = num_gpu_blocks(server.metrics_text())
+    inputs = gate_input(recipe, vllm_behaviour=behaviour).replace(max_model_len=max_len)
+    plan = simulate(inputs).with_drafter
+    work = Workload(prompt, output)
+    check_request(prompt, output, sent or 1, max_len)
+    count = at_once(plan, inputs, "with_drafter", work, behaviour, blocks).requests
+    n = sent if sent is not None else min((count or 0) + 1, MAX_REQUESTS)
+    check_request(prompt, output, n, max_len)
+    predicted = sent_together(plan, inputs, work, behaviour, n, blocks)
+    measured = probe(server, name, prompt, output, n, timeout_s)
+    return Capacity(
+        AT_ONCE_DEFINITION,
+        server.url,
+        name,
+        behaviour.value,
+        prompt,
+        output,
+        n,
+        max_len,
+        blocks,
+        count,
+        predicted.peak_running if predicted else None,
+        predicted.preempted_at if predicted else None,
+        measured,
+    )

@@ -1,0 +1,115 @@
+"""`qualify --capacity`'s reading of a server: /v1/models' max_model_len and /metrics' gauges, counter and
+cache config, from a local HTTP stand-in that serves vLLM's own text (the live probe against vLLM's CPU
+build: tests/e2e/serve/test_capacity_cpu_hybrid.py)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+
+import pytest
+
+from stackbuild.core.errors import CapacityDiffers, NotVllmServer, UsageError
+from stackbuild.serve.qualify import capacity as C
+from stackbuild.serve.qualify.client import Server
+
+# /metrics as vLLM's Prometheus exporter writes these families (two engines: the gauges and the counter sum).
+METRICS = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny-hybrid"} 3.0
+vllm:num_requests_running{engine="1",model_name="tiny-hybrid"} 2.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="tiny-hybrid"} 1.0
+vllm:num_requests_waiting{engine="1",model_name="tiny-hybrid"} 0.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="tiny-hybrid"} 0.75
+# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0",model_name="tiny-hybrid"} 2.0
+vllm:num_preemptions_total{engine="1",model_name="tiny-hybrid"} 1.0
+# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="256",engine="0",num_gpu_blocks="120"} 1.0
+"""
+MODELS = {"object": "list", "data": [{"id": "tiny-hybrid", "object": "model", "max_model_len": 8192}]}
+
+
+class Stub(http.server.BaseHTTPRequestHandler):
+    pages: dict = {}
+
+    def do_GET(self):
+        body = self.pages.get(self.path)
+        self.send_response(200 if body is not None else 404)
+        self.end_headers()
+        self.wfile.write((body or "").encode())
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def stub():
+    handler = type("Handler", (Stub,), {"pages": {"/metrics": METRICS, "/v1/models": json.dumps(MODELS)}})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", handler
+    server.shutdown()
+
+
+def test_the_metrics_gauges_counter_and_pool_are_read_and_summed_over_engines(stub):
+    url, _ = stub
+    text = Server(url).metrics_text()
+    s = C.sample(text, 1.5, "stub")
+    assert (s.t, s.running, s.waiting, s.preemptions, s.kv_usage) == (1.5, 5, 1, 3, 0.75)
+    assert C.num_gpu_blocks(text) == 120
+
+
+def test_max_model_len_is_the_models_card(stub):
+    url, _ = stub
+    assert Server(url).max_model_len("tiny-hybrid") == 8192
+    assert Server(url).max_model_len("other") is None
+
+
+def test_metrics_without_the_gauges_are_not_vllm(stub):
+    url, handler = stub
+    handler.pages["/metrics"] = "# TYPE other gauge\nother 1.0\n"
+    with pytest.raises(NotVllmServer, match="vllm:num_requests_running"):
+        C.sample(Server(url).metrics_text(), 0.0, "stub")
+
+
+def _s(t, running, waiting, preemptions):
+    return C.Sample(t, running, waiting, preemptions, 0.5)
+
+
+def test_the_live_peak_is_counted_before_the_first_preemption():
+    samples = [_s(0, 0, 0, 4), _s(1, 3, 2, 4), _s(2, 4, 1, 4), _s(3, 5, 0, 5), _s(4, 2, 0, 5)]
+    got = C.live(samples, 4.0)
+    assert (got.peak_running, got.preemptions, got.max_waiting) == (4, 1, 2)
+
+
+def _capacity(peak, preempted_at, live_peak, live_preemptions):
+    live = C.Live(live_peak, live_preemptions, 0, 0.5, 1.0, ())
+    return C.Capacity("d", "u", "m", "stock", 6000, 200, 5, 8192, 120, 4, peak, preempted_at, live)
+
+
+def test_a_live_peak_other_than_the_gates_names_both_numbers_and_exits_33():
+    result = _capacity(4, None, 3, 0)
+    (line,) = result.differences
+    assert "ran 3 together" in line and "predicts 4" in line
+    with pytest.raises(CapacityDiffers) as exc:
+        C.raise_if_differs(result)
+    assert exc.value.exit_code == 33
+    assert not _capacity(4, None, 4, 0).differences
+    assert len(_capacity(4, 17, 4, 0).differences) == 1  # the gate preempts, the server did not
+
+
+def test_a_probe_beyond_the_bounds_is_refused_before_anything_is_sent():
+    with pytest.raises(UsageError, match="max_model_len 8,192"):
+        C.check_request(8000, 200, 2, 8192)
+    with pytest.raises(UsageError, match="between 1 and 64"):
+        C.check_request(100, 10, 65, 8192)
