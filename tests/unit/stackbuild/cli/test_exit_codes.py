@@ -53,8 +53,7 @@ UNEXERCISED = {
     ),
     33: (
         "`qualify --capacity` exits with it against a live vLLM server that runs together other than the gate "
-        "predicts; tests/unit/stackbuild/serve/qualify/test_capacity.py asserts the error's code, "
-        "tests/e2e/serve/test_capacity_cpu_hybrid.py holds live servers to 0"
+        "predicts; tests/unit/stackbuild/serve/qualify/test_capacity.py asserts the error's code"
     ),
     25: (
         "`qualify` below the recipe's qualify.min_* needs a vLLM server that streams slowly; "

@@ -1,6 +1,5 @@
 """`qualify --capacity`'s reading of a server: /v1/models' max_model_len and /metrics' gauges, counter and
-cache config, from a local HTTP stand-in that serves vLLM's own text (the live probe against vLLM's CPU
-build: tests/e2e/serve/test_capacity_cpu_hybrid.py)."""
+cache config, from a local HTTP stand-in that serves vLLM's own text (no live server holds the probe yet)."""
 
 from __future__ import annotations
 
