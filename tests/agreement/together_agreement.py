@@ -1,7 +1,7 @@
 """Requests sent together: the gate's count (geometry/plan/at_once.py) against vLLM's own scheduler
-(tests/support/oracle_together.py), for the cases below; run in-process by
-tests/agreement/test_together_agreement.py for stock on the installed vLLM, and as a script in a
-subprocess whose vLLM is the patched tree for the overlay:
+(tests/support/oracle_together.py), for the cases below; run as a script by
+tests/agreement/test_together_agreement.py in a subprocess whose vLLM is the pristine tree of the newest
+release whose CPU platform is modelled (stock), or a patched copy of it (the overlay):
 
     python tests/agreement/together_agreement.py stock|overlay
 
@@ -48,10 +48,13 @@ def cases(behaviour: str) -> dict[str, tuple[dict, int | None, int, int]]:
     """name -> (gate input, pool, prompt, output)."""
     import cpu_hybrid_cases as H
     from geometry_cases import prefix_caching
+    from support.release_trees import newest_cpu_modelled_release
 
     from stackbuild.core.gate import gate_input
     from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 
+    # vLLM's scheduler runs here on its CPU platform: the newest release whose CPU platform is modelled.
+    cpu_release = newest_cpu_modelled_release()
     out = {}
     # The overlay: the 2-head drafter only. With the recipe's 4-head drafter the patched 0.33.0 tree plans
     # this CPU shape as stock does (a count of 4 where the gate's overlay plan gives 2 at pool 150,
@@ -60,7 +63,7 @@ def cases(behaviour: str) -> dict[str, tuple[dict, int | None, int, int]]:
         raw = H.gate_input(
             kv,
             behaviour=behaviour,
-            version="0.33.0",
+            version=cpu_release,
             max_model_len=HYBRID_LEN,
             max_num_batched_tokens=HYBRID_BATCHED,
         )
@@ -68,7 +71,7 @@ def cases(behaviour: str) -> dict[str, tuple[dict, int | None, int, int]]:
             out[f"cpu hybrid kv{kv} pool {pool} {prompt}+{output}"] = (raw, pool, prompt, output)
     # The default recipe (GB300: async scheduling, 16,384 batched tokens) at 128K, a small pool; prefix
     # caching off (mamba "none") and on ("align": state blocks freed as the processed tokens pass them).
-    recipe = gate_input(load_recipe(DEFAULT_RECIPE), vllm_behaviour=behaviour).to_json()
+    recipe = dict(gate_input(load_recipe(DEFAULT_RECIPE), vllm_behaviour=behaviour).to_json(), vllm_version=cpu_release)
     for on in (False, True):
         raw = dict(recipe, max_model_len=131072, **prefix_caching(on))
         out[f"default recipe prefix {'on' if on else 'off'} pool 300 20000+200"] = (raw, 300, 20000, 200)
