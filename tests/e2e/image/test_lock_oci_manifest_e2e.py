@@ -1,6 +1,9 @@
 """`build.py lock` of a base pushed as a single OCI image manifest, as Docker's containerd image store pushes
 an image built on it: the engine's distribution inspect names no platform for such a manifest (Docker 20.10
-and 28.5 alike), so the lock reads the platform from the image's config in the registry, on both engines."""
+and 28.5 alike), so the lock reads the platform from the image's config in the registry, on both engines.
+
+The base is built and pushed by the second engine, and only from its own unit of tests (tests/engines.py:
+the ids carry engine28, so one worker drives that engine); each test then locks it through both engines."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import json
 import subprocess
 
 import pytest
+from engines import ENGINE28
 from stack_e2e import cli, docker_login, recipe_copy, registry_manifest, unique_repository
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
@@ -16,16 +20,11 @@ OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
 
 @pytest.fixture(scope="module")
-def oci_base(request, registry, synthetic_base_amd64, tmp_path_factory) -> tuple[str, str, str]:
+def oci_base(target_engine, registry, synthetic_base_amd64, tmp_path_factory) -> tuple[str, str, str]:
     """(repository, tag, manifest digest): the synthetic amd64 base plus a label, built and pushed by the
     second engine (containerd image store)."""
-    from infra import harness
-    from infra.fixtures import unavailable
-
-    try:
-        host = harness.engine28_host()
-    except harness.InfraUnavailable as exc:
-        unavailable(str(exc))
+    assert target_engine.name == ENGINE28
+    host = target_engine.host
     tmp = tmp_path_factory.mktemp("oci-base")
     config = docker_login(tmp, registry)
     repository, tag = unique_repository(registry.address, "oci-base"), synthetic_base_amd64.tag
@@ -42,11 +41,24 @@ def oci_base(request, registry, synthetic_base_amd64, tmp_path_factory) -> tuple
     return repository, tag, digest
 
 
-def test_the_lock_pins_a_single_oci_manifest_with_its_configs_platform(on_engine, registry, oci_base, tmp_path):
+SECOND_ENGINE_ONLY = pytest.mark.parametrize("target_engine", [ENGINE28], indirect=True)
+# Each lock goes through the first engine (the environment's DOCKER_HOST) and the second.
+THROUGH = ("first", "second")
+
+
+def _env(through: str, engine) -> dict:
+    return engine.env({}) if through == "second" else {}
+
+
+@SECOND_ENGINE_ONLY
+@pytest.mark.parametrize("through", THROUGH)
+def test_the_lock_pins_a_single_oci_manifest_with_its_configs_platform(
+    target_engine, through, registry, oci_base, tmp_path
+):
     repository, tag, digest = oci_base
     config = docker_login(tmp_path, registry)
     recipe = recipe_copy(tmp_path, "b200-amd64", base=repository, tag=tag)
-    run = cli("lock", "--recipe", str(recipe), "--json", docker_config_dir=config, env=on_engine.env({}))
+    run = cli("lock", "--recipe", str(recipe), "--json", docker_config_dir=config, env=_env(through, target_engine))
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["digest"] == digest
     lock = json.loads((recipe.parent / "recipe.lock.json").read_text())
@@ -54,11 +66,13 @@ def test_the_lock_pins_a_single_oci_manifest_with_its_configs_platform(on_engine
     assert lock["base"]["platforms_offered"] == ["linux/amd64"]  # read from the config: the engine names none
 
 
-def test_a_platform_the_manifest_does_not_hold_is_one_line(on_engine, registry, oci_base, tmp_path):
+@SECOND_ENGINE_ONLY
+@pytest.mark.parametrize("through", THROUGH)
+def test_a_platform_the_manifest_does_not_hold_is_one_line(target_engine, through, registry, oci_base, tmp_path):
     repository, tag, _digest = oci_base
     config = docker_login(tmp_path, registry)
     recipe = recipe_copy(tmp_path, "glm53-flash-dflash2-sm100", base=repository, tag=tag)  # amd64 and arm64
-    run = cli("lock", "--recipe", str(recipe), docker_config_dir=config, env=on_engine.env({}))
+    run = cli("lock", "--recipe", str(recipe), docker_config_dir=config, env=_env(through, target_engine))
     assert run.returncode == 2, run.stderr
     assert run.stderr.strip().splitlines() == [
         f"error: {repository}:{tag}: the registry offers linux/amd64, not linux/arm64"
