@@ -33,7 +33,7 @@ import pytest
 import yaml
 from compose_support import require_compose_binary
 from cpu_serving import CPU_IMAGE_REPOSITORY, build_cpu_image
-from engines import FIRST
+from engines import ENGINE28, FIRST
 from infra import harness
 from infra.fixtures import CPU_SERVING_BASE
 from support.repo import REPO
@@ -199,11 +199,10 @@ def _serving_base_on(engine, registry, pushed) -> str:
 
 
 @pytest.fixture(scope="module")
-def engine_served(request, target_engine, tmp_path_factory):
-    """The recipe's server on each test engine (the main path's `docker compose up` and `qualify` on both)."""
-    if target_engine.name == FIRST:
-        yield request.getfixturevalue("served")
-        return
+def second_engine_served(request, target_engine, tmp_path_factory):
+    """The recipe's server on the second test engine (the main path's `docker compose up` and `qualify` there);
+    its tests carry engine28 in their ids, so they run in that engine's own unit (tests/engines.py)."""
+    assert target_engine.name != FIRST
     registry = request.getfixturevalue("registry")
     base = _serving_base_on(target_engine, registry, request.getfixturevalue("cpu_serving_base_pushed"))
     with compose_server(base, tmp_path_factory, f"cpu-compose-{target_engine.name}", engine=target_engine) as up:
@@ -240,8 +239,17 @@ RECIPE_ARGS = ("--recipe", str(CPU_RECIPE), "--stock")
 RUN_TOKENS = 32
 
 
-def test_qualify_measures_the_real_server(engine_served, tmp_path):
-    server, logs = engine_served
+def test_qualify_measures_the_real_server(served, tmp_path):
+    _qualify_measures(served, tmp_path)
+
+
+@pytest.mark.parametrize("target_engine", [ENGINE28], indirect=True)
+def test_qualify_measures_the_real_server_on_the_second_engine(second_engine_served, tmp_path):
+    _qualify_measures(second_engine_served, tmp_path)
+
+
+def _qualify_measures(served, tmp_path):
+    server, logs = served
     # --recipe: the gate's KV cache and prefix-cache hit alignment, for vLLM's CPU platform.
     r = qualify(
         "--url",
