@@ -35,6 +35,7 @@ ENGINES = (FIRST, ENGINE28)
 
 @dataclass(frozen=True)
 class TestEngine:
+    __test__ = False  # a value the tests take, not a test class
     name: str
     host: Optional[str]  # DOCKER_HOST; None: the environment's (the first engine)
     client: object  # docker.DockerClient
