@@ -9,14 +9,13 @@ runs the script itself (its docstring has the command)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from infra.fixtures import in_ci
-from support.release_trees import newest_cpu_modelled_release, release_tree
+from support.release_trees import newest_cpu_modelled_release, release_tree, tree_env
 from support.repo import REPO
 
 pytestmark = pytest.mark.oracle
@@ -37,13 +36,7 @@ RELEASE = newest_cpu_modelled_release()
 @pytest.fixture(scope="module")
 def planned() -> tuple[subprocess.CompletedProcess, dict[int, dict]]:
     """The script's run under RELEASE's tree, and its ``CPU_HYBRID`` line per drafter KV heads."""
-    tree = release_tree(RELEASE)
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join([str(tree), str(REPO), str(REPO / "tests")]),
-        PYTHONDONTWRITEBYTECODE="1",
-        VLLM_TARGET_DEVICE="cpu",
-    )
+    env = tree_env(release_tree(RELEASE))
     proc = subprocess.run(
         [sys.executable, str(SCRIPT)], cwd=REPO, env=env, capture_output=True, text=True, timeout=1800
     )

@@ -15,7 +15,6 @@ lets fewer (the full-attention blocks grow as it decodes, and one is preempted).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest
@@ -31,7 +30,7 @@ except ImportError as exc:
     pytest.skip(f"torch is not importable ({exc}): run `make oracle`", allow_module_level=True)
 
 import together_agreement as A  # noqa: E402
-from support.release_trees import newest_cpu_modelled_release, release_tree  # noqa: E402
+from support.release_trees import newest_cpu_modelled_release, release_tree, tree_env  # noqa: E402
 
 STOCK = A.cases("stock")
 
@@ -40,12 +39,7 @@ def _run(behaviour: str, site) -> dict:
     """together_agreement.py's rows for ``behaviour`` with ``site``'s vLLM first on the path."""
     from overlay_helpers import REPO, oracle_python
 
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join([str(site), str(REPO), str(REPO / "tests")]),
-        VLLM_TARGET_DEVICE="cpu",
-        PYTHONDONTWRITEBYTECODE="1",
-    )
+    env = tree_env(site)
     proc = subprocess.run(
         [oracle_python(), str(REPO / "tests" / "agreement" / "together_agreement.py"), behaviour],
         stdout=subprocess.PIPE,

@@ -30,3 +30,14 @@ def release_tree(version: str) -> Path:
     if not (tree / "vllm").is_dir():
         unavailable(f"no pristine vLLM {version} tree at {tree}: run `make pristine-all`")
     return tree.resolve()
+
+
+def tree_env(tree: Path) -> dict:
+    """The environment a script runs vLLM from ``tree`` in: that tree first on PYTHONPATH, then the repository
+    and tests/; vLLM's CPU platform; no bytecode written into the tree."""
+    return dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(tree), str(REPO), str(REPO / "tests")]),
+        PYTHONDONTWRITEBYTECODE="1",
+        VLLM_TARGET_DEVICE="cpu",
+    )
