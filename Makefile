@@ -126,7 +126,7 @@ lint: test-install
 # they need only its standard library and pip), then runs test-setup while they build, then pytest.
 test: deps
 	PYTHON_VENV=$(abspath $(PY)) INFRA_PYTHON="$$(command -v $(PYTHON))" \
-	  INFRA_SETUP='$(MAKE) --no-print-directory test-setup' tests/infra/run-tests.sh $(PYTEST_ARGS)
+	  INFRA_SETUP='$(MAKE) -j4 --output-sync=target --no-print-directory test-setup' tests/infra/run-tests.sh $(PYTEST_ARGS)
 
 test-setup: test-install oracle pristine-all vllm-tests cosign
 

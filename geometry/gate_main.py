@@ -3,7 +3,7 @@
 
 Usage (the payload root on PYTHONPATH; geometry/image_contract.py builds the
 build's and verify's command lines):
-  python3 -m geometry.gate_main --input gate-input.json [--oracle [--oracle-record PATH]]
+  python3 -m geometry.gate_main --input gate-input.json [--oracle [--oracle-record PATH [--oracle-record-read-only]]]
       [--json] [--report-out PATH] [--behaviour auto|stock|overlay|input]
       [--overlay-manifest PATH] [--import-patched] [--verdict-failure-allowed]
 
@@ -86,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         "(input, geometry code, Python, vLLM tree, package versions) is this image's; "
         "otherwise vLLM is imported and a new record written here",
     )
+    ap.add_argument(
+        "--oracle-record-read-only",
+        action="store_true",
+        help="with --oracle-record: use the record when its key matches, never write one (verify's re-run)",
+    )
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     ap.add_argument("--report-out", help="write the JSON report here")
     ap.add_argument("--behaviour", default="auto", choices=("auto", *(b.value for b in Behaviour), "input"))
@@ -104,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.oracle_record and not args.oracle:
         ap.error("--oracle-record needs --oracle")
+    if args.oracle_record_read_only and not args.oracle_record:
+        ap.error("--oracle-record-read-only needs --oracle-record")
 
     try:
         raw = read_json(ValueError, args.input)
@@ -136,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.oracle:
         cross_check = CrossCheck(
             recorded=recorded,
-            record_to=None if recorded is not None else args.oracle_record,
+            record_to=None if recorded is not None or args.oracle_record_read_only else args.oracle_record,
             record_key_input=raw,
             patched_modules_imported=tuple(wanted or ()),
         )

@@ -101,12 +101,15 @@ def gate_argv(
     build: bool,
     behaviour: Behaviour = Behaviour.OVERLAY,
     failure_allowed: bool = False,
+    import_vllm: bool = False,
 ) -> list[str]:
     """The in-image gate's command line.
 
     ``build``: the build's gate step (import every patched module, use or write
     the oracle record, write the gate report); otherwise ``verify``'s re-run
-    (JSON on stdout, nothing written). ``behaviour`` stock: a build without the patch
+    (JSON on stdout, nothing written): it reads the oracle record the build left
+    in the image, which stands in for importing vLLM when its key is the image's
+    vLLM tree, packages and input, unless ``import_vllm``. ``behaviour`` stock: a build without the patch
     series (no manifest, nothing patched to import: the installed vLLM as it
     is). ``failure_allowed``: a failed verdict is written to the report and the
     step exits 0 (a disagreement with vLLM, or bad input, still fails it).
@@ -136,6 +139,8 @@ def gate_argv(
         if failure_allowed:
             argv.append("--verdict-failure-allowed")
     else:
+        if not import_vllm:
+            argv += ["--oracle-record", payload_path(ORACLE_RECORD, payload_dir), "--oracle-record-read-only"]
         argv += ["--json"]
     return argv
 

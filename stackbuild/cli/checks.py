@@ -18,9 +18,18 @@ from stackbuild.core.recipe import load_recipe
 @recipe_option
 @json_option
 @verify_options
-def verify(image, recipe_path, as_json, key, certificate_identity, certificate_oidc_issuer, cosign_path):
+@click.option(
+    "--import-vllm",
+    is_flag=True,
+    help="Re-plan with the image's vLLM even when the oracle record its build left matches the image.",
+)
+def verify(image, recipe_path, as_json, key, certificate_identity, certificate_oidc_issuer, cosign_path, import_vllm):
     """Pull IMAGE@DIGEST, compare its labels with the recipe, re-run the gate inside it,
     check its SBOM and provenance.
+
+    The gate is held to the oracle record the build left in the image (vLLM's answer, keyed by the
+    image's vLLM tree, packages and gate input); a record that does not match, or --import-vllm,
+    makes it import the image's vLLM and plan again.
 
     With --key (or keyless --certificate-identity and --certificate-oidc-issuer), first check
     the signatures of the image and of its SBOM and provenance attestations with cosign, and
@@ -31,7 +40,9 @@ def verify(image, recipe_path, as_json, key, certificate_identity, certificate_o
 
     image_by_digest(image)
     signatures = signature_check_of(key, certificate_identity, certificate_oidc_issuer, cosign_path)
-    result = verify_image(image, load_recipe(recipe_path), json_progress=as_json, signatures=signatures)
+    result = verify_image(
+        image, load_recipe(recipe_path), json_progress=as_json, signatures=signatures, import_vllm=import_vllm
+    )
     emit(as_json, result, "\n".join([f"{image}: {result['verdict']}", *qualification_lines(result)]))
 
 

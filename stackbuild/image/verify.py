@@ -44,9 +44,10 @@ from stackbuild.image.signature_check import check_signatures
 UNCOMPARED_LABELS = (OCI_CREATED, OCI_REVISION, OCI_VERSION)
 
 
-def gate_command() -> tuple[list[str], list[str]]:
-    """(entrypoint, args) of ``docker run --rm --entrypoint ENTRY IMAGE ARGS``: the gate again, its report on stdout."""
-    argv = contract.gate_argv(contract.PAYLOAD_DIR, build=False)
+def gate_command(import_vllm: bool = False) -> tuple[list[str], list[str]]:
+    """(entrypoint, args) of ``docker run --rm --entrypoint ENTRY IMAGE ARGS``: the gate again, its report on stdout
+    (held to the oracle record the build left in the image when its key is the image's, unless ``import_vllm``)."""
+    argv = contract.gate_argv(contract.PAYLOAD_DIR, build=False, import_vllm=import_vllm)
     return argv[:1], argv[1:]
 
 
@@ -88,9 +89,10 @@ def verify_image(
     json_progress: bool = False,
     engine: Optional[ContainerEngine] = None,
     signatures: Optional[SignatureCheck] = None,
+    import_vllm: bool = False,
 ) -> dict:
     with engine_errors(f"verify {image}"):
-        return _verify(image, recipe, json_progress, engine, signatures)
+        return _verify(image, recipe, json_progress, engine, signatures, import_vllm)
 
 
 def qualification_lines(result: dict) -> list[str]:
@@ -110,6 +112,7 @@ def _verify(
     json_progress: bool,
     engine: Optional[ContainerEngine],
     signatures: Optional[SignatureCheck],
+    import_vllm: bool,
 ) -> dict:
     reference = image_by_digest(image)
     repository, digest = reference.repository, reference.digest
@@ -121,7 +124,7 @@ def _verify(
         signed = check_signatures(
             signatures.cosign, signatures.policy, client, tag_beside_digest(image), digest, progress
         )
-    result = _verify_unsigned(image, reference, recipe, client, engine, progress)
+    result = _verify_unsigned(image, reference, recipe, client, engine, progress, import_vllm)
     return {**result, "signature": signed}
 
 
@@ -132,13 +135,14 @@ def _verify_unsigned(
     client: RegistryClient,
     engine: ContainerEngine,
     progress: Progress,
+    import_vllm: bool,
 ) -> dict:
     repository, digest = reference.repository, reference.digest
     top = client.manifest(digest)
     if top is None:
         raise VerifyError(f"{image}: the registry has no such manifest")
     if "manifests" in top.document:
-        return _verify_index(image, reference, recipe, top.document, client, engine, progress)
+        return _verify_index(image, reference, recipe, top.document, client, engine, progress, import_vllm)
     view = recipe
     if len(recipe.platforms) > 1:  # one platform's image of a multi-platform recipe, verified on its own
         platform = _config_platform(client, top.document, image)
@@ -148,7 +152,7 @@ def _verify_unsigned(
                 f"recipe says {', '.join(recipe.platforms)}"
             )
         view = recipe.for_platform(platform)
-    result = _verify_platform(repository, digest, view, client, engine, progress)
+    result = _verify_platform(repository, digest, view, client, engine, progress, import_vllm)
     if result["mismatches"]:
         raise VerifyError(f"{image} does not match {recipe.path}:\n  " + "\n  ".join(result["mismatches"]))
     return {"image": image, **result}
@@ -170,6 +174,7 @@ def _verify_index(
     client: RegistryClient,
     engine: ContainerEngine,
     progress: Progress,
+    import_vllm: bool,
 ) -> dict:
     """Every platform of the recipe: its entry in the index, then the image it names, checked as one image is."""
     repository, digest = reference.repository, reference.digest
@@ -187,7 +192,7 @@ def _verify_index(
         if platform not in entries:
             continue
         result = _verify_platform(
-            repository, entries[platform], recipe.for_platform(platform), client, engine, progress
+            repository, entries[platform], recipe.for_platform(platform), client, engine, progress, import_vllm
         )
         platforms[platform] = result
         problems += [f"{platform}: {problem}" for problem in result["mismatches"]]
@@ -206,12 +211,20 @@ def _verify_index(
 
 
 def _verify_platform(
-    repository: str, digest: str, recipe: Recipe, client: RegistryClient, engine: ContainerEngine, progress: Progress
+    repository: str,
+    digest: str,
+    recipe: Recipe,
+    client: RegistryClient,
+    engine: ContainerEngine,
+    progress: Progress,
+    import_vllm: bool,
 ) -> dict:
     """One image (``recipe`` is the view of its platform): labels, platform, attestations, then the gate.
 
-    The gate (a cold import of vLLM, minutes under emulation) runs only on an
-    image whose labels and attestations already match.
+    The gate runs only on an image whose labels and attestations already match. It is held to vLLM's
+    answer recorded in the image by its build when that record's key is the image's vLLM tree, packages
+    and gate input; otherwise (or with ``import_vllm``) it imports the image's vLLM (a cold import,
+    minutes under emulation) and plans again.
     """
     plan = make_plan(recipe, read_oracle_record=False)
     reference = ImageReference(repository, digest=digest)
@@ -236,7 +249,7 @@ def _verify_platform(
         progress.note(f"{reference}: the geometry gate is not run again: the image already does not match")
     else:
         with progress.phase("geometry gate", f"inside the image ({recipe.platform})"):
-            entrypoint, args = gate_command()
+            entrypoint, args = gate_command(import_vllm)
             code, out, err = engine.run(inspected.id, entrypoint, args, platform=recipe.platform)
         try:
             gate = json.loads(out)

@@ -392,7 +392,7 @@ def test_a_worker_killed_mid_serve_turns_the_leader_unhealthy_and_qualify_fails(
     # Last in the module: it ends the group. The leader's engine dies at the next generation, its API server
     # exits and the restart policy starts it again (health `starting`, the pre-flight waiting for rank 1).
     assert docker("kill", group.worker.container()).returncode == 0
-    r, _ = qualify(setup, group, tmp_path / "killed", "--ready-timeout", "60")
+    r, _ = qualify(setup, group, tmp_path / "killed", "--ready-timeout", "20")
     assert r.returncode == READINESS_EXIT, (r.returncode, r.stderr[-3000:])
     # 20 is also "nothing answers": the message says which. The leader answered (the model and the counters were
     # read before any generation); its readiness generation is what failed, first with the engine's own error.

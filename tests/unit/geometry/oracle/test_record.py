@@ -127,6 +127,41 @@ def test_a_stale_record_makes_the_gate_import_vllm_and_record_again(recorded):
     assert (workdir / "stale.json").read_bytes() == (workdir / "first.json").read_bytes()
 
 
+def test_read_only_uses_a_matching_record_and_writes_none_when_it_is_stale_or_missing(recorded):
+    """verify's re-run: the record the build left stands in for vLLM; a stale or missing one makes the gate
+    import vLLM, and nothing is written in either case."""
+    workdir, first, _ = recorded
+    (workdir / "kept.json").write_bytes((workdir / "first.json").read_bytes())
+    matching = run_gate(workdir, "kept.json", "--oracle-record-read-only")
+    assert matching.returncode == first.returncode and not imported_vllm(matching)
+    assert report(workdir, "kept.json")["oracle"]["source"] == "record"
+    stale = json.loads((workdir / "first.json").read_text())
+    stale["key"]["vllm_tree"] = "0" * 64
+    (workdir / "stale-ro.json").write_text(json.dumps(stale))
+    before = (workdir / "stale-ro.json").read_bytes()
+    run = run_gate(workdir, "stale-ro.json", "--oracle-record-read-only")
+    assert run.returncode == first.returncode and imported_vllm(run)
+    assert "the vLLM tree differs" in run.stderr
+    assert report(workdir, "stale-ro.json")["oracle"]["source"] == "imported vLLM"
+    assert (workdir / "stale-ro.json").read_bytes() == before  # not written over
+    missing = run_gate(workdir, "missing.json", "--oracle-record-read-only")
+    assert missing.returncode == first.returncode and imported_vllm(missing)
+    assert not (workdir / "missing.json").exists()
+
+
+def test_read_only_without_a_record_is_a_usage_error(recorded):
+    workdir, _, _ = recorded
+    run = subprocess.run(
+        [sys.executable, str(GATE), "--input", "gate-input.json", "--oracle", "--oracle-record-read-only"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 2
+    assert "--oracle-record-read-only needs --oracle-record" in run.stderr.splitlines()[-1]
+
+
 def test_an_unreadable_record_is_bad_input_naming_the_file(recorded):
     workdir, _, _ = recorded
     (workdir / "broken.json").write_text('{"schema": "glm53-oracle-record/1"')
