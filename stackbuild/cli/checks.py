@@ -73,6 +73,14 @@ def verify(image, recipe_path, as_json, key, certificate_identity, certificate_o
 )
 @click.option("--baseline-url", help="The same model served without speculation, for the speed-up.")
 @click.option(
+    "--baseline-result",
+    metavar="FILE",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Instead of --baseline-url: the qualify.json of an earlier run (of the same model without speculation, "
+    "where both servers do not fit at once), its served figures the speed-up's baseline.",
+)
+@click.option(
     "--out",
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -141,6 +149,7 @@ def qualify(
     server_log,
     api_key_env,
     baseline_url,
+    baseline_result,
     out_dir,
     max_tokens,
     runs,
@@ -183,6 +192,7 @@ def qualify(
         server_log=server_log,
         api_key_env=api_key_env,
         baseline_url=baseline_url,
+        baseline_result=baseline_result,
         out_dir=out_dir,
         max_tokens=max_tokens,
         runs=runs,
@@ -191,6 +201,7 @@ def qualify(
         prefix_blocks=prefix_blocks,
         allow_degenerate=allow_degenerate,
         subject=target.reference if target is not None else None,
+        notify=lambda line: click.echo(f"notice: {line}", err=True),
     )
     click.echo(run.text, err=True)
     for path in run.written:

@@ -158,7 +158,13 @@ def test_a_stream_the_server_ends_with_its_error_event_is_not_ready(stub):
     error = {"error": {"message": "EngineCore encountered an issue.", "type": "InternalServerError", "code": 500}}
     stream = f"data: {json.dumps(error)}\n\ndata: [DONE]\n\n"
     counters = METRICS.format(gen=0, drafts=0, draft_tokens=0, accepted=0, p0=0, p1=0)
-    routes = {"/v1/models": MODELS, "/metrics": (200, counters), "/v1/chat/completions": (200, stream)}
+    tokenized = (200, json.dumps({"count": 12, "max_model_len": 1024, "tokens": list(range(12))}))
+    routes = {
+        "/v1/models": MODELS,
+        "/metrics": (200, counters),
+        "/tokenize": tokenized,
+        "/v1/chat/completions": (200, stream),
+    }
     r = qualify("--url", stub(routes), "--model", "m", "--ready-timeout", "1", "--allow-degenerate")
     one_line(r, 20)
     assert "the server ended the stream with an error: EngineCore encountered an issue. (code 500)" in r.stderr
