@@ -87,8 +87,9 @@ def _value(kind: Any, value: Any, key: str) -> Any:
         for option in others:
             try:
                 return _value(option, value, key)
-            except _Invalid:
-                continue
+            except _Invalid as exc:
+                if isinstance(value, list) and typing.get_origin(option) is tuple:
+                    raise exc from None  # a list where a list may go: the item at fault, with its index
         raise _Invalid(f"{key}: not {' or '.join(_name(o) for o in options)}")
     if origin is tuple:
         (item, _ellipsis) = typing.get_args(kind)

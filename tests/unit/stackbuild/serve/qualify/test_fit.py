@@ -17,7 +17,8 @@ READY = PromptLength("readiness", "Say hello.", 11)
 
 def prompts(*tokens: int) -> tuple[PromptLength, ...]:
     return tuple(
-        PromptLength("prose" if i % 2 == 0 else "code", f"prompt number {i} of the set", n) for i, n in enumerate(tokens)
+        PromptLength("prose" if i % 2 == 0 else "code", f"prompt number {i} of the set", n)
+        for i, n in enumerate(tokens)
     )
 
 
@@ -63,7 +64,7 @@ def test_nothing_sized_without_a_max_model_len():
 def test_the_runs_sized_by_hand():
     # 1,024 tokens: prompts of 30 and 1,024 (skipped: no output token fits) with --max-tokens 2,000 -> 994
     runs = size_runs(READY, prompts(30, 1024), 2000, 4, 1024, "qualify URL")
-    assert runs.run_tokens == 994 and runs.skipped == ("code: prompt number 1 of the set (1,024 tokens)",)
+    assert runs.run_tokens == 994 and runs.skipped == ("code: prompt number 1 of the ... (1,024 tokens)",)
     assert runs.notices == (
         "code prompt 'prompt number 1 of the ...' skipped: its 1,024 tokens leave no output token under the "
         "server's max_model_len 1,024",
