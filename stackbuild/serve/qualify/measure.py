@@ -9,7 +9,6 @@ from typing import Optional
 
 from stackbuild.serve.qualify import metrics
 from stackbuild.serve.qualify.client import Server, Streamed, wait_until
-from stackbuild.serve.qualify.fit import PROBE_OUTPUT_TOKENS, PROBE_TAIL_TOKENS, ProbeFit, PromptLength, Runs
 from stackbuild.serve.qualify.prompts import PREFIX_WORDS, PROMPTS
 from stackbuild.serve.qualify.result import (
     ClassThroughput,
@@ -20,6 +19,7 @@ from stackbuild.serve.qualify.result import (
     Throughput,
 )
 from stackbuild.serve.qualify.sanity import OutputCheck, check
+from stackbuild.serve.qualify.sizing import PROBE_OUTPUT_TOKENS, PROBE_TAIL_TOKENS, ProbeFit, PromptLength, Runs
 
 # The readiness check's prompt and output length.
 READINESS_PROMPT = "Say hello."

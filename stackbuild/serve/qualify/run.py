@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from stackbuild.core.errors import BelowExpectation, QualifyFailed, QualifyResultInvalid, ServedKvCacheDiffers
-from stackbuild.serve.qualify import allocation, fit, measure
+from stackbuild.serve.qualify import allocation, measure, sizing
 from stackbuild.serve.qualify.client import Server
 from stackbuild.serve.qualify.result import (
     SCHEMA,
@@ -72,7 +72,7 @@ def qualify(
     lengths = [n for n in (card.max_model_len, base_card.max_model_len if base_card else None) if n is not None]
     max_len = min(lengths) if lengths else None
     readiness_prompt, prompts = measure.prompt_lengths(server, model)
-    runs = fit.size_runs(
+    runs = sizing.size_runs(
         readiness_prompt, prompts, settings.max_tokens, measure.READINESS_TOKENS, max_len, f"qualify {server.url}"
     )
     for line in runs.notices:
@@ -93,7 +93,9 @@ def qualify(
     else:
         alignment, source = None, "unknown: no recipe, and the server reports no block_size"
     enabled = target.prefix_caching if target.prefix_caching is not None else alignment is not None
-    probe_fit = fit.size_probe(settings.prefix_blocks, alignment, card.max_model_len) if enabled and alignment else None
+    probe_fit = (
+        sizing.size_probe(settings.prefix_blocks, alignment, card.max_model_len) if enabled and alignment else None
+    )
     if probe_fit is not None and probe_fit.note:
         notify(probe_fit.note)
     prefix = measure.prefix_probe(server, model, settings, alignment, source, enabled, probe_fit)
@@ -146,7 +148,7 @@ def _baseline(
     baseline: Union[Server, BaselineResult, None],
     model: str,
     settings: measure.Settings,
-    runs: fit.Runs,
+    runs: sizing.Runs,
     outputs: list[OutputCheck],
 ) -> tuple[Optional[Throughput], Optional[str]]:
     """The baseline's figures and where they come from: measured now on --baseline-url with the same runs, or

@@ -354,7 +354,7 @@ def test_a_server_of_another_model_than_the_recipes_is_one_line(stub):
 
 
 def test_the_model_and_its_max_model_len_from_one_models_answer(stub):
-    from stackbuild.serve.qualify.client import Server, ServedModel
+    from stackbuild.serve.qualify.client import ServedModel, Server
 
     cards = {"data": [{"id": "a", "max_model_len": 4096}, {"id": "b"}, {"id": "c", "max_model_len": True}]}
     server = Server(stub({"/v1/models": (200, json.dumps(cards))}))

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stackbuild.core.errors import QualifyFailed
-from stackbuild.serve.qualify.fit import PROBE_OUTPUT_TOKENS, PROBE_TAIL_TOKENS, PromptLength, size_probe, size_runs
 from stackbuild.serve.qualify.result import ProbeSizing
+from stackbuild.serve.qualify.sizing import PROBE_OUTPUT_TOKENS, PROBE_TAIL_TOKENS, PromptLength, size_probe, size_runs
 
 READY = PromptLength("readiness", "Say hello.", 11)
 
