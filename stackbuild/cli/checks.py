@@ -169,7 +169,10 @@ def qualify(
 
     Exit 0 when everything holds, 30 when the server's KV cache is not the gate's for the recipe, 24
     when the deployment misbehaves, 25 when a figure is below the recipe's qualify.min_* expectations
-    (20-23: the server cannot be measured). With --attach,
+    (20-23: the server cannot be measured). Every request fits the server's max_model_len (/v1/models): runs and
+    the prefix-cache probe are sized down, or a prompt skipped, with a notice on stderr and in the result.
+    --baseline-result FILE (a qualify.json of an earlier run) is read before anything is measured (2: unreadable,
+    not a qualify result, or of another model). With --attach,
     the image's manifest is looked up before anything is measured (2: not a digest reference;
     7-9: the registry), and the record is attached whatever the verdict."""
     from geometry import Behaviour

@@ -262,7 +262,8 @@ class QualifyResultInvalid(StackBuildError):
 
 class QualifyFailed(StackBuildError):
     """`qualify`: the deployment misbehaves: speculation configured but no drafts or near-zero acceptance,
-    prefix caching hitting less than predicted, empty, non-UTF-8 or degenerate output; one finding per line."""
+    prefix caching hitting less than predicted, empty, non-UTF-8 or degenerate output; one finding per line. Also
+    a server whose max_model_len holds none of qualify's prompts with one output token (one line)."""
 
     exit_code = ExitCode.QUALIFY_FAILED
     lists_findings = True

@@ -1,0 +1,76 @@
+"""The registry side of `qualify --attach` as the serving e2e tests read it: a small image pushed with plain
+registry API calls, and the qualification statements attached to it (tests/e2e/serve/test_serving_e2e.py)."""
+
+from __future__ import annotations
+
+import json
+
+QUALIFICATION = "application/vnd.glm53.qualification.v1+json"
+
+
+def push_small_image(registry, repository: str) -> str:
+    """An OCI image manifest (an empty config, no layers) pushed with plain registry API calls; its digest."""
+    import hashlib
+
+    import requests
+
+    name = repository.split("/", 1)[1]
+    base, auth = f"http://{registry.address}/v2/{name}", (registry.username, registry.password)
+    config = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}).encode()
+    config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
+    start = requests.post(f"{base}/blobs/uploads/", auth=auth, timeout=30)
+    assert start.status_code == 202, start.text
+    location = start.headers["Location"]
+    location = location if location.startswith("http") else f"http://{registry.address}{location}"
+    put = requests.put(
+        location,
+        params={"digest": config_digest},
+        data=config,
+        auth=auth,
+        timeout=30,
+        headers={"Content-Type": "application/octet-stream"},
+    )
+    assert put.status_code == 201, put.text
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": config_digest,
+                "size": len(config),
+            },
+            "layers": [],
+        }
+    ).encode()
+    put = requests.put(
+        f"{base}/manifests/v1",
+        data=manifest,
+        auth=auth,
+        timeout=30,
+        headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"},
+    )
+    assert put.status_code == 201, put.text
+    return "sha256:" + hashlib.sha256(manifest).hexdigest()
+
+
+def attached_statements(registry, repository: str, digest: str) -> list[dict]:
+    """The qualification statements the fallback tag sha256-<hex> lists, read with plain registry API calls."""
+    import requests
+
+    name = repository.split("/", 1)[1]
+    base, auth = f"http://{registry.address}/v2/{name}", (registry.username, registry.password)
+    accept = {"Accept": "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json"}
+    index = requests.get(
+        f"{base}/manifests/sha256-{digest.removeprefix('sha256:')}", headers=accept, auth=auth, timeout=30
+    )
+    assert index.status_code == 200, index.text
+    out = []
+    for entry in index.json()["manifests"]:
+        assert entry["artifactType"] == QUALIFICATION
+        manifest = requests.get(f"{base}/manifests/{entry['digest']}", headers=accept, auth=auth, timeout=30).json()
+        assert manifest["subject"]["digest"] == digest
+        (layer,) = manifest["layers"]
+        assert layer["mediaType"] == "application/vnd.in-toto+json"
+        out.append(json.loads(requests.get(f"{base}/blobs/{layer['digest']}", auth=auth, timeout=30).content))
+    return out
