@@ -36,7 +36,14 @@ from cpu_serving import CPU_IMAGE_REPOSITORY, build_cpu_image
 from engines import ENGINE28, FIRST
 from infra import harness
 from infra.fixtures import CPU_SERVING_BASE
-from qualification_registry import attached_statements, push_small_image
+from qualify_support import (
+    SERVED_MODEL,
+    attached_statements,
+    chat_answer,
+    models_max_len,
+    prompt_tokens,
+    push_small_image,
+)
 from support.repo import REPO
 from tiny_model import write_tiny_model
 
@@ -46,7 +53,6 @@ pytestmark = pytest.mark.docker
 
 
 CPU_RECIPE = REPO / "tests" / "recipes" / "cpu-tiny" / "recipe.yaml"
-SERVED_MODEL = "tiny"  # the recipe's serving.served_model_name
 HEALTHY_WITHIN_S = 420  # 40-130 s on two busy cores (import, engine init with --enforce-eager), + a 30 s check interval
 KEY = "qualify-test-key"
 PREFLIGHT_OFF = "pre-flight: off (GLM53_PREFLIGHT=off)"
@@ -277,13 +283,13 @@ def _qualify_measures(served, tmp_path):
     assert result["model"] == SERVED_MODEL  # the recipe's served_model_name
     # the server's max_model_len, read from its /v1/models: the recipe's, and every run fits it as asked
     assert result["sizing"] == {
-        "max_model_len": models_max_len(server),
+        "max_model_len": models_max_len(server, KEY),
         "asked_run_tokens": RUN_TOKENS,
         "run_tokens": RUN_TOKENS,
         "skipped_prompts": [],
         "notices": [],
     }
-    assert models_max_len(server) == load_recipe(CPU_RECIPE).serving.max_model_len
+    assert models_max_len(server, KEY) == load_recipe(CPU_RECIPE).serving.max_model_len
     kv = result["kv_cache"]
     blocks, tokens = recipe_kv_blocks(1)  # the recipe's VLLM_CPU_KVCACHE_SPACE
     figures = {f["name"]: (f["served"], f["predicted"], f["source"]) for f in kv["figures"]}
@@ -331,39 +337,13 @@ def _qualify_measures(served, tmp_path):
     assert f"num_gpu_blocks     served        {blocks:,}  gate        {blocks:,}  same" in r.stderr
 
 
-def models_max_len(url: str) -> int:
-    """The max_model_len the server's /v1/models gives for the served model, read here with a plain request."""
-    import requests
-
-    cards = requests.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {KEY}"}, timeout=30).json()["data"]
-    (card,) = [c for c in cards if c["id"] == SERVED_MODEL]
-    return card["max_model_len"]
-
-
-def prompt_tokens(url: str, prompt: str) -> int:
-    """The server's own count of a chat prompt's tokens (usage.prompt_tokens of a one-token generation)."""
-    import requests
-
-    body = {
-        "model": SERVED_MODEL,
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": 1,
-        "chat_template_kwargs": {"enable_thinking": False},
-    }
-    answer = requests.post(
-        f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=120
-    )
-    assert answer.status_code == 200, answer.text
-    return answer.json()["usage"]["prompt_tokens"]
-
-
 def test_qualify_sizes_to_the_servers_max_model_len_and_reads_a_baseline_result(server, tmp_path):
     """--max-tokens and --prefix-blocks beyond the server's max_model_len: the runs ask for what fits beside the
     longest prompt, the probe shares the most 128-token blocks that fit, each said in one notice; then a second
     run takes the first's qualify.json as its baseline (--baseline-result) instead of a second server."""
     from stackbuild.serve.qualify.prompts import PROMPTS
 
-    max_len = models_max_len(server)
+    max_len = models_max_len(server, KEY)
     first = qualify(
         "--url",
         server,
@@ -384,13 +364,16 @@ def test_qualify_sizes_to_the_servers_max_model_len_and_reads_a_baseline_result(
     )
     assert first.returncode == 0, first.stderr
     result = json.loads(first.stdout)
-    longest = max(prompt_tokens(server, p) for prompts in PROMPTS.values() for p in prompts)
+    longest = max(prompt_tokens(server, KEY, p) for prompts in PROMPTS.values() for p in prompts)
     run_tokens = max_len - longest  # the longest prompt plus its output fill max_model_len exactly
     sizing = result["sizing"]
     assert (sizing["max_model_len"], sizing["asked_run_tokens"], sizing["run_tokens"]) == (max_len, max_len, run_tokens)
     assert sizing["skipped_prompts"] == [] and result["served"]["run_tokens"] == run_tokens
-    # every run the server answered is run_tokens long (its usage): none was refused, none cut
+    # every run the server answered is run_tokens long (its usage): none was refused, none cut; one more token
+    # for the longest prompt, asked as qualify asks (min_tokens = max_tokens), is what the server refuses
     assert all(c["output_tokens"] == c["runs"] * run_tokens for c in result["served"]["classes"])
+    (prompt,) = [p for prompts in PROMPTS.values() for p in prompts if prompt_tokens(server, KEY, p) == longest][:1]
+    assert chat_answer(server, KEY, prompt, max_tokens=run_tokens + 1, min_tokens=run_tokens + 1).status_code == 400
     # the probe: 7 x 128 = 896 shared tokens + 4 of its own + 4 out = 904 fit 1,024; 8 x 128 + 8 = 1,032 does not
     blocks = (max_len - 4 - 4) // 128
     prefix = result["prefix_cache"]

@@ -1,9 +1,46 @@
-"""The registry side of `qualify --attach` as the serving e2e tests read it: a small image pushed with plain
-registry API calls, and the qualification statements attached to it (tests/e2e/serve/test_serving_e2e.py)."""
+"""What the serving e2e tests (tests/e2e/serve/test_serving_e2e.py) read beside `build.py qualify`, with plain
+requests: the server's own answers (its max_model_len, a chat prompt's tokens, a chat request's answer), and
+the registry side of `qualify --attach` (a small image pushed, the qualification statements attached to it)."""
 
 from __future__ import annotations
 
 import json
+
+SERVED_MODEL = "tiny"  # tests/recipes/cpu-tiny's serving.served_model_name
+
+
+def models_max_len(url: str, key: str) -> int:
+    """The max_model_len the server's /v1/models gives for the served model."""
+    import requests
+
+    cards = requests.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=30).json()["data"]
+    (card,) = [c for c in cards if c["id"] == SERVED_MODEL]
+    return card["max_model_len"]
+
+
+def chat_answer(url: str, key: str, prompt: str, **sampling):
+    """The server's answer to one chat request of ``prompt`` at temperature 0, thinking off, ignore_eos."""
+    import requests
+
+    body = {
+        "model": SERVED_MODEL,
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0,
+        "ignore_eos": True,
+        "chat_template_kwargs": {"enable_thinking": False},
+        **sampling,
+    }
+    return requests.post(
+        f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=300
+    )
+
+
+def prompt_tokens(url: str, key: str, prompt: str) -> int:
+    """The server's own count of a chat prompt's tokens (usage.prompt_tokens of a one-token generation)."""
+    answer = chat_answer(url, key, prompt, max_tokens=1)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["usage"]["prompt_tokens"]
+
 
 QUALIFICATION = "application/vnd.glm53.qualification.v1+json"
 
