@@ -183,7 +183,7 @@ class ExitCode(enum.IntEnum):
         "the deployment misbehaves",
         "`qualify`: the deployment misbehaves: speculation configured but no drafts or acceptance near zero, "
         "prefix caching hitting less than predicted, empty, non-UTF-8 or degenerate output (each finding with its "
-        "numbers)",
+        "numbers); a `max_model_len` (`/v1/models`) that holds none of its prompts with one output token",
     )
     BELOW_EXPECTATION = (
         25,

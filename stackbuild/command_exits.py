@@ -154,6 +154,10 @@ COMMAND_EXITS: Mapping[str, CommandExits] = MappingProxyType(
             ),
             {
                 E.SUCCESS: "everything holds (`--capacity`: the server ran together what the gate predicts)",
+                E.BAD_INPUT: "bad input: the recipe, the command line (`--baseline-url` with "
+                "`--baseline-result`), or a `--baseline-result` file that is unreadable, not a qualify result of "
+                "this schema (the key named) or of another model than the one measured (read before anything is "
+                "measured)",
                 E.TRANSFER_REFUSED: "`--attach`: the registry has no manifest of that digest",
             },
         ),

@@ -73,6 +73,14 @@ def verify(image, recipe_path, as_json, key, certificate_identity, certificate_o
 )
 @click.option("--baseline-url", help="The same model served without speculation, for the speed-up.")
 @click.option(
+    "--baseline-result",
+    metavar="FILE",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Instead of --baseline-url: the qualify.json of an earlier run (of the same model without speculation, "
+    "where both servers do not fit at once), its served figures the speed-up's baseline.",
+)
+@click.option(
     "--out",
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -141,6 +149,7 @@ def qualify(
     server_log,
     api_key_env,
     baseline_url,
+    baseline_result,
     out_dir,
     max_tokens,
     runs,
@@ -160,7 +169,10 @@ def qualify(
 
     Exit 0 when everything holds, 30 when the server's KV cache is not the gate's for the recipe, 24
     when the deployment misbehaves, 25 when a figure is below the recipe's qualify.min_* expectations
-    (20-23: the server cannot be measured). With --attach,
+    (20-23: the server cannot be measured). Every request fits the server's max_model_len (/v1/models): runs and
+    the prefix-cache probe are sized down, or a prompt skipped, with a notice on stderr and in the result.
+    --baseline-result FILE (a qualify.json of an earlier run) is read before anything is measured (2: unreadable,
+    not a qualify result, or of another model). With --attach,
     the image's manifest is looked up before anything is measured (2: not a digest reference;
     7-9: the registry), and the record is attached whatever the verdict."""
     from geometry import Behaviour
@@ -183,6 +195,7 @@ def qualify(
         server_log=server_log,
         api_key_env=api_key_env,
         baseline_url=baseline_url,
+        baseline_result=baseline_result,
         out_dir=out_dir,
         max_tokens=max_tokens,
         runs=runs,
@@ -191,6 +204,7 @@ def qualify(
         prefix_blocks=prefix_blocks,
         allow_degenerate=allow_degenerate,
         subject=target.reference if target is not None else None,
+        notify=lambda line: click.echo(f"notice: {line}", err=True),
     )
     click.echo(run.text, err=True)
     for path in run.written:

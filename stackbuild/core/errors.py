@@ -253,9 +253,17 @@ class ModelNotServed(StackBuildError):
     exit_code = ExitCode.MODEL_NOT_SERVED
 
 
+class QualifyResultInvalid(StackBuildError):
+    """`qualify --baseline-result FILE`: the file is unreadable, not a qualify result of this schema (the key at
+    fault named), or a result of another model than the one measured."""
+
+    exit_code = ExitCode.BAD_INPUT
+
+
 class QualifyFailed(StackBuildError):
     """`qualify`: the deployment misbehaves: speculation configured but no drafts or near-zero acceptance,
-    prefix caching hitting less than predicted, empty, non-UTF-8 or degenerate output; one finding per line."""
+    prefix caching hitting less than predicted, empty, non-UTF-8 or degenerate output; one finding per line. Also
+    a server whose max_model_len holds none of qualify's prompts with one output token (one line)."""
 
     exit_code = ExitCode.QUALIFY_FAILED
     lists_findings = True

@@ -10,7 +10,7 @@ none when qualify was not given one), the hardware the recipe names, the served 
 `vllm serve` argv), the vLLM version the server reported, when it was measured, the verdict (pass or
 fail: a failing qualification is recorded too, with its findings in the result), the key figures
 (decode tok/s, acceptance, per-position acceptance) and the whole result JSON `qualify --json`
-prints (schema glm53.qualify/v1).
+prints (its schema id inside: stackbuild/serve/qualify/result.py SCHEMA).
 """
 
 from __future__ import annotations

@@ -80,8 +80,8 @@ def check(predicted: Predicted, cache_configs: tuple[Mapping[str, str], ...], lo
             figures.append(
                 _figure(
                     "group_block_sizes",
-                    list(predicted.group_block_sizes),
-                    list(log.group_block_sizes) if log.group_block_sizes is not None else None,
+                    tuple(predicted.group_block_sizes),
+                    tuple(log.group_block_sizes) if log.group_block_sizes is not None else None,
                     f"--server-log {log.source}",
                 )
             )

@@ -3,7 +3,6 @@ the record `--attach` pushes (stackbuild/image/qualification.py pushes it)."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,12 +13,12 @@ from stackbuild.core.errors import OutputError, UsageError
 from stackbuild.core.qualification_record import QualificationRecord
 from stackbuild.core.recipe import load_recipe
 from stackbuild.core.reference import ImageReference
-from stackbuild.serve.qualify import allocation, measure, report
+from stackbuild.serve.qualify import allocation, measure, report, result_file
 from stackbuild.serve.qualify import server_log as server_log_mod
 from stackbuild.serve.qualify.client import Server
 from stackbuild.serve.qualify.record import qualification_record
 from stackbuild.serve.qualify.result import Qualification
-from stackbuild.serve.qualify.run import Target, qualify
+from stackbuild.serve.qualify.run import BaselineResult, Target, qualify
 
 # The variable the generated compose env file and vLLM's --api-key read (docs/serving.md).
 DEFAULT_API_KEY_ENV = "VLLM_API_KEY"
@@ -50,6 +49,8 @@ def target_of(
         predicted=allocation.predict(recipe, run),
         server_log=server_log_mod.read(server_log) if server_log is not None else None,
         model=model or recipe.serving.served_model_name,
+        model_source="--model" if model else "the recipe's serving.served_model_name (--model names another)",
+        max_model_len=recipe.serving.max_model_len,
         speculation=recipe.serving.num_speculative_tokens > 0,
         prefix_caching=bool(cache and cache.can_hit),
         hit_alignment_tokens=cache.hit_alignment_tokens if cache else None,
@@ -93,6 +94,7 @@ def run_qualify(
     server_log,
     api_key_env,
     baseline_url,
+    baseline_result,
     out_dir,
     max_tokens,
     runs,
@@ -101,24 +103,27 @@ def run_qualify(
     prefix_blocks,
     allow_degenerate,
     subject: Optional[ImageReference] = None,
+    notify=lambda line: None,
 ) -> QualifyRun:
     """The qualification the options ask for, written under ``out_dir`` when given; with ``subject``, the
-    record of it for that image."""
+    record of it for that image. ``notify(line)``: each notice as it is decided (stderr)."""
+    if baseline_url and baseline_result:
+        raise UsageError("--baseline-url and --baseline-result: give one baseline, not both")
     key = api_key(api_key_env)
     target = target_of(recipe_path, model, allow_degenerate, behaviour, server_log)
     check_out_dir(out_dir)
     settings = measure.Settings(
         max_tokens=max_tokens, warmup=warmup, runs=runs, ready_timeout_s=ready_timeout, prefix_blocks=prefix_blocks
     )
-    baseline = Server(baseline_url, key, role="--baseline-url") if baseline_url else None
-    result = qualify(Server(url, key), target, settings, baseline)
+    if baseline_result is not None:
+        baseline = BaselineResult(baseline_result, result_file.read(baseline_result))
+    else:
+        baseline = Server(baseline_url, key, role="--baseline-url") if baseline_url else None
+    result = qualify(Server(url, key), target, settings, baseline, notify)
     written = []
     if out_dir is not None:
-        from stackbuild.core.atomic import replace_text
-
         out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / report.JSON_NAME
-        replace_text(path, json.dumps(result.to_json(), indent=2, sort_keys=True) + "\n")
+        path = result_file.write(result, out_dir / report.JSON_NAME)
         written += [path, report.figure(result, out_dir / report.FIGURE_NAME)]
     record = qualification_record(result, recipe_path, subject) if subject is not None else None
     return QualifyRun(result, report.table(result), tuple(written), record)

@@ -51,6 +51,14 @@ class Streamed:
         return (self.latency_s - self.ttft_s) / (self.completion_tokens - 1)
 
 
+@dataclass(frozen=True)
+class ServedModel:
+    """A model the server lists, and the ``max_model_len`` its /v1/models entry gives (None: none given)."""
+
+    name: str
+    max_model_len: Optional[int]
+
+
 class Server:
     """A vLLM OpenAI server at ``url``; ``api_key`` is sent as a bearer token (never logged)."""
 
@@ -98,8 +106,8 @@ class Server:
         return data
 
     # ------------------------------------------------------------------ endpoints
-    def models(self, *, retry: bool = False) -> tuple[str, ...]:
-        """The names /v1/models lists."""
+    def _cards(self, *, retry: bool = False) -> tuple[dict, ...]:
+        """The model entries /v1/models lists (each with its id)."""
         response = self._request("GET", "/v1/models", retry=retry)
         if response.status_code != 200:
             raise NotVllmServer(
@@ -108,22 +116,34 @@ class Server:
         data = self._json(response, "/v1/models").get("data")
         if not isinstance(data, list) or not all(isinstance(m, dict) and "id" in m for m in data):
             raise NotVllmServer(f"{self.role} {self.url}/v1/models: no model list: not a vLLM OpenAI server")
-        return tuple(str(m["id"]) for m in data)
+        return tuple(data)
 
-    def pick_model(self, wanted: Optional[str], *, retry: bool = False) -> str:
-        served = self.models(retry=retry)
+    def models(self, *, retry: bool = False) -> tuple[str, ...]:
+        """The names /v1/models lists."""
+        return tuple(str(m["id"]) for m in self._cards(retry=retry))
+
+    def served_model(self, wanted: Optional[str], *, source: str = "--model", retry: bool = False) -> ServedModel:
+        """The model to request and its ``max_model_len``, from one /v1/models answer: ``wanted`` (named by
+        ``source``), or the one model the server lists; ModelNotServed otherwise."""
+        cards = self._cards(retry=retry)
+        served = [str(m["id"]) for m in cards]
         if wanted is None:
             if len(served) != 1:
                 raise ModelNotServed(
                     f"{self.role} {self.url} serves {', '.join(served) or 'no model'}: name one with --model"
                 )
-            return served[0]
-        if wanted not in served:
+            wanted = served[0]
+        elif wanted not in served:
             raise ModelNotServed(
                 f"{self.role} {self.url} does not serve model {wanted!r} "
-                f"(it serves {', '.join(served) or 'none'}): --model"
+                f"(it serves {', '.join(served) or 'none'}): {source}"
             )
-        return wanted
+        card = cards[served.index(wanted)]
+        length = card.get("max_model_len")
+        return ServedModel(wanted, length if isinstance(length, int) and not isinstance(length, bool) else None)
+
+    def pick_model(self, wanted: Optional[str], *, retry: bool = False) -> str:
+        return self.served_model(wanted, retry=retry).name
 
     def metrics_text(self) -> str:
         response = self._request("GET", "/metrics")
@@ -169,12 +189,24 @@ class Server:
 
     def max_model_len(self, model: str) -> Optional[int]:
         """The ``max_model_len`` /v1/models gives for ``model`` (None: not listed)."""
-        response = self._request("GET", "/v1/models")
-        data = self._json(response, "/v1/models").get("data") or []
-        for card in data:
-            if isinstance(card, dict) and card.get("id") == model and isinstance(card.get("max_model_len"), int):
-                return card["max_model_len"]
+        for card in self._cards():
+            length = card.get("max_model_len")
+            if card.get("id") == model and isinstance(length, int) and not isinstance(length, bool):
+                return length
         return None
+
+    def chat_prompt_tokens(self, model: str, prompt: str) -> int:
+        """The tokens of ``prompt`` as a chat request's (_chat_body) prompt, the server's chat template applied."""
+        body = {"model": model, **_chat_prompt(prompt), "add_generation_prompt": True}
+        response = self._request("POST", "/tokenize", json=body)
+        if response.status_code != 200:
+            raise NotVllmServer(
+                f"{self.role} {self.url}/tokenize: HTTP {response.status_code} for a chat prompt: not a vLLM server"
+            )
+        count = self._json(response, "/tokenize").get("count")
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise NotVllmServer(f"{self.role} {self.url}/tokenize: no token count: not a vLLM server")
+        return count
 
     def complete_ids(
         self, model: str, prompt_ids: list[int], max_tokens: int, *, ignore_eos: bool = False
@@ -265,18 +297,22 @@ def _chat_body(model: str, prompt: str, max_tokens: int, *, stream: bool) -> dic
     vLLM's benchmark fixes its run lengths), thinking off where the template has the switch."""
     body = {
         "model": model,
-        "messages": [{"role": "user", "content": prompt}],
+        **_chat_prompt(prompt),
         "max_tokens": max_tokens,
         "min_tokens": max_tokens,
         "ignore_eos": True,
         "temperature": 0,
         "stream": stream,
-        # thinking off: GLM's (and Qwen3's) chat templates read this switch; others ignore it
-        "chat_template_kwargs": {"enable_thinking": False},
     }
     if stream:
         body["stream_options"] = {"include_usage": True}
     return body
+
+
+def _chat_prompt(prompt: str) -> dict:
+    """The prompt part of every chat request (and of its /tokenize): one user message, thinking off (GLM's and
+    Qwen3's chat templates read this switch; others ignore it)."""
+    return {"messages": [{"role": "user", "content": prompt}], "chat_template_kwargs": {"enable_thinking": False}}
 
 
 def _said(error: dict) -> str:

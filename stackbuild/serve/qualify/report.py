@@ -54,9 +54,15 @@ def _n(value) -> str:
 
 
 def table(result: Qualification) -> str:
-    lines = _kv_lines(result.kv_cache) + _throughput_lines("served", result.served)
+    z = result.sizing
+    limit = f"max_model_len {z.max_model_len:,}" if z.max_model_len is not None else "no max_model_len given"
+    lines = _kv_lines(result.kv_cache) + [
+        f"runs: {z.run_tokens} output tokens each (--max-tokens {z.asked_run_tokens}; the server's {limit})"
+        + (f", {len(z.skipped_prompts)} prompt(s) skipped" if z.skipped_prompts else "")
+    ]
+    lines += _throughput_lines("served", result.served)
     if result.baseline:
-        lines += _throughput_lines("baseline", result.baseline)
+        lines += _throughput_lines(f"baseline ({result.baseline_source})", result.baseline)
         lines.append(f"speed-up: {result.speedup}x" if result.speedup else "speed-up: n/a")
     s = result.spec_decode
     if s.configured:
@@ -76,12 +82,12 @@ def table(result: Qualification) -> str:
     p = result.prefix_cache
     if p.shared_prefix_tokens:
         lines.append(
-            f"prefix cache: shared {p.shared_prefix_tokens} tokens (k x {p.hit_alignment_tokens}, "
-            f"{p.alignment_source}): hits {p.first_hit_tokens} then {p.second_hit_tokens}, "
+            f"prefix cache: shared {p.shared_prefix_tokens} tokens ({p.blocks} x {p.hit_alignment_tokens}, "
+            f"{p.alignment_source}; {p.sizing}): hits {p.first_hit_tokens} then {p.second_hit_tokens}, "
             f"predicted {p.predicted_hit_tokens}"
         )
     else:
-        lines.append(f"prefix cache: not probed ({p.alignment_source})")
+        lines.append(f"prefix cache: {p.sizing} ({p.sizing_note or p.alignment_source})")
     bad = [o for o in result.outputs if o.empty or o.invalid_utf8 or o.degenerate]
     lines.append(f"outputs: {len(result.outputs)} checked, {len(bad)} flagged")
     for e in result.expectations:
@@ -97,8 +103,8 @@ def _kv_panel(ax, kv: KvCacheCheck) -> None:
     figures = [f for f in kv.figures if f.predicted is not None]
     names, ratios, colours, notes = [], [], [], []
     for f in figures:
-        served = sum(f.served) if isinstance(f.served, list) else f.served
-        predicted = sum(f.predicted) if isinstance(f.predicted, list) else f.predicted
+        served = sum(f.served) if isinstance(f.served, tuple) else f.served
+        predicted = sum(f.predicted) if isinstance(f.predicted, tuple) else f.predicted
         names.append(f.name.replace("_", " "))
         ratios.append(served / predicted if served is not None and predicted else 0.0)
         colours.append("tab:green" if f.matches else "tab:red")

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 from geometry import Behaviour
 from stackbuild.serve.qualify.sanity import OutputCheck
 
-# v2: latency as vLLM's benchmark names it (TTFT, TPOT, ITL from streamed runs; end-to-end output tok/s
-# from stream false), token counts from the server's usage, and the KV cache checked against the gate.
-SCHEMA = "glm53.qualify/v2"
+# v3: what was sent sized to the server's max_model_len (sizing, the prefix probe's blocks), and where the
+# baseline came from. v2: latency as vLLM's benchmark names it (TTFT, TPOT, ITL from streamed runs;
+# end-to-end output tok/s from stream false), token counts from the server's usage, the KV cache checked.
+SCHEMA = "glm53.qualify/v3"
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,18 @@ class SpecDecode:
     per_position_sums_to_accepted: bool
 
 
+class ProbeSizing(str, enum.Enum):
+    """How the prefix-cache probe was sent against the server's max_model_len."""
+
+    AS_ASKED = "as asked"  # --prefix-blocks x the alignment fits
+    SIZED = "sized"  # fewer blocks than --prefix-blocks: the most that fit
+    SKIPPED = "skipped"  # not even one alignment unit plus the tail and the output fit
+    NOT_PROBED = "not probed"  # prefix caching off, or no alignment to probe at
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class PrefixCacheProbe:
     """Two prompts sharing ``shared_prefix_tokens`` = k x the hit alignment; hits from the /metrics deltas."""
@@ -79,6 +93,10 @@ class PrefixCacheProbe:
     enabled: bool
     hit_alignment_tokens: Optional[int]
     alignment_source: str  # "recipe gate" | "server block_size" | why there is none
+    sizing: ProbeSizing
+    asked_blocks: int  # --prefix-blocks
+    blocks: int  # k sent (0: not sent)
+    sizing_note: Optional[str]  # why it was sized or skipped (None: as asked, or not probed)
     shared_prefix_tokens: int
     predicted_hit_tokens: int
     first_hit_tokens: int
@@ -101,8 +119,8 @@ class KvFigure:
     """One allocation figure: the gate's prediction and what the server reports (None: not reported)."""
 
     name: str  # num_gpu_blocks | block_size | group_block_sizes | kv_cache_tokens
-    predicted: object  # int, or a list of ints for group_block_sizes
-    served: object
+    predicted: Union[int, tuple[int, ...], None]  # a tuple for group_block_sizes
+    served: Union[int, tuple[int, ...], None]  # None: not reported
     source: str  # "/metrics", or "--server-log FILE"
     matches: bool
 
@@ -121,15 +139,29 @@ class KvCacheCheck:
 
 
 @dataclass(frozen=True)
+class Sizing:
+    """What qualify sent, sized to the server's ``max_model_len`` (its /v1/models entry): every prompt plus
+    the run's output tokens fits, a prompt that cannot hold one output token is skipped."""
+
+    max_model_len: Optional[int]  # None: /v1/models gives none (nothing sized)
+    asked_run_tokens: int  # --max-tokens
+    run_tokens: int  # what every run asked for
+    skipped_prompts: tuple[str, ...]  # "<class>: <prompt's first words> (<N> tokens)"
+    notices: tuple[str, ...]  # one line each, as stderr printed them (the prefix probe's included)
+
+
+@dataclass(frozen=True)
 class Qualification:
     schema: str
     url: str
     model: str
     recipe: str
     vllm_version: Optional[str]
+    sizing: Sizing
     kv_cache: KvCacheCheck
     served: Throughput
     baseline: Optional[Throughput]
+    baseline_source: Optional[str]  # "--baseline-url URL" | "--baseline-result FILE"
     speedup: Optional[float]  # served / baseline end-to-end output tok/s
     spec_decode: SpecDecode
     prefix_cache: PrefixCacheProbe

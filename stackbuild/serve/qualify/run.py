@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from pathlib import Path
+from typing import Optional, Union
 
-from stackbuild.core.errors import BelowExpectation, QualifyFailed, ServedKvCacheDiffers
-from stackbuild.serve.qualify import allocation, measure
+from stackbuild.core.errors import BelowExpectation, QualifyFailed, QualifyResultInvalid, ServedKvCacheDiffers
+from stackbuild.serve.qualify import allocation, measure, sizing
 from stackbuild.serve.qualify.client import Server
-from stackbuild.serve.qualify.result import SCHEMA, Expectation, PrefixCacheProbe, Qualification, SpecDecode
+from stackbuild.serve.qualify.result import (
+    SCHEMA,
+    Expectation,
+    PrefixCacheProbe,
+    Qualification,
+    Sizing,
+    SpecDecode,
+    Throughput,
+)
 from stackbuild.serve.qualify.sanity import OutputCheck
 from stackbuild.serve.qualify.server_log import LoggedAllocation
 
@@ -24,6 +33,8 @@ class Target:
     predicted: allocation.Predicted
     server_log: Optional[LoggedAllocation] = None  # --server-log
     model: Optional[str] = None
+    model_source: str = "--model"  # where ``model`` comes from, for the line that says it is not served
+    max_model_len: Optional[int] = None  # the recipe's serving.max_model_len
     speculation: Optional[bool] = None  # None: what the server's /metrics say
     prefix_caching: Optional[bool] = None  # None: on when the server reports a block size
     hit_alignment_tokens: Optional[int] = None  # the recipe gate's prediction
@@ -32,18 +43,47 @@ class Target:
     allow_degenerate: bool = False
 
 
+@dataclass(frozen=True)
+class BaselineResult:
+    """--baseline-result: a qualify result measured earlier (of the server without speculation, say), its
+    ``served`` figures the baseline."""
+
+    path: Path
+    result: Qualification
+
+
 def qualify(
-    server: Server, target: Target, settings: measure.Settings, baseline: Optional[Server] = None
+    server: Server,
+    target: Target,
+    settings: measure.Settings,
+    baseline: Union[Server, BaselineResult, None] = None,
+    notify=lambda line: None,
 ) -> Qualification:
-    model = server.pick_model(target.model, retry=False)
+    """The whole qualification; ``notify(line)`` is told each notice (a run or probe sized to the server) as
+    it is decided, before anything is sent that it concerns."""
+    card = server.served_model(target.model, source=target.model_source)
+    model = card.name
+    if isinstance(baseline, BaselineResult) and baseline.result.model != model:
+        raise QualifyResultInvalid(
+            f"--baseline-result {baseline.path}: model: {baseline.result.model!r}, but {server.url} serves {model!r}"
+        )
     measure.snapshot(server)  # a server without vLLM's counters is refused before any generation
-    readiness = measure.ready(server, model, settings)
+    base_card = baseline.served_model(model) if isinstance(baseline, Server) else None
+    lengths = [n for n in (card.max_model_len, base_card.max_model_len if base_card else None) if n is not None]
+    max_len = min(lengths) if lengths else None
+    readiness_prompt, prompts = measure.prompt_lengths(server, model)
+    runs = sizing.size_runs(
+        readiness_prompt, prompts, settings.max_tokens, measure.READINESS_TOKENS, max_len, f"qualify {server.url}"
+    )
+    for line in runs.notices:
+        notify(line)
+    readiness = measure.ready(server, model, settings, runs)
     kv_cache = allocation.check(target.predicted, measure.snapshot(server).cache_configs, target.server_log)
     outputs: list[OutputCheck] = []
-    measure.warm_up(server, model, settings)
+    measure.warm_up(server, model, settings, runs)
     before = measure.snapshot(server)
     configured = before.speculation_configured if target.speculation is None else target.speculation
-    served = measure.throughput(server, model, settings, readiness, configured, outputs)
+    served = measure.throughput(server, model, settings, runs, readiness, configured, outputs)
     after = measure.snapshot(server)
     spec = measure.spec_decode(before, after, configured)
     if target.hit_alignment_tokens:
@@ -53,15 +93,13 @@ def qualify(
     else:
         alignment, source = None, "unknown: no recipe, and the server reports no block_size"
     enabled = target.prefix_caching if target.prefix_caching is not None else alignment is not None
-    prefix = measure.prefix_probe(server, model, settings, alignment, source, enabled)
-    base = None
-    if baseline is not None:
-        base_model = baseline.pick_model(target.model or model)
-        base_ready = measure.ready(baseline, base_model, settings)
-        measure.warm_up(baseline, base_model, settings)
-        base = measure.throughput(
-            baseline, base_model, settings, base_ready, measure.snapshot(baseline).speculation_configured, outputs
-        )
+    probe_fit = (
+        sizing.size_probe(settings.prefix_blocks, alignment, card.max_model_len) if enabled and alignment else None
+    )
+    if probe_fit is not None and probe_fit.note:
+        notify(probe_fit.note)
+    prefix = measure.prefix_probe(server, model, settings, alignment, source, enabled, probe_fit)
+    base, base_source = _baseline(baseline, model, settings, runs, outputs)
     speedup = (
         round(served.e2e_output_tokens_per_s / base.e2e_output_tokens_per_s, 3)
         if base and base.e2e_output_tokens_per_s
@@ -74,16 +112,28 @@ def qualify(
             f"the server runs vLLM {version}; the gate models {target.predicted.vllm_version} "
             f"(the recipe's base.vllm_version)"
         )
+    if card.max_model_len is not None and target.max_model_len and card.max_model_len != target.max_model_len:
+        warnings.append(
+            f"the server's max_model_len is {card.max_model_len:,}; the recipe's serving.max_model_len "
+            f"{target.max_model_len:,}"
+        )
+    if isinstance(baseline, BaselineResult) and base.run_tokens != served.run_tokens:
+        warnings.append(
+            f"the baseline ({base_source}) ran {base.run_tokens} output tokens a run, this run {served.run_tokens}"
+        )
     expectations = _expectations(target, served.e2e_output_tokens_per_s, spec.acceptance_rate)
+    notices = runs.notices + ((probe_fit.note,) if probe_fit is not None and probe_fit.note else ())
     return Qualification(
         schema=SCHEMA,
         url=server.url,
         model=model,
         recipe=target.recipe,
         vllm_version=version,
+        sizing=Sizing(max_len, settings.max_tokens, runs.run_tokens, runs.skipped, notices),
         kv_cache=kv_cache,
         served=served,
         baseline=base,
+        baseline_source=base_source,
         speedup=speedup,
         spec_decode=spec,
         prefix_cache=prefix,
@@ -91,6 +141,28 @@ def qualify(
         expectations=expectations,
         failures=tuple(failures),
         warnings=tuple(warnings),
+    )
+
+
+def _baseline(
+    baseline: Union[Server, BaselineResult, None],
+    model: str,
+    settings: measure.Settings,
+    runs: sizing.Runs,
+    outputs: list[OutputCheck],
+) -> tuple[Optional[Throughput], Optional[str]]:
+    """The baseline's figures and where they come from: measured now on --baseline-url with the same runs, or
+    the ``served`` figures of a --baseline-result file."""
+    if baseline is None:
+        return None, None
+    if isinstance(baseline, BaselineResult):
+        return baseline.result.served, f"--baseline-result {baseline.path}"
+    base_ready = measure.ready(baseline, model, settings, runs)
+    measure.warm_up(baseline, model, settings, runs)
+    configured = measure.snapshot(baseline).speculation_configured
+    return (
+        measure.throughput(baseline, model, settings, runs, base_ready, configured, outputs),
+        f"--baseline-url {baseline.url}",
     )
 
 

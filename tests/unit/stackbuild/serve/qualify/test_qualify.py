@@ -158,7 +158,13 @@ def test_a_stream_the_server_ends_with_its_error_event_is_not_ready(stub):
     error = {"error": {"message": "EngineCore encountered an issue.", "type": "InternalServerError", "code": 500}}
     stream = f"data: {json.dumps(error)}\n\ndata: [DONE]\n\n"
     counters = METRICS.format(gen=0, drafts=0, draft_tokens=0, accepted=0, p0=0, p1=0)
-    routes = {"/v1/models": MODELS, "/metrics": (200, counters), "/v1/chat/completions": (200, stream)}
+    tokenized = (200, json.dumps({"count": 12, "max_model_len": 1024, "tokens": list(range(12))}))
+    routes = {
+        "/v1/models": MODELS,
+        "/metrics": (200, counters),
+        "/tokenize": tokenized,
+        "/v1/chat/completions": (200, stream),
+    }
     r = qualify("--url", stub(routes), "--model", "m", "--ready-timeout", "1", "--allow-degenerate")
     one_line(r, 20)
     assert "the server ended the stream with an error: EngineCore encountered an issue. (code 500)" in r.stderr
@@ -338,3 +344,33 @@ def test_a_served_kv_cache_other_than_the_gates_names_both_numbers():
         p, ({"block_size": "128", "num_gpu_blocks": str(p.num_gpu_blocks)}, {"block_size": "128"}), None
     )
     assert two.differences[0].startswith("the server reports no num_gpu_blocks (/metrics)")
+
+
+def test_a_server_of_another_model_than_the_recipes_is_one_line(stub):
+    cards = (200, json.dumps({"data": [{"id": "other", "max_model_len": 4096}]}))
+    r = qualify("--url", stub({"/v1/models": cards}), "--recipe", str(CPU_RECIPE), "--stock")
+    one_line(r, 23)
+    assert "does not serve model 'tiny' (it serves other): the recipe's serving.served_model_name" in r.stderr
+
+
+def test_the_model_and_its_max_model_len_from_one_models_answer(stub):
+    from stackbuild.serve.qualify.client import ServedModel, Server
+
+    cards = {"data": [{"id": "a", "max_model_len": 4096}, {"id": "b"}, {"id": "c", "max_model_len": True}]}
+    server = Server(stub({"/v1/models": (200, json.dumps(cards))}))
+    assert server.served_model("a") == ServedModel("a", 4096)
+    assert server.served_model("b") == ServedModel("b", None)  # none given: nothing sized
+    assert server.served_model("c") == ServedModel("c", None)  # not an integer
+    assert server.max_model_len("a") == 4096 and server.max_model_len("z") is None
+
+
+def test_a_baseline_result_of_another_model_is_one_line_before_anything_is_measured(stub, tmp_path):
+    from test_result_file import sample
+
+    from stackbuild.serve.qualify import result_file
+
+    path = result_file.write(sample(model="other"), tmp_path / "base.json")
+    # the stub has no /metrics: a measurement would stop there (exit 21); the file's model is refused first
+    r = qualify("--url", stub({"/v1/models": MODELS}), "--model", "m", "--baseline-result", str(path))
+    one_line(r, 2)
+    assert f"--baseline-result {path}: model: 'other', but " in r.stderr and "serves 'm'" in r.stderr
