@@ -86,7 +86,7 @@ class _Request:
         self.done = False
         self.want = 0  # the tokens it asked for in its last step, before the budget and the split
         self.still = False  # its last step allocated and freed nothing
-        self.last = None  # its state at the end of its last step, when it decoded alone (_steady)
+        self.last = None  # the step it last decoded steadily in, and its state at that step's end (_freeze)
         self.until = 0  # frozen in a steady decode until this step (0: not frozen; see _freeze)
         self.base = 0  # the step it was frozen at
         self.sched = (0, 0)  # the tokens and drafts each of its frozen steps schedules
@@ -189,7 +189,7 @@ def run(
         if len(queue) >= s.batches_in_flight or not (step or waiting or running):
             used -= _hand_back(queue.pop(), running, work, st, s)
         if not stepped:
-            _freeze(running, step, steps, s, st, work)
+            _freeze(step, steps, st, work)
         if first.computed >= work.prompt and not after_prefill:
             after_prefill = first.hold.blocks
         elif after_prefill and not first.done:
@@ -234,25 +234,21 @@ def requests_at_once(
     return lo, last, over
 
 
-def _freeze(running: list[_Request], step: dict, steps: int, s: Scheduling, st: Stepping, work: Workload) -> None:
+def _freeze(step: dict, steps: int, st: Stepping, work: Workload) -> None:
     """Freeze each request whose last two steps were the same steady decode: it decoded, scheduled all it
     asked for (the same tokens and drafts), allocated and freed nothing, and ended each step with the same
     tokens in flight, placeholders and drafts, its computed and output tokens one more per step. Its next
     steps repeat the last (each one token further) until one would cross a block boundary or come near its
     end (_quiet_steps): frozen, it is passed over in those steps, its budget taken, and thawed (_thaw) at
     the step after them, or earlier when the budget left for it is short."""
-    for r in running:
-        if r.until:
+    for r, (n, spec, samples) in step.items():
+        if r.done or r.until or not (samples and r.still and n == r.want):
             continue
-        got = step.get(r)
-        if got is None or not (got[2] and r.still and got[0] == r.want):
-            r.last = None
-            continue
-        state = (got[:2], r.computed - steps, r.outputs - steps, r.in_flight, r.placeholders, r.drafts)
-        skip = _quiet_steps(r, got[0], st, work) if state == r.last else 0
+        state = (steps, n, spec, r.computed - steps, r.outputs - steps, r.in_flight, r.placeholders, r.drafts)
+        skip = _quiet_steps(r, n, st, work) if r.last == (steps - 1, *state[1:]) else 0
         r.last = state
         if skip > 0:
-            r.until, r.base, r.sched, r.last = steps + skip + 1, steps, got[:2], None
+            r.until, r.base, r.sched = steps + skip + 1, steps, (n, spec)
 
 
 def _thaw(r: _Request, steps: int, queue: deque) -> None:
