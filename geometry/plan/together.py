@@ -19,6 +19,10 @@ the way ``Scheduler.schedule`` and ``Scheduler.update_from_output`` do
   are proposed for each and none is accepted (a drafter that guesses wrong); a request that has
   its ``output`` tokens (or reaches ``max_model_len``) finishes and frees its blocks.
 
+Steps that change a request in a steady decode by nothing but one computed and one output token are
+passed over and counted at once (``_freeze``, ``_thaw``; ``run(stepped=True)`` steps them one by one, to
+the same run).
+
 ``requests_at_once`` is the one definition the gate reports: the largest N such that N requests
 sent together all run at once, admitted as vLLM admits them, without a preemption.
 """
