@@ -81,18 +81,21 @@ def at_once(
     work: Workload,
     behaviour: Behaviour,
     num_blocks: int | None = None,
+    stepped: bool = False,
 ) -> AtOnce:
     """Requests of ``work`` at once in ``plan`` as ``behaviour`` runs it, on ``num_blocks`` blocks
-    (``--num-gpu-blocks-override``; None: the plan's)."""
-    stepped = _stepped(plan, inputs, label, behaviour, num_blocks)
-    if stepped is None:
+    (``--num-gpu-blocks-override``; None: the plan's); ``stepped``: every request stepped one step at a
+    time (together.run: the same count, slower)."""
+    planned = _stepped(plan, inputs, label, behaviour, num_blocks)
+    if planned is None:
         return AtOnce(work, num_blocks or plan.num_blocks or 0, None, None, None)
-    plan, groups, s, st, free = stepped
+    plan, groups, s, st, free = planned
     reason = prefill_steps_reason(work.prompt + 1, s.batched_tokens)
     if reason:
         raise TooMuchToStep(reason)
-    n, last, over = requests_at_once(groups, s, st, free, work)
-    return AtOnce(work, plan.num_blocks, n, last, over, run(groups, s, st, free, work, 1, to_the_end=True))
+    n, last, over = requests_at_once(groups, s, st, free, work, stepped)
+    alone = run(groups, s, st, free, work, 1, to_the_end=True, stepped=stepped)
+    return AtOnce(work, plan.num_blocks, n, last, over, alone)
 
 
 def sent_together(

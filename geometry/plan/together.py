@@ -19,6 +19,10 @@ the way ``Scheduler.schedule`` and ``Scheduler.update_from_output`` do
   are proposed for each and none is accepted (a drafter that guesses wrong); a request that has
   its ``output`` tokens (or reaches ``max_model_len``) finishes and frees its blocks.
 
+Steps that change a request in a steady decode by nothing but one computed and one output token are
+passed over and counted at once (``_freeze``, ``_thaw``; ``run(stepped=True)`` steps them one by one, to
+the same run).
+
 ``requests_at_once`` is the one definition the gate reports: the largest N such that N requests
 sent together all run at once, admitted as vLLM admits them, without a preemption.
 """
@@ -71,7 +75,10 @@ class Run:
 
 
 class _Request:
-    __slots__ = ("hold", "computed", "in_flight", "outputs", "placeholders", "drafts", "done")
+    __slots__ = (
+        "hold", "computed", "in_flight", "outputs", "placeholders", "drafts", "done",
+        "want", "still", "last", "until", "base", "sched",
+    )  # fmt: skip
 
     def __init__(self, hold: Holdings) -> None:
         self.hold = hold
@@ -81,6 +88,12 @@ class _Request:
         self.placeholders = 0
         self.drafts = 0
         self.done = False
+        self.want = 0  # the tokens it asked for in its last step, before the budget and the split
+        self.still = False  # its last step allocated and freed nothing
+        self.last = None  # the step it last decoded steadily in, and its state at that step's end (_freeze)
+        self.until = 0  # frozen in a steady decode until this step (0: not frozen; see _freeze)
+        self.base = 0  # the step it was frozen at
+        self.sched = (0, 0)  # the tokens and drafts each of its frozen steps schedules
 
 
 @dataclass(frozen=True)
@@ -100,40 +113,50 @@ def run(
     work: Workload,
     sent: int,
     to_the_end: bool = False,
+    stepped: bool = False,
 ) -> Run:
     """Step ``sent`` requests of ``work`` sent together on ``free`` blocks (the pool less the null block):
-    until all finish (``to_the_end``), else until what they can still hold is known to fit."""
+    until all finish (``to_the_end``), else until what they can still hold is known to fit. A request in a
+    steady decode is frozen over the steps that repeat its last one (_freeze), unless ``stepped``: then
+    every request is stepped one step at a time (the same run, slower)."""
     check_together(work.prompt, work.output, s.batched_tokens, sent)
     reqs = [_Request(Holdings(groups, s, work.prompt)) for _ in range(sent)]
     waiting = deque(reqs)
     running: list[_Request] = []
     queue: deque = deque()
     admission = sum(admission_blocks(g, work.prompt, s) for g in groups)
+    aligned = _aligned(groups)
     first = reqs[0]
     peak_running = peak_blocks = steps = 0
     after_prefill = decode_peak = 0
     used = 0
     bounded = False
-    steady = None  # the last step's state when nothing changed in it (_steady_state)
     while waiting or running:
         steps += 1
         step: dict[_Request, tuple[int, int, bool]] = {}
         budget = s.batched_tokens
-        quiet = not waiting  # nothing admitted, allocated, freed or finished this step
-        for r in running:
+        for i, r in enumerate(running):
             if budget <= 0:
+                for rest in running[i:]:
+                    _thaw(rest, steps, queue)
                 break
+            if r.until:
+                if steps < r.until and budget >= r.want:
+                    budget -= r.want
+                    continue
+                _thaw(r, steps, queue)
+            r.still = False
             if st.async_scheduling and r.placeholders > 0 and r.computed + 2 - r.placeholders >= work.tokens:
                 continue
-            n = work.prompt + r.outputs + r.drafts + r.placeholders - r.computed
-            n = min(n, budget, s.max_model_len - r.computed - 1)
-            n = aligned_split(r.computed, n, work.prompt, s, groups) if _aligned(groups) else n
+            r.want = work.prompt + r.outputs + r.drafts + r.placeholders - r.computed
+            n = min(r.want, budget, s.max_model_len - r.computed - 1)
+            n = aligned_split(r.computed, n, work.prompt, s, groups) if aligned else n
             if n <= 0:
                 continue
             freed = r.hold.free_skipped(max(0, r.computed - r.in_flight))
             used -= freed
             need = r.hold.ask(r.computed, n)
-            quiet = quiet and not (freed or need)
+            r.still = not (freed or need)
             if need > free - used:
                 return Run(sent, peak_running, steps, steps, peak_blocks, after_prefill, decode_peak)
             r.hold.take(r.computed, n)
@@ -145,7 +168,7 @@ def run(
         while budget > 0 and waiting and len(running) < st.max_running:
             r = waiting[0]
             n = min(work.prompt, budget)
-            n = aligned_split(0, n, work.prompt, s, groups) if _aligned(groups) else n
+            n = aligned_split(0, n, work.prompt, s, groups) if aligned else n
             if n <= 0 or admission > free - used:
                 break
             need = r.hold.ask(0, n)
@@ -168,33 +191,26 @@ def run(
         peak_blocks = max(peak_blocks, used)
         queue.appendleft(step)
         if len(queue) >= s.batches_in_flight or not (step or waiting or running):
-            done = _hand_back(queue.pop(), running, work, st, s)
-            used -= done
-            quiet = quiet and not done
-        state = _steady_state(step, running, steps) if quiet else None
-        if state is not None and state == steady:
-            skip = _quiet_steps(step, s, st, work)
-            for r in running:
-                r.computed += skip
-                r.outputs += skip
-            steps += skip
-            state = _steady_state(step, running, steps)
-        steady = state
+            used -= _hand_back(queue.pop(), running, work, st, s)
+        if not stepped:
+            _freeze(step, steps, st, work)
         if first.computed >= work.prompt and not after_prefill:
             after_prefill = first.hold.blocks
         elif after_prefill and not first.done:
             decode_peak = max(decode_peak, first.hold.blocks)
-        if not step and not queue and waiting and not running:
+        if not step and not any(queue) and waiting and not running:
             break  # one request asks more than the whole pool: it waits for ever
         if not to_the_end and not waiting and not bounded and len(running) == sent:
             bounded = True  # asked once, when the last is admitted
             if sum(r.hold.most(work.tokens + st.num_spec + 1) for r in running) <= free:
                 break  # all run, and what they can still hold fits: no preemption is left to come
+        if not waiting and running and all(r.until for r in running):
+            steps = min(r.until for r in running) - 1  # every step until then repeats for all: leap to it
     return Run(sent, peak_running, None, steps, peak_blocks, after_prefill, decode_peak)
 
 
 def requests_at_once(
-    groups: tuple[RequestBlocks, ...], s: Scheduling, st: Stepping, free: int, work: Workload
+    groups: tuple[RequestBlocks, ...], s: Scheduling, st: Stepping, free: int, work: Workload, stepped: bool = False
 ) -> tuple[int, Run | None, Run | None]:
     """``(N, the run of N, the run of N + 1)``: the largest N whose run all ran (at most ``max_num_seqs``, and
     no more than the free blocks: each request holds one), found by doubling then halving: a run that all
@@ -203,7 +219,7 @@ def requests_at_once(
     runs: dict[int, Run] = {}
 
     def ran(n: int) -> bool:
-        runs[n] = run(groups, s, st, free, work, n)
+        runs[n] = run(groups, s, st, free, work, n, stepped=stepped)
         return runs[n].all_ran
 
     lo, hi = 0, 1  # lo all ran (none sent), hi is the next to try
@@ -218,31 +234,47 @@ def requests_at_once(
     last = runs.get(lo) if lo else None
     over = runs.get(hi) if hi <= limit else None
     if over is None and hi <= limit:
-        over = run(groups, s, st, free, work, hi)
+        over = run(groups, s, st, free, work, hi, stepped=stepped)
     return lo, last, over
 
 
-def _steady_state(step: dict, running: list[_Request], steps: int) -> tuple | None:
-    """What two steps in a row must share for the run to be in a steady decode: every running request
-    decoding, scheduled the same tokens and drafts, with the same tokens in flight, placeholders and
-    drafts, its computed and output tokens one more per step (None: not decoding alone)."""
-    if len(step) != len(running) or not all(samples for _, _, samples in step.values()):
-        return None
-    return tuple(
-        (step[r][:2], r.computed - steps, r.outputs - steps, r.in_flight, r.placeholders, r.drafts) for r in running
-    )
+def _freeze(step: dict, steps: int, st: Stepping, work: Workload) -> None:
+    """Freeze each request whose last two steps were the same steady decode: it decoded, scheduled all it
+    asked for (the same tokens and drafts), allocated and freed nothing, and ended each step with the same
+    tokens in flight, placeholders and drafts, its computed and output tokens one more per step. Its next
+    steps repeat the last (each one token further) until one would cross a block boundary or come near its
+    end (_quiet_steps): frozen, it is passed over in those steps, its budget taken, and thawed (_thaw) at
+    the step after them, or earlier when the budget left for it is short."""
+    for r, (n, spec, samples) in step.items():
+        if r.done or r.until or not (samples and r.still and n == r.want):
+            continue
+        state = (steps, n, spec, r.computed - steps, r.outputs - steps, r.in_flight, r.placeholders, r.drafts)
+        skip = _quiet_steps(r, n, st, work) if r.last == (steps - 1, *state[1:]) else 0
+        r.last = state
+        if skip > 0:
+            r.until, r.base, r.sched = steps + skip + 1, steps, (n, spec)
 
 
-def _quiet_steps(step: dict, s: Scheduling, st: Stepping, work: Workload) -> int:
-    """Steps of a steady decode that change nothing but each request's computed and output tokens (one
-    each per step): fewer than it takes any request to cross a block boundary that allocates or frees
-    a block, or to come near its end (then the steps are walked one by one again)."""
-    margin = 3 + st.num_spec
-    out = []
-    for r, (n, _, _) in step.items():
-        near_end = work.output - r.outputs - margin - r.placeholders
-        out.append(min(near_end, r.hold.quiet(r.computed, n, max(0, r.computed - r.in_flight))) - 2)
-    return max(min(out, default=0), 0)
+def _thaw(r: _Request, steps: int, queue: deque) -> None:
+    """A frozen request as it stands at the start of step ``steps``: one token computed and one output per
+    step passed over, and its entry in each step still in flight (each scheduled the same)."""
+    if not r.until:
+        return
+    passed = steps - 1 - r.base
+    r.computed += passed
+    r.outputs += passed
+    r.until = 0
+    for pending in queue:
+        pending[r] = (*r.sched, True)
+
+
+def _quiet_steps(r: _Request, n: int, st: Stepping, work: Workload) -> int:
+    """Steps of a steady decode that change nothing but the request's computed and output tokens (one
+    each per step): fewer than it takes it to cross a block boundary that allocates or frees a block, or
+    to come near its end (then its steps are walked one by one again)."""
+    near_end = work.output - r.outputs - 3 - st.num_spec - r.placeholders
+    start = r.computed - 1  # where its last step started (one token a step), and what it had processed
+    return max(min(near_end, r.hold.quiet(start, n, max(0, start - r.in_flight))) - 2, 0)
 
 
 def _aligned(groups: tuple[RequestBlocks, ...]) -> bool:
@@ -253,6 +285,8 @@ def _hand_back(step: dict, running: list[_Request], work: Workload, st: Stepping
     """``update_from_output`` for a handed-back step: the blocks the requests it finishes free."""
     freed = 0
     for r, (n, spec, samples) in step.items():
+        if r.until:  # frozen: its steps are counted when it is thawed
+            continue
         r.in_flight -= n
         if r.done or not samples:
             continue

@@ -8,6 +8,9 @@
 #   preflight what the image's entrypoint adds on its fast path (bench/preflight_bench.py), and
 #             the headers of a 40-shard checkpoint read (bench/checkpoint_bench.py)
 #   fit       one recipe's `build.py fit` search beside one `geometry` run (bench/fit_bench.py)
+#   together  the default recipe's requests-sent-together rows, steady decodes frozen beside every
+#             request stepped one step at a time: the same counts, and each one's time
+#             (bench/together_bench.py)
 #   ci_phases the last `make test` run's phases on this checkout (tests/infra/ci_phases.py over
 #             out/test-run/: each base build and its steps, pytest's wall time, the five slowest
 #             modules), from that run's own timings
@@ -30,22 +33,25 @@ fi
 PYTHONPATH=.:tests "$PY" bench/geometry_bench.py --out out/geometry-bench.json >/dev/null
 "$PY" bench/preflight_bench.py --out out/preflight-bench.json >/dev/null
 "$PY" bench/fit_bench.py --out out/fit-bench.json >/dev/null
+"$PY" bench/together_bench.py --out out/together-bench.json >/dev/null 2>&1
 "$PY" bench/checkpoint_bench.py --out out/checkpoint-bench.json >/dev/null
 PYTHONPATH=.:tests "$PY" bench/overlay_bench.py --runs "${BENCH_RUNS:-3}" --out "$out" "${arm64[@]}" >/dev/null
 phases=out/ci-phases-bench.json
 "$PY" "$here/ci_phases.py" out/test-run --json >"$phases" 2>/dev/null || echo null >"$phases"
-"$PY" - "$out" out/geometry-bench.json out/preflight-bench.json out/fit-bench.json out/checkpoint-bench.json "$phases" <<'PYEOF'
+"$PY" - "$out" out/geometry-bench.json out/preflight-bench.json out/fit-bench.json out/checkpoint-bench.json "$phases" \
+  out/together-bench.json <<'PYEOF'
 import json, sys
-path, geometry, preflight, fit, checkpoint, phases = sys.argv[1:7]
+path, geometry, preflight, fit, checkpoint, phases, together = sys.argv[1:8]
 data = json.load(open(path))
 data["geometry"] = json.load(open(geometry))
 data["fit"] = json.load(open(fit))
+data["together"] = json.load(open(together))
 data.update(json.load(open(preflight)))
 data.update(json.load(open(checkpoint)))
 data["ci_phases"] = json.load(open(phases)) or {"none": "no `make test` run recorded in out/test-run/"}
 json.dump(data, open(path, "w"), indent=2)
 keys = ("overlay_build", "reference_overlay", "floor_overlay", "ratios_to_reference", "gate_profile",
-        "arm64_qemu", "push", "meets_targets", "preflight_fast_path", "fit", "checkpoint_headers", "ci_phases")
+        "arm64_qemu", "push", "meets_targets", "preflight_fast_path", "fit", "together", "checkpoint_headers", "ci_phases")
 summary = {k: data[k] for k in keys if k in data}
 summary["overlay_layers_bytes"] = data["overlay_layers"]["bytes"]
 summary["overlay_blob_bytes"] = data["overlay_layers"]["blob_bytes"]

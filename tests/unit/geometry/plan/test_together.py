@@ -41,3 +41,13 @@ def test_one_more_than_the_pool_admits_waits_and_is_not_counted():
     count, last, over = requests_at_once(GROUPS, S, ST, 9, WORK)
     assert count == 3 and last.all_ran
     assert (over.sent, over.peak_running, over.preempted_at) == (4, 3, None)
+
+
+def test_a_request_the_pool_never_holds_waits_and_the_run_ends_with_steps_in_flight():
+    # Async scheduling (two steps in flight): with 1 free block the prompt's 2 never fit; step 1 admits
+    # nothing and the run ends there, the empty step still in flight, none running.
+    s = Scheduling(1024, 64, 2, 0, 16, 16, 16, 16)
+    st = Stepping(max_running=128, num_spec=0, async_scheduling=True)
+    alone = run(GROUPS, s, st, 1, WORK, 1, to_the_end=True)
+    assert (alone.peak_running, alone.preempted_at, alone.steps, alone.all_ran) == (0, None, 1, False)
+    assert requests_at_once(GROUPS, s, st, 1, WORK)[0] == 0
