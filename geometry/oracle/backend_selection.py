@@ -22,6 +22,10 @@ lacks for them is stood in for here, and nothing else:
   installed tree are stood in for, so vLLM's own interface and capability checks decide; an
   extension the tree does not ship stays missing.
 
+* a backend module that makes GPU state at import (CUTLASS_MLA's SM100 workspace) is imported with its
+  CUDA buffers on the meta device (``_gpu_state_at_import``): vLLM's loop over the candidates lets only
+  ImportError and OSError through, so the CUDA error would stop every MLA selection on SM10x.
+
 * FLASHINFER's kernel block sizes on SM10x (asked for a user ``--block-size``) depend on whether
   TRT-LLM attention is available (``supports_trtllm_attention``: flashinfer-cubin installed, else a
   request to NVIDIA's artifactory). Which candidate is valid does not depend on it (both lists take
@@ -35,6 +39,7 @@ clears it whenever the platform changes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import importlib.util
 import os
@@ -70,22 +75,28 @@ def cuda_platform():
             sys.modules.pop(_COMPILED_OPS, None)
 
 
-def _shipped_extensions() -> list[str]:
+def _shipped_extensions() -> tuple[str, ...]:
     """The FlashAttention extension modules the installed vLLM ships, by its wheel's ``RECORD`` (a tree
     whose compiled kernels were removed, as the test bases and the overlay tests' copies are, still
     lists them), else by the ``.so`` files beside the package."""
     spec = importlib.util.find_spec(_FA_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        return []
-    recorded = _recorded_files(spec.submodule_search_locations)
+        return ()
+    return _shipped_in(tuple(spec.submodule_search_locations))
+
+
+@functools.cache
+def _shipped_in(locations: tuple[str, ...]) -> tuple[str, ...]:
+    """``_shipped_extensions`` for the package directories ``locations`` (read once per process)."""
+    recorded = _recorded_files(locations)
     shipped = []
     for ext in _FA_EXTENSIONS:
-        for location in spec.submodule_search_locations:
+        for location in locations:
             names = recorded if recorded is not None else os.listdir(location)
             if any(f.startswith(ext + ".") and f.endswith(".so") for f in names):
                 shipped.append(ext)
                 break
-    return shipped
+    return tuple(shipped)
 
 
 def _recorded_files(locations) -> list[str] | None:
@@ -150,7 +161,31 @@ def _import_backend_module(module: str) -> None:
     # is installed); they are imported as the host has them before any stand-in exists.
     importlib.import_module("vllm._custom_ops")
     importlib.import_module("vllm.utils.flashinfer")
-    import_kernel_module(module)
+    with _gpu_state_at_import():
+        import_kernel_module(module)
+
+
+@contextlib.contextmanager
+def _gpu_state_at_import():
+    """A backend module that makes GPU state when imported (CUTLASS_MLA's SM100 workspace: a buffer on the GPU
+    and the device's SM count) imports inside the block: its CUDA buffers are made on the meta device and the
+    platform counts no SMs. The class's declarations, which the selection reads, depend on neither; outside the
+    block ``torch.empty`` and the platform are as they were."""
+    import torch
+    from vllm.platforms import current_platform
+
+    real_empty = torch.empty
+
+    def empty(*args, device=None, **kwargs):
+        if device is not None and torch.device(device).type == "cuda":
+            device = "meta"
+        return real_empty(*args, device=device, **kwargs)
+
+    with (
+        patched(torch, "empty", empty),
+        patched(type(current_platform), "num_compute_units", classmethod(lambda cls, device_id=0: 0)),
+    ):
+        yield
 
 
 @contextlib.contextmanager
@@ -187,6 +222,36 @@ def cuda_attn_backend_cls(platform_cls, selected_backend, attn_selector_config, 
         return cuda.CudaPlatform.get_attn_backend_cls.__func__(
             platform_cls, selected_backend, attn_selector_config, num_heads
         )
+
+
+def cuda_candidates(
+    platform_cls, device_capability, attn_selector_config, num_heads=None
+) -> list[tuple[str, list[str]]]:
+    """The candidates ``CudaPlatform.get_valid_backends`` weighs on ``platform_cls``, in its priority order, each
+    with the reasons its ``validate_configuration`` refuses it (empty: valid). A candidate whose module does not
+    import on this host is refused with the error, whatever its type (vLLM's loop lets only ImportError and
+    OSError through: a module that allocates on the GPU at import stops the whole selection on a CPU host)."""
+    cuda = cuda_platform()
+    c = attn_selector_config
+    priorities = cuda._get_backend_priorities(
+        use_mla=c.use_mla,
+        device_capability=device_capability,
+        num_heads=num_heads,
+        kv_cache_dtype=c.kv_cache_dtype,
+        use_non_causal=c.use_non_causal,
+        head_size=c.head_size,
+        use_mm_prefix=c.use_mm_prefix,
+    )
+    candidates = []
+    with _selecting():
+        for backend in priorities:
+            try:
+                cls = _backend_class(backend)
+                reasons = list(cls.validate_configuration(device_capability=device_capability, **c._asdict()))
+            except Exception as exc:  # noqa: BLE001 - the module does not import without a GPU
+                reasons = [f"{type(exc).__name__}: {exc}"]
+            candidates.append((backend.name, reasons))
+    return candidates
 
 
 def clear_selection_cache() -> None:

@@ -1,6 +1,6 @@
 """The agreement with vLLM's own planning code for the releases the venv does not hold: each CPU-plannable
 release with a pristine tree (``make pristine-all``: the wheel's package directory and dist-info), put
-first on PYTHONPATH in a fresh pytest of the plan and recipe agreement modules. The venv's release runs
+first on PYTHONPATH in a fresh pytest of the plan, recipe and backend agreement modules. The venv's release runs
 those modules in this session; together every modelled GPU release is held to its own code in CI."""
 
 from __future__ import annotations
@@ -19,7 +19,11 @@ pytestmark = pytest.mark.oracle
 
 # The releases vLLM's GPU planning code runs on this CPU for: modelled on a GPU, not the venv's.
 OTHER = sorted(v for v, r in RELEASES.items() if r.gpu_modelled and v != DEFAULT_VERSION)
-MODULES = ("tests/agreement/test_plan_agreement.py", "tests/agreement/test_recipe_agreement.py")
+MODULES = (
+    "tests/agreement/test_plan_agreement.py",
+    "tests/agreement/test_recipe_agreement.py",
+    "tests/agreement/test_backend_agreement.py",
+)
 
 
 @pytest.mark.parametrize("version", OTHER)
