@@ -224,36 +224,6 @@ def cuda_attn_backend_cls(platform_cls, selected_backend, attn_selector_config, 
         )
 
 
-def cuda_candidates(
-    platform_cls, device_capability, attn_selector_config, num_heads=None
-) -> list[tuple[str, list[str]]]:
-    """The candidates ``CudaPlatform.get_valid_backends`` weighs on ``platform_cls``, in its priority order, each
-    with the reasons its ``validate_configuration`` refuses it (empty: valid). A candidate whose module does not
-    import on this host is refused with the error, whatever its type (vLLM's loop lets only ImportError and
-    OSError through: a module that allocates on the GPU at import stops the whole selection on a CPU host)."""
-    cuda = cuda_platform()
-    c = attn_selector_config
-    priorities = cuda._get_backend_priorities(
-        use_mla=c.use_mla,
-        device_capability=device_capability,
-        num_heads=num_heads,
-        kv_cache_dtype=c.kv_cache_dtype,
-        use_non_causal=c.use_non_causal,
-        head_size=c.head_size,
-        use_mm_prefix=c.use_mm_prefix,
-    )
-    candidates = []
-    with _selecting():
-        for backend in priorities:
-            try:
-                cls = _backend_class(backend)
-                reasons = list(cls.validate_configuration(device_capability=device_capability, **c._asdict()))
-            except Exception as exc:  # noqa: BLE001 - the module does not import without a GPU
-                reasons = [f"{type(exc).__name__}: {exc}"]
-            candidates.append((backend.name, reasons))
-    return candidates
-
-
 def clear_selection_cache() -> None:
     """Forget the selections made under another platform (vLLM caches them per process)."""
     from vllm.v1.attention import selector

@@ -193,9 +193,12 @@ def _layer_backend(ask: TargetAsk, inputs: GeometryInputs, cfg):
 
 
 def _candidates(platform, attn_selector_config, num_heads) -> list[tuple[str, list[str]]]:
-    from geometry.oracle.backend_selection import cuda_candidates
-
-    return cuda_candidates(platform, platform.get_device_capability(), attn_selector_config, num_heads)
+    """The candidates vLLM's ``get_valid_backends`` weighed for the layer, in its priority order, each with the
+    reasons its ``validate_configuration`` (or its import on this host) refused it (empty: valid)."""
+    valid, invalid = platform.get_valid_backends(platform.get_device_capability(), attn_selector_config, num_heads)
+    weighed = [(c.priority, c.backend.name, []) for c in valid]
+    weighed += [(priority, backend.name, list(reasons)) for backend, (priority, reasons) in invalid.items()]
+    return [(name, reasons) for _priority, name, reasons in sorted(weighed)]
 
 
 def _host_dependence(candidates) -> tuple[str | None, tuple[str, ...]]:
