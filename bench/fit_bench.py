@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
+
+from timing import median_times
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -33,16 +33,6 @@ RECIPES = {
     "glm53-flash-dflash2-gb300": {},
     "glm53-flash-dflash2-2x-gb10 without block_size": {"block_size": None},
 }
-
-
-def _timed(fn, repeats: int) -> dict:
-    wall, cpu = [], []
-    for _ in range(repeats):
-        w, c = time.perf_counter(), time.process_time()
-        fn()
-        wall.append(time.perf_counter() - w)
-        cpu.append(time.process_time() - c)
-    return {"wall_s": round(statistics.median(wall), 4), "cpu_s": round(statistics.median(cpu), 4)}
 
 
 def main() -> None:
@@ -63,8 +53,8 @@ def main() -> None:
 
         result = search(inputs)
         row = {
-            "geometry": _timed(geometry_run, args.repeats),
-            "fit": _timed(lambda: search(inputs), args.repeats),
+            "geometry": median_times(geometry_run, args.repeats)[0],
+            "fit": median_times(lambda: search(inputs), args.repeats)[0],
             "settings_tried": result.evaluated,
             "best_block_size": result.ranked[0].block_size if result.ranked else None,
         }

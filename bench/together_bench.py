@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
+
+from timing import median_times
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -30,16 +30,6 @@ from stackbuild.core.gate import recipe_geometry  # noqa: E402
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
 
 ROW_TARGET_CPU_S = 1.0
-
-
-def _timed(fn, repeats: int) -> tuple[dict, object]:
-    wall, cpu, got = [], [], None
-    for _ in range(repeats):
-        w, c = time.perf_counter(), time.process_time()
-        got = fn()
-        wall.append(time.perf_counter() - w)
-        cpu.append(time.process_time() - c)
-    return {"wall_s": round(statistics.median(wall), 4), "cpu_s": round(statistics.median(cpu), 4)}, got
 
 
 def _count(got) -> dict:
@@ -62,11 +52,11 @@ def main() -> None:
             def count(stepped: bool, work=work):
                 return at_once(plan, run.inputs, "with_drafter", work, behaviour, stepped=stepped)
 
-            frozen, got = _timed(lambda: count(False), args.repeats)
+            frozen, got = median_times(lambda: count(False), args.repeats)
             row = {"behaviour": behaviour.value, "prompt": work.prompt, "output": work.output, **_count(got)}
             row["frozen"] = dict(frozen, meets_target=frozen["cpu_s"] < ROW_TARGET_CPU_S)
             if not args.no_stepped:
-                stepped, slow = _timed(lambda: count(True), 1)
+                stepped, slow = median_times(lambda: count(True), 1)
                 row["stepped"] = stepped
                 row["same_count"] = _count(slow) == _count(got) and slow.run == got.run and slow.over == got.over
                 row["stepped_over_frozen"] = round(stepped["cpu_s"] / max(frozen["cpu_s"], 1e-6), 1)
