@@ -47,48 +47,21 @@ QUALIFICATION = "application/vnd.glm53.qualification.v1+json"
 
 def push_small_image(registry, repository: str) -> str:
     """An OCI image manifest (an empty config, no layers) pushed with plain registry API calls; its digest."""
-    import hashlib
+    from signing_support import put_blob, put_manifest
 
-    import requests
-
-    name = repository.split("/", 1)[1]
-    base, auth = f"http://{registry.address}/v2/{name}", (registry.username, registry.password)
     config = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}).encode()
-    config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
-    start = requests.post(f"{base}/blobs/uploads/", auth=auth, timeout=30)
-    assert start.status_code == 202, start.text
-    location = start.headers["Location"]
-    location = location if location.startswith("http") else f"http://{registry.address}{location}"
-    put = requests.put(
-        location,
-        params={"digest": config_digest},
-        data=config,
-        auth=auth,
-        timeout=30,
-        headers={"Content-Type": "application/octet-stream"},
-    )
-    assert put.status_code == 201, put.text
-    manifest = json.dumps(
-        {
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "config": {
-                "mediaType": "application/vnd.oci.image.config.v1+json",
-                "digest": config_digest,
-                "size": len(config),
-            },
-            "layers": [],
-        }
-    ).encode()
-    put = requests.put(
-        f"{base}/manifests/v1",
-        data=manifest,
-        auth=auth,
-        timeout=30,
-        headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"},
-    )
-    assert put.status_code == 201, put.text
-    return "sha256:" + hashlib.sha256(manifest).hexdigest()
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": put_blob(registry, repository, config),
+            "size": len(config),
+        },
+        "layers": [],
+    }
+    digest, _size = put_manifest(registry, repository, manifest, tag="v1")
+    return digest
 
 
 def attached_statements(registry, repository: str, digest: str) -> list[dict]:
