@@ -123,22 +123,23 @@ def verify(image, recipe_path, as_json, key, certificate_identity, certificate_o
     "--capacity",
     metavar="PROMPT:OUTPUT",
     default=None,
-    help="Instead of the measurements: send requests of PROMPT prompt and OUTPUT output tokens at once and "
-    "hold the most the server runs together without a preemption (/metrics) to the gate's prediction for the "
-    "server's max_model_len and pool; writes capacity.json and capacity.png under --out (exit 33 when they differ).",
+    help="Instead of the measurements: send the gate's requests at once N of PROMPT prompt and OUTPUT output "
+    "tokens together, then N + 1, and hold what the server runs together without a preemption (/metrics) to "
+    "the gate's run of the same requests for the server's max_model_len and pool; writes capacity.json and "
+    "capacity.png under --out (exit 33 when they differ).",
 )
 @click.option(
     "--capacity-requests",
     type=click.IntRange(1, 64),
     default=None,
-    help="Requests --capacity sends at once (default: one more than the gate's requests at once).",
+    help="Requests --capacity sends at once, in one probe (default: the gate's requests at once, then one more).",
 )
 @click.option(
     "--capacity-timeout",
     type=click.FloatRange(1, 86400),
     default=900,
     show_default=True,
-    help="Seconds --capacity waits for its requests.",
+    help="Seconds --capacity waits for each probe's requests.",
 )
 @json_option
 def qualify(

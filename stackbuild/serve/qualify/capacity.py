@@ -1,18 +1,19 @@
 """`qualify --capacity`: requests at once, asked of a running server and of the gate.
 
-N requests of one prompt and output length are sent to the server at once (the completions API, the
-prompt as token ids, one fixed id per request so no request hits another's prefix cache,
-``ignore_eos`` and ``max_tokens`` the output), and its /metrics is read every POLL_S seconds while
-they run: ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
-``vllm:num_preemptions_total`` and ``vllm:kv_cache_usage_perc``. The live figure is the most requests
-running together before the first preemption. Beside it, the gate's run of the same N requests
-(geometry's ``sent_together``) for the server's ``max_model_len`` (/v1/models) and its pool
-(``num_gpu_blocks`` of ``vllm:cache_config_info``, which ``--num-gpu-blocks-override`` sets), and the
-gate's requests at once for the length (the definition, geometry's ``AT_ONCE_DEFINITION``). They
-differ when the live peak is not the gate's peak, or one preempts and the other does not.
+The gate's requests at once N for the length (the definition, geometry's ``AT_ONCE_DEFINITION``), for the
+server's ``max_model_len`` (/v1/models) and pool (``num_gpu_blocks`` of ``vllm:cache_config_info``, which
+``--num-gpu-blocks-override`` sets), is put to the server in two probes, one after the other: N requests
+sent at once, then N + 1 (``--capacity-requests K``: K alone). A probe sends them through the completions
+API (the prompt as token ids, one fixed id per request so no request hits another's prefix cache,
+``ignore_eos`` and ``max_tokens`` the output) and reads /metrics every POLL_S seconds until all are answered:
+``vllm:num_requests_running``, ``vllm:num_requests_waiting``, ``vllm:num_preemptions_total`` and
+``vllm:kv_cache_usage_perc``. Its live figure is the most requests running together before the first
+preemption, beside the gate's run of the same requests (geometry's ``sent_together``); the server's
+requests at once is N when the N all ran together without a preemption and the N + 1 did not. They
+differ when a probe's live peak is not the gate's peak, or one preempts and the other does not.
 
 Bounded: at most MAX_REQUESTS requests, each no longer than the server's ``max_model_len``, sent only to
-the server at ``--url``, and stopped after ``--capacity-timeout`` seconds.
+the server at ``--url``, and each probe stopped after ``--capacity-timeout`` seconds.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ CACHE_CONFIG = "vllm:cache_config_info"
 JSON_NAME = "capacity.json"
 FIGURE_NAME = "capacity.png"
 FIRST_TOKEN_ID = 100  # request i's prompt is token FIRST_TOKEN_ID + i, repeated
+SCHEMA = "glm53.capacity/v2"
 
 
 @dataclass(frozen=True)
@@ -104,62 +106,116 @@ def live(samples: list[Sample], seconds: float) -> Live:
 
 
 @dataclass(frozen=True)
+class Probe:
+    """One probe: ``sent`` requests at once, the gate's run of them beside the server's."""
+
+    sent: int
+    gate_peak_running: Optional[int]
+    gate_preempted_at: Optional[int]
+    live: Live
+
+    @property
+    def all_ran(self) -> bool:
+        """The server ran every request sent together, without a preemption."""
+        return self.live.peak_running == self.sent and self.live.preemptions == 0
+
+    def differences(self, prompt: int, output: int) -> list[str]:
+        out = []
+        if self.gate_peak_running != self.live.peak_running:
+            out.append(
+                f"{self.sent} requests of {prompt:,}+{output:,} tokens: the server ran "
+                f"{self.live.peak_running} together before a preemption, the gate predicts {self.gate_peak_running}"
+            )
+        if (self.gate_preempted_at is not None) != (self.live.preemptions > 0):
+            out.append(
+                f"{self.sent} requests of {prompt:,}+{output:,} tokens: the server preempted "
+                f"{self.live.preemptions} time(s), the gate predicts "
+                + ("a preemption" if self.gate_preempted_at is not None else "none")
+            )
+        return out
+
+    def line(self) -> str:
+        gate = (
+            f"gate: {self.gate_peak_running} run together, "
+            + ("none preempted" if self.gate_preempted_at is None else f"preempted at step {self.gate_preempted_at}")
+            if self.gate_peak_running is not None
+            else "gate: not modelled"
+        )
+        return (
+            f"  {self.sent} sent: {gate}; server: {self.live.peak_running} ran together before a preemption, "
+            f"{self.live.preemptions} preemption(s), at most {self.live.max_waiting} waiting, KV use up to "
+            f"{self.live.peak_kv_usage:.0%}, {self.live.seconds:.1f} s"
+        )
+
+
+@dataclass(frozen=True)
 class Capacity:
+    """The probes of one length on one server (by default the gate's count N sent, then N + 1), and what the
+    server showed of requests at once: N when the N requests all ran together and the N + 1 did not."""
+
     definition: str
     url: str
     model: str
     behaviour: str
     prompt: int
     output: int
-    sent: int
     max_model_len: int
     num_gpu_blocks: Optional[int]
     gate_requests_at_once: Optional[int]
-    gate_peak_running: Optional[int]
-    gate_preempted_at: Optional[int]
-    live: Live
+    probes: tuple[Probe, ...]
+
+    @property
+    def live_requests_at_once(self) -> Optional[int]:
+        """The most requests sent together that the server all ran, when a probe of one more did not all run
+        (or no more may be sent); None when the probes do not bracket it."""
+        ran = [p.sent for p in self.probes if p.all_ran]
+        not_ran = [p.sent for p in self.probes if not p.all_ran]
+        if not ran:
+            return 0 if 1 in not_ran else None
+        best = max(ran)
+        return best if (best + 1 in not_ran or best == MAX_REQUESTS) else None
 
     @property
     def differences(self) -> tuple[str, ...]:
-        out = []
-        if self.gate_peak_running != self.live.peak_running:
+        out = [d for p in self.probes for d in p.differences(self.prompt, self.output)]
+        live = self.live_requests_at_once
+        if len(self.probes) > 1 and not out and live != self.gate_requests_at_once:
             out.append(
-                f"{self.sent} requests of {self.prompt:,}+{self.output:,} tokens: the server ran "
-                f"{self.live.peak_running} together before a preemption, the gate predicts {self.gate_peak_running}"
-            )
-        if (self.gate_preempted_at is not None) != (self.live.preemptions > 0):
-            out.append(
-                f"the server preempted {self.live.preemptions} time(s), the gate predicts "
-                + ("a preemption" if self.gate_preempted_at is not None else "none")
+                f"requests at once for {self.prompt:,}+{self.output:,} tokens: the server "
+                f"{live if live is not None else 'not bracketed'}, the gate {self.gate_requests_at_once}"
             )
         return tuple(out)
 
     def to_json(self) -> dict:
-        data = asdict(self)
+        data = {"schema": SCHEMA, **asdict(self)}
+        for probe, raw in zip(self.probes, data["probes"]):
+            raw["all_ran"] = probe.all_ran
+        data["live_requests_at_once"] = self.live_requests_at_once
         data["differences"] = list(self.differences)
         return data
 
     def text(self) -> str:
+        live = self.live_requests_at_once
         return "\n".join(
             [
-                f"capacity: {self.sent} requests of {self.prompt:,} prompt + {self.output:,} output tokens sent "
-                f"together "
-                f"to {self.url} ({self.model}; max_model_len {self.max_model_len:,}, "
+                f"capacity: requests of {self.prompt:,} prompt + {self.output:,} output tokens sent together to "
+                f"{self.url} ({self.model}; max_model_len {self.max_model_len:,}, "
                 f"num_gpu_blocks {self.num_gpu_blocks if self.num_gpu_blocks is not None else 'not exposed'})",
                 f"  {self.definition}",
-                f"  gate ({self.behaviour}): {self.gate_requests_at_once} at once; of {self.sent} sent, "
-                f"{self.gate_peak_running} run together, "
-                + (
-                    "none preempted"
-                    if self.gate_preempted_at is None
-                    else f"preempted at step {self.gate_preempted_at}"
-                ),
-                f"  server: {self.live.peak_running} ran together before a preemption, {self.live.preemptions} "
-                f"preemption(s), at most {self.live.max_waiting} waiting, KV use up to {self.live.peak_kv_usage:.0%}, "
-                f"{self.live.seconds:.1f} s",
+                f"  requests at once: gate ({self.behaviour}) {self.gate_requests_at_once}, server "
+                + (str(live) if live is not None else "not bracketed by these probes"),
+                *(p.line() for p in self.probes),
                 *(f"  DIFFERS: {d}" for d in self.differences),
             ]
         )
+
+
+def sent_counts(gate_count: Optional[int], requested: Optional[int]) -> tuple[int, ...]:
+    """The probes' sizes: ``requested`` alone, or the gate's count and one more (within 1..MAX_REQUESTS)."""
+    if requested is not None:
+        return (requested,)
+    n = gate_count or 0
+    return tuple(k for k in (n, n + 1) if 1 <= k <= MAX_REQUESTS)
 
 
 def check_request(prompt: int, output: int, sent: int, max_model_len: int) -> None:
@@ -200,26 +256,28 @@ def raise_if_differs(result: Capacity) -> None:
 
 
 def figure(result: Capacity, path: Path) -> Path:
-    """Requests running and waiting over time, with the gate's peak, and the KV cache use."""
+    """Per probe, requests running and waiting over time with the gate's run of them, and the KV cache use."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    s = result.live.samples
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    ax.step([x.t for x in s], [x.running for x in s], where="post", label="running")
-    ax.step([x.t for x in s], [x.waiting for x in s], where="post", label="waiting")
-    if result.gate_peak_running is not None:
-        ax.axhline(result.gate_peak_running, color="tab:red", linestyle="--", label="gate: run together")
-    ax.set_xlabel("seconds since the requests were sent")
-    ax.set_ylabel("requests")
-    kv = ax.twinx()
-    kv.plot([x.t for x in s], [x.kv_usage * 100 for x in s], color="tab:gray", alpha=0.6, label="KV cache use")
-    kv.set_ylabel("KV cache use (%)")
-    kv.set_ylim(0, 100)
-    ax.set_title(f"{result.sent} requests of {result.prompt:,}+{result.output:,} tokens sent together")
-    ax.legend(loc="upper right")
+    fig, axes = plt.subplots(len(result.probes), 1, figsize=(10, 3.6 * len(result.probes)), squeeze=False)
+    for ax, probe in zip(axes[:, 0], result.probes):
+        s = probe.live.samples
+        ax.step([x.t for x in s], [x.running for x in s], where="post", label="running")
+        ax.step([x.t for x in s], [x.waiting for x in s], where="post", label="waiting")
+        if probe.gate_peak_running is not None:
+            ax.axhline(probe.gate_peak_running, color="tab:red", linestyle="--", label="gate: run together")
+        ax.set_xlabel("seconds since the requests were sent")
+        ax.set_ylabel("requests")
+        kv = ax.twinx()
+        kv.plot([x.t for x in s], [x.kv_usage * 100 for x in s], color="tab:gray", alpha=0.6, label="KV cache use")
+        kv.set_ylabel("KV cache use (%)")
+        kv.set_ylim(0, 100)
+        ran = "all ran together" if probe.all_ran else "not all ran together"
+        ax.set_title(f"{probe.sent} requests of {result.prompt:,}+{result.output:,} tokens sent together: {ran}")
+        ax.legend(loc="upper right")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -229,8 +287,8 @@ def figure(result: Capacity, path: Path) -> Path:
 def run_capacity(
     server, recipe, model: Optional[str], behaviour, prompt: int, output: int, sent: Optional[int], timeout_s: float
 ) -> Capacity:
-    """The probe the options ask for, beside the gate's prediction for the server's length and pool
-    (``sent`` None: one more than the gate's requests at once, so the edge shows)."""
+    """The probes the options ask for, each beside the gate's run of the same requests for the server's length
+    and pool (``sent`` None: the gate's requests at once, then one more, so both sides of the edge show)."""
     from geometry import AT_ONCE_DEFINITION, Workload, at_once, sent_together, simulate
     from stackbuild.core.gate import gate_input
 
@@ -242,10 +300,18 @@ def run_capacity(
     work = Workload(prompt, output)
     check_request(prompt, output, sent or 1, max_len)
     count = at_once(plan, inputs, "with_drafter", work, behaviour, blocks).requests
-    n = sent if sent is not None else min((count or 0) + 1, MAX_REQUESTS)
-    check_request(prompt, output, n, max_len)
-    predicted = sent_together(plan, inputs, work, behaviour, n, blocks)
-    measured = probe(server, name, prompt, output, n, timeout_s)
+    probes = []
+    for n in sent_counts(count, sent):
+        predicted = sent_together(plan, inputs, work, behaviour, n, blocks)
+        measured = probe(server, name, prompt, output, n, timeout_s)
+        probes.append(
+            Probe(
+                n,
+                predicted.peak_running if predicted else None,
+                predicted.preempted_at if predicted else None,
+                measured,
+            )
+        )
     return Capacity(
         AT_ONCE_DEFINITION,
         server.url,
@@ -253,11 +319,8 @@ def run_capacity(
         behaviour.value,
         prompt,
         output,
-        n,
         max_len,
         blocks,
         count,
-        predicted.peak_running if predicted else None,
-        predicted.preempted_at if predicted else None,
-        measured,
+        tuple(probes),
     )

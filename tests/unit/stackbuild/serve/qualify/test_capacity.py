@@ -1,5 +1,6 @@
 """`qualify --capacity`'s reading of a server: /v1/models' max_model_len and /metrics' gauges, counter and
-cache config, from a local HTTP stand-in that serves vLLM's own text (no live server holds the probe yet)."""
+cache config, from a local HTTP stand-in that serves vLLM's own text; the probes' arithmetic on figures
+written by hand (tests/e2e/serve/test_capacity_cpu_hybrid.py holds the probe to live servers)."""
 
 from __future__ import annotations
 
@@ -91,20 +92,56 @@ def test_the_live_peak_is_counted_before_the_first_preemption():
     assert (got.peak_running, got.preemptions, got.max_waiting) == (4, 1, 2)
 
 
-def _capacity(peak, preempted_at, live_peak, live_preemptions):
-    live = C.Live(live_peak, live_preemptions, 0, 0.5, 1.0, ())
-    return C.Capacity("d", "u", "m", "stock", 6000, 200, 5, 8192, 120, 4, peak, preempted_at, live)
+def _probe(sent, peak, preempted_at, live_peak, live_preemptions):
+    return C.Probe(sent, peak, preempted_at, C.Live(live_peak, live_preemptions, 0, 0.5, 1.0, ()))
+
+
+def _capacity(gate_count, *probes):
+    return C.Capacity("d", "u", "m", "stock", 6000, 200, 8192, 120, gate_count, tuple(probes))
 
 
 def test_a_live_peak_other_than_the_gates_names_both_numbers_and_exits_33():
-    result = _capacity(4, None, 3, 0)
+    result = _capacity(4, _probe(5, 4, None, 3, 0))
     (line,) = result.differences
-    assert "ran 3 together" in line and "predicts 4" in line
+    assert "5 requests" in line and "ran 3 together" in line and "predicts 4" in line
     with pytest.raises(CapacityDiffers) as exc:
         C.raise_if_differs(result)
     assert exc.value.exit_code == 33
-    assert not _capacity(4, None, 4, 0).differences
-    assert len(_capacity(4, 17, 4, 0).differences) == 1  # the gate preempts, the server did not
+    assert not _capacity(4, _probe(5, 4, None, 4, 0)).differences
+    assert len(_capacity(4, _probe(5, 4, 17, 4, 0)).differences) == 1  # the gate preempts, the server did not
+
+
+def test_the_servers_requests_at_once_is_bracketed_by_the_two_probes():
+    # 4 sent all ran, 5 sent: one waited (4 ran) -> the server holds 4 at once, as the gate says.
+    agree = _capacity(4, _probe(4, 4, None, 4, 0), _probe(5, 4, None, 4, 0))
+    assert agree.live_requests_at_once == 4 and not agree.differences
+    # 5 sent: all five ran until a preemption -> still 4 (not all ran without one).
+    assert _capacity(4, _probe(4, 4, None, 4, 0), _probe(5, 5, 30, 5, 1)).live_requests_at_once == 4
+    # The server ran 4 of the 4 only until a preemption: the probes do not bracket a count, and it differs.
+    short = _capacity(4, _probe(4, 4, None, 4, 1), _probe(5, 4, None, 4, 0))
+    assert short.live_requests_at_once is None
+    assert any("preempted 1 time(s)" in d for d in short.differences)
+    # The server ran all 5: more than the gate's 4, and both probes name their difference.
+    more = _capacity(4, _probe(4, 4, None, 4, 0), _probe(5, 4, None, 5, 0))
+    assert more.live_requests_at_once is None and len(more.differences) == 1
+    # One request that cannot run alone: the count is 0.
+    assert _capacity(0, _probe(1, 0, None, 0, 0)).live_requests_at_once == 0
+
+
+def test_the_probes_are_the_gates_count_and_one_more_within_the_bounds():
+    assert C.sent_counts(4, None) == (4, 5)
+    assert C.sent_counts(0, None) == (1,)
+    assert C.sent_counts(None, None) == (1,)
+    assert C.sent_counts(C.MAX_REQUESTS, None) == (C.MAX_REQUESTS,)
+    assert C.sent_counts(4, 9) == (9,)
+
+
+def test_the_result_file_names_its_schema_and_each_probes_outcome(tmp_path):
+    result = _capacity(4, _probe(4, 4, None, 4, 0), _probe(5, 5, 30, 5, 1))
+    data = result.to_json()
+    assert data["schema"] == C.SCHEMA and data["live_requests_at_once"] == 4
+    assert [p["all_ran"] for p in data["probes"]] == [True, False]
+    assert C.figure(result, tmp_path / C.FIGURE_NAME).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_probe_beyond_the_bounds_is_refused_before_anything_is_sent():
