@@ -207,4 +207,4 @@ PREFIX_ON = PrefixCaching(
 # preempted (the step given) or left one waiting.
 TOGETHER_LENGTHS = ((1_044_480, 4_096), (126_976, 4_096), (28_672, 4_096))  # 1M, 128K, 32K
 TOGETHER_STOCK = (5, 20, 27)  # 6 preempted at step 679, 21 at step 2,076, 28 at step 1,096
-TOGETHER_OVERLAY = (19, None, 72)  # 20: one left waiting; 73 preempted at step 1,192; 128K below
+TOGETHER_OVERLAY = (19, 56, 72)  # 20: one left waiting; 57 preempted at step 2,647; 73 at step 1,192

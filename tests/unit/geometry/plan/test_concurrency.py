@@ -182,7 +182,7 @@ def test_geometry_json_carries_concurrency_and_the_context_flag():
     # After both: 1 MLA block, 4 x (1 state + 7), 1 ring, the window ceil(8,199 / 1,152) = 8: 42; the second
     # chunk also copies the state keyed at 8,064 (inside a KDA block) into one new block per KDA group:
     # it needs 42 + 4 = 46 free. 1 + (2,891 - 46) // 42 = 68.
-    assert [f["requests"] for f in c["fits"]["with_drafter"]] == [15, 40, 68]
+    assert [f["admitted"] for f in c["fits"]["with_drafter"]] == [15, 40, 68]
     assert data["report"]["requested_block_size"] is None
     bad = subprocess.run(
         [sys.executable, "build.py", "geometry", "--context", "12x"],
