@@ -150,6 +150,7 @@ def run(
         steps += 1
         step: dict[_Request, tuple[int, int, bool]] = {}
         budget = s.batched_tokens
+        copies = 0  # copy-on-write blocks asked this step: the pool has them back when the step is scheduled
         for i, r in enumerate(running):
             if budget <= 0:
                 for rest in running[i:]:
@@ -176,6 +177,7 @@ def run(
                 return Run(sent, peak_running, steps, steps, peak_blocks, after_prefill, decode_peak)
             r.hold.take(r.computed, n)
             used += need
+            copies += r.hold.copies
             spec = min(r.drafts, n + r.computed - work.prompt - r.outputs - r.placeholders) if r.drafts else 0
             r.drafts = 0
             step[r] = (n, max(spec, 0), False)
@@ -194,6 +196,7 @@ def run(
             running.append(waiting.popleft())
             step[r] = (n, 0, False)
             budget -= n
+        used -= copies
         for r, (n, spec, _) in list(step.items()):
             r.computed += n
             r.in_flight += n

@@ -55,11 +55,6 @@ def overlay_figures(tmp_path_factory):
     return _run("overlay", site)
 
 
-# The together model preempts the 53rd request of 126,976 + 4,096 tokens at step 2,563; vLLM 0.34.0's
-# patched scheduler runs 56 at once (tests/default_recipe_figures.py): the one figure where they differ.
-OVERLAY_128K = pytest.mark.xfail(strict=True, reason="the together model counts 52 where vLLM's scheduler runs 56")
-
-
 @pytest.mark.parametrize("i", range(len(F.TOGETHER_LENGTHS)))
 def test_stock_figures_are_what_vllms_scheduler_runs(stock_figures, i):
     row = stock_figures[i]
@@ -67,8 +62,8 @@ def test_stock_figures_are_what_vllms_scheduler_runs(stock_figures, i):
     assert row["agree"], json.dumps(row, indent=1)
 
 
-@pytest.mark.parametrize("i", [0, pytest.param(1, marks=OVERLAY_128K), 2])
+@pytest.mark.parametrize("i", range(len(F.TOGETHER_LENGTHS)))
 def test_overlay_figures_are_what_the_patched_scheduler_runs(overlay_figures, i):
     row = overlay_figures[i]
-    assert (row["prompt"], row["output"]) == F.TOGETHER_LENGTHS[i]
+    assert ((row["prompt"], row["output"]), row["gate"]) == (F.TOGETHER_LENGTHS[i], F.TOGETHER_OVERLAY[i])
     assert row["agree"], json.dumps(row, indent=1)

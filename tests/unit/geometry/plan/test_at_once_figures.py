@@ -48,21 +48,7 @@ def test_stock_figures_are_vllms(stock):
     assert got == [(*w, n) for w, n in zip(F.TOGETHER_LENGTHS, F.TOGETHER_STOCK)]
 
 
-@pytest.mark.parametrize(
-    "i",
-    [
-        0,
-        pytest.param(
-            1,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the together model preempts the 53rd request of 126,976+4,096 at step 2,563; vLLM 0.34.0's "
-                "patched scheduler runs 56 at once (tests/default_recipe_figures.py)",
-            ),
-        ),
-        2,
-    ],
-)
+@pytest.mark.parametrize("i", range(len(F.TOGETHER_LENGTHS)))
 def test_overlay_figures_are_vllms(overlay, i):
     fit = overlay["with_drafter"][i]
     assert ((fit.work.prompt, fit.work.output), fit.requests) == (F.TOGETHER_LENGTHS[i], F.TOGETHER_OVERLAY[i])
