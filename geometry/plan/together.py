@@ -11,6 +11,9 @@ the way ``Scheduler.schedule`` and ``Scheduler.update_from_output`` do
 * then, when no request was preempted, waiting requests are admitted while the budget lasts and
   fewer than ``max_num_seqs`` run: each only if its whole prompt fits the free pool (the
   full-sequence admission check) and its first chunk's blocks do; the first that does not waits;
+* the copy-on-write block a mamba group in "align" mode asks at the prompt's last hash boundary
+  (holdings.py) is taken for its step only: ``schedule`` hands the copy's retention back to the pool
+  once the step is scheduled (``_free_cow_retained_blocks``, at once without a KV connector);
 * a step's tokens count as computed when it is scheduled; with ``max_concurrent_batches`` steps in
   flight (two with async scheduling) a step is handed back one step later (the engine core's batch
   queue), and until then its tokens are in flight (``remove_skipped_blocks`` frees only behind the
