@@ -197,3 +197,14 @@ PREFIX_ON = PrefixCaching(
     # 131 blocks free
     requests_of_1m_at_once=15,
 )
+
+
+# Requests at once (geometry/plan/together.py's DEFINITION) with the drafter, at the default lengths, each a
+# prompt and an output of min(4,096, N / 4) tokens (together.workload): N requests sent together all run
+# without a preemption, N + 1 do not. Not derived by hand: vLLM 0.34.0's own scheduler ran them
+# (tests/support/oracle_together.py, on the pristine tree for stock and the patched one for the overlay;
+# tests/agreement/test_together_figures.py runs the same): at each figure N all ran, and N + 1 was
+# preempted (the step given) or left one waiting.
+TOGETHER_LENGTHS = ((1_044_480, 4_096), (126_976, 4_096), (28_672, 4_096))  # 1M, 128K, 32K
+TOGETHER_STOCK = (5, 20, 27)  # 6 preempted at step 679, 21 at step 2,076, 28 at step 1,096
+TOGETHER_OVERLAY = (19, 56, 72)  # 20: one left waiting; 57 preempted at step 2,647; 73 at step 1,192

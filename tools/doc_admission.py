@@ -53,7 +53,7 @@ def _default_run(**changes):
 
 
 def default_recipe_admission() -> str:
-    """The default recipe's requests at once, worked: the steps, the blocks held per group, the count."""
+    """The default recipe's admission count, worked: the steps, the blocks held per group, the count."""
     from geometry.plan.concurrency import NULL_BLOCKS, request_prefill
 
     run, at_once = _default_run()
@@ -64,7 +64,7 @@ def default_recipe_admission() -> str:
     first, last = _one(set(chunks[:-1]), "prefill steps before the last"), chunks[-1]
     pool = plan.num_blocks - NULL_BLOCKS
     shorter = ", ".join(
-        f"{_n(f.requests)} at {_short(n)} ({_n(f.blocks_per_request)} blocks)"
+        f"{_n(f.admitted)} at {_short(n)} ({_n(f.blocks_per_request)} blocks)"
         for n, f in fit["with_drafter"].items()
         if n != top
     )
@@ -86,13 +86,13 @@ def default_recipe_admission() -> str:
         f"{_n(len(chunks))} steps ({_n(len(chunks) - 1)} of {_n(first)} tokens, the last {_n(last)}), after which a "
         f"request holds {_held(plan, one)} blocks = {_n(one.blocks_per_request)}; admission asks "
         f"{_n(one.admission_blocks)}, the most it needs free at once is {_n(one.need_blocks)}; "
-        f"1 + ({_n(pool)} - {_n(one.need_blocks)}) // {_n(one.blocks_per_request)} = {_n(one.requests)} at once "
+        f"1 + ({_n(pool)} - {_n(one.need_blocks)}) // {_n(one.blocks_per_request)} = {_n(one.admitted)} admitted "
         f"(vLLM logs {_n(plan.num_blocks)} / {_n(one.vllm_blocks_per_request)} = {one.vllm_max_concurrency:.2f}, "
-        f"its specs' blocks per request); {shorter}; {_n(bare.requests)} at {_short(top)} for the target alone "
+        f"its specs' blocks per request); {shorter}; {_n(bare.admitted)} at {_short(top)} for the target alone "
         f"without speculation ({_held(bare_plan, bare)} = {_n(bare.blocks_per_request)} of "
         f"{_n(bare_plan.num_blocks)} blocks). With prefix caching off (`none`): {_n(off_fit.prefill_chunks)} steps "
         f"of {_n(off_steps)}, {_held(off_run.report.with_drafter, off_fit)} = {_n(off_fit.blocks_per_request)} "
-        f"blocks, {_n(off_fit.requests)} at once. At {_n(small)} batched tokens {_n(small_fit.requests)} fit "
+        f"blocks, {_n(off_fit.admitted)} admitted. At {_n(small)} batched tokens {_n(small_fit.admitted)} are admitted "
         f"({_n(small_fit.blocks_per_request)} blocks each: the window keeps {_n(_one(set(window), 'window'))}).\n"
     )
 
@@ -157,11 +157,11 @@ def default_recipe_fit() -> str:
         )
     return (
         f"On the default recipe the first is block {_n(best.block_size)}{with_dtype}: "
-        f"{_n(best.requests_at_max_model_len)} requests of {_short(top)} tokens instead of "
-        f"{_n(own.requests_at_max_model_len)}, prefix-cache hits every {_n(best.hit_alignment_tokens)} tokens instead "
-        f"of {_n(own.hit_alignment_tokens)}. Turning prefix caching off fits {_n(off)} instead of "
-        f"{_n(own.requests_at_max_model_len)}"
-        + (f", which block {_n(same[0].block_size)} with hits matches" if same else "")
+        f"{_n(best.requests_at_max_model_len)} requests of {_short(top)} tokens at once (the recipe's: "
+        f"{_n(own.requests_at_max_model_len)}), a KV capacity of {_n(best.kv_tokens)} tokens instead of "
+        f"{_n(own.kv_tokens)}, prefix-cache hits every {_n(best.hit_alignment_tokens)} tokens instead "
+        f"of {_n(own.hit_alignment_tokens)}. Turning prefix caching off gives {_n(off)} at once"
+        + (f", as block {_n(same[0].block_size)} with hits does" if same else "")
         + f"; with `--allow serving.enable_prefix_caching` the search tries {_n(opened.evaluated)} settings "
         "(`bench/fit_bench.py` times it beside one `geometry` run)."
         f" The 2x GB10 recipe without `block_size` gets {_n(found.block_size)} "

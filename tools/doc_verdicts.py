@@ -238,8 +238,10 @@ def preflight_exit_codes() -> str:
 
 
 def default_recipe_requests() -> str:
-    """The default recipe with the overlay: requests of a length that fit at once, per plan."""
+    """The default recipe with the overlay: requests of a length at once (the together model), and per plan
+    the admission count."""
     from geometry.plan.concurrency import concurrency
+    from geometry.plan.together import DEFAULT_OUTPUT_TOKENS
 
     run = run_gate(gate_input(load_recipe(DEFAULT_RECIPE)))
     at_once = concurrency(run.report, run.inputs)
@@ -250,22 +252,26 @@ def default_recipe_requests() -> str:
     }
     rows = []
     for i, tokens in enumerate(at_once.contexts):
-        cells = []
+        together = at_once.fits["with_drafter"][i]
+        cells = [f"**{_n(together.requests)}** ({_n(together.work.prompt)} + {_n(together.work.output)})"]
         for label in labels:
             fit = at_once.fits[label][i]
-            cells.append(f"{_n(fit.requests)} ({_n(fit.blocks_per_request)} blocks each)")
+            cells.append(f"{_n(fit.admitted)} ({_n(fit.blocks_per_request)} blocks each)")
         rows.append((f"{_n(tokens)} tokens", *cells))
     head = at_once.headroom
     batched = run.inputs.max_num_batched_tokens
     intro = (
-        "Requests of a length that fit in the default recipe's pool at once (with the overlay): "
-        f"admitted and prefilled one after another as vLLM {DEFAULT_VERSION}'s scheduler does, each keeping the "
-        "blocks its prefill leaves it, until the next is refused, with the "
-        f"{_n(batched)}-token batches `vllm serve` runs on a {load_recipe(DEFAULT_RECIPE).hardware.gpu} "
-        f"({_n(at_once.in_flight_tokens)} tokens in flight):"
+        "Requests of a length at once in the default recipe's pool (with the overlay and the drafter): the "
+        f"largest N such that N requests sent together all run at once under vLLM {DEFAULT_VERSION}'s scheduler "
+        f"without a preemption, a length of N tokens being a prompt and an output of min({_n(DEFAULT_OUTPUT_TOKENS)}, "
+        f"N/4) tokens, with the {_n(batched)}-token batches `vllm serve` runs on a "
+        f"{load_recipe(DEFAULT_RECIPE).hardware.gpu} ({_n(at_once.in_flight_tokens)} tokens in flight). Beside it, "
+        "per plan, the admission count: requests of N tokens admitted and prefilled one after another, each keeping "
+        "the blocks its prefill leaves it, until the next is refused:"
     )
     tail = (
         f"Attention KV is {_n(head.attention_bytes_per_token)} B per token; the pool holds "
         f"{_n(head.capacity_tokens)} token slots, {head.share:.2%} of KV memory / bytes per token."
     )
-    return "\n".join([intro, "", *_table(("", *labels.values()), rows), "", tail]) + "\n"
+    admitted = (f"admitted, {name}" for name in labels.values())
+    return "\n".join([intro, "", *_table(("", "at once, with the drafter", *admitted), rows), "", tail]) + "\n"

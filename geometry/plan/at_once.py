@@ -19,9 +19,9 @@ from dataclasses import dataclass, replace
 from geometry.image_contract import Behaviour
 from geometry.kv import backends as B
 from geometry.model.inputs import GeometryInputs
-from geometry.plan.concurrency import NULL_BLOCKS, plan_speculation, scheduling
 from geometry.plan.limits import TooMuchToStep, prefill_steps_reason
 from geometry.plan.report import Plan
+from geometry.plan.scheduler_settings import NULL_BLOCKS, plan_speculation, scheduling
 from geometry.plan.together import Run, Stepping, Workload, requests_at_once, run
 
 CPU_MAX_NUM_SEQS = 128  # per rank
@@ -82,10 +82,13 @@ def at_once(
     behaviour: Behaviour,
     num_blocks: int | None = None,
     stepped: bool = False,
+    start: int = 1,
+    alone: bool = True,
 ) -> AtOnce:
     """Requests of ``work`` at once in ``plan`` as ``behaviour`` runs it, on ``num_blocks`` blocks
     (``--num-gpu-blocks-override``; None: the plan's); ``stepped``: every request stepped one step at a
-    time (together.run: the same count, slower)."""
+    time (together.run: the same count, slower); ``start``: where the search for the count starts (a guess,
+    the same count); ``alone``: with one request's run to its end (what it holds)."""
     planned = _stepped(plan, inputs, label, behaviour, num_blocks)
     if planned is None:
         return AtOnce(work, num_blocks or plan.num_blocks or 0, None, None, None)
@@ -93,9 +96,9 @@ def at_once(
     reason = prefill_steps_reason(work.prompt + 1, s.batched_tokens)
     if reason:
         raise TooMuchToStep(reason)
-    n, last, over = requests_at_once(groups, s, st, free, work, stepped)
-    alone = run(groups, s, st, free, work, 1, to_the_end=True, stepped=stepped)
-    return AtOnce(work, plan.num_blocks, n, last, over, alone)
+    n, last, over = requests_at_once(groups, s, st, free, work, stepped, start)
+    one = run(groups, s, st, free, work, 1, to_the_end=True, stepped=stepped) if alone else None
+    return AtOnce(work, plan.num_blocks, n, last, over, one)
 
 
 def sent_together(

@@ -41,37 +41,31 @@ rest waiting (or preempts): a warning.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
-from geometry.image_contract import Behaviour, Role
-from geometry.kv import backends as B
+from geometry.image_contract import Behaviour
 from geometry.model.inputs import GeometryInputs
-from geometry.plan.admission import Prefill, Scheduling, lookahead_tokens, prefill
+from geometry.plan.admission import Prefill, prefill
+from geometry.plan.at_once import at_once
 from geometry.plan.capacity import kv_token_capacity
-from geometry.plan.limits import PrefillTooLong
+from geometry.plan.limits import PrefillTooLong, TooMuchToStep
 from geometry.plan.report import GeometryReport, Plan
+from geometry.plan.scheduler_settings import (  # noqa: F401 (the names callers import from here)
+    NULL_BLOCKS,
+    batched_tokens,
+    cache_block_size,
+    concurrent_batches,
+    in_flight_tokens,
+    max_model_len_of,
+    plan_speculation,
+    scheduling,
+)
+from geometry.plan.together import Workload, workload
 
-NULL_BLOCKS = 1  # BlockPool's null block
 # Lengths shown when none are named: the default recipe's 1M, and 128K and 32K.
 DEFAULT_CONTEXTS = (32_768, 131_072, 1_048_576)
 PLAN_LABELS = ("with_drafter", "target_only_same_spec", "without_drafter")
-
-
-def batched_tokens(inputs: GeometryInputs) -> int:
-    """A step's token budget: the gate input's ``max_num_batched_tokens``, else ``SchedulerConfig``'s."""
-    return inputs.max_num_batched_tokens or inputs.vllm.scheduler_max_num_batched_tokens
-
-
-def concurrent_batches(inputs: GeometryInputs) -> int:
-    """``VllmConfig.max_concurrent_batches``: on vLLM's CPU platform one batch
-    (``CpuPlatform.check_and_update_config`` turns async scheduling off)."""
-    return B.CPU_CONCURRENT_BATCHES if inputs.capability_family == B.CPU_FAMILY else inputs.vllm.max_concurrent_batches
-
-
-def in_flight_tokens(inputs: GeometryInputs) -> int:
-    """The tokens scheduled but not yet freed (``VllmConfig.max_in_flight_tokens``) for ``inputs``."""
-    return concurrent_batches(inputs) * batched_tokens(inputs)
 
 
 def vllm_kv_cache_size_tokens(plan: Plan, max_model_len: int, in_flight: int) -> int | None:
@@ -99,47 +93,6 @@ def _plans(plan: Plan) -> bool:
     )
 
 
-def cache_block_size(plan: Plan, overlay: bool) -> int:
-    """``cache_config.block_size`` as ``EngineCore._initialize_kv_caches`` leaves it: the smallest block
-    of the prefix-cacheable groups (all groups when none is); the overlay's patch 0002 leaves the groups
-    of drafter layers only out of it."""
-    owners = {r.name: r.owner for r in plan.layers}
-    kept = [
-        g.block_size
-        for g in plan.groups
-        if g.kind.prefix_cacheable and not (overlay and all(owners.get(n) is Role.DRAFTER for n in g.layer_names))
-    ]
-    return min(kept or [g.block_size for g in plan.groups])
-
-
-def scheduling(
-    plan: Plan, inputs: GeometryInputs, speculating: bool, num_spec: int, behaviour: Behaviour
-) -> Scheduling:
-    """What the scheduler splits and allocates a prefill of ``plan`` by (``speculating``: the plan has a
-    speculative config, ``num_spec`` tokens; ``behaviour``: the report's)."""
-    pc = plan.prefix_cache
-    return Scheduling(
-        max_model_len=max_model_len_of(inputs),
-        batched_tokens=batched_tokens(inputs),
-        batches_in_flight=concurrent_batches(inputs),
-        lookahead=lookahead_tokens(speculating, num_spec),
-        cache_block=cache_block_size(plan, behaviour is Behaviour.OVERLAY),
-        scheduler_block=pc.scheduler_block_size,
-        hash_block=pc.hash_block_size,
-        hit_alignment=pc.hit_alignment_tokens,
-    )
-
-
-def plan_speculation(inputs: GeometryInputs) -> dict[str, tuple[bool, int]]:
-    """Per plan label, (a speculative config, num_speculative_tokens) as the plan runs vLLM."""
-    n = inputs.num_speculative_tokens
-    return {
-        "with_drafter": (inputs.has_drafter or n > 0, n),
-        "target_only_same_spec": (n > 0, n),
-        "without_drafter": (False, 0),
-    }
-
-
 def request_prefill(
     plan: Plan, inputs: GeometryInputs, label: str, tokens: int, behaviour: Behaviour | None = None
 ) -> Prefill | None:
@@ -157,7 +110,7 @@ def free_blocks(plan: Plan) -> int:
     return max((plan.num_blocks or 0) - NULL_BLOCKS, 0)
 
 
-def requests_at_once(
+def admitted_requests(
     plan: Plan, inputs: GeometryInputs, label: str, tokens: int, behaviour: Behaviour | None = None
 ) -> int | None:
     """Requests of ``tokens`` tokens the pool admits one after another before it refuses one (None: vLLM
@@ -174,7 +127,7 @@ class Fit:
     """One plan at one length."""
 
     tokens: int
-    requests: int | None  # what the pool grants before it refuses
+    admitted: int | None  # admitted one after another, each keeping its prefill's blocks, before one is refused
     blocks_per_request: int | None  # what each holds after its prefill
     attention_blocks: int | None  # of those, the groups that keep every token
     vllm_max_concurrency: float | None  # what vLLM logs: num_blocks / the specs' blocks per request
@@ -184,6 +137,12 @@ class Fit:
     admission_blocks: int | None = None  # what the scheduler's full-sequence admission check asks
     prefill_chunks: int | None = None  # the steps its prefill takes
     group_blocks: tuple[int, ...] | None = None  # per group, what each holds after its prefill
+    # Requests at once (together.py's DEFINITION) of ``work`` (the length split by together.workload), for
+    # the with-drafter plan (None for the others, or when vLLM cannot plan), and what stops one more (or why
+    # the count is not stepped).
+    work: Workload | None = None
+    requests: int | None = None
+    stopped_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -244,6 +203,21 @@ def _fit(plan: Plan, inputs: GeometryInputs, behaviour: str, label: str, tokens:
     )
 
 
+def _together(report: GeometryReport, inputs: GeometryInputs, fit: Fit) -> Fit:
+    """``fit`` of the with-drafter plan with its requests at once (together.py), the search for the count
+    starting at the admission count."""
+    work = workload(fit.tokens)
+    try:
+        got = at_once(
+            report.with_drafter, inputs, "with_drafter", work, report.behaviour, start=fit.admitted or 1, alone=False
+        )
+    except TooMuchToStep as exc:
+        return replace(fit, work=work, stopped_by=str(exc))
+    if got.requests is None:
+        return replace(fit, work=work)
+    return replace(fit, work=work, requests=got.requests, stopped_by=got.stopped_by)
+
+
 def headroom(plan: Plan, kv_memory: int) -> Headroom | None:
     capacity = kv_token_capacity(plan)
     kept = [r for r in plan.layers if r.kind.keeps_every_token]
@@ -290,7 +264,7 @@ def _warnings(max_num_seqs: int | None, max_model_len: int, fits: Sequence[Fit])
         (next((f for f in fits if f.tokens == max_model_len), None), "max_model_len"),
         (shortest, "the shortest listed context"),
     ):
-        if f is None or f.requests is None or max_num_seqs <= f.requests:
+        if f is None or f.requests is None or max_num_seqs <= f.requests:  # the together count
             continue
         line = (
             f"max_num_seqs {max_num_seqs:,} is above the {f.requests:,} requests of "
@@ -326,11 +300,6 @@ def contexts_for(max_model_len: int, named: Iterable[int] | None = None) -> tupl
     return tuple(sorted(chosen, reverse=True))
 
 
-def max_model_len_of(inputs: GeometryInputs) -> int:
-    """max_model_len as vLLM runs it: the flag, else the target's max_position_embeddings."""
-    return inputs.target.max_model_len(inputs.max_model_len)
-
-
 def concurrency(report: GeometryReport, inputs: GeometryInputs, contexts: Iterable[int] | None = None) -> Concurrency:
     """Requests at once for every plan of ``report`` at each length (ContextTooLong
     for a named context above max_model_len)."""
@@ -342,7 +311,7 @@ def concurrency(report: GeometryReport, inputs: GeometryInputs, contexts: Iterab
         label: tuple(_fit(getattr(report, label), inputs, report.behaviour, label, n, in_flight) for n in lengths)
         for label in PLAN_LABELS
     }
-    within = fits["with_drafter"]
+    within = fits["with_drafter"] = tuple(_together(report, inputs, f) for f in fits["with_drafter"])
     return Concurrency(
         contexts=lengths,
         max_model_len=max_model_len,

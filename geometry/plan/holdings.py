@@ -27,7 +27,7 @@ from geometry.plan.admission import Scheduling, checkpoint_position, needs_check
 class Holdings:
     """One request's blocks per group (``held``), and the block-table state its managers keep."""
 
-    __slots__ = ("groups", "s", "prompt", "length", "removed", "states", "held", "_next", "_next_length")
+    __slots__ = ("groups", "s", "prompt", "length", "removed", "states", "held", "copies", "_next", "_next_length")
 
     def __init__(self, groups: tuple[RequestBlocks, ...], s: Scheduling, prompt: int) -> None:
         self.groups = groups
@@ -37,6 +37,7 @@ class Holdings:
         self.removed = [0] * len(groups)
         self.states: list[set[int]] = [set() for _ in groups]
         self.held = [0] * len(groups)
+        self.copies = 0  # the copy-on-write blocks the last ``ask`` counted (the request does not keep them)
         self._next: list[int] | None = None
 
     @property
@@ -94,6 +95,7 @@ class Holdings:
                 if partial and start and start == tail and tail % b:
                     copies += 1
         self._next = nxt
+        self.copies = copies
         return max(sum(nxt) - self.blocks, 0) + copies
 
     def _written(self, g: RequestBlocks, start: int, end: int) -> set[int]:

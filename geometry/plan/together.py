@@ -11,6 +11,9 @@ the way ``Scheduler.schedule`` and ``Scheduler.update_from_output`` do
 * then, when no request was preempted, waiting requests are admitted while the budget lasts and
   fewer than ``max_num_seqs`` run: each only if its whole prompt fits the free pool (the
   full-sequence admission check) and its first chunk's blocks do; the first that does not waits;
+* the copy-on-write block a mamba group in "align" mode asks at the prompt's last hash boundary
+  (holdings.py) is taken for its step only: ``schedule`` hands the copy's retention back to the pool
+  once the step is scheduled (``_free_cow_retained_blocks``, at once without a KV connector);
 * a step's tokens count as computed when it is scheduled; with ``max_concurrent_batches`` steps in
   flight (two with async scheduling) a step is handed back one step later (the engine core's batch
   queue), and until then its tokens are in flight (``remove_skipped_blocks`` frees only behind the
@@ -37,6 +40,11 @@ from geometry.plan.admission import Scheduling, admission_blocks, aligned_split
 from geometry.plan.holdings import Holdings
 from geometry.plan.limits import check_together
 
+# A length reported without an output (the gate report's lengths, ``--lengths`` without one): a prompt and
+# an output that make the length, the output a quarter of it up to this many tokens (long enough that the
+# first request still decodes while the last is admitted at the default recipe's lengths).
+DEFAULT_OUTPUT_TOKENS = 4_096
+
 # The definition, written once: the report header and docs/gate.md quote it.
 DEFINITION = (
     "requests at once: the largest N such that N requests of the prompt and output length, sent "
@@ -54,6 +62,16 @@ class Workload:
     @property
     def tokens(self) -> int:
         return self.prompt + self.output
+
+
+def workload(tokens: int, output: int | None = None) -> Workload:
+    """The workload of a reported length: ``tokens`` prompt tokens and ``output``, or, without an output, a
+    length of ``tokens`` split as DEFAULT_OUTPUT_TOKENS says: output ``min(4096, max(tokens // 4, 1))``,
+    the prompt the rest."""
+    if output is not None:
+        return Workload(tokens, output)
+    out = min(DEFAULT_OUTPUT_TOKENS, max(tokens // 4, 1))
+    return Workload(tokens - out, out)
 
 
 @dataclass(frozen=True)
@@ -135,6 +153,7 @@ def run(
         steps += 1
         step: dict[_Request, tuple[int, int, bool]] = {}
         budget = s.batched_tokens
+        copies = 0  # copy-on-write blocks asked this step: the pool has them back when the step is scheduled
         for i, r in enumerate(running):
             if budget <= 0:
                 for rest in running[i:]:
@@ -161,6 +180,7 @@ def run(
                 return Run(sent, peak_running, steps, steps, peak_blocks, after_prefill, decode_peak)
             r.hold.take(r.computed, n)
             used += need
+            copies += r.hold.copies
             spec = min(r.drafts, n + r.computed - work.prompt - r.outputs - r.placeholders) if r.drafts else 0
             r.drafts = 0
             step[r] = (n, max(spec, 0), False)
@@ -179,6 +199,7 @@ def run(
             running.append(waiting.popleft())
             step[r] = (n, 0, False)
             budget -= n
+        used -= copies
         for r, (n, spec, _) in list(step.items()):
             r.computed += n
             r.in_flight += n
@@ -210,31 +231,53 @@ def run(
 
 
 def requests_at_once(
-    groups: tuple[RequestBlocks, ...], s: Scheduling, st: Stepping, free: int, work: Workload, stepped: bool = False
+    groups: tuple[RequestBlocks, ...],
+    s: Scheduling,
+    st: Stepping,
+    free: int,
+    work: Workload,
+    stepped: bool = False,
+    start: int = 1,
 ) -> tuple[int, Run | None, Run | None]:
     """``(N, the run of N, the run of N + 1)``: the largest N whose run all ran (at most ``max_num_seqs``, and
-    no more than the free blocks: each request holds one), found by doubling then halving: a run that all
-    ran says every smaller one does (fewer requests draw less from the same pool at the same steps)."""
+    no more than the free blocks: each request holds one). A run that all ran says every smaller one does
+    (fewer requests draw less from the same pool at the same steps), so the count is searched for from
+    ``start`` (a guess: the nearer, the fewer runs), in steps doubling away from it until a run that all ran
+    and one that did not enclose it, then by halving between them."""
     limit = min(st.max_running, free)
     runs: dict[int, Run] = {}
 
     def ran(n: int) -> bool:
-        runs[n] = run(groups, s, st, free, work, n, stepped=stepped)
+        if n not in runs:
+            runs[n] = run(groups, s, st, free, work, n, stepped=stepped)
         return runs[n].all_ran
 
-    lo, hi = 0, 1  # lo all ran (none sent), hi is the next to try
-    while hi <= limit and ran(hi):
-        lo, hi = hi, min(hi * 2, limit + 1)
-        if lo == limit:
-            break
-    hi = min(hi, limit + 1)
+    lo, hi = 0, limit + 1  # lo all ran (none sent), hi did not (above the limit)
+    guess, step = min(max(start, 1), limit), 1
+    if guess >= 1 and ran(guess):
+        lo = guess
+        while lo < limit:
+            nxt = min(lo + step, limit)
+            if not ran(nxt):
+                hi = nxt
+                break
+            lo, step = nxt, step * 2
+    elif guess >= 1:
+        hi = guess
+        while hi > 1:
+            nxt = max(hi - step, 1)
+            if ran(nxt):
+                lo = nxt
+                break
+            hi, step = nxt, step * 2
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if ran(mid) else (lo, mid)
     last = runs.get(lo) if lo else None
-    over = runs.get(hi) if hi <= limit else None
-    if over is None and hi <= limit:
-        over = run(groups, s, st, free, work, hi, stepped=stepped)
+    over = None
+    if hi <= limit:
+        ran(hi)
+        over = runs[hi]
     return lo, last, over
 
 

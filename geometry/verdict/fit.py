@@ -20,12 +20,15 @@ value fixed elsewhere.
 
 Requests of max_model_len tokens fall as the block grows (the fixed state
 blocks a request holds grow with it), so each combination's scan of larger
-blocks stops after PATIENCE blocks in a row that hold fewer than the best
-found so far (rounding lets a slightly larger block recover a request).
+blocks stops after PATIENCE blocks in a row that admit fewer than the best
+found so far (rounding lets a slightly larger block recover a request); the
+scan goes by the admission count (requests admitted one after another, each
+keeping its prefill's blocks: admission.py), which costs no stepping.
 
 Every candidate is judged by one call, ``gate_verdict`` (geometry.verdict.gate_run.run_gate,
 the public gate).  Passing settings are ranked by the requests of
-max_model_len tokens that fit at once, then by the KV token capacity, then by
+max_model_len tokens at once (geometry/plan/together.py's DEFINITION, the
+length split into a prompt and an output by ``together.workload``), then by the KV token capacity, then by
 the prefix-cache hit alignment (finer first, off last), then by how few recipe
 lines change.  A passing setting another one dominates (as good on every
 measure the output shows: requests, KV capacity, hit alignment, the drafter's
@@ -41,9 +44,12 @@ from typing import Any, Callable
 
 from geometry.image_contract import Behaviour, Role
 from geometry.model.inputs import GeometryInputs
+from geometry.plan.at_once import at_once
 from geometry.plan.capacity import kv_token_capacity
-from geometry.plan.concurrency import max_model_len_of, requests_at_once
+from geometry.plan.concurrency import admitted_requests, max_model_len_of
+from geometry.plan.limits import TooMuchToStep
 from geometry.plan.report import GeometryReport
+from geometry.plan.together import workload
 from geometry.verdict.fit_keys import KEEPABLE, SEARCHED
 from geometry.verdict.gate import Verdict
 from geometry.verdict.gate_run import run_gate
@@ -77,6 +83,7 @@ class Candidate:
     changes: tuple[tuple[str, Any, Any], ...]  # (recipe key, recipe's value, suggested value)
     reason: str | None  # the first gate reason when it fails
     hit_alignment_tokens: int | None = None  # prefix-cache hits land every this many tokens; None: no hits
+    admitted_at_max_model_len: int | None = None  # admitted one after another (admission.py): the scan's guide
 
     def measures(self) -> tuple:
         """What the output shows of a setting, each larger-is-better: requests of max_model_len at once,
@@ -127,7 +134,12 @@ def _changes(recipe: Setting, s: Setting) -> tuple:
     return tuple(out)
 
 
-def _candidate(inputs: GeometryInputs, recipe: Setting, s: Setting, gate: Callable) -> tuple[Candidate, GeometryReport]:
+def _candidate(
+    inputs: GeometryInputs, recipe: Setting, s: Setting, gate: Callable, last: list[int] | None = None
+) -> tuple[Candidate, GeometryReport]:
+    """One setting judged; ``last``: the count at once found before, where the next search for a count
+    starts (a guess: settings near each other hold near counts, and a near guess costs fewer runs; the
+    count is the same), updated here."""
     applied = _apply(inputs, s)
     try:
         report, verdict = gate(applied)
@@ -135,16 +147,37 @@ def _candidate(inputs: GeometryInputs, recipe: Setting, s: Setting, gate: Callab
         return Candidate(s, False, None, None, None, _changes(recipe, s), str(exc)), None
     plan = report.with_drafter
     pc = plan.prefix_cache
+    tokens = max_model_len_of(applied)
+    admitted = admitted_requests(plan, applied, "with_drafter", tokens, report.behaviour)
     return Candidate(
         s,
         verdict.passed,
         plan.block_size,
-        requests_at_once(plan, applied, "with_drafter", max_model_len_of(applied), report.behaviour),
+        _at_once(report, applied, tokens, admitted, last) if verdict.passed else None,
         kv_token_capacity(plan),
         _changes(recipe, s),
         verdict.reasons[0] if verdict.reasons else None,
         pc.hit_alignment_tokens if pc is not None and pc.can_hit else None,
+        admitted,
     ), report
+
+
+def _at_once(
+    report: GeometryReport, inputs: GeometryInputs, tokens: int, admitted: int | None, last: list[int] | None
+) -> int | None:
+    """Requests of max_model_len at once (together.py's count, the length split by together.workload), the
+    search starting at ``last``'s count, else at the admission count; None when vLLM cannot plan or the
+    run is beyond the model."""
+    start = last[0] if last else admitted or 1
+    try:
+        got = at_once(
+            report.with_drafter, inputs, "with_drafter", workload(tokens), report.behaviour, start=start, alone=False
+        )
+    except TooMuchToStep:
+        return None
+    if last is not None and got.requests:
+        last[:] = [got.requests]
+    return got.requests
 
 
 def _fit_unit(report: GeometryReport) -> tuple[int, int, int] | None:
@@ -183,7 +216,8 @@ def search(inputs: GeometryInputs, gate: Callable = gate_verdict, keep: frozense
     recipe = Setting(
         inputs.block_size, inputs.drafter_kv_cache_dtype, inputs.enable_prefix_caching, inputs.num_speculative_tokens
     )
-    own, _ = _candidate(inputs, recipe, recipe, gate)
+    last: list[int] = []
+    own, _ = _candidate(inputs, recipe, recipe, gate, last)
     seen = {recipe: own}
     reports: dict[Setting, GeometryReport | None] = {}
     keep_block = "serving.block_size" in keep
@@ -203,16 +237,16 @@ def search(inputs: GeometryInputs, gate: Callable = gate_verdict, keep: frozense
             for prefix in prefixes:
                 auto = Setting(inputs.block_size if keep_block else None, dtype, prefix, num_spec)
                 if auto not in reports:
-                    seen[auto], reports[auto] = _candidate(inputs, recipe, auto, gate)
+                    seen[auto], reports[auto] = _candidate(inputs, recipe, auto, gate, last)
                 if keep_block:
                     continue
                 below = 0
                 for b in _blocks_for(reports[auto], inputs.vllm_behaviour):
                     s = Setting(b, dtype, prefix, num_spec)
                     if s not in seen:
-                        seen[s] = _candidate(inputs, recipe, s, gate)[0]
-                    best = max((c.requests_at_max_model_len or 0 for c in seen.values() if c.passed), default=None)
-                    got = seen[s].requests_at_max_model_len
+                        seen[s] = _candidate(inputs, recipe, s, gate, last)[0]
+                    best = max((c.admitted_at_max_model_len or 0 for c in seen.values() if c.passed), default=None)
+                    got = seen[s].admitted_at_max_model_len
                     below = below + 1 if best is not None and got is not None and got < best else 0
                     if below == PATIENCE:
                         break  # larger blocks hold fewer requests (fixed state blocks grow)

@@ -11,6 +11,7 @@ from geometry.plan.capacity import kv_token_capacity
 from geometry.plan.concurrency import Concurrency
 from geometry.plan.prefix_cache import PrefixCache
 from geometry.plan.report import GeometryReport, Plan
+from geometry.plan.together import DEFINITION as AT_ONCE_DEFINITION
 from geometry.verdict.gate import Verdict
 
 GIB = 1 << 30
@@ -122,27 +123,39 @@ def _nodes_line(report: GeometryReport) -> str:
     )
 
 
-def _requests_cell(fit) -> str:
-    if fit.requests is None:
+def _admitted_cell(fit) -> str:
+    if fit.admitted is None:
         return "-"
     if fit.blocks_per_request is None:
         return f"0 (admission asks {fit.admission_blocks:,} blocks)"
-    return f"{fit.requests:,} ({fit.blocks_per_request:,} blocks, {fit.attention_blocks:,} of them attention)"
+    return f"{fit.admitted:,} ({fit.blocks_per_request:,} blocks, {fit.attention_blocks:,} of them attention)"
+
+
+def _at_once_cell(fit) -> str:
+    if fit.requests is None:
+        return "-" if fit.stopped_by is None else f"- ({fit.stopped_by})"
+    return f"{fit.requests:,} ({fit.work.prompt:,}+{fit.work.output:,}; one more: {fit.stopped_by})"
 
 
 def concurrency_lines(c: Concurrency) -> list[str]:
-    """Requests at once per length, how close the capacity comes to the KV
-    memory, and what max_num_seqs meets."""
+    """Requests at once per length (the together model, with the drafter), the admission counts beside them,
+    how close the capacity comes to the KV memory, and what max_num_seqs meets."""
     out = [
-        f"== requests at once (a request of N tokens: a prompt of N - 1 admitted and prefilled one after "
-        f"another as vLLM's scheduler does, in steps of up to {c.batched_tokens:,} tokens, "
-        f"{c.in_flight_tokens:,} tokens in flight; each keeps the blocks its prefill leaves it in every "
-        f"group; the pool keeps 1 null block)",
+        f"== {AT_ONCE_DEFINITION}; a length of N tokens is a prompt and an output (min(4,096, N/4)) sent "
+        f"together, in steps of up to {c.batched_tokens:,} tokens, {c.in_flight_tokens:,} tokens in flight",
+        f"   {'tokens':>11}  at once, with the drafter (prompt+output; what stops one more)",
+    ]
+    for i, n in enumerate(c.contexts):
+        mark = "  (max_model_len)" if n == c.max_model_len else ""
+        out.append(f"   {n:>11,}  {_at_once_cell(c.fits['with_drafter'][i])}{mark}")
+    out += [
+        "   admitted: a prompt of N - 1 admitted and prefilled one after another, each keeping the blocks its "
+        "prefill leaves it in every group, until the next is refused (the pool keeps 1 null block)",
         f"   {'tokens':>11}  {'with the drafter':38}  {'target alone, same spec':38}  target alone, no speculation",
     ]
     for i, n in enumerate(c.contexts):
         cells = [
-            _requests_cell(c.fits[label][i]) for label in ("with_drafter", "target_only_same_spec", "without_drafter")
+            _admitted_cell(c.fits[label][i]) for label in ("with_drafter", "target_only_same_spec", "without_drafter")
         ]
         mark = "  (max_model_len)" if n == c.max_model_len else ""
         out.append(f"   {n:>11,}  {cells[0]:38}  {cells[1]:38}  {cells[2]}{mark}")

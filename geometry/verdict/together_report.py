@@ -17,24 +17,10 @@ from geometry.image_contract import Behaviour
 from geometry.model.inputs import GeometryInputs
 from geometry.plan.at_once import at_once
 from geometry.plan.concurrency import ContextTooLong, contexts_for, max_model_len_of
-from geometry.plan.concurrency import requests_at_once as after_prefill_count
+from geometry.plan.concurrency import admitted_requests as after_prefill_count
 from geometry.plan.limits import TooMuchToStep
 from geometry.plan.report import GeometryReport
-from geometry.plan.together import DEFINITION, Workload
-
-# A length named without an output: the request's prompt and output make the length, the output
-# being a quarter of it up to this many tokens (long enough that the first request still decodes
-# while the last is admitted at the default recipe's lengths).
-DEFAULT_OUTPUT_TOKENS = 4_096
-
-
-def workload(tokens: int, output: int | None = None) -> Workload:
-    """The workload of a named length: ``tokens`` prompt tokens and ``output``, or, without an output,
-    a length of ``tokens`` split as DEFAULT_OUTPUT_TOKENS says."""
-    if output is not None:
-        return Workload(tokens, output)
-    out = min(DEFAULT_OUTPUT_TOKENS, max(tokens // 4, 1))
-    return Workload(tokens - out, out)
+from geometry.plan.together import DEFINITION, Workload, workload
 
 
 def workloads(inputs: GeometryInputs, named: list[tuple[int, int | None]] | None = None) -> list[Workload]:

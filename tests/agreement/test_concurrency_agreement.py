@@ -104,7 +104,7 @@ def test_requests_at_once_equal_vllms_scheduler(name):
         for fit, vllm in zip(result.fits[label], counted[label], strict=True):
             assert vllm["in_flight_tokens"] == in_flight_tokens(inputs) == 2 * BATCHED[name]
             where = (name, label, fit.tokens, vllm["refused"])
-            assert (fit.requests, fit.group_blocks, fit.peak_blocks, fit.prefill_chunks) == (
+            assert (fit.admitted, fit.group_blocks, fit.peak_blocks, fit.prefill_chunks) == (
                 vllm["requests"],
                 tuple(vllm["holdings"]),
                 vllm["peak_blocks"],
@@ -118,7 +118,7 @@ def test_requests_at_once_equal_vllms_scheduler(name):
     # The lengths differ in what they cost: a check that compares something. (Not monotonic in between:
     # with Kimi-Linear's 2,048-token blocks the last chunk of a prompt of 8,191 starts at 6,144, that of
     # 9,216 at 8,192, so the window behind the chunk in flight has freed one block fewer at 8,192 tokens.)
-    counts = [f.requests for f in result.fits["with_drafter"]]
+    counts = [f.admitted for f in result.fits["with_drafter"]]
     assert counts[0] < counts[-1], counts
 
 

@@ -376,7 +376,7 @@ def test_default_recipe_requests_at_once_are_what_vllms_scheduler_admits(schedul
         inputs = GeometryInputs.from_json(dict(raw, **prefix_caching(on)))
         fit = concurrency(simulate(inputs), inputs, []).fits["with_drafter"][0]
         counted = scheduled[(tree, on)]
-        assert (fit.requests, fit.group_blocks, fit.prefill_chunks, fit.vllm_max_concurrency) == (
+        assert (fit.admitted, fit.group_blocks, fit.prefill_chunks, fit.vllm_max_concurrency) == (
             counted["requests"],
             tuple(counted["holdings"]),
             len(counted["chunks"]),

@@ -52,7 +52,7 @@ def test_quickstart_start_up_concurrency_is_the_simulators():
     at_once = geometry.concurrency(run.report, run.inputs)
     assert at_once.max_model_len == 1 << 20
     fit = at_once.fits["with_drafter"][at_once.contexts.index(at_once.max_model_len)]
-    assert (float(logged), _number(admitted)) == (fit.vllm_max_concurrency, fit.requests)
+    assert (float(logged), _number(admitted)) == (fit.vllm_max_concurrency, fit.admitted)
 
 
 def test_glossary_scheduler_block_of_the_gb10_recipe():

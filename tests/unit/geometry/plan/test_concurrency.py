@@ -42,7 +42,7 @@ def test_default_recipe_by_hand():
     c = concurrency(simulate(inputs), inputs)
     assert c.in_flight_tokens == 32768
     million = c.fits["with_drafter"][0]
-    assert (million.blocks_per_request, million.attention_blocks, million.requests, million.vllm_max_concurrency) == (
+    assert (million.blocks_per_request, million.attention_blocks, million.admitted, million.vllm_max_concurrency) == (
         F.PREFIX_ON.blocks_one_1m_request_holds,
         114,
         F.PREFIX_ON.requests_of_1m_at_once,
@@ -52,19 +52,19 @@ def test_default_recipe_by_hand():
     # (at 113 x 1,152 = 130,176); processed 119,808 - 9,216 = 110,592. MLA ceil(131,079 / 9,216) = 15; KDA
     # states in blocks 11, 12 and 14 + 7 + 1 = 11; window ceil(131,079 / 1,152) = 114 less (110,592 - 2,047)
     # // 1,152 = 94: 20; 15 + 44 + 1 + 20 = 80. Admission 15 + 36 + 1 + 32 = 84: 1 + (2,891 - 84) // 80 = 36.
-    assert (c.fits["with_drafter"][1].blocks_per_request, c.fits["with_drafter"][1].requests) == (80, 36)
+    assert (c.fits["with_drafter"][1].blocks_per_request, c.fits["with_drafter"][1].admitted) == (80, 36)
     # 32K, a prompt of 32,767: 9,216, 9,216, 14,335 (the checkpoint at 28 x 1,152 = 32,256); processed 9,216.
     # MLA ceil(32,775 / 9,216) = 4; KDA states in blocks 0, 1, 3 + 7 + 1 = 11; window ceil(32,775 / 1,152) =
     # 29 less (9,216 - 2,047) // 1,152 = 6: 23; 4 + 44 + 1 + 23 = 72. Admission 4 + 36 + 1 + min(29, 32) = 70:
     # 1 + (2,891 - 72) // 72 = 40.
-    assert (c.fits["with_drafter"][2].blocks_per_request, c.fits["with_drafter"][2].requests) == (72, 40)
+    assert (c.fits["with_drafter"][2].blocks_per_request, c.fits["with_drafter"][2].admitted) == (72, 40)
     # Without speculation: B = 8,576 (KDA state 24,576 x 3 x 2 + 4,194,304 = 4,341,760 B; 128 x 67), 3,103
     # blocks, no drafter, no lookahead. Chunks of 8,576 up to 121 x 8,576 = 1,037,696, then 10,879 with the
     # checkpoint (at 122 x 8,576); processed 1,037,696 - 8,576. MLA ceil(1,048,575 / 8,576) = 123; KDA states
     # in blocks 119, 120, 122 + 1 checkpoint = 4; + 1 ring: 123 + 16 + 1 = 140. Admission 123 + 4 x min(123,
     # 2) + 1 = 132: 1 + (3,102 - 140) // 140 = 22 (vLLM logs 3,103 / (123 + 4 x 3 + 1) = 22.82).
     alone = c.fits["without_drafter"][0]
-    assert (alone.blocks_per_request, alone.admission_blocks, alone.requests, alone.vllm_max_concurrency) == (
+    assert (alone.blocks_per_request, alone.admission_blocks, alone.admitted, alone.vllm_max_concurrency) == (
         140,
         132,
         22,
@@ -86,7 +86,7 @@ def test_default_recipe_at_schedulerconfigs_batch_by_hand():
     c = concurrency(simulate(inputs), inputs)
     assert c.contexts == (1_048_576, 131_072, 32_768)
     million = c.fits["with_drafter"][0]
-    assert (million.blocks_per_request, million.admission_blocks, million.requests, million.vllm_max_concurrency) == (
+    assert (million.blocks_per_request, million.admission_blocks, million.admitted, million.vllm_max_concurrency) == (
         151,
         158,
         19,
@@ -98,7 +98,7 @@ def test_default_recipe_at_schedulerconfigs_batch_by_hand():
     # KDA the states in blocks 121 and 122 (no checkpoint: the last chunk starts past it), + 1 ring: 123 + 8 +
     # 1 = 132. Admission 123 + 4 x min(123, 1 + 1) + 1 = 132: 1 + (3,102 - 132) // 132 = 23.
     alone = c.fits["without_drafter"][0]
-    assert (alone.blocks_per_request, alone.requests, alone.prefill_chunks) == (132, 23, 122 * 5 + 2)
+    assert (alone.blocks_per_request, alone.admitted, alone.prefill_chunks) == (132, 23, 122 * 5 + 2)
     h = c.headroom
     # 11 MLA layers x 512 B (fp8 latent) + 11 indexer layers x 33 B per token.
     assert h.attention_bytes_per_token == 11 * 512 + 11 * 33
@@ -113,8 +113,8 @@ def test_prefix_caching_off_holds_fewer_state_blocks():
     inputs = _default(enable_prefix_caching=False, mamba_cache_mode="none")
     report = simulate(inputs)
     fit = concurrency(report, inputs).fits["with_drafter"][0]
-    assert (fit.blocks_per_request, fit.prefill_chunks, fit.requests) == (114 + 4 * 8 + 1 + 31, 64, 16)
-    assert (fit.blocks_per_request, fit.requests) == (
+    assert (fit.blocks_per_request, fit.prefill_chunks, fit.admitted) == (114 + 4 * 8 + 1 + 31, 64, 16)
+    assert (fit.blocks_per_request, fit.admitted) == (
         F.PREFIX_OFF.blocks_one_1m_request_holds,
         F.PREFIX_OFF.requests_of_1m_at_once,
     )
@@ -123,7 +123,7 @@ def test_prefix_caching_off_holds_fewer_state_blocks():
 def test_max_num_seqs_above_the_pool_is_refused_and_above_the_fit_warned():
     """vLLM 0.34.0 refuses to start (CompilationConfig.resolve_cudagraph_mode_and_sizes) when
     max_num_seqs exceeds the pool's blocks with mamba layers and full CUDA graphs: the gate fails;
-    above what fits at a listed length it only warns."""
+    above the requests at once at a listed length it only warns."""
     too_many = _default(max_num_seqs=2893)
     report = simulate(too_many)
     verdict = judge(report, too_many)
@@ -133,8 +133,9 @@ def test_max_num_seqs_above_the_pool_is_refused_and_above_the_fit_warned():
     assert judge(simulate(fine), fine).passed
     c = concurrency(simulate(fine), fine, [32768])
     assert c.refusals == () and len(c.warnings) == 2
-    assert "15 requests of 1,048,576 tokens (max_model_len)" in c.warnings[0]
-    assert "40 requests of 32,768 tokens (the shortest listed context)" in c.warnings[1]
+    # The requests at once (the together model; vLLM's scheduler's figures: tests/default_recipe_figures.py).
+    assert f"{F.TOGETHER_OVERLAY[0]} requests of 1,048,576 tokens (max_model_len)" in c.warnings[0]
+    assert f"{F.TOGETHER_OVERLAY[2]} requests of 32,768 tokens (the shortest listed context)" in c.warnings[1]
     quiet = _default(max_num_seqs=15)
     assert concurrency(simulate(quiet), quiet).warnings == ()
 
@@ -181,7 +182,7 @@ def test_geometry_json_carries_concurrency_and_the_context_flag():
     # After both: 1 MLA block, 4 x (1 state + 7), 1 ring, the window ceil(8,199 / 1,152) = 8: 42; the second
     # chunk also copies the state keyed at 8,064 (inside a KDA block) into one new block per KDA group:
     # it needs 42 + 4 = 46 free. 1 + (2,891 - 46) // 42 = 68.
-    assert [f["requests"] for f in c["fits"]["with_drafter"]] == [15, 40, 68]
+    assert [f["admitted"] for f in c["fits"]["with_drafter"]] == [15, 40, 68]
     assert data["report"]["requested_block_size"] is None
     bad = subprocess.run(
         [sys.executable, "build.py", "geometry", "--context", "12x"],

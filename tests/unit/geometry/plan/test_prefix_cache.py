@@ -149,7 +149,7 @@ def test_default_recipe_prefix_caching_from_arithmetic(on):
                 fit.prefill_chunks,
                 fit.blocks_per_request,
                 fit.admission_blocks,
-                fit.requests,
+                fit.admitted,
             ) == (
                 figures.blocks_one_1m_request_sized,
                 figures.vllm_max_concurrency_1m,
