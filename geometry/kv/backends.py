@@ -1,11 +1,12 @@
 """The attention backends the simulator models, with the facts the modelled vLLM
 release's backend classes declare (kernel block sizes, layouts, spec customisation).
 
-vLLM picks backends in ``vllm/platforms/cuda.py``. For the target's layers the
-*choice* is an assumption, stated here per GPU capability family; the drafter's
-automatic choice is modelled in geometry/kv/drafter_backend.py (and checked by the
-oracle with vLLM's own selector); the numbers each backend contributes are read
-by the oracle from the real classes.
+vLLM picks backends in ``vllm/platforms/cuda.py``. Which backend the target's
+full-attention and MLA layers get is vLLM's selection, modelled in
+geometry/kv/target_backend.py (the drafter's automatic choice in
+geometry/kv/drafter_backend.py); both are checked by the oracle against vLLM's
+own selector. The indexer's and the kpool tail's backends are the model's own.
+The numbers each backend contributes are read by the oracle from the real classes.
 
 Target, GLM-5.3-Flash (``Glm5NextForCausalLM``, sparse MLA with kpool indexer):
   * sparse-indexer cache  -> ``Glm5NextIndexerBackend``: kernel blocks
@@ -22,8 +23,14 @@ Target, GLM-5.3-Flash (``Glm5NextForCausalLM``, sparse MLA with kpool indexer):
     ``customize_spec`` sets ``block_stride_alignment = rows * bytes/token``.
     On family 100 with an fp8 cache vLLM's priority list puts
     FLASHINFER_MLA_SPARSE first among sparse backends; with a bf16 cache and
-    <= 16 heads/rank FA4 sparse would win, and with more heads FlashMLA sparse:
-    we model FlashInfer sparse for every dtype (the recipe pins fp8).
+    <= 16 heads/rank FA4 sparse would win (576-wide latents only), and with more
+    heads FlashMLA sparse: FlashInfer sparse stands in for FlashMLA sparse where
+    it takes the layer too (the recipe pins fp8). On family 90 a latent other than
+    512 wide ranks FLASH_ATTN_MLA_SPARSE first (16-bit caches, any head size:
+    modelled, ``MultipleOf(64)``, rows of 1). A latent no sparse backend takes
+    (FlashInfer's and FlashMLA's sparse classes take 512 and 576 only), or a
+    user block none of them divides, is vLLM's "No valid attention backend"
+    (target_backend.py).
     Family 120 (SM12x: RTX PRO 6000 is 12.0, GB10 / DGX Spark 12.1; vLLM's
     family test reads the major only) lists TRITON_MLA (dense) and
     FLASHINFER_MLA_SPARSE_SM120 only, so the sparse layers get the latter
@@ -34,21 +41,19 @@ Target, GLM-5.3-Flash (``Glm5NextForCausalLM``, sparse MLA with kpool indexer):
     per token (its 1-token spec has no ``state_content_bytes``).
   * KDA / GDN layers      -> SSM backends (ignored by block-size selection).
 
-Target, Qwen3-Next style hybrid (GDN + full attention): ``FLASH_ATTN``.
+Target, Qwen3 / Qwen3-MoE / Qwen3-Next full attention: vLLM's choice for a causal
+decoder layer (target_backend.py): FLASHINFER on SM10x (``FLASHINFER_SM10X``), FLASH_ATTN
+on SM90 and SM12x, FLASHINFER on SM12x for an fp8 cache (FA2 takes none), TRITON_ATTN
+where neither takes the layer.
 
 Target, Kimi Linear (``KimiLinearForCausalLM``, KDA + *dense* NoPE MLA; the
 model lives in ``vllm/models/kimi_k3``, its MLA layer asks for
-``use_sparse=False``).  ``_get_backend_priorities`` for dense MLA:
-  * family 100: ``FLASHINFER_MLA`` first (fixed kernel blocks [32, 64], so
-    ``customize_attention_spec`` sets ``MultipleOf(64)``); its
-    ``supports_combination`` needs ``qk_nope_head_dim`` in (64, 128, 192) and
-    the cache dtype in auto/float16/bfloat16/fp8/fp8_e4m3: anything else would
-    fall to TOKENSPEED/CUTLASS MLA and is rejected as not modelled.
-  * family 90: ``FLASH_ATTN_MLA`` (``MultipleOf(16)``, FA3 MLA assumed present)
-    for 16-bit caches; it takes no fp8, so an fp8 cache gets ``FLASHMLA``
-    (fixed [64]).
-  * family 120: ``TRITON_MLA`` (``MultipleOf(16)``).
-  MLA head sizes must be one of the common MLA backends' (320, 512, 576).
+``use_sparse=False``): vLLM's first valid dense MLA candidate (target_backend.py):
+FLASHINFER_MLA on SM10x (fixed kernel blocks [32, 64], so
+``customize_attention_spec`` sets ``MultipleOf(64)``; qk_nope_head_dim in 64/128/192),
+FLASH_ATTN_MLA (``MultipleOf(16)``, FA3 MLA assumed present) on SM90 for a 16-bit cache
+and FLASHMLA (fixed [64]) for fp8, TRITON_MLA (``MultipleOf(16)``) on SM12x and wherever
+a user ``--block-size`` rules out the others.
 
 Drafter (DFlash / DFlash2, ``Qwen3`` sliding-window layers), on vLLM's CPU platform: ``CPU_ATTN``
 (``[MultipleOf(32)]``), what ``CpuPlatform`` gives every decoder layer.  On a GPU with
@@ -205,31 +210,16 @@ def canonical_sparse_mla_kv_cache_dtype(backend: Backend, kv_cache_dtype: str) -
     return kv_cache_dtype
 
 
-FLASHINFER_MLA = Backend("FLASHINFER_MLA", (32, 64))
-FLASH_ATTN_MLA = Backend("FLASH_ATTN_MLA", (Multiple(16),))
-FLASHMLA = Backend("FLASHMLA", (64,))
-TRITON_MLA = Backend("TRITON_MLA", (Multiple(16),))
-_MLA_HEAD_SIZES = (320, 512, 576)
-
-
-def dense_mla_backend(family: int, kv_cache_dtype: str, qk_nope_head_dim: int, head_size: int) -> Backend:
-    """The dense MLA backend vLLM picks first (see the module docstring)."""
-    if head_size not in _MLA_HEAD_SIZES:
-        raise ValueError(f"MLA head size {head_size} not supported (MLA backends: {_MLA_HEAD_SIZES})")
-    quantized = kv_cache_dtype.startswith("fp8")
-    if family == 100:
-        if qk_nope_head_dim not in (64, 128, 192) or kv_cache_dtype == "fp8_e5m2":
-            raise ValueError("FLASHINFER_MLA rejects this config; the fallback dense MLA backends are not modelled")
-        return FLASHINFER_MLA
-    if family == 90:
-        if kv_cache_dtype == "fp8_e5m2":
-            raise ValueError("fp8_e5m2 dense MLA on family 90 is not modelled")
-        return FLASHMLA if quantized else FLASH_ATTN_MLA
-    if family == 120:
-        if kv_cache_dtype == "fp8_e5m2":
-            raise ValueError("fp8_e5m2 dense MLA on family 120 is not modelled")
-        return TRITON_MLA
-    raise ValueError(f"no dense MLA backend modelled for capability family {family}")
+# The dense MLA backends vLLM's selector may give Kimi Linear's latent (geometry/kv/target_backend.py chooses).
+FLASHINFER_MLA = Backend("FLASHINFER_MLA", (32, 64), kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3"))
+FLASH_ATTN_MLA = Backend("FLASH_ATTN_MLA", (Multiple(16),), kv_cache_dtypes=("auto", "float16", "bfloat16"))
+FLASHMLA = Backend("FLASHMLA", (64,), kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3"))
+TRITON_MLA = Backend("TRITON_MLA", (Multiple(16),), kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3"))
+# FlashAttnMLASparseBackend (SM90, 16-bit caches, any head size): [MultipleOf(64)], customize_spec
+# align_blocks_to_rows(spec) (rows of 1).
+FLASH_ATTN_MLA_SPARSE = Backend(
+    "FLASH_ATTN_MLA_SPARSE", (Multiple(64),), align_rows=1, kv_cache_dtypes=("auto", "float16", "bfloat16")
+)
 
 
 # FLASH_ATTN on family 120 runs FA2 whatever flash-attn build is installed
@@ -246,6 +236,12 @@ FLASHINFER = Backend(
 )
 # TritonAttentionBackend: [MultipleOf(16)], any layout, no spec customisation outside the
 # per-token-head caches (not modelled).
+# FlashInferBackend on SM10x: head-major blocks only (supported_kv_cache_layouts: LBHNC, BLHNC). Its kernel
+# blocks are [16, 32, 64], and up to 1024 where the serving host runs TRT-LLM attention (flashinfer-cubin or
+# NVIDIA's artifactory) for a GQA layer: fixed sizes either way, so customize_attention_spec sets a block
+# stride of MultipleOf(64) or MultipleOf(1024) whole kernel blocks, which divides every layer-outer block
+# stride alike (a target's full-attention layers resolve LBHNC: the gate plans the same bytes either way).
+FLASHINFER_SM10X = Backend("FLASHINFER", (16, 32, 64), ("LBHNC", "BLHNC"), kv_cache_dtypes=FLASHINFER.kv_cache_dtypes)
 TRITON_ATTN = Backend(
     "TRITON_ATTN", (Multiple(16),), kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
 )

@@ -209,8 +209,9 @@ def selected_backend_error(name: str, ask: DrafterAsk) -> SimulatedError | None:
     )
 
 
-def select(ask: DrafterAsk) -> str:
-    """The name of the backend vLLM picks; SimulatedError (ValueError) when no candidate is valid."""
+def select(ask: DrafterAsk, layers: str = "the drafter") -> str:
+    """The name of the backend vLLM picks; SimulatedError (ValueError) when no candidate is valid (its message
+    names the ``layers`` asked for)."""
     invalid = {}
     for name in priorities(ask.family, ask.non_causal):
         reasons = invalid_reasons(name, ask)
@@ -220,7 +221,7 @@ def select(ask: DrafterAsk) -> str:
     listed = ", ".join(f"{n}: [{', '.join(r)}]" for n, r in invalid.items())
     raise SimulatedError(
         "ValueError",
-        f"No valid attention backend found for the drafter (head_size={ask.head_size}, "
+        f"No valid attention backend found for {layers} (head_size={ask.head_size}, "
         f"kv_cache_dtype={ask.kv_cache_dtype}). Reasons: {{{listed}}}.",
     )
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from geometry.errors import BadInput
 from geometry.image_contract import Role
 from geometry.kv import backends as B
+from geometry.kv import target_backend
 from geometry.kv.kv_spec import SimulatedError
 from geometry.kv.units import DTYPE_BYTES, KV_CACHE_DTYPES
 from geometry.model.architecture import Architecture
@@ -41,14 +42,24 @@ def resolve_kv_dtypes(inputs: GeometryInputs) -> tuple[str, str | None]:
             drafter = "auto"
     if sparse and inputs.capability_family in B.SPARSE_MLA_FAMILIES:
         backend = B.sparse_mla_backend(inputs.capability_family)
-        if not backend.takes_kv_cache_dtype(target):
-            why = (
-                f"{backend.name} does not take kv_cache_dtype {target!r} (it takes "
-                f"{', '.join(backend.kv_cache_dtypes)})"
+        if inputs.capability_family == 120 and not backend.takes_kv_cache_dtype(target):
+            # vLLM lists no other sparse MLA backend there
+            raise SimulatedError(
+                "ValueError",
+                f"No valid attention backend found: {backend.name} does not take kv_cache_dtype {target!r} (it takes "
+                f"{', '.join(backend.kv_cache_dtypes)})",
             )
-            if inputs.capability_family == 120:  # vLLM lists no other sparse MLA backend
-                raise SimulatedError("ValueError", f"No valid attention backend found: {why}")
-            raise BadInput(f"{why}; vLLM would pick another sparse MLA backend (not modelled)")
+        if "kv_lora_rank" in inputs.target.text and "num_attention_heads" in inputs.target.text:
+            backend = target_backend.mla_backend(
+                target_backend.mla_ask(
+                    inputs.target.text,
+                    inputs.capability_family,
+                    target,
+                    inputs.block_size,
+                    inputs.tensor_parallel_size,
+                    use_sparse=True,
+                )
+            )
         target = B.canonical_sparse_mla_kv_cache_dtype(backend, target)
     if inputs.has_drafter and drafter is None:
         drafter = target
@@ -149,6 +160,8 @@ def build_model(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Mo
         kv_cache_dtype=kv_target,
         max_model_len=max_model_len,
         sm120_ropeless_ds_mla_row_bytes=inputs.vllm.sm120_ropeless_ds_mla_row_bytes,
+        user_block_size=inputs.block_size,
+        sm90_fp8_d512_block_multiple=inputs.vllm.sm90_fp8_d512_block_multiple,
     )
     built = target.architecture.build_target(settings)
     model = Model(

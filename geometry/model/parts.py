@@ -11,6 +11,8 @@ from typing import Any, Callable, Mapping
 from geometry.errors import BadInput
 from geometry.image_contract import Role
 from geometry.kv import backends as B
+from geometry.kv import target_backend
+from geometry.kv.drafter_backend import DrafterAsk
 from geometry.kv.kv_spec import AttentionSpec, CacheConfig, KVCacheSpec, MambaSpec, SimulatedError, SlidingWindowSpec
 from geometry.kv.units import DTYPE_BYTES
 
@@ -58,6 +60,10 @@ class TargetSettings:
     # The release's fp8_ds_mla row on FLASHINFER_MLA_SPARSE_SM120 for a 512-wide latent without RoPE
     # (VllmRelease.sm120_ropeless_ds_mla_row_bytes; None: the packed row).
     sm120_ropeless_ds_mla_row_bytes: int | None = None
+    # --block-size (None: vLLM picks): the backend selector checks it when the layers are built.
+    user_block_size: int | None = None
+    # VllmRelease.sm90_fp8_d512_block_multiple: FLASH_ATTN's block rule for an SM90 FP8 head-512 cache.
+    sm90_fp8_d512_block_multiple: int | None = None
 
     @property
     def num_layers(self) -> int:
@@ -111,14 +117,31 @@ def check_flash_attn_head_size(head_size: int) -> None:
         raise BadInput("FLASH_ATTN with head size 256 (FA4 hd256 pages) is not modelled")
 
 
-def full_attention_backend(family: int, head_size: int, kv_cache_dtype: str) -> B.Backend:
-    """The backend a target's full-attention (GQA) layers run on ``family``: FLASH_ATTN on a GPU
-    family, CPU_ATTN on vLLM's CPU platform (``CPU_FAMILY``)."""
-    if family != B.CPU_FAMILY:
+def full_attention_backend(s: TargetSettings, head_size: int) -> B.Backend:
+    """The backend a target's full-attention (GQA) layers run: vLLM's selection on a GPU family
+    (geometry/kv/target_backend.py), CPU_ATTN on vLLM's CPU platform (``CPU_FAMILY``)."""
+    if s.capability_family == B.CPU_FAMILY:
+        check_cpu_attn(head_size, s.kv_cache_dtype)
+        return B.CPU_ATTN
+    backend = target_backend.full_attention_backend(target_attention_ask(s, head_size))
+    if backend.name == "FLASH_ATTN":
         check_flash_attn_head_size(head_size)
-        return B.FLASH_ATTN
-    check_cpu_attn(head_size, kv_cache_dtype)
-    return B.CPU_ATTN
+    return backend
+
+
+def target_attention_ask(s: TargetSettings, head_size: int) -> DrafterAsk:
+    """What the target's ``Attention.__init__`` hands the selector (a causal decoder layer)."""
+    return DrafterAsk(
+        family=s.capability_family,
+        head_size=head_size,
+        kv_cache_dtype=s.kv_cache_dtype,
+        model_dtype=s.model_dtype,
+        non_causal=False,
+        user_block_size=s.user_block_size,
+        target_head_size=head_size,
+        target_kv_cache_dtype=s.kv_cache_dtype,
+        sm90_fp8_d512_block_multiple=s.sm90_fp8_d512_block_multiple,
+    )
 
 
 def check_cpu_attn(head_size: int, kv_cache_dtype: str) -> None:

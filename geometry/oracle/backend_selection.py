@@ -148,7 +148,7 @@ def flash_attn_as_shipped():
         sys.modules.update(saved)
 
 
-def _backend_class(backend):
+def backend_class(backend):
     """``vllm.platforms.cuda._get_attn_backend_class``, with the class's module imported as the
     serving image has it (its GPU kernel packages stood in for)."""
     module, _, _ = backend.value.rpartition(".")
@@ -200,7 +200,7 @@ def _no_artifactory():
 def _selecting():
     stack = contextlib.ExitStack()
     stack.enter_context(flash_attn_as_shipped())
-    stack.enter_context(patched(cuda_platform(), "_get_attn_backend_class", _backend_class))
+    stack.enter_context(patched(cuda_platform(), "_get_attn_backend_class", backend_class))
     stack.enter_context(_no_artifactory())
     return stack
 

@@ -94,7 +94,8 @@ VLLM = _SHARED + (
 SIMULATOR = _SHARED + (
     (
         re.compile(
-            r"^ValueError: No valid attention backend found for the drafter \(head_size=(?P<head_size>\d+), "
+            r"^ValueError: No valid attention backend found for (?:the drafter|the target's [\w ]+ layers) "
+            r"\(head_size=(?P<head_size>\d+), "
             r"kv_cache_dtype=(?P<kv_cache_dtype>[\w]+)\)\. Reasons: \{(?P<reasons>.*)\}\.?$"
         ),
         _none_valid,

@@ -59,41 +59,8 @@ class Known:
     holds: Callable[[TargetAsk, str | None, Selection], bool]
 
 
-def _refused_for(field: str) -> Callable[[TargetAsk, str | None, Selection], bool]:
-    """vLLM refuses the simulator's MLA backend for ``field``, which the simulator does not check when it picks it."""
-    return lambda ask, sim, selection: ask.role == "mla_latent" and selection.refuses(sim, field)
-
-
-KNOWN = (
-    Known(
-        "SM10x full attention: _get_backend_priorities (vllm/platforms/cuda.py) ranks FLASHINFER first for causal "
-        "layers and it is valid; the simulator runs FLASH_ATTN",
-        lambda ask, sim, sel: (
-            ask.role == "attention" and ask.family == 100 and (sim, sel.backend) == ("FLASH_ATTN", "FLASHINFER")
-        ),
-    ),
-    Known(
-        "SM12x full attention on a quantized cache: FLASH_ATTN runs FA2 there, which takes no fp8 cache, so vLLM "
-        "picks FLASHINFER; the simulator runs FLASH_ATTN (its FA2 entry is the drafter's only)",
-        lambda ask, sim, sel: (
-            ask.role == "attention"
-            and ask.family == 120
-            and ask.kv_cache_dtype.startswith("fp8")
-            and (sim, sel.backend) == ("FLASH_ATTN", "FLASHINFER")
-        ),
-    ),
-    Known(
-        "MLA head size: the family's sparse MLA backends take a 512-wide latent only (kv_lora_rank + "
-        "qk_rope_head_dim), so vLLM finds no backend for the MLA layer; the simulator plans it",
-        _refused_for("head_size"),
-    ),
-    Known(
-        "MLA and a user --block-size: the selector skips a backend whose kernel blocks do not divide it when the "
-        "MLA layer is built (dense: the next one, e.g. TRITON_MLA on SM10x; sparse: none is left); the simulator "
-        "keeps its backend and refuses the block later, in the block-size alignment, or plans it",
-        _refused_for("block_size"),
-    ),
-)
+# None left: the simulator models vLLM's choice for every layer the cases ask about (geometry/kv/target_backend.py).
+KNOWN: tuple[Known, ...] = ()
 
 
 def _dtype_refusal_agrees(sim_error: str, vllm_error: str) -> bool:

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 from geometry.errors import BadInput
 from geometry.image_contract import Role
 from geometry.kv import backends as B
+from geometry.kv import target_backend
 from geometry.kv.kv_spec import CacheConfig, CircularBufferSpec, KVCacheSpec, MLAAttentionSpec, SimulatedError
 from geometry.kv.units import DTYPE_BYTES, cdiv, next_power_of_2
 from geometry.model.architecture import Architecture
@@ -97,12 +98,13 @@ def build_target(s: TargetSettings) -> Target:
         raise SimulatedError("AssertionError", "num_attention_heads must be divisible by world_size")
     if has_indexer and kpool <= 1:
         raise SimulatedError("AssertionError", "Glm5NextIndexerCache expects index_kpool > 1")
-    try:
-        mla_backend = B.sparse_mla_backend(family) if has_indexer else None
-    except ValueError as exc:
-        raise BadInput(str(exc)) from exc
-    if mla_backend is None:
+    if not has_indexer:
         raise BadInput("GLM-5.3 without a sparse indexer (dense MLA) is not modelled")
+    # vLLM's selection (model.resolve_kv_dtypes asked it with the cache dtype before canonicalisation; the
+    # canonical one picks the same backend).
+    mla_backend = target_backend.mla_backend(
+        target_backend.mla_ask(tc, family, s.kv_cache_dtype, s.user_block_size, tp, use_sparse=True)
+    )
     idx_backend = B.glm5_indexer_backend(kpool, family)
     t_dtype = s.kv_storage_dtype
     indexer = MLAAttentionSpec(

@@ -9,6 +9,7 @@ from typing import Mapping
 from geometry.errors import BadInput
 from geometry.image_contract import Role
 from geometry.kv import backends as B
+from geometry.kv import target_backend
 from geometry.kv.kv_spec import MLAAttentionSpec, SimulatedError
 from geometry.kv.units import DTYPE_BYTES
 from geometry.model.architecture import Architecture
@@ -43,10 +44,9 @@ def build_target(s: TargetSettings) -> Target:
     has_mla = any(i + 1 not in kda_set for i in range(s.num_layers))
     if has_mla and not tc.get("mla_use_nope"):
         raise SimulatedError("AssertionError", "Kimi-K3 MLA (MultiHeadLatentAttention) is NoPE-only")
-    try:
-        mla_backend = B.dense_mla_backend(s.capability_family, s.kv_cache_dtype, int(tc["qk_nope_head_dim"]), head_size)
-    except ValueError as exc:
-        raise BadInput(str(exc)) from exc
+    mla_backend = target_backend.mla_backend(
+        target_backend.mla_ask(tc, s.capability_family, s.kv_cache_dtype, s.user_block_size, tp, use_sparse=False)
+    )
     t_dtype = s.kv_storage_dtype
     latent = MLAAttentionSpec(
         block_size=0,

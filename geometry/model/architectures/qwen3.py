@@ -29,7 +29,7 @@ def build_target(s: TargetSettings) -> Target:
     tc, tp = s.tc, s.tensor_parallel_size
     heads = int(required(tc, "num_attention_heads"))
     head_size = int(required(tc, "head_dim"))
-    backend = full_attention_backend(s.capability_family, head_size, s.kv_cache_dtype)
+    backend = full_attention_backend(s, head_size)
     if heads % tp:  # Qwen3Attention.__init__ (and Qwen3MoeAttention's)
         raise SimulatedError("AssertionError", "num_attention_heads not divisible by TP")
     kv_heads = kv_heads_per_rank(int(required(tc, "num_key_value_heads")), tp, "num_key_value_heads")

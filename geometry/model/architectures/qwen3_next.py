@@ -64,7 +64,7 @@ def build_target(s: TargetSettings) -> Target:
     heads = int(required(tc, "num_attention_heads"))
     kvh = int(tc.get("num_key_value_heads", DEFAULT_KV_HEADS))
     head_size = int(required(tc, "head_dim"))
-    backend = full_attention_backend(s.capability_family, head_size, s.kv_cache_dtype)
+    backend = full_attention_backend(s, head_size)
     if heads % tp:  # Qwen3NextAttention.__init__
         raise SimulatedError("AssertionError", "num_attention_heads not divisible by TP")
     kv_heads = kv_heads_per_rank(kvh, tp, "num_key_value_heads")

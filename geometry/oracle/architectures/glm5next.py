@@ -8,6 +8,7 @@ from geometry.oracle.architecture import OracleArchitecture
 from geometry.oracle.cpu_shims import import_glm5next, patched
 from geometry.oracle.layer_objects import backend_classes, bare_layer, model_parallel_group
 from geometry.oracle.model_config_stand_in import ModelConfigStandIn
+from geometry.oracle.target_backends import selected_mla_class
 
 
 def hf_config_class():
@@ -52,13 +53,16 @@ def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None
     from vllm.models.glm5next.common.attention import Indexer
     from vllm.models.glm5next.common.kda import Glm5NextLinearAttention
 
-    mla_cls, _ = backend_classes(inputs.capability_family)
+    family_cls, _ = backend_classes(inputs.capability_family)
     tp = inputs.tensor_parallel_size
     mc = cfg.model_config
     cache = cfg.cache_config
     layer_types = list(getattr(hf, "layer_types", None) or [])
-    if mla_cls is None:
+    if family_cls is None:
         raise ValueError(f"no sparse MLA backend for family {inputs.capability_family}")
+    if inputs.capability_family == 120:  # the only sparse candidate there: its dtype test first
+        check_sparse_mla_kv_cache_dtype(family_cls, cache.cache_dtype)
+    mla_cls = selected_mla_class(inputs, cfg, hf, cache.cache_dtype, use_sparse=True)
     model_kv = sparse_mla_kv_cache_dtype(mla_cls, cache)
     # FlashKDA adds one prefill-checkpoint block per request to each KDA spec (get_kv_cache_spec).
     kda_backend = kda_prefill_backend(hf, mc)
@@ -117,14 +121,19 @@ def sparse_mla_kv_cache_dtype(mla_cls, cache) -> str:
     )
 
     requested = cache.cache_dtype
-    if requested not in mla_cls.supported_kv_cache_dtypes:
-        raise ValueError(
-            f"No valid attention backend found: {mla_cls.get_name()} does not take kv_cache_dtype {requested!r}"
-        )
+    check_sparse_mla_kv_cache_dtype(mla_cls, requested)
     canonical = _canonicalize_sparse_mla_kv_cache_dtype(mla_cls, requested)
     if canonical != requested:
         cache.cache_dtype = canonical
     return canonical
+
+
+def check_sparse_mla_kv_cache_dtype(mla_cls, requested: str) -> None:
+    """``validate_configuration``'s dtype test of the sparse MLA backend (ValueError: it does not take it)."""
+    if requested not in mla_cls.supported_kv_cache_dtypes:
+        raise ValueError(
+            f"No valid attention backend found: {mla_cls.get_name()} does not take kv_cache_dtype {requested!r}"
+        )
 
 
 ORACLE = OracleArchitecture(hf_config_class, model_config, register_layers, verify)

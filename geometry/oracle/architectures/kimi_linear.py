@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from geometry.kv import backends as B
 from geometry.model.inputs import GeometryInputs
 from geometry.oracle.architecture import OracleArchitecture
-from geometry.oracle.cpu_shims import import_kernel_module
 from geometry.oracle.layer_objects import bare_layer
 from geometry.oracle.model_config_stand_in import ModelConfigStandIn
+from geometry.oracle.target_backends import selected_mla_class
 
 
 def hf_config_class():
@@ -19,23 +18,6 @@ def hf_config_class():
 def model_config(hf, architecture: str, dtype, max_model_len: int) -> ModelConfigStandIn:
     head_size = hf.kv_lora_rank + hf.qk_rope_head_dim  # ModelArchConfigConvertor (MLA)
     return ModelConfigStandIn(hf, architecture, dtype, max_model_len, True, head_size, 1)
-
-
-def kimi_mla_backend(inputs: GeometryInputs, hf, kv_str: str):
-    """The dense MLA backend class for the family (same table as
-    geometry/kv/backends.py::dense_mla_backend)."""
-    name = B.dense_mla_backend(
-        inputs.capability_family, kv_str, hf.qk_nope_head_dim, hf.kv_lora_rank + hf.qk_rope_head_dim
-    ).name
-    module, clsname = {
-        "FLASHINFER_MLA": ("flashinfer_mla", "FlashInferMLABackend"),
-        "FLASH_ATTN_MLA": ("flashattn_mla", "FlashAttnMLABackend"),
-        "FLASHMLA": ("flashmla", "FlashMLABackend"),
-        "TRITON_MLA": ("triton_mla", "TritonMLABackend"),
-    }[name]
-    cls = getattr(import_kernel_module(f"vllm.v1.attention.backends.mla.{module}"), clsname)
-    assert cls.get_name() == name
-    return cls
 
 
 def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None:
@@ -75,7 +57,7 @@ def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None
             continue
         assert hf.mla_use_nope, "Kimi-K3 MLA (MultiHeadLatentAttention) is NoPE-only"
         if mla_cls is None:
-            mla_cls = kimi_mla_backend(inputs, hf, model_kv)
+            mla_cls = selected_mla_class(inputs, cfg, hf, model_kv, use_sparse=False)
         ctx[p] = bare_layer(
             MultiHeadLatentAttention,
             layer_name=p,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from geometry.kv.backends import CPU_FAMILY
 from geometry.model.inputs import GeometryInputs
 from geometry.oracle.architecture import OracleArchitecture
 from geometry.oracle.layer_objects import attention_layer, backend_classes
 from geometry.oracle.model_config_stand_in import ModelConfigStandIn
+from geometry.oracle.target_backends import target_backend_class
 
 
 def hf_config_class():
@@ -25,7 +27,11 @@ def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None
     layer_objects.attention_layer), on FLASH_ATTN for a GPU family and on vLLM's CPU backend for
     ``CPU_FAMILY`` (the simulator's table). ``Qwen3Attention.__init__``'s head split and asserts are
     restated (its linear layers need vLLM's TP group of the served size)."""
-    _, backend = backend_classes(inputs.capability_family)
+    # vLLM's CPU backend on CPU_FAMILY; on a GPU the simulator's choice (None: vLLM's selector is asked)
+    if inputs.capability_family == CPU_FAMILY:
+        _, backend = backend_classes(inputs.capability_family)
+    else:
+        backend = target_backend_class(inputs)
     tp = inputs.tensor_parallel_size
     mc = cfg.model_config
     assert hf.num_attention_heads % tp == 0  # Qwen3Attention.__init__

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from geometry.kv.backends import CPU_FAMILY
 from geometry.model.inputs import GeometryInputs
 from geometry.oracle.architecture import OracleArchitecture
 from geometry.oracle.layer_objects import attention_layer, backend_classes, bare_layer
 from geometry.oracle.model_config_stand_in import ModelConfigStandIn
+from geometry.oracle.target_backends import target_backend_class
 
 
 def hf_config_class():
@@ -27,7 +29,11 @@ def register_layers(inputs: GeometryInputs, cfg, hf, ctx, num_spec: int) -> None
         QwenGatedDeltaNetAttention,
     )
 
-    _, fa_cls = backend_classes(inputs.capability_family)
+    # vLLM's CPU backend on CPU_FAMILY; on a GPU the simulator's choice (None: vLLM's selector is asked)
+    if inputs.capability_family == CPU_FAMILY:
+        _, fa_cls = backend_classes(inputs.capability_family)
+    else:
+        fa_cls = target_backend_class(inputs)
     tp = inputs.tensor_parallel_size
     mc = cfg.model_config
     cache = cfg.cache_config
