@@ -4,7 +4,7 @@ A layer's constructor asks ``get_attn_backend``; on a GPU that is ``CudaPlatform
 (vllm/platforms/cuda.py): ``get_valid_backends`` walks the candidates of ``_get_backend_priorities`` in order,
 asks each class's ``validate_configuration`` (vllm/v1/attention/backend.py) and the first with no reason wins;
 with none vLLM raises "No valid attention backend found ..." while the layer is built (the model does not
-load). The modelled releases (0.33.0, 0.34.0) rank and declare the candidates below alike.
+load). Every release in geometry/vllm_versions.py ranks and declares the candidates below alike.
 
 Full attention (Qwen3, Qwen3-MoE, Qwen3-Next; causal, no sinks): the candidates and checks of a decoder layer,
 the ones geometry/kv/drafter_backend.py models for the drafter (``select``). On SM10x FLASHINFER comes first
