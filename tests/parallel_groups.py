@@ -49,6 +49,7 @@ SHARED_BUILD_MODULES = {
     "test_health_e2e.py": SERVING,
     "test_chain_cpu_hybrid.py": LIVE_VLLM,
     "test_multinode_cpu.py": LIVE_VLLM,
+    "test_capacity_cpu_hybrid.py": LIVE_VLLM,
     "test_docs_walk.py": LIVE_VLLM,
 }
 # Docker units in the order workers take them, costliest first: the live-vLLM modules serve for
