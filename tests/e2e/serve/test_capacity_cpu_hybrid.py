@@ -6,16 +6,19 @@ with ``serving.max_model_len`` 4096 (its target's longest) and ``serving.max_num
 each image is built once (`build.py build --no-push`, the stock one with ``--stock
 --allow-gate-failure``) and served by `docker run` with the recipe's own argv and
 ``--num-gpu-blocks-override N`` added, the start check in ``warn`` mode. For each pool and length,
-`build.py geometry --lengths PROMPT:OUTPUT --num-gpu-blocks-override N` gives the gate's count and the
+`build.py geometry --lengths PROMPT:OUTPUT --num-gpu-blocks-override POOL` gives the gate's count and the
 count the pool gives when each request keeps what its prefill left it; `build.py qualify --capacity
 PROMPT:OUTPUT` sends the gate's count N at once, then N + 1: the server must run the N together without
 a preemption and not the N + 1, each probe's peak (before any preemption) and preemptions equal to the
-gate's run of the same requests (exit 0; 33 when they differ). The cases are chosen where the two counts
-differ, in both directions, and where the N + 1 are stopped both ways (a preemption while they decode,
-one left waiting).
+gate's run of the same requests (exit 0; 33 when they differ). Each image is served once, on a pool of
+its own (stock 160 blocks, patched 200), and asked two lengths chosen where the two counts differ in both
+directions and the N + 1 are stopped both ways: 500 + 300 tokens (the count after the prefill is one too
+high: the full-attention blocks grow while they decode, and the N + 1 are preempted), 2,000 + 64 (it is
+two too low: the drafter's window and the mamba states shrink once a request decodes, and the N + 1
+leave one waiting).
 
-Expected runtime: about 6 minutes on two cores (two image builds from the pushed CPU serving base, four
-server starts of 40-50 s, eight probes of 5-30 s each).
+Expected runtime: about 3 minutes on two cores (two image builds from the pushed CPU serving base, two
+server starts of 40-50 s, four probes of 5-30 s each).
 """
 
 from __future__ import annotations
@@ -41,10 +44,9 @@ pytestmark = pytest.mark.docker
 RECIPE = "cpu-hybrid-dflash"
 KEY = "capacity-test-key"
 HEALTHY_WITHIN_S = 900
-# pool -> (prompt, output): the after-prefill count below the count (the drafter's window and the mamba
-# states shrink once a request decodes), and above it (the full-attention blocks grow while it decodes,
-# and one more is preempted).
-CASES = {200: [(1000, 300), (500, 1000)], 120: [(3000, 64), (2500, 500)]}
+# behaviour -> its pool and the (prompt, output) lengths asked: the after-prefill count above the count
+# and below it, in both pools (the module docstring).
+CASES = {"stock": (160, [(500, 300), (2000, 64)]), "overlay": (200, [(500, 300), (2000, 64)])}
 
 
 def docker(*args: str) -> subprocess.CompletedProcess:
@@ -128,30 +130,35 @@ def gate_rows(recipe: Path, behaviour: str, pool: int, lengths: list) -> list[di
 @pytest.mark.parametrize("behaviour", ["stock", "overlay"])
 def test_the_live_requests_at_once_are_the_gates_count(setup, behaviour, tmp_path):
     recipe, models, images, _ = setup
-    shown = []
-    for pool, lengths in CASES.items():
-        rows = gate_rows(recipe, behaviour, pool, lengths)
-        url, name = serve(images[behaviour], recipe, models, pool)
-        try:
-            for (prompt, output), row in zip(lengths, rows, strict=True):
-                out = tmp_path / f"{behaviour}-{pool}-{prompt}-{output}"
-                stock = ("--stock",) if behaviour == "stock" else ()
-                r = cli(
-                    "qualify", "--recipe", str(recipe), "--url", url, "--api-key-env", "LIVE_TEST_KEY", *stock,
-                    "--capacity", f"{prompt}:{output}", "--out", str(out), env={"LIVE_TEST_KEY": KEY},
-                )  # fmt: skip
-                result = json.loads((out / "capacity.json").read_text())
-                n = row["requests"]
-                shown.append((pool, prompt, output, n, row["after_prefill_requests"], result["live_requests_at_once"]))
-                assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
-                assert result["num_gpu_blocks"] == pool and result["max_model_len"] == 4096
-                # The server ran the gate's N together without a preemption and not N + 1: its count is the gate's.
-                assert [p["sent"] for p in result["probes"]] == [n, n + 1]
-                assert [p["all_ran"] for p in result["probes"]] == [True, False], r.stderr[-3000:]
-                assert result["gate_requests_at_once"] == n == result["live_requests_at_once"]
-                assert (out / "capacity.png").read_bytes()[:4] == b"\x89PNG"
-        finally:
-            docker("rm", "-f", name)
+    shown, stops = [], set()
+    pool, lengths = CASES[behaviour]
+    rows = gate_rows(recipe, behaviour, pool, lengths)
+    url, name = serve(images[behaviour], recipe, models, pool)
+    try:
+        for (prompt, output), row in zip(lengths, rows, strict=True):
+            out = tmp_path / f"{behaviour}-{pool}-{prompt}-{output}"
+            stock = ("--stock",) if behaviour == "stock" else ()
+            r = cli(
+                "qualify", "--recipe", str(recipe), "--url", url, "--api-key-env", "LIVE_TEST_KEY", *stock,
+                "--capacity", f"{prompt}:{output}", "--out", str(out), env={"LIVE_TEST_KEY": KEY},
+            )  # fmt: skip
+            result = json.loads((out / "capacity.json").read_text())
+            n = row["requests"]
+            shown.append((pool, prompt, output, n, row["after_prefill_requests"], result["live_requests_at_once"]))
+            assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+            assert result["num_gpu_blocks"] == pool and result["max_model_len"] == 4096
+            # The server ran the gate's N together without a preemption and not N + 1: its count is the gate's.
+            assert [p["sent"] for p in result["probes"]] == [n, n + 1]
+            assert [p["all_ran"] for p in result["probes"]] == [True, False], r.stderr[-3000:]
+            assert result["gate_requests_at_once"] == n == result["live_requests_at_once"]
+            # What stops the N + 1 on the server is what stops them in the gate's run: a preemption, or one
+            # left waiting while the N run (no preemption).
+            over = result["probes"][1]
+            assert (over["live"]["preemptions"] > 0) == row["stopped_by"].startswith("a preemption"), (over, row)
+            stops.add(row["stopped_by"].split(" at step")[0])
+            assert (out / "capacity.png").read_bytes()[:4] == b"\x89PNG"
+    finally:
+        docker("rm", "-f", name)
     # Both counts, side by side: the live servers confirm the count of requests sent together, which the
     # count after the prefill alone misses in both directions among these cases.
     print(
@@ -160,3 +167,4 @@ def test_the_live_requests_at_once_are_the_gates_count(setup, behaviour, tmp_pat
         )
     )
     assert any(n > a for *_, n, a, _ in shown) and any(n < a for *_, n, a, _ in shown), shown
+    assert stops == {"a preemption", "1 left waiting"}, stops
