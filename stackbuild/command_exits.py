@@ -153,7 +153,8 @@ COMMAND_EXITS: Mapping[str, CommandExits] = MappingProxyType(
                 E.CAPACITY_DIFFERS,
             ),
             {
-                E.SUCCESS: "everything holds (`--capacity`: the server ran together what the gate predicts)",
+                E.SUCCESS: "everything holds (`--capacity`: the server ran together what the gate predicts, or a peak "
+                "the polls could not resolve, said NOT RESOLVED)",
                 E.BAD_INPUT: "bad input: the recipe, the command line (`--baseline-url` with "
                 "`--baseline-result`), or a `--baseline-result` file that is unreadable, not a qualify result of "
                 "this schema (the key named) or of another model than the one measured (read before anything is "

@@ -85,6 +85,7 @@ class Run:
     peak_blocks: int  # the most blocks the requests held at once
     after_prefill_blocks: int  # what the first request held after its last prefill step
     decode_blocks: int  # the most the first request held while it decoded
+    peak_steps: int  # the longest run of consecutive steps with ``peak_running`` running (before a preemption)
 
     @property
     def all_ran(self) -> bool:
@@ -147,6 +148,7 @@ def run(
     first = reqs[0]
     peak_running = peak_blocks = steps = 0
     after_prefill = decode_peak = 0
+    held = peak_steps = 0  # consecutive steps at peak_running so far, and the longest such stretch
     used = 0
     bounded = False
     while waiting or running:
@@ -177,7 +179,7 @@ def run(
             need = r.hold.ask(r.computed, n)
             r.still = not (freed or need)
             if need > free - used:
-                return Run(sent, peak_running, steps, steps, peak_blocks, after_prefill, decode_peak)
+                return Run(sent, peak_running, steps, steps, peak_blocks, after_prefill, decode_peak, peak_steps)
             r.hold.take(r.computed, n)
             used += need
             copies += r.hold.copies
@@ -208,7 +210,10 @@ def run(
             if st.async_scheduling and not prefilling:
                 r.placeholders += 1 + spec
                 r.drafts = st.num_spec
-        peak_running = max(peak_running, len(running))
+        if len(running) > peak_running:
+            peak_running, held, peak_steps = len(running), 0, 0
+        held = held + 1 if len(running) == peak_running else 0
+        peak_steps = max(peak_steps, held)
         peak_blocks = max(peak_blocks, used)
         queue.appendleft(step)
         if len(queue) >= s.batches_in_flight or not (step or waiting or running):
@@ -226,8 +231,12 @@ def run(
             if sum(r.hold.most(work.tokens + st.num_spec + 1) for r in running) <= free:
                 break  # all run, and what they can still hold fits: no preemption is left to come
         if not waiting and running and all(r.until for r in running):
-            steps = min(r.until for r in running) - 1  # every step until then repeats for all: leap to it
-    return Run(sent, peak_running, None, steps, peak_blocks, after_prefill, decode_peak)
+            leap = min(r.until for r in running) - 1  # every step until then repeats for all: leap to it
+            if held:
+                held += leap - steps
+                peak_steps = max(peak_steps, held)
+            steps = leap
+    return Run(sent, peak_running, None, steps, peak_blocks, after_prefill, decode_peak, peak_steps)
 
 
 def requests_at_once(

@@ -10,8 +10,9 @@ prints one ``TOGETHER {json}`` line per case (``VLLM {path}`` first) and exits 0
 Each case: the gate input, the plan (with the drafter), a pool (``--num-gpu-blocks-override``, None:
 the plan's), a prompt and an output length. Compared: the count (the largest N whose N requests sent
 together all run at once without a preemption, counting up from one), and for the runs of N and of
-N + 1 how many ran together and whether and at which step one was preempted; and what one request sent
-alone holds after its prefill and at most while it decodes.
+N + 1, each run to its end, how many ran together, the longest stretch of steps they all ran (what
+`qualify --capacity` weighs the server's polls against) and whether and at which step one was
+preempted; and what one request sent alone holds after its prefill and at most while it decodes.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def cases(behaviour: str) -> dict[str, tuple[dict, int | None, int, int]]:
     return out
 
 
-RUN_FIELDS = ("sent", "peak_running", "preempted_at", "all_ran")
+RUN_FIELDS = ("sent", "peak_running", "preempted_at", "all_ran", "peak_steps")
 ALONE_FIELDS = ("after_prefill_blocks", "decode_blocks")
 
 
@@ -86,16 +87,21 @@ def gate_side(raw: dict, pool: int | None, prompt: int, output: int) -> dict:
     from dataclasses import asdict
 
     from geometry.model.inputs import GeometryInputs
-    from geometry.plan.at_once import at_once
+    from geometry.plan.at_once import at_once, sent_together
     from geometry.plan.simulate import simulate
     from geometry.plan.together import Workload
     from geometry.verdict.together_report import row
 
     inputs = GeometryInputs.from_json(raw)
     report = simulate(inputs)
-    got = at_once(report.with_drafter, inputs, "with_drafter", Workload(prompt, output), report.behaviour, pool)
-    runs = [dict(asdict(r), all_ran=r.all_ran) for r in (got.run, got.over) if r is not None]
-    line = row(report, inputs, Workload(prompt, output), pool)
+    work = Workload(prompt, output)
+    got = at_once(report.with_drafter, inputs, "with_drafter", work, report.behaviour, pool)
+    # The runs of N and N + 1 to their end, as vLLM's scheduler runs them (the search's own runs stop once
+    # what the requests can still hold is known to fit).
+    sent = [r.sent for r in (got.run, got.over) if r is not None]
+    runs = [sent_together(report.with_drafter, inputs, work, report.behaviour, k, pool) for k in sent]
+    runs = [dict(asdict(r), all_ran=r.all_ran) for r in runs]
+    line = row(report, inputs, work, pool)
     return {
         "requests": got.requests,
         "runs": [{k: r[k] for k in RUN_FIELDS} for r in runs],

@@ -50,6 +50,7 @@ def send_together(
     drafting = cfg.speculative_config is not None and num_spec > 0 and not async_scheduling
     requests = []
     peak_running = steps = 0
+    held = peak_steps = 0  # consecutive steps at peak_running, and the longest such stretch
     preempted_at = None
     after_prefill = decode_peak = 0
     queue: deque = deque()
@@ -77,10 +78,13 @@ def send_together(
                 raise RuntimeError(f"{sent} requests did not finish in {max_steps} steps")
             step = scheduler.schedule()
             samples = {rid: not scheduler.requests[rid].is_prefill_chunk for rid in step.num_scheduled_tokens}
-            peak_running = max(peak_running, len(scheduler.running))
             if any(r.num_preemptions for r in requests):
                 preempted_at = steps
                 break
+            if len(scheduler.running) > peak_running:
+                peak_running, held, peak_steps = len(scheduler.running), 0, 0
+            held = held + 1 if len(scheduler.running) == peak_running else 0
+            peak_steps = max(peak_steps, held)
             queue.appendleft((step, samples))
             executed = step.total_num_scheduled_tokens > 0
             if len(queue) >= cfg.max_concurrent_batches or not (executed or scheduler.has_requests()):
@@ -97,6 +101,7 @@ def send_together(
         "peak_running": peak_running,
         "preempted_at": preempted_at,
         "all_ran": preempted_at is None and peak_running == sent,
+        "peak_steps": peak_steps,
         "after_prefill_blocks": after_prefill,
         "decode_blocks": decode_peak,
         "num_blocks": scheduler.kv_cache_config.num_blocks,

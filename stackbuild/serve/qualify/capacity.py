@@ -6,11 +6,17 @@ server's ``max_model_len`` (/v1/models) and pool (``num_gpu_blocks`` of ``vllm:c
 sent at once, then N + 1 (``--capacity-requests K``: K alone). A probe sends them through the completions
 API (the prompt as token ids, one fixed id per request so no request hits another's prefix cache,
 ``ignore_eos`` and ``max_tokens`` the output) and reads /metrics every POLL_S seconds until all are answered:
-``vllm:num_requests_running``, ``vllm:num_requests_waiting``, ``vllm:num_preemptions_total`` and
-``vllm:kv_cache_usage_perc``. Its live figure is the most requests running together before the first
+``vllm:num_requests_running``, ``vllm:num_requests_waiting``, ``vllm:num_preemptions_total``,
+``vllm:kv_cache_usage_perc`` and the engine steps so far (the count of ``vllm:iteration_tokens_total``, one
+per step that produced a token). Its live figure is the most requests running together before the first
 preemption, beside the gate's run of the same requests (geometry's ``sent_together``); the server's
 requests at once is N when the N all ran together without a preemption and the N + 1 did not. They
 differ when a probe's live peak is not the gate's peak, or one preempts and the other does not.
+
+The polls see the running gauge, not every step: a peak the gate's run holds for fewer steps than the
+server ran between two polls (a short output on a busy server) can fall between them. A live peak below the
+gate's is then not a difference but unresolved, said as such (exit 0); the polls' spacing, in seconds and
+in engine steps, is in each probe's line and in capacity.json.
 
 Bounded: at most MAX_REQUESTS requests, each no longer than the server's ``max_model_len``, sent only to
 the server at ``--url``, and each probe stopped after ``--capacity-timeout`` seconds.
@@ -33,12 +39,13 @@ POLL_S = 0.1
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 PREEMPTIONS = "vllm:num_preemptions"
+STEPS = "vllm:iteration_tokens_total_count"  # the histogram's count: one observation per engine step
 KV_USAGE = "vllm:kv_cache_usage_perc"
 CACHE_CONFIG = "vllm:cache_config_info"
 JSON_NAME = "capacity.json"
 FIGURE_NAME = "capacity.png"
 FIRST_TOKEN_ID = 100  # request i's prompt is token FIRST_TOKEN_ID + i, repeated
-SCHEMA = "glm53.capacity/v2"
+SCHEMA = "glm53.capacity/v3"
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,7 @@ class Sample:
     waiting: int
     preemptions: int
     kv_usage: float
+    steps: Optional[int] = None  # engine steps so far (None: the server does not count them)
 
 
 def sample(text: str, t: float, where: str) -> Sample:
@@ -58,15 +66,21 @@ def sample(text: str, t: float, where: str) -> Sample:
     try:
         for family in text_string_to_metric_families(text):
             for s in family.samples:
-                if s.name in (RUNNING, WAITING, KV_USAGE, PREEMPTIONS + "_total"):
+                if s.name in (RUNNING, WAITING, KV_USAGE, PREEMPTIONS + "_total", STEPS):
                     found[s.name] = found.get(s.name, 0.0) + s.value
     except (ValueError, TypeError, IndexError) as exc:
         raise NotVllmServer(f"{where}: not Prometheus text ({str(exc)[:120]}): not a vLLM server") from None
     missing = [n for n in (RUNNING, WAITING, PREEMPTIONS + "_total") if n not in found]
     if missing:
         raise NotVllmServer(f"{where}: no {', '.join(missing)} in /metrics: not a vLLM server")
+    steps = int(found[STEPS]) if STEPS in found else None
     return Sample(
-        t, int(found[RUNNING]), int(found[WAITING]), int(found[PREEMPTIONS + "_total"]), found.get(KV_USAGE, 0.0)
+        t,
+        int(found[RUNNING]),
+        int(found[WAITING]),
+        int(found[PREEMPTIONS + "_total"]),
+        found.get(KV_USAGE, 0.0),
+        steps,
     )
 
 
@@ -89,12 +103,18 @@ class Live:
     peak_kv_usage: float
     seconds: float
     samples: tuple[Sample, ...]
+    poll_s: float = 0.0  # the most seconds between two polls before the first preemption
+    poll_steps: Optional[int] = None  # the most engine steps between them (None: the server counts none)
 
 
 def live(samples: list[Sample], seconds: float) -> Live:
-    """The figures of a probe's samples (the first is read before the requests are sent)."""
+    """The figures of a probe's samples (the first is read before the requests are sent). The polls' spacing
+    is taken up to the first poll that saw a preemption: the stretch the peak is read from."""
     base = samples[0].preemptions
     before = [s for s in samples if s.preemptions == base]
+    read = samples[: len(before) + 1]
+    pairs = list(zip(read, read[1:]))
+    counted = all(s.steps is not None for s in read)
     return Live(
         max((s.running for s in before), default=0),
         samples[-1].preemptions - base,
@@ -102,6 +122,8 @@ def live(samples: list[Sample], seconds: float) -> Live:
         max(s.kv_usage for s in samples),
         seconds,
         tuple(samples),
+        max((b.t - a.t for a, b in pairs), default=0.0),
+        max((b.steps - a.steps for a, b in pairs), default=0) if counted else None,
     )
 
 
@@ -113,15 +135,37 @@ class Probe:
     gate_peak_running: Optional[int]
     gate_preempted_at: Optional[int]
     live: Live
+    gate_peak_steps: Optional[int] = None  # the most consecutive steps the gate's run holds its peak
 
     @property
     def all_ran(self) -> bool:
         """The server ran every request sent together, without a preemption."""
         return self.live.peak_running == self.sent and self.live.preemptions == 0
 
+    @property
+    def peak_unresolved(self) -> bool:
+        """The server showed fewer running than the gate's peak, which the gate's run holds for fewer steps
+        than the server ran between two polls: the peak may have fallen between them."""
+        return (
+            self.gate_peak_running is not None
+            and self.live.peak_running < self.gate_peak_running
+            and self.gate_peak_steps is not None
+            and self.live.poll_steps is not None
+            and self.live.poll_steps > self.gate_peak_steps
+        )
+
+    def unresolved(self, prompt: int, output: int) -> list[str]:
+        if not self.peak_unresolved:
+            return []
+        return [
+            f"{self.sent} requests of {prompt:,}+{output:,} tokens: the gate's {self.gate_peak_running} running "
+            f"together hold for {self.gate_peak_steps:,} step(s), the server ran up to {self.live.poll_steps:,} "
+            f"steps between two polls (seen: {self.live.peak_running}); a longer output holds them longer"
+        ]
+
     def differences(self, prompt: int, output: int) -> list[str]:
         out = []
-        if self.gate_peak_running != self.live.peak_running:
+        if self.gate_peak_running != self.live.peak_running and not self.peak_unresolved:
             out.append(
                 f"{self.sent} requests of {prompt:,}+{output:,} tokens: the server ran "
                 f"{self.live.peak_running} together before a preemption, the gate predicts {self.gate_peak_running}"
@@ -135,16 +179,19 @@ class Probe:
         return out
 
     def line(self) -> str:
+        held = f" for {self.gate_peak_steps:,} steps" if self.gate_peak_steps is not None else ""
         gate = (
-            f"gate: {self.gate_peak_running} run together, "
+            f"gate: {self.gate_peak_running} run together{held}, "
             + ("none preempted" if self.gate_preempted_at is None else f"preempted at step {self.gate_preempted_at}")
             if self.gate_peak_running is not None
             else "gate: not modelled"
         )
+        steps = f", {self.live.poll_steps:,} steps" if self.live.poll_steps is not None else ""
         return (
             f"  {self.sent} sent: {gate}; server: {self.live.peak_running} ran together before a preemption, "
             f"{self.live.preemptions} preemption(s), at most {self.live.max_waiting} waiting, KV use up to "
-            f"{self.live.peak_kv_usage:.0%}, {self.live.seconds:.1f} s"
+            f"{self.live.peak_kv_usage:.0%}, {self.live.seconds:.1f} s (polls up to {self.live.poll_s:.2f} s"
+            f"{steps} apart)"
         )
 
 
@@ -176,10 +223,15 @@ class Capacity:
         return best if (best + 1 in not_ran or best == MAX_REQUESTS) else None
 
     @property
+    def unresolved(self) -> tuple[str, ...]:
+        """The probes whose live peak the polls may have missed (see the module docstring)."""
+        return tuple(u for p in self.probes for u in p.unresolved(self.prompt, self.output))
+
+    @property
     def differences(self) -> tuple[str, ...]:
         out = [d for p in self.probes for d in p.differences(self.prompt, self.output)]
         live = self.live_requests_at_once
-        if len(self.probes) > 1 and not out and live != self.gate_requests_at_once:
+        if len(self.probes) > 1 and not out and not self.unresolved and live != self.gate_requests_at_once:
             out.append(
                 f"requests at once for {self.prompt:,}+{self.output:,} tokens: the server "
                 f"{live if live is not None else 'not bracketed'}, the gate {self.gate_requests_at_once}"
@@ -192,6 +244,7 @@ class Capacity:
             raw["all_ran"] = probe.all_ran
         data["live_requests_at_once"] = self.live_requests_at_once
         data["differences"] = list(self.differences)
+        data["unresolved"] = list(self.unresolved)
         return data
 
     def text(self) -> str:
@@ -206,6 +259,7 @@ class Capacity:
                 + (str(live) if live is not None else "not bracketed by these probes"),
                 *(p.line() for p in self.probes),
                 *(f"  DIFFERS: {d}" for d in self.differences),
+                *(f"  NOT RESOLVED: {u}" for u in self.unresolved),
             ]
         )
 
@@ -310,6 +364,7 @@ def run_capacity(
                 predicted.peak_running if predicted else None,
                 predicted.preempted_at if predicted else None,
                 measured,
+                predicted.peak_steps if predicted else None,
             )
         )
     return Capacity(

@@ -31,6 +31,14 @@ vllm:kv_cache_usage_perc{engine="0",model_name="tiny-hybrid"} 0.75
 # TYPE vllm:num_preemptions_total counter
 vllm:num_preemptions_total{engine="0",model_name="tiny-hybrid"} 2.0
 vllm:num_preemptions_total{engine="1",model_name="tiny-hybrid"} 1.0
+# HELP vllm:iteration_tokens_total Histogram of number of tokens per engine_step.
+# TYPE vllm:iteration_tokens_total histogram
+vllm:iteration_tokens_total_sum{engine="0",model_name="tiny-hybrid"} 9000.0
+vllm:iteration_tokens_total_bucket{engine="0",le="+Inf",model_name="tiny-hybrid"} 40.0
+vllm:iteration_tokens_total_count{engine="0",model_name="tiny-hybrid"} 40.0
+vllm:iteration_tokens_total_sum{engine="1",model_name="tiny-hybrid"} 100.0
+vllm:iteration_tokens_total_bucket{engine="1",le="+Inf",model_name="tiny-hybrid"} 2.0
+vllm:iteration_tokens_total_count{engine="1",model_name="tiny-hybrid"} 2.0
 # HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
 # TYPE vllm:cache_config_info gauge
 vllm:cache_config_info{block_size="256",engine="0",num_gpu_blocks="120"} 1.0
@@ -65,8 +73,14 @@ def test_the_metrics_gauges_counter_and_pool_are_read_and_summed_over_engines(st
     url, _ = stub
     text = Server(url).metrics_text()
     s = C.sample(text, 1.5, "stub")
-    assert (s.t, s.running, s.waiting, s.preemptions, s.kv_usage) == (1.5, 5, 1, 3, 0.75)
+    assert (s.t, s.running, s.waiting, s.preemptions, s.kv_usage, s.steps) == (1.5, 5, 1, 3, 0.75, 42)
     assert C.num_gpu_blocks(text) == 120
+
+
+def test_a_server_that_counts_no_steps_gives_none(stub):
+    url, handler = stub
+    handler.pages["/metrics"] = "\n".join(line for line in METRICS.splitlines() if "iteration_tokens" not in line)
+    assert C.sample(Server(url).metrics_text(), 0.0, "stub").steps is None
 
 
 def test_max_model_len_is_the_models_card(stub):
@@ -82,18 +96,35 @@ def test_metrics_without_the_gauges_are_not_vllm(stub):
         C.sample(Server(url).metrics_text(), 0.0, "stub")
 
 
-def _s(t, running, waiting, preemptions):
-    return C.Sample(t, running, waiting, preemptions, 0.5)
+def _s(t, running, waiting, preemptions, steps=None):
+    return C.Sample(t, running, waiting, preemptions, 0.5, steps)
 
 
 def test_the_live_peak_is_counted_before_the_first_preemption():
     samples = [_s(0, 0, 0, 4), _s(1, 3, 2, 4), _s(2, 4, 1, 4), _s(3, 5, 0, 5), _s(4, 2, 0, 5)]
     got = C.live(samples, 4.0)
     assert (got.peak_running, got.preemptions, got.max_waiting) == (4, 1, 2)
+    assert got.poll_steps is None  # the server counts no steps
 
 
-def _probe(sent, peak, preempted_at, live_peak, live_preemptions):
-    return C.Probe(sent, peak, preempted_at, C.Live(live_peak, live_preemptions, 0, 0.5, 1.0, ()))
+def test_the_polls_spacing_is_read_up_to_the_first_poll_that_saw_a_preemption():
+    # Steps 10 -> 13 -> 20 -> 29 (the preemption seen) -> 100 (after it: not the stretch the peak is read from).
+    samples = [
+        _s(0, 0, 0, 1, 10),
+        _s(0.1, 3, 1, 1, 13),
+        _s(0.5, 4, 0, 1, 20),
+        _s(0.7, 3, 1, 2, 29),
+        _s(3.0, 1, 0, 2, 100),
+    ]
+    got = C.live(samples, 3.0)
+    assert got.poll_steps == 9 and got.poll_s == pytest.approx(0.4)
+    # One poll of the stretch without a step count: the spacing in steps is unknown.
+    assert C.live([*samples[:2], _s(0.5, 4, 0, 1, None), *samples[3:]], 3.0).poll_steps is None
+
+
+def _probe(sent, peak, preempted_at, live_peak, live_preemptions, gate_peak_steps=None, poll_steps=None):
+    live = C.Live(live_peak, live_preemptions, 0, 0.5, 1.0, (), 0.1, poll_steps)
+    return C.Probe(sent, peak, preempted_at, live, gate_peak_steps)
 
 
 def _capacity(gate_count, *probes):
@@ -109,6 +140,23 @@ def test_a_live_peak_other_than_the_gates_names_both_numbers_and_exits_33():
     assert exc.value.exit_code == 33
     assert not _capacity(4, _probe(5, 4, None, 4, 0)).differences
     assert len(_capacity(4, _probe(5, 4, 17, 4, 0)).differences) == 1  # the gate preempts, the server did not
+
+
+def test_a_peak_held_for_fewer_steps_than_the_polls_are_apart_is_unresolved_not_a_difference():
+    # The gate's 4 run together for 6 steps; the server ran up to 9 steps between two polls and showed 3.
+    short = _capacity(4, _probe(4, 4, None, 4, 0, 500, 9), _probe(5, 4, None, 3, 0, 6, 9))
+    assert not short.differences and short.live_requests_at_once == 4
+    (line,) = short.unresolved
+    assert "hold for 6 step(s)" in line and "up to 9 steps" in line and "seen: 3" in line
+    assert "NOT RESOLVED" in short.text() and short.to_json()["unresolved"] == [line]
+    C.raise_if_differs(short)  # exit 0
+    # Polls as far apart as the peak holds resolve it: the same 3 is a difference.
+    assert len(_capacity(4, _probe(4, 4, None, 4, 0, 500, 6), _probe(5, 4, None, 3, 0, 6, 6)).differences) == 1
+    # A server that counts no steps: compared as seen.
+    assert len(_capacity(4, _probe(4, 4, None, 4, 0, 500), _probe(5, 4, None, 3, 0, 6)).differences) == 1
+    # More running than the gate's peak is never unresolved, however far apart the polls.
+    more = _capacity(4, _probe(4, 4, None, 4, 0, 500, 900), _probe(5, 4, None, 5, 0, 6, 900))
+    assert not more.unresolved and len(more.differences) == 1
 
 
 def test_the_servers_requests_at_once_is_bracketed_by_the_two_probes():
