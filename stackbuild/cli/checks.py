@@ -126,8 +126,9 @@ def verify(image, recipe_path, as_json, key, certificate_identity, certificate_o
     help="Instead of the measurements: send the gate's requests at once N of PROMPT prompt and OUTPUT output "
     "tokens together, then N + 1, and hold what the server runs together without a preemption (/metrics) to "
     "the gate's run of the same requests for the server's max_model_len and pool; writes capacity.json and "
-    "capacity.png under --out (exit 33 when they differ; a peak the gate holds for fewer steps than the "
-    "server ran between two polls is said NOT RESOLVED, not a difference).",
+    "capacity.png under --out (exit 33 when they differ). A probe whose peak the gate holds for fewer steps "
+    "than the server ran between two polls is sent again; one no send resolves is said NOT RESOLVED, not a "
+    "difference.",
 )
 @click.option(
     "--capacity-requests",

@@ -14,9 +14,10 @@ requests at once is N when the N all ran together without a preemption and the N
 differ when a probe's live peak is not the gate's peak, or one preempts and the other does not.
 
 The polls see the running gauge, not every step: a peak the gate's run holds for fewer steps than the
-server ran between two polls (a short output on a busy server) can fall between them. A live peak below the
-gate's is then not a difference but unresolved, said as such (exit 0); the polls' spacing, in seconds and
-in engine steps, is in each probe's line and in capacity.json.
+server ran between two polls (a short output on a busy server) can fall between them. Such a probe is sent
+again, up to PROBE_ATTEMPTS times in all; a live peak below the gate's that no attempt resolved is not a
+difference but unresolved, said as such (exit 0). The polls' spacing, in seconds and in engine steps, and
+the attempts are in each probe's line and in capacity.json.
 
 Bounded: at most MAX_REQUESTS requests, each no longer than the server's ``max_model_len``, sent only to
 the server at ``--url``, and each probe stopped after ``--capacity-timeout`` seconds.
@@ -28,13 +29,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from stackbuild.core.errors import CapacityDiffers, NotVllmServer, UsageError
 
 MAX_REQUESTS = 64
+PROBE_ATTEMPTS = 3  # sends of one probe whose live peak the polls did not resolve (the module docstring)
 POLL_S = 0.1
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
@@ -136,6 +138,7 @@ class Probe:
     gate_preempted_at: Optional[int]
     live: Live
     gate_peak_steps: Optional[int] = None  # the most consecutive steps the gate's run holds its peak
+    attempts: int = 1  # the sends of this probe (the last is the one kept)
 
     @property
     def all_ran(self) -> bool:
@@ -191,7 +194,7 @@ class Probe:
             f"  {self.sent} sent: {gate}; server: {self.live.peak_running} ran together before a preemption, "
             f"{self.live.preemptions} preemption(s), at most {self.live.max_waiting} waiting, KV use up to "
             f"{self.live.peak_kv_usage:.0%}, {self.live.seconds:.1f} s (polls up to {self.live.poll_s:.2f} s"
-            f"{steps} apart)"
+            f"{steps} apart" + (f"; attempt {self.attempts}" if self.attempts > 1 else "") + ")"
         )
 
 
@@ -304,6 +307,16 @@ def probe(server, model: str, prompt: int, output: int, sent: int, timeout_s: fl
     return live(samples, time.monotonic() - start)
 
 
+def until_resolved(measure: Callable[[], Live], judged: Callable[[Live, int], Probe]) -> Probe:
+    """The probe sent (``measure``) until its polls resolve its peak, at most PROBE_ATTEMPTS times; the last
+    send is kept."""
+    for attempt in range(1, PROBE_ATTEMPTS + 1):
+        kept = judged(measure(), attempt)
+        if not kept.peak_unresolved:
+            break
+    return kept
+
+
 def raise_if_differs(result: Capacity) -> None:
     if result.differences:
         raise CapacityDiffers("\n".join(result.differences))
@@ -357,14 +370,17 @@ def run_capacity(
     probes = []
     for n in sent_counts(count, sent):
         predicted = sent_together(plan, inputs, work, behaviour, n, blocks)
-        measured = probe(server, name, prompt, output, n, timeout_s)
         probes.append(
-            Probe(
-                n,
-                predicted.peak_running if predicted else None,
-                predicted.preempted_at if predicted else None,
-                measured,
-                predicted.peak_steps if predicted else None,
+            until_resolved(
+                lambda: probe(server, name, prompt, output, n, timeout_s),
+                lambda measured, attempt: Probe(
+                    n,
+                    predicted.peak_running if predicted else None,
+                    predicted.preempted_at if predicted else None,
+                    measured,
+                    predicted.peak_steps if predicted else None,
+                    attempt,
+                ),
             )
         )
     return Capacity(

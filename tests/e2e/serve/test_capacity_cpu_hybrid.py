@@ -16,9 +16,9 @@ is off in both directions (too high where the full-attention blocks grow while t
 is preempted; too low where the drafter's window and the mamba states shrink once a request decodes) and
 where the N + 1 are stopped both ways (a preemption, one left waiting while the N run).
 
-The lengths keep every peak for hundreds of steps (outputs of 300 and 1,000 tokens): the server's polls
-(its engine steps counted between them) must resolve each peak, which a 64-token output on a busy machine
-does not (its peak holds some 60 steps, and a loaded API server answers /metrics dozens of steps apart).
+The lengths keep every peak for hundreds of steps (outputs of 300 and 1,000 tokens), so that the server's
+polls resolve each peak: a 64-token output's peak holds some 60 steps, and a loaded API server answers
+/metrics dozens, at times hundreds, of engine steps apart (qualify sends a probe it could not resolve again).
 The preemptions come in the first third of the decode: the gate runs the requests in lockstep with no
 draft accepted, and a server that accepts a few random drafts or admits one request a step late can run
 one more where the pool is short by a block only at the end of the decode. At the stock image's lengths
@@ -160,13 +160,8 @@ def test_the_live_requests_at_once_are_the_gates_count(setup, behaviour, tmp_pat
             assert [p["sent"] for p in result["probes"]] == [n, n + 1]
             assert [p["all_ran"] for p in result["probes"]] == [True, False], r.stderr[-3000:]
             assert result["gate_requests_at_once"] == n == result["live_requests_at_once"]
-            # The polls resolved every peak: the server counts its steps, and ran fewer between two polls than
-            # the gate's run holds its peak.
+            # Every peak below the gate's was resolved by the polls (a probe they missed is sent again).
             assert result["unresolved"] == [], result["unresolved"]
-            for p in result["probes"]:
-                assert p["live"]["poll_steps"] is not None and p["live"]["poll_steps"] <= p["gate_peak_steps"], p[
-                    "live"
-                ]
             # What stops the N + 1 on the server is what stops them in the gate's run: a preemption, or one
             # left waiting while the N run (no preemption).
             over = result["probes"][1]

@@ -159,6 +159,23 @@ def test_a_peak_held_for_fewer_steps_than_the_polls_are_apart_is_unresolved_not_
     assert not more.unresolved and len(more.differences) == 1
 
 
+def test_a_probe_the_polls_did_not_resolve_is_sent_again_and_the_last_send_kept():
+    def sends(*poll_steps):
+        lives = iter(C.Live(3, 0, 0, 0.5, 1.0, (), 0.1, steps) for steps in poll_steps)
+        return lambda: next(lives)
+
+    def judged(live, attempt):
+        return C.Probe(5, 4, None, live, 6, attempt)
+
+    # Missed once (9 steps between polls, the peak holds 6), then resolved: kept, and it differs.
+    second = C.until_resolved(sends(9, 6, 1), judged)
+    assert (second.attempts, second.live.poll_steps, second.peak_unresolved) == (2, 6, False)
+    # Never resolved: PROBE_ATTEMPTS sends, the last kept, unresolved.
+    never = C.until_resolved(sends(*[9] * C.PROBE_ATTEMPTS), judged)
+    assert (never.attempts, never.peak_unresolved) == (C.PROBE_ATTEMPTS, True)
+    assert "attempt 3" in never.line()
+
+
 def test_the_servers_requests_at_once_is_bracketed_by_the_two_probes():
     # 4 sent all ran, 5 sent: one waited (4 ran) -> the server holds 4 at once, as the gate says.
     agree = _capacity(4, _probe(4, 4, None, 4, 0), _probe(5, 4, None, 4, 0))
