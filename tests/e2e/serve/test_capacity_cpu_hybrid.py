@@ -160,7 +160,7 @@ def test_the_live_requests_at_once_are_the_gates_count(setup, behaviour, tmp_pat
             assert [p["sent"] for p in result["probes"]] == [n, n + 1]
             assert [p["all_ran"] for p in result["probes"]] == [True, False], r.stderr[-3000:]
             assert result["gate_requests_at_once"] == n == result["live_requests_at_once"]
-            # Every peak below the gate's was resolved by the polls (a probe they missed is sent again).
+            # No probe left a peak below the gate's unresolved by its polls (qualify sends such a probe again).
             assert result["unresolved"] == [], result["unresolved"]
             # What stops the N + 1 on the server is what stops them in the gate's run: a preemption, or one
             # left waiting while the N run (no preemption).
