@@ -232,7 +232,7 @@ def run(
                 break  # all run, and what they can still hold fits: no preemption is left to come
         if not waiting and running and all(r.until for r in running):
             leap = min(r.until for r in running) - 1  # every step until then repeats for all: leap to it
-            if held:
+            if held and len(running) == peak_running:  # (a request that finished in this step ends the stretch)
                 held += leap - steps
                 peak_steps = max(peak_steps, held)
             steps = leap
