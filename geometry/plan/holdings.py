@@ -143,6 +143,40 @@ class Holdings:
                 out = min(out, b - x % b)
         return out
 
+    def linear_from(self) -> int:
+        """The processed tokens from which ``free_skipped`` moves with them block for block: a window's
+        ``window - 1`` (fewer skip nothing), a mamba state's 2 (fewer skip nothing); 0 without either."""
+        out = 0
+        for g in self.groups:
+            if g.rule == "window":
+                out = max(out, g.window - 1)
+            elif g.rule == "state":
+                out = max(out, 2)
+        return out
+
+    def key(self, shift: int = 0) -> tuple:
+        """The block-table state, as it would stand ``shift`` tokens further on (``shift`` a multiple of
+        every group's block): a per-token group's blocks, a window's or a "none" mamba state's entries
+        and removed blocks, an "align" mamba state's state blocks, each that many blocks further; what
+        a group holds otherwise unchanged (``shift`` moves nothing a fixed group holds)."""
+        out = []
+        for i, g in enumerate(self.groups):
+            d = shift // g.block_size
+            length, removed, held, states = self.length[i], self.removed[i], self.held[i], self.states[i]
+            if g.rule == "per_token":
+                held += d
+            elif g.rule == "window" or (g.rule == "state" and not g.state.align):
+                length, removed = length + d, removed + d
+            elif g.rule == "state":
+                states = {x + d for x in states}
+            out.append((length, removed, held, frozenset(states)))
+        return tuple(out)
+
+    def shift(self, tokens: int) -> None:
+        """Move the block-table state ``tokens`` further on, as ``key(tokens)`` says."""
+        for i, (length, removed, held, states) in enumerate(self.key(tokens)):
+            self.length[i], self.removed[i], self.held[i], self.states[i] = length, removed, held, set(states)
+
     def most(self, last_token: int) -> int:
         """A bound on what the request can hold from now until its sequence reaches ``last_token``
         tokens (its prompt and output): a per-token group's blocks at the last slot, and what a
