@@ -27,7 +27,9 @@ from geometry.plan.admission import Scheduling, checkpoint_position, needs_check
 class Holdings:
     """One request's blocks per group (``held``), and the block-table state its managers keep."""
 
-    __slots__ = ("groups", "s", "prompt", "length", "removed", "states", "held", "copies", "_next", "_next_length")
+    __slots__ = (
+        "groups", "s", "prompt", "length", "removed", "states", "held", "copies", "_next", "_next_length", "_tail",
+    )  # fmt: skip
 
     def __init__(self, groups: tuple[RequestBlocks, ...], s: Scheduling, prompt: int) -> None:
         self.groups = groups
@@ -39,6 +41,8 @@ class Holdings:
         self.held = [0] * len(groups)
         self.copies = 0  # the copy-on-write blocks the last ``ask`` counted (the request does not keep them)
         self._next: list[int] | None = None
+        # where a mamba group in "align" mode copies on write (hits at hash granularity): see ``ask``
+        self._tail = checkpoint_position(prompt, s.hash_block) if s.hit_alignment < s.scheduler_block else -1
 
     @property
     def blocks(self) -> int:
@@ -75,8 +79,7 @@ class Holdings:
         nxt = list(self.held)
         self._next_length = list(self.length)
         copies = 0
-        partial = s.hit_alignment < s.scheduler_block
-        tail = checkpoint_position(self.prompt, s.hash_block)
+        tail = self._tail
         for i, g in enumerate(self.groups):
             b = g.block_size
             if g.rule == "per_token":
@@ -92,7 +95,7 @@ class Holdings:
             else:
                 states = self.states[i] | self._written(g, start, end)
                 nxt[i] = len(states) + g.state.speculative
-                if partial and start and start == tail and tail % b:
+                if start and start == tail and tail % b:
                     copies += 1
         self._next = nxt
         self.copies = copies
@@ -156,12 +159,13 @@ class Holdings:
 
     def key(self, shift: int = 0) -> tuple:
         """The block-table state, as it would stand ``shift`` tokens further on (``shift`` a multiple of
-        every group's block): a per-token group's blocks, a window's or a "none" mamba state's entries
-        and removed blocks, an "align" mamba state's state blocks, each that many blocks further; what
-        a group holds otherwise unchanged (``shift`` moves nothing a fixed group holds)."""
+        every group's block below max_model_len): a per-token group's blocks, a window's or a "none"
+        mamba state's entries and removed blocks, an "align" mamba state's state blocks, each that many
+        blocks further; what a group holds otherwise unchanged (``shift`` moves nothing a fixed group
+        holds, nor a group whose block no sequence crosses)."""
         out = []
         for i, g in enumerate(self.groups):
-            d = shift // g.block_size
+            d = shift // g.block_size if g.block_size < self.s.max_model_len else 0
             length, removed, held, states = self.length[i], self.removed[i], self.held[i], self.states[i]
             if g.rule == "per_token":
                 held += d

@@ -153,6 +153,7 @@ def run(
     queue: deque = deque()
     admission = sum(admission_blocks(g, work.prompt, s) for g in groups)
     aligned = _aligned(groups)
+    first_chunk: dict[int, int] = {}  # a waiting request's first chunk by the budget left for it (aligned_split)
     first = reqs[0]
     peak_running = peak_blocks = steps = 0
     after_prefill = decode_peak = 0
@@ -193,7 +194,8 @@ def run(
                 return Run(sent, peak_running, steps, steps, peak_blocks, after_prefill, decode_peak, peak_steps)
             r.hold.take(r.computed, n)
             used += need
-            high = max(high, used)
+            if used > high:
+                high = used
             copies += r.hold.copies
             spec = min(r.drafts, n + r.computed - work.prompt - r.outputs - r.placeholders) if r.drafts else 0
             r.drafts = 0
@@ -202,7 +204,10 @@ def run(
         while budget > 0 and waiting and len(running) < st.max_running:
             r = waiting[0]
             n = min(work.prompt, budget)
-            n = aligned_split(0, n, work.prompt, s, groups) if aligned else n
+            if aligned:  # a fresh request's first chunk depends on the budget alone
+                if n not in first_chunk:
+                    first_chunk[n] = aligned_split(0, n, work.prompt, s, groups)
+                n = first_chunk[n]
             if n <= 0 or admission > free - used:
                 break
             need = r.hold.ask(0, n)
@@ -253,8 +258,8 @@ def run(
         if not _prefilling(step, running):
             mark = None
             continue
-        if mark is None:
-            mark = _Mark(steps, used, queue, running, waiting)
+        if mark is None or mark.early:
+            mark = _Mark(steps, used, queue, running, waiting, s)
             continue
         mark.top_take, mark.top_end = max(mark.top_take, high), max(mark.top_end, used)
         moved = mark.moved(unit)
@@ -273,7 +278,7 @@ def run(
                 held += q * (steps - mark.steps)
                 peak_steps = max(peak_steps, held)
             steps += q * (steps - mark.steps)
-        mark = _Mark(steps, used, queue, running, waiting)  # the next period is counted from here
+        mark = _Mark(steps, used, queue, running, waiting, s)  # the next period is counted from here
     return Run(sent, peak_running, None, steps, peak_blocks, after_prefill, decode_peak, peak_steps)
 
 
@@ -383,14 +388,21 @@ class _Mark:
     (Holdings.key). ``top_take``, ``top_end``: the most blocks held since, once a request's blocks were
     taken in a step and at a step's end."""
 
-    def __init__(self, steps: int, used: int, queue: deque, running: list[_Request], waiting: deque) -> None:
+    def __init__(
+        self, steps: int, used: int, queue: deque, running: list[_Request], waiting: deque, s: Scheduling
+    ) -> None:
         self.steps, self.used = steps, used
         self.others = (tuple(running), len(waiting), _queued(queue))
         self.active = [(r, r.computed, r.in_flight, r.still, r.hold.key()) for r in running if not r.until]
         self.top_take = self.top_end = 0
+        # a request had processed too few tokens to free block for block when this step began, so its block
+        # table may not repeat by a shift yet (periods): mark a later step (a step's chunk at most moves it on)
+        self.early = any(c - f - s.batched_tokens < r.hold.linear_from() for r, c, f, *_ in self.active)
 
     def moved(self, unit: int) -> list[int] | None:
         """The tokens each active request computed since, if each is a whole number of ``unit``s."""
+        if (self.active[0][0].computed - self.active[0][1]) % unit:
+            return None  # the first is not (the most often asked)
         out = [r.computed - computed for r, computed, *_ in self.active]
         return None if any(dt % unit for dt in out) else out
 
