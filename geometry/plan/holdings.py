@@ -28,7 +28,8 @@ class Holdings:
     """One request's blocks per group (``held``), and the block-table state its managers keep."""
 
     __slots__ = (
-        "groups", "s", "prompt", "length", "removed", "states", "held", "copies", "_next", "_next_length", "_tail",
+        "groups", "s", "prompt", "length", "removed", "states", "held", "copies", "_next", "_next_length",
+        "_next_states", "_tail", "_windows", "_nones", "_aligns",
     )  # fmt: skip
 
     def __init__(self, groups: tuple[RequestBlocks, ...], s: Scheduling, prompt: int) -> None:
@@ -43,6 +44,10 @@ class Holdings:
         self._next: list[int] | None = None
         # where a mamba group in "align" mode copies on write (hits at hash granularity): see ``ask``
         self._tail = checkpoint_position(prompt, s.hash_block) if s.hit_alignment < s.scheduler_block else -1
+        # the groups that free blocks behind the processed tokens (free_skipped), by rule
+        self._windows = tuple((i, g.block_size, g.window) for i, g in enumerate(groups) if g.rule == "window")
+        self._nones = tuple((i, g.block_size) for i, g in enumerate(groups) if g.rule == "state" and not g.state.align)
+        self._aligns = tuple((i, g.block_size) for i, g in enumerate(groups) if g.rule == "state" and g.state.align)
 
     @property
     def blocks(self) -> int:
@@ -51,17 +56,16 @@ class Holdings:
     def free_skipped(self, processed: int) -> int:
         """``remove_skipped_blocks`` at ``processed`` tokens: the blocks it returns to the pool."""
         before = self.blocks
-        for i, g in enumerate(self.groups):
-            b = g.block_size
-            if g.rule == "window":
-                skipped = max(0, processed - g.window + 1) // b
-                self.removed[i] = max(self.removed[i], min(skipped, self.length[i]))
-                self.held[i] = self.length[i] - self.removed[i]
-            elif g.rule == "state" and not g.state.align:
-                skipped = (processed - 1) // b if processed > 1 else 0
-                self.removed[i] = max(self.removed[i], min(skipped, self.length[i]))
-                self.held[i] = self.length[i] - self.removed[i]
-            elif g.rule == "state" and processed >= 1:
+        for i, b, window in self._windows:
+            skipped = max(0, processed - window + 1) // b
+            self.removed[i] = max(self.removed[i], min(skipped, self.length[i]))
+            self.held[i] = self.length[i] - self.removed[i]
+        for i, b in self._nones:
+            skipped = (processed - 1) // b if processed > 1 else 0
+            self.removed[i] = max(self.removed[i], min(skipped, self.length[i]))
+            self.held[i] = self.length[i] - self.removed[i]
+        if processed >= 1:
+            for i, b in self._aligns:
                 first = (processed - 1) // b
                 kept = {x for x in self.states[i] if x >= first}
                 self.held[i] -= len(self.states[i]) - len(kept)
@@ -78,6 +82,7 @@ class Holdings:
         slots = min(end + s.lookahead, s.max_model_len)
         nxt = list(self.held)
         self._next_length = list(self.length)
+        self._next_states = {}
         copies = 0
         tail = self._tail
         for i, g in enumerate(self.groups):
@@ -93,7 +98,7 @@ class Holdings:
                 self._next_length[i] = max(self.length[i], cdiv(slots + b * g.state.speculative, b))
                 nxt[i] = self._next_length[i] - self.removed[i]
             else:
-                states = self.states[i] | self._written(g, start, end)
+                states = self._next_states[i] = self.states[i] | self._written(g, start, end)
                 nxt[i] = len(states) + g.state.speculative
                 if start and start == tail and tail % b:
                     copies += 1
@@ -114,10 +119,8 @@ class Holdings:
 
     def take(self, start: int, n: int) -> None:
         """Keep what the last ``ask`` (for the same step) counted."""
-        end = start + n
-        for i, g in enumerate(self.groups):
-            if g.rule == "state" and g.state.align:
-                self.states[i] |= self._written(g, start, end)
+        for i, states in self._next_states.items():
+            self.states[i] = states
         self.length = self._next_length
         self.held = self._next
         self._next = None
