@@ -23,8 +23,9 @@ the way ``Scheduler.schedule`` and ``Scheduler.update_from_output`` do
   its ``output`` tokens (or reaches ``max_model_len``) finishes and frees its blocks.
 
 Steps that change a request in a steady decode by nothing but one computed and one output token are
-passed over and counted at once (``_freeze``, ``_thaw``). Steps of prefill chunks that repeat are leaped
-over too (``_Mark``): when the steps since one that scheduled prefill chunks only (``_prefilling``) left
+passed over and counted at once (``_freeze``, ``_thaw``); when every running request is frozen and none
+waits, or those waiting were refused in a step that scheduled and freed nothing, the run leaps to the
+first step one is thawed in. Steps of prefill chunks that repeat are leaped over too (``_Mark``): when the steps since one that scheduled prefill chunks only (``_prefilling``) left
 the run as it stood but each request that is not frozen a whole number of blocks further on
 (``_shift_unit``: its block table shifted as far, ``Holdings.key``), the blocks held not fewer, every
 step from there repeats the same steps shifted, and the run passes over as many such periods as end
@@ -233,8 +234,10 @@ def run(
         peak_steps = max(peak_steps, held)
         peak_blocks = max(peak_blocks, used)
         queue.appendleft(step)
+        back = 0  # the blocks the step handed back frees
         if len(queue) >= s.batches_in_flight or not (step or waiting or running):
-            used -= _hand_back(queue.pop(), running, work, st, s)
+            back = _hand_back(queue.pop(), running, work, st, s)
+            used -= back
         if not stepped:
             _freeze(step, steps, st, work)
         if first.computed >= work.prompt and not after_prefill:
@@ -247,8 +250,10 @@ def run(
             bounded = True  # asked once, when the last is admitted
             if sum(r.hold.most(work.tokens + st.num_spec + 1) for r in running) <= free:
                 break  # all run, and what they can still hold fits: no preemption is left to come
-        if not waiting and running and all(r.until for r in running):
-            leap = min(r.until for r in running) - 1  # every step until then repeats for all: leap to it
+        if running and all(r.until for r in running) and not (waiting and (step or back)):
+            # every step until then repeats for all (those waiting refused each time, as in this step, which
+            # scheduled nothing and freed nothing): leap to it
+            leap = min(r.until for r in running) - 1
             if held:
                 held += leap - steps
                 peak_steps = max(peak_steps, held)
