@@ -25,13 +25,13 @@ the way ``Scheduler.schedule`` and ``Scheduler.update_from_output`` do
 Steps that change a request in a steady decode by nothing but one computed and one output token are
 passed over and counted at once (``_freeze``, ``_thaw``); when every running request is frozen and none
 waits, or those waiting were refused in a step that scheduled and freed nothing, the run leaps to the
-first step one is thawed in. Steps of prefill chunks that repeat are leaped over too (``_Mark``): when the steps since one that scheduled prefill chunks only (``_prefilling``) left
-the run as it stood but each request that is not frozen a whole number of blocks further on
-(``_shift_unit``: its block table shifted as far, ``Holdings.key``), the blocks held not fewer, every
-step from there repeats the same steps shifted, and the run passes over as many such periods as end
-short of the points where a prefill's chunks or blocks stop repeating (``_room``), before a frozen
-request is due and within the pool. ``run(stepped=True)`` steps every request one step at a time, with
-no leap, to the same run.
+first step one is thawed in. Steps of prefill chunks that repeat are leaped over too (``_Mark``): when
+the steps since one that scheduled prefill chunks only (``_prefilling``) left the run as it stood but
+each request that is not frozen a whole number of blocks further on (``_shift_unit``: its block table
+shifted as far, ``Holdings.key``), the blocks held not fewer, every step from there repeats the same
+steps shifted, and the run passes over as many such periods as end short of the points where a
+prefill's chunks or blocks stop repeating (``_room``), before a frozen request is due and within the
+pool. ``run(stepped=True)`` steps every request one step at a time, with no leap, to the same run.
 
 ``requests_at_once`` is the one definition the gate reports: the largest N such that N requests
 sent together all run at once, admitted as vLLM admits them, without a preemption.
