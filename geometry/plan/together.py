@@ -254,7 +254,7 @@ def run(
             # every step until then repeats for all (those waiting refused each time, as in this step, which
             # scheduled nothing and freed nothing): leap to it
             leap = min(r.until for r in running) - 1
-            if held:
+            if held and len(running) == peak_running:  # (a request finished in this step ends the stretch)
                 held += leap - steps
                 peak_steps = max(peak_steps, held)
             steps = leap
