@@ -27,7 +27,10 @@ from geometry.plan.admission import Scheduling, checkpoint_position, needs_check
 class Holdings:
     """One request's blocks per group (``held``), and the block-table state its managers keep."""
 
-    __slots__ = ("groups", "s", "prompt", "length", "removed", "states", "held", "copies", "_next", "_next_length")
+    __slots__ = (
+        "groups", "s", "prompt", "length", "removed", "states", "held", "copies", "_next", "_next_length",
+        "_next_states", "_tail", "_windows", "_nones", "_aligns",
+    )  # fmt: skip
 
     def __init__(self, groups: tuple[RequestBlocks, ...], s: Scheduling, prompt: int) -> None:
         self.groups = groups
@@ -39,6 +42,12 @@ class Holdings:
         self.held = [0] * len(groups)
         self.copies = 0  # the copy-on-write blocks the last ``ask`` counted (the request does not keep them)
         self._next: list[int] | None = None
+        # where a mamba group in "align" mode copies on write (hits at hash granularity): see ``ask``
+        self._tail = checkpoint_position(prompt, s.hash_block) if s.hit_alignment < s.scheduler_block else -1
+        # the groups that free blocks behind the processed tokens (free_skipped), by rule
+        self._windows = tuple((i, g.block_size, g.window) for i, g in enumerate(groups) if g.rule == "window")
+        self._nones = tuple((i, g.block_size) for i, g in enumerate(groups) if g.rule == "state" and not g.state.align)
+        self._aligns = tuple((i, g.block_size) for i, g in enumerate(groups) if g.rule == "state" and g.state.align)
 
     @property
     def blocks(self) -> int:
@@ -47,17 +56,16 @@ class Holdings:
     def free_skipped(self, processed: int) -> int:
         """``remove_skipped_blocks`` at ``processed`` tokens: the blocks it returns to the pool."""
         before = self.blocks
-        for i, g in enumerate(self.groups):
-            b = g.block_size
-            if g.rule == "window":
-                skipped = max(0, processed - g.window + 1) // b
-                self.removed[i] = max(self.removed[i], min(skipped, self.length[i]))
-                self.held[i] = self.length[i] - self.removed[i]
-            elif g.rule == "state" and not g.state.align:
-                skipped = (processed - 1) // b if processed > 1 else 0
-                self.removed[i] = max(self.removed[i], min(skipped, self.length[i]))
-                self.held[i] = self.length[i] - self.removed[i]
-            elif g.rule == "state" and processed >= 1:
+        for i, b, window in self._windows:
+            skipped = max(0, processed - window + 1) // b
+            self.removed[i] = max(self.removed[i], min(skipped, self.length[i]))
+            self.held[i] = self.length[i] - self.removed[i]
+        for i, b in self._nones:
+            skipped = (processed - 1) // b if processed > 1 else 0
+            self.removed[i] = max(self.removed[i], min(skipped, self.length[i]))
+            self.held[i] = self.length[i] - self.removed[i]
+        if processed >= 1:
+            for i, b in self._aligns:
                 first = (processed - 1) // b
                 kept = {x for x in self.states[i] if x >= first}
                 self.held[i] -= len(self.states[i]) - len(kept)
@@ -74,9 +82,9 @@ class Holdings:
         slots = min(end + s.lookahead, s.max_model_len)
         nxt = list(self.held)
         self._next_length = list(self.length)
+        self._next_states = {}
         copies = 0
-        partial = s.hit_alignment < s.scheduler_block
-        tail = checkpoint_position(self.prompt, s.hash_block)
+        tail = self._tail
         for i, g in enumerate(self.groups):
             b = g.block_size
             if g.rule == "per_token":
@@ -90,9 +98,9 @@ class Holdings:
                 self._next_length[i] = max(self.length[i], cdiv(slots + b * g.state.speculative, b))
                 nxt[i] = self._next_length[i] - self.removed[i]
             else:
-                states = self.states[i] | self._written(g, start, end)
+                states = self._next_states[i] = self.states[i] | self._written(g, start, end)
                 nxt[i] = len(states) + g.state.speculative
-                if partial and start and start == tail and tail % b:
+                if start and start == tail and tail % b:
                     copies += 1
         self._next = nxt
         self.copies = copies
@@ -111,10 +119,8 @@ class Holdings:
 
     def take(self, start: int, n: int) -> None:
         """Keep what the last ``ask`` (for the same step) counted."""
-        end = start + n
-        for i, g in enumerate(self.groups):
-            if g.rule == "state" and g.state.align:
-                self.states[i] |= self._written(g, start, end)
+        for i, states in self._next_states.items():
+            self.states[i] = states
         self.length = self._next_length
         self.held = self._next
         self._next = None
@@ -142,6 +148,41 @@ class Holdings:
             for x in marks:
                 out = min(out, b - x % b)
         return out
+
+    def linear_from(self) -> int:
+        """The processed tokens from which ``free_skipped`` moves with them block for block: a window's
+        ``window - 1`` (fewer skip nothing), a mamba state's 2 (fewer skip nothing); 0 without either."""
+        out = 0
+        for g in self.groups:
+            if g.rule == "window":
+                out = max(out, g.window - 1)
+            elif g.rule == "state":
+                out = max(out, 2)
+        return out
+
+    def key(self, shift: int = 0) -> tuple:
+        """The block-table state, as it would stand ``shift`` tokens further on (``shift`` a multiple of
+        every group's block below max_model_len): a per-token group's blocks, a window's or a "none"
+        mamba state's entries and removed blocks, an "align" mamba state's state blocks, each that many
+        blocks further; what a group holds otherwise unchanged (``shift`` moves nothing a fixed group
+        holds, nor a group whose block no sequence crosses)."""
+        out = []
+        for i, g in enumerate(self.groups):
+            d = shift // g.block_size if g.block_size < self.s.max_model_len else 0
+            length, removed, held, states = self.length[i], self.removed[i], self.held[i], self.states[i]
+            if g.rule == "per_token":
+                held += d
+            elif g.rule == "window" or (g.rule == "state" and not g.state.align):
+                length, removed = length + d, removed + d
+            elif g.rule == "state":
+                states = {x + d for x in states}
+            out.append((length, removed, held, frozenset(states)))
+        return tuple(out)
+
+    def shift(self, tokens: int) -> None:
+        """Move the block-table state ``tokens`` further on, as ``key(tokens)`` says."""
+        for i, (length, removed, held, states) in enumerate(self.key(tokens)):
+            self.length[i], self.removed[i], self.held[i], self.states[i] = length, removed, held, set(states)
 
     def most(self, last_token: int) -> int:
         """A bound on what the request can hold from now until its sequence reaches ``last_token``

@@ -23,8 +23,15 @@ the way ``Scheduler.schedule`` and ``Scheduler.update_from_output`` do
   its ``output`` tokens (or reaches ``max_model_len``) finishes and frees its blocks.
 
 Steps that change a request in a steady decode by nothing but one computed and one output token are
-passed over and counted at once (``_freeze``, ``_thaw``; ``run(stepped=True)`` steps them one by one, to
-the same run).
+passed over and counted at once (``_freeze``, ``_thaw``); when every running request is frozen and none
+waits, or those waiting were refused in a step that scheduled and freed nothing, the run leaps to the
+first step one is thawed in. Steps of prefill chunks that repeat are leaped over too (``_Mark``): when
+the steps since one that scheduled prefill chunks only (``_prefilling``) left the run as it stood but
+each request that is not frozen a whole number of blocks further on (``_shift_unit``: its block table
+shifted as far, ``Holdings.key``), the blocks held not fewer, every step from there repeats the same
+steps shifted, and the run passes over as many such periods as end short of the points where a
+prefill's chunks or blocks stop repeating (``_room``), before a frozen request is due and within the
+pool. ``run(stepped=True)`` steps every request one step at a time, with no leap, to the same run.
 
 ``requests_at_once`` is the one definition the gate reports: the largest N such that N requests
 sent together all run at once, admitted as vLLM admits them, without a preemption.
@@ -34,9 +41,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from math import lcm
 
 from geometry.kv.kv_spec import RequestBlocks
-from geometry.plan.admission import Scheduling, admission_blocks, aligned_split
+from geometry.plan.admission import Scheduling, admission_blocks, aligned_split, checkpoint_position
 from geometry.plan.holdings import Holdings
 from geometry.plan.limits import check_together
 
@@ -136,8 +144,9 @@ def run(
 ) -> Run:
     """Step ``sent`` requests of ``work`` sent together on ``free`` blocks (the pool less the null block):
     until all finish (``to_the_end``), else until what they can still hold is known to fit. A request in a
-    steady decode is frozen over the steps that repeat its last one (_freeze), unless ``stepped``: then
-    every request is stepped one step at a time (the same run, slower)."""
+    steady decode is frozen over the steps that repeat its last one (_freeze), and periods of prefill steps
+    that repeat by a shift are leaped over (_Mark), unless ``stepped``: then every request is stepped one
+    step at a time (the same run, slower)."""
     check_together(work.prompt, work.output, s.batched_tokens, sent)
     reqs = [_Request(Holdings(groups, s, work.prompt)) for _ in range(sent)]
     waiting = deque(reqs)
@@ -145,17 +154,21 @@ def run(
     queue: deque = deque()
     admission = sum(admission_blocks(g, work.prompt, s) for g in groups)
     aligned = _aligned(groups)
+    first_chunk: dict[int, int] = {}  # a waiting request's first chunk by the budget left for it (aligned_split)
     first = reqs[0]
     peak_running = peak_blocks = steps = 0
     after_prefill = decode_peak = 0
     held = peak_steps = 0  # consecutive steps at peak_running so far, and the longest such stretch
     used = 0
     bounded = False
+    mark: _Mark | None = None  # a step of prefill chunks (_prefilling), while each step since was one
+    unit = _shift_unit(groups, s)
     while waiting or running:
         steps += 1
         step: dict[_Request, tuple[int, int, bool]] = {}
         budget = s.batched_tokens
         copies = 0  # copy-on-write blocks asked this step: the pool has them back when the step is scheduled
+        high = 0  # the most blocks held once a request's blocks were taken in this step
         for i, r in enumerate(running):
             if budget <= 0:
                 for rest in running[i:]:
@@ -182,6 +195,8 @@ def run(
                 return Run(sent, peak_running, steps, steps, peak_blocks, after_prefill, decode_peak, peak_steps)
             r.hold.take(r.computed, n)
             used += need
+            if used > high:
+                high = used
             copies += r.hold.copies
             spec = min(r.drafts, n + r.computed - work.prompt - r.outputs - r.placeholders) if r.drafts else 0
             r.drafts = 0
@@ -190,7 +205,10 @@ def run(
         while budget > 0 and waiting and len(running) < st.max_running:
             r = waiting[0]
             n = min(work.prompt, budget)
-            n = aligned_split(0, n, work.prompt, s, groups) if aligned else n
+            if aligned:  # a fresh request's first chunk depends on the budget alone
+                if n not in first_chunk:
+                    first_chunk[n] = aligned_split(0, n, work.prompt, s, groups)
+                n = first_chunk[n]
             if n <= 0 or admission > free - used:
                 break
             need = r.hold.ask(0, n)
@@ -216,8 +234,10 @@ def run(
         peak_steps = max(peak_steps, held)
         peak_blocks = max(peak_blocks, used)
         queue.appendleft(step)
+        back = 0  # the blocks the step handed back frees
         if len(queue) >= s.batches_in_flight or not (step or waiting or running):
-            used -= _hand_back(queue.pop(), running, work, st, s)
+            back = _hand_back(queue.pop(), running, work, st, s)
+            used -= back
         if not stepped:
             _freeze(step, steps, st, work)
         if first.computed >= work.prompt and not after_prefill:
@@ -230,12 +250,40 @@ def run(
             bounded = True  # asked once, when the last is admitted
             if sum(r.hold.most(work.tokens + st.num_spec + 1) for r in running) <= free:
                 break  # all run, and what they can still hold fits: no preemption is left to come
-        if not waiting and running and all(r.until for r in running):
-            leap = min(r.until for r in running) - 1  # every step until then repeats for all: leap to it
-            if held and len(running) == peak_running:  # (a request that finished in this step ends the stretch)
+        if running and all(r.until for r in running) and not (waiting and (step or back)):
+            # every step until then repeats for all (those waiting refused each time, as in this step, which
+            # scheduled nothing and freed nothing): leap to it
+            leap = min(r.until for r in running) - 1
+            if held and len(running) == peak_running:  # (a request finished in this step ends the stretch)
                 held += leap - steps
                 peak_steps = max(peak_steps, held)
             steps = leap
+        if stepped:
+            continue
+        if not _prefilling(step, running):
+            mark = None
+            continue
+        if mark is None or mark.early:
+            mark = _Mark(steps, used, queue, running, waiting, s)
+            continue
+        mark.top_take, mark.top_end = max(mark.top_take, high), max(mark.top_end, used)
+        moved = mark.moved(unit)
+        if moved is None:
+            continue  # a request is not yet a whole number of units further on
+        q = mark.periods(moved, steps, used, queue, running, waiting, free, work, s)
+        if q > 0:  # each of the next q periods of steps repeats the last, the requests ``moved`` further on
+            grow = used - mark.used
+            peak_blocks = max(peak_blocks, mark.top_end + q * grow)
+            used += q * grow
+            for (r, *_), dt in zip(mark.active, moved):
+                r.computed += q * dt
+                r.want -= q * dt
+                r.hold.shift(q * dt)
+            if held:
+                held += q * (steps - mark.steps)
+                peak_steps = max(peak_steps, held)
+            steps += q * (steps - mark.steps)
+        mark = _Mark(steps, used, queue, running, waiting, s)  # the next period is counted from here
     return Run(sent, peak_running, None, steps, peak_blocks, after_prefill, decode_peak, peak_steps)
 
 
@@ -327,6 +375,91 @@ def _quiet_steps(r: _Request, n: int, st: Stepping, work: Workload) -> int:
     near_end = work.output - r.outputs - 3 - st.num_spec - r.placeholders
     start = r.computed - 1  # where its last step started (one token a step), and what it had processed
     return max(min(near_end, r.hold.quiet(start, n, max(0, start - r.in_flight))) - 2, 0)
+
+
+def _prefilling(step: dict, running: list[_Request]) -> bool:
+    """Whether a step scheduled prefill chunks only, with no copy-on-write block, and every running request
+    is frozen (_freeze) or in its prefill: nothing sampled, admitted or thawed."""
+    for r, (_n, _spec, samples) in step.items():
+        if samples or r.hold.copies:
+            return False
+    return bool(step) and all(r.until or not (r.outputs or r.placeholders or r.drafts) for r in running)
+
+
+class _Mark:
+    """A step of prefill chunks (_prefilling) as it ended, which later such steps are compared with: the
+    steps and blocks held then, the running and waiting requests and the steps in flight, and for each
+    request not frozen (``active``) its computed tokens, tokens in flight, stillness and block table
+    (Holdings.key). ``top_take``, ``top_end``: the most blocks held since, once a request's blocks were
+    taken in a step and at a step's end."""
+
+    def __init__(
+        self, steps: int, used: int, queue: deque, running: list[_Request], waiting: deque, s: Scheduling
+    ) -> None:
+        self.steps, self.used = steps, used
+        self.others = (tuple(running), len(waiting), _queued(queue))
+        self.active = [(r, r.computed, r.in_flight, r.still, r.hold.key()) for r in running if not r.until]
+        self.top_take = self.top_end = 0
+        # a request had processed too few tokens to free block for block when this step began, so its block
+        # table may not repeat by a shift yet (periods): mark a later step (a step's chunk at most moves it on)
+        self.early = any(c - f - s.batched_tokens < r.hold.linear_from() for r, c, f, *_ in self.active)
+
+    def moved(self, unit: int) -> list[int] | None:
+        """The tokens each active request computed since, if each is a whole number of ``unit``s."""
+        if (self.active[0][0].computed - self.active[0][1]) % unit:
+            return None  # the first is not (the most often asked)
+        out = [r.computed - computed for r, computed, *_ in self.active]
+        return None if any(dt % unit for dt in out) else out
+
+    def periods(
+        self, moved: list[int], steps: int, used: int, queue: deque, running: list[_Request], waiting: deque,
+        free: int, work: Workload, s: Scheduling,
+    ) -> int:  # fmt: skip
+        """How many more periods of ``steps - self.steps`` steps repeat the steps since exactly (0: none).
+        The steps since form a period when some request moved on and the run stands as it stood, each
+        active request ``moved`` tokens further on (its block table shifted as far, its tokens in flight
+        and stillness the same), the blocks held not fewer, and each request that moved processed past
+        where its groups free block for block. By the shift the steps' chunks, blocks asked and freed, and
+        admissions refused are the same (the blocks held each period ``used - self.used`` more) while each
+        step's chunks end short of every point the split or the blocks stop at (the prompt's end, its last
+        cache block and hash boundaries, max_model_len less the lookahead), the frozen requests are not
+        due (_thaw), and the most blocks held once taken stay within the pool."""
+        grow, ds = used - self.used, steps - self.steps
+        if not any(moved) or grow < 0 or (tuple(running), len(waiting), _queued(queue)) != self.others:
+            return 0
+        q = 1 << 62
+        for (r, computed, in_flight, still, key), dt in zip(self.active, moved):
+            if r.until or r.in_flight != in_flight or r.still != still or r.hold.key(-dt) != key:
+                return 0
+            if dt:
+                if computed - in_flight < r.hold.linear_from():
+                    return 0
+                q = min(q, (_room(computed, work, s) - 1 - s.batched_tokens - r.computed) // dt)
+        due = [r.until for r in running if r.until]
+        if due:
+            q = min(q, (min(due) - 1 - steps) // ds)
+        if grow:
+            q = min(q, (free - self.top_take) // grow)
+        return q
+
+
+def _room(computed: int, work: Workload, s: Scheduling) -> int:
+    """The first point after ``computed`` tokens where a prefill's chunks stop repeating by a shift: the
+    prompt's end, its last cache block, hash and scheduler block boundaries (the split's stops, the
+    copy-on-write block), or where the slots reach max_model_len."""
+    points = (checkpoint_position(work.prompt, b) for b in (s.cache_block, s.hash_block, s.scheduler_block))
+    return min(work.prompt, s.max_model_len - s.lookahead + 1, *(x for x in points if x > computed))
+
+
+def _queued(queue: deque) -> tuple:
+    return tuple(tuple(pending.items()) for pending in queue)
+
+
+def _shift_unit(groups: tuple[RequestBlocks, ...], s: Scheduling) -> int:
+    """The tokens a prefill's chunks repeat by a shift of: a multiple of the cache block in "align" mode
+    (the split's) and of every group's block that a sequence can cross (below max_model_len)."""
+    blocks = [g.block_size for g in groups if g.block_size < s.max_model_len]
+    return lcm(s.cache_block if _aligned(groups) else 1, *blocks)
 
 
 def _aligned(groups: tuple[RequestBlocks, ...]) -> bool:
