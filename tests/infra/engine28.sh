@@ -88,9 +88,9 @@ cmd_up() {
   fi
   local t0; t0=$(date +%s)
   unpack
-  # Each start from an empty engine: what an earlier run left in the rootfs (its images, a content store
-  # that a killed containerd left half-written, whose pushes then fail "content digest not found") is
-  # not this run's.
+  # Each start from an empty engine: what an earlier run left in the rootfs (its images and content store,
+  # which an earlier stop can leave disagreeing, so that pushes fail "content digest not found") is not
+  # this run's.
   rm -rf "$ROOT/var/lib/docker" "$ROOT/var/lib/containerd"
   write_config
   ensure_bridge
