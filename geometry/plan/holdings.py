@@ -117,8 +117,8 @@ class Holdings:
             out.add(cdiv(end, b) - 2)
         return out
 
-    def take(self, start: int, n: int) -> None:
-        """Keep what the last ``ask`` (for the same step) counted."""
+    def take(self) -> None:
+        """Keep what the last ``ask`` (for this step's chunk) counted."""
         for i, states in self._next_states.items():
             self.states[i] = states
         self.length = self._next_length

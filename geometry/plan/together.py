@@ -193,7 +193,7 @@ def run(
             r.still = not (freed or need)
             if need > free - used:
                 return Run(sent, peak_running, steps, steps, peak_blocks, after_prefill, decode_peak, peak_steps)
-            r.hold.take(r.computed, n)
+            r.hold.take()
             used += need
             if used > high:
                 high = used
@@ -214,7 +214,7 @@ def run(
             need = r.hold.ask(0, n)
             if need > free - used:
                 break
-            r.hold.take(0, n)
+            r.hold.take()
             used += need
             running.append(waiting.popleft())
             step[r] = (n, 0, False)
