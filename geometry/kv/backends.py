@@ -72,6 +72,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from geometry.vllm_versions import VllmRelease
+
 # KVCacheLayout values (vllm/v1/kv_cache_layout.py): the stride order of the
 # logical dims L=0, B=1, H=2, N=3, C=4.
 LAYOUTS = {
@@ -187,10 +189,11 @@ def sparse_mla_backend(family: int) -> Backend:
 FP8_DS_MLA_BYTES_PER_TOKEN = 656
 
 
-def fp8_ds_mla_row_bytes(backend: Backend, kv_lora_rank: int, qk_rope_head_dim: int, ropeless_sm120: int | None) -> int:
-    """The bytes of one fp8_ds_mla token row: the packed row, or (where the release sizes the row by
-    the backend's implementation, ``get_fp8_ds_mla_row_bytes``) FLASHINFER_MLA_SPARSE_SM120's
-    ``ropeless_sm120`` bytes for a 512-wide latent without RoPE."""
+def fp8_ds_mla_row_bytes(backend: Backend, kv_lora_rank: int, qk_rope_head_dim: int, vllm: VllmRelease) -> int:
+    """The bytes of one fp8_ds_mla token row on ``vllm``: the packed row, or (where the release sizes
+    the row by the backend's implementation, ``get_fp8_ds_mla_row_bytes``) FLASHINFER_MLA_SPARSE_SM120's
+    ``sm120_ropeless_ds_mla_row_bytes`` for a 512-wide latent without RoPE."""
+    ropeless_sm120 = vllm.sm120_ropeless_ds_mla_row_bytes
     if (
         ropeless_sm120 is not None
         and backend.name == "FLASHINFER_MLA_SPARSE_SM120"

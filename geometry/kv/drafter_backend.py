@@ -38,6 +38,7 @@ from typing import Callable, Mapping
 from geometry.errors import BadInput
 from geometry.kv import backends as B
 from geometry.kv.kv_spec import SimulatedError
+from geometry.vllm_versions import VllmRelease
 
 _QUANTIZED = ("fp8", "fp8_e4m3", "fp8_e5m2")
 # Each backend's ``supported_kv_cache_dtypes``: its entry in backends.py.
@@ -74,8 +75,9 @@ class DrafterAsk:
     # FLASH_ATTN's kernel block sizes without a spec read them (flash_attn_kernel_blocks).
     target_head_size: int
     target_kv_cache_dtype: str
-    # VllmRelease.sm90_fp8_d512_block_multiple: FLASH_ATTN's block rule for an SM90 FP8 head-512 cache.
-    sm90_fp8_d512_block_multiple: int | None = None
+    # The release planned: its sm90_fp8_d512_block_multiple is FLASH_ATTN's block rule for an SM90 FP8
+    # head-512 cache.
+    vllm: VllmRelease
 
 
 def flash_attn_version(ask: DrafterAsk) -> int:
@@ -122,7 +124,7 @@ def _flash_attn(ask: DrafterAsk) -> list[str]:
         on_sm90 = ask.family == 90 and (v == 3 or (v == 4 and ask.head_size == 512))
         if not (on_sm90 or (ask.family == 100 and v == 4)):
             reasons.append("kv_cache_dtype not supported")
-        multiple = ask.sm90_fp8_d512_block_multiple
+        multiple = ask.vllm.sm90_fp8_d512_block_multiple
         if (
             multiple
             and ask.family == 90

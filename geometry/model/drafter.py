@@ -67,7 +67,7 @@ def build_drafter(
         user_block_size=inputs.block_size,
         target_head_size=target_head_size,
         target_kv_cache_dtype=target_kv_cache_dtype,
-        sm90_fp8_d512_block_multiple=inputs.vllm.sm90_fp8_d512_block_multiple,
+        vllm=inputs.vllm,
     )
     try:
         backend = drafter_backend(inputs.drafter_attention_backend, ask)

@@ -159,9 +159,8 @@ def build_model(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Mo
         model_dtype=model_dtype,
         kv_cache_dtype=kv_target,
         max_model_len=max_model_len,
-        sm120_ropeless_ds_mla_row_bytes=inputs.vllm.sm120_ropeless_ds_mla_row_bytes,
+        vllm=inputs.vllm,
         user_block_size=inputs.block_size,
-        sm90_fp8_d512_block_multiple=inputs.vllm.sm90_fp8_d512_block_multiple,
     )
     built = target.architecture.build_target(settings)
     model = Model(

@@ -15,6 +15,7 @@ from geometry.kv import target_backend
 from geometry.kv.drafter_backend import DrafterAsk
 from geometry.kv.kv_spec import AttentionSpec, CacheConfig, KVCacheSpec, MambaSpec, SimulatedError, SlidingWindowSpec
 from geometry.kv.units import DTYPE_BYTES
+from geometry.vllm_versions import VllmRelease
 
 SpecBuilder = Callable[[CacheConfig], KVCacheSpec]
 
@@ -57,13 +58,10 @@ class TargetSettings:
     model_dtype: str
     kv_cache_dtype: str  # the cache-dtype string the target layers run
     max_model_len: int
-    # The release's fp8_ds_mla row on FLASHINFER_MLA_SPARSE_SM120 for a 512-wide latent without RoPE
-    # (VllmRelease.sm120_ropeless_ds_mla_row_bytes; None: the packed row).
-    sm120_ropeless_ds_mla_row_bytes: int | None = None
+    # The release planned: a rule that differs between releases reads its field where it applies.
+    vllm: VllmRelease
     # --block-size (None: vLLM picks): the backend selector checks it when the layers are built.
     user_block_size: int | None = None
-    # VllmRelease.sm90_fp8_d512_block_multiple: FLASH_ATTN's block rule for an SM90 FP8 head-512 cache.
-    sm90_fp8_d512_block_multiple: int | None = None
 
     @property
     def num_layers(self) -> int:
@@ -140,7 +138,7 @@ def target_attention_ask(s: TargetSettings, head_size: int) -> DrafterAsk:
         user_block_size=s.user_block_size,
         target_head_size=head_size,
         target_kv_cache_dtype=s.kv_cache_dtype,
-        sm90_fp8_d512_block_multiple=s.sm90_fp8_d512_block_multiple,
+        vllm=s.vllm,
     )
 
 

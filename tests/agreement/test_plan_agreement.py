@@ -197,8 +197,8 @@ _SELECTION_TARGETS = ((128, "auto"), (256, "auto"), (512, "fp8"))
 # The fp8_ds_mla row GLM-5.3's latent has on SM120 under the imported release: 656 B, or the
 # implementation's 528 (VllmRelease.sm120_ropeless_ds_mla_row_bytes, read from vLLM's source).
 SM120_ROW = release(vllm.__version__).sm120_ropeless_ds_mla_row_bytes or 656
-# The imported release's FLASH_ATTN block rule for an SM90 FP8 head-512 cache (its VllmRelease field).
-D512_FP8_BLOCK_MULTIPLE = release(vllm.__version__).sm90_fp8_d512_block_multiple
+# The imported release's entry: its FLASH_ATTN block rule for an SM90 FP8 head-512 cache among its fields.
+IMPORTED_RELEASE = release(vllm.__version__)
 
 
 @pytest.mark.parametrize("family", [90, 100, 120])
@@ -251,7 +251,7 @@ def test_the_drafters_automatic_backend_is_the_one_vllms_selector_picks(family):
                 (False, True),
             ):
                 ask = DrafterAsk(
-                    family, head, kv, "bfloat16", non_causal, block, target_head, target_kv, D512_FP8_BLOCK_MULTIPLE
+                    family, head, kv, "bfloat16", non_causal, block, target_head, target_kv, IMPORTED_RELEASE
                 )
                 try:
                     expected = select(ask)

@@ -129,7 +129,7 @@ def build_target(s: TargetSettings) -> Target:
                 mla_backend,
                 int(required(tc, "kv_lora_rank")),
                 int(tc.get("qk_rope_head_dim", 0) or 0),
-                s.sm120_ropeless_ds_mla_row_bytes,
+                s.vllm,
             )
             if s.kv_cache_dtype == "fp8_ds_mla"
             else None

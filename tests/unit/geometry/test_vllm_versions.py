@@ -73,3 +73,39 @@ def test_a_recipe_on_an_unmodelled_release_names_its_key():
     with pytest.raises(RecipeError, match=r"base\.vllm_version.*vLLM 9\.99\.0 is not modelled"):
         check_vllm_release(recipe.path, dataclasses.replace(recipe, base=base))
     check_vllm_release(recipe.path, recipe)
+
+
+def _dataclass_fields(path) -> dict[str, set[str]]:
+    """The annotated fields of each ``@dataclass`` class in one source file."""
+    import ast
+
+    found = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        decorators = {ast.unparse(d).split("(")[0] for d in node.decorator_list}
+        if "dataclass" in decorators:
+            found[node.name] = {
+                s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+            }
+    return found
+
+
+def test_no_value_copies_a_release_field():
+    """A rule that differs between releases reads its entry's field where it applies (the entry rides
+    whole, as ``vllm``, in the inputs, the target's settings and the selector's ask): a release's new
+    field is its entry and the rule that reads it, never a copy threaded through the values between."""
+    release_fields = {f.name for f in dataclasses.fields(RELEASES[DEFAULT_VERSION])} - {"version"}
+    copies = []
+    for path in sorted((REPO / "geometry").rglob("*.py")):
+        if path.name == "vllm_versions.py":
+            continue
+        for cls, fields in _dataclass_fields(path).items():
+            copies += [f"{path.relative_to(REPO)}: {cls}.{name}" for name in sorted(fields & release_fields)]
+    assert copies == []
+
+
+def test_the_copy_check_sees_a_copy(tmp_path):
+    source = tmp_path / "settings.py"
+    source.write_text("@dataclass(frozen=True)\nclass S:\n    default_block_size: int\n    other: str\n")
+    assert _dataclass_fields(source) == {"S": {"default_block_size", "other"}}

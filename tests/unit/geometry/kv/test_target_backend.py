@@ -10,10 +10,11 @@ from geometry.kv import target_backend as T
 from geometry.kv.drafter_backend import DrafterAsk
 from geometry.kv.kv_spec import SimulatedError
 from geometry.oracle import refusals
+from geometry.vllm_versions import DEFAULT_VERSION, release
 
 
 def _attention(family: int, kv: str = "auto", head: int = 128, block: int | None = None) -> DrafterAsk:
-    return DrafterAsk(family, head, kv, "bfloat16", False, block, head, kv)
+    return DrafterAsk(family, head, kv, "bfloat16", False, block, head, kv, release(DEFAULT_VERSION))
 
 
 def _mla(family: int, head: int, kv: str, block: int | None = None, sparse: bool = True, heads: int = 32):
