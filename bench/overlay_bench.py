@@ -56,7 +56,9 @@ from stackbuild.image.progress import Progress
 REPO = Path(__file__).resolve().parent.parent
 
 TARGETS = {
-    "cold_to_reference": 2.0,
+    # The first cold build against the seed-shaped reference (docs/benchmarks.md says why the planner's
+    # import alone, the floor, is above it on vLLM 0.34.0).
+    "cold_to_reference": 1.5,
     "cold_with_record_to_reference": 1.0,
     "cold_build_s": 10.0,
     "warm_build_s": 2.0,
