@@ -57,7 +57,7 @@ _API: dict[str, tuple[str, str | None]] = {
     "max_model_len_of": ("geometry.plan.concurrency", "max_model_len_of"),
     "vllm_kv_cache_size_tokens": ("geometry.plan.concurrency", "vllm_kv_cache_size_tokens"),
     "AT_ONCE_DEFINITION": ("geometry.plan.together", "DEFINITION"),
-    "Workload": ("geometry.plan.together", "Workload"),
+    "Workload": ("geometry.plan.together_state", "Workload"),
     "TooMuchToStep": ("geometry.plan.limits", "TooMuchToStep"),
     "at_once": ("geometry.plan.at_once", "at_once"),
     "sent_together": ("geometry.plan.at_once", "sent_together"),

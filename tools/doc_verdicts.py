@@ -241,7 +241,7 @@ def default_recipe_requests() -> str:
     """The default recipe with the overlay: requests of a length at once (the together model), and per plan
     the admission count."""
     from geometry.plan.concurrency import concurrency
-    from geometry.plan.together import DEFAULT_OUTPUT_TOKENS
+    from geometry.plan.together_state import DEFAULT_OUTPUT_TOKENS
 
     run = run_gate(gate_input(load_recipe(DEFAULT_RECIPE)))
     at_once = concurrency(run.report, run.inputs)

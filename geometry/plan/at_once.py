@@ -22,7 +22,8 @@ from geometry.model.inputs import GeometryInputs
 from geometry.plan.limits import TooMuchToStep, prefill_steps_reason
 from geometry.plan.report import Plan
 from geometry.plan.scheduler_settings import NULL_BLOCKS, plan_speculation, scheduling
-from geometry.plan.together import Run, Stepping, Workload, requests_at_once, run
+from geometry.plan.together import Run, requests_at_once, run
+from geometry.plan.together_state import Stepping, Workload
 
 CPU_MAX_NUM_SEQS = 128  # per rank
 GPU_MAX_NUM_SEQS = (8_192, 1_024, 256)  # (serve batch at least this, then, else)

@@ -61,7 +61,7 @@ from geometry.plan.scheduler_settings import (  # noqa: F401 (the names callers 
     plan_speculation,
     scheduling,
 )
-from geometry.plan.together import Workload, workload
+from geometry.plan.together_state import Workload, workload
 
 # Lengths shown when none are named: the default recipe's 1M, and 128K and 32K.
 DEFAULT_CONTEXTS = (32_768, 131_072, 1_048_576)

@@ -23,15 +23,17 @@ the way ``Scheduler.schedule`` and ``Scheduler.update_from_output`` do
   its ``output`` tokens (or reaches ``max_model_len``) finishes and frees its blocks.
 
 Steps that change a request in a steady decode by nothing but one computed and one output token are
-passed over and counted at once (``_freeze``, ``_thaw``); when every running request is frozen and none
-waits, or those waiting were refused in a step that scheduled and freed nothing, the run leaps to the
-first step one is thawed in. Steps of prefill chunks that repeat are leaped over too (``_Mark``): when
-the steps since one that scheduled prefill chunks only (``_prefilling``) left the run as it stood but
-each request that is not frozen a whole number of blocks further on (``_shift_unit``: its block table
-shifted as far, ``Holdings.key``), the blocks held not fewer, every step from there repeats the same
-steps shifted, and the run passes over as many such periods as end short of the points where a
-prefill's chunks or blocks stop repeating (``_room``), before a frozen request is due and within the
-pool. ``run(stepped=True)`` steps every request one step at a time, with no leap, to the same run.
+passed over and counted at once (together_leaps.py: ``freeze``, ``thaw``); when every running request is
+frozen and none waits, or those waiting were refused in a step that scheduled and freed nothing, the run
+leaps to the first step one is thawed in. Steps of prefill chunks that repeat are leaped over too
+(together_leaps.py: ``Mark``): when the steps since one that scheduled prefill chunks only
+(``prefilling``) left the run as it stood but each request that is not frozen a whole number of blocks
+further on (``shift_unit``: its block table shifted as far, ``Holdings.key``), the blocks held not fewer,
+every step from there repeats the same steps shifted, and the run passes over as many such periods as end
+short of the points where a prefill's chunks or blocks stop repeating (``room``), before a frozen request
+is due and within the pool. ``run(stepped=True)`` steps every request one step at a time, with no leap,
+to the same run. What a run steps (the workload, the stepping settings, each request's state):
+together_state.py.
 
 ``requests_at_once`` is the one definition the gate reports: the largest N such that N requests
 sent together all run at once, admitted as vLLM admits them, without a preemption.
@@ -41,45 +43,19 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from math import lcm
 
 from geometry.kv.kv_spec import RequestBlocks
-from geometry.plan.admission import Scheduling, admission_blocks, aligned_split, checkpoint_position
+from geometry.plan import together_leaps as leaps
+from geometry.plan.admission import Scheduling, admission_blocks, aligned_split
 from geometry.plan.holdings import Holdings
 from geometry.plan.limits import check_together
-
-# A length reported without an output (the gate report's lengths, ``--lengths`` without one): a prompt and
-# an output that make the length, the output a quarter of it up to this many tokens (long enough that the
-# first request still decodes while the last is admitted at the default recipe's lengths).
-DEFAULT_OUTPUT_TOKENS = 4_096
+from geometry.plan.together_state import Request, Stepping, Workload
 
 # The definition, written once: the report header and docs/gate.md quote it.
 DEFINITION = (
     "requests at once: the largest N such that N requests of the prompt and output length, sent "
     "together and admitted as vLLM's scheduler admits them, all run at once without a preemption"
 )
-
-
-@dataclass(frozen=True)
-class Workload:
-    """One request's prompt tokens and output tokens (``max_tokens``, the end of sequence ignored)."""
-
-    prompt: int
-    output: int
-
-    @property
-    def tokens(self) -> int:
-        return self.prompt + self.output
-
-
-def workload(tokens: int, output: int | None = None) -> Workload:
-    """The workload of a reported length: ``tokens`` prompt tokens and ``output``, or, without an output, a
-    length of ``tokens`` split as DEFAULT_OUTPUT_TOKENS says: output ``min(4096, max(tokens // 4, 1))``,
-    the prompt the rest."""
-    if output is not None:
-        return Workload(tokens, output)
-    out = min(DEFAULT_OUTPUT_TOKENS, max(tokens // 4, 1))
-    return Workload(tokens - out, out)
 
 
 @dataclass(frozen=True)
@@ -101,37 +77,6 @@ class Run:
         return self.preempted_at is None and self.peak_running == self.sent
 
 
-class _Request:
-    __slots__ = (
-        "hold", "computed", "in_flight", "outputs", "placeholders", "drafts", "done",
-        "want", "still", "last", "until", "base", "sched",
-    )  # fmt: skip
-
-    def __init__(self, hold: Holdings) -> None:
-        self.hold = hold
-        self.computed = 0
-        self.in_flight = 0
-        self.outputs = 0
-        self.placeholders = 0
-        self.drafts = 0
-        self.done = False
-        self.want = 0  # the tokens it asked for in its last step, before the budget and the split
-        self.still = False  # its last step allocated and freed nothing
-        self.last = None  # the step it last decoded steadily in, and its state at that step's end (_freeze)
-        self.until = 0  # frozen in a steady decode until this step (0: not frozen; see _freeze)
-        self.base = 0  # the step it was frozen at
-        self.sched = (0, 0)  # the tokens and drafts each of its frozen steps schedules
-
-
-@dataclass(frozen=True)
-class Stepping:
-    """What the scheduler steps requests by, beyond a prefill's ``Scheduling``."""
-
-    max_running: int  # max_num_seqs
-    num_spec: int  # drafts proposed per decode step (num_speculative_tokens)
-    async_scheduling: bool  # output placeholders: decodes scheduled ahead
-
-
 def run(
     groups: tuple[RequestBlocks, ...],
     s: Scheduling,
@@ -144,16 +89,16 @@ def run(
 ) -> Run:
     """Step ``sent`` requests of ``work`` sent together on ``free`` blocks (the pool less the null block):
     until all finish (``to_the_end``), else until what they can still hold is known to fit. A request in a
-    steady decode is frozen over the steps that repeat its last one (_freeze), and periods of prefill steps
-    that repeat by a shift are leaped over (_Mark), unless ``stepped``: then every request is stepped one
-    step at a time (the same run, slower)."""
+    steady decode is frozen over the steps that repeat its last one (together_leaps.freeze), and periods of
+    prefill steps that repeat by a shift are leaped over (together_leaps.Mark), unless ``stepped``: then every
+    request is stepped one step at a time (the same run, slower)."""
     check_together(work.prompt, work.output, s.batched_tokens, sent)
-    reqs = [_Request(Holdings(groups, s, work.prompt)) for _ in range(sent)]
+    reqs = [Request(Holdings(groups, s, work.prompt)) for _ in range(sent)]
     waiting = deque(reqs)
-    running: list[_Request] = []
+    running: list[Request] = []
     queue: deque = deque()
     admission = sum(admission_blocks(g, work.prompt, s) for g in groups)
-    aligned = _aligned(groups)
+    aligned = leaps.aligned(groups)
     first_chunk: dict[int, int] = {}  # a waiting request's first chunk by the budget left for it (aligned_split)
     first = reqs[0]
     peak_running = peak_blocks = steps = 0
@@ -161,24 +106,24 @@ def run(
     held = peak_steps = 0  # consecutive steps at peak_running so far, and the longest such stretch
     used = 0
     bounded = False
-    mark: _Mark | None = None  # a step of prefill chunks (_prefilling), while each step since was one
-    unit = _shift_unit(groups, s)
+    mark: leaps.Mark | None = None  # a step of prefill chunks (leaps.prefilling), while each step since was one
+    unit = leaps.shift_unit(groups, s)
     while waiting or running:
         steps += 1
-        step: dict[_Request, tuple[int, int, bool]] = {}
+        step: dict[Request, tuple[int, int, bool]] = {}
         budget = s.batched_tokens
         copies = 0  # copy-on-write blocks asked this step: the pool has them back when the step is scheduled
         high = 0  # the most blocks held once a request's blocks were taken in this step
         for i, r in enumerate(running):
             if budget <= 0:
                 for rest in running[i:]:
-                    _thaw(rest, steps, queue)
+                    leaps.thaw(rest, steps, queue)
                 break
             if r.until:
                 if steps < r.until and budget >= r.want:
                     budget -= r.want
                     continue
-                _thaw(r, steps, queue)
+                leaps.thaw(r, steps, queue)
             r.still = False
             if st.async_scheduling and r.placeholders > 0 and r.computed + 2 - r.placeholders >= work.tokens:
                 continue
@@ -239,7 +184,7 @@ def run(
             back = _hand_back(queue.pop(), running, work, st, s)
             used -= back
         if not stepped:
-            _freeze(step, steps, st, work)
+            leaps.freeze(step, steps, st, work)
         if first.computed >= work.prompt and not after_prefill:
             after_prefill = first.hold.blocks
         elif after_prefill and not first.done:
@@ -260,11 +205,11 @@ def run(
             steps = leap
         if stepped:
             continue
-        if not _prefilling(step, running):
+        if not leaps.prefilling(step, running):
             mark = None
             continue
         if mark is None or mark.early:
-            mark = _Mark(steps, used, queue, running, waiting, s)
+            mark = leaps.Mark(steps, used, queue, running, waiting, s)
             continue
         mark.top_take, mark.top_end = max(mark.top_take, high), max(mark.top_end, used)
         moved = mark.moved(unit)
@@ -283,7 +228,7 @@ def run(
                 held += q * (steps - mark.steps)
                 peak_steps = max(peak_steps, held)
             steps += q * (steps - mark.steps)
-        mark = _Mark(steps, used, queue, running, waiting, s)  # the next period is counted from here
+        mark = leaps.Mark(steps, used, queue, running, waiting, s)  # the next period is counted from here
     return Run(sent, peak_running, None, steps, peak_blocks, after_prefill, decode_peak, peak_steps)
 
 
@@ -338,135 +283,7 @@ def requests_at_once(
     return lo, last, over
 
 
-def _freeze(step: dict, steps: int, st: Stepping, work: Workload) -> None:
-    """Freeze each request whose last two steps were the same steady decode: it decoded, scheduled all it
-    asked for (the same tokens and drafts), allocated and freed nothing, and ended each step with the same
-    tokens in flight, placeholders and drafts, its computed and output tokens one more per step. Its next
-    steps repeat the last (each one token further) until one would cross a block boundary or come near its
-    end (_quiet_steps): frozen, it is passed over in those steps, its budget taken, and thawed (_thaw) at
-    the step after them, or earlier when the budget left for it is short."""
-    for r, (n, spec, samples) in step.items():
-        if r.done or r.until or not (samples and r.still and n == r.want):
-            continue
-        state = (steps, n, spec, r.computed - steps, r.outputs - steps, r.in_flight, r.placeholders, r.drafts)
-        skip = _quiet_steps(r, n, st, work) if r.last == (steps - 1, *state[1:]) else 0
-        r.last = state
-        if skip > 0:
-            r.until, r.base, r.sched = steps + skip + 1, steps, (n, spec)
-
-
-def _thaw(r: _Request, steps: int, queue: deque) -> None:
-    """A frozen request as it stands at the start of step ``steps``: one token computed and one output per
-    step passed over, and its entry in each step still in flight (each scheduled the same)."""
-    if not r.until:
-        return
-    passed = steps - 1 - r.base
-    r.computed += passed
-    r.outputs += passed
-    r.until = 0
-    for pending in queue:
-        pending[r] = (*r.sched, True)
-
-
-def _quiet_steps(r: _Request, n: int, st: Stepping, work: Workload) -> int:
-    """Steps of a steady decode that change nothing but the request's computed and output tokens (one
-    each per step): fewer than it takes it to cross a block boundary that allocates or frees a block, or
-    to come near its end (then its steps are walked one by one again)."""
-    near_end = work.output - r.outputs - 3 - st.num_spec - r.placeholders
-    start = r.computed - 1  # where its last step started (one token a step), and what it had processed
-    return max(min(near_end, r.hold.quiet(start, n, max(0, start - r.in_flight))) - 2, 0)
-
-
-def _prefilling(step: dict, running: list[_Request]) -> bool:
-    """Whether a step scheduled prefill chunks only, with no copy-on-write block, and every running request
-    is frozen (_freeze) or in its prefill: nothing sampled, admitted or thawed."""
-    for r, (_n, _spec, samples) in step.items():
-        if samples or r.hold.copies:
-            return False
-    return bool(step) and all(r.until or not (r.outputs or r.placeholders or r.drafts) for r in running)
-
-
-class _Mark:
-    """A step of prefill chunks (_prefilling) as it ended, which later such steps are compared with: the
-    steps and blocks held then, the running and waiting requests and the steps in flight, and for each
-    request not frozen (``active``) its computed tokens, tokens in flight, stillness and block table
-    (Holdings.key). ``top_take``, ``top_end``: the most blocks held since, once a request's blocks were
-    taken in a step and at a step's end."""
-
-    def __init__(
-        self, steps: int, used: int, queue: deque, running: list[_Request], waiting: deque, s: Scheduling
-    ) -> None:
-        self.steps, self.used = steps, used
-        self.others = (tuple(running), len(waiting), _queued(queue))
-        self.active = [(r, r.computed, r.in_flight, r.still, r.hold.key()) for r in running if not r.until]
-        self.top_take = self.top_end = 0
-        # a request had processed too few tokens to free block for block when this step began, so its block
-        # table may not repeat by a shift yet (periods): mark a later step (a step's chunk at most moves it on)
-        self.early = any(c - f - s.batched_tokens < r.hold.linear_from() for r, c, f, *_ in self.active)
-
-    def moved(self, unit: int) -> list[int] | None:
-        """The tokens each active request computed since, if each is a whole number of ``unit``s."""
-        if (self.active[0][0].computed - self.active[0][1]) % unit:
-            return None  # the first is not (the most often asked)
-        out = [r.computed - computed for r, computed, *_ in self.active]
-        return None if any(dt % unit for dt in out) else out
-
-    def periods(
-        self, moved: list[int], steps: int, used: int, queue: deque, running: list[_Request], waiting: deque,
-        free: int, work: Workload, s: Scheduling,
-    ) -> int:  # fmt: skip
-        """How many more periods of ``steps - self.steps`` steps repeat the steps since exactly (0: none).
-        The steps since form a period when some request moved on and the run stands as it stood, each
-        active request ``moved`` tokens further on (its block table shifted as far, its tokens in flight
-        and stillness the same), the blocks held not fewer, and each request that moved processed past
-        where its groups free block for block. By the shift the steps' chunks, blocks asked and freed, and
-        admissions refused are the same (the blocks held each period ``used - self.used`` more) while each
-        step's chunks end short of every point the split or the blocks stop at (the prompt's end, its last
-        cache block and hash boundaries, max_model_len less the lookahead), the frozen requests are not
-        due (_thaw), and the most blocks held once taken stay within the pool."""
-        grow, ds = used - self.used, steps - self.steps
-        if not any(moved) or grow < 0 or (tuple(running), len(waiting), _queued(queue)) != self.others:
-            return 0
-        q = 1 << 62
-        for (r, computed, in_flight, still, key), dt in zip(self.active, moved):
-            if r.until or r.in_flight != in_flight or r.still != still or r.hold.key(-dt) != key:
-                return 0
-            if dt:
-                if computed - in_flight < r.hold.linear_from():
-                    return 0
-                q = min(q, (_room(computed, work, s) - 1 - s.batched_tokens - r.computed) // dt)
-        due = [r.until for r in running if r.until]
-        if due:
-            q = min(q, (min(due) - 1 - steps) // ds)
-        if grow:
-            q = min(q, (free - self.top_take) // grow)
-        return q
-
-
-def _room(computed: int, work: Workload, s: Scheduling) -> int:
-    """The first point after ``computed`` tokens where a prefill's chunks stop repeating by a shift: the
-    prompt's end, its last cache block, hash and scheduler block boundaries (the split's stops, the
-    copy-on-write block), or where the slots reach max_model_len."""
-    points = (checkpoint_position(work.prompt, b) for b in (s.cache_block, s.hash_block, s.scheduler_block))
-    return min(work.prompt, s.max_model_len - s.lookahead + 1, *(x for x in points if x > computed))
-
-
-def _queued(queue: deque) -> tuple:
-    return tuple(tuple(pending.items()) for pending in queue)
-
-
-def _shift_unit(groups: tuple[RequestBlocks, ...], s: Scheduling) -> int:
-    """The tokens a prefill's chunks repeat by a shift of: a multiple of the cache block in "align" mode
-    (the split's) and of every group's block that a sequence can cross (below max_model_len)."""
-    blocks = [g.block_size for g in groups if g.block_size < s.max_model_len]
-    return lcm(s.cache_block if _aligned(groups) else 1, *blocks)
-
-
-def _aligned(groups: tuple[RequestBlocks, ...]) -> bool:
-    return any(g.rule == "state" and g.state.align for g in groups)
-
-
-def _hand_back(step: dict, running: list[_Request], work: Workload, st: Stepping, s: Scheduling) -> int:
+def _hand_back(step: dict, running: list[Request], work: Workload, st: Stepping, s: Scheduling) -> int:
     """``update_from_output`` for a handed-back step: the blocks the requests it finishes free."""
     freed = 0
     for r, (n, spec, samples) in step.items():

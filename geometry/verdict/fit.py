@@ -49,7 +49,7 @@ from geometry.plan.capacity import kv_token_capacity
 from geometry.plan.concurrency import admitted_requests, max_model_len_of
 from geometry.plan.limits import TooMuchToStep
 from geometry.plan.report import GeometryReport
-from geometry.plan.together import workload
+from geometry.plan.together_state import workload
 from geometry.verdict.fit_keys import KEEPABLE, SEARCHED
 from geometry.verdict.gate import Verdict
 from geometry.verdict.gate_run import run_gate

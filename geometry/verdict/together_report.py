@@ -20,7 +20,8 @@ from geometry.plan.concurrency import ContextTooLong, contexts_for, max_model_le
 from geometry.plan.concurrency import admitted_requests as after_prefill_count
 from geometry.plan.limits import TooMuchToStep
 from geometry.plan.report import GeometryReport
-from geometry.plan.together import DEFINITION, Workload, workload
+from geometry.plan.together import DEFINITION
+from geometry.plan.together_state import Workload, workload
 
 
 def workloads(inputs: GeometryInputs, named: list[tuple[int, int | None]] | None = None) -> list[Workload]:

@@ -89,7 +89,7 @@ def gate_side(raw: dict, pool: int | None, prompt: int, output: int) -> dict:
     from geometry.model.inputs import GeometryInputs
     from geometry.plan.at_once import at_once, sent_together
     from geometry.plan.simulate import simulate
-    from geometry.plan.together import Workload
+    from geometry.plan.together_state import Workload
     from geometry.verdict.together_report import row
 
     inputs = GeometryInputs.from_json(raw)

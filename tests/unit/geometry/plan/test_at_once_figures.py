@@ -12,7 +12,7 @@ from geometry.image_contract import Behaviour
 from geometry.model.inputs import GeometryInputs
 from geometry.plan.concurrency import concurrency
 from geometry.plan.simulate import simulate
-from geometry.plan.together import Workload, workload
+from geometry.plan.together_state import Workload, workload
 from stackbuild.core.gate import gate_input
 from stackbuild.core.recipe import load_recipe
 

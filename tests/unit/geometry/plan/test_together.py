@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from geometry.kv.kv_spec import RequestBlocks
 from geometry.plan.admission import Scheduling, prefill
-from geometry.plan.together import Stepping, Workload, requests_at_once, run
+from geometry.plan.together import requests_at_once, run
+from geometry.plan.together_state import Stepping, Workload
 
 GROUPS = (RequestBlocks("per_token", 16),)
 S = Scheduling(1024, 64, 1, 0, 16, 16, 16, 16)  # 64 tokens a step: two prompts of 32 in one step

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from geometry.kv.kv_spec import RequestBlocks, StateBlocks
 from geometry.plan.admission import Scheduling
-from geometry.plan.together import Stepping, Workload, run
+from geometry.plan.together import run
+from geometry.plan.together_state import Stepping, Workload
 
 GROUPS = (RequestBlocks("state", 8, state=StateBlocks(align=True, speculative=0)),)
 S = Scheduling(1024, 10, 1, 0, 8, 8, 4, 4)

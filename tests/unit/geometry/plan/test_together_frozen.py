@@ -15,7 +15,8 @@ from hypothesis import strategies as hs
 
 from geometry.kv.kv_spec import RequestBlocks, StateBlocks
 from geometry.plan.admission import Scheduling
-from geometry.plan.together import Stepping, Workload, requests_at_once, run
+from geometry.plan.together import requests_at_once, run
+from geometry.plan.together_state import Stepping, Workload
 
 RULES = ("per_token", "window", "fixed", "state_none", "state_align")
 
