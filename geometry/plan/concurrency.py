@@ -137,7 +137,7 @@ class Fit:
     admission_blocks: int | None = None  # what the scheduler's full-sequence admission check asks
     prefill_chunks: int | None = None  # the steps its prefill takes
     group_blocks: tuple[int, ...] | None = None  # per group, what each holds after its prefill
-    # Requests at once (together.py's DEFINITION) of ``work`` (the length split by together.workload), for
+    # Requests at once (together.py's DEFINITION) of ``work`` (the length split by together_state.workload), for
     # the with-drafter plan (None for the others, or when vLLM cannot plan), and what stops one more (or why
     # the count is not stepped).
     work: Workload | None = None

@@ -165,7 +165,7 @@ def _candidate(
 def _at_once(
     report: GeometryReport, inputs: GeometryInputs, tokens: int, admitted: int | None, last: list[int] | None
 ) -> int | None:
-    """Requests of max_model_len at once (together.py's count, the length split by together.workload), the
+    """Requests of max_model_len at once (together.py's count, the length split by together_state.workload), the
     search starting at ``last``'s count, else at the admission count; None when vLLM cannot plan or the
     run is beyond the model."""
     start = last[0] if last else admitted or 1
