@@ -56,8 +56,8 @@ from stackbuild.image.progress import Progress
 REPO = Path(__file__).resolve().parent.parent
 
 TARGETS = {
-    # The first cold build against the seed-shaped reference (docs/benchmarks.md says why the planner's
-    # import alone, the floor, is above it on vLLM 0.34.0).
+    # The first cold build against the seed-shaped reference (docs/benchmarks.md says why importing vLLM's
+    # planner alone, the floor, is already above it).
     "cold_to_reference": 1.5,
     "cold_with_record_to_reference": 1.0,
     "cold_build_s": 10.0,
