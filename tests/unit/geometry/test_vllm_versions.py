@@ -82,8 +82,8 @@ def _dataclass_fields(path) -> dict[str, set[str]]:
     for node in ast.walk(ast.parse(path.read_text())):
         if not isinstance(node, ast.ClassDef):
             continue
-        decorators = {ast.unparse(d).split("(")[0] for d in node.decorator_list}
-        if "dataclass" in decorators:
+        decorators = {ast.unparse(d).split("(")[0].rsplit(".", 1)[-1] for d in node.decorator_list}
+        if "dataclass" in decorators:  # @dataclass, @dataclass(...), @dataclasses.dataclass(...)
             found[node.name] = {
                 s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
             }
@@ -106,5 +106,9 @@ def test_no_value_copies_a_release_field():
 
 def test_the_copy_check_sees_a_copy(tmp_path):
     source = tmp_path / "settings.py"
-    source.write_text("@dataclass(frozen=True)\nclass S:\n    default_block_size: int\n    other: str\n")
-    assert _dataclass_fields(source) == {"S": {"default_block_size", "other"}}
+    source.write_text(
+        "@dataclass(frozen=True)\nclass S:\n    default_block_size: int\n    other: str\n\n"
+        "@dataclasses.dataclass\nclass T:\n    cpu_refusal: str\n\n"
+        "class U:\n    planning_module: str\n"
+    )
+    assert _dataclass_fields(source) == {"S": {"default_block_size", "other"}, "T": {"cpu_refusal"}}
