@@ -47,6 +47,7 @@ _API: dict[str, tuple[str, str | None]] = {
     "KV_CACHE_DTYPES": ("geometry.kv.units", "KV_CACHE_DTYPES"),
     "build_inputs": ("geometry.model.inputs", "build_inputs"),
     "ServeDefaults": ("geometry.model.serve_settings", "ServeDefaults"),
+    "serving_cpu_avx512_bf16": ("geometry.model.serving_cpu", "serving_cpu_avx512_bf16"),
     "check_drafter": ("geometry.model.config", "check_drafter"),
     "check_target": ("geometry.model.config", "check_target"),
     # the simulation

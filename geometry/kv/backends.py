@@ -260,10 +260,13 @@ CPU_ATTN_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 # CpuPlatform.check_and_update_config turns async scheduling off: one batch in flight.
 CPU_CONCURRENT_BATCHES = 1
-# CpuPlatform.check_and_update_config resets mamba_ssm_cache_dtype "auto" to float32 on a CPU with
-# AVX512-BF16 (the accelerated GDN kernels' state); the simulator assumes such a CPU (the serving
-# hosts here have it; the oracle reads the host's answer).
-CPU_SSM_STATE_DTYPE = "float32"
+
+
+def cpu_ssm_state_dtype(avx512_bf16: bool) -> str | None:
+    """The SSM state dtype on vLLM's CPU platform: CpuPlatform.check_and_update_config resets
+    mamba_ssm_cache_dtype "auto" to float32 on a CPU with AVX512-BF16 (the accelerated GDN kernels'
+    state); without it "auto" stays (None: the model dtype)."""
+    return "float32" if avx512_bf16 else None
 
 
 def drafter_backend(requested: str | None, family: int) -> Backend:

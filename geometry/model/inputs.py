@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from geometry.errors import BadInput
 from geometry.image_contract import Behaviour
+from geometry.kv.backends import CPU_FAMILY
 from geometry.model.config import DrafterModel, TargetModel, check_drafter, check_target, read_target
 from geometry.model.serve_settings import ServeSettings
 from geometry.vllm_versions import DEFAULT_VERSION, VllmRelease, release
@@ -37,6 +38,9 @@ class GeometryInputs:
     drafter_kv_cache_dtype: str | None
     num_speculative_tokens: int
     capability_family: int
+    # On vLLM's CPU platform (capability_family 0): whether the serving CPU has AVX512-BF16
+    # (geometry/model/serving_cpu.py; it decides the GDN state's dtype). False on a GPU family.
+    cpu_avx512_bf16: bool = False
     # Both as vLLM runs them (see resolve_prefix_caching): prefix caching on
     # means mamba_cache_mode "align", off means "none".
     mamba_cache_mode: str = DEFAULT_MAMBA_CACHE_MODE
@@ -74,6 +78,13 @@ class GeometryInputs:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise BadInput(f"{name} must be an integer, got {value!r}")
+        if not isinstance(self.cpu_avx512_bf16, bool):
+            raise BadInput(f"cpu_avx512_bf16 must be true or false, got {self.cpu_avx512_bf16!r}")
+        if self.cpu_avx512_bf16 and self.capability_family != CPU_FAMILY:
+            raise BadInput(
+                f"cpu_avx512_bf16 is a question of vLLM's CPU platform (capability_family {CPU_FAMILY}), "
+                f"not of capability family {self.capability_family}"
+            )
         if self.tensor_parallel_size < 1:
             raise BadInput("tensor_parallel_size must be >= 1")
         if not isinstance(self.nodes, int) or isinstance(self.nodes, bool) or self.nodes < 1:
@@ -195,6 +206,7 @@ def build_inputs(
         drafter_kv_cache_dtype=s.drafter_kv_cache_dtype,
         num_speculative_tokens=s.num_speculative_tokens,
         capability_family=defaults.capability_family,
+        cpu_avx512_bf16=defaults.cpu_avx512_bf16,
         mamba_cache_mode=mode,
         enable_prefix_caching=prefix_caching,
         block_size=s.block_size,

@@ -155,6 +155,7 @@ def build_model(inputs: GeometryInputs, with_drafter: bool, num_spec: int) -> Mo
         layer_types=tuple(tc.get("layer_types") or ()),
         tensor_parallel_size=inputs.tensor_parallel_size,
         capability_family=inputs.capability_family,
+        cpu_avx512_bf16=inputs.cpu_avx512_bf16,
         num_spec=num_spec,
         model_dtype=model_dtype,
         kv_cache_dtype=kv_target,

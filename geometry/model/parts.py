@@ -54,6 +54,7 @@ class TargetSettings:
     layer_types: tuple[str, ...]  # the config's, possibly empty
     tensor_parallel_size: int
     capability_family: int
+    cpu_avx512_bf16: bool  # on vLLM's CPU platform: the serving CPU has AVX512-BF16
     num_spec: int
     model_dtype: str
     kv_cache_dtype: str  # the cache-dtype string the target layers run

@@ -22,6 +22,8 @@ class ServeDefaults:
 
     nodes: int  # machines the tensor-parallel group spans
     capability_family: int  # the GPU's (vLLM's is_device_capability_family)
+    # On vLLM's CPU platform: the serving CPU has AVX512-BF16 (geometry/model/serving_cpu.py)
+    cpu_avx512_bf16: bool
     vllm_behaviour: Behaviour  # the vLLM the image runs
     kv_cache_memory_bytes: int  # the KV budget without --kv-cache-memory-bytes
     # Without --max-num-batched-tokens: `vllm serve`'s default for the GPU (None: not known,

@@ -63,7 +63,7 @@ def _plan(inputs: GeometryInputs, with_drafter: bool, num_spec: int, drafter_bac
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
 
     P = planning(inputs)
-    with serving_platform(inputs.capability_family) as platform:
+    with serving_platform(inputs.capability_family, inputs.cpu_avx512_bf16) as platform:
         try:
             cfg = _build(inputs, with_drafter, num_spec)
         except (AssertionError, ValueError, NotImplementedError) as exc:
@@ -297,7 +297,7 @@ def blocks_per_request(inputs: GeometryInputs) -> list[tuple[str, int, int]]:
     from vllm.config import set_current_vllm_config
     from vllm.utils.math_utils import cdiv
 
-    with serving_platform(inputs.capability_family):
+    with serving_platform(inputs.capability_family, inputs.cpu_avx512_bf16):
         cfg, scheduler = scheduler_kv_cache_config(inputs, inputs.has_drafter, inputs.num_speculative_tokens)
         with set_current_vllm_config(cfg):
             return [
@@ -313,7 +313,7 @@ def blocks_per_request(inputs: GeometryInputs) -> list[tuple[str, int, int]]:
 def drafter_backend_names(inputs: GeometryInputs) -> dict[str, str]:
     """The backend vLLM's selector gives each of the drafter's layers for ``inputs`` (the
     with-drafter model), by layer name; ValueError (and AssertionError) as vLLM raises them."""
-    with serving_platform(inputs.capability_family):
+    with serving_platform(inputs.capability_family, inputs.cpu_avx512_bf16):
         cfg, hf = build_vllm_config(inputs, True, inputs.num_speculative_tokens)
         register_layers(inputs, cfg, hf, inputs.num_speculative_tokens, True)
         ctx = cfg.compilation_config.static_forward_context
@@ -327,7 +327,7 @@ def vllm_kv_cache_size_tokens(inputs: GeometryInputs) -> int:
     from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
 
     _require_release(inputs)
-    with serving_platform(inputs.capability_family):
+    with serving_platform(inputs.capability_family, inputs.cpu_avx512_bf16):
         cfg, scheduler = scheduler_kv_cache_config(inputs, inputs.has_drafter, inputs.num_speculative_tokens)
         with set_current_vllm_config(cfg):
             return get_kv_cache_capacity(cfg, scheduler)[0]

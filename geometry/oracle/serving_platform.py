@@ -30,7 +30,9 @@ family's capability. Every caller (the gate, the pre-flight, the tests, the engi
 thus gets the same answer, whatever VLLM_TARGET_DEVICE says and whatever the host has.
 
 A recipe without a GPU (``CPU_FAMILY``) is planned under ``CpuPlatform`` itself: vLLM's CPU
-platform, whose ``update_block_size_for_backend`` prefers 128-token blocks.
+platform, whose ``update_block_size_for_backend`` prefers 128-token blocks. It asks the CPU
+``torch.cpu._is_avx512_bf16_supported()``; inside the block that answers for the serving CPU the
+gate input names (``cpu_avx512_bf16``), as the capability answers for the serving GPU.
 
 Modules vLLM first imports inside the block take their import-time platform branches
 for this platform, as they do in the build's gate.
@@ -83,22 +85,39 @@ def platform_class(family: int) -> type:
 
 
 @contextlib.contextmanager
-def serving_platform(family: int):
+def serving_platform(family: int, cpu_avx512_bf16: bool | None = None):
     """vLLM's current platform behaves as the serving GPU's of ``family`` (``CPU_FAMILY``: vLLM's
-    CPU platform) inside the block (the class of the one platform object is switched, and switched
-    back after it); yields the platform class."""
+    CPU platform, on a CPU with AVX512-BF16 or not as ``cpu_avx512_bf16`` says; None: this host's)
+    inside the block (the class of the one platform object is switched, and switched back after
+    it); yields the platform class."""
     from vllm.platforms import current_platform
 
     detected = type(current_platform)
     clear_selection_cache()
-    if family == CPU_FAMILY:
-        from vllm.platforms.cpu import CpuPlatform
+    with contextlib.ExitStack() as stack:
+        if family == CPU_FAMILY:
+            from vllm.platforms.cpu import CpuPlatform
 
-        current_platform.__class__ = CpuPlatform
-    else:
-        current_platform.__class__ = platform_class(family)
+            current_platform.__class__ = CpuPlatform
+            if cpu_avx512_bf16 is not None:
+                stack.enter_context(_avx512_bf16_answer(cpu_avx512_bf16))
+        else:
+            current_platform.__class__ = platform_class(family)
+        try:
+            yield type(current_platform)
+        finally:
+            current_platform.__class__ = detected
+            clear_selection_cache()
+
+
+@contextlib.contextmanager
+def _avx512_bf16_answer(answer: bool):
+    """``torch.cpu._is_avx512_bf16_supported()`` (what CpuPlatform calls at each use) returns ``answer``."""
+    import torch.cpu
+
+    asked = torch.cpu._is_avx512_bf16_supported
+    torch.cpu._is_avx512_bf16_supported = lambda: answer
     try:
-        yield type(current_platform)
+        yield
     finally:
-        current_platform.__class__ = detected
-        clear_selection_cache()
+        torch.cpu._is_avx512_bf16_supported = asked

@@ -24,6 +24,7 @@ from typing import Callable, Optional, Sequence
 
 from geometry.image_contract import Behaviour, Role
 from geometry.model.serve_settings import ServeDefaults
+from geometry.model.serving_cpu import serving_cpu_avx512_bf16
 from geometry.preflight.checked import CheckedServe
 from geometry.preflight.checkpoint import CheckpointUnusable
 from geometry.preflight.configs import ConfigUnusable, MountedConfig, read_config
@@ -91,8 +92,12 @@ def build_defaults(built, kv_cache_memory_bytes: int) -> ServeDefaults:
     """What the gate input takes where no serve flag says: the build's (``built``, the GeometryInputs the
     build checked: the GPU's capability family, the vLLM behaviour the image has, the machines the TP group
     spans, the batch the build judged, `vllm serve`'s default for the recipe's GPU unless the recipe gave
-    one), with the KV budget this start gets."""
-    return replace(ServeDefaults.of(built), kv_cache_memory_bytes=kv_cache_memory_bytes)
+    one), with the KV budget this start gets and, on vLLM's CPU platform, the CPU this start runs on."""
+    return replace(
+        ServeDefaults.of(built),
+        kv_cache_memory_bytes=kv_cache_memory_bytes,
+        cpu_avx512_bf16=serving_cpu_avx512_bf16(built.capability_family),
+    )
 
 
 def derive_inputs(flags: ServeFlags, target: MountedConfig, drafter: Optional[MountedConfig], defaults: ServeDefaults):

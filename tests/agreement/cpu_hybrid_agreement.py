@@ -6,9 +6,16 @@ Runs without pytest, where the CPU serving base image has vLLM and no test tools
     docker run --rm -v $PWD:/src -w /src -e PYTHONPATH=/src:/src/tests -e VLLM_TARGET_DEVICE=cpu \\
         --entrypoint python3 glm53-test/vllm-cpu-serve:0.32.0 tests/agreement/cpu_hybrid_agreement.py
 
-prints one ``CPU_HYBRID {json}`` line per case, then ``CPU_HYBRID_DISTRIBUTIONS {json}`` (the
-distributions an oracle record would be keyed by), and exits 0 when every case agrees, 1 otherwise.
+prints ``CPU_HOST {json}`` (this CPU's AVX512-BF16 as the gate reads it and as torch answers vLLM),
+one ``CPU_HYBRID {json}`` line per case, then ``CPU_HYBRID_DISTRIBUTIONS {json}`` (the distributions an
+oracle record would be keyed by), and exits 0 when every case agrees, 1 otherwise.
 tests/agreement/test_cpu_hybrid_agreement.py runs the same checks under pytest.
+
+Each drafter is planned for both serving CPUs (``cpu_avx512_bf16``: vLLM's CPU platform keeps the GDN
+state in float32 on one with AVX512-BF16, in the model dtype on one without), whatever this host is:
+the oracle answers vLLM's question for the CPU the gate input names. Both plans give the live
+server's group blocks and token count (the GDN state page fits the attention-sized hybrid block
+either way); the state page itself differs, and the simulator is held to vLLM on it.
 """
 
 from __future__ import annotations
@@ -26,8 +33,24 @@ def installed_release() -> str:
     return public_version(vllm.__version__)
 
 
-def check_case(kv_heads: int, version: str) -> list[str]:
-    """What disagrees for the recipe with a ``kv_heads`` drafter (stock), planned by the installed vLLM."""
+CPU_KINDS = (False, True)  # cpu_avx512_bf16: the serving CPU without, with AVX512-BF16
+
+
+def check_host() -> list[str]:
+    """What disagrees between the gate's reading of this CPU (/proc/cpuinfo) and torch's answer to vLLM."""
+    import torch
+
+    from geometry.model.serving_cpu import has_avx512_bf16
+
+    read, asked = has_avx512_bf16(), bool(torch.cpu._is_avx512_bf16_supported())
+    problems = [] if read == asked else [f"/proc/cpuinfo says avx512_bf16 {read}, torch answers vLLM {asked}"]
+    print("CPU_HOST " + json.dumps({"read": read, "torch": asked, "problems": problems}), flush=True)
+    return problems
+
+
+def check_case(kv_heads: int, version: str, cpu_avx512_bf16: bool) -> list[str]:
+    """What disagrees for the recipe with a ``kv_heads`` drafter (stock) served on a CPU with AVX512-BF16
+    or not, planned by the installed vLLM."""
     import cpu_hybrid_cases as H
 
     from geometry.model.inputs import GeometryInputs
@@ -35,7 +58,7 @@ def check_case(kv_heads: int, version: str) -> list[str]:
     from geometry.plan.concurrency import concurrency
     from geometry.plan.simulate import simulate
 
-    inputs = GeometryInputs.from_json(H.gate_input(kv_heads, version=version))
+    inputs = GeometryInputs.from_json(H.gate_input(kv_heads, version=version, cpu_avx512_bf16=cpu_avx512_bf16))
     sim, vllm = simulate(inputs), plan_with_vllm(inputs)
     problems = list(compare_reports(sim, vllm))
     groups, tokens = H.LIVE_SERVER[kv_heads]
@@ -48,7 +71,16 @@ def check_case(kv_heads: int, version: str) -> list[str]:
         problems.append(f"vLLM {version} logs {vllm_tokens:,} tokens, the live server {tokens:,}")
     if sim_tokens != vllm_tokens:
         problems.append(f"simulator {sim_tokens:,} tokens, vLLM {vllm_tokens:,}")
-    line = {"kv_heads": kv_heads, "vllm": version, "groups": planned, "tokens": vllm_tokens, "problems": problems}
+    states = sorted({layer.dtype for layer in vllm.with_drafter.layers if layer.name.endswith("linear_attn")})
+    line = {
+        "kv_heads": kv_heads,
+        "cpu_avx512_bf16": cpu_avx512_bf16,
+        "vllm": version,
+        "groups": planned,
+        "tokens": vllm_tokens,
+        "gdn_state_dtypes": states,
+        "problems": problems,
+    }
     print("CPU_HYBRID " + json.dumps(line), flush=True)
     return problems
 
@@ -56,7 +88,8 @@ def check_case(kv_heads: int, version: str) -> list[str]:
 def main() -> int:
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     version = installed_release()
-    failed = [p for kv in sorted(__import__("cpu_hybrid_cases").LIVE_SERVER) for p in check_case(kv, version)]
+    cases = [(kv, cpu) for kv in sorted(__import__("cpu_hybrid_cases").LIVE_SERVER) for cpu in CPU_KINDS]
+    failed = check_host() + [p for kv, cpu in cases for p in check_case(kv, version, cpu)]
     from geometry.oracle.record import imported_distributions
 
     # What an oracle record made here would be keyed by besides vLLM's own bytes.

@@ -39,7 +39,7 @@ def figures(behaviour: str) -> list[dict]:
     table = concurrency(report, inputs)
     limit = max_num_seqs(inputs)
     out = []
-    with serving_platform(inputs.capability_family):
+    with serving_platform(inputs.capability_family, inputs.cpu_avx512_bf16):
         for fit in table.fits["with_drafter"]:
             n, work = fit.requests, fit.work
             sent = [n, n + 1] if n < limit else [n]

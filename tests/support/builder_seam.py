@@ -127,7 +127,7 @@ def recipe_plan(data: dict, builder: bool) -> dict:
 
     inputs = GeometryInputs.from_json(data)
     with contextlib.ExitStack() as stack:
-        platform = stack.enter_context(serving_platform(inputs.capability_family))
+        platform = stack.enter_context(serving_platform(inputs.capability_family, inputs.cpu_avx512_bf16))
         if builder:
             stack.enter_context(builder_installed())
         cfg = _build(inputs, True, inputs.num_speculative_tokens)

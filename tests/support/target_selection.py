@@ -107,7 +107,7 @@ def vllm_target_selection(inputs: GeometryInputs) -> tuple[TargetAsk, Selection]
     from geometry.oracle.serving_platform import serving_platform
     from geometry.oracle.vllm_config import build_vllm_config
 
-    with serving_platform(inputs.capability_family) as platform:
+    with serving_platform(inputs.capability_family, inputs.cpu_avx512_bf16) as platform:
         cfg, hf = build_vllm_config(inputs, False, 0)
         ask = _ask(inputs, cfg, hf)
         if ask not in _ASKED:

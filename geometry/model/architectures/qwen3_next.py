@@ -4,9 +4,9 @@ platform) (stdlib only).
 
 On the CPU platform (``CPU_FAMILY``) ``CpuPlatform.check_and_update_config`` resets
 ``mamba_ssm_cache_dtype`` "auto" to float32 on a CPU with AVX512-BF16 ("Reset SSM cache type to
-float32 for accelerated GDN mamba backend"): the GDN temporal state is then fp32. The simulator
-assumes such a CPU (backends.CPU_SSM_STATE_DTYPE); on one without AVX512-BF16 the state stays in
-the model dtype."""
+float32 for accelerated GDN mamba backend"): the GDN temporal state is then fp32; on one without
+AVX512-BF16 it stays in the model dtype. The gate input says which CPU serves
+(``cpu_avx512_bf16``, geometry/model/serving_cpu.py; backends.cpu_ssm_state_dtype)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def build_target(s: TargetSettings) -> Target:
     if heads % tp:  # Qwen3NextAttention.__init__
         raise SimulatedError("AssertionError", "num_attention_heads not divisible by TP")
     kv_heads = kv_heads_per_rank(kvh, tp, "num_key_value_heads")
-    ssm_dtype = B.CPU_SSM_STATE_DTYPE if s.capability_family == B.CPU_FAMILY else None
+    ssm_dtype = B.cpu_ssm_state_dtype(s.cpu_avx512_bf16) if s.capability_family == B.CPU_FAMILY else None
     state = gdn_state(tc, tp, s.num_spec, s.model_dtype, ssm_dtype)
     t_dtype = s.kv_storage_dtype
     spec = FullAttentionSpec(

@@ -312,6 +312,7 @@ def _preflight(raw: dict) -> None:
     built = ServeDefaults(
         nodes=raw["nodes"],
         capability_family=raw["capability_family"],
+        cpu_avx512_bf16=raw.get("cpu_avx512_bf16", False),
         kv_cache_memory_bytes=raw["kv_cache_memory_bytes"],
         vllm_behaviour=raw["vllm_behaviour"],
         max_num_batched_tokens=raw.get("max_num_batched_tokens"),

@@ -20,6 +20,7 @@ TARGET, DRAFTER = recipe_configs()
 DEFAULTS = ServeDefaults(
     nodes=1,
     capability_family=100,
+    cpu_avx512_bf16=False,
     vllm_behaviour="overlay",
     kv_cache_memory_bytes=3 << 30,
     max_num_batched_tokens=16384,

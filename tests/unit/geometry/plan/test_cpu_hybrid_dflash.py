@@ -30,16 +30,39 @@ def _run(kv_heads: int, behaviour: str = "stock", version: str = V0_32_0.version
     return inputs, report, judge(report, inputs), concurrency(report, inputs)
 
 
+@pytest.mark.parametrize("cpu_avx512_bf16", (False, True), ids=("cpu", "cpu-avx512bf16"))
 @pytest.mark.parametrize("version", sorted(v for v, r in RELEASES.items() if r.cpu_refusal is None))
 @pytest.mark.parametrize("kv_heads", sorted(H.LIVE_SERVER))
-def test_stock_gives_the_live_servers_group_blocks_and_tokens(kv_heads, version):
-    """The live server's `kv cache group sizes` and `CPU KV cache size: N tokens` (0.33.0's CPU platform
-    plans these configs the same way: the oracle test checks that against vLLM 0.33.0)."""
-    _, report, _, at_once = _run(kv_heads, version=version)
+def test_stock_gives_the_live_servers_group_blocks_and_tokens(kv_heads, version, cpu_avx512_bf16):
+    """The live server's `kv cache group sizes` and `CPU KV cache size: N tokens`, on a serving CPU with
+    AVX512-BF16 and on one without (0.33.0's CPU platform plans these configs the same way: the oracle
+    test checks that against vLLM 0.33.0)."""
+    _, report, _, at_once = _run(kv_heads, version=version, cpu_avx512_bf16=cpu_avx512_bf16)
     groups, tokens = H.LIVE_SERVER[kv_heads]
     assert tuple(g.block_size for g in report.with_drafter.groups) == groups
     assert at_once.vllm_kv_cache_size_tokens["with_drafter"] == tokens
     assert report.backends == ("CPU_ATTN",) and report.drafter_backend == "CPU_ATTN"
+
+
+def test_the_gdn_state_follows_the_serving_cpu():
+    """A GDN layer's temporal state (linear value heads x key head dim x value head dim, one per request)
+    is float32 (4 B) on a CPU with AVX512-BF16 and the model's bfloat16 (2 B) on one without; the conv
+    state stays bfloat16. So the state page differs by exactly those elements at 2 B each."""
+    pages = {}
+    for cpu in (False, True):
+        _, report, _, _ = _run(2, cpu_avx512_bf16=cpu)
+        (page,) = {r.real_page_bytes for r in report.layers if r.role == "gdn"}
+        (dtype,) = {r.dtype for r in report.layers if r.role == "gdn"}
+        pages[cpu] = (page, dtype)
+    assert pages[False][1] == "bfloat16/bfloat16" and pages[True][1] == "bfloat16/float32"
+    tc = H.config("target")
+    temporal_elements = tc["linear_num_value_heads"] * tc["linear_key_head_dim"] * tc["linear_value_head_dim"]
+    assert pages[True][0] - pages[False][0] == temporal_elements * 2
+
+
+def test_a_gpu_family_is_not_asked_about_the_cpu():
+    with pytest.raises(BadInput, match=r"^cpu_avx512_bf16 is a question of vLLM's CPU platform"):
+        GeometryInputs.from_json(H.gate_input(4, capability_family=100, cpu_avx512_bf16=True))
 
 
 def test_the_recipes_drafter_fails_stock_on_its_page_and_fits_with_the_overlay():
