@@ -16,8 +16,8 @@ GIB = 1024**3
 def serve_defaults(recipe: Recipe, *, vllm_behaviour: Behaviour = Behaviour.OVERLAY):
     """What the recipe's gate input takes where its serve argv gives no flag
     (geometry.model.serve_settings.ServeDefaults):
-    its machines and GPU family (on vLLM's CPU platform, this machine's CPU), the KV budget of geometry.kv_cache_memory_gib, and `vllm serve`'s batch for
-    the GPU (core/gpus.py)."""
+    its machines and GPU family (on vLLM's CPU platform, this machine's CPU), the KV budget of
+    geometry.kv_cache_memory_gib, and `vllm serve`'s batch for the GPU (core/gpus.py)."""
     from geometry import ServeDefaults, serving_cpu_avx512_bf16
 
     s = recipe.serving
