@@ -24,6 +24,8 @@ import json
 import os
 import sys
 
+CPU_KINDS = (False, True)  # cpu_avx512_bf16: the serving CPU without, with AVX512-BF16
+
 
 def installed_release() -> str:
     import vllm
@@ -31,9 +33,6 @@ def installed_release() -> str:
     from geometry.vllm_versions import public_version
 
     return public_version(vllm.__version__)
-
-
-CPU_KINDS = (False, True)  # cpu_avx512_bf16: the serving CPU without, with AVX512-BF16
 
 
 def check_host() -> list[str]:

@@ -38,3 +38,33 @@ def test_a_gpu_family_is_never_asked(monkeypatch, tmp_path):
     monkeypatch.setattr(serving_cpu, "CPUINFO", cpuinfo)
     assert serving_cpu_avx512_bf16(100) is False
     assert serving_cpu_avx512_bf16(CPU_FAMILY) is True
+
+
+@pytest.fixture(params=(False, True), ids=("cpu", "cpu-avx512bf16"))
+def this_cpu(request, monkeypatch, tmp_path) -> bool:
+    """This machine read as a CPU without, then with AVX512-BF16; the value is which."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(X86.format(extra="avx512_bf16" if request.param else ""))
+    monkeypatch.setattr(serving_cpu, "CPUINFO", cpuinfo)
+    return request.param
+
+
+def test_the_start_check_takes_the_cpu_it_starts_on_not_the_builds(this_cpu):
+    """An image built (and gated) on one CPU that starts on another: the pre-flight's defaults are the
+    starting machine's, so its gate plans the GDN state vLLM will run there."""
+    import cpu_hybrid_cases as H
+
+    from geometry.model.inputs import GeometryInputs
+    from geometry.preflight.check import build_defaults
+
+    built = GeometryInputs.from_json(H.gate_input(4, cpu_avx512_bf16=not this_cpu))
+    assert build_defaults(built, 1 << 30).cpu_avx512_bf16 is this_cpu
+
+
+def test_build_py_takes_the_cpu_it_runs_on(this_cpu):
+    import cpu_hybrid_cases as H
+
+    from stackbuild.core.gate import gate_input
+    from stackbuild.core.recipe import load_recipe
+
+    assert gate_input(load_recipe(H.RECIPE_DIR / "recipe.yaml")).cpu_avx512_bf16 is this_cpu
