@@ -17,6 +17,10 @@ from pathlib import Path
 RECIPE_DIR = Path(__file__).resolve().parent / "recipes" / "cpu-hybrid-dflash"
 LIVE_RECORD = Path(__file__).resolve().parent.parent / "docs" / "served" / "cpu-hybrid-live-server.json"
 GIB = 1 << 30
+# The gate input's cpu_avx512_bf16 the cases are planned for (the serving CPU without, with AVX512-BF16),
+# and their test ids.
+CPU_KINDS = (False, True)
+CPU_KIND_IDS = ("cpu", "cpu-avx512bf16")
 GROUP_SIZES = re.compile(r"kv cache group sizes \((?P<sizes>[0-9, ]+)\)")
 KV_SIZE = re.compile(r"CPU KV cache size: (?P<tokens>[0-9,]+) tokens")
 

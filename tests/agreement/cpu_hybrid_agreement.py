@@ -23,8 +23,37 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import dataclass
 
-CPU_KINDS = (False, True)  # cpu_avx512_bf16: the serving CPU without, with AVX512-BF16
+# The tags of the lines the script prints (the writers below) and read_output reads.
+HOST, CASE, DISTRIBUTIONS = "CPU_HOST", "CPU_HYBRID", "CPU_HYBRID_DISTRIBUTIONS"
+
+
+@dataclass(frozen=True)
+class Output:
+    """What a run of the script printed: the host line, the case lines by (drafter KV heads, serving CPU with
+    AVX512-BF16), the distributions line (None where a line is missing)."""
+
+    host: dict | None
+    cases: dict[tuple[int, bool], dict]
+    distributions: dict | None
+
+
+def read_output(stdout: str) -> Output:
+    """The script's lines in ``stdout`` (other lines, vLLM's logging among them, are left out); ValueError
+    for a line printed twice (the host or distributions line, or one case)."""
+    seen: dict = {}
+    for line in stdout.splitlines():
+        tag, _, data = line.partition(" ")
+        if tag not in (HOST, CASE, DISTRIBUTIONS):
+            continue
+        value = json.loads(data)
+        key = (value["kv_heads"], value["cpu_avx512_bf16"]) if tag == CASE else tag
+        if key in seen:
+            raise ValueError(f"{tag} line printed twice: {line}")
+        seen[key] = value
+    cases = {key: value for key, value in seen.items() if isinstance(key, tuple)}
+    return Output(seen.get(HOST), cases, seen.get(DISTRIBUTIONS))
 
 
 def installed_release() -> str:
@@ -43,7 +72,7 @@ def check_host() -> list[str]:
 
     read, asked = has_avx512_bf16(), bool(torch.cpu._is_avx512_bf16_supported())
     problems = [] if read == asked else [f"/proc/cpuinfo says avx512_bf16 {read}, torch answers vLLM {asked}"]
-    print("CPU_HOST " + json.dumps({"read": read, "torch": asked, "problems": problems}), flush=True)
+    print(f"{HOST} " + json.dumps({"read": read, "torch": asked, "problems": problems}), flush=True)
     return problems
 
 
@@ -80,19 +109,21 @@ def check_case(kv_heads: int, version: str, cpu_avx512_bf16: bool) -> list[str]:
         "gdn_state_dtypes": states,
         "problems": problems,
     }
-    print("CPU_HYBRID " + json.dumps(line), flush=True)
+    print(f"{CASE} " + json.dumps(line), flush=True)
     return problems
 
 
 def main() -> int:
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     version = installed_release()
-    cases = [(kv, cpu) for kv in sorted(__import__("cpu_hybrid_cases").LIVE_SERVER) for cpu in CPU_KINDS]
+    import cpu_hybrid_cases as H
+
+    cases = [(kv, cpu) for kv in sorted(H.LIVE_SERVER) for cpu in H.CPU_KINDS]
     failed = check_host() + [p for kv, cpu in cases for p in check_case(kv, version, cpu)]
     from geometry.oracle.record import imported_distributions
 
     # What an oracle record made here would be keyed by besides vLLM's own bytes.
-    print("CPU_HYBRID_DISTRIBUTIONS " + json.dumps(imported_distributions()), flush=True)
+    print(f"{DISTRIBUTIONS} " + json.dumps(imported_distributions()), flush=True)
     for p in failed:
         print(p, file=sys.stderr)
     return 1 if failed else 0

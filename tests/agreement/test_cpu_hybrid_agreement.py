@@ -8,7 +8,6 @@ runs the script itself (its docstring has the command)."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -28,41 +27,31 @@ except ImportError as exc:
     pytest.skip(f"torch is not importable ({exc}): run `make oracle`", allow_module_level=True)
 
 import cpu_hybrid_cases as H  # noqa: E402
+from agreement.cpu_hybrid_agreement import Output, read_output  # noqa: E402
 
 SCRIPT = Path(__file__).with_name("cpu_hybrid_agreement.py")
-from cpu_hybrid_agreement import CPU_KINDS  # noqa: E402
-
 RELEASE = newest_cpu_modelled_release()
 
 
 @pytest.fixture(scope="module")
-def planned() -> tuple[subprocess.CompletedProcess, dict[tuple[int, bool], dict]]:
-    """The script's run under RELEASE's tree, and its ``CPU_HYBRID`` line per (drafter KV heads, serving
-    CPU with AVX512-BF16); the ``CPU_HOST`` line under the key ``"host"``."""
+def planned() -> tuple[subprocess.CompletedProcess, Output]:
+    """The script's run under RELEASE's tree, and what it printed."""
     env = tree_env(release_tree(RELEASE))
     proc = subprocess.run(
         [sys.executable, str(SCRIPT)], cwd=REPO, env=env, capture_output=True, text=True, timeout=1800
     )
-    lines = {}
-    for line in proc.stdout.splitlines():
-        kind, _, data = line.partition(" ")
-        if kind == "CPU_HYBRID":
-            case = json.loads(data)
-            lines[(case["kv_heads"], case["cpu_avx512_bf16"])] = case
-        elif kind == "CPU_HOST":
-            lines["host"] = json.loads(data)
-    return proc, lines
+    return proc, read_output(proc.stdout)
 
 
-@pytest.mark.parametrize("cpu_avx512_bf16", CPU_KINDS, ids=("cpu", "cpu-avx512bf16"))
+@pytest.mark.parametrize("cpu_avx512_bf16", H.CPU_KINDS, ids=H.CPU_KIND_IDS)
 @pytest.mark.parametrize("kv_heads", sorted(H.LIVE_SERVER))
 def test_vllms_cpu_platform_plans_the_live_servers_figures_and_the_simulator_agrees(planned, kv_heads, cpu_avx512_bf16):
     """Stock, prefix caching off, 1 GiB, on a serving CPU with AVX512-BF16 and on one without: vLLM's own
     planner (its platform alignment, specs, grouping and get_kv_cache_capacity) gives the group blocks and
     the token count the live server logged, and the simulator gives the same plan field by field (the GDN
     state's dtype and page among them: float32 with AVX512-BF16, the model's bfloat16 without)."""
-    proc, cases = planned
-    case = cases.get((kv_heads, cpu_avx512_bf16))
+    proc, output = planned
+    case = output.cases.get((kv_heads, cpu_avx512_bf16))
     assert case is not None, (
         f"no CPU_HYBRID line for {kv_heads} KV heads (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
     )
@@ -75,7 +64,7 @@ def test_vllms_cpu_platform_plans_the_live_servers_figures_and_the_simulator_agr
 def test_the_gates_reading_of_this_cpu_is_torchs_answer_to_vllm(planned):
     """/proc/cpuinfo's avx512_bf16 (what build.py and the pre-flight read) is what
     ``torch.cpu._is_avx512_bf16_supported()`` answers vLLM's CPU platform on this machine."""
-    proc, cases = planned
-    host = cases.get("host")
+    proc, output = planned
+    host = output.host
     assert host is not None, f"no CPU_HOST line (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
     assert host["read"] == host["torch"], host

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import cpu_hybrid_cases as H
 import pytest
 
 from geometry.kv.backends import CPU_FAMILY
@@ -40,7 +41,7 @@ def test_a_gpu_family_is_never_asked(monkeypatch, tmp_path):
     assert serving_cpu_avx512_bf16(CPU_FAMILY) is True
 
 
-@pytest.fixture(params=(False, True), ids=("cpu", "cpu-avx512bf16"))
+@pytest.fixture(params=H.CPU_KINDS, ids=H.CPU_KIND_IDS)
 def this_cpu(request, monkeypatch, tmp_path) -> bool:
     """This machine read as a CPU without, then with AVX512-BF16; the value is which."""
     cpuinfo = tmp_path / "cpuinfo"
@@ -52,8 +53,6 @@ def this_cpu(request, monkeypatch, tmp_path) -> bool:
 def test_the_start_check_takes_the_cpu_it_starts_on_not_the_builds(this_cpu):
     """An image built (and gated) on one CPU that starts on another: the pre-flight's defaults are the
     starting machine's, so its gate plans the GDN state vLLM will run there."""
-    import cpu_hybrid_cases as H
-
     from geometry.model.inputs import GeometryInputs
     from geometry.preflight.check import build_defaults
 
@@ -62,8 +61,6 @@ def test_the_start_check_takes_the_cpu_it_starts_on_not_the_builds(this_cpu):
 
 
 def test_build_py_takes_the_cpu_it_runs_on(this_cpu):
-    import cpu_hybrid_cases as H
-
     from stackbuild.core.gate import gate_input
     from stackbuild.core.recipe import load_recipe
 

@@ -30,7 +30,7 @@ def _run(kv_heads: int, behaviour: str = "stock", version: str = V0_32_0.version
     return inputs, report, judge(report, inputs), concurrency(report, inputs)
 
 
-@pytest.mark.parametrize("cpu_avx512_bf16", (False, True), ids=("cpu", "cpu-avx512bf16"))
+@pytest.mark.parametrize("cpu_avx512_bf16", H.CPU_KINDS, ids=H.CPU_KIND_IDS)
 @pytest.mark.parametrize("version", sorted(v for v, r in RELEASES.items() if r.cpu_refusal is None))
 @pytest.mark.parametrize("kv_heads", sorted(H.LIVE_SERVER))
 def test_stock_gives_the_live_servers_group_blocks_and_tokens(kv_heads, version, cpu_avx512_bf16):
@@ -49,7 +49,7 @@ def test_the_gdn_state_follows_the_serving_cpu():
     is float32 (4 B) on a CPU with AVX512-BF16 and the model's bfloat16 (2 B) on one without; the conv
     state stays bfloat16. So the state page differs by exactly those elements at 2 B each."""
     pages = {}
-    for cpu in (False, True):
+    for cpu in H.CPU_KINDS:
         _, report, _, _ = _run(2, cpu_avx512_bf16=cpu)
         (page,) = {r.real_page_bytes for r in report.layers if r.role == "gdn"}
         (dtype,) = {r.dtype for r in report.layers if r.role == "gdn"}
