@@ -117,8 +117,9 @@ def cli() -> None:
     fault, never a traceback, with a distinct exit code per kind; a value given by a flag or the
     environment is blamed on that flag or variable, with the fix when there is one (`--owner
     'Acme'`: use 'acme'). A step that takes more than a second says so on stderr before it starts
-    (compose and deploy import vLLM for the serve-parser check: 10-20 s); gate reasons that repeat
-    for layers alike are one reason with their count (`[5x: also ... to ...]`).
+    (compose and deploy import vLLM for the serve-parser check: 10-20 s, skipped for a command line
+    the same vLLM installation passed before, kept in $GLM53_CACHE_DIR, else ~/.cache/glm53); gate
+    reasons that repeat for layers alike are one reason with their count (`[5x: also ... to ...]`).
 
     Nothing is written when a command fails (outputs go through a temporary file in the target
     directory), and nothing is tagged or pushed after a failed step. Generated files

@@ -27,10 +27,11 @@ from typing import Any, Mapping, Optional, Sequence
 
 from geometry import DEFAULT_VERSION, one_line
 from stackbuild.core.errors import ComposeInvalid, ComposeVersionError, OracleBroken, ServeArgsRejected
+from stackbuild.serve import parser_verdicts
+from stackbuild.serve.parser_verdicts import ORACLE_SCRIPT
 
 ORACLE_ENV = "GLM53_ORACLE_PYTHON"
 COMPOSE_BIN_ENV = "GLM53_COMPOSE_BIN"
-ORACLE_SCRIPT = Path(__file__).resolve().parent / "serve_oracle.py"
 ORACLE_TIMEOUT = 600  # importing vLLM on a small CPU host takes 20-60 s
 # The generated files' env_file entries carry `required: false` (the env file is optional), which
 # Docker Compose reads from 2.24 on; older versions refuse the file.
@@ -57,14 +58,33 @@ def oracle_python() -> str:
 
 
 def run_serve_parser(argv: Sequence[str], *, python: Optional[str] = None) -> dict:
-    """Run serve_oracle.py under the oracle interpreter; its JSON verdict."""
-    return _run_oracle(list(argv), python or oracle_python())
+    """Run serve_oracle.py under the oracle interpreter; its JSON verdict (a pass kept from an earlier run
+    on the same installation: parser_verdicts)."""
+    return run_serve_parser_cases([argv], python=python)[0]
 
 
 def run_serve_parser_cases(cases: Sequence[Sequence[str]], *, python: Optional[str] = None) -> list[dict]:
-    """Several command lines at the cost of one vLLM import; one verdict each."""
-    result = _run_oracle({"cases": [list(c) for c in cases]}, python or oracle_python())
-    return result["cases"] if "cases" in result else [result] * len(cases)
+    """Several command lines at the cost of one vLLM import (none where every one passed before); one verdict each."""
+    python = python or oracle_python()
+    cases = [list(c) for c in cases]
+    installation = parser_verdicts.installation_key(python)
+    verdicts = [parser_verdicts.kept(installation, argv) for argv in cases]
+    asked = [argv for argv, verdict in zip(cases, verdicts) if verdict is None]
+    if not asked:
+        print(
+            f"the serve command: vLLM's `vllm serve` parser ({python}) passed it before, on this vLLM installation "
+            f"({parser_verdicts.cache_directory()})",
+            file=sys.stderr,
+            flush=True,
+        )
+        return verdicts
+    result = _run_oracle(asked[0] if len(asked) == 1 else {"cases": asked}, python)
+    answers = iter(result["cases"] if "cases" in result else [result] * len(asked))
+    for index, verdict in enumerate(verdicts):
+        if verdict is None:
+            verdicts[index] = next(answers)
+            parser_verdicts.keep(installation, cases[index], verdicts[index])
+    return verdicts
 
 
 def _run_oracle(request: Any, python: str) -> dict:
