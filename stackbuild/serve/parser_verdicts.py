@@ -6,10 +6,11 @@ under the user's cache directory (``$GLM53_CACHE_DIR``, else ``$XDG_CACHE_HOME/g
 ``~/.cache/glm53``), in ``serve-parser/``, one JSON file per command line.
 
 The key of a verdict is the command line, the oracle interpreter's path, the installed vLLM (its
-version and every file of its package by path, size and modification time, so a patched or
-reinstalled tree is a new installation) and the bytes of the parser code (serve_oracle.py and the
-pre-flight's serve_flags.py). Only ``passed`` verdicts are kept: a refusal, a missing vLLM or a
-broken one is asked again every time. A cache that cannot be read or written is passed over.
+distribution's version and its package tree as the oracle record keys it, ``oracle_record.tree_digest``:
+``.py`` files by content, the others by size, so a patched or reinstalled tree is a new installation)
+and the bytes of the parser code (serve_oracle.py and the pre-flight's serve_flags.py). Only
+``passed`` verdicts are kept: a refusal, a missing vLLM or a broken one is asked again every time. A
+cache that cannot be read or written is passed over.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
+import geometry
 from geometry import parse_serve_args
 
 CACHE_ENV = "GLM53_CACHE_DIR"
@@ -31,24 +33,18 @@ SUBDIR = "serve-parser"
 # whose answer a verdict is.
 ORACLE_SCRIPT = Path(__file__).resolve().parent / "serve_oracle.py"
 PARSER_CODE = (ORACLE_SCRIPT, Path(inspect.getfile(parse_serve_args)))
-# Run by the oracle interpreter: vLLM's version and its package's files, found without importing vLLM.
+# Run by the oracle interpreter, with the directory holding the geometry package as its argument (as
+# serve_oracle.py loads it): vLLM's version and its tree's digest, found without importing vLLM.
 _INSTALLATION_PROBE = r"""
-import hashlib, importlib.metadata, importlib.util, json, os, sys
-spec = importlib.util.find_spec("vllm")
-if spec is None or not spec.submodule_search_locations:
-    sys.exit(3)
-root = list(spec.submodule_search_locations)[0]
+import importlib.metadata, json, sys
+sys.path.insert(0, sys.argv[1])
+from geometry import oracle_record
+root = oracle_record.vllm_directory()
 owners = importlib.metadata.packages_distributions().get("vllm") or ["vllm"]
 versions = sorted({importlib.metadata.version(name) for name in owners})
-digest = hashlib.sha256()
-for directory, subdirs, files in os.walk(root):
-    subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
-    for name in sorted(files):
-        stat = os.stat(os.path.join(directory, name))
-        relative = os.path.relpath(os.path.join(directory, name), root)
-        digest.update(f"{relative}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-print(json.dumps({"root": root, "versions": versions, "files": digest.hexdigest()}))
+print(json.dumps({"root": root, "versions": versions, "tree": oracle_record.tree_digest(root)}))
 """
+_GEOMETRY_HOME = str(Path(geometry.__file__).resolve().parent.parent)
 PROBE_TIMEOUT_S = 60
 
 
@@ -66,7 +62,7 @@ def installation_key(python: str) -> Optional[str]:
     (no such interpreter, no vLLM: nothing is kept then)."""
     try:
         probe = subprocess.run(
-            [python, "-c", _INSTALLATION_PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S
+            [python, "-c", _INSTALLATION_PROBE, _GEOMETRY_HOME], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S
         )
     except (OSError, subprocess.SubprocessError):
         return None
