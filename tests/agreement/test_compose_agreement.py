@@ -178,17 +178,15 @@ def test_cli_writes_the_file_with_overrides(tmp_path):
 def test_oracle_without_vllm_is_skipped_with_a_notice(tmp_path):
     """An interpreter without vLLM: the file is still written, the check says it was skipped."""
     require_compose_binary()
-    bare = subprocess.run(
-        [
-            "python3",
-            "-c",
-            "import importlib.util,sys; print(sys.executable if not importlib.util.find_spec('vllm') else '')",
-        ],
+    # A venv of this interpreter's base without pip: its standard library and nothing installed.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    bare = str(tmp_path / "bare" / "bin" / "python")
+    probe = subprocess.run(
+        [bare, "-c", "import importlib.util; print(importlib.util.find_spec('vllm') is None)"],
         capture_output=True,
         text=True,
-    ).stdout.strip()
-    if not bare:
-        pytest.skip("no interpreter without vLLM on PATH")
+    )
+    assert probe.stdout.strip() == "True", (probe.stdout, probe.stderr)
     out = tmp_path / "x.compose.yaml"
     proc = _cli("--recipe", str(recipe(tmp_path).path), "-o", str(out), env={"GLM53_ORACLE_PYTHON": bare})
     assert proc.returncode == 0, proc.stderr
