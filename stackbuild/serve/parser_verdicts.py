@@ -8,7 +8,9 @@ under the user's cache directory (``$GLM53_CACHE_DIR``, else ``$XDG_CACHE_HOME/g
 The key of a verdict is the command line, the oracle interpreter's path, the installed vLLM (its
 distribution's version and its package tree as the oracle record keys it, ``oracle_record.tree_digest``:
 ``.py`` files by content, the others by size, so a patched or reinstalled tree is a new installation)
-and the bytes of the parser code (serve_oracle.py and the pre-flight's serve_flags.py). Only
+the bytes of the parser code (serve_oracle.py and the pre-flight's serve_flags.py) and the ``VLLM_*``
+variables the oracle runs with (vLLM reads its settings from them; those named like a credential are left
+out, so no secret goes into a key). Only
 ``passed`` verdicts are kept: a refusal, a missing vLLM or a broken one is asked again every time. A
 cache that cannot be read or written is passed over.
 """
@@ -19,6 +21,7 @@ import hashlib
 import inspect
 import json
 import os
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -46,6 +49,23 @@ print(json.dumps({"root": root, "versions": versions, "tree": oracle_record.tree
 """
 _GEOMETRY_HOME = str(Path(geometry.__file__).resolve().parent.parent)
 PROBE_TIMEOUT_S = 60
+# Set over the caller's environment for the oracle: vLLM's CPU platform, whatever the host has.
+ORACLE_SETTINGS = {"VLLM_TARGET_DEVICE": "cpu"}
+_CREDENTIAL_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+
+
+def oracle_environment() -> dict:
+    """The environment the serve-parser oracle runs in."""
+    return {**os.environ, **ORACLE_SETTINGS}
+
+
+def vllm_settings(environment: dict) -> list:
+    """The ``VLLM_*`` variables of ``environment`` a verdict depends on, in name order (credentials left out)."""
+    return sorted(
+        (name, value)
+        for name, value in environment.items()
+        if name.startswith("VLLM_") and not _CREDENTIAL_NAME.search(name)
+    )
 
 
 def cache_directory() -> Path:
@@ -70,6 +90,7 @@ def installation_key(python: str) -> Optional[str]:
         return None
     digest = hashlib.sha256()
     digest.update(os.path.realpath(python).encode() + b"\0" + probe.stdout.strip().encode() + b"\0")
+    digest.update(json.dumps(vllm_settings(oracle_environment())).encode() + b"\0")
     for code in PARSER_CODE:
         try:
             digest.update(hashlib.sha256(code.read_bytes()).digest())

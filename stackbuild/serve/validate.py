@@ -94,7 +94,7 @@ def _run_oracle(request: Any, python: str) -> dict:
         file=sys.stderr,
         flush=True,
     )
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu"}
+    env = parser_verdicts.oracle_environment()
     with tempfile.TemporaryDirectory(prefix="serve-oracle-") as tmp:
         out = Path(tmp) / "result.json"
         try:

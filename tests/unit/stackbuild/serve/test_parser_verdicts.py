@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -121,6 +122,25 @@ def test_the_key_is_the_installation(tmp_path):
     # Another version of the distribution is another installation.
     (site / "vllm-9.9.9.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 9.9.10\n")
     assert parser_verdicts.installation_key(python) not in (None, key, edited)
+
+
+def test_the_key_holds_the_vllm_settings_but_no_credential(tmp_path, monkeypatch):
+    python, _ = _fake_installation(tmp_path)
+    for name in [n for n in os.environ if n.startswith("VLLM_")]:
+        monkeypatch.delenv(name)
+    key = parser_verdicts.installation_key(python)
+    # The oracle runs on vLLM's CPU platform whatever the caller says.
+    monkeypatch.setenv("VLLM_TARGET_DEVICE", "cuda")
+    assert parser_verdicts.installation_key(python) == key
+    # Any other setting vLLM reads is part of the installation's answer.
+    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
+    with_setting = parser_verdicts.installation_key(python)
+    assert with_setting not in (None, key)
+    # A credential is not hashed into a key: changing it finds the same verdicts.
+    monkeypatch.setenv("VLLM_API_KEY", "first")
+    assert parser_verdicts.installation_key(python) == with_setting
+    monkeypatch.setenv("VLLM_API_KEY", "second")
+    assert parser_verdicts.installation_key(python) == with_setting
 
 
 def test_no_vllm_or_no_interpreter_keeps_nothing(tmp_path):
