@@ -161,7 +161,7 @@ def build(force: bool) -> dict:
                 for i, part in enumerate(python_layers())
             ),
         ]
-        # The first two layers published on their own, for vLLM in them to write the third.
+        # The rootfs and the Python tree published on their own, for vLLM in them to write the last layer.
         unseeded = f"{ref}-without-model-infos"
         publish_image(unseeded, ImageConfig(**CONFIG, labels=LABELS), layers, build_base.credentials())
         seed, said = model_infos.modelinfo_layer(unseeded, Path(tempfile.mkdtemp(prefix="modelinfos-")) / "layer.tar")
