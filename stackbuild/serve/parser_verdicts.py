@@ -7,12 +7,11 @@ under the user's cache directory (``$GLM53_CACHE_DIR``, else ``$XDG_CACHE_HOME/g
 
 The key of a verdict is the command line, the oracle interpreter's path, the installed vLLM (its
 distribution's version and its package tree as the oracle record keys it, ``oracle_record.tree_digest``:
-``.py`` files by content, the others by size, so a patched or reinstalled tree is a new installation)
+``.py`` files by content, the others by size, so a patched or reinstalled tree is a new installation),
 the bytes of the parser code (serve_oracle.py and the pre-flight's serve_flags.py) and the ``VLLM_*``
 variables the oracle runs with (vLLM reads its settings from them; those named like a credential are left
-out, so no secret goes into a key). Only
-``passed`` verdicts are kept: a refusal, a missing vLLM or a broken one is asked again every time. A
-cache that cannot be read or written is passed over.
+out, so no secret goes into a key). Only ``passed`` verdicts are kept: a refusal, a missing vLLM or a
+broken one is asked again every time. A cache that cannot be read or written is passed over.
 """
 
 from __future__ import annotations
