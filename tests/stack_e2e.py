@@ -28,6 +28,7 @@ import yaml
 from infra import harness
 from support.repo import REPO
 
+from stackbuild.image.plan import STOCK_REPOSITORY_SUFFIX
 from stackbuild.image.registry import MANIFEST_ACCEPT
 
 TEST_RECIPES = Path(__file__).resolve().parent / "recipes"
@@ -262,17 +263,19 @@ def forget_session_images():
     """Untag (and so delete) the images this session built or pulled once it ends.
 
     Every e2e build is tagged into a repository of its own (two tags, and its
-    overlay layers on top of the shared base); on a machine whose engine
+    overlay layers on top of the shared base), a stock comparison build (`build
+    --stock`) into that repository's stock sibling; on a machine whose engine
     outlives the run they would pile up run after run. Other sessions' images
     are left alone.
     """
     yield
     for repository in SESSION_REPOSITORIES:
-        try:
-            remove_local_images(repository)
-        except (OSError, subprocess.CalledProcessError) as exc:
-            print(f"\n[e2e] left {repository}'s images in the engine: {exc}", file=sys.stderr)
-            return
+        for name in (repository, repository + STOCK_REPOSITORY_SUFFIX):
+            try:
+                remove_local_images(name)
+            except (OSError, subprocess.CalledProcessError) as exc:
+                print(f"\n[e2e] left {name}'s images in the engine: {exc}", file=sys.stderr)
+                return
 
 
 @pytest.fixture

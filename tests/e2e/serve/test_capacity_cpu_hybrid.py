@@ -45,6 +45,7 @@ from stack_e2e import cli, docker_login, recipe_copy, unique_repository
 
 from stackbuild.core.recipe import load_recipe
 from stackbuild.core.serve_args import serve_argv
+from stackbuild.image.plan import STOCK_REPOSITORY_SUFFIX
 
 pytestmark = pytest.mark.docker
 
@@ -86,7 +87,7 @@ def setup(tmp_path_factory, cpu_serving_base_pushed, registry):
     config = docker_login(work, registry)
     images = {}
     for behaviour, args in (("stock", ("--stock", "--allow-gate-failure")), ("overlay", ())):
-        repo = repository + ("-stock" if behaviour == "stock" else "")
+        repo = repository + (STOCK_REPOSITORY_SUFFIX if behaviour == "stock" else "")
         r = cli(
             "build", "--recipe", str(recipe), "--repository", repository, "--no-push", *args,
             docker_config_dir=config,

@@ -45,6 +45,7 @@ from stack_e2e import cli, docker_login, qualify_live, recipe_copy, unique_repos
 
 from stackbuild.core.recipe import load_recipe
 from stackbuild.core.serve_args import serve_argv
+from stackbuild.image.plan import STOCK_REPOSITORY_SUFFIX
 
 pytestmark = pytest.mark.docker
 
@@ -170,7 +171,7 @@ def died(container: str, since: int) -> list[int]:
 @pytest.fixture(scope="module")
 def stock_server(chain, stock_image):
     env = {"VLLM_API_KEY": KEY, "GLM53_PREFLIGHT": "warn"}
-    with serving(chain, "stock", chain.repository + "-stock", env) as (served, status, _):
+    with serving(chain, "stock", chain.repository + STOCK_REPOSITORY_SUFFIX, env) as (served, status, _):
         assert status == "running healthy", (status, served.logs[-4000:])
         yield served
 
@@ -222,7 +223,8 @@ def test_the_patched_figures_hold_more_kv_tokens_by_the_ratio_the_gate_states(ch
 
 
 def test_an_enforcing_start_check_refuses_the_stock_image_before_vllm_starts(chain, stock_image):
-    with serving(chain, "stock-enforce", chain.repository + "-stock", {}, expect_exit=True) as (served, codes, _):
+    stock = chain.repository + STOCK_REPOSITORY_SUFFIX
+    with serving(chain, "stock-enforce", stock, {}, expect_exit=True) as (served, codes, _):
         assert codes and set(codes) == {5}, (codes, served.logs[-3000:])
         assert "kept the image for comparison (build --allow-gate-failure)" in served.logs
         assert "Initializing a V1 LLM engine" not in served.logs
