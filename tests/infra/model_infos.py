@@ -18,12 +18,12 @@ the same process (that subprocess exists to keep CUDA out of the server's proces
 from __future__ import annotations
 
 import json
-import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
 
-import harness  # tests/infra, this script's directory
+import build_base  # tests/infra, this script's directory
+import harness
 
 RECIPES = harness.HERE.parent / "recipes"
 CACHE_ROOT = "root/.cache/vllm"  # vLLM's default VLLM_CACHE_ROOT for root, relative to /
@@ -56,20 +56,19 @@ def served_architectures() -> tuple[str, ...]:
 
 
 def modelinfo_layer(image: str, out: Path) -> tuple[Path, str]:
-    """A layer tarball at ``out`` with what vLLM in ``image`` caches for the served architectures, and
-    vLLM's own lines about it. Reproducible: fixed owner, mode and time, files in name order."""
+    """A layer tarball at ``out`` (in a directory of the caller's, removed on failure) with what vLLM in
+    ``image`` caches for the served architectures, and vLLM's own lines about it. Reproducible: fixed
+    owner, mode and time, files in name order."""
     with tempfile.TemporaryDirectory(prefix="modelinfos-") as tmp:
-        run = subprocess.run(
-            ["docker", "run", "--rm", "--network", "none", "-v", f"{tmp}:/seed", "-e", "VLLM_CACHE_ROOT=/seed",
-             "-e", "VLLM_TARGET_DEVICE=cpu", "--entrypoint", "python3", image, "-c", SEED,
-             *served_architectures()],
-            capture_output=True, text=True,
+        run = build_base.docker(
+            "run", "--rm", "--network", "none", "-v", f"{tmp}:/seed", "-e", "VLLM_CACHE_ROOT=/seed",
+            "-e", "VLLM_TARGET_DEVICE=cpu", "--entrypoint", "python3", image, "-c", SEED, *served_architectures(),
+            capture=True, check=False,
         )  # fmt: skip
         files = sorted((Path(tmp) / "modelinfos").glob("*.json"))
         if run.returncode != 0 or not files:
             raise SystemExit(f"[model_infos] vLLM in {image} wrote no model info: {(run.stderr or run.stdout)[-2000:]}")
-        part = out.with_name(out.name + ".part")
-        with tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:
+        with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
             for depth, directory in enumerate(("root", "root/.cache", CACHE_ROOT, f"{CACHE_ROOT}/modelinfos")):
                 tar.addfile(_entry(directory, tarfile.DIRTYPE, 0o700 if depth == 0 else 0o755))
             for path in files:
@@ -77,7 +76,6 @@ def modelinfo_layer(image: str, out: Path) -> tuple[Path, str]:
                 entry.size = path.stat().st_size
                 with open(path, "rb") as data:
                     tar.addfile(entry, fileobj=data)
-        part.rename(out)
     return out, run.stdout.strip()
 
 

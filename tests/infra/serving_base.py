@@ -164,13 +164,15 @@ def build(force: bool) -> dict:
         # The rootfs and the Python tree published on their own, for vLLM in them to write the last layer.
         unseeded = f"{ref}-without-model-infos"
         publish_image(unseeded, ImageConfig(**CONFIG, labels=LABELS), layers, build_base.credentials())
-        seed, said = model_infos.modelinfo_layer(unseeded, Path(tempfile.mkdtemp(prefix="modelinfos-")) / "layer.tar")
-        build_base.docker("rmi", unseeded, capture=True, check=False)
-        log(f"vLLM's model infos: {' / '.join(said.splitlines())}")
-        layers.append(Layer(seed, "vLLM's model-info cache of the served architectures (tests/infra/model_infos.py)"))
-        config = ImageConfig(**CONFIG, labels={**LABELS, build_base.LABEL_HASH: ihash})
-        digest = publish_image(ref, config, layers, build_base.credentials())
-        shutil.rmtree(seed.parent, ignore_errors=True)
+        with tempfile.TemporaryDirectory(prefix="modelinfos-") as tmp:
+            seed, said = model_infos.modelinfo_layer(unseeded, Path(tmp) / "layer.tar")
+            build_base.docker("rmi", unseeded, capture=True, check=False)
+            log(f"vLLM's model infos: {' / '.join(said.splitlines())}")
+            layers.append(
+                Layer(seed, "vLLM's model-info cache of the served architectures (tests/infra/model_infos.py)")
+            )
+            config = ImageConfig(**CONFIG, labels={**LABELS, build_base.LABEL_HASH: ihash})
+            digest = publish_image(ref, config, layers, build_base.credentials())
         build_base.docker("tag", ref, IMAGE)
     check = build_base.docker(
         "run",
