@@ -14,7 +14,8 @@
 # dockerd deletes the link named docker0 at start (the first engine's bridge); `up` checks docker0
 # is still there afterwards. /tmp is mounted at the same path inside, so a bind mount of
 # a test's temporary directory names the same files. `down` stops what `up` started and removes the
-# bridge; the unpacked rootfs and the engine's images stay for the next `up`.
+# bridge; the unpacked rootfs stays for the next `up`, and so do the images of the synthetic bases'
+# repositories after a clean stop (all else the engine holds is removed at that `up`).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -42,11 +43,13 @@ wait_for() { # wait_for SECONDS CMD...
 }
 
 unpack() {
-  local tar; tar="$(python3 "$here/engine_rootfs.py")"
-  if [[ -f "$E/root.from" && "$(cat "$E/root.from")" == "$(basename "$tar")" && -x "$ROOT/usr/sbin/dockerd" ]]; then
-    log "rootfs unpacked already ($(basename "$tar"))"
+  # The tarball's name is its key: a rootfs unpacked from it needs no tarball (none is made).
+  local name; name="$(python3 "$here/engine_rootfs.py" --name)"
+  if [[ -f "$E/root.from" && "$(cat "$E/root.from")" == "$name" && -x "$ROOT/usr/sbin/dockerd" ]]; then
+    log "rootfs unpacked already ($name)"
     return 0
   fi
+  local tar; tar="$(python3 "$here/engine_rootfs.py")"
   rm -rf "$ROOT" "$E/root.from"
   mkdir -p "$ROOT"
   tar --numeric-owner -C "$ROOT" -xf "$tar"
@@ -88,10 +91,23 @@ cmd_up() {
   fi
   local t0; t0=$(date +%s)
   unpack
-  # Each start from an empty engine: what an earlier run left in the rootfs (its images and content store,
-  # which an earlier stop can leave disagreeing, so that pushes fail "content digest not found") is not
-  # this run's.
-  rm -rf "$ROOT/var/lib/docker" "$ROOT/var/lib/containerd"
+  # A data root the last `down` stopped cleanly is kept, and emptied of all but the synthetic bases once
+  # the engine answers (keep_only_the_bases): the bases need no pull (some 100 CPU-seconds of its
+  # containerd). Any other is not this run's: an engine killed mid-write can leave its content store
+  # disagreeing with its images, so that pushes fail "content digest not found". It is moved aside at
+  # once and removed in the background (some 150,000 files), with whatever an earlier `up` left there.
+  local kept=""
+  if [[ -f "$E/stopped-cleanly" && -d "$ROOT/var/lib/docker" ]]; then
+    kept=1
+  else
+    local trash="$E/old-data.$$"
+    mkdir -p "$trash"
+    for old in "$ROOT/var/lib/docker" "$ROOT/var/lib/containerd"; do
+      if [[ -e "$old" ]]; then mv "$old" "$trash/"; fi
+    done
+  fi
+  rm -f "$E/stopped-cleanly"
+  (nice -n 19 rm -rf "$E"/old-data.* </dev/null >/dev/null 2>&1 &)
   write_config
   ensure_bridge
   rm -f "$SOCK"
@@ -120,7 +136,32 @@ cmd_up() {
     cmd_down
     die "starting it removed the first engine's docker0 (put back, $docker0); see $LOG"
   fi
+  if [[ -n "$kept" ]]; then keep_only_the_bases; fi
   log "up in $(( $(date +%s) - t0 )) s: $(DOCKER_HOST="unix://$SOCK" docker version --format 'Docker {{.Server.Version}}, API {{.Server.APIVersion}}' 2>/dev/null) at unix://$SOCK"
+}
+
+# Every container, volume, network and build-cache entry removed, and every image but those of the
+# synthetic bases' repositories (those the base-*.json records name, registry_storage.py --recorded:
+# the bases, and what the tests put there, such as the multi-platform base's per-platform images, whose
+# layers are the bases'): what a new engine holds once the tests have pulled them.
+keep_only_the_bases() {
+  local -a d=(docker -H "unix://$SOCK")
+  local repositories id repository tag
+  repositories="$(python3 "$here/registry_storage.py" --recorded "$STATE_DIR")"
+  "${d[@]}" ps -aq | xargs -r "${d[@]}" rm -f >/dev/null
+  while read -r id repository tag; do
+    if grep -qxF -- "$repository" <<<"$repositories"; then
+      continue
+    elif [[ "$tag" == "<none>" ]]; then  # untagged: by its id, refused (and kept) when a kept name shares it
+      "${d[@]}" image rm "$id" >/dev/null 2>&1 || true
+    else
+      "${d[@]}" image rm "$repository:$tag" >/dev/null || log "could not remove $repository:$tag"
+    fi
+  done < <("${d[@]}" image ls -a --format '{{.ID}} {{.Repository}} {{.Tag}}')
+  "${d[@]}" builder prune -af >/dev/null 2>&1 || log "could not prune its build cache"
+  "${d[@]}" volume prune -af >/dev/null || log "could not prune its volumes"
+  "${d[@]}" network prune -f >/dev/null || log "could not prune its networks"
+  log "kept its data root: $("${d[@]}" image ls --format '{{.Repository}}:{{.Tag}}' | sort | paste -sd ' ')"
 }
 
 # The processes whose root is the engine's rootfs: its dockerd, containerd, shims and containers.
@@ -133,17 +174,20 @@ engine_processes() {
 }
 
 cmd_down() {
-  local pid; pid="$(read_pid "$PID_FILE")"
+  local pid clean=""; pid="$(read_pid "$PID_FILE")"
   if pid_alive "$pid"; then
     log "stopping dockerd (pid $pid)"
     kill -TERM "$pid" 2>/dev/null || true
-    wait_for 60 bash -c "! kill -0 $pid 2>/dev/null" || kill -KILL "$pid" 2>/dev/null || true
+    if wait_for 60 bash -c "! kill -0 $pid 2>/dev/null"; then clean=1; else kill -KILL "$pid" 2>/dev/null || true; fi
   fi
   local left; left="$(engine_processes)"
   if [[ -n "$left" ]]; then
+    clean=""
     log "stopping what it left: $(echo $left)"
     kill -KILL $left 2>/dev/null || true
   fi
+  # The next `up` keeps the data root only after this: dockerd ended on its own and left nothing running.
+  if [[ -n "$clean" ]]; then touch "$E/stopped-cleanly"; fi
   rm -f "$PID_FILE" "$SOCK"
   if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link delete "$BRIDGE"; fi
   log "down"

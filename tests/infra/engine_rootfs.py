@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The root filesystem the second test engine runs from: Docker 28 with the containerd image store.
 
-    engine_rootfs.py      print the path of the rootfs tarball, building it if needed
+    engine_rootfs.py          print the path of the rootfs tarball, building it if needed
+    engine_rootfs.py --name   print the tarball's file name (its key), building nothing
 
 Debian unstable's `docker.io` (28.5), `containerd` (2.1), `docker-buildx` and `docker-compose`
 (Compose v2), installed by `mmdebstrap --variant=minbase` into a tarball cached in
@@ -38,9 +39,14 @@ def input_key() -> str:
     return hashlib.sha256(json.dumps(inputs).encode()).hexdigest()[:16]
 
 
+def tar_name() -> str:
+    """The tarball's file name: what it is made of, by its key."""
+    return f"engine28-{SUITE}-{rootfs.host_arch()}-{input_key()}.tar"
+
+
 def engine_rootfs_tar() -> Path:
     """The tarball: from the cache, else made (and then cached)."""
-    out = harness.CACHE_DIR / "rootfs" / f"engine28-{SUITE}-{rootfs.host_arch()}-{input_key()}.tar"
+    out = harness.CACHE_DIR / "rootfs" / tar_name()
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -74,6 +80,9 @@ def engine_rootfs_tar() -> Path:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1:
+    if sys.argv[1:] == ["--name"]:
+        print(tar_name())
+    elif len(sys.argv) > 1:
         raise SystemExit(__doc__)
-    print(engine_rootfs_tar())
+    else:
+        print(engine_rootfs_tar())
