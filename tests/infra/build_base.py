@@ -45,7 +45,7 @@ import bytecode  # tests/infra, this script's directory
 import harness
 import rootfs
 from image_archive import LAYER_PARTS, ImageConfig, Layer, layer_files, write_layers
-from image_publish import publish_image
+from image_publish import publish_image, registry_holds
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -393,8 +393,21 @@ def credentials() -> dict:
 
 
 def push(ref: str, arch: str, name: str, extra: dict) -> dict:
-    """`docker push` an image the engine has, and record it."""
+    """`docker push` an image the engine has, and record it.
+
+    Not pushed when the registry already holds it under ref (services.sh keeps the bases' repositories
+    from one registry to the next): its tag names a manifest the engine recorded for this very image
+    (RepoDigests, from an earlier push or pull) and has every blob. A push would compress every layer
+    again only to find each one there.
+    """
     creds = credentials()
+    held = registry_holds(ref, creds)
+    if held:
+        inspect = docker("image", "inspect", "--format", "{{json .RepoDigests}}", ref, capture=True, check=False)
+        recorded = (json.loads(inspect.stdout) or []) if inspect.returncode == 0 else []
+        if f"{ref.rpartition(':')[0]}@{held}" in recorded:
+            log(f"{ref}: the registry holds this image already ({held}), not pushed")
+            return record(ref, arch, name, held, extra)
     with tempfile.TemporaryDirectory(prefix="docker-config-") as cfg:
         r = docker(
             "--config",

@@ -1,6 +1,7 @@
 """An image made of layer tarballs, pushed to the test registry and pulled into the engine.
 
     publish_image(ref, config, layers, credentials) -> the manifest's digest
+    registry_holds(ref, credentials)                -> the digest ref names, when the registry has it whole
 
 Each layer is compressed once (``gzip -1 -n``: fast, and the same bytes every time) and kept
 beside its tarball with its digest (image_archive.file_digest), so a layer two images share (the
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +36,7 @@ GZIP = ("gzip", "-1", "-n")
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 OCI_LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 
 
 def log(msg: str) -> None:
@@ -100,12 +103,43 @@ def oci_layout(directory: Path, config: ImageConfig, layers: list[Layer]) -> Non
     (directory / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
 
 
+def _basic_token(credentials: dict) -> str:
+    """``user:password`` in base64: a docker config's "auth" and an HTTP Basic authorization."""
+    return base64.b64encode(f"{credentials['username']}:{credentials['password']}".encode()).decode()
+
+
 def _auth_config(directory: Path, credentials: dict) -> None:
     """config.json with the registry's credentials: docker reads it (--config) and skopeo too (--authfile)."""
-    token = base64.b64encode(f"{credentials['username']}:{credentials['password']}".encode()).decode()
+    token = _basic_token(credentials)
     path = directory / "config.json"
     path.touch(mode=0o600)
     path.write_text(json.dumps({"auths": {credentials["url"]: {"auth": token}}}))
+
+
+def registry_holds(ref: str, credentials: dict) -> str | None:
+    """The digest of the single-platform manifest ref's tag names, when its registry holds that manifest
+    and every blob it names; else None (no such tag, an index, a blob missing, no answer)."""
+    repository, _, tag = ref.rpartition(":")
+    host, _, name = repository.partition("/")
+    token = _basic_token(credentials)
+
+    def ask(method: str, path: str):
+        headers = {"Authorization": f"Basic {token}", "Accept": f"{DOCKER_MANIFEST}, {OCI_MANIFEST}"}
+        request = urllib.request.Request(f"http://{host}/v2/{name}/{path}", method=method, headers=headers)
+        return urllib.request.urlopen(request, timeout=30)
+
+    try:
+        with ask("GET", f"manifests/{tag}") as answer:
+            body, digest = answer.read(), answer.headers.get("Docker-Content-Digest")
+        if digest != "sha256:" + hashlib.sha256(body).hexdigest():
+            return None
+        manifest = json.loads(body)
+        for blob in (manifest["config"], *manifest["layers"]):
+            with ask("HEAD", f"blobs/{blob['digest']}"):
+                pass
+    except (OSError, ValueError, KeyError, TypeError):  # urllib.error's HTTPError and URLError are OSErrors
+        return None
+    return digest
 
 
 def _docker(auth: Path, *args: str) -> subprocess.CompletedProcess:

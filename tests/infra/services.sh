@@ -11,10 +11,12 @@
 # State lives in $INFRA_STATE_DIR (default /tmp/glm53-test-infra):
 #   credentials.json   {"url","username","password"}  mode 0600 (never printed)
 #   dockerd.pid/.log   only when this script started dockerd
-#   registry/…         config, htpasswd, storage, pid, log
-# `down` stops only what `up` started.
+#   registry/…         config, htpasswd, storage, pid, log (gc.log: what `up` collected)
+# `down` stops only what `up` started. A new registry gets fresh credentials and storage that
+# holds only the synthetic bases' repositories of the last one (registry_storage.py).
 set -euo pipefail
 
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 STATE_DIR="${INFRA_STATE_DIR:-/tmp/glm53-test-infra}"
 REGISTRY_ADDR="${INFRA_REGISTRY_ADDR:-127.0.0.1:5000}"
 REGISTRY_USER="ci"
@@ -173,6 +175,22 @@ auth:
 YAML
 }
 
+# The last registry's storage less every repository but the synthetic bases' (registry_storage.py),
+# and less the blobs only those held (the registry's own offline garbage-collect); on any failure,
+# empty storage.
+keep_base_repositories() {
+  mkdir -p "$REG_DIR/storage"
+  local said
+  if said="$(python3 "$HERE/registry_storage.py" "$REG_DIR/storage" "$STATE_DIR" "$REGISTRY_ADDR")" \
+    && "$(registry_bin)" garbage-collect --delete-untagged "$REG_DIR/config.yml" >"$REG_DIR/gc.log" 2>&1; then
+    log "registry storage: $said"
+  else
+    log "registry storage: could not keep the bases' repositories (see $REG_DIR/gc.log); starting empty"
+    rm -rf "$REG_DIR/storage"
+    mkdir -p "$REG_DIR/storage"
+  fi
+}
+
 start_registry() {
   local pid; pid="$(read_pid "$REG_PID_FILE")"
   if pid_alive "$pid" && registry_ping; then
@@ -212,11 +230,10 @@ cmd_up() {
   local pid; pid="$(read_pid "$REG_PID_FILE")"
   if ! { pid_alive "$pid" && registry_ping; }; then
     stop_registry
-    # Fresh storage and fresh credentials for every new registry.
-    rm -rf "$REG_DIR/storage"
-    mkdir -p "$REG_DIR/storage"
+    # Fresh credentials for every new registry; of the storage, only the bases' repositories stay.
     write_credentials
     write_registry_config
+    keep_base_repositories
     start_registry
   else
     log "registry already running (pid $pid) on $REGISTRY_ADDR"

@@ -1,0 +1,132 @@
+"""The synthetic bases kept from one test registry to the next (tests/infra/registry_storage.py), and
+how a base build knows the registry holds its image whole (tests/infra/image_publish.registry_holds),
+so that it does not push it again.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+from stack_e2e import repository_name
+
+pytestmark = pytest.mark.docker
+
+INFRA = Path(__file__).resolve().parents[2] / "infra"
+
+
+@pytest.fixture
+def infra(monkeypatch):
+    """tests/infra's scripts importable as they import each other (their directory on sys.path)."""
+    monkeypatch.syspath_prepend(str(INFRA))
+
+
+@pytest.fixture
+def image_publish(infra):
+    import image_publish
+
+    return image_publish
+
+
+@pytest.fixture
+def repositories(infra) -> Path:
+    """Where Distribution's filesystem driver keeps its repositories, under a storage root."""
+    import registry_storage
+
+    return registry_storage.REPOSITORIES
+
+
+@pytest.fixture
+def credentials(registry) -> dict:
+    return {"url": registry.url, "username": registry.username, "password": registry.password}
+
+
+def _repository(storage: Path, repositories: Path, name: str) -> Path:
+    path = storage / repositories / name
+    (path / "_manifests/tags/latest/current").mkdir(parents=True)
+    (path / "_layers").mkdir()
+    return path
+
+
+def test_only_the_repositories_the_base_records_name_are_kept(tmp_path, repositories):
+    storage, state = tmp_path / "storage", tmp_path / "state"
+    state.mkdir()
+    for name in ("vllm/vllm-openai", "vllm/vllm-cpu", "e2e-0123456789/cpu-hybrid", "e2e-0123456789/other", "lone"):
+        _repository(storage, repositories, name)
+    records = {
+        "base-amd64.json": {"repository": "127.0.0.1:5000/vllm/vllm-openai"},
+        "base-serving.json": {"repository": "127.0.0.1:5000/vllm/vllm-cpu"},
+        "base-elsewhere.json": {"repository": "127.0.0.1:5001/lone"},  # another registry's
+        "base-broken.json": None,
+    }
+    for name, record in records.items():
+        (state / name).write_text("{" if record is None else json.dumps(record))
+    run = subprocess.run(
+        [sys.executable, str(INFRA / "registry_storage.py"), str(storage), str(state), "127.0.0.1:5000"],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "kept 2 base repositories (vllm/vllm-cpu, vllm/vllm-openai), dropped 3\n"
+    assert sorted(p.name for p in (storage / repositories).iterdir()) == ["vllm"]  # e2e-0123456789/ went too
+    assert sorted(p.name for p in (storage / repositories / "vllm").iterdir()) == ["vllm-cpu", "vllm-openai"]
+    recorded = subprocess.run(
+        [sys.executable, str(INFRA / "registry_storage.py"), "--recorded", str(state)], capture_output=True, text=True
+    )
+    assert recorded.stdout.split() == [
+        "127.0.0.1:5000/vllm/vllm-cpu",
+        "127.0.0.1:5000/vllm/vllm-openai",
+        "127.0.0.1:5001/lone",
+    ]
+
+
+def test_no_storage_and_bad_arguments(tmp_path):
+    script = str(INFRA / "registry_storage.py")
+    none = subprocess.run([sys.executable, script, str(tmp_path / "absent"), str(tmp_path), "127.0.0.1:5000"])
+    assert none.returncode == 0
+    wrong = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True)
+    assert wrong.returncode == 2 and "registry_storage.py STORAGE STATE_DIR ADDRESS" in wrong.stderr
+
+
+def test_a_pushed_base_is_held_whole_under_its_digest(image_publish, credentials, registry, synthetic_base_amd64):
+    base = synthetic_base_amd64
+    assert image_publish.registry_holds(base.reference, credentials) == base.digest
+    assert image_publish.registry_holds(f"{base.image}:no-such-tag", credentials) is None
+    wrong = {**credentials, "password": "not-" + registry.password}
+    assert image_publish.registry_holds(base.reference, wrong) is None
+
+
+def test_a_blob_gone_from_the_repository_is_not_held(image_publish, credentials, registry, tmp_path):
+    from image_archive import ImageConfig, Layer
+
+    content = tmp_path / "hello.txt"
+    content.write_text("one layer\n")
+    layer = tmp_path / "layer.tar"
+    with tarfile.open(layer, "w") as tar:
+        tar.add(content, arcname="hello.txt")
+    reference = f"{registry.url}/e2e-{uuid.uuid4().hex[:10]}/kept:1"
+    config = ImageConfig(arch="amd64", entrypoint=("/hello",))
+    digest = image_publish.publish_image(reference, config, [Layer(layer, "one file")], credentials)
+    try:
+        assert image_publish.registry_holds(reference, credentials) == digest
+        name = repository_name(reference.rpartition(":")[0])
+        auth = (registry.username, registry.password)
+        manifest = requests.get(
+            f"http://{registry.url}/v2/{name}/manifests/{digest}",
+            auth=auth,
+            headers={"Accept": image_publish.DOCKER_MANIFEST},
+            timeout=30,
+        ).json()
+        gone = requests.delete(
+            f"http://{registry.url}/v2/{name}/blobs/{manifest['layers'][0]['digest']}", auth=auth, timeout=30
+        )
+        assert gone.status_code == 202, gone.text
+        assert image_publish.registry_holds(reference, credentials) is None
+    finally:
+        subprocess.run(["docker", "rmi", "-f", reference], capture_output=True)
