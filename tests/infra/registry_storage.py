@@ -67,7 +67,11 @@ def main(argv: list[str]) -> int:
         print("\n".join(sorted(recorded_repositories(Path(argv[1])))))
         return 0
     if len(argv) != 3:
-        print(__doc__, file=sys.stderr)
+        print(
+            "registry_storage.py: expected STORAGE STATE_DIR ADDRESS or --recorded STATE_DIR, got "
+            f"{len(argv)} argument(s)",
+            file=sys.stderr,
+        )
         return 2
     storage, state_dir, address = Path(argv[0]), Path(argv[1]), argv[2]
     kept, dropped = keep_only(storage, base_repositories(state_dir, address))

@@ -181,6 +181,10 @@ YAML
 keep_base_repositories() {
   mkdir -p "$REG_DIR/storage"
   local said
+  if [[ ! -d "$REG_DIR/storage/docker/registry/v2/repositories" ]]; then
+    log "registry storage: empty (no earlier registry on this machine)"
+    return 0
+  fi
   if said="$(python3 "$HERE/registry_storage.py" "$REG_DIR/storage" "$STATE_DIR" "$REGISTRY_ADDR")" \
     && "$(registry_bin)" garbage-collect --delete-untagged "$REG_DIR/config.yml" >"$REG_DIR/gc.log" 2>&1; then
     log "registry storage: $said"
