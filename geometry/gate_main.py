@@ -45,6 +45,7 @@ from geometry.image_contract import (
 from geometry.model import inputs as inputs_mod
 from geometry.oracle import record as record_mod
 from geometry.oracle.cross_check import CODE_ROOT, CrossCheck
+from geometry.oracle.import_settings import apply_import_settings
 from geometry.oracle.installed import import_patched, overlay_applied, patched_modules
 from geometry.verdict import table
 from geometry.verdict.gate_run import run_gate
@@ -76,6 +77,7 @@ def _oracle_from_record(path: str, raw: dict, code_root: str, modules: list[str]
 
 
 def main(argv: list[str] | None = None) -> int:
+    apply_import_settings()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--input", required=True, help=f"{GATE_INPUT} (GeometryInputs)")
     ap.add_argument("--oracle", action="store_true", help="also plan with the installed vLLM and require agreement")

@@ -25,6 +25,7 @@ from typing import Callable, Optional, Sequence
 from geometry.image_contract import Behaviour, Role
 from geometry.model.serve_settings import ServeDefaults
 from geometry.model.serving_cpu import serving_cpu_avx512_bf16
+from geometry.oracle.import_settings import apply_import_settings
 from geometry.preflight.checked import CheckedServe
 from geometry.preflight.checkpoint import CheckpointUnusable
 from geometry.preflight.configs import ConfigUnusable, MountedConfig, read_config
@@ -275,6 +276,7 @@ def _parse(argv: Sequence[str]) -> ServeFlags:
     # DeviceConfig defaults). The cross-check's plan does not depend on it: the oracle plans
     # under the serving GPU's platform, as the build's gate did (geometry/oracle/serving_platform.py).
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    apply_import_settings()
     return parse_serve_flags(argv)
 
 

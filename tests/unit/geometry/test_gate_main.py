@@ -36,7 +36,7 @@ def test_simulator_is_stdlib_only():
     geometry = REPO / "geometry"
     # The oracle's modules the gate and the pre-flight import before any vLLM: its record, cross-check,
     # the installed overlay's manifest, the import closure the record's key hashes and the refusal reasons.
-    stdlib_oracle_modules = ("record", "refusals", "cross_check", "installed", "import_closure")
+    stdlib_oracle_modules = ("record", "refusals", "cross_check", "installed", "import_closure", "import_settings")
     stdlib_oracle = tuple(geometry / "oracle" / f"{name}.py" for name in stdlib_oracle_modules)
     files = [
         p
@@ -220,3 +220,18 @@ def test_a_failed_verdict_allowed_exits_0_and_the_report_still_says_fail(tmp_pat
     # Bad input is still bad input.
     bad = _run_cli(tmp_path, {"nonsense": 1}, "--verdict-failure-allowed")
     assert bad.returncode == 2
+
+
+def test_the_gate_sets_the_vllm_import_settings_where_unset_before_anything_else(tmp_path, monkeypatch):
+    """The gate process's environment gets IMPORT_SETTINGS first thing (even when its input is then
+    refused), and a value the caller set stands."""
+    from geometry import gate_main
+    from geometry.oracle.import_settings import IMPORT_SETTINGS
+
+    name, value = next(iter(IMPORT_SETTINGS.items()))
+    monkeypatch.delenv(name, raising=False)
+    assert gate_main.main(["--input", str(tmp_path / "missing.json")]) == gate_main.EXIT_BAD_INPUT
+    assert os.environ[name] == value
+    monkeypatch.setenv(name, "users-own")
+    gate_main.main(["--input", str(tmp_path / "missing.json")])
+    assert os.environ[name] == "users-own"
