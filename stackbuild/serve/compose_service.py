@@ -34,9 +34,12 @@ CACHE_ENV = {
 }
 # A 1M-context model loads weights, compiles and captures graphs before /health answers.
 HEALTH_START_PERIOD = "30m"
-# How often the check runs once the server is up, and during the start period where the engine takes
-# start_interval (API >= engines.START_INTERVAL_API): ready within seconds of /health answering.
-HEALTH_INTERVAL = "30s"
+# How often the check runs: once the server is up, and while it starts on an engine without start_interval
+# (API < engines.START_INTERVAL_API), where the first check comes one interval after the start and the
+# server shows healthy up to an interval after /health answers. Each check is one short python3 in the
+# container; three failed in a row (30 s) turn it unhealthy. Where the engine takes start_interval, the
+# check runs that often during the start period: healthy within seconds of /health answering.
+HEALTH_INTERVAL = "10s"
 HEALTH_START_INTERVAL = "5s"
 GPU_ID_RE = re.compile(r"^(\d+|GPU-[0-9A-Fa-f-]+|MIG-[0-9A-Za-z/-]+)$")
 
