@@ -91,7 +91,10 @@ def test_no_storage_and_bad_arguments(tmp_path):
     none = subprocess.run([sys.executable, script, str(tmp_path / "absent"), str(tmp_path), "127.0.0.1:5000"])
     assert none.returncode == 0
     wrong = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True)
-    assert wrong.returncode == 2 and "registry_storage.py STORAGE STATE_DIR ADDRESS" in wrong.stderr
+    assert wrong.returncode == 2, wrong.stderr
+    assert wrong.stderr.splitlines() == [
+        "registry_storage.py: expected STORAGE STATE_DIR ADDRESS or --recorded STATE_DIR, got 1 argument(s)"
+    ]
 
 
 def test_a_pushed_base_is_held_whole_under_its_digest(image_publish, credentials, registry, synthetic_base_amd64):
