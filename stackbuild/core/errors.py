@@ -175,6 +175,13 @@ class PullError(StackBuildError):
     exit_code = ExitCode.TRANSFER_REFUSED
 
 
+class ImageIncomplete(StackBuildError):
+    """The engine holds a pulled image without its platform: its content is incomplete (Docker's containerd
+    image store fetches no layer it has unpacked before from an image with the same files compressed otherwise)."""
+
+    exit_code = ExitCode.TRANSFER_REFUSED
+
+
 class EngineError(StackBuildError):
     """The engine refused a request the driver did not expect to fail."""
 

@@ -33,7 +33,7 @@ import docker.errors
 import requests
 
 from stackbuild.core.build_report import BuildEngine
-from stackbuild.core.errors import LockError, PullError, RegistryUnavailable
+from stackbuild.core.errors import ImageIncomplete, LockError, PullError, RegistryUnavailable
 from stackbuild.core.reference import ImageReference
 from stackbuild.image.engine_api import BuildOutcome, Event, EventSink, ImageInfo, run_settings
 from stackbuild.image.engine_errors import api_error_text, engine_errors
@@ -162,6 +162,12 @@ class DockerEngine:
         pulled = self.inspect_image(str(local))
         if pulled is None:
             raise PullError(f"{what}: the engine reported success but the image is not there")
+        if not pulled.architecture:
+            raise ImageIncomplete(
+                f"{what}: the engine holds it without its platform, some of its layers missing: it has those "
+                "layers unpacked from another image (the same files, compressed otherwise) and fetched none of "
+                "them; remove the images built on them (docker image rm), then build again"
+            )
         return pulled
 
     # ------------------------------------------------------------------ build

@@ -55,7 +55,7 @@ def ensure_base(engine: ContainerEngine, plan: BuildPlan, progress: Progress) ->
     if found is not None and found.architecture == plan.recipe.architecture:
         progress.note(f"base {reference} is already in the engine")
         return None
-    if found is None:
+    if found is None or not found.architecture:  # absent, or held without its platform (content missing)
         engine.pull(
             plan.base.reference, plan.recipe.platform, lambda m: progress.layer_event("pull", m), progress.retry_event
         )

@@ -158,6 +158,21 @@ keep_only_the_bases() {
       "${d[@]}" image rm "$repository:$tag" >/dev/null || log "could not remove $repository:$tag"
     fi
   done < <("${d[@]}" image ls -a --format '{{.ID}} {{.Repository}} {{.Tag}}')
+  # What the engine's own list leaves out, removed through its containerd: the classic builder's step
+  # images (moby-dangling@…, its build cache) and images it holds incomplete (layers unpacked, their
+  # blobs gone: a pull of one fetches nothing, and what is built FROM it has no platform).
+  local -a ctr=(nsenter --target "$(read_pid "$PID_FILE")" --mount --root
+    ctr -a /run/docker/containerd/containerd.sock -n moby)
+  local name last incomplete
+  incomplete="$("${ctr[@]}" images check | awk 'NR > 1 && $4 == "incomplete" {print $1}')"
+  while read -r name; do
+    repository="${name%%@*}"
+    last="${repository##*/}"
+    if [[ "$last" == *:* ]]; then repository="${repository%:*}"; fi
+    if ! grep -qxF -- "$repository" <<<"$repositories" || grep -qxF -- "$name" <<<"$incomplete"; then
+      "${ctr[@]}" images rm "$name" >/dev/null || log "could not remove $name"
+    fi
+  done < <("${ctr[@]}" images ls -q)
   "${d[@]}" builder prune -af >/dev/null 2>&1 || log "could not prune its build cache"
   "${d[@]}" volume prune -af >/dev/null || log "could not prune its volumes"
   "${d[@]}" network prune -f >/dev/null || log "could not prune its networks"

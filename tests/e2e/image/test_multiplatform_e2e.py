@@ -22,7 +22,16 @@ from pathlib import Path
 import pytest
 import requests
 from engines import FIRST, TestEngine
-from stack_e2e import cli, docker_login, json_events, recipe_copy, repository_name, unique_repository
+from stack_e2e import (
+    cli,
+    docker_login,
+    json_events,
+    put_blob,
+    put_manifest,
+    recipe_copy,
+    repository_name,
+    unique_repository,
+)
 
 from geometry.vllm_versions import DEFAULT_VERSION
 from stackbuild.image.registry import MANIFEST_ACCEPT
@@ -77,38 +86,42 @@ class MultiBuild:
     engine: TestEngine  # where it was built
 
 
-def own_base(registry, base, config: Path) -> str:
-    """``base`` with one label more, pushed: the digest of an image of this module's own, with the same layers.
+def own_base(registry, base) -> str:
+    """``base`` with one label more, put into the registry beside it: the digest of an image of this module's own.
 
     The classic builder reuses the newest image built from the same parent by the same step (a COPY
     matched by its files' content). Built on the synthetic base itself, this module's rebuild would take
     the images of the amd64 tests building this patch series with --no-cache on another worker: equal
     in content, other ids, another index. On a parent of its own, its steps are a chain no other test builds.
+
+    The new manifest is the base's own with another config: the same layer blobs, so the same digest in
+    every run. An engine with the containerd image store that has unpacked the base's layers before does
+    not fetch blobs it has unpacked under other digests: a push of the base again from an engine that
+    compresses its layers anew would leave such an engine holding this image without them.
     """
-    arch = base.arch
-    reference = f"{base.image}:{BASE_INDEX_TAG}-{arch}"
-    dockerfile = f"FROM {base.pinned}\nLABEL org.glm53.test.multiplatform-base={arch}\n"
-    subprocess.run(
-        ["docker", "build", "-q", "--platform", f"linux/{arch}", "-t", reference, "-"],
-        input=dockerfile.encode(),
-        capture_output=True,
-        check=True,
-        env={**os.environ, "DOCKER_BUILDKIT": "0"},
-    )
-    subprocess.run(["docker", "--config", str(config), "push", reference], check=True, capture_output=True)
-    return manifest(registry, repository_name(base.image), f"{BASE_INDEX_TAG}-{arch}")[0]
+    name = repository_name(base.image)
+    _digest, document, _content = manifest(registry, name, base.digest)
+    response = http(registry, "GET", name, f"blobs/{document['config']['digest']}", headers={})
+    assert response.status_code == 200, response.text
+    config = response.json()
+    config["config"]["Labels"] = {
+        **(config["config"].get("Labels") or {}),
+        "org.glm53.test.multiplatform-base": base.arch,
+    }
+    blob = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+    document["config"] = {**document["config"], "digest": put_blob(registry, base.image, blob), "size": len(blob)}
+    return put_manifest(registry, base.image, f"{BASE_INDEX_TAG}-{base.arch}", document)
 
 
 @pytest.fixture(scope="module")
-def base_index(registry, synthetic_base_amd64, synthetic_base_arm64, tmp_path_factory) -> tuple[str, str]:
+def base_index(registry, synthetic_base_amd64, synthetic_base_arm64) -> tuple[str, str]:
     """(image, index digest): an OCI index over the two bases of this module, under one tag, as upstream publishes."""
     bases = {"amd64": synthetic_base_amd64, "arm64": synthetic_base_arm64}
     assert synthetic_base_amd64.image == synthetic_base_arm64.image
     name = repository_name(synthetic_base_amd64.image)
-    config = docker_login(tmp_path_factory.mktemp("base-index"), registry)
     entries = []
     for arch, base in bases.items():
-        digest = own_base(registry, base, config)
+        digest = own_base(registry, base)
         _digest, document, content = manifest(registry, name, digest)
         entries.append(
             {
