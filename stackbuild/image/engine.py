@@ -165,8 +165,8 @@ class DockerEngine:
         if not pulled.architecture:
             raise ImageIncomplete(
                 f"{what}: the engine holds it without its platform, some of its layers missing: it has those "
-                "layers unpacked from another image (the same files, compressed otherwise) and fetched none of "
-                "them; remove the images built on them (docker image rm), then build again"
+                "layers unpacked for another image (the same files, compressed otherwise) and fetched none of "
+                "them; remove the images sharing those layers (docker image rm), then build again"
             )
         return pulled
 

@@ -132,9 +132,9 @@ def build_image(engine: ContainerEngine, plan: BuildPlan, progress: Progress, *,
 
 def check_architecture(image: ImageInfo, plan: BuildPlan) -> None:
     if (image.os, image.architecture) != ("linux", plan.recipe.architecture):
+        held = f"is {image.platform}" if image.architecture else "has no platform in the engine (content missing)"
         raise ArchitectureMismatch(
-            f"{image.id[:19]}: the image is {image.platform}, the recipe's platform is "
-            f"{plan.recipe.platform}; nothing was tagged"
+            f"{image.id[:19]}: the image {held}, the recipe's platform is {plan.recipe.platform}; nothing was tagged"
         )
 
 
