@@ -10,7 +10,6 @@ config directories; the driver only ever sees them through DOCKER_CONFIG.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
 import shutil
@@ -233,40 +232,6 @@ def registry_manifest(registry, repository: str, tag: str) -> tuple[str, dict] |
         return None
     response.raise_for_status()
     return response.headers["Docker-Content-Digest"], response.json()
-
-
-def put_blob(registry, repository: str, data: bytes) -> str:
-    """Upload ``data`` as a blob of ``repository`` (registry and name, as in an image reference); its digest."""
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    auth = (registry.username, registry.password)
-    base = f"http://{registry.address}/v2/{repository_name(repository)}"
-    started = requests.post(f"{base}/blobs/uploads/", auth=auth, timeout=30)
-    assert started.status_code == 202, started.text
-    location = requests.compat.urljoin(f"http://{registry.address}/", started.headers["Location"])
-    done = requests.put(
-        location,
-        params={"digest": digest},
-        data=data,
-        headers={"Content-Type": "application/octet-stream"},
-        auth=auth,
-        timeout=120,
-    )
-    assert done.status_code == 201, done.text
-    return digest
-
-
-def put_manifest(registry, repository: str, reference: str, document: dict) -> str:
-    """Put ``document`` (its own mediaType) as ``repository:reference``; return the digest of the bytes sent."""
-    body = json.dumps(document, indent=3).encode()
-    response = requests.put(
-        f"http://{registry.address}/v2/{repository_name(repository)}/manifests/{reference}",
-        data=body,
-        headers={"Content-Type": document["mediaType"]},
-        auth=(registry.username, registry.password),
-        timeout=30,
-    )
-    assert response.status_code == 201, response.text
-    return "sha256:" + hashlib.sha256(body).hexdigest()
 
 
 def tag_locally(image_id: str, repository: str, tags: list[str]) -> None:

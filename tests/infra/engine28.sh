@@ -146,21 +146,13 @@ cmd_up() {
 # layers are the bases'): what a new engine holds once the tests have pulled them.
 keep_only_the_bases() {
   local -a d=(docker -H "unix://$SOCK")
-  local repositories id repository tag
+  local repositories repository
   repositories="$(python3 "$here/registry_storage.py" --recorded "$STATE_DIR")"
   "${d[@]}" ps -aq | xargs -r "${d[@]}" rm -f >/dev/null
-  while read -r id repository tag; do
-    if grep -qxF -- "$repository" <<<"$repositories"; then
-      continue
-    elif [[ "$tag" == "<none>" ]]; then  # untagged: by its id, refused (and kept) when a kept name shares it
-      "${d[@]}" image rm "$id" >/dev/null 2>&1 || true
-    else
-      "${d[@]}" image rm "$repository:$tag" >/dev/null || log "could not remove $repository:$tag"
-    fi
-  done < <("${d[@]}" image ls -a --format '{{.ID}} {{.Repository}} {{.Tag}}')
-  # What the engine's own list leaves out, removed through its containerd: the classic builder's step
-  # images (moby-dangling@…, its build cache) and images it holds incomplete (layers unpacked, their
-  # blobs gone: a pull of one fetches nothing, and what is built FROM it has no platform).
+  # Every image the engine's containerd holds, not only those `docker image ls` shows: the classic
+  # builder's step images too (moby-dangling@…, its build cache), and images held incomplete (layers
+  # unpacked, their blobs gone: a pull of one fetches nothing, and what is built FROM it has no
+  # platform), which are removed even in a kept repository.
   local -a ctr=(nsenter --target "$(read_pid "$PID_FILE")" --mount --root
     ctr -a /run/docker/containerd/containerd.sock -n moby)
   local name last incomplete

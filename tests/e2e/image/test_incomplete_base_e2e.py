@@ -18,7 +18,8 @@ import tarfile
 
 import pytest
 from engines import ENGINE28
-from stack_e2e import cli, docker_login, json_events, put_blob, put_manifest, recipe_copy, unique_repository
+from signing_support import put_blob, put_manifest
+from stack_e2e import cli, docker_login, json_events, recipe_copy, unique_repository
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 
@@ -59,7 +60,7 @@ def put_image(registry, repository: str, tar: bytes, gzip_mtime: int, tag: str) 
             {"mediaType": DOCKER_LAYER, "digest": put_blob(registry, repository, compressed), "size": len(compressed)}
         ],
     }
-    return put_manifest(registry, repository, tag, document)
+    return put_manifest(registry, repository, document, tag=tag)[0]
 
 
 def local_images(env: dict) -> set[str]:

@@ -22,16 +22,8 @@ from pathlib import Path
 import pytest
 import requests
 from engines import FIRST, TestEngine
-from stack_e2e import (
-    cli,
-    docker_login,
-    json_events,
-    put_blob,
-    put_manifest,
-    recipe_copy,
-    repository_name,
-    unique_repository,
-)
+from signing_support import put_blob, put_manifest
+from stack_e2e import cli, docker_login, json_events, recipe_copy, repository_name, unique_repository
 
 from geometry.vllm_versions import DEFAULT_VERSION
 from stackbuild.image.registry import MANIFEST_ACCEPT
@@ -110,7 +102,7 @@ def own_base(registry, base) -> str:
     }
     blob = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
     document["config"] = {**document["config"], "digest": put_blob(registry, base.image, blob), "size": len(blob)}
-    return put_manifest(registry, base.image, f"{BASE_INDEX_TAG}-{base.arch}", document)
+    return put_manifest(registry, base.image, document, tag=f"{BASE_INDEX_TAG}-{base.arch}")[0]
 
 
 @pytest.fixture(scope="module")
