@@ -1,15 +1,22 @@
 #!/usr/bin/env python3
-"""What a new test registry keeps of the last one's storage: the synthetic bases' repositories.
+"""What a new test registry keeps of the last one's storage: the synthetic bases' repositories and
+the repositories the last run made.
 
-    registry_storage.py STORAGE STATE_DIR ADDRESS   keep only the base repositories in STORAGE
+    registry_storage.py STORAGE STATE_DIR ADDRESS   keep those repositories in STORAGE, drop the rest
     registry_storage.py --recorded STATE_DIR        print each repository the base records name
 
-services.sh gives every new registry fresh credentials and, but for the bases, empty storage. The
-repositories the base records in STATE_DIR name (base-*.json, written by build_base.record: their
-"repository", on the registry at ADDRESS) stay in STORAGE; every other repository is removed, and
-services.sh then has the registry collect the blobs only those held. A base is the same bytes every
-run: kept, build_base.push finds it in the registry and need not compress its layers again.
-Prints one line: the repositories kept, by name, and how many were dropped.
+services.sh gives every new registry fresh credentials and storage that holds two kinds of
+repository, every other one removed (services.sh then has the registry collect the blobs only those
+held):
+- the bases': the repositories the base records in STATE_DIR name (base-*.json, written by
+  build_base.record: their "repository", on the registry at ADDRESS). A base is the same bytes every
+  run: kept, build_base.push finds it in the registry and need not compress its layers again;
+- the last run's: those not there when the registry before it started (EARLIER, in STATE_DIR, lists
+  what each start kept). A Docker engine pushing a layer to a new repository mounts it from one of the
+  (at most three) repositories it last pushed that layer to, youngest first, and compresses and uploads
+  the whole layer again when none of them holds it any more: the tests' first push of a base layer in a
+  run would be gigabytes (the CPU serving base: 2.2 GB) had the last run's repositories gone.
+Prints one line: the base repositories kept, by name, how many of the last run's, how many were dropped.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from pathlib import Path
 
 # Where Distribution's filesystem driver keeps a repository: REPOSITORIES/<name>/_manifests, _layers, _uploads.
 REPOSITORIES = Path("docker/registry/v2/repositories")
+# In STATE_DIR: the repositories the last start kept, one name a line (all there before the last run).
+EARLIER = "registry-repositories.txt"
 
 
 def recorded_repositories(state_dir: Path) -> set[str]:
@@ -44,12 +53,26 @@ def base_repositories(state_dir: Path, address: str) -> set[str]:
     return names
 
 
+def repository_names(storage: Path) -> list[str]:
+    """Every repository of storage, by name (``e2e-0123456789/cpu-hybrid``), sorted."""
+    root = storage / REPOSITORIES
+    if not root.is_dir():
+        return []
+    return sorted(path.parent.relative_to(root).as_posix() for path in root.rglob("_manifests"))
+
+
+def earlier_repositories(state_dir: Path, names: list[str]) -> set[str]:
+    """Those of names that were there before the last run: all of them when no start left its list."""
+    try:
+        return set((state_dir / EARLIER).read_text().split())
+    except OSError:
+        return set(names)
+
+
 def keep_only(storage: Path, keep: set[str]) -> tuple[list[str], list[str]]:
     """Remove every repository of storage not named in keep: (kept, dropped), by name."""
     root = storage / REPOSITORIES
-    if not root.is_dir():
-        return [], []
-    names = sorted(path.parent.relative_to(root).as_posix() for path in root.rglob("_manifests"))
+    names = repository_names(storage)
     kept = [name for name in names if name in keep]
     dropped = [name for name in names if name not in keep]
     for name in dropped:
@@ -74,8 +97,16 @@ def main(argv: list[str]) -> int:
         )
         return 2
     storage, state_dir, address = Path(argv[0]), Path(argv[1]), argv[2]
-    kept, dropped = keep_only(storage, base_repositories(state_dir, address))
-    print(f"kept {len(kept)} base repositories ({', '.join(kept) or 'none'}), dropped {len(dropped)}")
+    bases = base_repositories(state_dir, address)
+    names = repository_names(storage)
+    last_run = set(names) - earlier_repositories(state_dir, names) - bases
+    kept, dropped = keep_only(storage, bases | last_run)
+    (state_dir / EARLIER).write_text("".join(name + "\n" for name in kept))
+    kept_bases = [name for name in kept if name in bases]
+    print(
+        f"kept {len(kept_bases)} base repositories ({', '.join(kept_bases) or 'none'}) and "
+        f"{len(kept) - len(kept_bases)} of the last run, dropped {len(dropped)}"
+    )
     return 0
 
 

@@ -13,7 +13,8 @@
 #   dockerd.pid/.log   only when this script started dockerd
 #   registry/…         config, htpasswd, storage, pid, log (gc.log: what `up` collected)
 # `down` stops only what `up` started. A new registry gets fresh credentials and storage that
-# holds only the synthetic bases' repositories of the last one (registry_storage.py).
+# holds only the synthetic bases' repositories of the last one and those the last run made
+# (registry_storage.py).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -175,9 +176,9 @@ auth:
 YAML
 }
 
-# The last registry's storage less every repository but the synthetic bases' (registry_storage.py),
-# and less the blobs only those held (the registry's own offline garbage-collect); on any failure,
-# empty storage.
+# The last registry's storage less every repository but the synthetic bases' and the last run's
+# (registry_storage.py), and less the blobs only those held (the registry's own offline
+# garbage-collect); on any failure, empty storage.
 keep_base_repositories() {
   mkdir -p "$REG_DIR/storage"
   local said
@@ -234,7 +235,7 @@ cmd_up() {
   local pid; pid="$(read_pid "$REG_PID_FILE")"
   if ! { pid_alive "$pid" && registry_ping; }; then
     stop_registry
-    # Fresh credentials for every new registry; of the storage, only the bases' repositories stay.
+    # Fresh credentials for every new registry; of the storage, only the bases' and the last run's repositories stay.
     write_credentials
     write_registry_config
     keep_base_repositories

@@ -73,7 +73,8 @@ def test_only_the_repositories_the_base_records_name_are_kept(tmp_path, reposito
         text=True,
     )
     assert run.returncode == 0, run.stderr
-    assert run.stdout == "kept 2 base repositories (vllm/vllm-cpu, vllm/vllm-openai), dropped 3\n"
+    # No start left its list: every repository but the bases' counts as earlier than the last run.
+    assert run.stdout == "kept 2 base repositories (vllm/vllm-cpu, vllm/vllm-openai) and 0 of the last run, dropped 3\n"
     assert sorted(p.name for p in (storage / repositories).iterdir()) == ["vllm"]  # e2e-0123456789/ went too
     assert sorted(p.name for p in (storage / repositories / "vllm").iterdir()) == ["vllm-cpu", "vllm-openai"]
     recorded = subprocess.run(
@@ -84,6 +85,39 @@ def test_only_the_repositories_the_base_records_name_are_kept(tmp_path, reposito
         "127.0.0.1:5000/vllm/vllm-openai",
         "127.0.0.1:5001/lone",
     ]
+
+
+def test_the_last_runs_repositories_stay_one_run(tmp_path, repositories, infra):
+    """What a start keeps it lists; the next start keeps what is not on that list (the run between them made
+    it) and drops what is (it was there before that run), the bases' always kept."""
+    import registry_storage
+
+    storage, state = tmp_path / "storage", tmp_path / "state"
+    state.mkdir()
+    (state / "base-amd64.json").write_text(json.dumps({"repository": "127.0.0.1:5000/vllm/vllm-openai"}))
+    _repository(storage, repositories, "vllm/vllm-openai")
+
+    def start() -> str:
+        run = subprocess.run(
+            [sys.executable, str(INFRA / "registry_storage.py"), str(storage), str(state), "127.0.0.1:5000"],
+            capture_output=True,
+            text=True,
+        )
+        assert run.returncode == 0, run.stderr
+        return run.stdout
+
+    assert start() == "kept 1 base repositories (vllm/vllm-openai) and 0 of the last run, dropped 0\n"
+    for name in ("e2e-1111111111/one", "walk-2222222222/two"):  # the first run's pushes
+        _repository(storage, repositories, name)
+    assert start() == "kept 1 base repositories (vllm/vllm-openai) and 2 of the last run, dropped 0\n"
+    assert (state / registry_storage.EARLIER).read_text().split() == [
+        "e2e-1111111111/one",
+        "vllm/vllm-openai",
+        "walk-2222222222/two",
+    ]
+    _repository(storage, repositories, "e2e-3333333333/three")  # the second run's
+    assert start() == "kept 1 base repositories (vllm/vllm-openai) and 1 of the last run, dropped 2\n"
+    assert registry_storage.repository_names(storage) == ["e2e-3333333333/three", "vllm/vllm-openai"]
 
 
 def test_no_storage_and_bad_arguments(tmp_path):
