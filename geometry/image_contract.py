@@ -156,12 +156,10 @@ PATCH_STEP = "patch series"  # the architecture check first, then the series
 GATE_STEP = "geometry gate"
 BUILD_STEPS = (
     BuildStep("FROM", "base image"),
-    BuildStep("COPY", "patch payload copy"),
+    BuildStep("COPY", "payload copy"),
     BuildStep("RUN", PATCH_STEP),
-    BuildStep("COPY", "gate payload copy"),
     BuildStep("RUN", GATE_STEP),
     BuildStep("ENV", "strict overlay"),
-    BuildStep("COPY", "pre-flight payload copy"),
     BuildStep("ENTRYPOINT", "entrypoint"),
     BuildStep("LABEL", "labels"),
 )

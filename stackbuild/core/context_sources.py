@@ -21,11 +21,11 @@ from geometry import contract, import_closure
 from stackbuild.core.output import GENERATED_SUFFIXES
 from stackbuild.core.recipe import REPO_ROOT, Recipe
 
-# Build-context directories holding what the patch step and the gate step need.
+# Build-context directories holding what the patch step, the gate step and the start-time
+# pre-flight (with the record of what the gate checked) need; the Dockerfile copies all three
+# in one step, in this order.
 PATCH_PAYLOAD = "patch-payload"
 GATE_PAYLOAD = "gate-payload"
-# The start-time pre-flight and the record of what the gate checked: after the gate step,
-# so editing the pre-flight does not re-run the gate.
 PREFLIGHT_PAYLOAD = "preflight-payload"
 # Repository paths of what the context is rendered and generated from.
 TEMPLATE = "Dockerfile.j2"
@@ -46,7 +46,7 @@ class Payload:
     data: tuple[str, ...] = ()  # repository paths of the files and directories they read
 
 
-# In the Dockerfile's COPY order.
+# In the order of the Dockerfile's COPY sources (a file two payloads import ships in the first).
 PAYLOADS = (
     # overlay/apply.py, run as a script, and the patch series (each with its lock).
     Payload(PATCH_PAYLOAD, (contract.OVERLAY_APPLY,), data=(contract.OVERLAY_SERIES,)),

@@ -99,12 +99,12 @@ def write_context(plan: BuildPlan, directory: Path) -> Path:
     """Write the Dockerfile and the three payload trees into ``directory``.
 
     Each payload mirrors its absolute path (``<payload>/opt/glm53-overlay/...``)
-    and is copied to ``/``, so even ``/opt`` gets the epoch time from the context
-    rather than the time of the build. ``patch-payload`` holds what the patch step
-    needs, ``gate-payload`` the gate, its recipe-specific input and the recipe's
-    oracle record if it has a usable one: recipes that differ only in geometry
-    reuse the cached patch step. ``preflight-payload`` holds the entrypoint's
-    pre-flight, the record of what the gate checked and the image's labels.
+    and the Dockerfile's one COPY copies the three to ``/``, so even ``/opt`` gets
+    the epoch time from the context rather than the time of the build.
+    ``patch-payload`` holds what the patch step needs, ``gate-payload`` the gate,
+    its recipe-specific input and the recipe's oracle record if it has a usable
+    one, ``preflight-payload`` the entrypoint's pre-flight, the record of what the
+    gate checked and the image's labels.
     """
     directory.mkdir(parents=True, exist_ok=True)
     inside = plan.payload_dir.lstrip("/")

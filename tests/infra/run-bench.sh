@@ -11,6 +11,9 @@
 #   together  the default recipe's requests-sent-together rows, steady decodes frozen beside every
 #             request stepped one step at a time: the same counts, and each one's time
 #             (bench/together_bench.py)
+#   image_stores  cold builds of ours, the reference and a one-LABEL Dockerfile on the classic image
+#             store (the main engine) and on the containerd image store (engine28.sh: Docker 28.5),
+#             what each step costs on each (bench/store_bench.py)
 #   ci_phases the last `make test` run's phases on this checkout (tests/infra/ci_phases.py over
 #             out/test-run/: each base build and its steps, pytest's wall time, the five slowest
 #             modules), from that run's own timings
@@ -18,9 +21,10 @@
 source "$(dirname "${BASH_SOURCE[0]}")/preamble.sh"
 out="$repo/out/bench.json"
 mkdir -p out
-trap '[[ "${INFRA_KEEP_UP:-0}" == 1 ]] || $SUDO bash "$here/services.sh" down || true' EXIT
+trap '[[ "${INFRA_KEEP_UP:-0}" == 1 ]] || { $SUDO bash "$here/engine28.sh" down; $SUDO bash "$here/services.sh" down; } || true' EXIT
 
 $SUDO bash "$here/services.sh" up >/dev/null
+$SUDO bash "$here/engine28.sh" up >/dev/null
 "$PY" "$here/build_base.py" --arch amd64
 arm64=()
 if [[ "${BENCH_ARM64:-0}" == 1 ]]; then
@@ -36,6 +40,7 @@ PYTHONPATH=.:tests "$PY" bench/geometry_bench.py --out out/geometry-bench.json >
 "$PY" bench/together_bench.py --out out/together-bench.json >/dev/null 2>&1
 "$PY" bench/checkpoint_bench.py --out out/checkpoint-bench.json >/dev/null
 PYTHONPATH=.:tests "$PY" bench/overlay_bench.py --runs "${BENCH_RUNS:-3}" --out "$out" "${arm64[@]}" >/dev/null
+PYTHONPATH=.:tests:bench "$PY" bench/store_bench.py --runs "${BENCH_RUNS:-3}" --out "$out" >/dev/null
 phases=out/ci-phases-bench.json
 "$PY" "$here/ci_phases.py" out/test-run --json >"$phases" 2>/dev/null || echo null >"$phases"
 "$PY" - "$out" out/geometry-bench.json out/preflight-bench.json out/fit-bench.json out/checkpoint-bench.json "$phases" \
@@ -51,7 +56,7 @@ data.update(json.load(open(checkpoint)))
 data["ci_phases"] = json.load(open(phases)) or {"none": "no `make test` run recorded in out/test-run/"}
 json.dump(data, open(path, "w"), indent=2)
 keys = ("overlay_build", "reference_overlay", "floor_overlay", "ratios_to_reference", "gate_profile",
-        "arm64_qemu", "push", "meets_targets", "preflight_fast_path", "fit", "together", "checkpoint_headers", "ci_phases")
+        "arm64_qemu", "push", "image_stores", "meets_targets", "preflight_fast_path", "fit", "together", "checkpoint_headers", "ci_phases")
 summary = {k: data[k] for k in keys if k in data}
 summary["overlay_layers_bytes"] = data["overlay_layers"]["bytes"]
 summary["overlay_blob_bytes"] = data["overlay_layers"]["blob_bytes"]

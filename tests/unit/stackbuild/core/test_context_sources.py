@@ -19,7 +19,7 @@ from recipe_copies import REPO, copy_recipe, pinned
 import geometry
 from geometry.image_contract import PAYLOAD_DIR
 from geometry.oracle import record
-from stackbuild.core.context_sources import GATE_PAYLOAD, PATCH_PAYLOAD, PAYLOADS, payload_files
+from stackbuild.core.context_sources import GATE_PAYLOAD, PATCH_PAYLOAD, PAYLOADS, PREFLIGHT_PAYLOAD, payload_files
 from stackbuild.core.recipe import load_recipe
 from stackbuild.image.plan import make_plan
 from stackbuild.image.render import write_context
@@ -150,8 +150,8 @@ def test_a_test_helper_or_a_tool_placed_in_the_tree_is_left_out(tmp_path):
 
 
 def test_the_record_key_hashes_the_same_gate_code_on_the_host_and_in_the_image(context, tmp_path):
-    """At the gate step the image holds the patch and gate payloads under the payload root."""
+    """At the gate step the image holds every payload under the payload root (one COPY step before it)."""
     image = tmp_path / "image"
-    for payload in (PATCH_PAYLOAD, GATE_PAYLOAD):
+    for payload in (PATCH_PAYLOAD, GATE_PAYLOAD, PREFLIGHT_PAYLOAD):
         shutil.copytree(context / payload / INSIDE, image, dirs_exist_ok=True)
     assert record.code_digest(str(image)) == record.code_digest(str(REPO))

@@ -76,9 +76,9 @@ def test_progress_json_lines_time_each_step():
     out = io.StringIO()
     progress = Progress(json_lines=True, stream=out)
     with progress.phase("build"):
-        progress.build_event({"step": 3, "total": 9, "instruction": "RUN python3 /x/overlay/apply.py"})
+        progress.build_event({"step": 3, "total": 7, "instruction": "RUN python3 /x/overlay/apply.py"})
         progress.build_event({"output": "applied 3 patches"})
-        progress.build_event({"step": 9, "total": 9, "instruction": "LABEL a=b"})
+        progress.build_event({"step": 7, "total": 7, "instruction": "LABEL a=b"})
     events = [json.loads(line) for line in out.getvalue().splitlines()]
     kinds = [(e["event"], e.get("name") or e.get("phase")) for e in events]
     assert kinds == [
@@ -98,10 +98,10 @@ def test_progress_for_people_shows_steps_and_times():
     out = io.StringIO()
     progress = Progress(stream=out)
     with progress.phase("build"):
-        progress.build_event({"step": 2, "total": 9, "instruction": "COPY patch-payload/ /"})
+        progress.build_event({"step": 2, "total": 7, "instruction": "COPY patch-payload/ gate-payload/ /"})
     text = out.getvalue()
-    assert "Step 2/9 : COPY patch-payload/ /  [patch payload copy]" in text
-    assert "patch payload copy done in" in text and "<== build done in" in text
+    assert "Step 2/7 : COPY patch-payload/ gate-payload/ /  [payload copy]" in text
+    assert "payload copy done in" in text and "<== build done in" in text
 
 
 def test_the_engine_says_its_version_api_storage_driver_and_image_store():
