@@ -83,11 +83,11 @@ def registry_bytes(storage: Path) -> int:
     return sum(p.stat().st_size for p in storage.rglob("*") if p.is_file())
 
 
-def manifest_layers(storage: Path, digest: str) -> dict[str, int]:
-    """Layer blob digest -> compressed size, from a manifest in the registry's storage."""
+def manifest_layers(storage: Path, digest: str) -> list[tuple[str, int]]:
+    """(layer blob digest, compressed size) in order, from a manifest in the registry's storage."""
     algorithm, hexdigest = digest.split(":", 1)
     blob = storage / "docker" / "registry" / "v2" / "blobs" / algorithm / hexdigest[:2] / hexdigest / "data"
-    return {layer["digest"]: int(layer["size"]) for layer in json.loads(blob.read_text())["layers"]}
+    return [(layer["digest"], int(layer["size"])) for layer in json.loads(blob.read_text())["layers"]]
 
 
 def remove_image(engine: DockerEngine, image_id: str) -> None:
@@ -223,9 +223,10 @@ def main() -> int:
     digest = engine.push(repository, tag, lambda event: None)
     push_seconds = time.perf_counter() - start
     uploaded = registry_bytes(storage) - before
-    base_blobs = manifest_layers(storage, base.digest)
-    blobs = {d: n for d, n in manifest_layers(storage, digest).items() if d not in base_blobs}
-    blob_bytes = sum(blobs.values())
+    # The overlay's blobs are those above the base's layers: the engine may have compressed the base's
+    # layers into blobs of its own (other digests than the base manifest's), the same files all the same.
+    base_layer_count = len(manifest_layers(storage, base.digest))
+    blob_bytes = sum(size for _, size in manifest_layers(storage, digest)[base_layer_count:])
 
     result = {
         "overlay_build": {
