@@ -37,7 +37,7 @@ from stackbuild.core.errors import ImageIncomplete, LockError, PullError, Regist
 from stackbuild.core.reference import ImageReference
 from stackbuild.image.engine_api import BuildOutcome, Event, EventSink, ImageInfo, run_settings
 from stackbuild.image.engine_errors import api_error_text, engine_errors
-from stackbuild.image.registry_errors import classify_registry_error, registry_retry
+from stackbuild.image.registry_errors import classify_registry_error, nobody_answers_at, registry_retry
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 
@@ -118,8 +118,15 @@ class DockerEngine:
             except docker.errors.APIError as exc:
                 raise classify_registry_error(what, api_error_text(exc), registry, LockError) from None
             except requests.exceptions.Timeout:
+                # The engine did not answer in time: the registry may be gone, or the engine slow.
+                nobody = nobody_answers_at(reference.api_host)
+                if nobody:
+                    raise RegistryUnavailable(
+                        f"{what}: registry unreachable (not retried): {reference.api_host}: {nobody}"
+                    ) from None
                 raise RegistryUnavailable(
-                    f"{what}: no answer from the registry within {deadline:g} s (the engine asks it)"
+                    f"{what}: the engine gave no answer within {self.api.timeout:g} s "
+                    f"(it asks the registry, and {reference.api_host} accepts connections)"
                 ) from None
 
         saved = self.api.timeout

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import re
+import socket
+import urllib.parse
 from typing import Optional
 
 import tenacity
@@ -56,6 +58,37 @@ def unreachable(text: str) -> bool:
     """Whether an error says nobody answers at the registry's address
     (a refused connection, a name that does not resolve)."""
     return bool(_UNREACHABLE_PATTERNS.search(text))
+
+
+def nobody_answers_at(address: str, timeout: float = 2.0) -> Optional[str]:
+    """Why nobody answers at a registry's address (``host[:port]``), asked directly: "name does not
+    resolve", or "connection refused" at a port the address names. None when something accepts the
+    connection, or when this cannot tell (no port named: the registry may answer on another; a slow
+    network). For the engine's silence to be told from the registry's."""
+    parts = urllib.parse.urlsplit("//" + address)
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    if not host:
+        return None
+    try:
+        found = socket.getaddrinfo(host, port or 443, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return "name does not resolve"
+    if port is None:
+        return None
+    for family, kind, proto, _, where in found:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.settimeout(timeout)
+                probe.connect(where)
+        except ConnectionRefusedError:
+            continue
+        except OSError:
+            return None
+        return None
+    return "connection refused"
 
 
 def classify_registry_error(what: str, message: str, registry: str = "", final: type = PushError) -> StackBuildError:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
 
 from stackbuild.core.errors import PushError, RegistryAuthError, RegistryUnavailable
-from stackbuild.image.registry_errors import RegistryTransient, classify_registry_error, registry_retry
+from stackbuild.image.registry_errors import (
+    RegistryTransient,
+    classify_registry_error,
+    nobody_answers_at,
+    registry_retry,
+)
 
 
 @pytest.mark.parametrize(
@@ -93,3 +99,23 @@ def test_final_errors_are_not_retried(monkeypatch, error):
     with pytest.raises(type(error)):
         registry_retry("push x")(final)
     assert calls == [1]
+
+
+def _closed_port() -> int:
+    """A port on 127.0.0.1 nobody listens on (bound, then let go)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_nobody_answers_at_a_closed_port_or_a_name_that_does_not_resolve():
+    assert nobody_answers_at(f"127.0.0.1:{_closed_port()}") == "connection refused"
+    assert nobody_answers_at("registry.invalid") == "name does not resolve"
+    assert nobody_answers_at("registry.invalid:5000") == "name does not resolve"
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        assert nobody_answers_at(f"127.0.0.1:{listening.getsockname()[1]}") is None
+    # No port named: the registry may answer on another than the one tried, so this cannot tell.
+    assert nobody_answers_at("127.0.0.1") is None
+    assert nobody_answers_at("127.0.0.1:notaport") is None and nobody_answers_at("") is None
