@@ -64,7 +64,8 @@ def nobody_answers_at(address: str, timeout: float = 2.0) -> Optional[str]:
     """Why nobody answers at a registry's address (``host[:port]``), asked directly: "name does not
     resolve", or "connection refused" at a port the address names. None when something accepts the
     connection, or when this cannot tell (no port named: the registry may answer on another; a slow
-    network). For the engine's silence to be told from the registry's."""
+    network). For the engine's silence to be told from the registry's; asked from this host, which
+    sees the registry as the engine does unless DOCKER_HOST names another machine."""
     parts = urllib.parse.urlsplit("//" + address)
     try:
         host, port = parts.hostname, parts.port
