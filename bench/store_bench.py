@@ -38,6 +38,7 @@ from stack_e2e import recipe_copy
 from stackbuild.core.recipe import load_recipe
 from stackbuild.core.reference import ImageReference
 from stackbuild.image.connect import connect
+from stackbuild.image.engine import DEFAULT_SOCKET
 from stackbuild.image.plan import make_plan
 
 REPO = Path(__file__).resolve().parent.parent
@@ -105,7 +106,7 @@ def main() -> int:
     os.environ["DOCKER_CONFIG"] = str(config_dir)
     recipe = load_recipe(recipe_copy(tmp, "b200-amd64", base=base.image, tag=base.tag, digest=base.digest))
     plan = make_plan(recipe, repository=f"{creds.url}/bench-store/glm53-b200")
-    classic_host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    classic_host = os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
     stores = {
         "classic": on_engine(classic_host, base_ref, plan, args.runs, int(epoch)),
         "containerd": on_engine(harness.engine28_host(), base_ref, plan, args.runs, int(epoch) + 1000),
