@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What a new test registry keeps of the last one's storage: the synthetic bases' repositories and
-the repositories the last run made.
+the repositories the latest runs pushed to.
 
     registry_storage.py STORAGE STATE_DIR ADDRESS   keep those repositories in STORAGE, drop the rest
     registry_storage.py --recorded STATE_DIR        print each repository the base records name
@@ -11,12 +11,14 @@ held):
 - the bases': the repositories the base records in STATE_DIR name (base-*.json, written by
   build_base.record: their "repository", on the registry at ADDRESS). A base is the same bytes every
   run: kept, build_base.push finds it in the registry and need not compress its layers again;
-- the last run's: those not there when the registry before it started (EARLIER, in STATE_DIR, lists
-  what each start kept). A Docker engine pushing a layer to a new repository mounts it from one of the
-  (at most three) repositories it last pushed that layer to, youngest first, and compresses and uploads
-  the whole layer again when none of them holds it any more: the tests' first push of a base layer in a
-  run would be gigabytes (the CPU serving base: 2.2 GB) had the last run's repositories gone.
-Prints one line: the base repositories kept, by name, how many of the last run's, how many were dropped.
+- the latest runs': those pushed to within RECENT_HOURS of the newest push, however many registries
+  started since (a run of a few tests starts one too). A Docker engine pushing a layer to a new
+  repository mounts it from one of the (at most three) repositories it last pushed that layer to,
+  youngest first, and compresses and uploads the whole layer again when none of them holds it any
+  more: the tests' first push of a base layer in a run would be gigabytes (the CPU serving base:
+  2.2 GB) had the last run's repositories gone. They cost little room: the engines compress a base's
+  layers into the same blobs every time, so the runs share them.
+Prints one line: the base repositories kept, by name, how many recent ones, how many were dropped.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from pathlib import Path
 
 # Where Distribution's filesystem driver keeps a repository: REPOSITORIES/<name>/_manifests, _layers, _uploads.
 REPOSITORIES = Path("docker/registry/v2/repositories")
-# In STATE_DIR: the repositories the last start kept, one name a line (all there before the last run).
-EARLIER = "registry-repositories.txt"
+# A repository pushed to within this many hours of the newest push stays (with the bases').
+RECENT_HOURS = 6
 
 
 def recorded_repositories(state_dir: Path) -> set[str]:
@@ -61,12 +63,18 @@ def repository_names(storage: Path) -> list[str]:
     return sorted(path.parent.relative_to(root).as_posix() for path in root.rglob("_manifests"))
 
 
-def earlier_repositories(state_dir: Path, names: list[str]) -> set[str]:
-    """Those of names that were there before the last run: all of them when no start left its list."""
-    try:
-        return set((state_dir / EARLIER).read_text().split())
-    except OSError:
-        return set(names)
+def last_pushed(storage: Path, name: str) -> float:
+    """When repository ``name`` was last pushed to: the newest time of its files (a push writes its links).
+    Files only: the registry's garbage collection deletes links, which dates the directories holding them."""
+    files = (path for path in (storage / REPOSITORIES / name).rglob("*") if path.is_file())
+    return max((path.stat().st_mtime for path in files), default=0.0)
+
+
+def recent_repositories(storage: Path, names: list[str], hours: float = RECENT_HOURS) -> set[str]:
+    """Those of names pushed to within ``hours`` of the newest push among them."""
+    pushed = {name: last_pushed(storage, name) for name in names}
+    newest = max(pushed.values(), default=0.0)
+    return {name for name, when in pushed.items() if when >= newest - hours * 3600}
 
 
 def keep_only(storage: Path, keep: set[str]) -> tuple[list[str], list[str]]:
@@ -98,14 +106,13 @@ def main(argv: list[str]) -> int:
         return 2
     storage, state_dir, address = Path(argv[0]), Path(argv[1]), argv[2]
     bases = base_repositories(state_dir, address)
-    names = repository_names(storage)
-    last_run = set(names) - earlier_repositories(state_dir, names) - bases
-    kept, dropped = keep_only(storage, bases | last_run)
-    (state_dir / EARLIER).write_text("".join(name + "\n" for name in kept))
+    recent = recent_repositories(storage, [name for name in repository_names(storage) if name not in bases])
+    kept, dropped = keep_only(storage, bases | recent)
     kept_bases = [name for name in kept if name in bases]
     print(
         f"kept {len(kept_bases)} base repositories ({', '.join(kept_bases) or 'none'}) and "
-        f"{len(kept) - len(kept_bases)} of the last run, dropped {len(dropped)}"
+        f"{len(kept) - len(kept_bases)} pushed to within {RECENT_HOURS} h of the newest push, "
+        f"dropped {len(dropped)}"
     )
     return 0
 

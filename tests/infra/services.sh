@@ -13,8 +13,8 @@
 #   dockerd.pid/.log   only when this script started dockerd
 #   registry/…         config, htpasswd, storage, pid, log (gc.log: what `up` collected)
 # `down` stops only what `up` started. A new registry gets fresh credentials and storage that
-# holds only the synthetic bases' repositories of the last one and those the last run made
-# (registry_storage.py).
+# holds only the synthetic bases' repositories of the last one and those the latest runs pushed
+# to (registry_storage.py).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -176,7 +176,7 @@ auth:
 YAML
 }
 
-# The last registry's storage less every repository but the synthetic bases' and the last run's
+# The last registry's storage less every repository but the synthetic bases' and the latest runs'
 # (registry_storage.py), and less the blobs only those held (the registry's own offline
 # garbage-collect); on any failure, empty storage.
 keep_base_repositories() {
@@ -235,7 +235,7 @@ cmd_up() {
   local pid; pid="$(read_pid "$REG_PID_FILE")"
   if ! { pid_alive "$pid" && registry_ping; }; then
     stop_registry
-    # Fresh credentials for every new registry; of the storage, only the bases' and the last run's repositories stay.
+    # Fresh credentials for every new registry; of the storage, only the bases' and the latest runs' repositories stay.
     write_credentials
     write_registry_config
     keep_base_repositories

@@ -6,9 +6,11 @@ so that it does not push it again.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tarfile
+import time
 import uuid
 from pathlib import Path
 
@@ -47,18 +49,36 @@ def credentials(registry) -> dict:
     return {"url": registry.url, "username": registry.username, "password": registry.password}
 
 
-def _repository(storage: Path, repositories: Path, name: str) -> Path:
+def _repository(storage: Path, repositories: Path, name: str, *, hours_ago: float = 0.0) -> Path:
+    """A repository as Distribution lays it out, last pushed to ``hours_ago``."""
     path = storage / repositories / name
     (path / "_manifests/tags/latest/current").mkdir(parents=True)
     (path / "_layers").mkdir()
+    (path / "_manifests/tags/latest/current/link").write_text("sha256:0\n")
+    when = time.time() - hours_ago * 3600
+    for item in [path, *path.rglob("*")]:
+        os.utime(item, (when, when))
     return path
 
 
-def test_only_the_repositories_the_base_records_name_are_kept(tmp_path, repositories):
+def _start(storage: Path, state: Path) -> subprocess.CompletedProcess:
+    """What services.sh runs when a new registry starts."""
+    return subprocess.run(
+        [sys.executable, str(INFRA / "registry_storage.py"), str(storage), str(state), "127.0.0.1:5000"],
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_the_bases_and_the_latest_runs_repositories_are_kept(tmp_path, repositories):
     storage, state = tmp_path / "storage", tmp_path / "state"
     state.mkdir()
-    for name in ("vllm/vllm-openai", "vllm/vllm-cpu", "e2e-0123456789/cpu-hybrid", "e2e-0123456789/other", "lone"):
-        _repository(storage, repositories, name)
+    for name in ("vllm/vllm-openai", "vllm/vllm-cpu"):
+        _repository(storage, repositories, name, hours_ago=100)  # the bases stay whatever their age
+    _repository(storage, repositories, "e2e-0123456789/cpu-hybrid", hours_ago=30)
+    _repository(storage, repositories, "e2e-0123456789/other", hours_ago=30)
+    _repository(storage, repositories, "lone", hours_ago=27)
+    _repository(storage, repositories, "walk-0123456789/latest", hours_ago=20)  # the newest push
     records = {
         "base-amd64.json": {"repository": "127.0.0.1:5000/vllm/vllm-openai"},
         "base-serving.json": {"repository": "127.0.0.1:5000/vllm/vllm-cpu"},
@@ -67,15 +87,14 @@ def test_only_the_repositories_the_base_records_name_are_kept(tmp_path, reposito
     }
     for name, record in records.items():
         (state / name).write_text("{" if record is None else json.dumps(record))
-    run = subprocess.run(
-        [sys.executable, str(INFRA / "registry_storage.py"), str(storage), str(state), "127.0.0.1:5000"],
-        capture_output=True,
-        text=True,
-    )
+    run = _start(storage, state)
     assert run.returncode == 0, run.stderr
-    # No start left its list: every repository but the bases' counts as earlier than the last run.
-    assert run.stdout == "kept 2 base repositories (vllm/vllm-cpu, vllm/vllm-openai) and 0 of the last run, dropped 3\n"
-    assert sorted(p.name for p in (storage / repositories).iterdir()) == ["vllm"]  # e2e-0123456789/ went too
+    assert run.stdout == (
+        "kept 2 base repositories (vllm/vllm-cpu, vllm/vllm-openai) and 1 pushed to within 6 h of the newest "
+        "push, dropped 3\n"
+    )
+    assert sorted(p.name for p in (storage / repositories).iterdir()) == ["vllm", "walk-0123456789"]
+    assert not (storage / repositories / "e2e-0123456789").exists()  # the namespace went with its repositories
     assert sorted(p.name for p in (storage / repositories / "vllm").iterdir()) == ["vllm-cpu", "vllm-openai"]
     recorded = subprocess.run(
         [sys.executable, str(INFRA / "registry_storage.py"), "--recorded", str(state)], capture_output=True, text=True
@@ -87,37 +106,22 @@ def test_only_the_repositories_the_base_records_name_are_kept(tmp_path, reposito
     ]
 
 
-def test_the_last_runs_repositories_stay_one_run(tmp_path, repositories, infra):
-    """What a start keeps it lists; the next start keeps what is not on that list (the run between them made
-    it) and drops what is (it was there before that run), the bases' always kept."""
+def test_a_run_of_a_few_tests_between_two_runs_drops_neither(tmp_path, repositories, infra):
+    """Every registry start keeps what was pushed to within the window of the newest push, so the starts of
+    short runs in between do not drop the last full run's repositories; what is older than the window goes."""
     import registry_storage
 
     storage, state = tmp_path / "storage", tmp_path / "state"
     state.mkdir()
-    (state / "base-amd64.json").write_text(json.dumps({"repository": "127.0.0.1:5000/vllm/vllm-openai"}))
-    _repository(storage, repositories, "vllm/vllm-openai")
-
-    def start() -> str:
-        run = subprocess.run(
-            [sys.executable, str(INFRA / "registry_storage.py"), str(storage), str(state), "127.0.0.1:5000"],
-            capture_output=True,
-            text=True,
-        )
+    _repository(storage, repositories, "e2e-1111111111/full-run", hours_ago=registry_storage.RECENT_HOURS - 1)
+    _repository(storage, repositories, "e2e-2222222222/a-few-tests")
+    older = _repository(storage, repositories, "e2e-3333333333/older", hours_ago=registry_storage.RECENT_HOURS + 1)
+    os.utime(older / "_manifests")  # as the registry's garbage collection dates a directory it deletes from
+    for _ in range(2):  # a second start with nothing pushed in between keeps the same
+        run = _start(storage, state)
         assert run.returncode == 0, run.stderr
-        return run.stdout
-
-    assert start() == "kept 1 base repositories (vllm/vllm-openai) and 0 of the last run, dropped 0\n"
-    for name in ("e2e-1111111111/one", "walk-2222222222/two"):  # the first run's pushes
-        _repository(storage, repositories, name)
-    assert start() == "kept 1 base repositories (vllm/vllm-openai) and 2 of the last run, dropped 0\n"
-    assert (state / registry_storage.EARLIER).read_text().split() == [
-        "e2e-1111111111/one",
-        "vllm/vllm-openai",
-        "walk-2222222222/two",
-    ]
-    _repository(storage, repositories, "e2e-3333333333/three")  # the second run's
-    assert start() == "kept 1 base repositories (vllm/vllm-openai) and 1 of the last run, dropped 2\n"
-    assert registry_storage.repository_names(storage) == ["e2e-3333333333/three", "vllm/vllm-openai"]
+    assert registry_storage.repository_names(storage) == ["e2e-1111111111/full-run", "e2e-2222222222/a-few-tests"]
+    assert run.stdout.endswith("and 2 pushed to within 6 h of the newest push, dropped 0\n")
 
 
 def test_no_storage_and_bad_arguments(tmp_path):
