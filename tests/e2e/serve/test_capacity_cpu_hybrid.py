@@ -19,8 +19,8 @@ where the N + 1 are stopped both ways (a preemption, one left waiting while the 
 The lengths keep every peak for hundreds of steps (outputs of 300 and 600 tokens), so that the server's
 polls resolve each peak: a 64-token output's peak holds some 60 steps, and a loaded API server answers
 /metrics dozens, at times hundreds, of engine steps apart (qualify sends a probe it could not resolve again).
-The preemptions come hundreds of steps before the decode ends (at steps 265 and 335 of 600; the counts and
-stops are those of 1,000-token outputs): the gate runs the requests in lockstep with no draft accepted, and
+The preemptions come hundreds of steps before the decode ends (at steps 265 and 335 of 600; longer outputs
+give the same counts and stops): the gate runs the requests in lockstep with no draft accepted, and
 a server that accepts a few random drafts or admits one request a step late can run one more where the
 pool is short by a block only at the end of the decode. At the stock image's lengths vLLM's own
 scheduler, given the requests arriving up to 40 steps apart, runs the same peaks and stops.
