@@ -117,6 +117,16 @@ def timed_build(
     return image_id, seconds, steps
 
 
+def log_in(tmp: Path, creds) -> None:
+    """`docker login` to the test registry in a Docker config of its own under ``tmp``, made this process's."""
+    config_dir = tmp / "docker-config"
+    config_dir.mkdir()
+    login = harness.docker_login(config_dir, creds)
+    if login.returncode != 0:
+        raise SystemExit(f"docker login to {creds.url} failed: {login.stderr.strip()}")
+    os.environ["DOCKER_CONFIG"] = str(config_dir)
+
+
 def ratio(numerator: dict, denominator: dict) -> float:
     return round(numerator["median"] / denominator["median"], 3)
 
@@ -159,12 +169,7 @@ def main() -> int:
     # push measures real uploads.
     os.environ["SOURCE_DATE_EPOCH"] = str(int(time.time()))
     tmp = Path(tempfile.mkdtemp(prefix="overlay-bench-"))
-    config_dir = tmp / "docker-config"
-    config_dir.mkdir()
-    login = harness.docker_login(config_dir, creds)
-    if login.returncode != 0:
-        raise SystemExit(f"docker login to {creds.url} failed: {login.stderr.strip()}")
-    os.environ["DOCKER_CONFIG"] = str(config_dir)
+    log_in(tmp, creds)
 
     recipe_path = recipe_copy(tmp, "b200-amd64", base=base.image, tag=base.tag, digest=base.digest)
     recipe = load_recipe(recipe_path)

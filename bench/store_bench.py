@@ -32,7 +32,7 @@ from pathlib import Path
 
 import reference_overlay  # bench/, this script's directory
 from infra import harness  # tests/ on PYTHONPATH
-from overlay_bench import median_of, ratio, remove_image, timed_build
+from overlay_bench import log_in, median_of, ratio, remove_image, timed_build
 from stack_e2e import recipe_copy
 
 from stackbuild.core.recipe import load_recipe
@@ -98,12 +98,7 @@ def main() -> int:
     creds = harness.registry_credentials()
     os.environ["SOURCE_DATE_EPOCH"] = epoch = str(int(time.time()))
     tmp = Path(tempfile.mkdtemp(prefix="store-bench-"))
-    config_dir = tmp / "docker-config"
-    config_dir.mkdir()
-    login = harness.docker_login(config_dir, creds)
-    if login.returncode != 0:
-        raise SystemExit(f"docker login to {creds.url} failed: {login.stderr.strip()}")
-    os.environ["DOCKER_CONFIG"] = str(config_dir)
+    log_in(tmp, creds)
     recipe = load_recipe(recipe_copy(tmp, "b200-amd64", base=base.image, tag=base.tag, digest=base.digest))
     plan = make_plan(recipe, repository=f"{creds.url}/bench-store/glm53-b200")
     classic_host = os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET

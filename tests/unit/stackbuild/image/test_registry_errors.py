@@ -6,6 +6,7 @@ import socket
 import time
 
 import pytest
+from stack_e2e import closed_port
 
 from stackbuild.core.errors import PushError, RegistryAuthError, RegistryUnavailable
 from stackbuild.image.registry_errors import (
@@ -101,15 +102,8 @@ def test_final_errors_are_not_retried(monkeypatch, error):
     assert calls == [1]
 
 
-def _closed_port() -> int:
-    """A port on 127.0.0.1 nobody listens on (bound, then let go)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_nobody_answers_at_a_closed_port_or_a_name_that_does_not_resolve():
-    assert nobody_answers_at(f"127.0.0.1:{_closed_port()}") == "connection refused"
+    assert nobody_answers_at(f"127.0.0.1:{closed_port()}") == "connection refused"
     assert nobody_answers_at("registry.invalid") == "name does not resolve"
     assert nobody_answers_at("registry.invalid:5000") == "name does not resolve"
     with socket.socket() as listening:

@@ -14,6 +14,7 @@ import time
 
 import docker
 import pytest
+from stack_e2e import closed_port
 
 from stackbuild.core.errors import RegistryUnavailable
 from stackbuild.core.reference import ImageReference
@@ -50,14 +51,8 @@ def silent_engine():
         server.close()
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_registry_that_refuses_is_said_unreachable_when_the_engine_is_silent(silent_engine):
-    address = f"127.0.0.1:{_closed_port()}"
+    address = f"127.0.0.1:{closed_port()}"
     started = time.monotonic()
     with pytest.raises(RegistryUnavailable) as raised:
         silent_engine.registry_digest(ImageReference(f"{address}/acme/base:1"), deadline=1.0)
