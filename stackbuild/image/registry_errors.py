@@ -74,22 +74,17 @@ def nobody_answers_at(address: str, timeout: float = 2.0) -> Optional[str]:
     if not host:
         return None
     try:
-        found = socket.getaddrinfo(host, port or 443, type=socket.SOCK_STREAM)
+        if port is None:
+            socket.getaddrinfo(host, 443, type=socket.SOCK_STREAM)
+        else:
+            socket.create_connection((host, port), timeout=timeout).close()
     except socket.gaierror:
         return "name does not resolve"
-    if port is None:
+    except ConnectionRefusedError:
+        return "connection refused"
+    except OSError:
         return None
-    for family, kind, proto, _, where in found:
-        try:
-            with socket.socket(family, kind, proto) as probe:
-                probe.settimeout(timeout)
-                probe.connect(where)
-        except ConnectionRefusedError:
-            continue
-        except OSError:
-            return None
-        return None
-    return "connection refused"
+    return None
 
 
 def classify_registry_error(what: str, message: str, registry: str = "", final: type = PushError) -> StackBuildError:
