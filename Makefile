@@ -33,28 +33,39 @@ include tools/pristine.mk
 
 # The project itself, editable: the direct dependencies' pins are in pyproject.toml, everything
 # they pull in is pinned by the two constraints files. `install` (what image, compose, geometry,
-# lock and record run) installs what the project runs with; `test-install` adds the test extra
-# (pytest, hypothesis, ruff, ...) for test, lint and bench.
+# lock and record run) installs what the project runs with; `test-install` installs it with the test
+# extra (pytest, hypothesis, ruff, ...) for test, lint and bench, in one pip run, and so also
+# satisfies `install`.
 CONSTRAINTS := requirements/constraints.txt requirements/oracle.txt
+# pip compiles each installed file on one core; the venv's packages are compiled after each install
+# step instead, on every core (compileall skips the files already compiled). As with pip, a file that
+# does not compile on this Python (torch ships a few for newer ones) is left to fail where imported.
+PIP_INSTALL := $(PY) -m pip install -q --no-compile
+COMPILE = $(PY) -m compileall -qq -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || true
+# $(call project,EXTRA): the venv (made with $(PYTHON) where missing) and the project in it, editable.
+define project
+@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null || \
+  { echo "make: $(PYTHON) is missing or older than Python 3.10: install Python >= 3.10 or pass PYTHON=..." >&2; exit 2; }
+@test -x $(PY) || $(PYTHON) -m venv $(VENV) >/dev/null || \
+  { echo "make: $(PYTHON) -m venv failed: install the venv module (Debian, Ubuntu: the python3-venv package)" >&2; exit 2; }
+$(PIP_INSTALL) --upgrade pip
+$(PIP_INSTALL) $(addprefix -c ,$(CONSTRAINTS)) -e '.$(1)'
+$(COMPILE)
+endef
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
-	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null || \
-	  { echo "make: $(PYTHON) is missing or older than Python 3.10: install Python >= 3.10 or pass PYTHON=..." >&2; exit 2; }
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV) >/dev/null || \
-	  { echo "make: $(PYTHON) -m venv failed: install the venv module (Debian, Ubuntu: the python3-venv package)" >&2; exit 2; }
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(addprefix -c ,$(CONSTRAINTS)) -e .
+	$(call project,)
 	touch $@
 
-$(VENV)/.test-installed: $(VENV)/.installed
-	$(PY) -m pip install -q $(addprefix -c ,$(CONSTRAINTS)) -e '.[test]'
-	touch $@
+$(VENV)/.test-installed: pyproject.toml $(CONSTRAINTS)
+	$(call project,[test])
+	touch $(VENV)/.installed $@
 
 # vLLM's own code on the CPU: the oracle for geometry, patches and serve flags.
 $(VENV)/.oracle: $(VENV)/.test-installed requirements/vllm.txt requirements/oracle.txt
-	$(PY) -m pip install -q $(call pin,torch)
-	$(PY) -m pip install -q --no-deps $(call pin,vllm)
-	$(PY) -m pip install -q --no-deps -r requirements/oracle.txt
+	$(PIP_INSTALL) $(call pin,torch)
+	$(PIP_INSTALL) --no-deps $(call pin,vllm) -r requirements/oracle.txt
+	$(COMPILE)
 	touch $@
 
 install: $(VENV)/.installed

@@ -7,6 +7,10 @@ CI=true and one is missing. The end-to-end fixtures live in tests/stack_e2e.py.
 
 from __future__ import annotations
 
+import json
+import os
+import time
+
 import pytest
 from engines import main_build, on_engine, target_engine  # noqa: F401
 
@@ -37,3 +41,17 @@ def pytest_xdist_make_scheduler(config, log):
     from parallel_groups import SharedBuildScheduling
 
     return SharedBuildScheduling(config, log)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With TEST_TIMELINE=DIR (run-tests.sh sets it), each test's start and end on its worker, one JSON
+    line per test in DIR/WORKER.jsonl: tests/infra/ci_phases.py reports what each worker did when."""
+    directory = os.environ.get("TEST_TIMELINE")
+    started = time.time()
+    yield
+    if directory:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        line = json.dumps({"test": item.nodeid, "start": started, "end": time.time()})
+        with open(os.path.join(directory, f"{worker}.jsonl"), "a") as timeline:
+            timeline.write(line + "\n")

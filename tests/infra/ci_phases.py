@@ -6,13 +6,15 @@
 RUN_DIR is what run-tests.sh keeps of its run (out/test-run/): when the run started and ended
 (`started`, `ended`: epoch seconds), the set-up it ran while the bases build (`setup.started`,
 `.ended`: make test's venv and caches), each base build's `bases/NAME.started`, `.ended`, `.rc` and
-`.log`, pytest's `pytest.started`, `.ended`, `.rc`, `.workers`, and its JUnit XML (`junit.xml`).
+`.log`, pytest's `pytest.started`, `.ended`, `.rc`, `.workers`, its JUnit XML (`junit.xml`) and each
+worker's timeline (`timeline/WORKER.jsonl`: one line per test, its start and end).
 The phases are written as JSON (--out, and on stdout with --json) and printed as a few lines
 otherwise. `make bench` puts the last run's phases beside its own figures.
 
 A base build's steps are the lines of its log that say how long something took ("... in N s").
 A module's seconds are the sum of its tests' setup, call and teardown (JUnit's time per test):
-under pytest-xdist, what the module cost its worker.
+under pytest-xdist, what the module cost its worker. A worker's busy seconds are the sum of its
+tests' spans, its idle tail how long before pytest's end its last test ended.
 """
 
 from __future__ import annotations
@@ -64,6 +66,23 @@ def test_counts(junit: Path) -> dict[str, int]:
     return counts
 
 
+def worker_spans(timeline: Path, pytest_ended) -> dict[str, dict]:
+    """Each worker's busy seconds, test count and idle tail (seconds between its last test's end and pytest's)."""
+    out = {}
+    for path in sorted(timeline.glob("*.jsonl")) if timeline.is_dir() else []:
+        spans = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if not spans:
+            continue
+        last = max(span["end"] for span in spans)
+        out[path.stem] = {
+            "tests": len(spans),
+            "busy_s": round(sum(span["end"] - span["start"] for span in spans), 1),
+            "idle_tail_s": None if pytest_ended is None else round(pytest_ended - last, 1),
+            "last_test": max(spans, key=lambda span: span["end"])["test"],
+        }
+    return out
+
+
 def _read(path: Path):
     """A number a run file holds, else None (the phase did not get that far)."""
     try:
@@ -105,6 +124,7 @@ def phases(run_dir: Path) -> dict:
             "workers": None if workers is None else int(workers),
             **test_counts(junit),
         },
+        "workers": worker_spans(run_dir / "timeline", ended),
         "slowest_modules": [{"module": name, "seconds": round(secs, 1)} for name, secs in modules[:SLOWEST_MODULES]],
     }
 
@@ -122,6 +142,11 @@ def lines(result: dict) -> list[str]:
     if test_run["wall_s"] is not None:
         out.append(
             f"pytest: {test_run['wall_s']:.0f} s on {test_run['workers']} workers, {test_run.get('tests', 0)} tests"
+        )
+    for name, worker in result.get("workers", {}).items():
+        tail = "" if worker["idle_tail_s"] is None else f", idle for the last {worker['idle_tail_s']:.0f} s"
+        out.append(
+            f"  worker {name}: {worker['tests']} tests, busy {worker['busy_s']:.0f} s{tail} ({worker['last_test']})"
         )
     out += [f"  {m['module']}: {m['seconds']:.0f} s" for m in result["slowest_modules"]]
     if result["run_seconds"] is not None:

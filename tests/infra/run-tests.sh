@@ -17,7 +17,8 @@
 source "$(dirname "${BASH_SOURCE[0]}")/preamble.sh"
 jobs_dir="$INFRA_STATE_DIR/base-jobs"  # harness.BASE_JOBS_DIR: NAME.pending (pid), NAME.rc, NAME.log
 # What this run keeps of its own timings (tests/infra/ci_phases.py reads it; make bench reports it):
-# started/ended, bases/NAME.started/.ended/.rc/.log, pytest.started/.ended/.rc/.workers, junit.xml.
+# started/ended, bases/NAME.started/.ended/.rc/.log, pytest.started/.ended/.rc/.workers, junit.xml,
+# timeline/WORKER.jsonl (each test's start and end, tests/conftest.py).
 run_dir="$repo/out/test-run"
 rm -rf "$run_dir"; mkdir -p "$run_dir/bases"
 date +%s.%N >"$run_dir/started"
@@ -103,7 +104,8 @@ workers="${TEST_WORKERS:-$(nproc)}"
 echo "$workers" >"$run_dir/pytest.workers"
 date +%s.%N >"$run_dir/pytest.started"
 rc=0
-"$PY" -m pytest tests --durations=25 -n "$workers" --no-loadscope-reorder --junitxml="$run_dir/junit.xml" "$@" || rc=$?
+mkdir -p "$run_dir/timeline"
+TEST_TIMELINE="$run_dir/timeline" "$PY" -m pytest tests --durations=25 -n "$workers" --no-loadscope-reorder --junitxml="$run_dir/junit.xml" "$@" || rc=$?
 date +%s.%N >"$run_dir/pytest.ended"
 echo "$rc" >"$run_dir/pytest.rc"
 for name in amd64 wrong-version arm64 serving engine28; do
