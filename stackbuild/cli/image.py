@@ -96,18 +96,29 @@ def lock(recipe_path, as_json):
 @repository_option("Read the built image from")
 @unpinned_option(UNPINNED_IMAGE)
 @click.option("--image", help="Take the record from this image (default: the recipe's pinned tag in the local engine).")
+@click.option(
+    "--platform",
+    help="The platform whose record to copy (to recipe.oracle.<os>-<arch>.json): required for a multi-platform "
+    "recipe, which keeps one record per platform.",
+)
 @json_option
-def record(recipe_path, owner, repository, allow_unpinned, image, as_json):
+def record(recipe_path, owner, repository, allow_unpinned, image, platform, as_json):
     """Copy the oracle record (vLLM's geometry answer) from a built image to recipe.oracle.json.
 
     Later builds ship it to the in-image gate, which then checks the simulator
     against it instead of importing vLLM, as long as the image's vLLM tree and
-    packages are the ones it was recorded on.
+    packages are the ones it was recorded on. A multi-platform recipe keeps one
+    record per platform, recipe.oracle.linux-arm64.json and so on.
     """
     from stackbuild.image.record_copy import copy_record
 
     copied = copy_record(
-        load_recipe(recipe_path), owner=owner, repository=repository, allow_unpinned=allow_unpinned, image=image
+        load_recipe(recipe_path),
+        owner=owner,
+        repository=repository,
+        allow_unpinned=allow_unpinned,
+        image=image,
+        platform=platform,
     )
     key = copied.key
     emit(
@@ -147,8 +158,8 @@ def record(recipe_path, owner, repository, allow_unpinned, image, as_json):
     "--keep-record",
     is_flag=True,
     help=(
-        "Unless the gate checked against the recipe's recipe.oracle.json, write the image's oracle record there "
-        "(before tagging)."
+        "Unless the gate checked against the recipe's recipe.oracle.json (a multi-platform recipe: that "
+        "platform's, recipe.oracle.<os>-<arch>.json), write the image's oracle record there (before tagging)."
     ),
 )
 @click.option(

@@ -1,4 +1,5 @@
-"""The recipe's oracle record, ``recipe.oracle.json`` next to the recipe.
+"""The recipe's oracle record, ``recipe.oracle.json`` next to the recipe; a multi-platform recipe
+keeps one per platform, ``recipe.oracle.linux-amd64.json`` and so on (a record holds one vLLM tree).
 
 The in-image gate checks the simulator against vLLM's own planning. Done for
 real, that is one cold import of vLLM and torch, most of a cold build. The
@@ -33,11 +34,15 @@ class RecordChoice:
     note: str
 
 
-NOT_READ = RecordChoice(None, f"{RECORD_NAME} not read: nothing is built")
+NOT_READ = RecordChoice(None, "the oracle record is not read: nothing is built")
 
 
 def record_path(recipe: Recipe) -> Path:
-    return recipe.path.with_name(RECORD_NAME)
+    """Where the record of the platform ``recipe`` builds lies: each platform's image has a vLLM tree of its
+    own, so a multi-platform recipe keeps a record per platform (one file would hold the last one built)."""
+    if len(recipe.platforms) == 1:
+        return recipe.path.with_name(RECORD_NAME)
+    return recipe.path.with_name(f"recipe.oracle.{recipe.platform.replace('/', '-')}.json")
 
 
 def _check_belongs(record: Mapping, gate_input: GeometryInputs, where: str) -> Optional[str]:
@@ -56,7 +61,7 @@ def choose(recipe: Recipe, gate_input: GeometryInputs) -> RecordChoice:
     if not path.is_file():
         return RecordChoice(
             None,
-            f"no {RECORD_NAME}: the gate imports vLLM to check the simulator "
+            f"no {path.name}: the gate imports vLLM to check the simulator "
             "(`build.py record` keeps its answer for later cold builds)",
         )
     try:

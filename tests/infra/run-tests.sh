@@ -104,9 +104,13 @@ workers="${TEST_WORKERS:-$(nproc)}"
 echo "$workers" >"$run_dir/pytest.workers"
 date +%s.%N >"$run_dir/pytest.started"
 rc=0
-mkdir -p "$run_dir/timeline"
-TEST_TIMELINE="$run_dir/timeline" "$PY" -m pytest tests --durations=25 -n "$workers" --no-loadscope-reorder --junitxml="$run_dir/junit.xml" "$@" || rc=$?
+# The workers' timelines grow outside the checkout while the tests run (tests that check that a
+# command wrote nothing snapshot out/), and are moved into the run's records after.
+timeline="$INFRA_STATE_DIR/timeline"
+rm -rf "$timeline"; mkdir -p "$timeline"
+TEST_TIMELINE="$timeline" "$PY" -m pytest tests --durations=25 -n "$workers" --no-loadscope-reorder --junitxml="$run_dir/junit.xml" "$@" || rc=$?
 date +%s.%N >"$run_dir/pytest.ended"
+mv "$timeline" "$run_dir/timeline"
 echo "$rc" >"$run_dir/pytest.rc"
 for name in amd64 wrong-version arm64 serving engine28; do
   [[ -f "$jobs_dir/$name.log" ]] || continue

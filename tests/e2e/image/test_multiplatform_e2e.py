@@ -4,8 +4,9 @@ The upstream base tag is an image index offering both platforms; here the
 test puts such an index over the two synthetic bases in the local registry
 and pins the recipe to it with `build.py lock`. One build of both platforms
 (arm64 through qemu: its gate imports vLLM under emulation, minutes) serves
-every test in this module. What the registry holds is read back with plain
-HTTP requests, not through the driver's registry code.
+every test in this module; the second engine's build ships that build's oracle
+records. What the registry holds is read back with plain HTTP requests, not
+through the driver's registry code.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import subprocess
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import requests
@@ -126,8 +128,27 @@ def base_index(registry, synthetic_base_amd64, synthetic_base_arm64) -> tuple[st
     return synthetic_base_amd64.image, put_index(registry, name, BASE_INDEX_TAG, entries)
 
 
-def _multi_build(registry, base_index, tmp: Path, engine: TestEngine) -> MultiBuild:
-    """The SM100 recipe (amd64 + arm64) locked to the base index, built on ``engine`` and pushed as one index."""
+def record_name(platform: str) -> str:
+    """The oracle record of one platform of a multi-platform recipe (docs/gate.md, the oracle record)."""
+    return f"recipe.oracle.{platform.replace('/', '-')}.json"
+
+
+def copy_records(source: MultiBuild, recipe: Path) -> None:
+    """Each platform's oracle record of ``source``'s images, copied next to ``recipe`` by `build.py record
+    --platform P` (the images are in the first engine)."""
+    for platform in PLATFORMS:
+        image = source.report["images"][platform]["image_id"]
+        run = cli("record", "--recipe", str(recipe), "--platform", platform, "--image", image, "--json")
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert json.loads(run.stdout)["record"] == str(recipe.with_name(record_name(platform)))
+    assert not recipe.with_name("recipe.oracle.json").exists()
+
+
+def _multi_build(
+    registry, base_index, tmp: Path, engine: TestEngine, records_from: Optional[MultiBuild] = None
+) -> MultiBuild:
+    """The SM100 recipe (amd64 + arm64) locked to the base index, built on ``engine`` and pushed as one index
+    (with the oracle records of ``records_from``'s images, and --keep-record, when given)."""
     import time
 
     image, index_digest = base_index
@@ -138,6 +159,8 @@ def _multi_build(registry, base_index, tmp: Path, engine: TestEngine) -> MultiBu
     assert lock.returncode == 0, lock.stderr
     assert json.loads(lock.stdout)["digest"] == index_digest
     assert json.loads((recipe.parent / "recipe.lock.json").read_text())["base"]["platforms"] == PLATFORMS
+    if records_from is not None:
+        copy_records(records_from, recipe)
     repository = unique_repository(registry.address, f"glm53-sm100-{engine.name}")
     report_path = tmp / "build-report.json"
     started = time.monotonic()
@@ -151,6 +174,7 @@ def _multi_build(registry, base_index, tmp: Path, engine: TestEngine) -> MultiBu
         "--json",
         "--report",
         str(report_path),
+        *(["--keep-record"] if records_from is not None else []),
         docker_config_dir=config,
         env=env,
         timeout=5400,
@@ -170,11 +194,14 @@ def multi_build(docker_engine, registry, base_index, tmp_path_factory) -> MultiB
 
 @pytest.fixture(scope="module")
 def engine_multi_build(request, target_engine, registry, base_index, tmp_path_factory) -> MultiBuild:
-    """The build on each test engine (the main path's arm64 build on both): the first's is ``multi_build``."""
+    """The build on each test engine (the main path's arm64 build on both): the first's is ``multi_build``.
+    The others ship the first build's oracle record of each platform: their gates run (arm64's under qemu)
+    without importing vLLM, which the first build and tests/e2e/image/test_build_e2e.py's arm64 builds do."""
+    first = request.getfixturevalue("multi_build")
     if target_engine.name == FIRST:
-        return request.getfixturevalue("multi_build")
+        return first
     tmp = tmp_path_factory.mktemp(f"multi-build-{target_engine.name}")
-    return _multi_build(registry, base_index, tmp, target_engine)
+    return _multi_build(registry, base_index, tmp, target_engine, records_from=first)
 
 
 def test_the_index_holds_both_platforms_with_the_digests_the_builds_produced(registry, engine_multi_build):
@@ -222,6 +249,20 @@ def test_the_index_holds_both_platforms_with_the_digests_the_builds_produced(reg
     ]
     assert phases.count("build") == 2 and phases.count("geometry-report") == 2
     assert phases.index("index") > phases.index("attest") > phases.index("push") > phases.index("tag")
+
+
+def test_each_platform_keeps_its_own_oracle_record(engine_multi_build):
+    """A multi-platform recipe keeps one record per platform: a build that ships both checks each gate
+    against its own and, with --keep-record, rewrites neither (one file would hold only the last platform's,
+    and the other platform's gate would import vLLM in every build)."""
+    multi_build = engine_multi_build
+    for platform in PLATFORMS:
+        record = multi_build.report["images"][platform]["oracle_record"]
+        if multi_build.engine.name == FIRST:  # no record shipped: each gate imported vLLM
+            assert record == {"shipped": None, "gate_checked_against": "imported vLLM", "kept": None}, platform
+        else:
+            shipped = str(multi_build.recipe.with_name(record_name(platform)))
+            assert record == {"shipped": shipped, "gate_checked_against": "record", "kept": None}, platform
 
 
 def test_verify_passes_for_every_platform(engine_multi_build):
