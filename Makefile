@@ -27,7 +27,7 @@ pin = $(shell grep -E '^$(1)==' requirements/vllm.txt)
 
 export IMAGE_OWNER
 
-.PHONY: owner host install test-install oracle deps lock record image compose geometry docs lint test test-setup cosign bench pristine port clean
+.PHONY: owner host install test-install oracle deps lock record image compose geometry docs lint test test-setup bytecode cosign bench pristine port clean
 
 include tools/pristine.mk
 
@@ -139,7 +139,12 @@ test: deps
 	PYTHON_VENV=$(abspath $(PY)) INFRA_PYTHON="$$(command -v $(PYTHON))" \
 	  INFRA_SETUP='$(MAKE) -j4 --output-sync=target --no-print-directory test-setup' tests/infra/run-tests.sh $(PYTEST_ARGS)
 
-test-setup: test-install oracle pristine-all vllm-tests cosign
+test-setup: test-install oracle pristine-all vllm-tests cosign bytecode
+
+# Where PYTHONDONTWRITEBYTECODE is set (CI's machines set it), each process the tests start would
+# compile the project's modules it imports (0.12 CPU-s a `build.py` run): compiled once here instead.
+bytecode: $(VENV)/.test-installed
+	$(PY) -m compileall -qq -j 0 build.py geometry stackbuild overlay tools tests
 
 # Debian's cosign for the signing tests, unpacked into .cache/infra (tests/infra/cosign.py pins it).
 cosign:
