@@ -93,8 +93,10 @@ lock: install
 
 # Copy the oracle record of the recipe's image in the engine next to the recipe (commit it like
 # the lock). `make image` keeps it already (build --keep-record) whenever the gate imported vLLM.
+# A multi-platform recipe keeps one per platform: RECORD_ARGS='--platform linux/arm64'.
+RECORD_ARGS ?=
 record: install
-	$(PY) build.py record --recipe $(RECIPE)
+	$(PY) build.py record --recipe $(RECIPE) $(RECORD_ARGS)
 
 # A push goes to ghcr.io/$(IMAGE_OWNER)/...: refuse before anything is installed or built.
 owner:
