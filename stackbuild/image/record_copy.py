@@ -41,7 +41,7 @@ def recorded_platform(recipe: Recipe, platform: Optional[str]) -> Recipe:
             "platforms",
             f"one oracle record per platform ({', '.join(recipe.platforms)}): name the one to copy with --platform",
         )
-    (chosen,) = selected_platforms(recipe, platform) if platform else recipe.platforms
+    (chosen,) = selected_platforms(recipe, platform)
     return recipe.for_platform(chosen)
 
 

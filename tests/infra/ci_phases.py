@@ -73,12 +73,12 @@ def worker_spans(timeline: Path, pytest_ended) -> dict[str, dict]:
         spans = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         if not spans:
             continue
-        last = max(span["end"] for span in spans)
+        last = max(spans, key=lambda span: span["end"])
         out[path.stem] = {
             "tests": len(spans),
             "busy_s": round(sum(span["end"] - span["start"] for span in spans), 1),
-            "idle_tail_s": None if pytest_ended is None else round(pytest_ended - last, 1),
-            "last_test": max(spans, key=lambda span: span["end"])["test"],
+            "idle_tail_s": None if pytest_ended is None else round(pytest_ended - last["end"], 1),
+            "last_test": last["test"],
         }
     return out
 

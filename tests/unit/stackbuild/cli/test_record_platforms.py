@@ -3,28 +3,23 @@ refusing, in one line and before asking an engine, to guess which platform's rec
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 from bad_input_helpers import assert_refused, invoke, with_base_digest
 from recipe_copies import TEST_DIGEST, copy_recipe
-from support.repo import REPO
+from stack_e2e import recipe_copy
 
+from geometry.vllm_versions import DEFAULT_VERSION
 from stackbuild.core.recipe import load_recipe
 from stackbuild.image.oracle_record import record_path
 
 
 def sm100_copy(tmp_path: Path) -> Path:
     """The SM100 recipe (linux/amd64 and linux/arm64) copied, its base pinned by a digest of its own."""
-    target = tmp_path / "recipe"
-    shutil.copytree(REPO / "recipes" / "glm53-flash-dflash2-sm100", target)
-    path = target / "recipe.yaml"
-    data = yaml.safe_load(path.read_text())
-    data["base"]["digest"] = TEST_DIGEST
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return recipe_copy(
+        tmp_path, "glm53-flash-dflash2-sm100", base="vllm/vllm-openai", tag=f"v{DEFAULT_VERSION}", digest=TEST_DIGEST
+    )
 
 
 def recipe_of(kind: str, tmp_path: Path) -> Path:
@@ -42,8 +37,8 @@ def test_a_multi_platform_recipe_keeps_one_record_per_platform(tmp_path):
     assert recipe.platforms == ("linux/amd64", "linux/arm64")
     paths = [record_path(recipe.for_platform(p)) for p in ("linux/amd64", "linux/arm64")]
     assert paths == [
-        tmp_path / "recipe" / "recipe.oracle.linux-amd64.json",
-        tmp_path / "recipe" / "recipe.oracle.linux-arm64.json",
+        recipe.path.parent / "recipe.oracle.linux-amd64.json",
+        recipe.path.parent / "recipe.oracle.linux-arm64.json",
     ]
 
 
