@@ -269,13 +269,15 @@ def fingerprint(
     )
 
 
+# vLLM's CPU platform for this process, set where unset before vLLM is first imported: parsing and planning
+# never touch the GPU (vllm serve gets the environment the entrypoint started with), and the serve parser works
+# on a CPU-only host (with no platform detected it cannot build its DeviceConfig defaults). The cross-check's plan
+# does not depend on it: the oracle plans under the serving GPU's platform (geometry/oracle/serving_platform.py).
+PARSE_SETTINGS = {"VLLM_TARGET_DEVICE": "cpu"}
+
+
 def _parse(argv: Sequence[str]) -> ServeFlags:
-    # vLLM's CPU platform for this process, before vLLM is first imported: parsing and planning
-    # never touch the GPU (vllm serve gets the environment the entrypoint started with), and
-    # the serve parser works on a CPU-only host (with no platform detected it cannot build its
-    # DeviceConfig defaults). The cross-check's plan does not depend on it: the oracle plans
-    # under the serving GPU's platform, as the build's gate did (geometry/oracle/serving_platform.py).
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    os.environ.update({name: value for name, value in PARSE_SETTINGS.items() if name not in os.environ})
     apply_import_settings()
     return parse_serve_flags(argv)
 

@@ -1,8 +1,10 @@
 """`build.py preflight` on the host: the code the image's entrypoint runs, on a models directory.
 
 The fast path (argv and configs as the build checked them) needs no vLLM; the
-rest import vLLM 0.33.0 on the CPU for its serve parser and its planner
-(marked ``oracle``: 20-60 s each on a small host).
+rest import the venv's vLLM on the CPU for its serve parser and its planner
+(marked ``oracle``). They run forked from a process that imported the serve parser once
+(tests/support/warm_preflight.py); the test of what vLLM prints while it imports runs a
+fresh interpreter.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import cli_reference  # noqa: E402
 import doc_sections  # noqa: E402
 import pytest
 from models_support import CONFIGS, DRAFTER_DIR, TARGET_DIR, misfit_drafter, models_dir  # noqa: E402,F401
+from support import warm_preflight
 from support.repo import REPO
 
 from geometry.preflight import outcome
+from geometry.preflight.check import PARSE_SETTINGS
 from geometry.preflight.checked import CheckedServe, CheckedUnreadable
 from geometry.verdict.gate_run import run_gate
 from stackbuild.core.errors import (
@@ -34,7 +38,11 @@ from stackbuild.core.preflight_record import checked_serve
 from stackbuild.core.recipe import DEFAULT_RECIPE, load_recipe
 
 
-def preflight(*args: str, models: Path) -> subprocess.CompletedProcess:
+def preflight(*args: str, models: Path, fresh: bool = False) -> subprocess.CompletedProcess:
+    """`build.py preflight --models-dir MODELS ARGS`: forked from a process that imported vLLM's serve parser
+    (tests/support/warm_preflight.py), or with ``fresh`` in a fresh interpreter, which imports it itself."""
+    if not fresh:
+        return warm_preflight.build_py_preflight("--models-dir", str(models), *args)
     return subprocess.run(
         [sys.executable, str(REPO / "build.py"), "preflight", "--models-dir", str(models), *args],
         capture_output=True,
@@ -234,7 +242,8 @@ def test_a_mounted_config_the_simulator_would_misread_is_exit_16_naming_file_and
 
 @pytest.mark.oracle
 def test_flag_vllm_rejects_is_exit_11_with_vllms_words(tmp_path):
-    run = preflight("--", "--frobnicate", models=models_dir(tmp_path / "models"))
+    """In a fresh interpreter: what vLLM prints while it imports is held back, stderr is the two lines."""
+    run = preflight("--", "--frobnicate", models=models_dir(tmp_path / "models"), fresh=True)
     assert run.returncode == ServeArgsRejected.exit_code
     assert run.stderr.splitlines() == [
         "pre-flight: the argv differs from the build's: re-checking with vLLM's serve parser, the simulator "
@@ -262,7 +271,10 @@ def test_prefix_caching_turned_off_is_rechecked_in_mamba_cache_mode_none(tmp_pat
 
 # Run in a fresh interpreter: vLLM resolves its platform once per process, and other tests in the
 # session may have imported it without VLLM_TARGET_DEVICE=cpu.
+# The start check's derivation, after the settings it makes before it imports vLLM's parser.
 _DERIVE = """import json, sys
+from geometry.oracle.import_settings import apply_import_settings
+apply_import_settings()
 from geometry.preflight.check import build_defaults, derive_inputs
 from geometry.preflight.configs import read_config
 from geometry.preflight.serve_flags import parse_serve_flags
@@ -294,12 +306,10 @@ _EVERY_FLAG = {
 
 def _derived(tmp_path, recipe_path) -> dict:
     models = models_dir(tmp_path / "models")
-    run = subprocess.run(
-        [sys.executable, "-c", _DERIVE, str(models), TARGET_DIR, DRAFTER_DIR, str(recipe_path)],
-        capture_output=True,
-        text=True,
+    run = warm_preflight.run(
+        ["-c", _DERIVE, str(models), TARGET_DIR, DRAFTER_DIR, str(recipe_path)],
+        env={**os.environ, **PARSE_SETTINGS},
         timeout=900,
-        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"},
     )
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from models_support import (
 )
 from support.mounted_checks import CHECKED, RECIPE, fake_nvidia_smi, no_gpu, pinned, refused_with, run  # noqa: F401
 from support.repo import REPO
+from support.warm_preflight import build_py_preflight
 
 from geometry.preflight.configs import read_config
 from geometry.preflight.mounted import CheckpointMismatch, check_wiring
@@ -197,13 +197,7 @@ def test_build_py_preflight_refuses_another_revision_exit_19(tmp_path):
 
     recipe = copy_recipe(tmp_path, lambda d: d["drafter"].__setitem__("revision", "3" * 40))
     models = cache_models_dir(tmp_path / "models")
-    run_ = subprocess.run(
-        [sys.executable, str(REPO / "build.py"), "preflight", "--recipe", str(recipe), "--models-dir", str(models)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-    )
+    run_ = build_py_preflight("--recipe", str(recipe), "--models-dir", str(models), timeout=300)
     assert run_.returncode == 26, run_.stderr
     assert run_.stderr.startswith(
         f"error: pre-flight: FAIL: the drafter {models.resolve()}/{DRAFTER_DIR} is snapshot 222222222222"
@@ -217,14 +211,7 @@ def _host(tmp_path: Path, models: Path, *extra: str, path: str | None = None) ->
     env = dict(os.environ)
     if path is not None:
         env["PATH"] = path
-    return subprocess.run(
-        [sys.executable, str(REPO / "build.py"), "preflight", "--models-dir", str(models), "--", *extra],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=900,
-        env=env,
-    )
+    return build_py_preflight("--models-dir", str(models), "--", *extra, env=env)
 
 
 @pytest.mark.oracle

@@ -26,6 +26,7 @@ import pytest
 from bad_input_helpers import DIGEST, assert_refused, invoke
 from models_support import misfit_drafter, models_dir
 from recipe_copies import copy_recipe, pinned, set_key
+from support import warm_preflight
 from support.repo import REPO
 
 GIB = 1024**3
@@ -215,9 +216,7 @@ def case_models(tmp_path_factory):
 @pytest.fixture(scope="module")
 def entrypoint_outcomes(case_models):
     cases = [[str(case_models[c.name]), list(c.serve_args)] for c in CASES]
-    run = subprocess.run(
-        [sys.executable, "-c", _ENTRYPOINT, json.dumps(cases)], capture_output=True, text=True, cwd=REPO, timeout=900
-    )
+    run = warm_preflight.run(["-c", _ENTRYPOINT, json.dumps(cases)], cwd=REPO, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     return dict(zip(IDS, json.loads(run.stdout.strip().splitlines()[-1])))
 
@@ -227,22 +226,13 @@ def entrypoint_outcomes(case_models):
 def test_the_preflight_gives_the_recipes_verdict(tmp_path, case, case_models, entrypoint_outcomes):
     from stackbuild.core.recipe import DEFAULT_RECIPE
 
-    host = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "build.py"),
-            "preflight",
-            "--recipe",
-            str(DEFAULT_RECIPE),
-            "--models-dir",
-            str(case_models[case.name]),
-            "--",
-            *case.serve_args,
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=900,
+    host = warm_preflight.build_py_preflight(
+        "--recipe",
+        str(DEFAULT_RECIPE),
+        "--models-dir",
+        str(case_models[case.name]),
+        "--",
+        *case.serve_args,
     )
     errors = [line for line in host.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) <= 1, host.stderr

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 from infra.fixtures import unavailable
 from models_support import add_weights
+from support import warm_preflight
 from support.repo import REPO
 
 from geometry.preflight.run import preflight
@@ -47,6 +47,9 @@ needs_compose = pytest.mark.usefixtures("compose_v2")
 
 
 def build(*args: str) -> subprocess.CompletedProcess:
+    """`build.py ARGS`; the start check forked from a process that imported vLLM's serve parser (warm_preflight)."""
+    if args[0] == "preflight":
+        return warm_preflight.build_py_preflight(*args[1:])
     return subprocess.run(
         [sys.executable, str(REPO / "build.py"), *args], capture_output=True, text=True, cwd=REPO, timeout=900
     )
@@ -220,13 +223,7 @@ print(json.dumps(out))
 def test_preflight_slow_path_on_a_worker_argv():
     """Off the fast path a worker's argv (--headless, --nnodes ...) is re-checked: a flag that leaves the
     geometry alone passes, a rank vLLM refuses is exit 11 with vLLM's words."""
-    run = subprocess.run(
-        [sys.executable, "-c", _SLOW_PATH, str(RECIPE), str(REPO / "tests")],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"},
-    )
+    run = warm_preflight.run(["-c", _SLOW_PATH, str(RECIPE), str(REPO / "tests")], timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
     assert out["extra-flag"]["code"] == 0 and "PASS: re-checked (argv edited" in out["extra-flag"]["lines"][0], out
@@ -303,25 +300,8 @@ def test_host_preflight_role_options_that_do_not_fit_the_recipe(tmp_path, args, 
 def test_host_preflight_worker_rank_vllm_refuses(tmp_path):
     """Rank 2 of 2 is off the fast path; vLLM's own parser refuses it: exit 11 with its words in one line."""
     models = snapshot_models(tmp_path / "models", RECIPE)
-    run = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "build.py"),
-            "preflight",
-            "--recipe",
-            str(RECIPE),
-            "--models-dir",
-            str(models),
-            "--role",
-            "worker",
-            "--node-rank",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=900,
-        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"},
+    run = warm_preflight.build_py_preflight(
+        "--recipe", str(RECIPE), "--models-dir", str(models), "--role", "worker", "--node-rank", "2"
     )
     assert run.returncode == 11, run.stderr[-2000:]
     progress, error = run.stderr.splitlines()  # the slow path says it started, then one error line
@@ -339,23 +319,7 @@ def test_host_preflight_a_misfit_drafter_fails_every_role(tmp_path):
     data = json.loads(config.read_text())
     data["num_key_value_heads"], data["head_dim"] = 4, 80
     config.write_text(json.dumps(data))
-    run = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "build.py"),
-            "preflight",
-            "--recipe",
-            str(RECIPE),
-            "--models-dir",
-            str(models),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=900,
-        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"},
-    )
+    run = warm_preflight.build_py_preflight("--recipe", str(RECIPE), "--models-dir", str(models), "--json")
     assert run.returncode == 5, run.stderr[-2000:]
     result = json.loads(run.stdout)
     assert [(c["role"], c["exit_code"]) for c in result["checks"]] == [("leader", 5), ("worker", 5)]
