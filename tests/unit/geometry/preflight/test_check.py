@@ -269,9 +269,9 @@ def test_prefix_caching_turned_off_is_rechecked_in_mamba_cache_mode_none(tmp_pat
     assert "argv edited, enable_prefix_caching False (build: True), mamba_cache_mode none (build: align)" in first
 
 
-# Run in a fresh interpreter: vLLM resolves its platform once per process, and other tests in the
-# session may have imported it without VLLM_TARGET_DEVICE=cpu.
-# The start check's derivation, after the settings it makes before it imports vLLM's parser.
+# The start check's derivation, after the settings it makes before it imports vLLM's parser, in a process of
+# its own (forked from the warm one, which imported the parser under those settings): vLLM resolves its platform
+# once per process, and this session may have imported it without VLLM_TARGET_DEVICE=cpu.
 _DERIVE = """import json, sys
 from geometry.oracle.import_settings import apply_import_settings
 apply_import_settings()
