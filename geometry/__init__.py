@@ -88,6 +88,8 @@ _API: dict[str, tuple[str, str | None]] = {
     "PORT_OFFSET": ("geometry.preflight.launch", "PORT_OFFSET"),
     "ServeFlags": ("geometry.preflight.serve_flags", "ServeFlags"),
     "parse_serve_args": ("geometry.preflight.serve_flags", "parse_serve_args"),
+    "PARSE_SETTINGS": ("geometry.preflight.serve_flags", "PARSE_SETTINGS"),
+    "prepare_parser_import": ("geometry.preflight.serve_flags", "prepare_parser_import"),
     "read_config": ("geometry.preflight.configs", "read_config"),
     "snapshot_of": ("geometry.preflight.checkpoint", "snapshot_of"),
     # what the image's entry points import (the payload the render copies)

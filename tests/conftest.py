@@ -36,6 +36,23 @@ def pytest_collection_modifyitems(config, items):
     record_unit_bases(config, items)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def warm_parser():
+    """This test process's warm parser process (tests/support/warm_preflight.py), started in the background,
+    and the serve-parser oracle interpreter every `build.py` the tests start uses unless a test names its own
+    (GLM53_ORACLE_PYTHON: tests/support/warm_oracle.py). A session started by a test (another release's
+    agreement) keeps what its test process set."""
+    from support.warm_oracle import oracle_wrapper
+    from support.warm_preflight import SOCKET_ENV, the_warm_process
+
+    from stackbuild.serve.validate import ORACLE_ENV
+
+    if SOCKET_ENV not in os.environ and ORACLE_ENV not in os.environ:
+        os.environ[SOCKET_ENV] = the_warm_process().address
+        os.environ[ORACLE_ENV] = oracle_wrapper()
+    yield
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     from parallel_groups import SharedBuildScheduling

@@ -1,4 +1,5 @@
-"""tests/support/warm_preflight.py: a process forked from the warm one is what a fresh interpreter would be.
+"""tests/support/warm_preflight.py and warm_oracle.py: a process forked from the warm one is what a fresh
+interpreter would be.
 
 Each case runs the same call both ways (`run` and subprocess.run) and compares what a caller sees: the exit
 code, stdout and stderr, and what the process saw of its own arguments, path, directory and environment.
@@ -15,6 +16,11 @@ import pytest
 from models_support import models_dir
 from support import warm_preflight
 from support.repo import REPO
+from support.warm_oracle import oracle_wrapper
+from support.warm_preflight import SOCKET_ENV, the_warm_process
+
+from stackbuild.serve.parser_verdicts import oracle_environment
+from stackbuild.serve.validate import ORACLE_SCRIPT
 
 # What a process sees of itself, printed as JSON; then a line on stderr and the exit code it is given.
 _SELF = """import json, os, sys
@@ -85,3 +91,36 @@ def test_the_start_check_says_the_same_warm_and_fresh(tmp_path, extra):
     fresh = _fresh(args, cwd=REPO, timeout=900)
     assert _seen(warm) == _seen(fresh)
     assert "re-checking with vLLM's serve parser" in warm.stderr
+
+
+def _oracle(python: str, argv: list, tmp_path, env: dict) -> tuple:
+    """serve_oracle.py's verdict on ``argv`` under ``python``: (exit code, the result file)."""
+    out = tmp_path / f"result-{len(list(tmp_path.iterdir()))}.json"
+    run = subprocess.run(
+        [python, str(ORACLE_SCRIPT), str(out)], input=json.dumps(argv), capture_output=True, text=True, env=env
+    )
+    return run.returncode, json.loads(out.read_text())
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize(
+    "argv",
+    [["/models/m", "--max-model-len", "4096", "--kv-cache-dtype", "fp8"], ["/models/m", "--kv-cache-dtype", "no"]],
+    ids=["passes", "vllm-refuses"],
+)
+def test_the_serve_parser_oracle_says_the_same_through_the_warm_process(tmp_path, argv):
+    """The oracle interpreter conftest gives the tests: serve_oracle.py's verdict is the fresh interpreter's,
+    through the warm process and, with no warm process to reach, through the interpreter itself."""
+    env = {**oracle_environment(), SOCKET_ENV: the_warm_process().address}
+    wrapper = oracle_wrapper()
+    fresh = _oracle(sys.executable, argv, tmp_path, env)
+    assert fresh[1]["status"] == ("passed" if len(argv) > 3 else "rejected"), fresh
+    assert _oracle(wrapper, argv, tmp_path, env) == fresh
+    assert _oracle(wrapper, argv, tmp_path, {**env, SOCKET_ENV: str(tmp_path / "no-socket")}) == fresh
+
+
+def test_the_oracle_wrapper_runs_anything_else_with_the_interpreter():
+    probe = subprocess.run(
+        [oracle_wrapper(), "-c", "import sys; print(sys.executable)"], capture_output=True, text=True
+    )
+    assert (probe.returncode, probe.stdout) == (0, sys.executable + "\n")

@@ -18,14 +18,12 @@ ranks of a multi-node group compare (ranks.py).
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
 from geometry.image_contract import Behaviour, Role
 from geometry.model.serve_settings import ServeDefaults
 from geometry.model.serving_cpu import serving_cpu_avx512_bf16
-from geometry.oracle.import_settings import apply_import_settings
 from geometry.preflight.checked import CheckedServe
 from geometry.preflight.checkpoint import CheckpointUnusable
 from geometry.preflight.configs import ConfigUnusable, MountedConfig, read_config
@@ -43,7 +41,7 @@ from geometry.preflight.outcome import (
     Outcome,
     refused,
 )
-from geometry.preflight.serve_flags import ServeFlags, ServeFlagsRejected, parse_serve_flags
+from geometry.preflight.serve_flags import ServeFlags, ServeFlagsRejected, parse_serve_flags, prepare_parser_import
 
 # The speculative method the simulator models (DFlash / DFlash2 drafters).
 MODELLED_METHOD = "dflash"
@@ -269,16 +267,8 @@ def fingerprint(
     )
 
 
-# vLLM's CPU platform for this process, set where unset before vLLM is first imported: parsing and planning
-# never touch the GPU (vllm serve gets the environment the entrypoint started with), and the serve parser works
-# on a CPU-only host (with no platform detected it cannot build its DeviceConfig defaults). The cross-check's plan
-# does not depend on it: the oracle plans under the serving GPU's platform (geometry/oracle/serving_platform.py).
-PARSE_SETTINGS = {"VLLM_TARGET_DEVICE": "cpu"}
-
-
 def _parse(argv: Sequence[str]) -> ServeFlags:
-    os.environ.update({name: value for name, value in PARSE_SETTINGS.items() if name not in os.environ})
-    apply_import_settings()
+    prepare_parser_import()
     return parse_serve_flags(argv)
 
 

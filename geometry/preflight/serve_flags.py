@@ -12,11 +12,27 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from geometry.errors import one_line
 from geometry.model.serve_settings import ServeDefaults, ServeSettings
+from geometry.oracle.import_settings import IMPORT_SETTINGS
+
+# vLLM's CPU platform for a process that parses, set before vLLM is first imported: parsing (and the start
+# check's planning) never touch the GPU (vllm serve gets the environment the entrypoint started with), and the
+# parser works on a CPU-only host (with no platform detected it cannot build its DeviceConfig defaults). The
+# start check's cross-check does not depend on it: the oracle plans under the serving GPU's platform
+# (geometry/oracle/serving_platform.py).
+PARSE_SETTINGS = {"VLLM_TARGET_DEVICE": "cpu"}
+
+
+def prepare_parser_import() -> None:
+    """Set PARSE_SETTINGS and the import settings where unset: what a process does before it first imports
+    vLLM's serve parser (the start check, the serve-parser oracle)."""
+    for name, value in {**PARSE_SETTINGS, **IMPORT_SETTINGS}.items():
+        os.environ.setdefault(name, value)
 
 
 @dataclass(frozen=True)

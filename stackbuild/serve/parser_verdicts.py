@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import geometry
-from geometry import parse_serve_args
+from geometry import PARSE_SETTINGS, parse_serve_args
 
 CACHE_ENV = "GLM53_CACHE_DIR"
 SUBDIR = "serve-parser"
@@ -49,7 +49,7 @@ print(json.dumps({"root": root, "versions": versions, "tree": oracle_record.tree
 _GEOMETRY_HOME = str(Path(geometry.__file__).resolve().parent.parent)
 PROBE_TIMEOUT_S = 60
 # Set over the caller's environment for the oracle: vLLM's CPU platform, whatever the host has.
-ORACLE_SETTINGS = {"VLLM_TARGET_DEVICE": "cpu"}
+ORACLE_SETTINGS = PARSE_SETTINGS
 _CREDENTIAL_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
 
 

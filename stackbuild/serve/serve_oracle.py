@@ -19,9 +19,6 @@ import os
 import sys
 import traceback
 
-# Parsing only: vLLM's CPU platform keeps it off any GPU and lets the parser build its
-# DeviceConfig defaults on a host where vLLM detects no platform.
-os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 # The oracle interpreter need not have this project installed: geometry/ comes from the
 # directory holding the stackbuild package (the checkout, or the site-packages it is installed in).
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -30,7 +27,12 @@ from geometry import (  # noqa: E402
     ServeFlagsRejected,
     one_line,  # noqa: E402
     parse_serve_args,
+    prepare_parser_import,
 )
+
+# Parsing only, as the start check parses: vLLM's CPU platform keeps it off any GPU and lets the parser build
+# its DeviceConfig defaults on a host where vLLM detects no platform; the import settings.
+prepare_parser_import()
 
 PARSED_FIELDS = (
     "model_tag",

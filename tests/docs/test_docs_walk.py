@@ -36,6 +36,9 @@ from compose_support import require_compose_binary
 from doc_sections import SERVED_RECORD, served_figures
 from hybrid_checkpoints import write_drafter, write_target
 from stack_e2e import SESSION_REPOSITORIES, registry_tags, repository_name
+from support.warm_preflight import SOCKET_ENV
+
+from stackbuild.serve.validate import ORACLE_ENV
 
 pytestmark = pytest.mark.docker
 
@@ -179,10 +182,13 @@ def walked(request, tmp_path_factory, cpu_serving_base_pushed, registry) -> Walk
         "WALK_HF": str(hf),
         "WALK_HEALTHY_WITHIN_S": str(HEALTHY_WITHIN_S),
     }
-    # A user's shell: none of the walk's own variables, and no make of ours around it (the suite runs under
+    # A user's shell: none of the walk's own variables, no make of ours around it (the suite runs under
     # `make test`, whose MAKELEVEL and MAKEFLAGS would make the walk's `make image` a sub-make that prints
-    # its "Entering/Leaving directory" lines).
+    # its "Entering/Leaving directory" lines), and the serve-parser oracle the interpreter itself (not the
+    # tests' warm one, conftest.py).
     for variable in ("IMAGE_OWNER", "VLLM_API_KEY", "MODELS", "R", "MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES"):
+        env.pop(variable, None)
+    for variable in (ORACLE_ENV, SOCKET_ENV):
         env.pop(variable, None)
     p = docs_walk.plan(stand_ins)
     (work / "walk.sh").write_text(docs_walk.script(p))

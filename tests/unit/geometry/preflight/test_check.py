@@ -10,7 +10,6 @@ fresh interpreter.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +22,6 @@ from support import warm_preflight
 from support.repo import REPO
 
 from geometry.preflight import outcome
-from geometry.preflight.check import PARSE_SETTINGS
 from geometry.preflight.checked import CheckedServe, CheckedUnreadable
 from geometry.verdict.gate_run import run_gate
 from stackbuild.core.errors import (
@@ -273,8 +271,8 @@ def test_prefix_caching_turned_off_is_rechecked_in_mamba_cache_mode_none(tmp_pat
 # its own (forked from the warm one, which imported the parser under those settings): vLLM resolves its platform
 # once per process, and this session may have imported it without VLLM_TARGET_DEVICE=cpu.
 _DERIVE = """import json, sys
-from geometry.oracle.import_settings import apply_import_settings
-apply_import_settings()
+from geometry import prepare_parser_import
+prepare_parser_import()
 from geometry.preflight.check import build_defaults, derive_inputs
 from geometry.preflight.configs import read_config
 from geometry.preflight.serve_flags import parse_serve_flags
@@ -308,7 +306,6 @@ def _derived(tmp_path, recipe_path) -> dict:
     models = models_dir(tmp_path / "models")
     run = warm_preflight.run(
         ["-c", _DERIVE, str(models), TARGET_DIR, DRAFTER_DIR, str(recipe_path)],
-        env={**os.environ, **PARSE_SETTINGS},
         timeout=900,
     )
     assert run.returncode == 0, run.stderr[-3000:]
