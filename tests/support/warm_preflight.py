@@ -85,14 +85,14 @@ listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 listener.bind(address)
 listener.listen(8)
 sys.stdout.flush(); sys.stderr.flush()
-ready.write(json.dumps({"env": before}) + "\n"); ready.close()
+ready.write("listening\n"); ready.close()
 
 
 def relevant(environment):
     return {k: v for k, v in environment.items() if k.startswith(variables)}
 
 
-home = os.getcwd()  # the checkout this process imported geometry/ from
+home = os.path.realpath(os.getcwd())  # the checkout this process imported geometry/ from
 
 
 def serves(request):
@@ -192,7 +192,7 @@ os.unlink(address)
 
 
 class _Warm:
-    """The warm process of this test process: its socket, its environment before it imported."""
+    """The warm process of this test process and its socket's address."""
 
     def __init__(self) -> None:
         self.directory = tempfile.mkdtemp(prefix="warm-preflight-")
@@ -212,17 +212,17 @@ class _Warm:
             cwd=REPO,
             text=True,
         )
-        self._env: Optional[dict] = None
+        self.listening = False
         atexit.register(self.close)
 
     def wait_ready(self) -> None:
-        if self._env is None:
-            ready = self.process.stdout.readline()
-            if not ready:
+        """Until the warm process has imported and listens (it says so on its stdout)."""
+        if not self.listening:
+            if not self.process.stdout.readline():
                 raise RuntimeError(
                     f"the warm start-check process ended before it was ready (exit {self.process.wait()})"
                 )
-            self._env = json.loads(ready)["env"]
+            self.listening = True
 
     def close(self) -> None:
         if self.process.poll() is None:
