@@ -48,14 +48,13 @@ print(json.dumps({"root": root, "versions": versions, "tree": oracle_record.tree
 """
 _GEOMETRY_HOME = str(Path(geometry.__file__).resolve().parent.parent)
 PROBE_TIMEOUT_S = 60
-# Set over the caller's environment for the oracle: vLLM's CPU platform, whatever the host has.
-ORACLE_SETTINGS = PARSE_SETTINGS
 _CREDENTIAL_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
 
 
 def oracle_environment() -> dict:
-    """The environment the serve-parser oracle runs in."""
-    return {**os.environ, **ORACLE_SETTINGS}
+    """The environment the serve-parser oracle runs in: the parser's settings over the caller's (vLLM's CPU
+    platform, whatever the host has)."""
+    return {**os.environ, **PARSE_SETTINGS}
 
 
 def vllm_settings(environment: dict) -> list:

@@ -6,7 +6,8 @@ and one the warm process cannot take (another environment, no warm process yet),
 `serve_oracle.py` makes the start check's settings (``prepare_parser_import``) and imports the same `vllm
 serve` parser, so the warm process is a fresh interpreter to it as it is to the start check.
 
-Run as ``python -S warm_oracle.py PYTHON ARGS...`` (stdlib only, no site: it starts in milliseconds).
+Run as ``python -S warm_oracle.py PYTHON ORACLE_SCRIPT ARGS...`` (stdlib only, no site: it starts in
+milliseconds); ORACLE_SCRIPT is this checkout's `serve_oracle.py`, the one script it forwards.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from support.warm_preflight import SOCKET_ENV, call  # noqa: E402
 
-ORACLE_SCRIPT_NAME = "serve_oracle.py"
-
 
 def oracle_wrapper() -> str:
     """An executable that runs this script under this interpreter: one path for every test process of a run
     with this interpreter and checkout (the serve-parser verdicts are kept per interpreter path)."""
-    body = f'#!/bin/sh\nexec "{sys.executable}" -S "{Path(__file__).resolve()}" "{sys.executable}" "$@"\n'
+    from stackbuild.serve.parser_verdicts import ORACLE_SCRIPT
+
+    script = Path(__file__).resolve()
+    body = f'#!/bin/sh\nexec "{sys.executable}" -S "{script}" "{sys.executable}" "{ORACLE_SCRIPT}" "$@"\n'
     directory = Path(tempfile.gettempdir()) / f"glm53-warm-oracle-{hashlib.sha256(body.encode()).hexdigest()[:12]}"
     path = directory / "python"
     if not path.is_file():
@@ -62,9 +64,9 @@ def _warm(argv: list, address: str) -> None:
 
 
 def main() -> None:
-    python, argv = sys.argv[1], sys.argv[2:]
+    python, oracle_script, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
     address = os.environ.get(SOCKET_ENV)
-    if address and argv and Path(argv[0]).name == ORACLE_SCRIPT_NAME:
+    if address and argv and os.path.realpath(argv[0]) == oracle_script:
         _warm(argv, address)
     os.execv(python, [python, *argv])
 

@@ -246,9 +246,8 @@ def call(
     """One call to the warm process at ``address`` (its files in ``tmp``): (code, stdout, stderr), or None where
     the warm process says the call must run fresh."""
     paths = {name: os.path.join(tmp, name) for name in ("stdin", "stdout", "stderr")}
-    for path in paths.values():
-        Path(path).write_text("")
-    Path(paths["stdin"]).write_text(input)
+    for name, text in (("stdin", input), ("stdout", ""), ("stderr", "")):
+        Path(paths[name]).write_text(text)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
         connection.connect(address)
         with connection.makefile("rw") as channel:
